@@ -1,0 +1,138 @@
+"""Avro records through fastavro: schema files, plain binary and Confluent framing.
+
+Two wire formats. *Plain*: the record's Avro binary encoding alone, schema from an .avsc file
+(optionally a separate writer schema, for reading data written with an older or newer
+schema). *Confluent*: magic byte 0, a 4-byte big-endian schema id, then the binary encoding;
+the writer schema is fetched by id from the Schema Registry and resolved to the reader schema,
+so schema evolution works as Avro defines it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from fastavro.types import Schema
+
+from daemon.errors import SchemaError
+
+_MAGIC = 0
+_HEADER = struct.Struct(">bI")
+
+
+def load_schema_file(path: Path) -> Schema:
+    """Read and parse an .avsc file.
+
+    Raises:
+        SchemaError: the file is missing, not JSON, or not a valid Avro schema.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SchemaError(f"{path}: schema file not found") from None
+    try:
+        return parse_schema_text(text)
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from None
+
+
+def parse_schema_text(text: str) -> Schema:
+    """Parse an Avro schema from its JSON text.
+
+    Raises:
+        SchemaError: not JSON, or not a valid Avro schema.
+    """
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        return fastavro.parse_schema(raw)
+    except Exception as exc:
+        raise SchemaError(f"not a valid Avro schema ({exc})") from None
+
+
+def record_fields(schema: Schema) -> tuple[str, ...]:
+    """The field names of a record schema (empty for other types)."""
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        return tuple(f["name"] for f in schema.get("fields", []))
+    return ()
+
+
+@dataclass
+class AvroCodec:
+    """Encodes and decodes one topic's values; picklable, so Spark can ship it to executors.
+
+    Attributes:
+        schema: the reader (and, when encoding, writer) schema.
+        writer_schema: plain format only: the schema the data was written with, if different.
+        registry_url: Confluent format: the Schema Registry; None means plain format.
+        schema_id: Confluent format: the id written in front of encoded records.
+    """
+
+    schema: Schema
+    writer_schema: Schema | None = None
+    registry_url: str | None = None
+    schema_id: int | None = None
+    _writers: dict[int, Schema] = field(default_factory=dict, repr=False)
+    _client: Any = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None  # the registry client holds sockets; rebuilt where used
+        return state
+
+    def decode(self, data: bytes) -> dict[str, Any]:
+        """Decode one value.
+
+        Raises:
+            ValueError: the bytes are not a record of the expected format.
+        """
+        if self.registry_url is None:
+            buffer = io.BytesIO(data)
+            record = fastavro.schemaless_reader(
+                buffer, self.writer_schema or self.schema, self.schema
+            )
+            if buffer.tell() != len(data):
+                raise ValueError(f"{len(data) - buffer.tell()} bytes left after the record")
+            return record  # type: ignore[return-value]
+        if len(data) < _HEADER.size or data[0] != _MAGIC:
+            raise ValueError("not Confluent framing (magic byte 0 and a 4-byte schema id)")
+        _, schema_id = _HEADER.unpack_from(data)
+        buffer = io.BytesIO(data)
+        buffer.seek(_HEADER.size)
+        return fastavro.schemaless_reader(  # type: ignore[return-value]
+            buffer, self._writer(schema_id), self.schema
+        )
+
+    def encode(self, record: dict[str, Any]) -> bytes:
+        """Encode one value.
+
+        Raises:
+            ValueError: the record does not match the schema (the message names the field).
+        """
+        buffer = io.BytesIO()
+        if self.registry_url is not None:
+            buffer.write(_HEADER.pack(_MAGIC, self.schema_id or 0))
+        fastavro.schemaless_writer(buffer, self.schema, record, strict_allow_default=True)
+        return buffer.getvalue()
+
+    def _writer(self, schema_id: int) -> Schema:
+        schema = self._writers.get(schema_id)
+        if schema is None:
+            schema = parse_schema_text(self.registry().get_schema(schema_id).schema_str)
+            self._writers[schema_id] = schema
+        return schema
+
+    def registry(self) -> Any:
+        """The Schema Registry client, created on first use in this process."""
+        if self._client is None:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            self._client = SchemaRegistryClient({"url": self.registry_url})
+        return self._client

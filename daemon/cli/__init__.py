@@ -1,0 +1,57 @@
+"""The ``daemon`` command line: one module per command group, composed here.
+
+Errors a user can fix (:class:`daemon.errors.EnrichdError`) become one line on stderr and exit
+code 1 in :func:`main`, and nowhere else; ``ENRICHD_DEBUG=1`` shows the traceback instead.
+Importing this package starts no JVM: commands import Spark only when they run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from daemon.cli import broker, demo, plugins, replay, validate
+from daemon.errors import EnrichdError
+
+app = typer.Typer(
+    name="daemon",
+    help="enrichd: join and enrich Kafka topics with pluggable joiners on Spark.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(plugins.app, name="plugins")
+app.command("validate")(validate.validate)
+app.command("broker")(broker.broker)
+app.command("replay")(replay.replay)
+app.command("demo")(demo.demo)
+
+
+def debug() -> bool:
+    """Whether ``ENRICHD_DEBUG`` asks for tracebacks."""
+    return os.environ.get("ENRICHD_DEBUG", "") not in ("", "0")
+
+
+def main() -> None:
+    """Run the command line, turning operator errors into one line and exit code 1."""
+    try:
+        app()  # usage errors are reported by Typer itself, with exit code 2
+    except EnrichdError as exc:
+        if debug():
+            raise
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            typer.echo(f"error: {line}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if debug():
+            raise
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        typer.echo(
+            f"error: {type(exc).__name__}: {message} (ENRICHD_DEBUG=1 shows where)", err=True
+        )
+        sys.exit(1)

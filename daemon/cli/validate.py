@@ -1,0 +1,32 @@
+"""``daemon validate``: every problem of a pipeline file in one report, without Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from daemon.config import ConfigProblems
+from daemon.validation import summary, validate_pipeline_file
+
+PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
+CheckTopics = Annotated[
+    bool,
+    typer.Option(
+        "--check-topics",
+        help="Also check that every input topic exists on [kafka] bootstrap_servers.",
+    ),
+]
+
+
+def validate(pipeline_file: PipelinePath, check_topics: CheckTopics = False) -> None:
+    """Check config, joiners, options and schemas; print every problem, or a summary.
+
+    Raises:
+        ConfigProblems: one line per problem; the command line prints them and exits 1.
+    """
+    parsed, problems = validate_pipeline_file(pipeline_file, check_topics=check_topics)
+    if problems or parsed is None:
+        raise ConfigProblems(problems)
+    typer.echo(summary(parsed))

@@ -1,0 +1,196 @@
+"""The pipeline file: its shape as pydantic models, and loading it with every problem reported.
+
+Relative paths in the file (schemas, checkpoints) are resolved against the file's own folder,
+so a pipeline file works the same from any working directory.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from daemon.durations import DurationMs
+from daemon.errors import ConfigError
+
+Delivery = Literal["exactly_once", "at_least_once"]
+"""How output is written: one Kafka transaction per micro-batch and task (``exactly_once``),
+or the idempotent producer without transactions (``at_least_once``)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class KafkaConfig(_Strict):
+    """``[kafka]``: where the broker is; omitted bootstrap means the embedded broker."""
+
+    bootstrap_servers: str | None = None
+    client_conf: dict[str, str] = Field(default_factory=dict)
+
+
+class SchemaRegistryConfig(_Strict):
+    """``[schema_registry]``: a Confluent Schema Registry, for inputs and outputs by subject."""
+
+    url: str
+
+
+class SparkConfig(_Strict):
+    """``[spark]``: the Spark master and extra Spark configuration."""
+
+    master: str = "local[2]"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class _Serde(_Strict):
+    topic: str = Field(min_length=1)
+    schema_file: Path | None = Field(default=None, alias="schema")
+    subject: str | None = None
+    writer_schema: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_schema_source(self) -> _Serde:
+        if (self.schema_file is None) == (self.subject is None):
+            raise ValueError("give exactly one of `schema` (an .avsc file) or `subject`")
+        return self
+
+
+class InputConfig(_Serde):
+    """``[pipeline.inputs.ROLE]``: one input topic, named by the joiner's role it plays."""
+
+    key: str = Field(min_length=1)
+    time: str | None = None
+    field: str | None = None
+
+
+class OutputConfig(_Serde):
+    """``[pipeline.output]``: the output topic and its schema."""
+
+
+class PipelineConfig(_Strict):
+    """One ``[[pipeline]]``: a joiner, its inputs, its output and its options."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    joiner: str
+    checkpoint: Path
+    dead_letter_topic: str | None = None
+    inputs: dict[str, InputConfig]
+    output: OutputConfig
+    options: dict[str, Any] = Field(default_factory=dict)
+    max_records_per_batch: int = Field(default=100_000, gt=0)
+    trigger: DurationMs = 0
+    delivery: Delivery = "exactly_once"
+
+    @property
+    def dead_letters(self) -> str:
+        """The dead-letter topic: as configured, else ``NAME.dlq``."""
+        return self.dead_letter_topic or f"{self.name}.dlq"
+
+    def field_of(self, role: str) -> str:
+        """The output field that holds the record of the input playing ``role``."""
+        return self.inputs[role].field or role
+
+
+class PipelineFile(_Strict):
+    """The whole pipeline file."""
+
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    schema_registry: SchemaRegistryConfig | None = None
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    pipeline: list[PipelineConfig] = Field(min_length=1)
+    source: Path | None = Field(default=None, exclude=True)
+
+
+class ConfigProblems(ConfigError):
+    """One or more problems in a pipeline file; ``problems`` holds one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _where(data: dict[str, Any], loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for i, part in enumerate(loc):
+        if i == 1 and loc[0] == "pipeline" and isinstance(part, int):
+            pipelines = data.get("pipeline") or []
+            name = pipelines[part].get("name") if part < len(pipelines) else None
+            parts[-1] = f"pipeline[{part}]" + (f" ({name})" if name else "")
+        else:
+            parts.append(str(part))
+    return ".".join(parts)
+
+
+def _describe(error: dict[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key; remove it or check its spelling"
+    if error["type"] == "missing":
+        return "required but missing"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+def _resolve(path: Path | None, base: Path) -> Path | None:
+    return None if path is None else (path if path.is_absolute() else base / path)
+
+
+def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
+    """Validate parsed TOML against the models, resolving paths against ``path``'s folder.
+
+    Raises:
+        ConfigProblems: every shape problem, one line each, naming file and field.
+    """
+    try:
+        parsed = PipelineFile.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{path}: {_where(data, tuple(err['loc']))}: {_describe(dict(err))}"
+            for err in exc.errors()
+        ]
+        raise ConfigProblems(problems) from None
+    base = path.resolve().parent
+    pipelines = []
+    for pipe in parsed.pipeline:
+        inputs = {
+            role: spec.model_copy(
+                update={
+                    "schema_file": _resolve(spec.schema_file, base),
+                    "writer_schema": _resolve(spec.writer_schema, base),
+                }
+            )
+            for role, spec in pipe.inputs.items()
+        }
+        output = pipe.output.model_copy(
+            update={"schema_file": _resolve(pipe.output.schema_file, base)}
+        )
+        pipelines.append(
+            pipe.model_copy(
+                update={
+                    "inputs": inputs,
+                    "output": output,
+                    "checkpoint": _resolve(pipe.checkpoint, base),
+                }
+            )
+        )
+    return parsed.model_copy(update={"pipeline": pipelines, "source": path})
+
+
+def load_pipeline_file(path: Path) -> PipelineFile:
+    """Read and validate a pipeline file's shape (not yet its joiners, schemas or topics).
+
+    Raises:
+        ConfigProblems: the file is missing, is not TOML, or has shape problems.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigProblems([f"{path}: no such file"]) from None
+    except OSError as exc:
+        raise ConfigProblems([f"{path}: cannot read: {exc.strerror}"]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigProblems([f"{path}: not valid TOML: {exc}"]) from None
+    return parse_pipeline_file(path, data)

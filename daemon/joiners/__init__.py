@@ -1,0 +1,21 @@
+"""Joiners: the base class plugins implement, and the built-ins, which implement it too."""
+
+from daemon.joiners.base import (
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+    apply_order,
+)
+
+__all__ = [
+    "DeadLetter",
+    "Emit",
+    "InputRecord",
+    "Joiner",
+    "JoinerContext",
+    "JoinerOptions",
+    "apply_order",
+]

@@ -1,0 +1,181 @@
+"""The joiner contract: what a built-in or third-party joiner implements.
+
+How it works: the engine reads every input topic, decodes each record, takes its join key and
+event time, and groups the records of one micro-batch by join key. For each key it loads the
+joiner's state (one picklable Python object per key, made by :meth:`Joiner.initial_state`),
+calls :meth:`Joiner.process` with that key's records already in apply order (event time, then
+the order of the roles, then offset), stores the state back and writes what the joiner
+yielded: :class:`Emit` records to the output topic, :class:`DeadLetter` records to the
+pipeline's dead-letter topic. Because records arrive in apply order and the state carries
+everything between micro-batches, a joiner written this way gives the same results however
+the input falls into micro-batches.
+
+Example:
+    A joiner that forwards each record of role ``left`` with a running count per key::
+
+        class Counting(Joiner):
+            name = "counting"
+            description = "Each left record with the number of left records of its key so far."
+            roles = ("left",)
+
+            def initial_state(self) -> dict:
+                return {"count": 0}
+
+            def process(self, key, state, records, ctx):
+                for record in records:
+                    state["count"] += 1
+                    yield Emit(key=key, value={"left": record.value, "n": state["count"]},
+                               source=record)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class JoinerOptions(BaseModel):
+    """Base of a joiner's ``[pipeline.options]`` model: unknown options are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """One decoded input record as a joiner sees it.
+
+    Attributes:
+        role: the role of the input it came from.
+        key: the join key (the configured key field, as a string).
+        value: the decoded Avro record, or None for a tombstone.
+        event_time: event time in epoch milliseconds.
+        topic: source topic.
+        partition: source partition.
+        offset: source offset.
+        kafka_key: the Kafka record key as bytes, or None.
+    """
+
+    role: str
+    key: str
+    value: dict[str, Any] | None
+    event_time: int
+    topic: str
+    partition: int
+    offset: int
+    kafka_key: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """An output record: ``value`` None is a tombstone; ``source`` gives provenance headers."""
+
+    key: str | bytes | None
+    value: dict[str, Any] | None
+    source: InputRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An input record the joiner refuses, with the reason, for the dead-letter topic.
+
+    ``kind`` is a short class name of the reason (``LateRecord``, ``FanOutCapExceeded``, ...),
+    written to the ``enrichd.error.class`` header so operators can count and filter by it.
+    """
+
+    record: InputRecord
+    reason: str
+    kind: str = "Rejected"
+
+
+@dataclass(frozen=True)
+class JoinerContext:
+    """What a joiner knows about the pipeline it runs in.
+
+    Attributes:
+        pipeline: the pipeline's name.
+        fields: for each role, the name of its field in the default output record.
+        output_fields: field names of the output schema, for joiners that shape output to it.
+    """
+
+    pipeline: str
+    fields: dict[str, str]
+    output_fields: tuple[str, ...] = ()
+    metrics: dict[str, int] = field(default_factory=dict)
+
+    def count(self, metric: str, n: int = 1) -> None:
+        """Add ``n`` to a named counter (exported as a metric by the engine)."""
+        self.metrics[metric] = self.metrics.get(metric, 0) + n
+
+
+class Joiner(ABC):
+    """Base class of every joiner.
+
+    Subclasses set the class attributes and implement :meth:`initial_state` and
+    :meth:`process`. Options arrive validated by :attr:`Options`; the joiner must keep no
+    per-key data outside the state object the engine hands it, since one instance serves
+    every key of a partition and the state is what survives restarts.
+    """
+
+    name: ClassVar[str]
+    """The name pipelines use in ``joiner = "..."``."""
+    description: ClassVar[str]
+    """One line for `daemon plugins list`."""
+    roles: ClassVar[tuple[str, ...]]
+    """The input roles, in tie-breaking order for records with equal event time."""
+    Options: ClassVar[type[JoinerOptions]] = JoinerOptions
+    """The pydantic model of ``[pipeline.options]``."""
+    keyed_tombstones: ClassVar[frozenset[str]] = frozenset()
+    """Roles whose Kafka key is the join key, so a tombstone (which has no fields) can be
+    routed by it. A tombstone on any other role goes to the dead-letter topic."""
+    implemented: ClassVar[bool] = True
+    """False for a registered joiner whose logic has not landed yet; pipelines refuse it."""
+
+    def __init__(self, options: JoinerOptions, context: JoinerContext) -> None:
+        self.options = options
+        self.context = context
+
+    @classmethod
+    def semantics(cls) -> str:
+        """The joiner's semantics paragraph: its class docstring."""
+        return (cls.__doc__ or cls.description).strip()
+
+    @abstractmethod
+    def initial_state(self) -> Any:
+        """Return the state of a key never seen before (picklable)."""
+
+    @abstractmethod
+    def process(
+        self, key: str, state: Any, records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterable[Emit | DeadLetter]:
+        """Apply one key's records of a micro-batch, in apply order, to its state.
+
+        Args:
+            key: the join key.
+            state: the key's state, mutated in place.
+            records: the key's records of this micro-batch in apply order.
+            ctx: the pipeline context, also for counting metrics.
+
+        Returns:
+            Output and dead-letter records, in the order they are to be written.
+        """
+
+    def state_ttl_ms(self) -> int | None:
+        """How long a key's state lives after its last update (processing time); None: forever.
+
+        By default the ``state_ttl`` option, when the joiner's options have one.
+        """
+        return getattr(self.options, "state_ttl", None)
+
+    def is_empty(self, state: Any) -> bool:
+        """Whether a key's state holds nothing, so the engine can drop it."""
+        return not state
+
+
+def apply_order(records: Iterable[InputRecord], roles: Sequence[str]) -> list[InputRecord]:
+    """Sort records into apply order: event time, then the joiner's role order, then offset."""
+    rank = {role: i for i, role in enumerate(roles)}
+    return sorted(records, key=lambda r: (r.event_time, rank.get(r.role, len(rank)), r.offset))

@@ -1,0 +1,222 @@
+"""Checking a pipeline file beyond its shape: joiners, roles, options, schemas, topics.
+
+How it works: :func:`validate_pipeline_file` loads the file (its shape problems end the check
+there, since nothing further can be trusted), then checks every pipeline against the
+installed joiners and its schema files and collects every problem instead of stopping at the
+first, so one run of ``daemon validate`` shows everything to fix. Each problem is one line
+naming the file and the field, in the same ``FILE: pipeline[i] (name).FIELD: message`` form
+as the shape problems of :func:`daemon.config.load_pipeline_file`.
+
+No Spark is started and, unless asked with ``check_topics``, no broker is contacted.
+
+Example:
+    >>> from pathlib import Path
+    >>> parsed, problems = validate_pipeline_file(Path("pipeline.toml"))  # doctest: +SKIP
+    >>> problems  # doctest: +SKIP
+    ['pipeline.toml: pipeline[0] (tweet-views).options.state_ttl: ...']
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastavro.types import Schema
+from pydantic import ValidationError
+
+from daemon.avro import load_schema_file, record_fields
+from daemon.config import (
+    ConfigProblems,
+    InputConfig,
+    OutputConfig,
+    PipelineConfig,
+    PipelineFile,
+    load_pipeline_file,
+)
+from daemon.errors import SchemaError, UnknownJoinerError
+from daemon.joiner_info import describe_joiner
+from daemon.joiners.base import Joiner
+from daemon.plugins import JoinerRegistry, registry
+
+_TOPIC_TIMEOUT_S = 5.0
+
+
+def validate_pipeline_file(
+    path: Path,
+    joiners: JoinerRegistry | None = None,
+    check_topics: bool = False,
+) -> tuple[PipelineFile | None, list[str]]:
+    """Check a pipeline file and collect every problem.
+
+    Args:
+        path: the pipeline file.
+        joiners: the joiner registry to check against; by default the installed plugins.
+        check_topics: also ask the broker of ``[kafka] bootstrap_servers`` whether every
+            input topic exists (output and dead-letter topics may be created on first run,
+            so they are not required).
+
+    Returns:
+        The parsed file (None when its shape is broken) and the problems, one line each;
+        no problems means the file is valid.
+    """
+    try:
+        parsed = load_pipeline_file(path)
+    except ConfigProblems as exc:
+        return None, list(exc.problems)
+    joiners = joiners if joiners is not None else registry()
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for index, pipeline in enumerate(parsed.pipeline):
+        where = f"{path}: pipeline[{index}] ({pipeline.name})"
+        if pipeline.name in seen:
+            problems.append(
+                f"{where}.name: pipeline[{seen[pipeline.name]}] has the same name; "
+                "pipeline names must be unique"
+            )
+        seen.setdefault(pipeline.name, index)
+        problems += _pipeline_problems(parsed, pipeline, where, joiners)
+    if check_topics:
+        problems += _topic_problems(parsed, path)
+    return parsed, problems
+
+
+def summary(parsed: PipelineFile) -> str:
+    """One line saying what a valid file runs, e.g. for ``daemon validate``'s success output.
+
+    Example: ``ok: 1 pipeline: tweet-views (comap: one=users, many=tweets -> tweet-views)``.
+    """
+    count = len(parsed.pipeline)
+    described = "; ".join(
+        f"{pipe.name} ({pipe.joiner}: "
+        + ", ".join(f"{role}={spec.topic}" for role, spec in pipe.inputs.items())
+        + f" -> {pipe.output.topic})"
+        for pipe in parsed.pipeline
+    )
+    return f"ok: {count} pipeline{'s' if count != 1 else ''}: {described}"
+
+
+def _pipeline_problems(
+    parsed: PipelineFile, pipeline: PipelineConfig, where: str, joiners: JoinerRegistry
+) -> list[str]:
+    problems: list[str] = []
+    cls: type[Joiner] | None
+    try:
+        cls = joiners.get(pipeline.joiner).cls
+    except UnknownJoinerError as exc:
+        problems.append(f"{where}.joiner: {exc}")
+        cls = None
+    if cls is not None:
+        if not cls.implemented:
+            ready = ", ".join(sorted(n for n, r in joiners.joiners.items() if r.cls.implemented))
+            problems.append(
+                f"{where}.joiner: joiner {cls.name!r} is not implemented yet; "
+                f"implemented joiners: {ready or 'none'}"
+            )
+        problems += _role_problems(pipeline, where, cls)
+        problems += _option_problems(pipeline, where, joiners, cls)
+    for role, spec in pipeline.inputs.items():
+        problems += _serde_problems(parsed, spec, f"{where}.inputs.{role}")
+    problems += _serde_problems(parsed, pipeline.output, f"{where}.output")
+    return problems
+
+
+def _role_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) -> list[str]:
+    roles = ", ".join(cls.roles)
+    problems = [
+        f"{where}.inputs.{role}: joiner {cls.name!r} has no role {role!r}; its roles: {roles}"
+        for role in pipeline.inputs
+        if role not in cls.roles
+    ]
+    problems += [
+        f"{where}.inputs: no input for role {role!r} of joiner {cls.name!r}; "
+        f"add [pipeline.inputs.{role}]"
+        for role in cls.roles
+        if role not in pipeline.inputs
+    ]
+    return problems
+
+
+def _option_problems(
+    pipeline: PipelineConfig, where: str, joiners: JoinerRegistry, cls: type[Joiner]
+) -> list[str]:
+    try:
+        cls.Options.model_validate(pipeline.options)
+    except ValidationError as exc:
+        valid = ", ".join(describe_joiner(joiners.get(cls.name)).option_names()) or "none"
+        return [
+            f"{where}.{'.'.join(['options', *map(str, err['loc'])])}: "
+            f"{_option_message(dict(err), cls.name, valid)}"
+            for err in exc.errors()
+        ]
+    return []
+
+
+def _option_message(error: dict[str, Any], joiner: str, valid: str) -> str:
+    if error["type"] == "extra_forbidden":
+        return f"joiner {joiner!r} has no such option; its options: {valid}"
+    if error["type"] == "missing":
+        return f"required by joiner {joiner!r} but missing"
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
+def _serde_problems(
+    parsed: PipelineFile, spec: InputConfig | OutputConfig, where: str
+) -> list[str]:
+    problems: list[str] = []
+    if spec.subject is not None and parsed.schema_registry is None:
+        problems.append(
+            f"{where}.subject: a subject needs a [schema_registry] section with its url; "
+            "add one or give `schema` (an .avsc file) instead"
+        )
+    schema: Schema | None = None
+    if spec.schema_file is not None:
+        try:
+            schema = load_schema_file(spec.schema_file)
+        except SchemaError as exc:
+            problems.append(f"{where}.schema: {exc}")
+    if spec.writer_schema is not None:
+        try:
+            load_schema_file(spec.writer_schema)
+        except SchemaError as exc:
+            problems.append(f"{where}.writer_schema: {exc}")
+    if schema is None:
+        return problems
+    fields = record_fields(schema)
+    if not fields:
+        problems.append(f"{where}.schema: {spec.schema_file}: not an Avro record schema")
+        return problems
+    if isinstance(spec, InputConfig):
+        for attribute in ("key", "time"):
+            name = getattr(spec, attribute)
+            if name is not None and name not in fields:
+                problems.append(
+                    f"{where}.{attribute}: field {name!r} is not in schema {spec.schema_file}; "
+                    f"its fields: {', '.join(fields)}"
+                )
+    return problems
+
+
+def _topic_problems(parsed: PipelineFile, path: Path) -> list[str]:
+    servers = parsed.kafka.bootstrap_servers
+    if not servers:
+        return [
+            f"{path}: kafka.bootstrap_servers: checking topics needs a broker address; "
+            "set [kafka] bootstrap_servers or leave out --check-topics"
+        ]
+    from confluent_kafka.admin import AdminClient
+
+    conf: dict[str, str | int | float | bool] = {
+        **parsed.kafka.client_conf,
+        "bootstrap.servers": servers,
+    }
+    try:
+        existing = set(AdminClient(conf).list_topics(timeout=_TOPIC_TIMEOUT_S).topics)
+    except Exception as exc:  # librdkafka raises KafkaException for an unreachable broker
+        return [f"{path}: kafka.bootstrap_servers: cannot list topics on {servers}: {exc}"]
+    return [
+        f"{path}: pipeline[{index}] ({pipe.name}).inputs.{role}.topic: "
+        f"topic {spec.topic!r} does not exist on {servers}"
+        for index, pipe in enumerate(parsed.pipeline)
+        for role, spec in pipe.inputs.items()
+        if spec.topic not in existing
+    ]

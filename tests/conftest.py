@@ -1,0 +1,27 @@
+"""Session fixtures: one real broker and one real Spark session for the whole test run."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from daemon.broker import EmbeddedBroker
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    """One embedded Tansu broker process for the test session."""
+    with EmbeddedBroker() as running:
+        yield running
+
+
+@pytest.fixture
+def fresh_topic() -> Callable[[str], str]:
+    """Make topic names no other test uses (the broker is shared by the session)."""
+
+    def make(stem: str = "t") -> str:
+        return f"{stem}-{uuid.uuid4().hex[:10]}"
+
+    return make

@@ -1,0 +1,302 @@
+"""`daemon validate`: every problem of a pipeline file in one report, one line each."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from daemon.broker import EmbeddedBroker
+from daemon.cli import app
+from daemon.config import ConfigProblems
+from daemon.validation import validate_pipeline_file
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMAS = REPO / "schemas"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+EXAMPLE = FIXTURES / "pipelines" / "tweet_views.toml"
+SUMMARY = "ok: 1 pipeline: tweet-views (comap: one=users, many=tweets -> tweet-views)"
+runner = CliRunner()
+
+VALID = f"""
+[[pipeline]]
+name = "views"
+joiner = "comap"
+checkpoint = "state/views"
+
+[pipeline.inputs.one]
+topic = "users"
+schema = "{SCHEMAS / "user.avsc"}"
+key = "id"
+time = "updated_at"
+
+[pipeline.inputs.many]
+topic = "tweets"
+schema = "{SCHEMAS / "tweet.avsc"}"
+key = "author_id"
+
+[pipeline.output]
+topic = "views"
+schema = "{SCHEMAS / "tweet_view.avsc"}"
+
+[pipeline.options]
+many_id = "id"
+"""
+
+Write = Callable[..., Path]
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Write:
+    """Write VALID with replacements (old -> new pairs) to a pipeline file; return its path."""
+
+    def make(*replacements: tuple[str, str], text: str = VALID) -> Path:
+        for old, new in replacements:
+            assert old in text, old
+            text = text.replace(old, new, 1)
+        path = tmp_path / "pipeline.toml"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return make
+
+
+def problems(path: Path) -> list[str]:
+    return validate_pipeline_file(path)[1]
+
+
+def where(path: Path, field: str, pipeline: str = "pipeline[0] (views)") -> str:
+    return f"{path}: {pipeline}.{field}: "
+
+
+def daemon(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real command line as a user would, without ENRICHD_DEBUG."""
+    env = {k: v for k, v in os.environ.items() if k != "ENRICHD_DEBUG"}
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_example_file_is_valid_with_a_summary() -> None:
+    result = runner.invoke(app, ["validate", str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    assert result.output == SUMMARY + "\n"
+
+
+def test_example_file_in_a_real_process() -> None:
+    result = daemon("validate", str(EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == SUMMARY + "\n"
+
+
+def test_valid_file_has_no_problems(write: Write) -> None:
+    parsed, found = validate_pipeline_file(write())
+    assert found == []
+    assert parsed is not None
+    assert parsed.pipeline[0].name == "views"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    assert validate_pipeline_file(missing) == (None, [f"{missing}: no such file"])
+
+
+def test_malformed_toml(write: Write) -> None:
+    path = write(text="[[pipeline]\nname = 'x'\n")
+    (problem,) = problems(path)
+    assert problem.startswith(f"{path}: not valid TOML")
+
+
+def test_unknown_joiner_lists_the_installed_ones(write: Write) -> None:
+    path = write(('joiner = "comap"', 'joiner = "coamp"'))
+    assert problems(path) == [
+        where(path, "joiner")
+        + "unknown joiner 'coamp'; installed joiners: asof, comap, lookup, table, window"
+    ]
+
+
+def test_unimplemented_joiner_is_refused(write: Write) -> None:
+    path = write(
+        ('joiner = "comap"', 'joiner = "asof"'),
+        ("inputs.one]", "inputs.left]"),
+        ("inputs.many]", "inputs.right]"),
+        ('many_id = "id"', ""),
+    )
+    assert problems(path) == [
+        where(path, "joiner") + "joiner 'asof' is not implemented yet; implemented joiners: comap"
+    ]
+
+
+def test_unknown_option_lists_the_valid_ones(write: Write) -> None:
+    path = write(('many_id = "id"', 'many_id = "id"\nmany_idd = "x"'))
+    assert problems(path) == [
+        where(path, "options.many_idd")
+        + "joiner 'comap' has no such option; its options: many_id, max_many_per_key, state_ttl"
+    ]
+
+
+def test_missing_required_option(write: Write) -> None:
+    path = write(('many_id = "id"', ""))
+    assert problems(path) == [
+        where(path, "options.many_id") + "required by joiner 'comap' but missing"
+    ]
+
+
+def test_wrong_duration_string(write: Write) -> None:
+    path = write(('many_id = "id"', 'many_id = "id"\nstate_ttl = "5 minutes"'))
+    (problem,) = problems(path)
+    assert problem.startswith(where(path, "options.state_ttl") + "'5 minutes' is not a duration")
+    assert "ms, s, m, h, d" in problem
+
+
+def test_bad_option_value(write: Write) -> None:
+    path = write(('many_id = "id"', 'many_id = "id"\nmax_many_per_key = 0'))
+    (problem,) = problems(path)
+    assert problem.startswith(where(path, "options.max_many_per_key"))
+    assert "greater than 0" in problem
+
+
+def test_unknown_role_lists_the_valid_ones(write: Write) -> None:
+    path = write(("inputs.many]", "inputs.lots]"))
+    assert problems(path) == [
+        where(path, "inputs.lots") + "joiner 'comap' has no role 'lots'; its roles: one, many",
+        where(path, "inputs")
+        + "no input for role 'many' of joiner 'comap'; add [pipeline.inputs.many]",
+    ]
+
+
+def test_schema_file_missing(write: Write) -> None:
+    missing = SCHEMAS / "nope.avsc"
+    path = write((str(SCHEMAS / "tweet.avsc"), str(missing)))
+    assert problems(path) == [
+        where(path, "inputs.many.schema") + f"{missing}: schema file not found"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "why"), [("not_avro", "not a valid Avro"), ("not_json", "not JSON")]
+)
+def test_schema_file_that_is_not_avro(write: Write, name: str, why: str) -> None:
+    bad = FIXTURES / "schemas" / f"{name}.avsc"
+    path = write((str(SCHEMAS / "tweet_view.avsc"), str(bad)))
+    (problem,) = problems(path)
+    assert problem.startswith(where(path, "output.schema") + f"{bad}: {why}")
+
+
+def test_key_and_time_fields_must_be_in_the_schema(write: Write) -> None:
+    path = write(('key = "author_id"', 'key = "writer_id"'), ('"updated_at"', '"changed_at"'))
+    assert problems(path) == [
+        where(path, "inputs.one.time")
+        + f"field 'changed_at' is not in schema {SCHEMAS / 'user.avsc'}; "
+        "its fields: id, name, avatar, updated_at",
+        where(path, "inputs.many.key")
+        + f"field 'writer_id' is not in schema {SCHEMAS / 'tweet.avsc'}; "
+        "its fields: id, author_id, content",
+    ]
+
+
+def test_subject_needs_a_schema_registry(write: Write) -> None:
+    path = write((f'schema = "{SCHEMAS / "tweet_view.avsc"}"', 'subject = "views-value"'))
+    (problem,) = problems(path)
+    assert problem.startswith(where(path, "output.subject") + "a subject needs a [schema_registry]")
+    with_registry = write(
+        (f'schema = "{SCHEMAS / "tweet_view.avsc"}"', 'subject = "views-value"'),
+        ("[[pipeline]]", '[schema_registry]\nurl = "http://127.0.0.1:8081"\n\n[[pipeline]]'),
+    )
+    assert problems(with_registry) == []
+
+
+def test_duplicate_pipeline_names(write: Write) -> None:
+    path = write(text=VALID + VALID)
+    assert problems(path) == [
+        where(path, "name", "pipeline[1] (views)")
+        + "pipeline[0] has the same name; pipeline names must be unique"
+    ]
+
+
+def test_every_problem_of_a_file_is_reported_at_once() -> None:
+    path = FIXTURES / "pipelines" / "many_problems.toml"
+    found = problems(path)
+    fields = [problem.removeprefix(f"{path}: ").split(": ", 1)[0] for problem in found]
+    assert fields == [
+        "pipeline[0] (broken).inputs.lots",
+        "pipeline[0] (broken).inputs",
+        "pipeline[0] (broken).options.state_ttl",
+        "pipeline[0] (broken).options.colour",
+        "pipeline[0] (broken).inputs.one.schema",
+        "pipeline[0] (broken).inputs.lots.key",
+        "pipeline[0] (broken).output.subject",
+        "pipeline[1] (later).joiner",
+        "pipeline[1] (later).inputs.left.schema",
+    ]
+
+
+def test_command_raises_every_problem_for_main_to_print() -> None:
+    path = FIXTURES / "pipelines" / "many_problems.toml"
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, ConfigProblems)
+    assert len(result.exception.problems) == 9
+
+
+def test_user_sees_one_error_line_per_problem_and_exit_1() -> None:
+    path = FIXTURES / "pipelines" / "many_problems.toml"
+    result = daemon("validate", str(path))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 9
+    assert all(line.startswith(f"error: {path}: pipeline[") for line in lines)
+    assert "Traceback" not in result.stderr
+
+
+def test_user_sees_a_missing_file_as_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    result = daemon("validate", str(missing))
+    assert result.returncode == 1
+    assert result.stderr == f"error: {missing}: no such file\n"
+
+
+def test_check_topics_needs_a_broker_address(write: Write) -> None:
+    path = write()
+    _, found = validate_pipeline_file(path, check_topics=True)
+    assert found == [
+        f"{path}: kafka.bootstrap_servers: checking topics needs a broker address; "
+        "set [kafka] bootstrap_servers or leave out --check-topics"
+    ]
+
+
+def test_check_topics_reports_missing_input_topics(
+    write: Write, broker: EmbeddedBroker, fresh_topic: Callable[[str], str]
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    users, tweets = fresh_topic("users"), fresh_topic("tweets")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(users, num_partitions=1)]).values():
+        future.result(timeout=10)
+    path = write(
+        (
+            "[[pipeline]]",
+            f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n[[pipeline]]',
+        ),
+        ('topic = "users"', f'topic = "{users}"'),
+        ('topic = "tweets"', f'topic = "{tweets}"'),
+    )
+    assert validate_pipeline_file(path)[1] == []  # topics are checked only when asked
+    result = runner.invoke(app, ["validate", "--check-topics", str(path)])
+    assert isinstance(result.exception, ConfigProblems)
+    assert result.exception.problems == [
+        where(path, "inputs.many.topic")
+        + f"topic '{tweets}' does not exist on {broker.bootstrap_servers}"
+    ]

@@ -1,0 +1,105 @@
+"""The pipeline file's models and loading: every shape problem, one line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.config import ConfigProblems, PipelineFile, load_pipeline_file
+
+MINIMAL = """
+[[pipeline]]
+name = "p"
+joiner = "comap"
+checkpoint = "state/p"
+
+[pipeline.inputs.one]
+topic = "users"
+schema = "user.avsc"
+key = "id"
+
+[pipeline.output]
+topic = "out"
+schema = "/abs/out.avsc"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pipeline.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def problems_of(path: Path) -> list[str]:
+    with pytest.raises(ConfigProblems) as caught:
+        load_pipeline_file(path)
+    return caught.value.problems
+
+
+def test_minimal_file_gets_defaults(tmp_path: Path) -> None:
+    parsed = load_pipeline_file(write(tmp_path, MINIMAL))
+    assert isinstance(parsed, PipelineFile)
+    assert parsed.kafka.bootstrap_servers is None
+    assert parsed.schema_registry is None
+    assert parsed.spark.master == "local[2]"
+    pipe = parsed.pipeline[0]
+    assert pipe.delivery == "exactly_once"
+    assert pipe.trigger == 0
+    assert pipe.max_records_per_batch == 100_000
+    assert pipe.dead_letters == "p.dlq"
+    assert pipe.field_of("one") == "one"
+    assert parsed.source == tmp_path / "pipeline.toml"
+
+
+def test_relative_paths_resolve_against_the_files_folder(tmp_path: Path) -> None:
+    pipe = load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0]
+    assert pipe.inputs["one"].schema_file == tmp_path.resolve() / "user.avsc"
+    assert pipe.checkpoint == tmp_path.resolve() / "state/p"
+    assert pipe.output.schema_file == Path("/abs/out.avsc")
+
+
+def test_trigger_is_a_duration(tmp_path: Path) -> None:
+    text = MINIMAL.replace('checkpoint = "state/p"', 'checkpoint = "c"\ntrigger = "2s"')
+    assert load_pipeline_file(write(tmp_path, text)).pipeline[0].trigger == 2000
+
+
+def test_missing_file_is_one_problem(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    assert problems_of(missing) == [f"{missing}: no such file"]
+
+
+def test_malformed_toml_is_one_problem(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, "[[pipeline]\nname = "))
+    assert problem.startswith(f"{tmp_path / 'pipeline.toml'}: not valid TOML")
+
+
+def test_every_shape_problem_names_file_and_field(tmp_path: Path) -> None:
+    text = (
+        MINIMAL.replace('key = "id"', 'key = "id"\nkee = "typo"')
+        .replace('joiner = "comap"', 'joiner = "comap"\ndelivery = "maybe"')
+        .replace('topic = "out"\n', "")
+    )
+    problems = problems_of(write(tmp_path, text))
+    prefix = f"{tmp_path / 'pipeline.toml'}: pipeline[0] (p)"
+    assert f"{prefix}.inputs.one.kee: unknown key; remove it or check its spelling" in problems
+    assert f"{prefix}.output.topic: required but missing" in problems
+    assert any(p.startswith(f"{prefix}.delivery: ") and "exactly_once" in p for p in problems)
+    assert len(problems) == 3
+
+
+def test_schema_and_subject_are_exclusive(tmp_path: Path) -> None:
+    text = MINIMAL.replace('schema = "user.avsc"', 'schema = "user.avsc"\nsubject = "users-value"')
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "inputs.one" in problem
+    assert "exactly one of `schema`" in problem
+
+
+def test_at_least_one_pipeline(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, '[spark]\nmaster = "local[1]"\n'))
+    assert "pipeline" in problem
+
+
+def test_bad_pipeline_name(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, MINIMAL.replace('name = "p"', 'name = "a b"')))
+    assert ".name: " in problem
