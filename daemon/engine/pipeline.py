@@ -1,0 +1,174 @@
+"""From a pipeline's configuration to a running Spark streaming query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from daemon.avro import AvroCodec, load_schema_file, parse_schema_text, record_fields
+from daemon.config import InputConfig, OutputConfig, PipelineConfig, PipelineFile
+from daemon.errors import ConfigError, KafkaUnavailableError
+from daemon.joiners.base import Joiner, JoinerContext
+from daemon.kafka.admin import create_topics, existing_topics
+from daemon.kafka.records import SINK_DDL
+from daemon.kafka.sink import SinkSpec
+from daemon.kafka.source import SourceInput, SourceSpec
+from daemon.plugins import registry
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from daemon.engine.processor import OperatorPlan
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """A pipeline resolved against the installed plugins, its schemas and its cluster."""
+
+    config: PipelineConfig
+    client_conf: dict[str, str]
+    source: SourceSpec
+    sink: SinkSpec
+    operator: OperatorPlan
+
+
+def client_conf(file: PipelineFile, bootstrap_servers: str | None = None) -> dict[str, str]:
+    """The confluent-kafka settings shared by every client of the pipelines in ``file``."""
+    servers = bootstrap_servers or file.kafka.bootstrap_servers
+    if servers is None:
+        raise ConfigError(
+            f"{file.source}: [kafka] bootstrap_servers is not set; set it, or use "
+            "`daemon replay`/`daemon demo`, which start the embedded broker"
+        )
+    return {"bootstrap.servers": servers, **file.kafka.client_conf}
+
+
+def _codec(file: PipelineFile, spec: InputConfig | OutputConfig, *, writing: bool) -> AvroCodec:
+    if spec.schema_file is not None:
+        writer = (
+            load_schema_file(spec.writer_schema)
+            if isinstance(spec, InputConfig) and spec.writer_schema is not None
+            else None
+        )
+        return AvroCodec(load_schema_file(spec.schema_file), writer_schema=writer)
+    if file.schema_registry is None:
+        raise ConfigError(f"{file.source}: subject {spec.subject!r} needs a [schema_registry]")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": file.schema_registry.url})
+    subject = str(spec.subject)
+    try:
+        latest = client.get_latest_version(subject)
+    except Exception as exc:
+        raise ConfigError(
+            f"schema registry subject {spec.subject!r} not found at "
+            f"{file.schema_registry.url} ({exc}); register it first"
+        ) from None
+    return AvroCodec(
+        parse_schema_text(str(latest.schema.schema_str)),
+        registry_url=file.schema_registry.url,
+        schema_id=latest.schema_id if writing else None,
+    )
+
+
+def make_joiner(pipe: PipelineConfig, output_fields: tuple[str, ...] = ()) -> tuple[Joiner, str]:
+    """Instantiate the pipeline's joiner with its validated options; also name its plugin."""
+    from pydantic import ValidationError
+
+    registered = registry().get(pipe.joiner)
+    cls = registered.cls
+    if not cls.implemented:
+        raise ConfigError(f"pipeline {pipe.name!r}: joiner {cls.name!r} is not implemented yet")
+    roles = set(cls.roles)
+    if set(pipe.inputs) != roles:
+        raise ConfigError(
+            f"pipeline {pipe.name!r}: joiner {cls.name!r} needs inputs {sorted(roles)}, "
+            f"got {sorted(pipe.inputs)}"
+        )
+    try:
+        options = cls.Options.model_validate(pipe.options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"pipeline {pipe.name!r}: options.{where}: {first['msg']}") from None
+    context = JoinerContext(
+        pipeline=pipe.name,
+        fields={role: pipe.field_of(role) for role in cls.roles},
+        output_fields=output_fields,
+    )
+    return cls(options, context), registered.plugin.name
+
+
+def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]) -> PipelinePlan:
+    """Resolve one pipeline: joiner, codecs, topics (inputs must exist; outputs are created).
+
+    Raises:
+        ConfigError: the joiner, its options or a schema is wrong.
+        KafkaUnavailableError: the broker is unreachable or an input topic is missing.
+    """
+    from daemon.engine.processor import OperatorPlan
+
+    codecs = {role: _codec(file, spec, writing=False) for role, spec in pipe.inputs.items()}
+    output_codec = _codec(file, pipe.output, writing=True)
+    joiner, plugin = make_joiner(pipe, record_fields(output_codec.schema))
+    topics = existing_topics(conf)
+    for role, spec in pipe.inputs.items():
+        if spec.topic not in topics:
+            raise KafkaUnavailableError(
+                f"pipeline {pipe.name!r}: input {role!r} topic {spec.topic!r} does not exist; "
+                "create it or fix `topic`"
+            )
+    partitions = max(topics[spec.topic] for spec in pipe.inputs.values())
+    create_topics(conf, {pipe.output.topic: partitions, pipe.dead_letters: 1})
+    source = SourceSpec(
+        inputs=tuple(
+            SourceInput(
+                role,
+                spec.topic,
+                spec.key,
+                spec.time,
+                codecs[role],
+                keyed_tombstones=role in joiner.keyed_tombstones,
+            )
+            for role, spec in pipe.inputs.items()
+        ),
+        client_conf=conf,
+        max_records_per_batch=pipe.max_records_per_batch,
+    )
+    sink = SinkSpec(pipe.name, conf, pipe.delivery, marker_topic=pipe.output.topic)
+    operator = OperatorPlan(
+        joiner=joiner,
+        codecs=codecs,
+        output_codec=output_codec,
+        output_topic=pipe.output.topic,
+        dead_letter_topic=pipe.dead_letters,
+        plugin=plugin,
+    )
+    return PipelinePlan(pipe, conf, source, sink, operator)
+
+
+def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
+    """Start the pipeline's streaming query: source, joiner operator, sink."""
+    from daemon.engine.processor import JoinerProcessor
+
+    pipe = plan.config
+    time_mode = "ProcessingTime" if plan.operator.joiner.state_ttl_ms() else "None"
+    stream: Any = (
+        spark.readStream.format("enrichd-kafka").option("spec", plan.source.encode()).load()
+    )
+    joined = stream.groupBy("key").transformWithState(
+        statefulProcessor=JoinerProcessor(plan.operator),
+        outputStructType=SINK_DDL,
+        outputMode="Append",
+        timeMode=time_mode,
+    )
+    writer = (
+        joined.writeStream.format("enrichd-kafka-sink")
+        .option("spec", plan.sink.encode())
+        .option("checkpointLocation", str(pipe.checkpoint))
+        .queryName(pipe.name)
+    )
+    if pipe.trigger:
+        writer = writer.trigger(processingTime=f"{pipe.trigger} milliseconds")
+    return writer.start()

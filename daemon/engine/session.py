@@ -1,0 +1,49 @@
+"""One Spark session per process, with the settings enrichd's operators need."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from daemon.config import SparkConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_DEFAULTS = {
+    # transformWithState keeps its state in RocksDB; the in-memory store runs out of heap.
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+}
+
+
+def spark_session(config: SparkConfig) -> SparkSession:
+    """The process's Spark session, started on first use, with enrichd's data sources.
+
+    A session that is already running is reused: its master cannot change in-process.
+    """
+    from pyspark.sql import SparkSession
+
+    from daemon.kafka.sink import KafkaSink
+    from daemon.kafka.source import KafkaSource
+
+    # Python workers must run the interpreter that has enrichd installed, not the first
+    # python3 on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(config.master).appName("enrichd")
+    for key, value in {**_DEFAULTS, **config.conf}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(KafkaSource)
+    session.dataSource.register(KafkaSink)
+    return session

@@ -1,0 +1,136 @@
+"""``comap``: co-map with keyed state, as Flink's ``connect().keyBy()`` with state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pydantic import Field
+
+from daemon.durations import DurationMs
+from daemon.hookspecs import hookimpl
+from daemon.joiners.base import (
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+)
+
+
+class CoMapOptions(JoinerOptions):
+    """Options of ``comap``."""
+
+    many_id: str = Field(min_length=1, description="field that identifies a many-side record")
+    max_many_per_key: int = Field(
+        default=10_000, gt=0, description="cap on many-side records kept per key"
+    )
+    many_deleted_field: str | None = Field(
+        default=None,
+        description="boolean field that marks a many-side record as deleted (e.g. __deleted)",
+    )
+    state_ttl: DurationMs | None = Field(
+        default=None, description="drop a key's state this long after its last update"
+    )
+
+
+class CoMap(Joiner):
+    """Co-map with keyed state: one side (e.g. users by id) and many side (e.g. tweets by author).
+
+    State per join key: the latest one-side record and every many-side record by its id
+    (option ``many_id``). A many-side record emits a view when the one side is known; a
+    one-side record re-emits a view for every stored many-side record of its key (fan-out).
+    Views are keyed by the many-side id, so a compacted output topic holds the latest view
+    per many-side record, and that latest view is the same for every interleaving of the two
+    inputs that keeps each topic's per-key order. A one-side tombstone deletes the one side
+    and emits a view tombstone per stored many-side record. A many-side tombstone carries
+    neither fields nor join key, so it cannot reach its key's state and goes to the
+    dead-letter topic; a many-side delete is a record whose ``many_deleted_field`` is true
+    (the shape Debezium's "rewrite" delete handling gives), which deletes that record and
+    emits its view tombstone. More than
+    ``max_many_per_key`` many-side records for one key: the newest id goes to the
+    dead-letter topic. ``state_ttl`` drops a key's state that long (processing time) after
+    its last update.
+    """
+
+    name = "comap"
+    description = "Co-map with state: one-side updates fan out to every many-side record."
+    roles = ("one", "many")
+    Options = CoMapOptions
+    keyed_tombstones = frozenset({"one"})
+
+    def initial_state(self) -> dict[str, Any]:
+        """No one side yet, no many-side records."""
+        return {"one": None, "many": {}}
+
+    def is_empty(self, state: dict[str, Any]) -> bool:
+        """A key with neither side holds nothing worth keeping."""
+        return state["one"] is None and not state["many"]
+
+    def _view(self, state: dict[str, Any], many_id: str) -> dict[str, Any]:
+        fields = self.context.fields
+        many = state["many"][many_id]
+        return {
+            "id": many[self.options.many_id],  # type: ignore[attr-defined]
+            fields["one"]: state["one"],
+            fields["many"]: many,
+        }
+
+    def process(
+        self,
+        key: str,
+        state: dict[str, Any],
+        records: Sequence[InputRecord],
+        ctx: JoinerContext,
+    ) -> Iterator[Emit | DeadLetter]:
+        """Apply one key's records in order; see the class docstring for the semantics."""
+        many_id_field: str = self.options.many_id  # type: ignore[attr-defined]
+        cap: int = self.options.max_many_per_key  # type: ignore[attr-defined]
+        stored: dict[str, dict[str, Any]] = state["many"]
+        for record in records:
+            if record.role == "one":
+                previous, state["one"] = state["one"], record.value
+                if previous is None and record.value is None:
+                    continue  # deleting an unknown one side changes no view
+                for many_id in stored:
+                    yield self._emit(state, many_id, record)
+                ctx.count("fanout", len(stored))
+                continue
+            if record.value is None:  # routed here only for keyed_tombstones roles
+                continue
+            if many_id_field not in record.value or record.value[many_id_field] is None:
+                yield DeadLetter(
+                    record, f"many-side record lacks its id field {many_id_field!r}", "MissingId"
+                )
+                continue
+            many_id = str(record.value[many_id_field])
+            deleted_field = self.options.many_deleted_field  # type: ignore[attr-defined]
+            if deleted_field is not None and record.value.get(deleted_field):
+                if stored.pop(many_id, None) is not None and state["one"] is not None:
+                    yield Emit(key=many_id, value=None, source=record)
+                continue
+            if many_id not in stored and len(stored) >= cap:
+                ctx.count("fanout_cap_exceeded")
+                yield DeadLetter(
+                    record,
+                    f"key {key!r} already holds {cap} many-side records (max_many_per_key)",
+                    "FanOutCapExceeded",
+                )
+                continue
+            stored[many_id] = record.value
+            if state["one"] is None:
+                ctx.count("unmatched")
+            else:
+                yield self._emit(state, many_id, record)
+
+    def _emit(self, state: dict[str, Any], many_id: str, source: InputRecord) -> Emit:
+        if state["one"] is None:
+            return Emit(key=many_id, value=None, source=source)
+        return Emit(key=many_id, value=self._view(state, many_id), source=source)
+
+
+@hookimpl
+def enrichd_register_joiners(register: Any) -> None:
+    """Register the built-in ``comap`` joiner."""
+    register(CoMap)

@@ -1,0 +1,349 @@
+"""A Spark streaming source over confluent-kafka: ``assign()``, offsets in Spark's checkpoint.
+
+How it works: the driver-side reader plans each micro-batch as a range of offsets per
+partition, ``{"topic/partition": offset}``, which Spark stores in its checkpoint; a restart
+resumes from the last committed range, and no consumer group is involved. The end of each
+partition comes from the high watermark that the broker returns with every Fetch response
+(a ListOffsets request under-reports it on some brokers), read from a probe consumer that
+follows the log end. Each Kafka partition becomes one Spark input partition, read on an
+executor with ``assign()`` and yielded as Arrow record batches. Every record is decoded here
+to find its join key and event time; one that cannot be decoded or lacks either field is
+passed on with ``error`` set, for the dead-letter topic, instead of failing the query.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle  # noqa: S403 - only our own driver-made spec travels through it
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from daemon.avro import AvroCodec
+from daemon.kafka.records import DEAD_LETTER_ROUTE, SOURCE_ARROW, SOURCE_DDL
+
+_ARROW_CHUNK = 10_000
+_STALL_S = 15.0  # no record for this long below a planned end: only control records remain
+
+
+@dataclass(frozen=True)
+class SourceInput:
+    """One input topic and how to read its records."""
+
+    role: str
+    topic: str
+    key_field: str
+    time_field: str | None
+    codec: AvroCodec
+    keyed_tombstones: bool = True
+    """Whether the Kafka key of a tombstone is its join key (see Joiner.keyed_tombstones)."""
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Everything the source needs; pickled into the data source's options."""
+
+    inputs: tuple[SourceInput, ...]
+    client_conf: dict[str, str]
+    max_records_per_batch: int
+
+    def encode(self) -> str:
+        """The spec as an option string."""
+        return base64.b64encode(pickle.dumps(self)).decode("ascii")
+
+    @staticmethod
+    def decode(text: str) -> SourceSpec:
+        """The spec back from :meth:`encode`."""
+        return pickle.loads(base64.b64decode(text))  # type: ignore[no-any-return]  # noqa: S301
+
+
+@dataclass(frozen=True)
+class KafkaPartition(InputPartition):
+    """One Kafka partition's offset range ``[start, end)`` of a micro-batch."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def _name(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"
+
+
+def _split(name: str) -> tuple[str, int]:
+    topic, _, partition = name.rpartition("/")
+    return topic, int(partition)
+
+
+class KafkaSource(DataSource):
+    """``spark.readStream.format("enrichd-kafka").option("spec", SourceSpec(...).encode())``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "enrichd-kafka"
+
+    def schema(self) -> str:
+        """The fixed row shape of :data:`daemon.kafka.records.SOURCE_DDL`."""
+        return SOURCE_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The driver-side planner and executor-side reader."""
+        return KafkaStreamReader(SourceSpec.decode(self.options["spec"]))
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    """Plans offset ranges on the driver and reads them on executors."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+        self._probe: Any = None
+        self._probe_assigned: set[str] = set()
+
+    # -- driver side ---------------------------------------------------------------------
+
+    def _consumer_conf(self) -> dict[str, Any]:
+        return {
+            **self.spec.client_conf,
+            "group.id": "enrichd-unused",  # required by the client; never joined or committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "isolation.level": "read_committed",
+        }
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        from confluent_kafka import Consumer
+
+        if self._probe is None:
+            self._probe = Consumer(
+                {
+                    **self._consumer_conf(),
+                    "fetch.wait.max.ms": 100,
+                    "queued.max.messages.kbytes": 1024,
+                    "max.partition.fetch.bytes": 65536,
+                }
+            )
+        metadata = self._probe.list_topics(timeout=10)
+        found: list[tuple[str, int]] = []
+        for spec in self.spec.inputs:
+            topic = metadata.topics.get(spec.topic)
+            if topic is None or topic.error is not None:
+                raise RuntimeError(f"input topic {spec.topic!r} does not exist")
+            found.extend((spec.topic, p) for p in sorted(topic.partitions))
+        return found
+
+    def initialOffset(self) -> dict[str, int]:
+        """Start every partition at its earliest offset, as Kafka's ``earliest`` reset does."""
+        from confluent_kafka import TopicPartition
+
+        offsets = {}
+        for topic, partition in self._partitions():
+            low, _ = self._probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            offsets[_name(topic, partition)] = max(low, 0)
+        return offsets
+
+    def _log_ends(self, start: dict[str, int]) -> dict[str, int]:
+        """The end of every partition, from the high watermarks of recent Fetch responses."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        partitions = self._partitions()
+        fresh = [
+            TopicPartition(t, p, start.get(_name(t, p), 0))
+            for t, p in partitions
+            if _name(t, p) not in self._probe_assigned
+        ]
+        if fresh:
+            self._probe.incremental_assign(fresh)
+            self._probe_assigned.update(_name(tp.topic, tp.partition) for tp in fresh)
+        ends: dict[str, int] = {}
+        deadline = time.monotonic() + 2.0
+        while True:
+            # Serving the probe's queue keeps its fetches, and their watermarks, coming.
+            self._probe.consume(num_messages=100_000, timeout=0.05)
+            missing = []
+            for topic, partition in partitions:
+                tp = TopicPartition(topic, partition)
+                _, high = self._probe.get_watermark_offsets(tp, cached=True)
+                if high >= 0:
+                    ends[_name(topic, partition)] = high
+                else:
+                    missing.append(tp)
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                for tp in missing:  # no Fetch answered yet: fall back to ListOffsets
+                    _, high = self._probe.get_watermark_offsets(tp, timeout=10)
+                    ends[_name(tp.topic, tp.partition)] = high
+                break
+        behind = [
+            TopicPartition(*_split(name), end)
+            for name, end in ends.items()
+            if self._probe.position([TopicPartition(*_split(name))])[0].offset < end
+        ]
+        for tp in behind:  # the probe only needs watermarks, not the data in between
+            try:
+                self._probe.seek(tp)
+            except KafkaException:
+                pass  # not fetching yet; it will start from its assigned offset
+        return ends
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        """The end of the next micro-batch: the log ends, capped to the read limit."""
+        ends = self._log_ends(start)
+        planned = {name: max(start.get(name, 0), end) for name, end in ends.items()}
+        if isinstance(limit, ReadAllAvailable):
+            return planned
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if budget is None:
+            return planned
+        capped = {name: start.get(name, 0) for name in planned}
+        pending = {name: planned[name] - capped[name] for name in planned}
+        # Share the budget evenly so no partition starves behind a busy one.
+        while budget > 0 and any(pending.values()):
+            open_names = sorted(name for name, left in pending.items() if left)
+            share = max(1, budget // len(open_names))
+            for name in open_names:
+                take = min(share, pending[name], budget)
+                capped[name] += take
+                pending[name] -= take
+                budget -= take
+        return capped
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """The pipeline's cap on records per micro-batch."""
+        return ReadMaxRows(self.spec.max_records_per_batch)
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        """One Spark input partition per Kafka partition with records in the range."""
+        ranges = []
+        for name, stop in sorted(end.items()):
+            first = start.get(name, 0)
+            if stop > first:
+                topic, partition = _split(name)
+                ranges.append(KafkaPartition(topic, partition, first, stop))
+        return ranges
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: the offsets live in Spark's checkpoint, not in a consumer group."""
+
+    def stop(self) -> None:
+        """Close the probe consumer."""
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+
+    # -- executor side -------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one partition's range and yield it as decoded Arrow record batches."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        assert isinstance(partition, KafkaPartition)  # noqa: S101 - Spark gives back our own
+        spec = next(s for s in self.spec.inputs if s.topic == partition.topic)
+        consumer = Consumer(self._consumer_conf())
+        tp = TopicPartition(partition.topic, partition.partition, partition.start)
+        consumer.assign([tp])
+        rows = _Rows(spec)
+        position = partition.start
+        last_progress = time.monotonic()
+        try:
+            while position < partition.end:
+                messages = consumer.consume(num_messages=_ARROW_CHUNK, timeout=1.0)
+                for message in messages:
+                    if message.error() is not None:
+                        continue
+                    offset: int = message.offset() or 0
+                    if offset >= partition.end:
+                        continue
+                    rows.add(message)
+                    position = offset + 1
+                if messages:
+                    last_progress = time.monotonic()
+                # Transaction markers take offsets but are never delivered as records.
+                position = max(position, consumer.position([tp])[0].offset)
+                if len(rows) >= _ARROW_CHUNK:
+                    yield rows.flush()
+                if not messages and time.monotonic() - last_progress > _STALL_S:
+                    break
+        finally:
+            consumer.close()
+        if len(rows):
+            yield rows.flush()
+
+
+class _Rows:
+    """Accumulates decoded records of one input as Arrow columns."""
+
+    def __init__(self, spec: SourceInput) -> None:
+        self.spec = spec
+        self.columns: dict[str, list[Any]] = {f.name: [] for f in SOURCE_ARROW}
+
+    def __len__(self) -> int:
+        return len(self.columns["offset"])
+
+    def add(self, message: Any) -> None:
+        spec = self.spec
+        value = message.value()
+        kafka_key = message.key()
+        _, timestamp = message.timestamp()
+        key: str | None = None
+        event_time: int | None = timestamp
+        error: str | None = None
+        if value is None:
+            # A tombstone has no fields: only its Kafka key can say what it deletes.
+            if not spec.keyed_tombstones:
+                error = (
+                    f"UnroutableTombstone: a {spec.role!r} tombstone carries no join key "
+                    f"({spec.key_field!r}); this joiner deletes on that side by a record"
+                )
+            elif kafka_key is None:
+                error = "UnroutableTombstone: tombstone without a Kafka key"
+            else:
+                key = kafka_key.decode("utf-8", "replace")
+        else:
+            try:
+                record = spec.codec.decode(value)
+            except Exception as exc:
+                error = f"UndecodableRecord: {type(exc).__name__}: {exc}"
+            else:
+                raw_key = record.get(spec.key_field)
+                if raw_key is None:
+                    error = f"MissingKey: no join key field {spec.key_field!r}"
+                else:
+                    key = str(raw_key)
+                if spec.time_field is not None and error is None:
+                    raw_time = record.get(spec.time_field)
+                    if isinstance(raw_time, datetime):  # Avro timestamp-millis/-micros
+                        event_time = int(raw_time.timestamp() * 1000)
+                    elif isinstance(raw_time, int) and not isinstance(raw_time, bool):
+                        event_time = raw_time
+                    else:
+                        error = f"MissingEventTime: no integer event-time field {spec.time_field!r}"
+        if error is not None:
+            key = DEAD_LETTER_ROUTE
+        c = self.columns
+        c["role"].append(spec.role)
+        c["key"].append(key)
+        c["event_time"].append(event_time)
+        c["topic"].append(spec.topic)
+        c["partition"].append(message.partition())
+        c["offset"].append(message.offset())
+        c["timestamp"].append(timestamp)
+        c["kafka_key"].append(kafka_key)
+        c["value"].append(value)
+        c["error"].append(error)
+
+    def flush(self) -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_pydict(self.columns, schema=SOURCE_ARROW)
+        for column in self.columns.values():
+            column.clear()
+        return batch

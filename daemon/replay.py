@@ -1,0 +1,332 @@
+"""Replay: run a pipeline end to end over recorded inputs and collect what it wrote.
+
+The records of every input file are produced to fresh topics in timestamp order across all
+inputs (ties keep the order of the inputs as given, then file order), the pipeline runs
+through the real engine until every input record is consumed, and the output and
+dead-letter topics are read back. Fresh topics and a fresh checkpoint make every replay
+independent of the last, also on a shared broker.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.avro import AvroCodec
+from daemon.config import PipelineConfig, PipelineFile
+from daemon.errors import ConfigError, EnrichdError, ReplayInputError
+
+REPLAY_PARTITIONS = 2
+"""Partitions of each fresh input topic: more than one, so partitioning is exercised."""
+
+
+@dataclass(frozen=True)
+class ReplayRecord:
+    """One line of a replay input file."""
+
+    role: str
+    key: Any
+    value: dict[str, Any] | None
+    timestamp: int
+    line: int
+
+
+@dataclass
+class ReplayResult:
+    """What the pipeline wrote: output records and dead letters, as JSON-ready dicts."""
+
+    outputs: list[dict[str, Any]]
+    dead_letters: list[dict[str, Any]]
+    input_records: int
+    batches: int
+
+
+def key_bytes(key: Any) -> bytes | None:
+    """A replay key as Kafka key bytes: strings as UTF-8, other JSON values as their text."""
+    if key is None:
+        return None
+    return (key if isinstance(key, str) else json.dumps(key)).encode("utf-8")
+
+
+def read_input_file(path: Path, role: str, codec: AvroCodec) -> list[ReplayRecord]:
+    """Read and check one input file: every line an object with key, value and timestamp.
+
+    Raises:
+        ReplayInputError: naming the file and line, when a line is not such an object or its
+            value does not match the input's schema.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ReplayInputError(f"{path}: cannot read ({exc.strerror})") from None
+    records = []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            item = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ReplayInputError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(item, dict) or "value" not in item or "timestamp" not in item:
+            raise ReplayInputError(
+                f'{where}: expected an object with "key", "value" and "timestamp"'
+            )
+        timestamp = item["timestamp"]
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+            raise ReplayInputError(f'{where}: "timestamp" must be epoch milliseconds')
+        value = item["value"]
+        if value is not None:
+            try:
+                codec.encode(value)
+            except Exception as exc:
+                raise ReplayInputError(
+                    f"{where}: value does not match the {role!r} schema: {exc}"
+                ) from None
+        records.append(ReplayRecord(role, item.get("key"), value, timestamp, number))
+    return records
+
+
+def arrival_order(inputs: dict[str, list[ReplayRecord]]) -> list[ReplayRecord]:
+    """All records in timestamp order; ties keep the inputs' order, then file order."""
+    tagged = [
+        (record.timestamp, rank, index, record)
+        for rank, records in enumerate(inputs.values())
+        for index, record in enumerate(records)
+    ]
+    return [record for *_, record in sorted(tagged, key=lambda t: t[:3])]
+
+
+def pick_pipeline(file: PipelineFile, name: str | None) -> PipelineConfig:
+    """The pipeline to replay: the named one, or the only one."""
+    names = [p.name for p in file.pipeline]
+    if name is None:
+        if len(file.pipeline) > 1:
+            raise ConfigError(f"{file.source} has pipelines {names}; choose one with --pipeline")
+        return file.pipeline[0]
+    for pipe in file.pipeline:
+        if pipe.name == name:
+            return pipe
+    raise ConfigError(f"no pipeline {name!r} in {file.source}; pipelines: {names}")
+
+
+@contextmanager
+def kafka_for(file: PipelineFile) -> Iterator[str]:
+    """The configured bootstrap servers, or a freshly started embedded broker's."""
+    if file.kafka.bootstrap_servers is not None:
+        yield file.kafka.bootstrap_servers
+        return
+    from daemon.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap_servers
+
+
+Progress = Callable[[int, int], None]
+"""Called with (records consumed so far, records in total) while the pipeline runs."""
+
+
+def replay(
+    file: PipelineFile,
+    files: dict[str, Path],
+    *,
+    pipeline: str | None = None,
+    max_batch: int | None = None,
+    bootstrap_servers: str | None = None,
+    progress: Progress | None = None,
+    timeout_s: float = 600.0,
+) -> ReplayResult:
+    """Run one pipeline over recorded inputs and return what it wrote.
+
+    Args:
+        file: the pipeline file.
+        files: an input file per role.
+        pipeline: which pipeline of the file; needed when it has several.
+        max_batch: cap on records per micro-batch; the results must not depend on it.
+        bootstrap_servers: a broker to use instead of the file's or the embedded one.
+        progress: called as records are consumed.
+        timeout_s: give up when the pipeline has not consumed everything by then.
+
+    Raises:
+        ConfigError: an unknown role, or a problem with the pipeline.
+        ReplayInputError: a malformed input file (naming file and line).
+    """
+    from daemon.engine.pipeline import _codec, client_conf, plan_pipeline, start_query
+    from daemon.engine.session import spark_session
+
+    pipe = pick_pipeline(file, pipeline)
+    unknown = sorted(set(files) - set(pipe.inputs))
+    if unknown:
+        raise ConfigError(
+            f"--input {unknown[0]}=...: pipeline {pipe.name!r} has no input role "
+            f"{unknown[0]!r}; its roles: {', '.join(pipe.inputs)}"
+        )
+    inputs = {
+        role: read_input_file(files[role], role, _codec(file, pipe.inputs[role], writing=False))
+        for role in pipe.inputs
+        if role in files
+    }
+    with ExitStack() as stack:
+        servers = bootstrap_servers or stack.enter_context(kafka_for(file))
+        checkpoint = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="enrichd-")))
+        fresh = _fresh_pipeline(pipe, checkpoint / "checkpoint", max_batch)
+        conf = client_conf(file, servers)
+        from daemon.kafka.admin import create_topics
+
+        create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
+        codecs = {role: _codec(file, spec, writing=False) for role, spec in fresh.inputs.items()}
+        records = arrival_order(inputs)
+        ends = _produce(conf, fresh, codecs, records)
+        plan = plan_pipeline(file, fresh, conf)
+        spark = spark_session(file.spark)
+        query = start_query(spark, plan)
+        try:
+            batches = _await_consumed(query, ends, len(records), progress, timeout_s)
+        finally:
+            query.stop()
+        outputs = _read_topic(conf, fresh.output.topic, plan.operator.output_codec)
+        dead = _read_topic(conf, fresh.dead_letters, None)
+    return ReplayResult(outputs, dead, len(records), batches)
+
+
+def _fresh_pipeline(
+    pipe: PipelineConfig, checkpoint: Path, max_batch: int | None
+) -> PipelineConfig:
+    suffix = uuid.uuid4().hex[:8]
+    inputs = {
+        role: spec.model_copy(update={"topic": f"{spec.topic}.replay-{suffix}"})
+        for role, spec in pipe.inputs.items()
+    }
+    output = pipe.output.model_copy(update={"topic": f"{pipe.output.topic}.replay-{suffix}"})
+    update: dict[str, Any] = {
+        "inputs": inputs,
+        "output": output,
+        "dead_letter_topic": f"{pipe.dead_letters}.replay-{suffix}",
+        "checkpoint": checkpoint,
+        "name": f"{pipe.name}.replay-{suffix}",
+    }
+    if max_batch is not None:
+        update["max_records_per_batch"] = max_batch
+    return pipe.model_copy(update=update)
+
+
+def _produce(
+    conf: dict[str, str],
+    pipe: PipelineConfig,
+    codecs: dict[str, AvroCodec],
+    records: list[ReplayRecord],
+) -> dict[str, int]:
+    from confluent_kafka import Producer
+
+    producer = Producer({**conf, "linger.ms": 5, "partitioner": "murmur2_random"})
+    ends: dict[str, int] = {}
+    failures: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+            return
+        name = f"{msg.topic()}/{msg.partition()}"
+        ends[name] = max(ends.get(name, 0), msg.offset() + 1)
+
+    for record in records:
+        value = None if record.value is None else codecs[record.role].encode(record.value)
+        producer.produce(
+            pipe.inputs[record.role].topic,
+            value=value,
+            key=key_bytes(record.key),
+            timestamp=record.timestamp,
+            on_delivery=delivered,
+        )
+        producer.poll(0)
+    producer.flush(30)
+    if failures:
+        raise EnrichdError(f"could not produce replay input: {failures[0]}")
+    return ends
+
+
+def _await_consumed(
+    query: Any, ends: dict[str, int], total: int, progress: Progress | None, timeout_s: float
+) -> int:
+    deadline = time.monotonic() + timeout_s
+    seen_batches: set[int] = set()
+    consumed = 0
+    while True:
+        if query.exception() is not None:
+            raise EnrichdError(f"the pipeline failed: {query.exception()}")
+        for report in query.recentProgress:
+            if report.batchId not in seen_batches and report.numInputRows:
+                seen_batches.add(report.batchId)
+                consumed += report.numInputRows
+        if progress is not None:
+            progress(consumed, total)
+        last = query.lastProgress
+        if last is not None and last.sources:
+            reached = json.loads(last.sources[0].endOffset or "{}")
+            if all(reached.get(name, 0) >= end for name, end in ends.items()):
+                return len(seen_batches)
+        if time.monotonic() > deadline:
+            raise EnrichdError(
+                f"the pipeline consumed {consumed} of {total} records in {timeout_s:.0f}s"
+            )
+        time.sleep(0.1)
+
+
+def _read_topic(conf: dict[str, str], topic: str, codec: AvroCodec | None) -> list[dict[str, Any]]:
+    """Every committed record of ``topic``, partition by partition, as JSON-ready dicts."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "enrichd-replay",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    results = []
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        for partition in sorted(metadata.partitions):
+            tp = TopicPartition(topic, partition, 0)
+            consumer.assign([tp])
+            position, idle = 0, 0
+            while idle < 40:
+                messages = consumer.consume(num_messages=10_000, timeout=0.25)
+                idle = 0 if messages else idle + 1
+                for message in messages:
+                    if message.error() is None:
+                        results.append(_as_json(message, codec))
+                        position = (message.offset() or 0) + 1
+                position = max(position, consumer.position([tp])[0].offset)
+                # The high watermark of the last Fetch is the true end (see the source).
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+                if 0 <= high <= position:
+                    break
+    finally:
+        consumer.close()
+    return results
+
+
+def _as_json(message: Any, codec: AvroCodec | None) -> dict[str, Any]:
+    key = message.key()
+    value = message.value()
+    record: dict[str, Any] = {
+        "key": None if key is None else key.decode("utf-8", "replace"),
+        "timestamp": message.timestamp()[1],
+        "headers": {
+            name: (raw or b"").decode("utf-8", "replace") for name, raw in message.headers() or []
+        },
+    }
+    if codec is None:
+        record["value"] = None if value is None else value.hex()
+    else:
+        record["value"] = None if value is None else codec.decode(value)
+    return record
