@@ -94,21 +94,11 @@ class AvroCodec:
             ValueError: the bytes are not a record of the expected format.
         """
         if self.registry_url is None:
-            buffer = io.BytesIO(data)
-            record = fastavro.schemaless_reader(
-                buffer, self.writer_schema or self.schema, self.schema
-            )
-            if buffer.tell() != len(data):
-                raise ValueError(f"{len(data) - buffer.tell()} bytes left after the record")
-            return record  # type: ignore[return-value]
+            return _read(data, 0, self.writer_schema or self.schema, self.schema)
         if len(data) < _HEADER.size or data[0] != _MAGIC:
             raise ValueError("not Confluent framing (magic byte 0 and a 4-byte schema id)")
         _, schema_id = _HEADER.unpack_from(data)
-        buffer = io.BytesIO(data)
-        buffer.seek(_HEADER.size)
-        return fastavro.schemaless_reader(  # type: ignore[return-value]
-            buffer, self._writer(schema_id), self.schema
-        )
+        return _read(data, _HEADER.size, self._writer(schema_id), self.schema)
 
     def encode(self, record: dict[str, Any]) -> bytes:
         """Encode one value.
@@ -119,7 +109,10 @@ class AvroCodec:
         buffer = io.BytesIO()
         if self.registry_url is not None:
             buffer.write(_HEADER.pack(_MAGIC, self.schema_id or 0))
-        fastavro.schemaless_writer(buffer, self.schema, record, strict_allow_default=True)
+        try:
+            fastavro.schemaless_writer(buffer, self.schema, record, strict_allow_default=True)
+        except TypeError as exc:  # fastavro's wrong-type error; it names the field too
+            raise ValueError(str(exc)) from None
         return buffer.getvalue()
 
     def _writer(self, schema_id: int) -> Schema:
@@ -136,3 +129,16 @@ class AvroCodec:
 
             self._client = SchemaRegistryClient({"url": self.registry_url})
         return self._client
+
+
+def _read(data: bytes, start: int, writer: Schema, reader: Schema) -> dict[str, Any]:
+    """Decode the one record at ``data[start:]``, which must use every byte."""
+    buffer = io.BytesIO(data)
+    buffer.seek(start)
+    try:
+        record = fastavro.schemaless_reader(buffer, writer, reader)
+    except Exception as exc:  # truncated or random bytes: EOFError, IndexError, ...
+        raise ValueError(f"not a record of this schema ({type(exc).__name__}: {exc})") from None
+    if buffer.tell() != len(data):
+        raise ValueError(f"{len(data) - buffer.tell()} bytes left after the record")
+    return record  # type: ignore[return-value]

@@ -80,8 +80,9 @@ def read_input_file(path: Path, role: str, codec: AvroCodec) -> list[ReplayRecor
                 f'{where}: expected an object with "key", "value" and "timestamp"'
             )
         timestamp = item["timestamp"]
-        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
-            raise ReplayInputError(f'{where}: "timestamp" must be epoch milliseconds')
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 1:
+            # Kafka clients read a timestamp of 0 as "now", so it cannot be replayed.
+            raise ReplayInputError(f'{where}: "timestamp" must be epoch milliseconds, at least 1')
         value = item["value"]
         if value is not None:
             try:

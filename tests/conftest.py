@@ -25,3 +25,14 @@ def fresh_topic() -> Callable[[str], str]:
         return f"{stem}-{uuid.uuid4().hex[:10]}"
 
     return make
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One local Spark session for the test session (replay and pipelines reuse it)."""
+    from daemon.config import SparkConfig
+    from daemon.engine.session import spark_session
+
+    session = spark_session(SparkConfig(master="local[2]"))
+    yield session
+    session.stop()

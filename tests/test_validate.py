@@ -141,7 +141,8 @@ def test_unknown_option_lists_the_valid_ones(write: Write) -> None:
     path = write(('many_id = "id"', 'many_id = "id"\nmany_idd = "x"'))
     assert problems(path) == [
         where(path, "options.many_idd")
-        + "joiner 'comap' has no such option; its options: many_id, max_many_per_key, state_ttl"
+        + "joiner 'comap' has no such option; its options: "
+        + "many_id, max_many_per_key, many_deleted_field, state_ttl"
     ]
 
 

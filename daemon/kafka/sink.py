@@ -3,7 +3,9 @@
 How it works: every write task (one per Spark partition of the joiner's output) owns the
 transactional id ``enrichd.<pipeline>.<partition>``. It writes its share of micro-batch N in
 one Kafka transaction, and inside that same transaction commits the "offset" N + 1 for the
-consumer group ``enrichd.<pipeline>.sink.<partition>``. The data and that marker become visible
+consumer group ``enrichd.<pipeline>.sink.<query id>.<partition>``, where the query id is the one
+Spark keeps in the checkpoint (a new checkpoint, a new id: its batches start again at 0 and
+must not be taken for the old ones). The data and that marker become visible
 together or not at all. When Spark runs micro-batch N again after a crash, the task first
 initialises its transactional id, which aborts any transaction a dead predecessor left open
 and fences it off, then reads the marker: if N was already committed it writes nothing. Spark
@@ -31,8 +33,7 @@ from pyspark.sql.types import StructType
 
 from daemon.config import Delivery
 
-_PRODUCERS: dict[str, Any] = {}  # kept across micro-batches by a reused Python worker
-_COMMITTED: dict[str, int] = {}  # the last batch each cached producer committed
+_PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
 
 
@@ -92,41 +93,42 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         context = TaskContext.get()
         partition = context.partitionId() if context else 0
         batch_id = int((context.getLocalProperty("streaming.sql.batchId") if context else 0) or 0)
+        # Stable across restarts from one checkpoint; a new checkpoint gets a new one.
+        query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
         if self.spec.delivery == "at_least_once":
             producer = self._idempotent_producer()
             counts = _produce(producer, iterator)
             producer.flush()
             return Written(partition, batch_id, counts)
-        return self._write_transaction(partition, batch_id, iterator)
+        return self._write_transaction(partition, batch_id, query_id, iterator)
 
     def _write_transaction(
-        self, partition: int, batch_id: int, iterator: Iterator[pa.RecordBatch]
+        self, partition: int, batch_id: int, query_id: str, iterator: Iterator[pa.RecordBatch]
     ) -> Written:
         from confluent_kafka import KafkaException, TopicPartition
 
         txn_id = f"enrichd.{self.spec.pipeline}.{partition}"
-        group = f"enrichd.{self.spec.pipeline}.sink.{partition}"
+        group = f"enrichd.{self.spec.pipeline}.sink.{query_id}.{partition}"
         marker = TopicPartition(self.spec.marker_topic, 0)
-        producer = _PRODUCERS.get(txn_id)
-        if producer is None:
-            producer = self._transactional_producer(txn_id)
-            _COMMITTED[txn_id] = self._last_committed(group, marker)
-            _PRODUCERS[txn_id] = producer
-        if _COMMITTED[txn_id] >= batch_id:
-            for _ in iterator:
-                pass
-            return Written(partition, batch_id, {}, skipped=True)
+        # A fresh producer per task: the task for a partition may run in any Python worker,
+        # and initialising the id fences whichever producer used it before.
+        producer = self._transactional_producer(txn_id)
         try:
+            if self._last_committed(group, marker) >= batch_id:
+                for _ in iterator:
+                    pass
+                return Written(partition, batch_id, {}, skipped=True)
             producer.begin_transaction()
             counts = _produce(producer, iterator)
             marker.offset = batch_id + 1
             producer.send_offsets_to_transaction([marker], self._group_metadata(group))
             producer.commit_transaction()
-        except KafkaException:
-            # A fenced or failed producer is dropped; Spark retries the task with a new one.
-            _PRODUCERS.pop(txn_id, None)
+        except BaseException:
+            try:
+                producer.abort_transaction(10)
+            except KafkaException:
+                pass  # nothing open, or already fenced: the next init aborts it anyway
             raise
-        _COMMITTED[txn_id] = batch_id
         return Written(partition, batch_id, counts)
 
     def _transactional_producer(self, txn_id: str) -> Any:

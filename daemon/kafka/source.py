@@ -14,6 +14,7 @@ passed on with ``error`` set, for the dead-letter topic, instead of failing the 
 from __future__ import annotations
 
 import base64
+import heapq
 import pickle  # noqa: S403 - only our own driver-made spec travels through it
 import time
 from collections.abc import Iterator, Sequence
@@ -205,17 +206,62 @@ class KafkaStreamReader(DataSourceStreamReader):
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if budget is None:
             return planned
+        if sum(planned[n] - start.get(n, 0) for n in planned) <= budget:
+            return planned
+        return self._earliest_first(start, planned, budget)
+
+    def _earliest_first(
+        self, start: dict[str, int], planned: dict[str, int], budget: int
+    ) -> dict[str, int]:
+        """Admit the ``budget`` records with the smallest timestamps across all partitions.
+
+        Like a Kafka Streams task choosing the partition whose next record is oldest, this
+        keeps a capped micro-batch a prefix of the input in time order, so the cap cannot
+        change the order in which a key's records from different topics are applied.
+        """
+        from confluent_kafka import Consumer, TopicPartition
+
+        heads: list[tuple[int, int, str, int]] = []  # (timestamp, input rank, name, offset)
+        rank = {spec.topic: i for i, spec in enumerate(self.spec.inputs)}
+        reader = Consumer(self._consumer_conf())
+        try:
+            for name, end in planned.items():
+                first = start.get(name, 0)
+                if end <= first:
+                    continue
+                topic, partition = _split(name)
+                tp = TopicPartition(topic, partition, first)
+                reader.assign([tp])
+                stop = min(end, first + budget)
+                position, idle = first, 0
+                while position < stop and idle < 20:
+                    messages = reader.consume(num_messages=stop - position, timeout=0.5)
+                    idle = 0 if messages else idle + 1
+                    for message in messages:
+                        offset: int = message.offset() or 0
+                        if message.error() is None and offset < stop:
+                            heads.append((message.timestamp()[1], rank[topic], name, offset))
+                            position = offset + 1
+                    position = max(position, reader.position([tp])[0].offset)
+        finally:
+            reader.close()
+        # Merge the partitions by the timestamp of each one's next record, as a k-way merge,
+        # so every partition is still admitted as a prefix of its own order.
+        queues: dict[str, list[tuple[int, int, str, int]]] = {}
+        for head in heads:
+            queues.setdefault(head[2], []).append(head)
+        for queue in queues.values():
+            queue.sort(key=lambda h: h[3], reverse=True)  # pop() yields offset order
         capped = {name: start.get(name, 0) for name in planned}
-        pending = {name: planned[name] - capped[name] for name in planned}
-        # Share the budget evenly so no partition starves behind a busy one.
-        while budget > 0 and any(pending.values()):
-            open_names = sorted(name for name, left in pending.items() if left)
-            share = max(1, budget // len(open_names))
-            for name in open_names:
-                take = min(share, pending[name], budget)
-                capped[name] += take
-                pending[name] -= take
-                budget -= take
+        frontier = [queue.pop() for queue in queues.values()]
+        heapq.heapify(frontier)
+        for _ in range(budget):
+            if not frontier:
+                break
+            _, _, name, offset = heapq.heappop(frontier)
+            capped[name] = offset + 1
+            if queues[name]:
+                heapq.heappush(frontier, queues[name].pop())
         return capped
 
     def getDefaultReadLimit(self) -> ReadLimit:

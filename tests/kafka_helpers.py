@@ -1,0 +1,215 @@
+"""Helpers for tests on the real broker and Spark: produce, read back, build and run pipelines."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemon.config import PipelineFile, parse_pipeline_file
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+
+
+@dataclass(frozen=True)
+class Out:
+    """One record read back from a topic."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class In:
+    """One record to produce."""
+
+    value: bytes | None
+    key: bytes | None = None
+    timestamp: int | None = None
+    partition: int | None = None
+
+
+def client_conf(servers: str) -> dict[str, str]:
+    return {"bootstrap.servers": servers}
+
+
+def create_topic(conf: dict[str, str], topic: str, partitions: int = 1) -> None:
+    from daemon.kafka.admin import create_topics
+
+    create_topics(conf, {topic: partitions})
+
+
+def produce(
+    conf: dict[str, str], topic: str, records: Iterable[In], *, linger_ms: int = 50
+) -> dict[int, int]:
+    """Produce ``records`` in one flush; return each partition's end (last offset + 1)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({**conf, "linger.ms": linger_ms, "partitioner": "murmur2_random"})
+    ends: dict[int, int] = {}
+    errors: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
+
+    for record in records:
+        extra: dict[str, Any] = {}
+        if record.timestamp is not None:
+            extra["timestamp"] = record.timestamp
+        if record.partition is not None:
+            extra["partition"] = record.partition
+        producer.produce(topic, value=record.value, key=record.key, on_delivery=delivered, **extra)
+    assert producer.flush(30) == 0, "records still queued after 30 s"
+    assert not errors, errors
+    return ends
+
+
+def read_topic(conf: dict[str, str], topic: str, timeout_s: float = 30.0) -> list[Out]:
+    """Every committed record of ``topic`` (``read_committed``), partition by partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "enrichd-tests",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    found: list[Out] = []
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        for partition in sorted(metadata.partitions):
+            tp = TopicPartition(topic, partition, 0)
+            consumer.assign([tp])
+            position = 0
+            deadline = time.monotonic() + timeout_s
+            while True:
+                for message in consumer.consume(num_messages=10_000, timeout=0.2):
+                    offset = message.offset()
+                    if message.error() is not None or offset is None:
+                        continue
+                    found.append(
+                        Out(
+                            partition=message.partition() or 0,
+                            offset=offset,
+                            key=message.key(),
+                            value=message.value(),
+                            timestamp=message.timestamp()[1],
+                            headers=_headers(message.headers()),
+                        )
+                    )
+                    position = offset + 1
+                position = max(position, consumer.position([tp])[0].offset)
+                # The high watermark of the last Fetch is the log end (ListOffsets is not).
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+                if 0 <= high <= position:
+                    break
+                assert time.monotonic() < deadline, f"{topic}/{partition}: stuck at {position}"
+    finally:
+        consumer.close()
+    return found
+
+
+def _headers(raw: Any) -> dict[str, bytes]:
+    return {name: value or b"" for name, value in raw or []}
+
+
+def comap_file(
+    folder: Path,
+    servers: str,
+    *,
+    name: str,
+    users: str,
+    tweets: str,
+    output: str,
+    dead_letters: str,
+    checkpoint: Path | None = None,
+    **pipeline: Any,
+) -> PipelineFile:
+    """A one-pipeline file of the tweet-views ``comap`` example on the given topics."""
+    data = {
+        "kafka": {"bootstrap_servers": servers},
+        "spark": {"master": "local[2]"},
+        "pipeline": [
+            {
+                "name": name,
+                "joiner": "comap",
+                "checkpoint": str(checkpoint or folder / "checkpoint"),
+                "dead_letter_topic": dead_letters,
+                "inputs": {
+                    "one": {
+                        "topic": users,
+                        "schema": str(SCHEMAS / "user.avsc"),
+                        "key": "id",
+                        "field": "author",
+                    },
+                    "many": {
+                        "topic": tweets,
+                        "schema": str(SCHEMAS / "tweet.avsc"),
+                        "key": "author_id",
+                        "field": "tweet",
+                    },
+                },
+                "output": {"topic": output, "schema": str(SCHEMAS / "tweet_view.avsc")},
+                "options": {"many_id": "id"},
+                **pipeline,
+            }
+        ],
+    }
+    return parse_pipeline_file(folder / "pipeline.toml", data)
+
+
+def process_all(query: Any, timeout_s: float = 120.0) -> None:
+    """``query.processAllAvailable()``, failing instead of hanging after ``timeout_s``."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            query.processAllAvailable()
+        except BaseException as exc:  # re-raised in the test's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        query.stop()
+        worker.join(30)
+        raise AssertionError(f"the query did not catch up within {timeout_s:.0f}s")
+    if failure:
+        raise failure[0]
+
+
+def batch_ids(query: Any) -> list[int]:
+    """The ids of the micro-batches this run of ``query`` processed with input rows."""
+    return sorted({p.batchId for p in query.recentProgress if p.numInputRows})
+
+
+def run_pipeline(spark: Any, file: PipelineFile, timeout_s: float = 120.0) -> list[int]:
+    """Run the file's one pipeline until it has consumed its inputs, then stop it.
+
+    Returns the ids of the micro-batches that read input rows in this run.
+    """
+    from daemon.engine.pipeline import plan_pipeline, start_query
+
+    (pipe,) = file.pipeline
+    assert file.kafka.bootstrap_servers is not None
+    plan = plan_pipeline(file, pipe, client_conf(file.kafka.bootstrap_servers))
+    query = start_query(spark, plan)
+    try:
+        process_all(query, timeout_s)
+        return batch_ids(query)
+    finally:
+        query.stop()

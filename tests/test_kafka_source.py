@@ -1,0 +1,218 @@
+"""The ``enrichd-kafka`` streaming source on the real broker and Spark, into a memory sink."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.avro import AvroCodec, load_schema_file, parse_schema_text
+from daemon.broker import EmbeddedBroker
+from daemon.kafka.records import DEAD_LETTER_ROUTE
+from daemon.kafka.source import SourceInput, SourceSpec
+from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, process_all, produce
+
+USER = load_schema_file(SCHEMAS / "user.avsc")
+
+# The user record with a nullable key and event time, to write records lacking either.
+LOOSE_USER = parse_schema_text(
+    """{"type": "record", "name": "User", "namespace": "enrichd.examples", "fields": [
+        {"name": "id", "type": ["null", "long"], "default": null},
+        {"name": "name", "type": "string"},
+        {"name": "avatar", "type": ["null", "string"], "default": null},
+        {"name": "updated_at", "type": ["null", "long"], "default": null}]}"""
+)
+
+
+def user(i: int) -> dict[str, Any]:
+    return {"id": i, "name": f"user-{i}", "avatar": None, "updated_at": 1000 + i}
+
+
+def run_source(
+    spark: Any, checkpoint: Path, spec: SourceSpec, name: str
+) -> tuple[list[Any], list[int]]:
+    """Run the source into a memory sink until it has read everything; rows and batch sizes."""
+    query = (
+        spark.readStream.format("enrichd-kafka")
+        .option("spec", spec.encode())
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        process_all(query)
+        sizes = [p.numInputRows for p in query.recentProgress if p.numInputRows]
+    finally:
+        query.stop()
+    rows = spark.table(name).collect()
+    spark.catalog.dropTempView(name)
+    return rows, sizes
+
+
+def test_reads_the_tail_of_the_last_record_batch_without_newer_data(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """All 10 records of one produce batch are read, the last one included, with nothing
+    produced after them. Tansu's ListOffsets(LATEST) says 1 here; only the Fetch high
+    watermark gives 10, so a source planning from ListOffsets reads 1 row and stops."""
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("hwm")
+    create_topic(conf, topic, 1)
+    codec = AvroCodec(USER)
+    ends = produce(
+        conf, topic, [In(codec.encode(user(i)), str(i).encode()) for i in range(10)], linger_ms=50
+    )
+    assert ends == {0: 10}
+    spec = SourceSpec(
+        inputs=(SourceInput("one", topic, "id", None, codec),),
+        client_conf=conf,
+        max_records_per_batch=100_000,
+    )
+
+    rows, _ = run_source(spark, tmp_path / "checkpoint", spec, "hwm_rows")
+
+    assert sorted(r.offset for r in rows) == list(range(10))
+    last = max(rows, key=lambda r: r.offset)
+    assert last.key == "9"
+    assert codec.decode(last.value) == user(9)
+    assert all(r.error is None and r.role == "one" and r.topic == topic for r in rows)
+
+
+def test_caps_micro_batches_and_reads_every_partition_once(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("cap")
+    create_topic(conf, topic, 2)
+    codec = AvroCodec(USER)
+    records = [In(codec.encode(user(i)), partition=i % 2, timestamp=5000 + i) for i in range(17)]
+    assert produce(conf, topic, records) == {0: 9, 1: 8}
+    spec = SourceSpec(
+        inputs=(SourceInput("one", topic, "id", "updated_at", codec),),
+        client_conf=conf,
+        max_records_per_batch=6,
+    )
+
+    rows, sizes = run_source(spark, tmp_path / "checkpoint", spec, "cap_rows")
+
+    assert sorted((r.partition, r.offset) for r in rows) == sorted(
+        [(0, o) for o in range(9)] + [(1, o) for o in range(8)]
+    )
+    assert sum(sizes) == 17
+    assert max(sizes) <= 6 and len(sizes) >= 3
+    by_id = {int(r.key): r for r in rows}
+    assert sorted(by_id) == list(range(17))
+    assert all(by_id[i].event_time == 1000 + i for i in by_id)  # from the time field
+    assert all(by_id[i].timestamp == 5000 + i for i in by_id)  # the Kafka timestamp
+
+
+def test_routes_undecodable_and_keyless_records_to_dead_letters(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    conf = client_conf(broker.bootstrap_servers)
+    ones, manys = fresh_topic("ones"), fresh_topic("manys")
+    create_topic(conf, ones, 1)
+    create_topic(conf, manys, 1)
+    codec, loose = AvroCodec(USER), AvroCodec(LOOSE_USER)
+    good = loose.encode(user(1))
+    sent = [
+        In(good, b"k1", timestamp=10),  # 0
+        In(b"\xff\xfe not avro", b"k2", timestamp=11),  # 1
+        In(loose.encode({"id": None, "name": "no key"}), timestamp=12),  # 2
+        In(loose.encode({"id": 5, "name": "no time", "updated_at": None}), timestamp=13),  # 3
+        In(None, b"7", timestamp=14),  # 4: a keyed tombstone
+        In(None, None, timestamp=15),  # 5: a tombstone without a Kafka key
+        In(good + b"\x00\x01", timestamp=16),  # 6: trailing bytes
+    ]
+    produce(conf, ones, sent)
+    produce(conf, manys, [In(None, b"3", timestamp=20)])
+    spec = SourceSpec(
+        inputs=(
+            SourceInput("one", ones, "id", "updated_at", loose),
+            SourceInput("many", manys, "author_id", None, codec, keyed_tombstones=False),
+        ),
+        client_conf=conf,
+        max_records_per_batch=100_000,
+    )
+
+    rows, _ = run_source(spark, tmp_path / "checkpoint", spec, "dlq_rows")
+
+    one = {r.offset: r for r in rows if r.role == "one"}
+    (many,) = [r for r in rows if r.role == "many"]
+    assert sorted(one) == list(range(7))
+    assert (one[0].key, one[0].error, one[0].event_time) == ("1", None, 1001)
+    assert (one[4].key, one[4].error, one[4].event_time) == ("7", None, 14)
+    expected = {
+        1: "UndecodableRecord: ",
+        2: "MissingKey: ",
+        3: "MissingEventTime: ",
+        5: "UnroutableTombstone: ",
+        6: "UndecodableRecord: ",
+    }
+    for offset, prefix in expected.items():
+        row = one[offset]
+        assert row.error is not None and row.error.startswith(prefix), (offset, row.error)
+        assert row.key == DEAD_LETTER_ROUTE
+        assert row.value == sent[offset].value  # the original bytes travel on
+        assert row.kafka_key == sent[offset].key
+    assert "'id'" in (one[2].error or "")
+    assert "'updated_at'" in (one[3].error or "")
+    assert many.key == DEAD_LETTER_ROUTE
+    assert (many.error or "").startswith("UnroutableTombstone: ")
+    assert "'author_id'" in (many.error or "")
+
+
+def test_unknown_topic_fails_the_query_naming_it(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    missing = fresh_topic("missing")
+    spec = SourceSpec(
+        inputs=(SourceInput("one", missing, "id", None, AvroCodec(USER)),),
+        client_conf=client_conf(broker.bootstrap_servers),
+        max_records_per_batch=10,
+    )
+    query = (
+        spark.readStream.format("enrichd-kafka")
+        .option("spec", spec.encode())
+        .load()
+        .writeStream.format("memory")
+        .queryName("missing_rows")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match=missing):
+            process_all(query)
+    finally:
+        query.stop()
+
+
+def test_missing_input_topic_at_start_up_is_a_one_line_error_naming_it(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    from daemon.engine.pipeline import plan_pipeline
+    from daemon.errors import KafkaUnavailableError
+    from tests.kafka_helpers import comap_file
+
+    conf = client_conf(broker.bootstrap_servers)
+    users, tweets = fresh_topic("users"), fresh_topic("tweets-missing")
+    create_topic(conf, users, 1)
+    file = comap_file(
+        tmp_path,
+        broker.bootstrap_servers,
+        name=fresh_topic("missing"),
+        users=users,
+        tweets=tweets,
+        output=fresh_topic("views"),
+        dead_letters=fresh_topic("dlq"),
+    )
+    with pytest.raises(KafkaUnavailableError) as caught:
+        plan_pipeline(file, file.pipeline[0], conf)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert repr(tweets) in message and "'many'" in message
+    assert users not in message
