@@ -1,0 +1,372 @@
+"""``python -m bench comap [--users N] [--tweets M]``: enrichd's comap against the raw ceiling.
+
+One embedded broker; the workload is produced once and read by every contender: the raw
+loop in one process, the raw loop in two processes, then the enrichd pipeline (Spark starts
+only after the raw loops, so its JVM does not compete with them). Prints a table and writes
+``BENCHMARKS.md`` at the repository top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.enrichd import EnrichdResult, run_enrichd
+from bench.raw import RawResult, run_ceiling
+from bench.workloads import REPO, Topics, Workload, count_records, create_inputs, produce
+
+TARGET_RATIO = 0.5
+"""The issue's target: enrichd at least half of the two-process raw ceiling."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    comap = commands.add_parser("comap", help="users + tweets -> tweet views (comap joiner)")
+    comap.add_argument("--users", type=int, default=2_000, help="users (the one side)")
+    comap.add_argument("--tweets", type=int, default=200_000, help="tweets (the many side)")
+    comap.add_argument(
+        "--max-batch",
+        type=int,
+        default=25_000,
+        help="enrichd max_records_per_batch (small enough for several batches at these sizes)",
+    )
+    comap.add_argument("--seed", type=int, default=7, help="seed for authors and words")
+    comap.add_argument(
+        "--output",
+        type=Path,
+        default=REPO / "BENCHMARKS.md",
+        help="the Markdown report to write (default: BENCHMARKS.md at the repository top)",
+    )
+    comap.add_argument("--no-write", action="store_true", help="print only; write no report")
+    return parser
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kb = next(
+            int(line.split()[1])
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        )
+        memory = f"{mem_kb / 1024 / 1024:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        memory = "unknown memory"
+    import pyspark
+
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {memory}, Python {platform.python_version()}, "
+        f"PySpark {pyspark.__version__}, Spark master local[2]; load average before the run: "
+        f"{load}"
+    )
+
+
+def _command(args: argparse.Namespace) -> str:
+    return (
+        f".venv/bin/python -m bench comap --users {args.users} --tweets {args.tweets} "
+        f"--max-batch {args.max_batch}"
+    )
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _rows(
+    one: RawResult, two: RawResult, spark: EnrichdResult
+) -> list[tuple[str, float, float, float, str]]:
+    """(name, records/s, seconds, ratio to the two-process ceiling, note) per table row."""
+    sustained = spark.sustained_rate
+    steady_rows = sum(b.rows for b in spark.steady())
+    steady_s = steady_rows / sustained
+    end_s = spark.batches[-1].ended - spark.query_started
+    return [
+        ("raw ceiling, 1 process", one.rate, one.seconds, one.rate / two.rate, "assign + dicts"),
+        ("raw ceiling, 2 processes", two.rate, two.seconds, 1.0, "the issue's reference"),
+        (
+            "enrichd comap, sustained",
+            sustained,
+            steady_s,
+            sustained / two.rate,
+            f"{len(spark.steady())} batch(es) after the first",
+        ),
+        (
+            "enrichd comap, end to end",
+            spark.end_to_end_rate,
+            end_s,
+            spark.end_to_end_rate / two.rate,
+            "from start_query, incl. first batch",
+        ),
+    ]
+
+
+def _print(console: Console, rows: list[tuple[str, float, float, float, str]]) -> None:
+    table = Table(title="comap throughput (input records/s)")
+    for column, justify in (
+        ("run", "left"),
+        ("records/s", "right"),
+        ("seconds", "right"),
+        ("vs 2-process ceiling", "right"),
+        ("note", "left"),
+    ):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for name, rate, seconds, ratio, note in rows:
+        table.add_row(name, _rate(rate), f"{seconds:.2f}", f"{ratio:.2f}", note)
+    console.print(table)
+
+
+def _fit(points: list[tuple[int, int]]) -> tuple[float, float] | None:
+    """Least-squares ``ms = fixed + per_row * rows``; None without two distinct sizes."""
+    if len({rows for rows, _ in points}) < 2:
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    return mean_y - slope * mean_x, slope
+
+
+def _split_line(spark: EnrichdResult, users: int) -> str:
+    """Per-batch versus per-record cost of addBatch, fitted over the steady batches."""
+    fit = _fit([(b.rows, b.durations_ms.get("addBatch", 0)) for b in spark.steady()])
+    if fit is None:
+        return (
+            "- Per-batch versus per-record cost cannot be separated: every steady batch had "
+            "the same size (use a record count that is not a multiple of --max-batch)."
+        )
+    fixed, per_row = fit
+    rows = spark.max_records_per_batch
+    keys = users * (1 - (1 - 1 / users) ** rows)
+    dominant = (
+        "the fixed part (per batch and per key) is most of a full batch"
+        if fixed > per_row * rows
+        else "the per-record part is most of a full batch"
+    )
+    return (
+        f"- Fitting addBatch over the steady batches by size: about {fixed:,.0f} ms per batch "
+        f"plus {per_row * 1000:.1f} us per record. A full batch of {rows:,} uniform tweets "
+        f"touches about {keys:,.0f} of the {users:,} authors' keys, and the joiner's "
+        f"operator reads, unpickles, repickles and writes each touched key's whole state "
+        f"(the author and every tweet stored so far) through the state store; {dominant}."
+    )
+
+
+def _analysis(one: RawResult, two: RawResult, spark: EnrichdResult, users: int) -> list[str]:
+    """Sentences on the gap and where enrichd's time goes, from the progress reports."""
+    steady = spark.steady()
+    ratio = spark.sustained_rate / two.rate
+    verdict = "meets" if ratio >= TARGET_RATIO else "misses"
+    needed = TARGET_RATIO * two.rate / spark.sustained_rate
+    rows = sum(b.rows for b in steady) / len(steady)
+    trigger = spark.mean_ms("triggerExecution")
+    add = spark.mean_ms("addBatch")
+    latest = spark.mean_ms("latestOffset")
+    commits = spark.mean_ms("walCommit") + spark.mean_ms("commitOffsets")
+    planning = spark.mean_ms("queryPlanning") + spark.mean_ms("getBatch")
+    other = trigger - add - latest - commits - planning
+    per_record_us = add * 1000 / rows if rows else 0.0
+    ceiling_us = 1e6 / one.rate
+    first = spark.batches[0]
+    lines = [
+        f"- Target: enrichd sustained >= {TARGET_RATIO:.0%} of the two-process raw ceiling. "
+        f"This run {verdict} it: {ratio:.2f} of the ceiling"
+        + (
+            f"; reaching the target needs {needed:.1f}x the measured sustained rate."
+            if ratio < TARGET_RATIO
+            else "."
+        ),
+        f"- Steady batches (after the first; {len(steady)} of them, {rows:,.0f} records "
+        f"each on average): {trigger:,.0f} ms per batch, of which addBatch (read, decode, "
+        f"joiner with RocksDB state, encode, transactional produce) {add:,.0f} ms = "
+        f"{per_record_us:.1f} us per record, against {ceiling_us:.1f} us per record for the "
+        f"whole one-process raw loop ({per_record_us / ceiling_us:.1f}x).",
+        f"- Per-batch work outside addBatch: latestOffset {latest:,.0f} ms (planning the "
+        f"offset range; with more records waiting than max_records_per_batch it reads the "
+        f"candidate records' timestamps to admit the earliest first), walCommit + "
+        f"commitOffsets {commits:,.0f} ms, queryPlanning + getBatch {planning:,.0f} ms, "
+        f"other {other:,.0f} ms: {trigger - add:,.0f} ms in all, "
+        f"{(trigger - add) / trigger:.0%} of the batch.",
+        f"- First batch: {first.rows:,} records, ended {spark.first_batch_s:.1f} s after "
+        f"start_query (its triggerExecution {first.durations_ms.get('triggerExecution', 0):,} "
+        f"ms; addBatch {first.durations_ms.get('addBatch', 0):,} ms); the Spark session took "
+        f"{spark.session_start_s:.1f} s to start before that (not counted anywhere above).",
+    ]
+    lines.insert(2, _split_line(spark, users))
+    return lines
+
+
+def _batch_table(spark: EnrichdResult) -> list[str]:
+    phases = (
+        "triggerExecution",
+        "latestOffset",
+        "addBatch",
+        "walCommit",
+        "commitOffsets",
+        "queryPlanning",
+        "getBatch",
+    )
+    lines = [
+        "| batch | records | " + " | ".join(phases) + " |",
+        "|---:|---:|" + "---:|" * len(phases),
+    ]
+    for batch in spark.batches:
+        cells = " | ".join(f"{batch.durations_ms.get(p, 0):,}" for p in phases)
+        lines.append(f"| {batch.batch_id} | {batch.rows:,} | {cells} |")
+    return lines
+
+
+def _markdown(
+    args: argparse.Namespace,
+    workload: Workload,
+    rows: list[tuple[str, float, float, float, str]],
+    analysis: list[str],
+    spark: EnrichdResult,
+    checks: list[str],
+    machine: str,
+) -> str:
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    table = [
+        "| run | records/s | seconds | vs 2-process ceiling | note |",
+        "|---|---:|---:|---:|---|",
+        *(
+            f"| {name} | {_rate(rate)} | {seconds:.2f} | {ratio:.2f} | {note} |"
+            for name, rate, seconds, ratio, note in rows
+        ),
+    ]
+    return "\n".join(
+        [
+            "# Benchmarks",
+            "",
+            "Generated by `python -m bench`; rerun it to refresh this file. Figures vary about "
+            "±30% from run to run on the 2-core machines: compare only rows of one run.",
+            "",
+            "## comap: users + tweets -> tweet views",
+            "",
+            f"Command: `{_command(args)}`  ",
+            f"Date: {date}  ",
+            f"Machine: {machine}",
+            "",
+            f"Workload: {workload.users:,} users then {workload.tweets:,} tweets "
+            f"({workload.records:,} input records, plain Avro, about 100 B each) on an embedded "
+            "Tansu broker, 2 partitions per input topic, tweet authors uniform over the users; "
+            "every contender reads the same topics from offset 0 and emits one view per tweet.",
+            "",
+            *table,
+            "",
+            "- *raw ceiling*: confluent-kafka `assign()` + fastavro + dicts + batching producer, "
+            "timed from the first record consumed to the last output delivered; two processes "
+            "each read every user and one tweet partition.",
+            "- *enrichd sustained*: input records after the first micro-batch over the time "
+            "from the end of the first batch to the end of the last (from the query's progress "
+            "reports); *end to end* also counts the first batch and query start-up, but not "
+            "the Spark session start-up.",
+            "",
+            "### Where the time goes",
+            "",
+            *analysis,
+            "",
+            f"Micro-batches that read records (max_records_per_batch "
+            f"{spark.max_records_per_batch:,}; `durationMs` per batch, in ms):",
+            "",
+            *_batch_table(spark),
+            "",
+            "Checks: " + "; ".join(checks) + ".",
+            "",
+        ]
+    )
+
+
+def comap(args: argparse.Namespace) -> int:
+    """Run the comap benchmark; returns the process exit code."""
+    from daemon.broker import EmbeddedBroker
+
+    console = Console()
+    workload = Workload(args.users, args.tweets, args.seed)
+    machine = _machine()
+    suffix = uuid.uuid4().hex[:8]
+    topics = Topics(users=f"users-{suffix}", tweets=f"tweets-{suffix}")
+    with EmbeddedBroker() as broker:
+        conf = {"bootstrap.servers": broker.bootstrap_servers}
+        create_inputs(conf, topics)
+        from daemon.kafka.admin import create_topics
+
+        outputs = {"one": f"raw1-{suffix}", "two": f"raw2-{suffix}"}
+        create_topics(conf, dict.fromkeys(outputs.values(), 2))
+        began = time.monotonic()
+        with console.status(f"producing {workload.records:,} records"):
+            ends = produce(conf, topics, workload)
+        console.print(f"produced {workload.records:,} records in {time.monotonic() - began:.1f} s")
+        with console.status("raw ceiling, 1 process"):
+            one = run_ceiling(conf, topics, ends, outputs["one"], 1, workload.records)
+        console.print(f"raw ceiling, 1 process: {_rate(one.rate)} records/s")
+        with console.status("raw ceiling, 2 processes"):
+            two = run_ceiling(conf, topics, ends, outputs["two"], 2, workload.records)
+        console.print(f"raw ceiling, 2 processes: {_rate(two.rate)} records/s")
+        with console.status("enrichd comap (Spark)"):
+            spark = run_enrichd(
+                broker.bootstrap_servers, topics, ends, workload.records, args.max_batch
+            )
+        console.print(
+            f"enrichd: {len(spark.batches)} batches, sustained {_rate(spark.sustained_rate)} "
+            "records/s"
+        )
+        with console.status("checking outputs"):
+            counted = {
+                "raw 1 process": count_records(conf, outputs["one"]),
+                "raw 2 processes": count_records(conf, outputs["two"]),
+                "enrichd": count_records(conf, spark.output_topic),
+            }
+            dead = count_records(conf, spark.dead_letter_topic)
+    checks = [
+        f"{name} wrote {count:,} views (expected {workload.tweets:,})"
+        for name, count in counted.items()
+    ]
+    checks.append(f"enrichd dead letters: {dead:,}")
+    read = sum(b.rows for b in spark.batches)
+    if read != workload.records:
+        checks.append(f"progress reports account for {read:,} of {workload.records:,} inputs")
+    rows = _rows(one, two, spark)
+    analysis = _analysis(one, two, spark, workload.users)
+    _print(console, rows)
+    for line in analysis:
+        console.print(line, highlight=False)
+    console.print("Checks: " + "; ".join(checks), highlight=False)
+    if not args.no_write:
+        report = _markdown(args, workload, rows, analysis, spark, checks, machine)
+        args.output.write_text(report, encoding="utf-8")
+        console.print(f"wrote {args.output}")
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    ok = all(count == workload.tweets for count in counted.values()) and dead == 0
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the chosen benchmark."""
+    args = _parser().parse_args(argv)
+    if args.command == "comap":
+        return comap(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""enrichd's side: the ``comap`` pipeline of ``examples/tweet-views.toml`` through the engine.
+
+The pipeline file is loaded as users would write it, pointed at the benchmark's broker and
+topics, given a fresh checkpoint and unique output names, then planned and started with
+:func:`daemon.engine.pipeline.plan_pipeline` and :func:`~daemon.engine.pipeline.start_query`.
+The run ends when the query's last progress report says its source reached every produced
+partition end. Timing comes from the progress reports themselves: each batch's trigger start
+(``timestamp``) plus its ``durationMs.triggerExecution`` is when it ended.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.workloads import REPO, Topics
+
+EXAMPLE = REPO / "examples" / "tweet-views.toml"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One micro-batch that read records."""
+
+    batch_id: int
+    rows: int
+    started: float
+    """Trigger start, epoch seconds."""
+    durations_ms: dict[str, int]
+
+    @property
+    def ended(self) -> float:
+        """Trigger end, epoch seconds."""
+        return self.started + self.durations_ms.get("triggerExecution", 0) / 1000
+
+
+@dataclass
+class EnrichdResult:
+    """A measured enrichd run."""
+
+    input_records: int
+    session_start_s: float
+    query_started: float
+    """Epoch seconds when ``start_query`` was called (after the session was up)."""
+    batches: list[Batch] = field(default_factory=list)
+    output_topic: str = ""
+    dead_letter_topic: str = ""
+    max_records_per_batch: int = 0
+
+    @property
+    def first_batch_s(self) -> float:
+        """From ``start_query`` to the end of the first batch that read records."""
+        return self.batches[0].ended - self.query_started
+
+    @property
+    def end_to_end_rate(self) -> float:
+        """Input records / (start_query to the end of the last batch)."""
+        return self.input_records / (self.batches[-1].ended - self.query_started)
+
+    @property
+    def sustained_rate(self) -> float:
+        """Records after the first batch over the time after it; one batch: its own rate."""
+        if len(self.batches) == 1:
+            only = self.batches[0]
+            return only.rows / (only.durations_ms["triggerExecution"] / 1000)
+        rows = sum(b.rows for b in self.batches[1:])
+        return rows / (self.batches[-1].ended - self.batches[0].ended)
+
+    def steady(self) -> list[Batch]:
+        """The batches after the first (the first alone when there is only one)."""
+        return self.batches[1:] or self.batches[:1]
+
+    def mean_ms(self, phase: str, batches: list[Batch] | None = None) -> float:
+        """Mean ``durationMs[phase]`` over ``batches`` (default: :meth:`steady`)."""
+        chosen = self.steady() if batches is None else batches
+        return sum(b.durations_ms.get(phase, 0) for b in chosen) / len(chosen)
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def run_enrichd(
+    servers: str,
+    topics: Topics,
+    ends: dict[str, int],
+    input_records: int,
+    max_records_per_batch: int,
+    timeout_s: float = 900.0,
+) -> EnrichdResult:
+    """Run the example's comap pipeline over the produced topics until all is consumed.
+
+    Raises:
+        RuntimeError: the query failed or did not consume everything within ``timeout_s``.
+    """
+    from daemon.config import KafkaConfig, load_pipeline_file
+    from daemon.engine.pipeline import client_conf, plan_pipeline, start_query
+    from daemon.engine.session import spark_session
+
+    example = load_pipeline_file(EXAMPLE)
+    file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})
+    pipe = file.pipeline[0]
+    suffix = uuid.uuid4().hex[:8]
+    with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp:
+        inputs = {
+            "one": pipe.inputs["one"].model_copy(update={"topic": topics.users}),
+            "many": pipe.inputs["many"].model_copy(update={"topic": topics.tweets}),
+        }
+        pipe = pipe.model_copy(
+            update={
+                "name": f"bench-{suffix}",
+                "inputs": inputs,
+                "output": pipe.output.model_copy(update={"topic": f"bench-views-{suffix}"}),
+                "dead_letter_topic": f"bench-views-{suffix}.dlq",
+                "checkpoint": Path(tmp) / "checkpoint",
+                "max_records_per_batch": max_records_per_batch,
+            }
+        )
+        plan = plan_pipeline(file, pipe, client_conf(file))
+        began = time.monotonic()
+        spark = spark_session(file.spark)
+        result = EnrichdResult(
+            input_records=input_records,
+            session_start_s=time.monotonic() - began,
+            query_started=time.time(),
+            output_topic=pipe.output.topic,
+            dead_letter_topic=pipe.dead_letters,
+            max_records_per_batch=max_records_per_batch,
+        )
+        query = start_query(spark, plan)
+        try:
+            result.batches = _await_consumed(query, ends, timeout_s)
+        finally:
+            query.stop()
+    return result
+
+
+def _reached(query: Any, ends: dict[str, int]) -> bool:
+    last = query.lastProgress
+    if last is None or not last.sources:
+        return False
+    offsets = json.loads(last.sources[0].endOffset or "{}")
+    return all(offsets.get(name, 0) >= end for name, end in ends.items())
+
+
+def _await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[Batch]:
+    deadline = time.monotonic() + timeout_s
+    while not _reached(query, ends):
+        if query.exception() is not None:
+            raise RuntimeError(f"the pipeline failed: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the pipeline did not consume everything in {timeout_s:.0f}s")
+        time.sleep(0.1)
+    batches = {
+        report.batchId: Batch(
+            report.batchId, report.numInputRows, _epoch(report.timestamp), dict(report.durationMs)
+        )
+        for report in query.recentProgress
+        if report.numInputRows
+    }
+    return [batches[i] for i in sorted(batches)]

@@ -1,0 +1,175 @@
+"""The benchmark's input data: users and tweets, produced to fresh topics on a broker.
+
+Users come first, then tweets, each with a Kafka timestamp one millisecond after the last
+(starting at 1), so the co-map sees every author before its tweets. Values are plain Avro
+(no Confluent framing) in the example's schemas, about 100 bytes each; keys are the records'
+ids as decimal text, as ``daemon replay`` writes integer keys.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.avro import AvroCodec, load_schema_file
+from daemon.kafka.admin import create_topics
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMAS = REPO / "schemas"
+INPUT_PARTITIONS = 2
+
+_WORDS = (
+    "stream state kafka spark join enrich view tweet user offset batch record key value "
+    "topic schema avro python latency throughput checkpoint partition broker"
+).split()
+
+
+def codec(name: str) -> AvroCodec:
+    """The plain-format codec of ``schemas/<name>.avsc``."""
+    return AvroCodec(load_schema_file(SCHEMAS / f"{name}.avsc"))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How many users and tweets, and the seed that picks authors and words."""
+
+    users: int
+    tweets: int
+    seed: int = 7
+
+    @property
+    def records(self) -> int:
+        """Input records in total."""
+        return self.users + self.tweets
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topic names of one benchmark run."""
+
+    users: str
+    tweets: str
+
+    def inputs(self) -> tuple[str, str]:
+        """Both input topics, users first."""
+        return (self.users, self.tweets)
+
+
+def user(i: int) -> dict[str, Any]:
+    """User ``i``: a name, an avatar URL and an update time."""
+    return {
+        "id": i,
+        "name": f"user-{i:07d}",
+        "avatar": f"https://img.example/u/{i}.png",
+        "updated_at": 1_700_000_000_000 + i,
+    }
+
+
+def tweet(i: int, author: int, rng: random.Random) -> dict[str, Any]:
+    """Tweet ``i`` by ``author``, with about 60 characters of content."""
+    words = " ".join(rng.choice(_WORDS) for _ in range(8))
+    return {"id": i, "author_id": author, "content": f"#{i} {words}"[:72]}
+
+
+def create_inputs(conf: dict[str, str], topics: Topics) -> None:
+    """Create both input topics with :data:`INPUT_PARTITIONS` partitions each."""
+    create_topics(conf, {name: INPUT_PARTITIONS for name in topics.inputs()})
+
+
+def produce(conf: dict[str, str], topics: Topics, workload: Workload) -> dict[str, int]:
+    """Produce the workload with a batching producer; return each partition's end offset.
+
+    The ends are keyed ``"topic/partition"``, as the enrichd source names its offsets.
+
+    Raises:
+        RuntimeError: a record could not be delivered.
+    """
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            **conf,
+            "linger.ms": 20,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    ends: dict[str, int] = {}
+    failures: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+            return
+        name = f"{msg.topic()}/{msg.partition()}"
+        ends[name] = max(ends.get(name, 0), msg.offset() + 1)
+
+    def send(topic: str, key: int, value: bytes, timestamp: int) -> None:
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=str(key).encode(),
+                    timestamp=timestamp,
+                    on_delivery=delivered,
+                )
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    users, tweets = codec("user"), codec("tweet")
+    rng = random.Random(workload.seed)
+    timestamp = 1
+    for i in range(workload.users):
+        send(topics.users, i, users.encode(user(i)), timestamp)
+        timestamp += 1
+        if i % 10_000 == 0:
+            producer.poll(0)
+    for i in range(workload.tweets):
+        author = rng.randrange(workload.users)
+        send(topics.tweets, i, tweets.encode(tweet(i, author, rng)), timestamp)
+        timestamp += 1
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(60) != 0 or failures:
+        raise RuntimeError(f"could not produce the workload: {failures[:1] or 'flush timed out'}")
+    return ends
+
+
+def count_records(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> int:
+    """Count the committed records of ``topic`` (transaction markers are not records)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "enrichd-bench-count",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    total = 0
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        partitions = [TopicPartition(topic, p, 0) for p in sorted(metadata.partitions)]
+        consumer.assign(partitions)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            total += sum(
+                1 for m in consumer.consume(num_messages=50_000, timeout=0.2) if m.error() is None
+            )
+            positions = consumer.position(partitions)
+            done = True
+            for tp in positions:
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+                if high < 0 or max(tp.offset, 0) < high:  # offset < 0: nothing fetched yet
+                    done = False
+            if done:
+                break
+    finally:
+        consumer.close()
+    return total
