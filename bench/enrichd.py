@@ -10,7 +10,6 @@ partition end. Timing comes from the progress reports themselves: each batch's t
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 import uuid
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.workloads import REPO, Topics
+from daemon.replay import consumed_to
 
 EXAMPLE = REPO / "examples" / "tweet-views.toml"
 
@@ -141,17 +141,9 @@ def run_enrichd(
     return result
 
 
-def _reached(query: Any, ends: dict[str, int]) -> bool:
-    last = query.lastProgress
-    if last is None or not last.sources:
-        return False
-    offsets = json.loads(last.sources[0].endOffset or "{}")
-    return all(offsets.get(name, 0) >= end for name, end in ends.items())
-
-
 def _await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[Batch]:
     deadline = time.monotonic() + timeout_s
-    while not _reached(query, ends):
+    while not consumed_to(query, ends):
         if query.exception() is not None:
             raise RuntimeError(f"the pipeline failed: {query.exception()}")
         if time.monotonic() > deadline:

@@ -9,12 +9,12 @@ ids as decimal text, as ``daemon replay`` writes integer keys.
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from daemon.avro import AvroCodec, load_schema_file
+from daemon.kafka import clients
 from daemon.kafka.admin import create_topics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,29 +97,17 @@ def produce(conf: dict[str, str], topics: Topics, workload: Workload) -> dict[st
             "queue.buffering.max.messages": 1_000_000,
         }
     )
-    ends: dict[str, int] = {}
-    failures: list[str] = []
-
-    def delivered(err: Any, msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-            return
-        name = f"{msg.topic()}/{msg.partition()}"
-        ends[name] = max(ends.get(name, 0), msg.offset() + 1)
+    deliveries = clients.Deliveries()
 
     def send(topic: str, key: int, value: bytes, timestamp: int) -> None:
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    value=value,
-                    key=str(key).encode(),
-                    timestamp=timestamp,
-                    on_delivery=delivered,
-                )
-                return
-            except BufferError:
-                producer.poll(0.05)
+        clients.produce(
+            producer,
+            topic,
+            value=value,
+            key=str(key).encode(),
+            timestamp=timestamp,
+            on_delivery=deliveries,
+        )
 
     users, tweets = codec("user"), codec("tweet")
     rng = random.Random(workload.seed)
@@ -135,9 +123,10 @@ def produce(conf: dict[str, str], topics: Topics, workload: Workload) -> dict[st
         timestamp += 1
         if i % 10_000 == 0:
             producer.poll(0)
+    failures = deliveries.failures
     if producer.flush(60) != 0 or failures:
         raise RuntimeError(f"could not produce the workload: {failures[:1] or 'flush timed out'}")
-    return ends
+    return deliveries.ends
 
 
 def count_records(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> int:
@@ -155,21 +144,11 @@ def count_records(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> 
     total = 0
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-        partitions = [TopicPartition(topic, p, 0) for p in sorted(metadata.partitions)]
-        consumer.assign(partitions)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        for partition in sorted(metadata.partitions):
+            tp = TopicPartition(topic, partition, 0)
             total += sum(
-                1 for m in consumer.consume(num_messages=50_000, timeout=0.2) if m.error() is None
+                len(records) for records in clients.read_partition(consumer, tp, stall_s=timeout_s)
             )
-            positions = consumer.position(partitions)
-            done = True
-            for tp in positions:
-                _, high = consumer.get_watermark_offsets(tp, cached=True)
-                if high < 0 or max(tp.offset, 0) < high:  # offset < 0: nothing fetched yet
-                    done = False
-            if done:
-                break
     finally:
         consumer.close()
     return total

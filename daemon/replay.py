@@ -22,6 +22,7 @@ from typing import Any
 from daemon.avro import AvroCodec
 from daemon.config import PipelineConfig, PipelineFile
 from daemon.errors import ConfigError, EnrichdError, ReplayInputError
+from daemon.kafka.clients import Deliveries, produce, read_partition
 
 REPLAY_PARTITIONS = 2
 """Partitions of each fresh input topic: more than one, so partitioning is exercised."""
@@ -227,30 +228,31 @@ def _produce(
     from confluent_kafka import Producer
 
     producer = Producer({**conf, "linger.ms": 5, "partitioner": "murmur2_random"})
-    ends: dict[str, int] = {}
-    failures: list[str] = []
-
-    def delivered(err: Any, msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-            return
-        name = f"{msg.topic()}/{msg.partition()}"
-        ends[name] = max(ends.get(name, 0), msg.offset() + 1)
-
+    deliveries = Deliveries()
     for record in records:
         value = None if record.value is None else codecs[record.role].encode(record.value)
-        producer.produce(
+        produce(
+            producer,
             pipe.inputs[record.role].topic,
             value=value,
             key=key_bytes(record.key),
             timestamp=record.timestamp,
-            on_delivery=delivered,
+            on_delivery=deliveries,
         )
         producer.poll(0)
     producer.flush(30)
-    if failures:
-        raise EnrichdError(f"could not produce replay input: {failures[0]}")
-    return ends
+    if deliveries.failures:
+        raise EnrichdError(f"could not produce replay input: {deliveries.failures[0]}")
+    return deliveries.ends
+
+
+def consumed_to(query: Any, ends: dict[str, int]) -> bool:
+    """Whether the query's last micro-batch ended at or past ``ends`` (``"topic/partition"``)."""
+    last = query.lastProgress
+    if last is None or not last.sources:
+        return False
+    reached = json.loads(last.sources[0].endOffset or "{}")
+    return all(reached.get(name, 0) >= end for name, end in ends.items())
 
 
 def _await_consumed(
@@ -268,11 +270,8 @@ def _await_consumed(
                 consumed += report.numInputRows
         if progress is not None:
             progress(consumed, total)
-        last = query.lastProgress
-        if last is not None and last.sources:
-            reached = json.loads(last.sources[0].endOffset or "{}")
-            if all(reached.get(name, 0) >= end for name, end in ends.items()):
-                return len(seen_batches)
+        if consumed_to(query, ends):
+            return len(seen_batches)
         if time.monotonic() > deadline:
             raise EnrichdError(
                 f"the pipeline consumed {consumed} of {total} records in {timeout_s:.0f}s"
@@ -292,25 +291,12 @@ def _read_topic(conf: dict[str, str], topic: str, codec: AvroCodec | None) -> li
             "isolation.level": "read_committed",
         }
     )
-    results = []
+    results: list[dict[str, Any]] = []
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]
         for partition in sorted(metadata.partitions):
-            tp = TopicPartition(topic, partition, 0)
-            consumer.assign([tp])
-            position, idle = 0, 0
-            while idle < 40:
-                messages = consumer.consume(num_messages=10_000, timeout=0.25)
-                idle = 0 if messages else idle + 1
-                for message in messages:
-                    if message.error() is None:
-                        results.append(_as_json(message, codec))
-                        position = (message.offset() or 0) + 1
-                position = max(position, consumer.position([tp])[0].offset)
-                # The high watermark of the last Fetch is the true end (see the source).
-                _, high = consumer.get_watermark_offsets(tp, cached=True)
-                if 0 <= high <= position:
-                    break
+            for records in read_partition(consumer, TopicPartition(topic, partition, 0)):
+                results.extend(_as_json(message, codec) for message in records)
     finally:
         consumer.close()
     return results

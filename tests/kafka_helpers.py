@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from daemon.config import PipelineFile, parse_pipeline_file
+from daemon.kafka.clients import Deliveries, read_partition
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -53,25 +53,17 @@ def produce(
     from confluent_kafka import Producer
 
     producer = Producer({**conf, "linger.ms": linger_ms, "partitioner": "murmur2_random"})
-    ends: dict[int, int] = {}
-    errors: list[str] = []
-
-    def delivered(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
-            ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
-
+    deliveries = Deliveries()
     for record in records:
         extra: dict[str, Any] = {}
         if record.timestamp is not None:
             extra["timestamp"] = record.timestamp
         if record.partition is not None:
             extra["partition"] = record.partition
-        producer.produce(topic, value=record.value, key=record.key, on_delivery=delivered, **extra)
+        producer.produce(topic, value=record.value, key=record.key, on_delivery=deliveries, **extra)
     assert producer.flush(30) == 0, "records still queued after 30 s"
-    assert not errors, errors
-    return ends
+    assert not deliveries.failures, deliveries.failures
+    return {int(name.rpartition("/")[2]): end for name, end in deliveries.ends.items()}
 
 
 def read_topic(conf: dict[str, str], topic: str, timeout_s: float = 30.0) -> list[Out]:
@@ -92,31 +84,18 @@ def read_topic(conf: dict[str, str], topic: str, timeout_s: float = 30.0) -> lis
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]
         for partition in sorted(metadata.partitions):
             tp = TopicPartition(topic, partition, 0)
-            consumer.assign([tp])
-            position = 0
-            deadline = time.monotonic() + timeout_s
-            while True:
-                for message in consumer.consume(num_messages=10_000, timeout=0.2):
-                    offset = message.offset()
-                    if message.error() is not None or offset is None:
-                        continue
-                    found.append(
-                        Out(
-                            partition=message.partition() or 0,
-                            offset=offset,
-                            key=message.key(),
-                            value=message.value(),
-                            timestamp=message.timestamp()[1],
-                            headers=_headers(message.headers()),
-                        )
+            for records in read_partition(consumer, tp, stall_s=timeout_s):
+                found.extend(
+                    Out(
+                        partition=message.partition() or 0,
+                        offset=message.offset() or 0,
+                        key=message.key(),
+                        value=message.value(),
+                        timestamp=message.timestamp()[1],
+                        headers=_headers(message.headers()),
                     )
-                    position = offset + 1
-                position = max(position, consumer.position([tp])[0].offset)
-                # The high watermark of the last Fetch is the log end (ListOffsets is not).
-                _, high = consumer.get_watermark_offsets(tp, cached=True)
-                if 0 <= high <= position:
-                    break
-                assert time.monotonic() < deadline, f"{topic}/{partition}: stuck at {position}"
+                    for message in records
+                )
     finally:
         consumer.close()
     return found
@@ -210,6 +189,8 @@ def run_pipeline(spark: Any, file: PipelineFile, timeout_s: float = 120.0) -> li
     query = start_query(spark, plan)
     try:
         process_all(query, timeout_s)
-        return batch_ids(query)
     finally:
         query.stop()
+    # Read progress only once the query's thread has stopped: a report can land just after
+    # processAllAvailable() returns.
+    return batch_ids(query)

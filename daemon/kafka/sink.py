@@ -32,6 +32,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from daemon.config import Delivery
+from daemon.kafka.clients import Deliveries, produce
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
@@ -194,32 +195,24 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
 def _produce(producer: Any, batches: Iterator[pa.RecordBatch]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    errors: list[str] = []
-
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-
+    deliveries = Deliveries()
     for batch in batches:
         columns = batch.to_pydict()
         for topic, key, value, headers in zip(
             columns["topic"], columns["key"], columns["value"], columns["headers"], strict=True
         ):
-            while True:
-                try:
-                    producer.produce(
-                        topic,
-                        value=value,
-                        key=key,
-                        headers=[(h["key"], h["value"]) for h in headers or ()],
-                        on_delivery=delivered,
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.1)  # the local queue is full: let deliveries drain it
+            produce(
+                producer,
+                topic,
+                value=value,
+                key=key,
+                headers=[(h["key"], h["value"]) for h in headers or ()],
+                on_delivery=deliveries,
+            )
             counts[topic] = counts.get(topic, 0) + 1
         producer.poll(0)
     producer.flush()
-    if errors:
-        raise RuntimeError(f"{len(errors)} records were not delivered: {errors[0]}")
+    if deliveries.failures:
+        failures = deliveries.failures
+        raise RuntimeError(f"{len(failures)} records were not delivered: {failures[0]}")
     return counts

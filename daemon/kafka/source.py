@@ -28,10 +28,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from daemon.avro import AvroCodec
+from daemon.kafka.clients import read_partition
 from daemon.kafka.records import DEAD_LETTER_ROUTE, SOURCE_ARROW, SOURCE_DDL
 
 _ARROW_CHUNK = 10_000
-_STALL_S = 15.0  # no record for this long below a planned end: only control records remain
 
 
 @dataclass(frozen=True)
@@ -231,18 +231,10 @@ class KafkaStreamReader(DataSourceStreamReader):
                     continue
                 topic, partition = _split(name)
                 tp = TopicPartition(topic, partition, first)
-                reader.assign([tp])
-                stop = min(end, first + budget)
-                position, idle = first, 0
-                while position < stop and idle < 20:
-                    messages = reader.consume(num_messages=stop - position, timeout=0.5)
-                    idle = 0 if messages else idle + 1
-                    for message in messages:
-                        offset: int = message.offset() or 0
-                        if message.error() is None and offset < stop:
-                            heads.append((message.timestamp()[1], rank[topic], name, offset))
-                            position = offset + 1
-                    position = max(position, reader.position([tp])[0].offset)
+                for records in read_partition(reader, tp, min(end, first + budget)):
+                    heads.extend(
+                        (m.timestamp()[1], rank[topic], name, m.offset() or 0) for m in records
+                    )
         finally:
             reader.close()
         # Merge the partitions by the timestamp of each one's next record, as a k-way merge,
@@ -297,29 +289,13 @@ class KafkaStreamReader(DataSourceStreamReader):
         spec = next(s for s in self.spec.inputs if s.topic == partition.topic)
         consumer = Consumer(self._consumer_conf())
         tp = TopicPartition(partition.topic, partition.partition, partition.start)
-        consumer.assign([tp])
         rows = _Rows(spec)
-        position = partition.start
-        last_progress = time.monotonic()
         try:
-            while position < partition.end:
-                messages = consumer.consume(num_messages=_ARROW_CHUNK, timeout=1.0)
-                for message in messages:
-                    if message.error() is not None:
-                        continue
-                    offset: int = message.offset() or 0
-                    if offset >= partition.end:
-                        continue
+            for records in read_partition(consumer, tp, partition.end, chunk=_ARROW_CHUNK):
+                for message in records:
                     rows.add(message)
-                    position = offset + 1
-                if messages:
-                    last_progress = time.monotonic()
-                # Transaction markers take offsets but are never delivered as records.
-                position = max(position, consumer.position([tp])[0].offset)
                 if len(rows) >= _ARROW_CHUNK:
                     yield rows.flush()
-                if not messages and time.monotonic() - last_progress > _STALL_S:
-                    break
         finally:
             consumer.close()
         if len(rows):

@@ -1,0 +1,78 @@
+"""Pieces every Kafka client of enrichd shares: producing, delivery reports, reading to the end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+
+class Deliveries:
+    """A producer's ``on_delivery`` callback that keeps each partition's end and the failures.
+
+    ``ends`` maps ``"topic/partition"`` (the source's offset names) to the last delivered
+    offset + 1.
+    """
+
+    def __init__(self) -> None:
+        self.ends: dict[str, int] = {}
+        self.failures: list[str] = []
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        """Record one delivery report."""
+        if err is not None:
+            self.failures.append(str(err))
+            return
+        name = f"{msg.topic()}/{msg.partition()}"
+        self.ends[name] = max(self.ends.get(name, 0), (msg.offset() or 0) + 1)
+
+
+def produce(producer: Any, topic: str, **record: Any) -> None:
+    """Produce one record, waiting for deliveries while the client's local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, **record)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def read_partition(
+    consumer: Any,
+    tp: Any,
+    stop: int | None = None,
+    *,
+    chunk: int = 10_000,
+    stall_s: float = 15.0,
+) -> Iterator[list[Any]]:
+    """Yield one partition's records in chunks, from ``tp.offset`` up to ``stop`` (exclusive).
+
+    With ``stop`` None it reads to the log end, taken from the high watermark of the latest
+    Fetch response: ListOffsets under-reports it on some brokers. Transaction markers take
+    offsets but are never delivered, so progress is the consumer's position, not the last
+    record seen.
+
+    Raises:
+        TimeoutError: the position did not move for ``stall_s`` seconds short of the end.
+    """
+    consumer.assign([tp])
+    position = max(tp.offset, 0)
+    moved_at = time.monotonic()
+    while True:
+        end = stop if stop is not None else consumer.get_watermark_offsets(tp, cached=True)[1]
+        if 0 <= end <= position:
+            return
+        messages = consumer.consume(num_messages=chunk, timeout=0.25)
+        records = [
+            m for m in messages if m.error() is None and (stop is None or (m.offset() or 0) < stop)
+        ]
+        reached = max(
+            [position, consumer.position([tp])[0].offset]
+            + [(m.offset() or 0) + 1 for m in records[-1:]]
+        )
+        if reached > position:
+            position, moved_at = reached, time.monotonic()
+        elif time.monotonic() - moved_at > stall_s:
+            raise TimeoutError(f"{tp.topic}/{tp.partition}: no progress past offset {position}")
+        if records:
+            yield records
