@@ -160,7 +160,7 @@ def replay(
         ConfigError: an unknown role, or a problem with the pipeline.
         ReplayInputError: a malformed input file (naming file and line).
     """
-    from daemon.engine.pipeline import _codec, client_conf, plan_pipeline, start_query
+    from daemon.engine.pipeline import client_conf, codec_for, plan_pipeline, start_query
     from daemon.engine.session import spark_session
 
     pipe = pick_pipeline(file, pipeline)
@@ -170,8 +170,11 @@ def replay(
             f"--input {unknown[0]}=...: pipeline {pipe.name!r} has no input role "
             f"{unknown[0]!r}; its roles: {', '.join(pipe.inputs)}"
         )
+    # Fresh topics keep their input's schema, so one codec per role serves checking the
+    # files and producing them.
+    codecs = {role: codec_for(file, spec, writing=False) for role, spec in pipe.inputs.items()}
     inputs = {
-        role: read_input_file(files[role], role, _codec(file, pipe.inputs[role], writing=False))
+        role: read_input_file(files[role], role, codecs[role])
         for role in pipe.inputs
         if role in files
     }
@@ -183,7 +186,6 @@ def replay(
         from daemon.kafka.admin import create_topics
 
         create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
-        codecs = {role: _codec(file, spec, writing=False) for role, spec in fresh.inputs.items()}
         records = arrival_order(inputs)
         ends = _produce(conf, fresh, codecs, records)
         plan = plan_pipeline(file, fresh, conf)

@@ -44,7 +44,15 @@ def client_conf(file: PipelineFile, bootstrap_servers: str | None = None) -> dic
     return {"bootstrap.servers": servers, **file.kafka.client_conf}
 
 
-def _codec(file: PipelineFile, spec: InputConfig | OutputConfig, *, writing: bool) -> AvroCodec:
+def codec_for(file: PipelineFile, spec: InputConfig | OutputConfig, *, writing: bool) -> AvroCodec:
+    """The codec of one input or output, from its .avsc file or its registry subject.
+
+    A subject gives its latest schema, and that schema's id when ``writing``.
+
+    Raises:
+        SchemaError: the .avsc file is missing or invalid.
+        ConfigError: the subject has no registry configured or is not registered.
+    """
     if spec.schema_file is not None:
         writer = (
             load_schema_file(spec.writer_schema)
@@ -109,8 +117,8 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
     """
     from daemon.engine.processor import OperatorPlan
 
-    codecs = {role: _codec(file, spec, writing=False) for role, spec in pipe.inputs.items()}
-    output_codec = _codec(file, pipe.output, writing=True)
+    codecs = {role: codec_for(file, spec, writing=False) for role, spec in pipe.inputs.items()}
+    output_codec = codec_for(file, pipe.output, writing=True)
     joiner, plugin = make_joiner(pipe, record_fields(output_codec.schema))
     topics = existing_topics(conf)
     for role, spec in pipe.inputs.items():
