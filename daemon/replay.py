@@ -171,8 +171,8 @@ def replay(
             f"{unknown[0]!r}; its roles: {', '.join(pipe.inputs)}"
         )
     # Fresh topics keep their input's schema, so one codec per role serves checking the
-    # files and producing them.
-    codecs = {role: codec_for(file, spec, writing=False) for role, spec in pipe.inputs.items()}
+    # files and producing them (as a writer: with a registry, records carry the schema id).
+    codecs = {role: codec_for(file, spec, writing=True) for role, spec in pipe.inputs.items()}
     inputs = {
         role: read_input_file(files[role], role, codecs[role])
         for role in pipe.inputs
