@@ -14,7 +14,12 @@ from typer.testing import CliRunner
 import daemon.cli.plugins as cli_plugins
 from daemon.cli import app
 from daemon.errors import UnknownJoinerError
-from daemon.plugins import DISABLE_AUTOLOAD_ENV, JoinerRegistry, build_registry
+from daemon.plugins import (
+    BUILTIN_DISTRIBUTION,
+    DISABLE_AUTOLOAD_ENV,
+    JoinerRegistry,
+    build_registry,
+)
 
 BUILTINS = {"comap", "asof", "lookup", "window", "table"}
 runner = CliRunner()
@@ -25,8 +30,15 @@ def fake(name: str, module: str) -> EntryPoint:
     return EntryPoint(name=name, value=module, group="enrichd")
 
 
-def installed_plus(*extra: EntryPoint) -> list[EntryPoint]:
-    return [*entry_points(group="enrichd"), *extra]
+def builtins_plus(*extra: EntryPoint) -> list[EntryPoint]:
+    """enrichd's own entry points and ``extra``: not whatever else the venv has installed
+    (such as plugins/enrichd-joiner-example), so the exact checks below stay exact."""
+    own = [
+        e
+        for e in entry_points(group="enrichd")
+        if e.dist is not None and e.dist.name == BUILTIN_DISTRIBUTION
+    ]
+    return [*own, *extra]
 
 
 def use_registry(monkeypatch: pytest.MonkeyPatch, registry: JoinerRegistry) -> None:
@@ -86,7 +98,7 @@ def test_describe_shows_literal_choices_and_duration_defaults(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     extra = fake("extra", "tests.fixtures.extra_plugin")
-    use_registry(monkeypatch, build_registry(installed_plus(extra)))
+    use_registry(monkeypatch, build_registry(builtins_plus(extra)))
     result = runner.invoke(app, ["plugins", "describe", "echo"])
     assert result.exit_code == 0, result.output
     assert '"inner" | "left"' in result.output
@@ -103,7 +115,8 @@ def test_describe_shows_literal_choices_and_duration_defaults(
     assert "choices" not in echo["options"]["grace"]
 
 
-def test_describe_unknown_raises_with_the_choices() -> None:
+def test_describe_unknown_raises_with_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_registry(monkeypatch, build_registry(builtins_plus()))
     result = runner.invoke(app, ["plugins", "describe", "nope"])
     assert result.exit_code != 0
     assert isinstance(result.exception, UnknownJoinerError)
@@ -115,6 +128,7 @@ def test_describe_unknown_is_one_error_line_for_the_user() -> None:
         [sys.executable, "-m", "daemon", "plugins", "describe", "nope"],
         capture_output=True,
         text=True,
+        env={**os.environ, DISABLE_AUTOLOAD_ENV: "1"},  # the choices: the built-ins only
         timeout=60,
         check=False,
     )
@@ -126,7 +140,7 @@ def test_describe_unknown_is_one_error_line_for_the_user() -> None:
 
 
 def test_enrichd_register_joiners_from_a_third_party_plugin() -> None:
-    registry = build_registry(installed_plus(fake("extra", "tests.fixtures.extra_plugin")))
+    registry = build_registry(builtins_plus(fake("extra", "tests.fixtures.extra_plugin")))
     assert set(registry.joiners) == BUILTINS | {"echo"}
     assert registry.joiners["echo"].plugin.name == "extra"
     assert registry.failures == []
@@ -135,7 +149,7 @@ def test_enrichd_register_joiners_from_a_third_party_plugin() -> None:
 def test_duplicate_joiner_name_is_a_failure_naming_both_plugins(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    registry = build_registry(installed_plus(fake("impostor", "tests.fixtures.dup_plugin")))
+    registry = build_registry(builtins_plus(fake("impostor", "tests.fixtures.dup_plugin")))
     assert set(registry.joiners) == BUILTINS
     assert registry.joiners["comap"].plugin.distribution == "enrichd"  # the first one wins
     (failure,) = registry.failures
@@ -155,7 +169,7 @@ def test_broken_plugin_is_recorded_and_the_others_still_load(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     registry = build_registry(
-        installed_plus(
+        builtins_plus(
             fake("broken", "tests.fixtures.broken_plugin"),
             fake("extra", "tests.fixtures.extra_plugin"),
         )
@@ -181,7 +195,7 @@ def test_broken_plugin_is_recorded_and_the_others_still_load(
 
 
 def test_plugin_with_a_misspelled_hook_fails_loudly() -> None:
-    registry = build_registry(installed_plus(fake("typo", "tests.fixtures.typo_plugin")))
+    registry = build_registry(builtins_plus(fake("typo", "tests.fixtures.typo_plugin")))
     assert set(registry.joiners) == BUILTINS
     (failure,) = registry.failures
     assert failure.plugin.name == "typo"
@@ -195,7 +209,7 @@ def test_disable_plugin_autoload_keeps_only_enrichds_own(
     # Stand in for an installed third-party distribution among the real entry points.
     extra = fake("extra", "tests.fixtures.extra_plugin")
     monkeypatch.setattr(
-        "daemon.plugins.entry_points", lambda group: installed_plus(extra) if group else []
+        "daemon.plugins.entry_points", lambda group: builtins_plus(extra) if group else []
     )
     monkeypatch.setenv(DISABLE_AUTOLOAD_ENV, disabled)
     assert set(build_registry().joiners) == expected
@@ -219,7 +233,7 @@ def test_disable_plugin_autoload_in_a_real_process() -> None:
 
 def test_every_plugin_with_a_misspelled_hook_is_reported() -> None:
     registry = build_registry(
-        installed_plus(
+        builtins_plus(
             fake("typo", "tests.fixtures.typo_plugin"),
             fake("typo2", "tests.fixtures.typo_plugin:Misspelled"),
         )

@@ -1,0 +1,383 @@
+"""A test kit for joiner authors: run a joiner over ordered inputs, with or without the engine.
+
+How it works: inputs are given per role in the format of ``daemon replay`` input files, one
+dict per record: ``{"key": ..., "value": {...} or None, "timestamp": epoch_ms}``. The ``key``
+is the Kafka key (it routes tombstones of roles in ``Joiner.keyed_tombstones``); the join key
+comes from the value's field named in ``keys``, as in a pipeline file.
+
+- :func:`run_joiner` runs the joiner's logic in plain Python, the way the engine does: records
+  arrive in timestamp order across all inputs (ties: the joiner's role order, then list
+  order), are cut into micro-batches of ``batch_size``, grouped by join key and put in
+  apply order (:func:`daemon.joiners.base.apply_order`); each key's state goes through
+  ``pickle`` between micro-batches and is dropped when :meth:`Joiner.is_empty` says so.
+  Tombstones that cannot be routed, records without a join key or event time, and outputs the
+  output schema rejects become dead letters, with the engine's ``kind``. No broker, no Spark:
+  milliseconds per test.
+- :func:`replay_joiner` runs the same inputs through the real engine (broker, Spark, Avro),
+  via :func:`pipeline_file` and :func:`daemon.replay.replay`. The joiner must be installed
+  (registered through the ``enrichd`` entry points), since Spark's workers load it by name.
+
+Differences from the engine, on purpose: an exception in ``process`` propagates, so a test
+shows the traceback (the engine dead-letters that key's records as ``JoinerFailed``); offsets
+are positions in each role's list (the engine's are per Kafka partition), so records of one
+role with equal event times keep list order here. There is no clock: the engine has no timers
+yet, so neither does this kit, and ``state_ttl`` is not applied.
+
+Example:
+    The built-in ``comap`` joiner, a user and then a tweet of that user::
+
+        >>> from daemon.joiners.comap import CoMap
+        >>> from daemon.testing import run_joiner
+        >>> run = run_joiner(
+        ...     CoMap,
+        ...     {
+        ...         "one": [{"key": 1, "value": {"id": 1, "name": "ada"}, "timestamp": 1}],
+        ...         "many": [{"key": 7, "value": {"id": 7, "author_id": 1}, "timestamp": 2}],
+        ...     },
+        ...     keys={"one": "id", "many": "author_id"},
+        ...     options={"many_id": "id"},
+        ...     fields={"one": "author", "many": "tweet"},
+        ... )
+        >>> [(out.key, out.value["author"]["name"]) for out in run.outputs]
+        [('7', 'ada')]
+        >>> run.batches, run.dead_letters
+        (1, [])
+"""
+
+from __future__ import annotations
+
+import json
+import pickle  # noqa: S403 - round-trips the test's own state, as the engine's store does
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from daemon.avro import AvroCodec, load_schema_file, record_fields
+from daemon.config import PipelineFile, parse_pipeline_file
+from daemon.joiners.base import (
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+    apply_order,
+)
+from daemon.plugins import registry
+from daemon.replay import ReplayRecord, ReplayResult, arrival_order, key_bytes, replay
+
+Inputs = Mapping[str, Sequence[Mapping[str, Any]]]
+"""Records per role, each ``{"key": ..., "value": ..., "timestamp": ...}`` as in replay files."""
+
+
+@dataclass
+class JoinerRun:
+    """What a joiner produced in :func:`run_joiner`.
+
+    Attributes:
+        outputs: every :class:`Emit`, in the order written (micro-batch, then key, then yield).
+        dead_letters: every :class:`DeadLetter`, from routing, the joiner or the output schema.
+        states: the state of each key still held at the end.
+        batches: how many micro-batches ran.
+        metrics: the counters the joiner added with ``ctx.count``.
+    """
+
+    outputs: list[Emit] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    states: dict[str, Any] = field(default_factory=dict)
+    batches: int = 0
+    metrics: dict[str, int] = field(default_factory=dict)
+
+
+def by_key(outputs: Iterable[Emit] | Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Output values per output key, in order: comparable across micro-batchings and engines.
+
+    Takes :attr:`JoinerRun.outputs` or :attr:`daemon.replay.ReplayResult.outputs` (the engine
+    spreads keys over partitions, so only the order within a key is defined).
+    """
+    seen: dict[str, list[Any]] = {}
+    for out in outputs:
+        if isinstance(out, Emit):
+            key, value = out.key, out.value
+            key = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        else:
+            key, value = out["key"], out["value"]
+        seen.setdefault(str(key), []).append(value)
+    return seen
+
+
+def run_joiner(
+    joiner_cls: type[Joiner],
+    inputs: Inputs,
+    *,
+    keys: Mapping[str, str],
+    options: Mapping[str, Any] | JoinerOptions | None = None,
+    fields: Mapping[str, str] | None = None,
+    times: Mapping[str, str] | None = None,
+    batch_size: int | None = None,
+    schemas: Mapping[str, Path] | None = None,
+    output_schema: Path | None = None,
+) -> JoinerRun:
+    """Run a joiner's logic over ordered inputs as the engine would, in plain Python.
+
+    Args:
+        joiner_cls: the joiner class (need not be installed).
+        inputs: records per role (see :data:`Inputs`); roles may be left out.
+        keys: per role, the value field that holds the join key (``key`` in a pipeline file).
+        options: the joiner's options, as in ``[pipeline.options]`` or already validated.
+        fields: per role, its field in the output (``field``); by default the role's name.
+        times: per role, the value field with the event time (``time``); by default the
+            record's ``timestamp``.
+        batch_size: records per micro-batch (``max_records_per_batch``); None: one batch.
+        schemas: per role, an .avsc file; values then go through Avro as in the engine
+            (defaults filled in), and a value the schema rejects raises ``ValueError``.
+        output_schema: the output's .avsc file; outputs it rejects become dead letters of
+            kind ``UnencodableOutput``, and ``ctx.output_fields`` is set from it.
+
+    Returns:
+        The outputs, dead letters, final states, batch count and metrics.
+
+    Raises:
+        ValueError: an unknown role, a role without a key field, a malformed record or a
+            ``batch_size`` below 1.
+        pydantic.ValidationError: the options do not fit the joiner's ``Options``.
+    """
+    if batch_size is not None and batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    for role in inputs:
+        if role not in joiner_cls.roles:
+            raise ValueError(
+                f"{joiner_cls.name!r} has no role {role!r}; its roles: {joiner_cls.roles}"
+            )
+        if role not in keys:
+            raise ValueError(f"no join key field for role {role!r}: give keys={{{role!r}: ...}}")
+    codecs = {role: AvroCodec(load_schema_file(path)) for role, path in (schemas or {}).items()}
+    output_codec = AvroCodec(load_schema_file(output_schema)) if output_schema else None
+    validated = (
+        options
+        if isinstance(options, JoinerOptions)
+        else joiner_cls.Options.model_validate(dict(options or {}))
+    )
+    context = JoinerContext(
+        pipeline=f"test-{joiner_cls.name}",
+        fields={role: (fields or {}).get(role, role) for role in joiner_cls.roles},
+        output_fields=record_fields(output_codec.schema) if output_codec else (),
+    )
+    joiner = joiner_cls(validated, context)
+    # Arrival ties go by role order, as when a pipeline file lists its inputs in that order.
+    records = arrival_order(
+        {
+            role: _replay_records(role, inputs[role], codecs.get(role))
+            for role in joiner_cls.roles
+            if role in inputs
+        }
+    )
+    run = JoinerRun(metrics=context.metrics)
+    step = batch_size or max(len(records), 1)
+    for start in range(0, len(records), step):
+        run.batches += 1
+        grouped: dict[str, list[InputRecord]] = {}  # by join key, in first-seen order
+        for item in records[start : start + step]:
+            record = _route(item, keys[item.role], (times or {}).get(item.role), joiner)
+            if isinstance(record, DeadLetter):
+                run.dead_letters.append(record)
+            else:
+                grouped.setdefault(record.key, []).append(record)
+        for key, group in grouped.items():
+            state = run.states.pop(key) if key in run.states else joiner.initial_state()
+            for result in joiner.process(key, state, apply_order(group, joiner.roles), context):
+                if isinstance(result, DeadLetter):
+                    run.dead_letters.append(result)
+                else:
+                    _write(result, output_codec, run)
+            if not joiner.is_empty(state):
+                run.states[key] = pickle.loads(pickle.dumps(state))  # noqa: S301
+    return run
+
+
+def _replay_records(
+    role: str, lines: Sequence[Mapping[str, Any]], codec: AvroCodec | None
+) -> list[ReplayRecord]:
+    records = []
+    for index, line in enumerate(lines):
+        timestamp = line.get("timestamp")
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 1:
+            raise ValueError(f"{role}[{index}]: 'timestamp' must be epoch milliseconds, >= 1")
+        value = line.get("value")
+        if value is not None and codec is not None:
+            try:
+                value = codec.decode(codec.encode(dict(value)))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{role}[{index}]: value does not match its schema: {exc}"
+                ) from None
+        records.append(ReplayRecord(role, line.get("key"), value, timestamp, index))
+    return records
+
+
+def _route(
+    item: ReplayRecord, key_field: str, time_field: str | None, joiner: Joiner
+) -> InputRecord | DeadLetter:
+    """The input record the engine's source would make, or the dead letter it would route."""
+    kafka_key = key_bytes(item.key)
+    record = InputRecord(
+        role=item.role,
+        key="",
+        value=item.value,
+        event_time=item.timestamp,
+        topic=item.role,
+        partition=0,
+        offset=item.line,
+        kafka_key=kafka_key,
+    )
+    if item.value is None:
+        if item.role not in joiner.keyed_tombstones:
+            reason = f"a {item.role!r} tombstone carries no join key ({key_field!r})"
+            return DeadLetter(record, reason, "UnroutableTombstone")
+        if kafka_key is None:
+            return DeadLetter(record, "tombstone without a Kafka key", "UnroutableTombstone")
+        return replace(record, key=kafka_key.decode("utf-8", "replace"))
+    join_key = item.value.get(key_field)
+    if join_key is None:
+        return DeadLetter(record, f"no join key field {key_field!r}", "MissingKey")
+    event_time = item.timestamp
+    if time_field is not None:
+        raw = item.value.get(time_field)
+        if not isinstance(raw, int) or isinstance(raw, bool):
+            reason = f"no integer event-time field {time_field!r}"
+            return DeadLetter(record, reason, "MissingEventTime")
+        event_time = raw
+    return replace(record, key=str(join_key), event_time=event_time)
+
+
+def _write(emit: Emit, codec: AvroCodec | None, run: JoinerRun) -> None:
+    if codec is None or emit.value is None:
+        run.outputs.append(emit)
+        return
+    try:
+        value = codec.decode(codec.encode(emit.value))
+    except ValueError as exc:
+        if emit.source is None:
+            raise
+        run.dead_letters.append(DeadLetter(emit.source, str(exc), "UnencodableOutput"))
+        return
+    run.outputs.append(Emit(emit.key, value, emit.source))
+
+
+def pipeline_file(
+    joiner: str,
+    *,
+    schemas: Mapping[str, Path],
+    output_schema: Path,
+    keys: Mapping[str, str],
+    options: Mapping[str, Any] | None = None,
+    fields: Mapping[str, str] | None = None,
+    times: Mapping[str, str] | None = None,
+    checkpoint: Path,
+    bootstrap_servers: str | None = None,
+) -> PipelineFile:
+    """A one-pipeline file for ``joiner``, built in code rather than read from TOML.
+
+    Topics are named ``JOINER.ROLE`` and ``JOINER.out``; replay suffixes them afresh per run.
+
+    Args:
+        joiner: the installed joiner's name.
+        schemas: per role, its .avsc file (the roles of the pipeline).
+        output_schema: the output's .avsc file.
+        keys: per role, the join key field.
+        options: the joiner's options.
+        fields: per role, its field in the output.
+        times: per role, its event-time field.
+        checkpoint: the pipeline's checkpoint folder.
+        bootstrap_servers: the broker; None for the embedded one.
+
+    Raises:
+        daemon.config.ConfigProblems: the pieces do not make a valid pipeline file.
+    """
+    inputs = {}
+    for role, schema in schemas.items():
+        spec: dict[str, Any] = {
+            "topic": f"{joiner}.{role}",
+            "schema": str(schema),
+            "key": keys[role],
+        }
+        if fields and role in fields:
+            spec["field"] = fields[role]
+        if times and role in times:
+            spec["time"] = times[role]
+        inputs[role] = spec
+    data: dict[str, Any] = {
+        "kafka": {} if bootstrap_servers is None else {"bootstrap_servers": bootstrap_servers},
+        "pipeline": [
+            {
+                "name": f"test-{joiner}",
+                "joiner": joiner,
+                "checkpoint": str(checkpoint),
+                "inputs": inputs,
+                "output": {"topic": f"{joiner}.out", "schema": str(output_schema)},
+                "options": dict(options or {}),
+            }
+        ],
+    }
+    return parse_pipeline_file(Path(checkpoint) / "pipeline.toml", data)
+
+
+def replay_joiner(
+    joiner: str | type[Joiner],
+    inputs: Inputs,
+    *,
+    schemas: Mapping[str, Path],
+    output_schema: Path,
+    keys: Mapping[str, str],
+    options: Mapping[str, Any] | None = None,
+    fields: Mapping[str, str] | None = None,
+    times: Mapping[str, str] | None = None,
+    max_batch: int | None = None,
+    bootstrap_servers: str | None = None,
+) -> ReplayResult:
+    """Run an installed joiner over ``inputs`` through the real broker and Spark engine.
+
+    Takes the same arguments as :func:`run_joiner` (``max_batch`` for ``batch_size``), so a
+    test can check that both give the same :func:`by_key` outputs. Needs Java; starts (or
+    reuses) the process's Spark session.
+
+    Args:
+        joiner: the joiner's name, or its class (its ``name`` is used).
+        inputs: records per role, as for :func:`run_joiner`.
+        schemas: per role, its .avsc file; every role of the joiner needs one.
+        output_schema: the output's .avsc file.
+        keys: per role, the join key field.
+        options: the joiner's options.
+        fields: per role, its field in the output.
+        times: per role, its event-time field.
+        max_batch: cap on records per micro-batch; None for the engine's default.
+        bootstrap_servers: a running broker; None starts the embedded one for this call.
+
+    Returns:
+        The outputs and dead letters as JSON-ready dicts (see :class:`ReplayResult`).
+    """
+    cls = registry().get(joiner).cls if isinstance(joiner, str) else joiner
+    # Inputs in role order, as run_joiner takes them: it decides which of two inputs' records
+    # with the same timestamp the engine reads first.
+    schemas = {role: schemas[role] for role in cls.roles if role in schemas}
+    with tempfile.TemporaryDirectory(prefix="enrichd-test-") as folder:
+        work = Path(folder)
+        file = pipeline_file(
+            cls.name,
+            schemas=schemas,
+            output_schema=output_schema,
+            keys=keys,
+            options=options,
+            fields=fields,
+            times=times,
+            checkpoint=work / "checkpoint",
+            bootstrap_servers=bootstrap_servers,
+        )
+        files = {}
+        for role, lines in inputs.items():
+            path = work / f"{role}.jsonl"
+            path.write_text("".join(json.dumps(dict(line)) + "\n" for line in lines), "utf-8")
+            files[role] = path
+        return replay(file, files, max_batch=max_batch, bootstrap_servers=bootstrap_servers)

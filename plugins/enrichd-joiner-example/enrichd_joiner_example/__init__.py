@@ -1,0 +1,96 @@
+"""``latest-n``: an example enrichd joiner plugin, meant to be copied.
+
+Everything a plugin needs is in this module: a :class:`~daemon.joiners.base.Joiner` subclass
+with its options, and the ``enrichd_register_joiners`` hook that registers it. The
+distribution's ``pyproject.toml`` names this module in the ``enrichd`` entry-point group, so
+``pip install`` is all it takes for ``daemon plugins list`` to show ``latest-n``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+
+from pydantic import Field
+
+from daemon.hookspecs import hookimpl
+from daemon.joiners.base import DeadLetter, Emit, InputRecord, Joiner, JoinerContext, JoinerOptions
+
+__all__ = ["LatestN", "LatestNOptions", "enrichd_register_joiners"]
+
+
+class LatestNOptions(JoinerOptions):
+    """Options of ``latest-n``."""
+
+    n: int = Field(default=3, gt=0, description="right records kept per key")
+    left_id: str = Field(
+        default="id", min_length=1, description="field that identifies a left record"
+    )
+
+
+class LatestN(Joiner):
+    """Each left record with the last ``n`` right records of its key, oldest first.
+
+    State per join key: the latest ``n`` right records (e.g. a user's page views). A right
+    record is appended, dropping the oldest beyond ``n``, and emits nothing. A left record
+    (e.g. a click) emits one output keyed by its id (option ``left_id``): ``id``, the left
+    record, and the list of stored right records (empty when there are none), in the output
+    fields the pipeline names for the two roles. Records apply in event-time order, a left
+    record before a right record of the same millisecond, so the list holds the right records
+    that came before the left one, however the input falls into micro-batches. A right-side
+    tombstone (Kafka key: the join key) clears that key's history. A left record without its
+    id goes to the dead-letter topic; a left tombstone carries no join key, so the engine
+    dead-letters it before it reaches the joiner.
+    """
+
+    name = "latest-n"
+    description = "Each left record enriched with the last N right records of its key."
+    roles = ("left", "right")
+    Options = LatestNOptions
+    keyed_tombstones = frozenset({"right"})
+
+    def initial_state(self) -> list[dict[str, Any]]:
+        """No right records yet."""
+        return []
+
+    def process(
+        self,
+        key: str,
+        state: list[dict[str, Any]],
+        records: Sequence[InputRecord],
+        ctx: JoinerContext,
+    ) -> Iterator[Emit | DeadLetter]:
+        """Apply one key's records in order; see the class docstring for the semantics."""
+        options = cast(LatestNOptions, self.options)
+        for record in records:
+            if record.role == "right":
+                if record.value is None:
+                    state.clear()
+                else:
+                    state.append(record.value)
+                    del state[: -options.n]
+                continue
+            if record.value is None:
+                continue  # not routed here: "left" is not in keyed_tombstones
+            left_id = record.value.get(options.left_id)
+            if left_id is None:
+                yield DeadLetter(
+                    record, f"left record lacks its id field {options.left_id!r}", "MissingId"
+                )
+                continue
+            ctx.count("matched" if state else "unmatched")
+            yield Emit(
+                key=str(left_id),
+                value={
+                    "id": left_id,
+                    ctx.fields["left"]: record.value,
+                    ctx.fields["right"]: list(state),
+                },
+                source=record,
+            )
+
+
+@hookimpl
+def enrichd_register_joiners(register: Any) -> None:
+    """Register ``latest-n`` with enrichd."""
+    register(LatestN)

@@ -1,0 +1,160 @@
+"""``latest-n``: its logic with ``daemon.testing.run_joiner``, then once through the engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from enrichd_joiner_example import LatestN
+from pydantic import ValidationError
+
+from daemon.plugins import build_registry
+from daemon.testing import by_key, replay_joiner, run_joiner
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "example" / "schemas"
+# The same pipeline shape as example/clicks-with-views.toml, for both the kit and the engine.
+PIPELINE: dict[str, Any] = {
+    "keys": {"left": "user", "right": "user"},
+    "times": {"left": "ts", "right": "ts"},
+    "fields": {"left": "click", "right": "recent_views"},
+    "schemas": {
+        "left": SCHEMAS / "click.avsc",
+        "right": SCHEMAS / "page_view.avsc",
+    },
+    "output_schema": SCHEMAS / "click_with_views.avsc",
+}
+
+
+def view(user: str, url: str, ts: int) -> dict[str, Any]:
+    return {"key": user, "value": {"user": user, "url": url, "ts": ts}, "timestamp": ts}
+
+
+def forget(user: str, ts: int) -> dict[str, Any]:
+    """A page-view tombstone: keyed by the user, it clears that user's history."""
+    return {"key": user, "value": None, "timestamp": ts}
+
+
+def click(click_id: int, user: str, ts: int) -> dict[str, Any]:
+    body = {"id": click_id, "user": user, "target": "buy", "ts": ts}
+    return {"key": str(click_id), "value": body, "timestamp": ts}
+
+
+def urls(run_outputs: list[Any]) -> dict[str, list[str]]:
+    """Per click id, the urls of the views it was enriched with."""
+    return {
+        str(out.value["id"]): [v["url"] for v in out.value["recent_views"]] for out in run_outputs
+    }
+
+
+def run(clicks: list[dict], views: list[dict], **kw: Any) -> Any:
+    return run_joiner(LatestN, {"left": clicks, "right": views}, **PIPELINE, **kw)
+
+
+def test_a_click_gets_the_last_n_views_of_its_user_oldest_first() -> None:
+    views = [view("ada", f"/{i}", 10 * i) for i in range(1, 6)] + [view("bob", "/b", 15)]
+    result = run([click(1, "ada", 45), click(2, "ada", 100)], views, options={"n": 3})
+
+    assert urls(result.outputs) == {"1": ["/2", "/3", "/4"], "2": ["/3", "/4", "/5"]}
+    first = result.outputs[0]
+    assert first.key == "1"
+    assert first.value["click"] == click(1, "ada", 45)["value"]
+    assert result.dead_letters == []
+    assert result.metrics == {"matched": 2}
+
+
+def test_a_click_without_views_gets_an_empty_list() -> None:
+    result = run([click(1, "cyd", 5)], [view("ada", "/a", 1)])
+    assert urls(result.outputs) == {"1": []}
+    assert result.metrics == {"unmatched": 1}
+
+
+def test_a_view_in_the_same_millisecond_comes_after_the_click() -> None:
+    result = run([click(1, "ada", 20)], [view("ada", "/before", 10), view("ada", "/same", 20)])
+    assert urls(result.outputs) == {"1": ["/before"]}
+
+
+def test_a_view_tombstone_clears_the_history_of_its_user_only() -> None:
+    views = [view("ada", "/a", 1), view("bob", "/b", 2), forget("ada", 3), view("ada", "/c", 4)]
+    result = run([click(1, "ada", 5), click(2, "bob", 6)], views)
+    assert urls(result.outputs) == {"1": ["/c"], "2": ["/b"]}
+
+
+def test_state_holds_n_views_and_is_dropped_when_cleared() -> None:
+    result = run([], [view("ada", f"/{i}", i) for i in range(1, 5)], options={"n": 2})
+    assert [v["url"] for v in result.states["ada"]] == ["/3", "/4"]
+
+    cleared = run([], [view("ada", "/a", 1), forget("ada", 2)])
+    assert cleared.states == {}
+
+
+def test_unroutable_records_go_to_dead_letters() -> None:
+    no_id = {"key": "x", "value": {"user": "ada", "target": "t", "ts": 2}, "timestamp": 2}
+    left_tombstone = {"key": "1", "value": None, "timestamp": 3}
+    result = run_joiner(
+        LatestN, {"left": [no_id, left_tombstone]}, keys={"left": "user", "right": "user"}
+    )
+    assert sorted((d.record.offset, d.kind) for d in result.dead_letters) == [
+        (0, "MissingId"),
+        (1, "UnroutableTombstone"),
+    ]
+    assert result.outputs == []
+
+
+def test_n_must_be_positive() -> None:
+    with pytest.raises(ValidationError):
+        run([], [], options={"n": 0})
+
+
+def interleaved(count: int = 60) -> tuple[list[dict], list[dict]]:
+    """Three users' clicks and views, with tombstones, interleaved in time."""
+    clicks, views = [], []
+    for t in range(1, count + 1):
+        user = ["ada", "bob", "cyd"][t % 3]
+        if t % 4 == 0:
+            clicks.append(click(t, user, t))
+        elif t % 13 == 0:
+            views.append(forget(user, t))
+        else:
+            views.append(view(user, f"/{user}/{t}", t))
+    return clicks, views
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 7, 50])
+def test_outputs_do_not_depend_on_the_micro_batch_size(batch_size: int) -> None:
+    clicks, views = interleaved()
+    whole = run(clicks, views)
+    batched = run(clicks, views, batch_size=batch_size)
+
+    assert whole.batches == 1
+    assert batched.batches == -(-(len(clicks) + len(views)) // batch_size)
+    assert by_key(batched.outputs) == by_key(whole.outputs)
+    assert len(whole.outputs) == len(clicks)
+
+
+def test_the_plugin_is_installed_under_its_entry_point() -> None:
+    registered = build_registry().get("latest-n")
+    assert registered.cls is LatestN
+    assert registered.plugin.distribution == "enrichd-joiner-example"
+
+
+def test_the_engine_gives_what_run_joiner_gives(broker: Any, spark: Any) -> None:
+    clicks, views = interleaved(30)  # every micro-batch costs Spark about a second: few
+    options = {"n": 2}
+
+    engine = replay_joiner(
+        "latest-n",
+        {"left": clicks, "right": views},
+        options=options,
+        max_batch=12,
+        bootstrap_servers=broker.bootstrap_servers,
+        **PIPELINE,
+    )
+
+    assert engine.batches > 1
+    assert engine.dead_letters == []
+    expected = run(clicks, views, options=options)
+    assert by_key(engine.outputs) == by_key(expected.outputs)
+    assert all(
+        o["headers"]["enrichd.source.topic"].startswith("latest-n.left") for o in engine.outputs
+    )

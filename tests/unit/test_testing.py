@@ -1,0 +1,99 @@
+"""The plugin test kit ``daemon.testing`` on its own, without Spark."""
+
+from __future__ import annotations
+
+import doctest
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import daemon.testing
+from daemon.joiners.base import DeadLetter, Emit, InputRecord, Joiner, JoinerContext
+from daemon.joiners.comap import CoMap
+from daemon.testing import by_key, run_joiner
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+COMAP = {"keys": {"one": "id", "many": "author_id"}, "options": {"many_id": "id"}}
+
+
+class Echo(Joiner):
+    """Emits each record's value under its join key, with the batch it was seen in."""
+
+    name = "echo"
+    description = "Echo."
+    roles = ("a", "b")
+
+    def initial_state(self) -> dict[str, int]:
+        return {"seen": 0}
+
+    def process(
+        self, key: str, state: Any, records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterator[Emit | DeadLetter]:
+        for record in records:
+            state["seen"] += 1
+            yield Emit(key, {"role": record.role, "n": state["seen"]}, record)
+
+
+def line(key: Any, value: dict | None, timestamp: int) -> dict[str, Any]:
+    return {"key": key, "value": value, "timestamp": timestamp}
+
+
+def test_module_docstring_example_runs() -> None:
+    assert doctest.testmod(daemon.testing).failed == 0
+
+
+def test_apply_order_is_time_then_role_order_and_state_spans_batches() -> None:
+    inputs = {
+        "b": [line(None, {"k": 1}, 5), line(None, {"k": 1}, 1)],
+        "a": [line(None, {"k": 1}, 5)],
+    }
+    for batch_size in (None, 1, 2):
+        run = run_joiner(Echo, inputs, keys={"a": "k", "b": "k"}, batch_size=batch_size)
+        assert by_key(run.outputs) == {
+            "1": [{"role": "b", "n": 1}, {"role": "a", "n": 2}, {"role": "b", "n": 3}]
+        }
+        assert run.states == {"1": {"seen": 3}}
+
+
+def test_tombstones_route_by_kafka_key_only_for_keyed_roles() -> None:
+    user = {"id": 1, "name": "ada", "avatar": None, "updated_at": 1}
+    tweet = {"id": 7, "author_id": 1, "content": "hi"}
+    run = run_joiner(
+        CoMap,
+        {
+            "one": [line(1, user, 1), line(1, None, 3)],
+            "many": [line(7, tweet, 2), line(7, None, 4)],
+        },
+        schemas={"one": SCHEMAS / "user.avsc", "many": SCHEMAS / "tweet.avsc"},
+        output_schema=SCHEMAS / "tweet_view.avsc",
+        fields={"one": "author", "many": "tweet"},
+        **COMAP,
+    )
+    assert by_key(run.outputs) == {"7": [{"id": 7, "tweet": tweet, "author": user}, None]}
+    assert [(d.kind, d.record.role) for d in run.dead_letters] == [("UnroutableTombstone", "many")]
+
+
+def test_outputs_the_schema_rejects_become_dead_letters() -> None:
+    run = run_joiner(
+        Echo, {"a": [line(None, {"k": 1}, 1)]}, keys={"a": "k"}, output_schema=SCHEMAS / "user.avsc"
+    )
+    assert run.outputs == []
+    assert [d.kind for d in run.dead_letters] == ["UnencodableOutput"]
+
+
+def test_bad_inputs_are_refused_with_the_role_and_index() -> None:
+    with pytest.raises(ValueError, match="no role 'c'"):
+        run_joiner(Echo, {"c": []}, keys={"c": "k"})
+    with pytest.raises(ValueError, match="no join key field for role 'a'"):
+        run_joiner(Echo, {"a": []}, keys={})
+    with pytest.raises(ValueError, match=r"a\[0\]: 'timestamp'"):
+        run_joiner(Echo, {"a": [line(None, {"k": 1}, 0)]}, keys={"a": "k"})
+    with pytest.raises(ValueError, match=r"many\[0\]: value does not match"):
+        run_joiner(
+            CoMap,
+            {"many": [line(1, {"id": 1}, 1)]},
+            schemas={"many": SCHEMAS / "tweet.avsc"},
+            **COMAP,
+        )
