@@ -65,6 +65,7 @@ from daemon.joiners.base import (
     JoinerOptions,
     apply_order,
 )
+from daemon.kafka.records import route
 from daemon.plugins import registry
 from daemon.replay import ReplayRecord, ReplayResult, arrival_order, key_bytes, replay
 
@@ -232,24 +233,19 @@ def _route(
         offset=item.line,
         kafka_key=kafka_key,
     )
-    if item.value is None:
-        if item.role not in joiner.keyed_tombstones:
-            reason = f"a {item.role!r} tombstone carries no join key ({key_field!r})"
-            return DeadLetter(record, reason, "UnroutableTombstone")
-        if kafka_key is None:
-            return DeadLetter(record, "tombstone without a Kafka key", "UnroutableTombstone")
-        return replace(record, key=kafka_key.decode("utf-8", "replace"))
-    join_key = item.value.get(key_field)
-    if join_key is None:
-        return DeadLetter(record, f"no join key field {key_field!r}", "MissingKey")
-    event_time = item.timestamp
-    if time_field is not None:
-        raw = item.value.get(time_field)
-        if not isinstance(raw, int) or isinstance(raw, bool):
-            reason = f"no integer event-time field {time_field!r}"
-            return DeadLetter(record, reason, "MissingEventTime")
-        event_time = raw
-    return replace(record, key=str(join_key), event_time=event_time)
+    routing = route(
+        item.value,
+        kafka_key,
+        item.timestamp,
+        role=item.role,
+        key_field=key_field,
+        time_field=time_field,
+        keyed_tombstones=item.role in joiner.keyed_tombstones,
+    )
+    if routing.error is not None or routing.key is None:
+        kind, _, reason = (routing.error or "MissingKey: no join key").partition(": ")
+        return DeadLetter(record, reason, kind)
+    return replace(record, key=routing.key, event_time=routing.event_time)
 
 
 def _write(emit: Emit, codec: AvroCodec | None, run: JoinerRun) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any, NamedTuple
+
 import pyarrow as pa
 
 SOURCE_DDL = (
@@ -31,3 +34,60 @@ SINK_DDL = "topic string, key binary, value binary, headers array<struct<key:str
 
 DEAD_LETTER_ROUTE = "\x00dead-letter"
 """The group key of records that failed before joining; no real join key is a lone NUL."""
+
+
+class Routing(NamedTuple):
+    """Where a decoded input record goes: its join key and event time, or why it cannot join.
+
+    ``error`` is ``"Kind: message"`` (the kind becomes the dead letter's ``enrichd.error.class``).
+    """
+
+    key: str | None
+    event_time: int
+    error: str | None
+
+
+def route(
+    value: dict[str, Any] | None,
+    kafka_key: bytes | None,
+    timestamp: int,
+    *,
+    role: str,
+    key_field: str,
+    time_field: str | None,
+    keyed_tombstones: bool,
+) -> Routing:
+    """Find a decoded record's join key and event time, as the source does for every record.
+
+    Args:
+        value: the decoded record, or None for a tombstone.
+        kafka_key: the Kafka key; it routes tombstones of roles whose Kafka key is the join key.
+        timestamp: the Kafka timestamp, the event time when ``time_field`` is None.
+        role: the input's role, for messages.
+        key_field: the join key field.
+        time_field: the event-time field, or None.
+        keyed_tombstones: whether this role's tombstones route by their Kafka key.
+    """
+    if value is None:
+        # A tombstone has no fields: only its Kafka key can say what it deletes.
+        if not keyed_tombstones:
+            return Routing(
+                None,
+                timestamp,
+                f"UnroutableTombstone: a {role!r} tombstone carries no join key "
+                f"({key_field!r}); this joiner deletes on that side by a record",
+            )
+        if kafka_key is None:
+            return Routing(None, timestamp, "UnroutableTombstone: tombstone without a Kafka key")
+        return Routing(kafka_key.decode("utf-8", "replace"), timestamp, None)
+    raw_key = value.get(key_field)
+    if raw_key is None:
+        return Routing(None, timestamp, f"MissingKey: no join key field {key_field!r}")
+    if time_field is None:
+        return Routing(str(raw_key), timestamp, None)
+    raw_time = value.get(time_field)
+    if isinstance(raw_time, datetime):  # Avro timestamp-millis/-micros
+        return Routing(str(raw_key), int(raw_time.timestamp() * 1000), None)
+    if isinstance(raw_time, int) and not isinstance(raw_time, bool):
+        return Routing(str(raw_key), raw_time, None)
+    return Routing(None, timestamp, f"MissingEventTime: no integer event-time field {time_field!r}")

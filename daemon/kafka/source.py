@@ -19,7 +19,6 @@ import pickle  # noqa: S403 - only our own driver-made spec travels through it
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -29,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from daemon.avro import AvroCodec
 from daemon.kafka.clients import read_partition
-from daemon.kafka.records import DEAD_LETTER_ROUTE, SOURCE_ARROW, SOURCE_DDL
+from daemon.kafka.records import DEAD_LETTER_ROUTE, SOURCE_ARROW, SOURCE_DDL, Routing, route
 
 _ARROW_CHUNK = 10_000
 
@@ -317,39 +316,21 @@ class _Rows:
         value = message.value()
         kafka_key = message.key()
         _, timestamp = message.timestamp()
-        key: str | None = None
-        event_time: int | None = timestamp
-        error: str | None = None
-        if value is None:
-            # A tombstone has no fields: only its Kafka key can say what it deletes.
-            if not spec.keyed_tombstones:
-                error = (
-                    f"UnroutableTombstone: a {spec.role!r} tombstone carries no join key "
-                    f"({spec.key_field!r}); this joiner deletes on that side by a record"
-                )
-            elif kafka_key is None:
-                error = "UnroutableTombstone: tombstone without a Kafka key"
-            else:
-                key = kafka_key.decode("utf-8", "replace")
+        try:
+            record = None if value is None else spec.codec.decode(value)
+        except Exception as exc:
+            routing = Routing(None, timestamp, f"UndecodableRecord: {type(exc).__name__}: {exc}")
         else:
-            try:
-                record = spec.codec.decode(value)
-            except Exception as exc:
-                error = f"UndecodableRecord: {type(exc).__name__}: {exc}"
-            else:
-                raw_key = record.get(spec.key_field)
-                if raw_key is None:
-                    error = f"MissingKey: no join key field {spec.key_field!r}"
-                else:
-                    key = str(raw_key)
-                if spec.time_field is not None and error is None:
-                    raw_time = record.get(spec.time_field)
-                    if isinstance(raw_time, datetime):  # Avro timestamp-millis/-micros
-                        event_time = int(raw_time.timestamp() * 1000)
-                    elif isinstance(raw_time, int) and not isinstance(raw_time, bool):
-                        event_time = raw_time
-                    else:
-                        error = f"MissingEventTime: no integer event-time field {spec.time_field!r}"
+            routing = route(
+                record,
+                kafka_key,
+                timestamp,
+                role=spec.role,
+                key_field=spec.key_field,
+                time_field=spec.time_field,
+                keyed_tombstones=spec.keyed_tombstones,
+            )
+        key, event_time, error = routing
         if error is not None:
             key = DEAD_LETTER_ROUTE
         c = self.columns
