@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from daemon.cli import broker, demo, plugins, replay, validate
+from daemon.cli import broker, demo, plugins, replay, run, validate
 from daemon.errors import EnrichdError
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(plugins.app, name="plugins")
+app.command("run")(run.run)
 app.command("validate")(validate.validate)
 app.command("broker")(broker.broker)
 app.command("replay")(replay.replay)

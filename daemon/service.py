@@ -1,0 +1,171 @@
+"""The service behind ``daemon run``: every pipeline of a file, supervised until a signal.
+
+How it works: the file is checked and every pipeline planned (joiner, schemas, topics) before
+Spark starts, so a configuration problem ends the process at once with one line and exit
+code 1. Then one Spark session runs one streaming query per pipeline. A query that fails is
+logged with its pipeline's name and started again from its checkpoint after a delay that
+doubles from 1 s to 60 s, and goes back to 1 s once a restarted query completes a
+micro-batch. Failures after start-up never end the process.
+
+Stopping (SIGTERM or SIGINT): Structured Streaming has no "finish the batch, then stop";
+``query.stop()`` interrupts whatever micro-batch is running. So each query is first given
+until the stop deadline to be *between* micro-batches: not running a trigger, or done with
+the batch that was in flight when the signal came. Only then is it stopped, which interrupts
+at most the planning of the next batch. If the deadline comes first it is stopped anyway.
+That is safe, not just polite: an interrupted micro-batch was never committed to the
+checkpoint, so the next start runs it again with the same offsets and state, and the
+transactional sink (``daemon.kafka.sink``) writes nothing for a batch whose output already
+landed. Waiting first avoids leaving a Kafka transaction open, which matters on brokers that
+show aborted records to ``read_committed`` readers (Tansu 0.6 does). The process exits 0 within the
+stop timeout, by force if the JVM does not let go in time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from daemon.config import PipelineFile
+from daemon.engine.pipeline import PipelinePlan, client_conf, plan_pipeline, start_query
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("enrichd.service")
+
+MAX_RESTART_DELAY_S = 60.0
+_POLL_S = 0.5
+
+
+def restart_delay(failures: int) -> float:
+    """Seconds to wait before restarting after the ``failures``-th failure in a row (1, 2, ...)."""
+    return float(min(MAX_RESTART_DELAY_S, 2.0 ** max(failures - 1, 0)))
+
+
+@dataclass
+class Supervised:
+    """One pipeline's query and its restart bookkeeping."""
+
+    plan: PipelinePlan
+    query: Any = None
+    restarts: int = 0
+    failures_in_row: int = 0
+    restart_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        """The pipeline's name."""
+        return self.plan.config.name
+
+    def check(self, spark: SparkSession, now: float) -> None:
+        """Notice a failed query, and restart it once its delay has passed."""
+        if self.restart_at is not None:
+            if now >= self.restart_at:
+                self.restart_at = None
+                self.restarts += 1
+                self.start(spark, f"restarted (restart {self.restarts})", now)
+            return
+        if self.query.isActive:
+            if self.failures_in_row and self.query.lastProgress is not None:
+                self.failures_in_row = 0  # a batch went through: the next failure starts over
+            return
+        self.failed(str(self.query.exception() or "the query stopped"), now)
+
+    def start(self, spark: SparkSession, what: str, now: float) -> None:
+        """Start the query; a failure to start counts as a failure of the query."""
+        try:
+            self.query = start_query(spark, self.plan)
+        except Exception as exc:
+            self.failed(f"could not start: {exc}", now)
+            return
+        log.info(
+            "pipeline %s %s: joiner %s, checkpoint %s",
+            self.name,
+            what,
+            self.plan.config.joiner,
+            self.plan.config.checkpoint,
+        )
+
+    def failed(self, reason: str, now: float) -> None:
+        """Log a failure and schedule the restart."""
+        self.failures_in_row += 1
+        delay = restart_delay(self.failures_in_row)
+        first_line = reason.strip().splitlines()[0] if reason.strip() else "unknown error"
+        log.error("pipeline %s failed: %s; restarting in %.0f s", self.name, first_line, delay)
+        self.restart_at = now + delay
+
+    def stop(self, deadline: float) -> None:
+        """Let the micro-batch in flight finish (until ``deadline``), then stop the query."""
+        query = self.query
+        if self.restart_at is not None or query is None or not query.isActive:
+            return
+        in_flight = _last_batch(query)
+        while time.monotonic() < deadline and query.isActive:
+            if not query.status["isTriggerActive"] or _last_batch(query) != in_flight:
+                break
+            time.sleep(0.02)
+        try:
+            query.stop()
+        except Exception as exc:  # a stop timeout: the checkpoint still makes the next start right
+            log.warning("pipeline %s did not stop cleanly: %s", self.name, exc)
+        log.info("pipeline %s stopped (%d restarts)", self.name, self.restarts)
+
+
+def _last_batch(query: Any) -> int:
+    progress = query.lastProgress
+    return -1 if progress is None else int(progress.batchId)
+
+
+def run_service(
+    file: PipelineFile, *, stop_timeout_s: float = 30.0, stop: threading.Event | None = None
+) -> None:
+    """Run every pipeline of ``file`` until SIGTERM/SIGINT (or ``stop`` is set), then stop.
+
+    Raises:
+        ConfigError: ``[kafka] bootstrap_servers`` is missing, or a pipeline is wrong.
+        KafkaUnavailableError: the broker is unreachable or an input topic is missing.
+    """
+    from daemon.engine.session import spark_session
+
+    conf = client_conf(file)
+    plans = [plan_pipeline(file, pipe, conf) for pipe in file.pipeline]
+    spark = spark_session(file.spark)
+    stop = stop or threading.Event()
+    # After the session starts: PySpark installs its own SIGINT handler when it does.
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda number, _frame: stop.set())
+    pipelines = [Supervised(plan) for plan in plans]
+    for pipe in pipelines:
+        pipe.start(spark, "started", time.monotonic())
+    while not stop.wait(_POLL_S):
+        for pipe in pipelines:
+            pipe.check(spark, time.monotonic())
+    now = time.monotonic()
+    log.info("stopping: letting micro-batches in flight finish (up to %.0f s)", stop_timeout_s)
+    _exit_at(now + stop_timeout_s)
+    # Half the time for batches in flight, the rest for stopping queries and Spark; this
+    # bounds each query.stop(), which raises rather than wait longer.
+    spark.conf.set("spark.sql.streaming.stopTimeout", str(int(stop_timeout_s * 250)))
+    for pipe in pipelines:
+        pipe.stop(now + stop_timeout_s / 2)
+    spark.stop()
+    log.info("stopped")
+
+
+def _exit_at(deadline: float) -> None:
+    """Exit 0 at ``deadline`` even if Spark does not shut down by then."""
+
+    def force() -> None:
+        log.warning("stop timeout reached; exiting without waiting for Spark")
+        logging.shutdown()
+        os._exit(0)
+
+    timer = threading.Timer(max(deadline - time.monotonic(), 0.0), force)
+    timer.daemon = True
+    timer.start()

@@ -1,0 +1,99 @@
+"""`daemon run`: start-up errors end it with one line and exit 1; failed queries restart."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from daemon import service
+from daemon.broker import EmbeddedBroker
+from daemon.service import Supervised, restart_delay
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+EXAMPLE = FIXTURES / "pipelines" / "tweet_views.toml"
+
+
+def daemon_run(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", "run", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+
+
+def test_run_without_bootstrap_servers_is_a_one_line_error() -> None:
+    done = daemon_run(EXAMPLE)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"error: {EXAMPLE}: [kafka] bootstrap_servers is not set; set it, or use "
+        "`daemon replay`/`daemon demo`, which start the embedded broker"
+    ]
+
+
+def test_run_with_a_missing_input_topic_is_a_one_line_error(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    text = EXAMPLE.read_text(encoding="utf-8").replace("../../../schemas", "schemas")
+    path = tmp_path / "pipeline.toml"
+    path.write_text(f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n{text}')
+    (tmp_path / "schemas").symlink_to(FIXTURES.parent.parent / "schemas")
+    done = daemon_run(path)
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: pipeline 'tweet-views': input 'one' topic 'users'")
+
+
+def test_restart_delay_doubles_from_1s_to_60s() -> None:
+    assert [restart_delay(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
+
+
+class FakeQuery:
+    """What the supervisor reads of a streaming query."""
+
+    def __init__(self, error: str | None = None, progress: Any = None) -> None:
+        self.isActive = error is None
+        self.error = error
+        self.lastProgress = progress
+
+    def exception(self) -> str | None:
+        return self.error
+
+
+def test_a_failed_query_is_logged_and_restarted_with_backoff(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    started: list[FakeQuery] = []
+    outcomes = iter([FakeQuery("boom again"), FakeQuery(progress=object())])
+
+    def start_query(spark: Any, plan: Any) -> FakeQuery:
+        started.append(next(outcomes))
+        return started[-1]
+
+    monkeypatch.setattr(service, "start_query", start_query)
+    pipeline = SimpleNamespace(name="views", joiner="comap", checkpoint="state/views")
+    plan: Any = SimpleNamespace(config=pipeline)
+    pipe = Supervised(plan, query=FakeQuery("boom\nat line 3"))
+    with caplog.at_level(logging.ERROR, logger="enrichd.service"):
+        pipe.check(None, now=100.0)  # type: ignore[arg-type]
+        assert pipe.restart_at == 101.0
+        pipe.check(None, now=100.5)  # type: ignore[arg-type]
+        assert not started
+        pipe.check(None, now=101.0)  # type: ignore[arg-type]  # restart 1, fails again
+        pipe.check(None, now=101.5)  # type: ignore[arg-type]
+        assert pipe.restart_at == 103.5  # second failure in a row: 2 s
+        pipe.check(None, now=103.5)  # type: ignore[arg-type]  # restart 2, runs
+        pipe.check(None, now=104.0)  # type: ignore[arg-type]
+    assert (pipe.restarts, pipe.failures_in_row, pipe.restart_at) == (2, 0, None)
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline views failed: boom; restarting in 1 s",
+        "pipeline views failed: boom again; restarting in 2 s",
+    ]
