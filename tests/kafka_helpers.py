@@ -66,8 +66,13 @@ def produce(
     return {int(name.rpartition("/")[2]): end for name, end in deliveries.ends.items()}
 
 
-def read_topic(conf: dict[str, str], topic: str, timeout_s: float = 30.0) -> list[Out]:
-    """Every committed record of ``topic`` (``read_committed``), partition by partition."""
+def read_topic(conf: dict[str, str], topic: str, timeout_s: float = 120.0) -> list[Out]:
+    """Every committed record of ``topic`` (``read_committed``), partition by partition.
+
+    A ``read_committed`` read waits at a transaction left open (by a killed writer, until its
+    successor initialises the same transactional id: a Spark start and a first micro-batch
+    later), so the wait before failing allows for that.
+    """
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(

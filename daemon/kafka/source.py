@@ -31,6 +31,11 @@ from daemon.kafka.clients import read_partition
 from daemon.kafka.records import DEAD_LETTER_ROUTE, SOURCE_ARROW, SOURCE_DDL, Routing, route
 
 _ARROW_CHUNK = 10_000
+_OPEN_TRANSACTION_WAIT_S = 120.0
+"""How long a read waits for the position to move: a ``read_committed`` read stops at an open
+upstream transaction until it commits or aborts, and Kafka producers' default transaction
+timeout is 60 s. Planned ends come from the high watermark, which may lie past such a
+transaction."""
 
 
 @dataclass(frozen=True)
@@ -290,7 +295,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         tp = TopicPartition(partition.topic, partition.partition, partition.start)
         rows = _Rows(spec)
         try:
-            for records in read_partition(consumer, tp, partition.end, chunk=_ARROW_CHUNK):
+            chunks = read_partition(
+                consumer, tp, partition.end, chunk=_ARROW_CHUNK, stall_s=_OPEN_TRANSACTION_WAIT_S
+            )
+            for records in chunks:
                 for message in records:
                     rows.add(message)
                 if len(rows) >= _ARROW_CHUNK:
