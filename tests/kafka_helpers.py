@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +182,24 @@ def batch_ids(query: Any) -> list[int]:
     return sorted({p.batchId for p in query.recentProgress if p.numInputRows})
 
 
+def _batch_files(folder: Path) -> set[int]:
+    return {int(f.name) for f in folder.glob("[0-9]*")} if folder.exists() else set()
+
+
+def await_committed(checkpoint: Path, timeout_s: float) -> None:
+    """Wait until every micro-batch in the checkpoint's offset log is in its commit log.
+
+    On a restart Spark first re-runs a planned but uncommitted micro-batch, and
+    processAllAvailable() can return before that re-run has finished.
+    """
+    deadline = time.monotonic() + timeout_s
+    while max(_batch_files(checkpoint / "offsets"), default=-1) > max(
+        _batch_files(checkpoint / "commits"), default=-1
+    ):
+        assert time.monotonic() < deadline, f"{checkpoint}: a planned micro-batch never committed"
+        time.sleep(0.1)
+
+
 def run_pipeline(spark: Any, file: PipelineFile, timeout_s: float = 120.0) -> list[int]:
     """Run the file's one pipeline until it has consumed its inputs, then stop it.
 
@@ -194,6 +213,7 @@ def run_pipeline(spark: Any, file: PipelineFile, timeout_s: float = 120.0) -> li
     query = start_query(spark, plan)
     try:
         process_all(query, timeout_s)
+        await_committed(pipe.checkpoint, timeout_s)
     finally:
         query.stop()
     # Read progress only once the query's thread has stopped: a report can land just after
