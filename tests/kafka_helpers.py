@@ -210,12 +210,24 @@ def run_pipeline(spark: Any, file: PipelineFile, timeout_s: float = 120.0) -> li
     (pipe,) = file.pipeline
     assert file.kafka.bootstrap_servers is not None
     plan = plan_pipeline(file, pipe, client_conf(file.kafka.bootstrap_servers))
+    committed_before = _batch_files(pipe.checkpoint / "commits")
     query = start_query(spark, plan)
     try:
         process_all(query, timeout_s)
         await_committed(pipe.checkpoint, timeout_s)
+        # Spark writes a batch's commit file before it posts the batch's progress report.
+        ran = _batch_files(pipe.checkpoint / "commits") - committed_before
+        _await_progress(query, ran, timeout_s)
     finally:
         query.stop()
-    # Read progress only once the query's thread has stopped: a report can land just after
-    # processAllAvailable() returns.
     return batch_ids(query)
+
+
+def _await_progress(query: Any, batches: set[int], timeout_s: float) -> None:
+    """Wait for the report of the last of ``batches`` (reports are posted in batch order)."""
+    if not batches:
+        return
+    deadline = time.monotonic() + timeout_s
+    while max(batches) not in {p.batchId for p in query.recentProgress}:
+        assert time.monotonic() < deadline, f"no progress report for batch {max(batches)}"
+        time.sleep(0.05)
