@@ -66,7 +66,7 @@ class InputConfig(_Serde):
 
 
 class OutputConfig(_Serde):
-    """``[pipeline.output]``: the output topic and its schema."""
+    """``[pipeline.output]`` or ``[pipeline.outputs.NAME]``: an output topic and its schema."""
 
 
 class PipelineConfig(_Strict):
@@ -78,6 +78,9 @@ class PipelineConfig(_Strict):
     dead_letter_topic: str | None = None
     inputs: dict[str, InputConfig]
     output: OutputConfig
+    outputs: dict[str, OutputConfig] = Field(default_factory=dict)
+    """Secondary outputs by name, for joiners that write more than one stream (the running
+    totals of ``lookup``'s aggregation); the joiner says which names it knows."""
     options: dict[str, Any] = Field(default_factory=dict)
     max_records_per_batch: int = Field(default=100_000, gt=0)
     trigger: DurationMs = 0
@@ -165,11 +168,16 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
         output = pipe.output.model_copy(
             update={"schema_file": _resolve(pipe.output.schema_file, base)}
         )
+        outputs = {
+            name: spec.model_copy(update={"schema_file": _resolve(spec.schema_file, base)})
+            for name, spec in pipe.outputs.items()
+        }
         pipelines.append(
             pipe.model_copy(
                 update={
                     "inputs": inputs,
                     "output": output,
+                    "outputs": outputs,
                     "checkpoint": _resolve(pipe.checkpoint, base),
                 }
             )

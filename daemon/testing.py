@@ -9,10 +9,13 @@ comes from the value's field named in ``keys``, as in a pipeline file.
   arrive in timestamp order across all inputs (ties: the joiner's role order, then list
   order), are cut into micro-batches of ``batch_size``, grouped by join key and put in
   apply order (:func:`daemon.joiners.base.apply_order`); each key's state goes through
-  ``pickle`` between micro-batches and is dropped when :meth:`Joiner.is_empty` says so.
+  ``pickle`` between micro-batches and is dropped when :meth:`Joiner.is_empty` says so; at
+  the end, every key's event time is advanced to the end of time, as replay does.
   Tombstones that cannot be routed, records without a join key or event time, and outputs the
   output schema rejects become dead letters, with the engine's ``kind``. No broker, no Spark:
   milliseconds per test.
+- :class:`JoinerHarness` does the same step by step, with a processing-time clock a test
+  moves by hand (:meth:`JoinerHarness.wait`), for joiners that act when keys go quiet.
 - :func:`replay_joiner` runs the same inputs through the real engine (broker, Spark, Avro),
   via :func:`pipeline_file` and :func:`daemon.replay.replay`. The joiner must be installed
   (registered through the ``enrichd`` entry points), since Spark's workers load it by name.
@@ -20,8 +23,8 @@ comes from the value's field named in ``keys``, as in a pipeline file.
 Differences from the engine, on purpose: an exception in ``process`` propagates, so a test
 shows the traceback (the engine dead-letters that key's records as ``JoinerFailed``); offsets
 are positions in each role's list (the engine's are per Kafka partition), so records of one
-role with equal event times keep list order here. There is no clock: the engine has no timers
-yet, so neither does this kit, and ``state_ttl`` is not applied.
+role with equal event times keep list order here; the clock moves only when the test says
+so, and ``state_ttl`` is not applied.
 
 Example:
     The built-in ``comap`` joiner, a user and then a tweet of that user::
@@ -49,14 +52,16 @@ from __future__ import annotations
 import json
 import pickle  # noqa: S403 - round-trips the test's own state, as the engine's store does
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from daemon.avro import AvroCodec, load_schema_file, record_fields
 from daemon.config import PipelineFile, parse_pipeline_file
 from daemon.joiners.base import (
+    END_OF_TIME,
     DeadLetter,
     Emit,
     InputRecord,
@@ -109,6 +114,179 @@ def by_key(outputs: Iterable[Emit] | Iterable[Mapping[str, Any]]) -> dict[str, l
     return seen
 
 
+class JoinerHarness:
+    """Drive a joiner step by step, as the engine would: micro-batches, a clock, end of input.
+
+    :func:`run_joiner` covers the common case; the harness is for tests of time: what a joiner
+    emits when its keys go quiet (:meth:`wait` moves the processing-time clock and fires the
+    wake-ups the joiner asked for with :meth:`Joiner.wakeup_ms`) and at the end of input
+    (:meth:`end`). It takes the arguments of :func:`run_joiner`, and ``output_schemas`` per
+    secondary output.
+
+    Example:
+        >>> from daemon.joiners.comap import CoMap
+        >>> harness = JoinerHarness(
+        ...     CoMap, keys={"one": "id", "many": "author_id"}, options={"many_id": "id"}
+        ... )
+        >>> harness.feed({"many": [{"key": 7, "value": {"id": 7, "author_id": 1}, "timestamp": 2}]})
+        >>> harness.wait(60_000)  # comap holds nothing back: a quiet minute emits nothing
+        >>> harness.run.outputs, sorted(harness.run.states)
+        ([], ['1'])
+    """
+
+    def __init__(
+        self,
+        joiner_cls: type[Joiner],
+        *,
+        keys: Mapping[str, str],
+        options: Mapping[str, Any] | JoinerOptions | None = None,
+        fields: Mapping[str, str] | None = None,
+        times: Mapping[str, str] | None = None,
+        schemas: Mapping[str, Path] | None = None,
+        output_schema: Path | None = None,
+        output_schemas: Mapping[str, Path] | None = None,
+    ) -> None:
+        self.cls = joiner_cls
+        self.keys = dict(keys)
+        self.times = dict(times or {})
+        self.codecs = {
+            role: AvroCodec(load_schema_file(path)) for role, path in (schemas or {}).items()
+        }
+        self.output_codecs: dict[str | None, AvroCodec] = {
+            name: AvroCodec(load_schema_file(path)) for name, path in (output_schemas or {}).items()
+        }
+        if output_schema is not None:
+            self.output_codecs[None] = AvroCodec(load_schema_file(output_schema))
+        validated = (
+            options
+            if isinstance(options, JoinerOptions)
+            else joiner_cls.Options.model_validate(dict(options or {}))
+        )
+        main = self.output_codecs.get(None)
+        context = JoinerContext(
+            pipeline=f"test-{joiner_cls.name}",
+            fields={role: (fields or {}).get(role, role) for role in joiner_cls.roles},
+            output_fields=record_fields(main.schema) if main else (),
+        )
+        self.context = context
+        self.joiner = joiner_cls(validated, context)
+        self.run = JoinerRun(metrics=context.metrics)
+        self.clock_ms = 0
+        """Processing time, in milliseconds since the harness started; moved by :meth:`wait`."""
+        self._clocks: dict[str, _KeyClock] = {}
+        self._lines: dict[str, int] = {}
+
+    def feed(self, inputs: Inputs) -> None:
+        """Run one micro-batch of ``inputs`` (records per role, as :func:`run_joiner` takes)."""
+        for role in inputs:
+            self._check_role(role)
+        records = arrival_order(
+            {role: self._numbered(role, inputs[role]) for role in self.cls.roles if role in inputs}
+        )
+        self.batch(records)
+
+    def batch(self, records: Sequence[ReplayRecord]) -> None:
+        """Run one micro-batch of records already in arrival order."""
+        self.run.batches += 1
+        grouped: dict[str, list[InputRecord]] = {}  # by join key, in first-seen order
+        for item in records:
+            record = _route(item, self.keys[item.role], self.times.get(item.role), self.joiner)
+            if isinstance(record, DeadLetter):
+                self.run.dead_letters.append(record)
+            else:
+                grouped.setdefault(record.key, []).append(record)
+        for key, group in grouped.items():
+            ordered = apply_order(group, self.cls.roles, self.cls.order)
+            clock = self._clocks.setdefault(key, _KeyClock())
+            clock.stream_time = max([clock.stream_time, *(r.event_time for r in ordered)])
+            clock.last_ms = self.clock_ms
+            self._step(key, partial(self.joiner.process, key, records=ordered, ctx=self.context))
+
+    def wait(self, ms: int) -> None:
+        """Let ``ms`` of processing time pass without input, firing due wake-ups in time order."""
+        if ms < 0:
+            raise ValueError("the clock does not go backwards")
+        target = self.clock_ms + ms
+        while True:
+            due = sorted(
+                (clock.due, key)
+                for key, clock in self._clocks.items()
+                if clock.due is not None and clock.due <= target
+            )
+            if not due:
+                break
+            when, key = due[0]
+            self.clock_ms = max(self.clock_ms, when)
+            clock = self._clocks[key]
+            to = clock.stream_time + (self.clock_ms - clock.last_ms)
+            clock.stream_time, clock.last_ms = to, self.clock_ms
+            self._step(key, partial(self.joiner.advance, key, to=to, ctx=self.context))
+        self.clock_ms = target
+
+    def end(self) -> None:
+        """End of input: event time jumps to :data:`END_OF_TIME` for every key still held."""
+        for key in list(self.run.states):
+            self._step(key, partial(self.joiner.advance, key, to=END_OF_TIME, ctx=self.context))
+
+    def _step(self, key: str, call: Callable[[Any], Iterable[Emit | DeadLetter]]) -> None:
+        state = self.run.states.pop(key) if key in self.run.states else self.joiner.initial_state()
+        for result in call(state):
+            if isinstance(result, DeadLetter):
+                self.run.dead_letters.append(result)
+            else:
+                self._write(result)
+        clock = self._clocks.setdefault(key, _KeyClock())
+        if self.joiner.is_empty(state):
+            self._clocks.pop(key, None)
+            return
+        self.run.states[key] = pickle.loads(pickle.dumps(state))  # noqa: S301
+        wakeup = self.joiner.wakeup_ms(state)
+        clock.due = None if wakeup is None else self.clock_ms + max(wakeup, 1)
+
+    def _write(self, emit: Emit) -> None:
+        if emit.output is not None and emit.output not in self.cls.outputs:
+            raise ValueError(
+                f"{self.cls.name!r} emitted to output {emit.output!r}, not in its outputs "
+                f"{self.cls.outputs}"
+            )
+        codec = self.output_codecs.get(emit.output)
+        if codec is None or emit.value is None:
+            self.run.outputs.append(emit)
+            return
+        try:
+            value = codec.decode(codec.encode(emit.value))
+        except ValueError as exc:
+            if emit.source is None:
+                raise
+            self.run.dead_letters.append(DeadLetter(emit.source, str(exc), "UnencodableOutput"))
+            return
+        self.run.outputs.append(replace(emit, value=value))
+
+    def _check_role(self, role: str) -> None:
+        if role not in self.cls.roles:
+            raise ValueError(f"{self.cls.name!r} has no role {role!r}; its roles: {self.cls.roles}")
+        if role not in self.keys:
+            raise ValueError(f"no join key field for role {role!r}: give keys={{{role!r}: ...}}")
+
+    def _numbered(self, role: str, lines: Sequence[Mapping[str, Any]]) -> list[ReplayRecord]:
+        """Replay records whose offsets continue the role's earlier ones."""
+        first = self._lines.get(role, 0)
+        self._lines[role] = first + len(lines)
+        return [
+            replace(record, line=first + record.line)
+            for record in _replay_records(role, lines, self.codecs.get(role))
+        ]
+
+
+@dataclass
+class _KeyClock:
+    """The engine's per-key time: latest event time, last record's processing time, wake-up."""
+
+    stream_time: int = 0
+    last_ms: int = 0
+    due: int | None = None
+
+
 def run_joiner(
     joiner_cls: type[Joiner],
     inputs: Inputs,
@@ -120,8 +298,10 @@ def run_joiner(
     batch_size: int | None = None,
     schemas: Mapping[str, Path] | None = None,
     output_schema: Path | None = None,
+    output_schemas: Mapping[str, Path] | None = None,
+    end_of_input: bool = True,
 ) -> JoinerRun:
-    """Run a joiner's logic over ordered inputs as the engine would, in plain Python.
+    """Run a joiner's logic over ordered inputs as ``daemon replay`` would, in plain Python.
 
     Args:
         joiner_cls: the joiner class (need not be installed).
@@ -136,6 +316,9 @@ def run_joiner(
             (defaults filled in), and a value the schema rejects raises ``ValueError``.
         output_schema: the output's .avsc file; outputs it rejects become dead letters of
             kind ``UnencodableOutput``, and ``ctx.output_fields`` is set from it.
+        output_schemas: per secondary output (:attr:`Joiner.outputs`), its .avsc file.
+        end_of_input: after the last batch, advance every key's event time to
+            :data:`END_OF_TIME`, as replay does, so that everything held back is out.
 
     Returns:
         The outputs, dead letters, final states, batch count and metrics.
@@ -147,55 +330,32 @@ def run_joiner(
     """
     if batch_size is not None and batch_size < 1:
         raise ValueError("batch_size must be at least 1")
+    harness = JoinerHarness(
+        joiner_cls,
+        keys=keys,
+        options=options,
+        fields=fields,
+        times=times,
+        schemas=schemas,
+        output_schema=output_schema,
+        output_schemas=output_schemas,
+    )
     for role in inputs:
-        if role not in joiner_cls.roles:
-            raise ValueError(
-                f"{joiner_cls.name!r} has no role {role!r}; its roles: {joiner_cls.roles}"
-            )
-        if role not in keys:
-            raise ValueError(f"no join key field for role {role!r}: give keys={{{role!r}: ...}}")
-    codecs = {role: AvroCodec(load_schema_file(path)) for role, path in (schemas or {}).items()}
-    output_codec = AvroCodec(load_schema_file(output_schema)) if output_schema else None
-    validated = (
-        options
-        if isinstance(options, JoinerOptions)
-        else joiner_cls.Options.model_validate(dict(options or {}))
-    )
-    context = JoinerContext(
-        pipeline=f"test-{joiner_cls.name}",
-        fields={role: (fields or {}).get(role, role) for role in joiner_cls.roles},
-        output_fields=record_fields(output_codec.schema) if output_codec else (),
-    )
-    joiner = joiner_cls(validated, context)
+        harness._check_role(role)
     # Arrival ties go by role order, as when a pipeline file lists its inputs in that order.
     records = arrival_order(
         {
-            role: _replay_records(role, inputs[role], codecs.get(role))
+            role: _replay_records(role, inputs[role], harness.codecs.get(role))
             for role in joiner_cls.roles
             if role in inputs
         }
     )
-    run = JoinerRun(metrics=context.metrics)
     step = batch_size or max(len(records), 1)
     for start in range(0, len(records), step):
-        run.batches += 1
-        grouped: dict[str, list[InputRecord]] = {}  # by join key, in first-seen order
-        for item in records[start : start + step]:
-            record = _route(item, keys[item.role], (times or {}).get(item.role), joiner)
-            if isinstance(record, DeadLetter):
-                run.dead_letters.append(record)
-            else:
-                grouped.setdefault(record.key, []).append(record)
-        for key, group in grouped.items():
-            state = run.states.pop(key) if key in run.states else joiner.initial_state()
-            for result in joiner.process(key, state, apply_order(group, joiner.roles), context):
-                if isinstance(result, DeadLetter):
-                    run.dead_letters.append(result)
-                else:
-                    _write(result, output_codec, run)
-            if not joiner.is_empty(state):
-                run.states[key] = pickle.loads(pickle.dumps(state))  # noqa: S301
-    return run
+        harness.batch(records[start : start + step])
+    if end_of_input:
+        harness.end()
+    return harness.run
 
 
 def _replay_records(
@@ -232,6 +392,7 @@ def _route(
         partition=0,
         offset=item.line,
         kafka_key=kafka_key,
+        timestamp=item.timestamp,
     )
     routing = route(
         item.value,
@@ -245,21 +406,7 @@ def _route(
     if routing.error is not None or routing.key is None:
         kind, _, reason = (routing.error or "MissingKey: no join key").partition(": ")
         return DeadLetter(record, reason, kind)
-    return replace(record, key=routing.key, event_time=routing.event_time)
-
-
-def _write(emit: Emit, codec: AvroCodec | None, run: JoinerRun) -> None:
-    if codec is None or emit.value is None:
-        run.outputs.append(emit)
-        return
-    try:
-        value = codec.decode(codec.encode(emit.value))
-    except ValueError as exc:
-        if emit.source is None:
-            raise
-        run.dead_letters.append(DeadLetter(emit.source, str(exc), "UnencodableOutput"))
-        return
-    run.outputs.append(Emit(emit.key, value, emit.source))
+    return replace(record, key=routing.key, event_time=routing.event_time, timestamp=item.timestamp)
 
 
 def pipeline_file(

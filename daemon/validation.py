@@ -114,10 +114,23 @@ def _pipeline_problems(
             )
         problems += _role_problems(pipeline, where, cls)
         problems += _option_problems(pipeline, where, joiners, cls)
+        problems += _output_problems(pipeline, where, cls)
     for role, spec in pipeline.inputs.items():
         problems += _serde_problems(parsed, spec, f"{where}.inputs.{role}")
     problems += _serde_problems(parsed, pipeline.output, f"{where}.output")
+    for name, extra in pipeline.outputs.items():
+        problems += _serde_problems(parsed, extra, f"{where}.outputs.{name}")
     return problems
+
+
+def _output_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) -> list[str]:
+    known = ", ".join(cls.outputs) or "none"
+    return [
+        f"{where}.outputs.{name}: joiner {cls.name!r} has no output {name!r}; "
+        f"its secondary outputs: {known}"
+        for name in pipeline.outputs
+        if name not in cls.outputs
+    ]
 
 
 def _role_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) -> list[str]:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from daemon.cli import app
 from daemon.config import PipelineFile, load_pipeline_file
-from daemon.demo import latest_by_key
+from daemon.demos import latest_by_key
 from daemon.replay import ReplayResult, replay
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tweet-views.toml"

@@ -14,7 +14,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from daemon.avro import AvroCodec, parse_schema_text
 from daemon.broker import EmbeddedBroker
 from daemon.config import parse_pipeline_file
-from daemon.demo import latest_by_key
+from daemon.demos import latest_by_key
 from daemon.engine.pipeline import plan_pipeline, start_query
 from daemon.errors import ConfigError
 from daemon.replay import replay

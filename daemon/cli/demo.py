@@ -1,56 +1,22 @@
-"""``daemon demo``: from a fresh install to visible results in one command."""
+"""``daemon demo [NAME]``: from a fresh install to visible results in one command."""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
+import importlib
+
+import typer
+
+from daemon.demos import DEMOS
+from daemon.errors import EnrichdError
 
 
-def demo() -> None:
-    """Start the embedded broker, replay sample users and tweets through `comap`, show views."""
+def demo(
+    name: str = typer.Argument("comap", help=f"which demo: {', '.join(DEMOS)}", show_default=True),
+) -> None:
+    """Start the embedded broker, replay a joiner's sample data and print what it emitted."""
     from rich.console import Console
-    from rich.table import Table
 
-    from daemon.config import load_pipeline_file
-    from daemon.demo import example_file, latest_by_key, write_sample
-    from daemon.replay import replay
-
-    console = Console()
-    path = example_file()
-    file = load_pipeline_file(path)
-    with tempfile.TemporaryDirectory(prefix="enrichd-demo-") as folder:
-        files = write_sample(Path(folder))
-        with console.status("embedded broker, Spark and the comap pipeline at work..."):
-            result = replay(file, files)
-    emitted = Table(title=f"Every view emitted to tweet-views ({path.name})")
-    for column in ("#", "tweet", "content", "author", "avatar", "caused by"):
-        emitted.add_column(column)
-    for n, record in enumerate(result.outputs, start=1):
-        view = record["value"] or {}
-        author = view.get("author") or {}
-        cause = record["headers"].get("enrichd.source.topic", "").split(".replay-")[0]
-        emitted.add_row(
-            str(n),
-            record["key"],
-            (view.get("tweet") or {}).get("content", "(deleted)"),
-            author.get("name", "-"),
-            author.get("avatar") or "-",
-            cause,
-        )
-    console.print(emitted)
-    final = Table(title="Latest view per tweet (what a compacted topic holds)")
-    for column in ("tweet", "content", "author"):
-        final.add_column(column)
-    for key, view in sorted(latest_by_key(result.outputs).items()):
-        view = view or {}
-        final.add_row(
-            key,
-            (view.get("tweet") or {}).get("content", "-"),
-            (view.get("author") or {}).get("name", "-"),
-        )
-    console.print(final)
-    console.print(
-        f"{result.input_records} input records, {len(result.outputs)} views, "
-        f"{len(result.dead_letters)} dead letters. Tweet 103's author never arrived, so it has "
-        "no view yet; tweet 100 came before its author and was joined when Ada appeared."
-    )
+    if name not in DEMOS:
+        choices = "; ".join(f"{demo} ({what})" for demo, what in DEMOS.items())
+        raise EnrichdError(f"no demo {name!r}; choose one of: {choices}")
+    importlib.import_module(f"daemon.demos.{name}").show(Console())

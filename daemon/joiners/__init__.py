@@ -1,6 +1,7 @@
 """Joiners: the base class plugins implement, and the built-ins, which implement it too."""
 
 from daemon.joiners.base import (
+    END_OF_TIME,
     DeadLetter,
     Emit,
     InputRecord,
@@ -11,6 +12,7 @@ from daemon.joiners.base import (
 )
 
 __all__ = [
+    "END_OF_TIME",
     "DeadLetter",
     "Emit",
     "InputRecord",

@@ -3,12 +3,19 @@
 How it works: the engine reads every input topic, decodes each record, takes its join key and
 event time, and groups the records of one micro-batch by join key. For each key it loads the
 joiner's state (one picklable Python object per key, made by :meth:`Joiner.initial_state`),
-calls :meth:`Joiner.process` with that key's records already in apply order (event time, then
-the order of the roles, then offset), stores the state back and writes what the joiner
-yielded: :class:`Emit` records to the output topic, :class:`DeadLetter` records to the
-pipeline's dead-letter topic. Because records arrive in apply order and the state carries
-everything between micro-batches, a joiner written this way gives the same results however
-the input falls into micro-batches.
+calls :meth:`Joiner.process` with that key's records already in apply order (see
+:attr:`Joiner.order`), stores the state back and writes what the joiner yielded:
+:class:`Emit` records to the output topic (or a secondary output), :class:`DeadLetter` records
+to the pipeline's dead-letter topic. Because records arrive in apply order and the state
+carries everything between micro-batches, a joiner written this way gives the same results
+however the input falls into micro-batches.
+
+Time: a joiner that holds results back until event time passes a point (a window closes, a
+re-join falls due) tracks its key's event time in its state as records arrive, and implements
+:meth:`Joiner.advance` for the two moments time moves without a record of the key: at the
+end of input (``daemon replay``, or a producer's end-of-input marker), event time jumps to
+:data:`END_OF_TIME`; and when the key has been quiet for :meth:`Joiner.wakeup_ms` of
+processing time, event time moves on by the processing time that passed.
 
 Example:
     A joiner that forwards each record of role ``left`` with a running count per key::
@@ -33,9 +40,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+END_OF_TIME: Final = 2**62
+"""The event time :meth:`Joiner.advance` receives at the end of input: past every window."""
+
+Order = Literal["event_time", "arrival"]
+"""How a key's records of one micro-batch are put in apply order (:attr:`Joiner.order`)."""
 
 
 class JoinerOptions(BaseModel):
@@ -57,6 +70,7 @@ class InputRecord:
         partition: source partition.
         offset: source offset.
         kafka_key: the Kafka record key as bytes, or None.
+        timestamp: the Kafka record timestamp (when the record arrived), epoch milliseconds.
     """
 
     role: str
@@ -67,15 +81,21 @@ class InputRecord:
     partition: int
     offset: int
     kafka_key: bytes | None = None
+    timestamp: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Emit:
-    """An output record: ``value`` None is a tombstone; ``source`` gives provenance headers."""
+    """An output record: ``value`` None is a tombstone; ``source`` gives provenance headers.
+
+    ``output`` names one of the joiner's secondary outputs (:attr:`Joiner.outputs`, configured
+    as ``[pipeline.outputs.NAME]``); None is the pipeline's main output.
+    """
 
     key: str | bytes | None
     value: dict[str, Any] | None
     source: InputRecord | None = None
+    output: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +153,16 @@ class Joiner(ABC):
     routed by it. A tombstone on any other role goes to the dead-letter topic."""
     implemented: ClassVar[bool] = True
     """False for a registered joiner whose logic has not landed yet; pipelines refuse it."""
+    order: ClassVar[Order] = "event_time"
+    """Apply order of a key's records within a micro-batch. ``"event_time"``: event time,
+    then role order, then offset (the common rule; right for joiners whose results depend on
+    event times only). ``"arrival"``: Kafka timestamp, then role order, then offset, for
+    joiners whose output depends on what was known when (revisions, late records): the
+    source admits records oldest-first by Kafka timestamp, so this order, and with it the
+    output, is the same however the input falls into micro-batches."""
+    outputs: ClassVar[tuple[str, ...]] = ()
+    """Names of secondary outputs the joiner can write (``Emit(output=NAME)``); a pipeline
+    configures each it uses as ``[pipeline.outputs.NAME]`` with a topic and a schema."""
 
     def __init__(self, options: JoinerOptions, context: JoinerContext) -> None:
         self.options = options
@@ -174,8 +204,33 @@ class Joiner(ABC):
         """Whether a key's state holds nothing, so the engine can drop it."""
         return not state
 
+    def advance(
+        self, key: str, state: Any, to: int, ctx: JoinerContext
+    ) -> Iterable[Emit | DeadLetter]:
+        """Event time of ``key`` has reached ``to`` without a record: emit what waited for it.
 
-def apply_order(records: Iterable[InputRecord], roles: Sequence[str]) -> list[InputRecord]:
-    """Sort records into apply order: event time, then the joiner's role order, then offset."""
+        Called at the end of input with ``to`` = :data:`END_OF_TIME` (every window closes,
+        every horizon passes) and, for keys that asked with :meth:`wakeup_ms`, after that much
+        quiet processing time, with ``to`` = the key's latest event time plus the processing
+        time since its last record. ``to`` never goes backwards for a key. By default nothing
+        waits, so nothing is emitted.
+        """
+        return ()
+
+    def wakeup_ms(self, state: Any) -> int | None:
+        """After how much processing time without a record :meth:`advance` is wanted; None: never.
+
+        Asked after every :meth:`process` and :meth:`advance` call; a joiner that holds results
+        back returns its idle timeout (or re-join interval) while it holds any.
+        """
+        return None
+
+
+def apply_order(
+    records: Iterable[InputRecord], roles: Sequence[str], order: Order = "event_time"
+) -> list[InputRecord]:
+    """Sort into apply order: event time (Kafka timestamp if ``"arrival"``), role, offset."""
     rank = {role: i for i, role in enumerate(roles)}
+    if order == "arrival":
+        return sorted(records, key=lambda r: (r.timestamp, rank.get(r.role, len(rank)), r.offset))
     return sorted(records, key=lambda r: (r.event_time, rank.get(r.role, len(rank)), r.offset))
