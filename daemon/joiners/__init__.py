@@ -3,6 +3,7 @@
 from daemon.joiners.base import (
     END_OF_TIME,
     DeadLetter,
+    Downstream,
     Emit,
     InputRecord,
     Joiner,
@@ -14,6 +15,7 @@ from daemon.joiners.base import (
 __all__ = [
     "END_OF_TIME",
     "DeadLetter",
+    "Downstream",
     "Emit",
     "InputRecord",
     "Joiner",

@@ -131,6 +131,21 @@ class JoinerContext:
         self.metrics[metric] = self.metrics.get(metric, 0) + n
 
 
+@dataclass(frozen=True)
+class Downstream:
+    """A second keyed stage fed by a joiner's main output, re-keyed by a field of it.
+
+    Like a Kafka Streams ``groupBy`` (which writes a repartition topic), the engine runs it as
+    its own query that reads the pipeline's output topic, groups by ``key`` (a dotted path
+    into the output record, e.g. ``"region.region"``) and writes the secondary output named
+    ``output``. Its state lives in the pipeline's checkpoint under ``downstream/``.
+    """
+
+    joiner: Joiner
+    key: str
+    output: str
+
+
 class Joiner(ABC):
     """Base class of every joiner.
 
@@ -216,6 +231,10 @@ class Joiner(ABC):
         waits, so nothing is emitted.
         """
         return ()
+
+    def downstream(self) -> Downstream | None:
+        """A second stage that consumes this joiner's output (see :class:`Downstream`); None."""
+        return None
 
     def wakeup_ms(self, state: Any) -> int | None:
         """After how much processing time without a record :meth:`advance` is wanted; None: never.

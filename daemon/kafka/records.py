@@ -80,14 +80,24 @@ def route(
         if kafka_key is None:
             return Routing(None, timestamp, "UnroutableTombstone: tombstone without a Kafka key")
         return Routing(kafka_key.decode("utf-8", "replace"), timestamp, None)
-    raw_key = value.get(key_field)
+    raw_key = field_at(value, key_field)
     if raw_key is None:
         return Routing(None, timestamp, f"MissingKey: no join key field {key_field!r}")
     if time_field is None:
         return Routing(str(raw_key), timestamp, None)
-    raw_time = value.get(time_field)
+    raw_time = field_at(value, time_field)
     if isinstance(raw_time, datetime):  # Avro timestamp-millis/-micros
         return Routing(str(raw_key), int(raw_time.timestamp() * 1000), None)
     if isinstance(raw_time, int) and not isinstance(raw_time, bool):
         return Routing(str(raw_key), raw_time, None)
     return Routing(None, timestamp, f"MissingEventTime: no integer event-time field {time_field!r}")
+
+
+def field_at(value: dict[str, Any], path: str) -> Any:
+    """The field named by ``path``; a dotted path (``"author.id"``) reaches into nested records."""
+    found: Any = value
+    for name in path.split("."):
+        if not isinstance(found, dict):
+            return None
+        found = found.get(name)
+    return found
