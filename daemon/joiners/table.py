@@ -1,39 +1,119 @@
-"""``table``: registered so it is listed and validated; its join logic has not landed yet."""
+"""``table``: table-table join, as Kafka Streams' KTable-KTable join."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from daemon.hookspecs import hookimpl
-from daemon.joiners.base import DeadLetter, Emit, InputRecord, Joiner, JoinerContext
+from daemon.joiners.base import (
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+)
+
+TableMode = Literal["inner", "left", "outer"]
+"""When the join holds for a key: ``inner``: both sides exist; ``left``: the left side
+exists; ``outer``: either side exists. The missing side is null in the output."""
+
+
+class TableOptions(JoinerOptions):
+    """Options of ``table``."""
+
+    mode: TableMode = Field(
+        default="inner",
+        description="inner: both sides needed; left: the left side; outer: either side",
+    )
 
 
 class Table(Joiner):
     """Table-table join: every update joins the other side's current value.
 
-    Not implemented yet: `daemon validate` and `daemon run` refuse pipelines that use it.
+    How it works: both inputs are changelogs (the latest value per key; a tombstone, routed
+    by its Kafka key, deletes it). State per join key: each side's current value and whether
+    the join's current result has been emitted. Every update on either side emits the join
+    of the updated record with the other side's current value while the join holds (see
+    ``mode``), keyed by the join key, so a compacted output topic holds the current join
+    result per key. When an update makes the join stop holding (a tombstone, or in ``inner``
+    mode deleting either side), a tombstone for the key is emitted, but only if a result
+    for the key is out there to retract: a key whose join never held gets no tombstone.
+    Deleting a side that is already absent changes nothing and emits nothing. Within a
+    micro-batch a key's updates apply in event-time order.
+
+    Example:
+        A left row, then the matching right row, then the left row is deleted::
+
+            >>> from daemon.joiners.table import Table
+            >>> from daemon.testing import run_joiner
+            >>> run = run_joiner(
+            ...     Table,
+            ...     {
+            ...         "left": [
+            ...             {"key": 1, "value": {"k": 1, "v": "A"}, "timestamp": 1},
+            ...             {"key": 1, "value": None, "timestamp": 3},
+            ...         ],
+            ...         "right": [{"key": 1, "value": {"k": 1, "v": "a"}, "timestamp": 2}],
+            ...     },
+            ...     keys={"left": "k", "right": "k"},
+            ... )
+            >>> [(out.key, out.value) for out in run.outputs]
+            [('1', {'left': {'k': 1, 'v': 'A'}, 'right': {'k': 1, 'v': 'a'}}), ('1', None)]
     """
 
     name = "table"
-    description = (
-        "(not implemented yet) Table-table join: every update joins the other side's current value."
-    )
+    description = "Table-table join: every update joins the other side's current value."
     roles = ("left", "right")
-    implemented = False
+    Options = TableOptions
+    keyed_tombstones = frozenset({"left", "right"})
 
-    def initial_state(self) -> Any:
-        """Never called: pipelines using an unimplemented joiner are refused."""
-        raise NotImplementedError(self.name)
+    def initial_state(self) -> dict[str, Any]:
+        """Neither side known, no result emitted."""
+        return {"left": None, "right": None, "emitted": False}
+
+    def is_empty(self, state: dict[str, Any]) -> bool:
+        """Nothing on either side and no result to retract later."""
+        return state["left"] is None and state["right"] is None and not state["emitted"]
+
+    def holds(self, state: dict[str, Any]) -> bool:
+        """Whether the join has a result for the key's current values, per ``mode``."""
+        mode: TableMode = self.options.mode  # type: ignore[attr-defined]
+        if mode == "inner":
+            return state["left"] is not None and state["right"] is not None
+        if mode == "left":
+            return state["left"] is not None
+        return state["left"] is not None or state["right"] is not None
 
     def process(
-        self, key: str, state: Any, records: Sequence[InputRecord], ctx: JoinerContext
+        self,
+        key: str,
+        state: dict[str, Any],
+        records: Sequence[InputRecord],
+        ctx: JoinerContext,
     ) -> Iterator[Emit | DeadLetter]:
-        """Never called: pipelines using an unimplemented joiner are refused."""
-        raise NotImplementedError(self.name)
+        """Apply one key's updates in order; see the class docstring for the semantics."""
+        fields = ctx.fields
+        for record in records:
+            if record.value is None and state[record.role] is None:
+                continue  # deleting what is not there changes no result
+            state[record.role] = record.value
+            if self.holds(state):
+                both = state["left"] is not None and state["right"] is not None
+                ctx.count("matched" if both else "unmatched")
+                state["emitted"] = True
+                value = {fields["left"]: state["left"], fields["right"]: state["right"]}
+                yield Emit(key=key, value=value, source=record)
+            elif state["emitted"]:
+                ctx.count("retracted")
+                state["emitted"] = False
+                yield Emit(key=key, value=None, source=record)
 
 
 @hookimpl
 def enrichd_register_joiners(register: Any) -> None:
-    """Register the built-in ``table`` joiner (listed as not implemented)."""
+    """Register the built-in ``table`` joiner."""
     register(Table)
