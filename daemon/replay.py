@@ -1,9 +1,13 @@
 """Replay: run a pipeline end to end over recorded inputs and collect what it wrote.
 
 The records of every input file are produced to fresh topics in timestamp order across all
-inputs (ties keep the order of the inputs as given, then file order), the pipeline runs
-through the real engine until every input record is consumed, and the output and
-dead-letter topics are read back. Fresh topics and a fresh checkpoint make every replay
+inputs (ties keep the order of the inputs as given, then file order), followed by one
+end-of-input marker per join key (:data:`daemon.kafka.records.CONTROL_ROLE`), which advances
+that key's event time past every window and horizon so that everything a joiner holds back
+comes out. The pipeline runs through the real engine until every record and marker is
+consumed; a joiner's second stage (:class:`daemon.joiners.base.Downstream`) then runs over
+the first stage's output the same way. The output, secondary output and dead-letter topics
+are read back. Fresh topics and a fresh checkpoint make every replay
 independent of the last, also on a shared broker.
 """
 
@@ -15,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +45,16 @@ class ReplayRecord:
 
 @dataclass
 class ReplayResult:
-    """What the pipeline wrote: output records and dead letters, as JSON-ready dicts."""
+    """What the pipeline wrote: output records and dead letters, as JSON-ready dicts.
+
+    ``extra`` holds the records of each secondary output (``[pipeline.outputs.NAME]``).
+    """
 
     outputs: list[dict[str, Any]]
     dead_letters: list[dict[str, Any]]
     input_records: int
     batches: int
+    extra: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def key_bytes(key: Any) -> bytes | None:
@@ -187,17 +195,50 @@ def replay(
 
         create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
         records = arrival_order(inputs)
-        ends = _produce(conf, fresh, codecs, records)
         plan = plan_pipeline(file, fresh, conf)
+        ends = _produce(conf, fresh, codecs, records, _join_keys(plan, records))
         spark = spark_session(file.spark)
-        query = start_query(spark, plan)
-        try:
-            batches = _await_consumed(query, ends, len(records), progress, timeout_s)
-        finally:
-            query.stop()
+        batches = 0
+        for stage in plan.stages():
+            if stage is not plan:  # a later stage reads everything the one before wrote
+                ends = _log_ends(conf, stage.source.inputs[0].topic)
+                if not ends:
+                    continue
+            query = start_query(spark, stage)
+            try:
+                batches += _await_consumed(query, ends, len(records), progress, timeout_s)
+            finally:
+                query.stop()
         outputs = _read_topic(conf, fresh.output.topic, plan.operator.output_codec)
         dead = _read_topic(conf, fresh.dead_letters, None)
-    return ReplayResult(outputs, dead, len(records), batches)
+        extra = {
+            name: _read_topic(conf, topic, codec)
+            for name, (topic, codec) in (plan.operator.outputs or {}).items()
+        }
+    return ReplayResult(outputs, dead, len(records), batches, extra)
+
+
+def _join_keys(plan: Any, records: list[ReplayRecord]) -> list[str]:
+    """Every join key the records route to, in first-seen order (for end-of-input markers)."""
+    from daemon.kafka.records import route
+
+    keys: dict[str, None] = {}
+    for spec in plan.source.inputs:
+        for record in records:
+            if record.role != spec.role:
+                continue
+            routing = route(
+                record.value,
+                key_bytes(record.key),
+                record.timestamp,
+                role=spec.role,
+                key_field=spec.key_field,
+                time_field=spec.time_field,
+                keyed_tombstones=spec.keyed_tombstones,
+            )
+            if routing.error is None and routing.key is not None:
+                keys[routing.key] = None
+    return list(keys)
 
 
 def _fresh_pipeline(
@@ -226,8 +267,12 @@ def _produce(
     pipe: PipelineConfig,
     codecs: dict[str, AvroCodec],
     records: list[ReplayRecord],
+    join_keys: list[str],
 ) -> dict[str, int]:
+    """Produce the records, then an end-of-input marker per join key; return partition ends."""
     from confluent_kafka import Producer
+
+    from daemon.kafka.records import CONTROL_HEADER, END_OF_INPUT
 
     producer = Producer({**conf, "linger.ms": 5, "partitioner": "murmur2_random"})
     deliveries = Deliveries()
@@ -242,10 +287,49 @@ def _produce(
             on_delivery=deliveries,
         )
         producer.poll(0)
+    # Markers go last, so they come after every record in the engine's arrival order too.
+    marker_time = max((record.timestamp for record in records), default=1)
+    marker_topic = next(iter(pipe.inputs.values())).topic
+    for key in join_keys:
+        produce(
+            producer,
+            marker_topic,
+            value=None,
+            key=key.encode("utf-8"),
+            timestamp=marker_time,
+            headers=[(CONTROL_HEADER, END_OF_INPUT)],
+            on_delivery=deliveries,
+        )
+        producer.poll(0)
     producer.flush(30)
     if deliveries.failures:
         raise EnrichdError(f"could not produce replay input: {deliveries.failures[0]}")
     return deliveries.ends
+
+
+def _log_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
+    """Past each partition's last committed record (``"topic/partition"`` -> offset).
+
+    Read rather than asked for: some brokers' ListOffsets under-report the end (source.py).
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "enrichd-replay",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    ends: dict[str, int] = {}
+    try:
+        for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+            for records in read_partition(consumer, TopicPartition(topic, partition, 0)):
+                ends[f"{topic}/{partition}"] = (records[-1].offset() or 0) + 1
+    finally:
+        consumer.close()
+    return ends
 
 
 def consumed_to(query: Any, ends: dict[str, int]) -> bool:

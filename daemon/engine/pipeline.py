@@ -24,13 +24,22 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """A pipeline resolved against the installed plugins, its schemas and its cluster."""
+    """A pipeline resolved against the installed plugins, its schemas and its cluster.
+
+    ``downstream`` is the plan of the joiner's second stage (:class:`Downstream`), a query of
+    its own that reads this one's output topic.
+    """
 
     config: PipelineConfig
     client_conf: dict[str, str]
     source: SourceSpec
     sink: SinkSpec
     operator: OperatorPlan
+    downstream: PipelinePlan | None = None
+
+    def stages(self) -> list[PipelinePlan]:
+        """The plan and every stage after it, in data-flow order: one streaming query each."""
+        return [self, *(self.downstream.stages() if self.downstream else [])]
 
 
 def client_conf(file: PipelineFile, bootstrap_servers: str | None = None) -> dict[str, str]:
@@ -128,7 +137,18 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
                 "create it or fix `topic`"
             )
     partitions = max(topics[spec.topic] for spec in pipe.inputs.values())
-    create_topics(conf, {pipe.output.topic: partitions, pipe.dead_letters: 1})
+    outputs = {
+        name: (spec.topic, codec_for(file, spec, writing=True))
+        for name, spec in pipe.outputs.items()
+    }
+    create_topics(
+        conf,
+        {
+            pipe.output.topic: partitions,
+            pipe.dead_letters: 1,
+            **{topic: partitions for topic, _ in outputs.values()},
+        },
+    )
     source = SourceSpec(
         inputs=tuple(
             SourceInput(
@@ -152,8 +172,62 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         output_topic=pipe.output.topic,
         dead_letter_topic=pipe.dead_letters,
         plugin=plugin,
+        outputs=outputs,
     )
-    return PipelinePlan(pipe, conf, source, sink, operator)
+    downstream = _downstream_plan(pipe, conf, joiner, plugin, output_codec, outputs)
+    return PipelinePlan(pipe, conf, source, sink, operator, downstream)
+
+
+def _downstream_plan(
+    pipe: PipelineConfig,
+    conf: dict[str, str],
+    joiner: Joiner,
+    plugin: str,
+    output_codec: AvroCodec,
+    outputs: dict[str, tuple[str, AvroCodec]],
+) -> PipelinePlan | None:
+    """The plan of the joiner's second stage, reading the pipeline's output topic."""
+    from daemon.engine.processor import OperatorPlan
+
+    stage = joiner.downstream()
+    if stage is None:
+        return None
+    if stage.output not in outputs:
+        raise ConfigError(
+            f"pipeline {pipe.name!r}: joiner {joiner.name!r} writes output {stage.output!r}; "
+            f"add [pipeline.outputs.{stage.output}] with its topic and schema"
+        )
+    topic, codec = outputs[stage.output]
+    (role,) = stage.joiner.roles
+    # The stage's joiner learns its own output's fields, as a pipeline's joiner does.
+    context = JoinerContext(
+        pipeline=f"{pipe.name}.{stage.output}",
+        fields={role: role},
+        output_fields=record_fields(codec.schema),
+    )
+    second = type(stage.joiner)(stage.joiner.options, context)
+    config = pipe.model_copy(
+        update={
+            "name": context.pipeline,
+            "checkpoint": pipe.checkpoint / "downstream" / stage.output,
+        }
+    )
+    source = SourceSpec(
+        inputs=(SourceInput(role, pipe.output.topic, stage.key, None, output_codec, False),),
+        client_conf=conf,
+        max_records_per_batch=pipe.max_records_per_batch,
+    )
+    operator = OperatorPlan(
+        joiner=second,
+        codecs={role: output_codec},
+        output_codec=codec,
+        output_topic=topic,
+        dead_letter_topic=pipe.dead_letters,
+        plugin=plugin,
+        outputs={stage.output: (topic, codec)},
+    )
+    sink = SinkSpec(config.name, conf, pipe.delivery, marker_topic=topic)
+    return PipelinePlan(config, conf, source, sink, operator)
 
 
 def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
@@ -161,7 +235,10 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     from daemon.engine.processor import JoinerProcessor
 
     pipe = plan.config
-    time_mode = "ProcessingTime" if plan.operator.joiner.state_ttl_ms() else "None"
+    joiner = plan.operator.joiner
+    # Processing time drives state TTL and the timers of joiners that wake up quiet keys.
+    wakes = type(joiner).wakeup_ms is not Joiner.wakeup_ms
+    time_mode = "ProcessingTime" if joiner.state_ttl_ms() or wakes else "None"
     stream: Any = (
         spark.readStream.format("enrichd-kafka").option("spec", plan.source.encode()).load()
     )

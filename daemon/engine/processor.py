@@ -6,21 +6,30 @@ the state back, and turns what the joiner yielded into output rows for the Kafka
 encoded output records with provenance headers, and dead letters with their original bytes
 and the reason. A joiner that raises does not stop the pipeline: that key's records go to the
 dead-letter topic with the exception, and the key's state stays as it was.
+
+Time: next to the joiner's state the processor keeps the key's clock: its latest event time,
+the processing time of its last record, and the processing-time timer it registered for the
+joiner's wake-up (:meth:`Joiner.wakeup_ms`). When that timer fires, the joiner's
+:meth:`Joiner.advance` gets the latest event time plus the processing time that passed; an
+end-of-input marker row (see :data:`daemon.kafka.records.CONTROL_ROLE`) advances the key to
+:data:`END_OF_TIME`.
 """
 
 from __future__ import annotations
 
+import json
 import pickle  # noqa: S403 - the state store holds only what this processor wrote
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from daemon.avro import AvroCodec
-from daemon.joiners.base import Emit, InputRecord, Joiner, apply_order
-from daemon.kafka.records import DEAD_LETTER_ROUTE
+from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, apply_order
+from daemon.kafka.records import CONTROL_ROLE, DEAD_LETTER_ROUTE
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,17 @@ class OperatorPlan:
     output_topic: str
     dead_letter_topic: str
     plugin: str
+    outputs: dict[str, tuple[str, AvroCodec]] | None = None
+    """Secondary outputs by name: topic and codec."""
+
+
+@dataclass
+class KeyClock:
+    """A key's time, stored with its state: see the module docstring."""
+
+    stream_time: int = 0
+    last_ms: int = 0
+    timer_ms: int | None = None
 
 
 def _header(name: str, value: object) -> dict[str, Any]:
@@ -58,7 +78,8 @@ class JoinerProcessor(StatefulProcessor):
         self.plan = plan
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the one state variable: the joiner's pickled per-key state."""
+        """Declare the one state variable: the key's clock and the joiner's state, pickled."""
+        self.handle = handle
         self.state = handle.getValueState(
             "joiner_state", "blob binary", self.plan.joiner.state_ttl_ms()
         )
@@ -73,7 +94,11 @@ class JoinerProcessor(StatefulProcessor):
             return
         records: list[InputRecord] = []
         raw: dict[tuple[str, int, int], Row] = {}
+        end_of_input = False
         for row in rows:
+            if row.role == CONTROL_ROLE:
+                end_of_input = True
+                continue
             raw[(row.topic, row.partition, row.offset)] = row
             try:
                 value = None if row.value is None else self.plan.codecs[row.role].decode(row.value)
@@ -90,46 +115,136 @@ class JoinerProcessor(StatefulProcessor):
                     partition=row.partition,
                     offset=row.offset,
                     kafka_key=row.kafka_key,
+                    timestamp=row.timestamp,
                 )
             )
         joiner = self.plan.joiner
+        clock, state = self._load()
+        now = timerValues.getCurrentProcessingTimeInMs()
+        if records:
+            ordered = apply_order(records, joiner.roles, joiner.order)
+            clock.stream_time = max(clock.stream_time, *(r.event_time for r in ordered))
+            clock.last_ms = now
+            call = partial(joiner.process, group, records=ordered, ctx=joiner.context)
+            state = yield from self._step(state, call, raw, records)
+            if state is None:
+                return
+        if end_of_input:
+            clock.stream_time = END_OF_TIME
+            call = partial(joiner.advance, group, to=END_OF_TIME, ctx=joiner.context)
+            state = yield from self._step(state, call, raw, records)
+            if state is None:
+                return
+        self._store(clock, state, now)
+
+    def handleExpiredTimer(  # noqa: N802
+        self,
+        key: Any,
+        timerValues: Any,
+        expiredTimerInfo: Any,  # noqa: N803
+    ) -> Iterator[Row]:
+        """The key has been quiet for its wake-up time: move its event time on by as much."""
+        (group,) = key
+        joiner = self.plan.joiner
+        clock, state = self._load()
+        now = timerValues.getCurrentProcessingTimeInMs()
+        clock.timer_ms = None  # fired, so gone
+        clock.stream_time = min(clock.stream_time + max(now - clock.last_ms, 0), END_OF_TIME)
+        clock.last_ms = now
+        call = partial(joiner.advance, group, to=clock.stream_time, ctx=joiner.context)
+        advanced = yield from self._step(state, call, {}, [])
+        if advanced is not None:
+            self._store(clock, advanced, now)
+
+    def _load(self) -> tuple[KeyClock, Any]:
         blob = self.state.get() if self.state.exists() else None
-        state = pickle.loads(blob[0]) if blob else joiner.initial_state()  # noqa: S301
-        context = joiner.context
+        if blob:
+            clock, state = pickle.loads(blob[0])  # noqa: S301
+            return clock, state
+        return KeyClock(), self.plan.joiner.initial_state()
+
+    def _store(self, clock: KeyClock, state: Any, now: int) -> None:
+        joiner = self.plan.joiner
+        if joiner.is_empty(state):
+            self._set_timer(clock, None)
+            self.state.clear()
+            return
+        wakeup = joiner.wakeup_ms(state)
+        self._set_timer(clock, None if wakeup is None else now + max(wakeup, 1))
+        self.state.update((pickle.dumps((clock, state), protocol=pickle.HIGHEST_PROTOCOL),))
+
+    def _set_timer(self, clock: KeyClock, at: int | None) -> None:
+        if clock.timer_ms == at:
+            return
+        if clock.timer_ms is not None:
+            self.handle.deleteTimer(clock.timer_ms)
+        if at is not None:
+            self.handle.registerTimer(at)
+        clock.timer_ms = at
+
+    def _step(
+        self,
+        state: Any,
+        call: Callable[[Any], Iterable[Emit | DeadLetter]],
+        raw: dict[tuple[str, int, int], Row],
+        records: list[InputRecord],
+    ) -> Generator[Row, None, Any]:
+        """Run one joiner call on the state; yield its rows; return the state.
+
+        Returns None when the joiner raised: the records it was given are dead-lettered, and
+        since the caller then stores nothing, the stored state stays as it was.
+        """
+        joiner = self.plan.joiner
         try:
-            results = list(
-                joiner.process(group, state, apply_order(records, joiner.roles), context)
-            )
+            results = list(call(state))
         except Exception as exc:
             reason = f"joiner {joiner.name!r} of plugin {self.plan.plugin!r} raised {exc!r}"
             for record in records:
                 yield self._dead_letter(raw[_origin(record)], "JoinerFailed", reason)
-            return
+            return None
         for result in results:
             if isinstance(result, Emit):
                 yield self._output(result, raw)
             else:
-                yield self._dead_letter(raw[_origin(result.record)], result.kind, result.reason)
-        if joiner.is_empty(state):
-            self.state.clear()
-        else:
-            self.state.update((pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),))
+                yield self._rejected(result, raw)
+        return state
 
     def _output(self, emit: Emit, raw: dict[tuple[str, int, int], Row]) -> Row:
         headers = _provenance(*_origin(emit.source)) if emit.source is not None else []
+        topic, codec = self.plan.output_topic, self.plan.output_codec
+        if emit.output is not None:
+            topic, codec = (self.plan.outputs or {})[emit.output]
         try:
-            value = None if emit.value is None else self.plan.output_codec.encode(emit.value)
+            value = None if emit.value is None else codec.encode(emit.value)
         except Exception as exc:
             # An output the schema rejects is the joiner's or the schema's fault: keep the
             # triggering record, with the reason, rather than lose it.
             if emit.source is None:
                 raise
-            return self._dead_letter(
-                raw[_origin(emit.source)], "UnencodableOutput", f"{type(exc).__name__}: {exc}"
+            reason = f"{type(exc).__name__}: {exc}"
+            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
+        return Row(topic=topic, key=_key_bytes(emit.key), value=value, headers=headers)
+
+    def _rejected(self, letter: DeadLetter, raw: dict[tuple[str, int, int], Row]) -> Row:
+        """A dead letter for a record of this batch (its original bytes) or one from state."""
+        row = raw.get(_origin(letter.record))
+        if row is not None:
+            return self._dead_letter(row, letter.kind, letter.reason)
+        record = letter.record
+        try:
+            value = (
+                None if record.value is None else self.plan.codecs[record.role].encode(record.value)
             )
-        return Row(
-            topic=self.plan.output_topic, key=_key_bytes(emit.key), value=value, headers=headers
+        except Exception:  # e.g. a registry codec that only reads: keep the fields as JSON
+            value = json.dumps(record.value, default=str).encode("utf-8")
+        row = Row(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            kafka_key=record.kafka_key,
+            value=value,
         )
+        return self._dead_letter(row, letter.kind, letter.reason)
 
     def _dead_letter(self, row: Row, kind: str, reason: str) -> Row:
         headers = _provenance(row.topic, row.partition, row.offset)

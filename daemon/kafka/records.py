@@ -33,6 +33,15 @@ SINK_DDL = "topic string, key binary, value binary, headers array<struct<key:str
 """One output record: its topic (output or dead letters), key, value (null: tombstone), headers."""
 
 DEAD_LETTER_ROUTE = "\x00dead-letter"
+CONTROL_ROLE = "\x00control"
+"""The role of an end-of-input marker row: the key's event time jumps to the end of time.
+
+A producer marks the end of a key's input with a record whose header ``enrichd.control`` is
+``end-of-input`` and whose Kafka key is the join key (``daemon replay`` sends one per key
+once its inputs are written); it carries no value and is never joined itself."""
+
+CONTROL_HEADER = "enrichd.control"
+END_OF_INPUT = b"end-of-input"
 """The group key of records that failed before joining; no real join key is a lone NUL."""
 
 

@@ -27,8 +27,18 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from daemon.avro import AvroCodec
+from daemon.joiners.base import END_OF_TIME
 from daemon.kafka.clients import read_partition
-from daemon.kafka.records import DEAD_LETTER_ROUTE, SOURCE_ARROW, SOURCE_DDL, Routing, route
+from daemon.kafka.records import (
+    CONTROL_HEADER,
+    CONTROL_ROLE,
+    DEAD_LETTER_ROUTE,
+    END_OF_INPUT,
+    SOURCE_ARROW,
+    SOURCE_DDL,
+    Routing,
+    route,
+)
 
 _ARROW_CHUNK = 10_000
 _OPEN_TRANSACTION_WAIT_S = 120.0
@@ -324,6 +334,9 @@ class _Rows:
         value = message.value()
         kafka_key = message.key()
         _, timestamp = message.timestamp()
+        if value is None and kafka_key is not None and _is_end_of_input(message):
+            self._append(CONTROL_ROLE, kafka_key.decode("utf-8", "replace"), END_OF_TIME, message)
+            return
         try:
             record = None if value is None else spec.codec.decode(value)
         except Exception as exc:
@@ -339,18 +352,21 @@ class _Rows:
                 keyed_tombstones=spec.keyed_tombstones,
             )
         key, event_time, error = routing
-        if error is not None:
-            key = DEAD_LETTER_ROUTE
+        self._append(spec.role, DEAD_LETTER_ROUTE if error else key, event_time, message, error)
+
+    def _append(
+        self, role: str, key: str | None, event_time: int, message: Any, error: str | None = None
+    ) -> None:
         c = self.columns
-        c["role"].append(spec.role)
+        c["role"].append(role)
         c["key"].append(key)
         c["event_time"].append(event_time)
-        c["topic"].append(spec.topic)
+        c["topic"].append(self.spec.topic)
         c["partition"].append(message.partition())
         c["offset"].append(message.offset())
-        c["timestamp"].append(timestamp)
-        c["kafka_key"].append(kafka_key)
-        c["value"].append(value)
+        c["timestamp"].append(message.timestamp()[1])
+        c["kafka_key"].append(message.key())
+        c["value"].append(message.value())
         c["error"].append(error)
 
     def flush(self) -> pa.RecordBatch:
@@ -358,3 +374,10 @@ class _Rows:
         for column in self.columns.values():
             column.clear()
         return batch
+
+
+def _is_end_of_input(message: Any) -> bool:
+    """Whether a tombstone is an end-of-input marker (see :data:`CONTROL_ROLE`)."""
+    return any(
+        name == CONTROL_HEADER and raw == END_OF_INPUT for name, raw in message.headers() or ()
+    )
