@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import daemon.testing
-from daemon.joiners.base import DeadLetter, Emit, InputRecord, Joiner, JoinerContext
+from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, JoinerContext
 from daemon.joiners.comap import CoMap
-from daemon.testing import by_key, run_joiner
+from daemon.testing import JoinerHarness, by_key, run_joiner
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 COMAP = {"keys": {"one": "id", "many": "author_id"}, "options": {"many_id": "id"}}
@@ -97,3 +97,60 @@ def test_bad_inputs_are_refused_with_the_role_and_index() -> None:
             schemas={"many": SCHEMAS / "tweet.avsc"},
             **COMAP,
         )
+
+
+class Holding(Joiner):
+    """Holds each record until event time passes it by 10 ms; wakes quiet keys after 1 s."""
+
+    name = "holding"
+    description = "Holding."
+    roles = ("a",)
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"held": [], "time": 0}
+
+    def process(
+        self, key: str, state: Any, records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterator[Emit | DeadLetter]:
+        for record in records:
+            state["held"].append(record.event_time)
+            state["time"] = max(state["time"], record.event_time)
+        yield from self.advance(key, state, state["time"], ctx)
+
+    def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterator[Emit]:
+        due = [t for t in state["held"] if t + 10 <= to]
+        state["held"] = [t for t in state["held"] if t + 10 > to]
+        for t in due:
+            yield Emit(key, {"t": t, "to": to})
+
+    def wakeup_ms(self, state: Any) -> int | None:
+        return 1000 if state["held"] else None
+
+
+def test_harness_wakes_a_quiet_key_with_event_time_moved_by_the_time_that_passed() -> None:
+    harness = JoinerHarness(Holding, keys={"a": "k"})
+    harness.feed({"a": [line(None, {"k": 1}, 100), line(None, {"k": 2}, 100)]})
+    harness.wait(500)
+    harness.feed({"a": [line(None, {"k": 2}, 105)]})  # key 2's quiet time starts again
+    harness.wait(499)
+    assert harness.run.outputs == []
+    harness.wait(1)  # key 1 has been quiet 1000 ms: event time 100 + 1000
+    assert [(o.key, o.value) for o in harness.run.outputs] == [("1", {"t": 100, "to": 1100})]
+    harness.wait(500)  # key 2: quiet since clock 500, latest event time 105
+    assert [(o.key, o.value) for o in harness.run.outputs[1:]] == [
+        ("2", {"t": 100, "to": 1105}),
+        ("2", {"t": 105, "to": 1105}),
+    ]
+    harness.wait(10_000)  # nothing held, so no wake-up was asked for
+    assert len(harness.run.outputs) == 3
+
+
+def test_run_joiner_ends_input_by_advancing_every_key_to_the_end_of_time() -> None:
+    inputs = {"a": [line(None, {"k": 1}, 100), line(None, {"k": 1}, 105)]}
+    ended = run_joiner(Holding, inputs, keys={"a": "k"})
+    assert [o.value for o in ended.outputs] == [
+        {"t": 100, "to": END_OF_TIME},
+        {"t": 105, "to": END_OF_TIME},
+    ]
+    held = run_joiner(Holding, inputs, keys={"a": "k"}, end_of_input=False)
+    assert held.outputs == [] and held.states["1"]["held"] == [100, 105]
