@@ -15,6 +15,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 
 DEMOS = {
     "comap": "tweets and users become tweet views (co-map with state)",
+    "asof": "recommendations with the mood of the moment, corrected when a mood is late",
 }
 """Demo name -> what it shows; the module ``daemon.demos.NAME`` implements it."""
 

@@ -39,7 +39,7 @@ def asof_batch(
     inputs: Mapping[str, Sequence[Mapping[str, Any]]],
     *,
     inclusive: bool = False,
-    key: str = "who",
+    keys: Mapping[str, str] = KEYS,
     time: str = "t",
     left_id: str | None = None,
     fields: Mapping[str, str] | None = None,
@@ -63,11 +63,12 @@ def asof_batch(
             continue
         value = record["value"]
         t = value[time]
-        identity = str(value[left_id]) if left_id else f"{value[key]}@{t}"
+        key = value[keys["left"]]
+        identity = str(value[left_id]) if left_id else f"{key}@{t}"
         candidates = [
             (r[time], position, r)
             for position, r in rights
-            if r[key] == value[key] and (r[time] <= t if inclusive else r[time] < t)
+            if r[keys["right"]] == key and (r[time] <= t if inclusive else r[time] < t)
         ]
         best = max(candidates, key=lambda c: c[:2])[2] if candidates else None
         result[identity] = {names["left"]: value, names["right"]: best}
