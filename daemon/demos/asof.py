@@ -107,7 +107,7 @@ def show(console: Any) -> None:
         )
     console.print(final)
     console.print(
-        f"{result.input_records} input records, {len(result.outputs)} revisions, "
+        f"{result.input_records} input records, {len(result.outputs)} records in the revision log, "
         f"{len(result.dead_letters)} dead letters. Ada's 09:20 mood reached Kafka at 09:41: "
         "her 09:30 recommendation was first answered 'calm', then corrected to 'grumpy' when "
         "the 09:45 recommendation moved her stream time past the next re-join."

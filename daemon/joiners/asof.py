@@ -111,7 +111,8 @@ class AsOf(Joiner):
     processing time) joins them again and emits revision n + 1 only where the chosen right
     record changed. A left event leaving state is re-joined one last time first. At the end
     of input every kept event is re-joined and state is cleared, so the latest revision per
-    left event equals the batch as-of join of everything that was not late.
+    left event equals the batch as-of join over all inputs when no record came later than
+    the horizon.
 
     Right history is kept for ``history_retention`` behind stream time, plus the one record
     that was current at that boundary, so lookups at any time within retention are exact.
