@@ -55,6 +55,7 @@ class Supervised:
     query: Any = None
     restarts: int = 0
     failures_in_row: int = 0
+    failures: int = 0
     restart_at: float | None = None
 
     @property
@@ -89,14 +90,22 @@ class Supervised:
             what,
             self.plan.config.joiner,
             self.plan.config.checkpoint,
+            extra={"pipeline": self.name},
         )
 
     def failed(self, reason: str, now: float) -> None:
         """Log a failure and schedule the restart."""
         self.failures_in_row += 1
+        self.failures += 1
         delay = restart_delay(self.failures_in_row)
         first_line = reason.strip().splitlines()[0] if reason.strip() else "unknown error"
-        log.error("pipeline %s failed: %s; restarting in %.0f s", self.name, first_line, delay)
+        log.error(
+            "pipeline %s failed: %s; restarting in %.0f s",
+            self.name,
+            first_line,
+            delay,
+            extra={"pipeline": self.name},
+        )
         self.restart_at = now + delay
 
     def stop(self, deadline: float) -> None:
@@ -112,8 +121,18 @@ class Supervised:
         try:
             query.stop()
         except Exception as exc:  # a stop timeout: the checkpoint still makes the next start right
-            log.warning("pipeline %s did not stop cleanly: %s", self.name, exc)
-        log.info("pipeline %s stopped (%d restarts)", self.name, self.restarts)
+            log.warning(
+                "pipeline %s did not stop cleanly: %s",
+                self.name,
+                exc,
+                extra={"pipeline": self.name},
+            )
+        log.info(
+            "pipeline %s stopped (%d restarts)",
+            self.name,
+            self.restarts,
+            extra={"pipeline": self.name},
+        )
 
 
 def _last_batch(query: Any) -> int:
@@ -122,30 +141,53 @@ def _last_batch(query: Any) -> int:
 
 
 def run_service(
-    file: PipelineFile, *, stop_timeout_s: float = 30.0, stop: threading.Event | None = None
+    file: PipelineFile,
+    *,
+    stop_timeout_s: float = 30.0,
+    stop: threading.Event | None = None,
+    http: str | None = None,
+    stall_timeout_s: float = 300.0,
 ) -> None:
     """Run every pipeline of ``file`` until SIGTERM/SIGINT (or ``stop`` is set), then stop.
+
+    Args:
+        file: the pipeline file.
+        stop_timeout_s: time to finish micro-batches in flight and exit after the signal.
+        stop: set it to stop, as a signal would (for running the service in a thread).
+        http: ``HOST:PORT`` for ``/healthz``, ``/readyz`` and ``/metrics``; None: no endpoint.
+        stall_timeout_s: a query without a progress report for this long is stalled: not
+            ready, and the systemd watchdog is no longer fed (``daemon.operations``).
 
     Raises:
         ConfigError: ``[kafka] bootstrap_servers`` is missing, or a pipeline is wrong.
         KafkaUnavailableError: the broker is unreachable or an input topic is missing.
+        CheckpointInUseError: another daemon runs on one of the checkpoints.
     """
     from daemon.engine.session import spark_session
+    from daemon.lock import lock_checkpoints
+    from daemon.operations import Operations
 
     conf = client_conf(file)
+    # Held until the process ends: a second daemon on these checkpoints is refused.
+    locks = lock_checkpoints(file)
     plans = [plan_pipeline(file, pipe, conf) for pipe in file.pipeline]
+    ops = Operations(conf, http=http, stall_after_s=stall_timeout_s)
     spark = spark_session(file.spark)
+    ops.attach(spark)
     stop = stop or threading.Event()
     # After the session starts: PySpark installs its own SIGINT handler when it does.
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda number, _frame: stop.set())
-    pipelines = [Supervised(plan) for plan in plans]
+    pipelines = [Supervised(ops.instrument(plan)) for plan in plans]
     for pipe in pipelines:
         pipe.start(spark, "started", time.monotonic())
+    ops.tick(pipelines, time.monotonic())
     while not stop.wait(_POLL_S):
         for pipe in pipelines:
             pipe.check(spark, time.monotonic())
+        ops.tick(pipelines, time.monotonic())
+    ops.stopping()
     now = time.monotonic()
     log.info("stopping: letting micro-batches in flight finish (up to %.0f s)", stop_timeout_s)
     _exit_at(now + stop_timeout_s)
@@ -154,7 +196,9 @@ def run_service(
     spark.conf.set("spark.sql.streaming.stopTimeout", str(int(stop_timeout_s * 250)))
     for pipe in pipelines:
         pipe.stop(now + stop_timeout_s / 2)
+    ops.close()
     spark.stop()
+    locks.release()
     log.info("stopped")
 
 

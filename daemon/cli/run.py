@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from daemon.logs import LogFormat
 
 PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
 StopTimeout = Annotated[
@@ -18,14 +19,53 @@ StopTimeout = Annotated[
     ),
 ]
 
+HttpAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--http",
+        metavar="HOST:PORT",
+        help="Serve /healthz, /readyz and /metrics (Prometheus) there, e.g. 127.0.0.1:9464. "
+        "Default: no endpoint.",
+        envvar="ENRICHD_HTTP",
+        show_default=False,
+    ),
+]
+LogFormatOption = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format",
+        envvar="ENRICHD_LOG_FORMAT",
+        help="text for people, json for log shippers (one object a line).",
+    ),
+]
+StallTimeout = Annotated[
+    float,
+    typer.Option(
+        "--stall-timeout",
+        min=1.0,
+        help="Seconds without a progress report after which a pipeline counts as stalled: "
+        "not ready, and the systemd watchdog is no longer fed.",
+    ),
+]
 
-def run(pipeline_file: PipelinePath, stop_timeout: StopTimeout = 30.0) -> None:
+
+def run(
+    pipeline_file: PipelinePath,
+    stop_timeout: StopTimeout = 30.0,
+    http: HttpAddress = None,
+    log_format: LogFormatOption = "text",
+    stall_timeout: StallTimeout = 300.0,
+) -> None:
     """Run every pipeline in the file until SIGTERM/SIGINT, then finish and exit 0."""
     # A configuration problem at start-up raises EnrichdError: one line and exit 1 (cli.main).
     from daemon.config import load_pipeline_file
+    from daemon.logs import configure_logging
     from daemon.service import run_service
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    configure_logging(log_format)
+    run_service(
+        load_pipeline_file(pipeline_file),
+        stop_timeout_s=stop_timeout,
+        http=http,
+        stall_timeout_s=stall_timeout,
     )
-    run_service(load_pipeline_file(pipeline_file), stop_timeout_s=stop_timeout)

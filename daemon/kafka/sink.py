@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import pickle  # noqa: S403 - only our own driver-made spec travels through it
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 
 from daemon.config import Delivery
 from daemon.kafka.clients import Deliveries, produce
+from daemon.metrics_relay import send_batch_counts
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
@@ -47,6 +48,8 @@ class SinkSpec:
     delivery: Delivery
     marker_topic: str
     """The topic whose partition 0 carries the committed-batch markers (the output topic)."""
+    metrics_address: str | None = None
+    """The daemon's metrics socket (``daemon.metrics_relay``), or None: counts go nowhere."""
 
     def encode(self) -> str:
         """The spec as an option string."""
@@ -66,6 +69,8 @@ class Written(WriterCommitMessage):
     batch_id: int
     records: dict[str, int]
     skipped: bool = False
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    """Dead letters written, by reason (their ``enrichd.error.class`` header)."""
 
 
 class KafkaSink(DataSource):
@@ -98,9 +103,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
         if self.spec.delivery == "at_least_once":
             producer = self._idempotent_producer()
-            counts = _produce(producer, iterator)
+            kinds: dict[str, int] = {}
+            counts = _produce(producer, iterator, kinds)
             producer.flush()
-            return Written(partition, batch_id, counts)
+            return Written(partition, batch_id, counts, dead_letters=kinds)
         return self._write_transaction(partition, batch_id, query_id, iterator)
 
     def _write_transaction(
@@ -120,7 +126,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     pass
                 return Written(partition, batch_id, {}, skipped=True)
             producer.begin_transaction()
-            counts = _produce(producer, iterator)
+            kinds: dict[str, int] = {}
+            counts = _produce(producer, iterator, kinds)
             marker.offset = batch_id + 1
             producer.send_offsets_to_transaction([marker], self._group_metadata(group))
             producer.commit_transaction()
@@ -130,7 +137,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             except KafkaException:
                 pass  # nothing open, or already fenced: the next init aborts it anyway
             raise
-        return Written(partition, batch_id, counts)
+        return Written(partition, batch_id, counts, dead_letters=kinds)
 
     def _transactional_producer(self, txn_id: str) -> Any:
         from confluent_kafka import Producer
@@ -187,13 +194,36 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return metadata
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Nothing to do: each task committed its own transaction."""
+        """Report what the batch wrote to the daemon's metrics (the tasks committed already).
+
+        Spark calls this once per micro-batch after every task succeeded, on the driver host,
+        so the counts are of committed output only (a skipped replay adds nothing).
+        """
+        if self.spec.metrics_address is None:
+            return
+        try:
+            records: dict[str, int] = {}
+            dead_letters: dict[str, int] = {}
+            for message in messages:
+                if isinstance(message, Written):
+                    for topic, n in message.records.items():
+                        records[topic] = records.get(topic, 0) + n
+                    for kind, n in message.dead_letters.items():
+                        dead_letters[kind] = dead_letters.get(kind, 0) + n
+            send_batch_counts(
+                self.spec.metrics_address, self.spec.pipeline, batchId, records, dead_letters
+            )
+        except Exception:  # noqa: S110 - metrics must never fail a committed batch
+            pass
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Nothing to do: an uncommitted transaction is aborted when its id is next used."""
 
 
-def _produce(producer: Any, batches: Iterator[pa.RecordBatch]) -> dict[str, int]:
+def _produce(
+    producer: Any, batches: Iterator[pa.RecordBatch], kinds: dict[str, int] | None = None
+) -> dict[str, int]:
+    """Produce every row; return records per topic; count dead letters by reason in ``kinds``."""
     counts: dict[str, int] = {}
     deliveries = Deliveries()
     for batch in batches:
@@ -210,9 +240,21 @@ def _produce(producer: Any, batches: Iterator[pa.RecordBatch]) -> dict[str, int]
                 on_delivery=deliveries,
             )
             counts[topic] = counts.get(topic, 0) + 1
+            if kinds is not None:
+                kind = _dead_letter_kind(headers)
+                if kind is not None:
+                    kinds[kind] = kinds.get(kind, 0) + 1
         producer.poll(0)
     producer.flush()
     if deliveries.failures:
         failures = deliveries.failures
         raise RuntimeError(f"{len(failures)} records were not delivered: {failures[0]}")
     return counts
+
+
+def _dead_letter_kind(headers: list[dict[str, Any]] | None) -> str | None:
+    """The reason a dead letter carries in its ``enrichd.error.class`` header; None if none."""
+    for header in headers or ():
+        if header["key"] == "enrichd.error.class" and header["value"] is not None:
+            return bytes(header["value"]).decode("utf-8", "replace")
+    return None

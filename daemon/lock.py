@@ -1,0 +1,87 @@
+"""One daemon per checkpoint: an exclusive lock file in each pipeline's checkpoint folder.
+
+Two Spark queries writing one checkpoint corrupt it (both plan batch N, both commit), and two
+sinks sharing one transactional id fence each other off in turn. So ``daemon run`` takes
+``fcntl.flock`` on ``<checkpoint>/enrichd.lock`` before Spark starts and holds it for the
+life of the process. The kernel drops the lock when the process ends, however it ends (kill -9
+included), so a stale file never blocks a restart. The file holds the holder's pid, for the
+error message only. ``flock`` is advisory and per host: a checkpoint on a network file system
+shared by two hosts is not protected by it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import IO
+
+from daemon.config import PipelineFile
+from daemon.errors import EnrichdError
+
+LOCK_NAME = "enrichd.lock"
+
+
+class CheckpointInUseError(EnrichdError):
+    """Another daemon runs on the checkpoint: stop it, or give this pipeline its own."""
+
+
+class CheckpointLocks:
+    """The lock files held by this process; :meth:`release` lets them go."""
+
+    def __init__(self) -> None:
+        self._held: dict[Path, IO[str]] = {}
+
+    def acquire(self, pipeline: str, checkpoint: Path) -> None:
+        """Lock ``checkpoint`` for ``pipeline``, creating the folder if needed.
+
+        Raises:
+            CheckpointInUseError: another process, or another pipeline of this file, holds it.
+        """
+        folder = checkpoint.resolve()
+        if folder in self._held:
+            raise CheckpointInUseError(
+                f"pipeline {pipeline!r}: checkpoint {checkpoint} is also used by another "
+                "pipeline of this file; give each pipeline its own checkpoint"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / LOCK_NAME
+        handle = path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise CheckpointInUseError(
+                f"pipeline {pipeline!r}: checkpoint {checkpoint} is in use by another daemon "
+                f"(pid {holder}, lock {path}); stop that one first, or give this pipeline "
+                "another checkpoint"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._held[folder] = handle
+
+    def release(self) -> None:
+        """Unlock every checkpoint (closing the file drops its lock)."""
+        for handle in self._held.values():
+            handle.close()
+        self._held.clear()
+
+
+def lock_checkpoints(file: PipelineFile) -> CheckpointLocks:
+    """Lock the checkpoint of every pipeline of ``file``, or none of them.
+
+    Raises:
+        CheckpointInUseError: a checkpoint is held by another daemon or shared in the file.
+    """
+    locks = CheckpointLocks()
+    try:
+        for pipe in file.pipeline:
+            locks.acquire(pipe.name, pipe.checkpoint)
+    except BaseException:
+        locks.release()
+        raise
+    return locks

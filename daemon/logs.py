@@ -1,0 +1,60 @@
+"""Log output of ``daemon run``: human text by default, one JSON object a line on request.
+
+JSON lines are for log shippers (journald's JSON export, Loki, Elasticsearch): every line has
+``time`` (UTC, ISO 8601), ``level``, ``logger`` and ``message``, plus ``pipeline`` when the
+line is about one pipeline (the service passes it with ``extra={"pipeline": name}``) and
+``error`` with the traceback when one was logged.
+
+Example::
+
+    configure_logging("json")
+    logging.getLogger("enrichd.service").info("started", extra={"pipeline": "tweet-views"})
+    # {"time": "2026-11-22T01:30:00.000+00:00", "level": "INFO", "logger": "enrichd.service",
+    #  "message": "started", "pipeline": "tweet-views"}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Literal
+
+LogFormat = Literal["text", "json"]
+"""``text``: ``time level logger: message`` for people; ``json``: one object a line."""
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a record as one line of JSON (see the module docstring for the fields)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as a JSON object on one line."""
+        line: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        pipeline = getattr(record, "pipeline", None)
+        if pipeline is not None:
+            line["pipeline"] = pipeline
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def configure_logging(log_format: LogFormat = "text", level: int = logging.INFO) -> None:
+    """Send the process's log records to stderr in ``log_format``, replacing earlier handlers."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    # py4j logs every connection of Spark's callback server at INFO: noise to an operator.
+    logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -1,0 +1,268 @@
+"""The service's Prometheus metrics and health, computed from what Spark and the sink report.
+
+How it works: three sources feed one :class:`Metrics` registry and one :class:`Health`.
+
+- Spark's progress report of every micro-batch (a ``StreamingQueryProgress``, as JSON): the
+  source's start and end offsets per ``topic/partition`` give the records read per input, its
+  ``durationMs.triggerExecution`` the batch duration, and the state operator's
+  ``numRowsTotal`` the rows of join state (one per join key). Idle reports, which Spark sends
+  about every 10 s while no data comes, only say the query is alive.
+- The Kafka sink's per-batch counts (``daemon.metrics_relay``): records written per output
+  and dead letters per reason, of committed batches only.
+- The supervisor: failures and restarts of each pipeline's query, whether it is running.
+
+Input lag per partition is the log end (Kafka ListOffsets, latest) minus the end offset of
+the last batch, sampled every few seconds. On Tansu, the development broker, ListOffsets
+under-reports the log end (see ``docs/operations.md``), so lag reads low there.
+
+Every metric is labelled with ``pipeline``, the streaming query's name: a pipeline's name, or
+``NAME.OUTPUT`` for a joiner's second stage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Micro-batches take from ~0.2 s (stateless) to minutes (a large first batch after downtime)."""
+
+
+@dataclass(frozen=True)
+class PipelineView:
+    """What the metrics need to know of one streaming query: names of its topics."""
+
+    name: str
+    inputs: Mapping[str, str]
+    """Input topic -> input name (the joiner's role)."""
+    outputs: Mapping[str, str]
+    """Output topic -> output name (``output``, or a secondary output's name)."""
+    dead_letter_topic: str
+
+
+def parse_offsets(offsets: object) -> dict[str, int]:
+    """A source offset of a progress report (JSON text or already parsed) as a dict."""
+    if offsets is None:
+        return {}
+    if isinstance(offsets, str):
+        offsets = json.loads(offsets) if offsets.strip() else {}
+    if not isinstance(offsets, dict):
+        return {}
+    return {str(name): int(offset) for name, offset in offsets.items()}
+
+
+def topic_of(partition_name: str) -> str:
+    """The topic of a source offset key ``topic/partition``."""
+    return partition_name.rpartition("/")[0]
+
+
+def records_read(start: Mapping[str, int], end: Mapping[str, int]) -> dict[str, int]:
+    """Records per topic between two source offsets (``end - start`` summed by topic)."""
+    counts: dict[str, int] = {}
+    for name, stop in end.items():
+        n = stop - start.get(name, stop)
+        if n > 0:
+            counts[topic_of(name)] = counts.get(topic_of(name), 0) + n
+    return counts
+
+
+def is_late(reason: str) -> bool:
+    """Whether a dead letter's reason means the record came too late to be joined."""
+    return reason.startswith("Late") or reason.startswith("TooOld")
+
+
+class Metrics:
+    """Every metric of the service, in a registry of its own (served at ``/metrics``)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r, p = self.registry, ["pipeline"]
+        self.records_in = Counter(
+            "enrichd_records_in", "Records read, per input.", [*p, "input"], registry=r
+        )
+        self.records_out = Counter(
+            "enrichd_records_out",
+            "Records written in committed batches, per output (dead letters not included).",
+            [*p, "output"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "enrichd_dead_letters",
+            "Records sent to the dead-letter topic, per reason (enrichd.error.class).",
+            [*p, "reason"],
+            registry=r,
+        )
+        self.late_records = Counter(
+            "enrichd_late_records",
+            "Dead letters that came too late to be joined (reasons Late*, TooOld*).",
+            p,
+            registry=r,
+        )
+        self.batches = Counter("enrichd_batches", "Micro-batches completed.", p, registry=r)
+        self.batch_seconds = Histogram(
+            "enrichd_batch_duration_seconds",
+            "Wall time of each micro-batch (Spark's triggerExecution).",
+            p,
+            buckets=BATCH_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.state_rows = Gauge(
+            "enrichd_state_rows",
+            "Rows of join state after the last micro-batch (one per join key held).",
+            p,
+            registry=r,
+        )
+        self.input_lag = Gauge(
+            "enrichd_input_lag_records",
+            "Records in a partition after the last micro-batch's end (log end - end offset).",
+            [*p, "topic", "partition"],
+            registry=r,
+        )
+        self.last_progress = Gauge(
+            "enrichd_last_progress_timestamp_seconds",
+            "Unix time of the query's last progress report (a batch, or an idle report).",
+            p,
+            registry=r,
+        )
+        self.up = Gauge("enrichd_pipeline_up", "1 while the query runs, else 0.", p, registry=r)
+        self.failures = Counter(
+            "enrichd_pipeline_failures", "Query failures (each one is restarted).", p, registry=r
+        )
+        self.restarts = Counter(
+            "enrichd_pipeline_restarts", "Queries restarted after a failure.", p, registry=r
+        )
+        self._supervision: dict[str, tuple[int, int]] = {}
+
+    def batch_written(self, view: PipelineView, message: Mapping[str, Any]) -> None:
+        """Add one committed micro-batch's output counts, as the sink reported them."""
+        for topic, n in dict(message.get("records") or {}).items():
+            if topic == view.dead_letter_topic:
+                continue  # counted by reason below
+            output = view.outputs.get(topic, topic)
+            self.records_out.labels(view.name, output).inc(int(n))
+        for reason, n in dict(message.get("dead_letters") or {}).items():
+            self.dead_letters.labels(view.name, reason).inc(int(n))
+            if is_late(reason):
+                self.late_records.labels(view.name).inc(int(n))
+
+    def batch_done(
+        self,
+        view: PipelineView,
+        progress: Mapping[str, Any],
+        first_offsets: Callable[[list[str]], dict[str, int]] | None = None,
+    ) -> dict[str, int]:
+        """Take one micro-batch's progress report; return the batch's end offsets.
+
+        Args:
+            view: the query's topics.
+            progress: the report, as parsed JSON.
+            first_offsets: where partitions start that the report gives no start for (the
+                first batch of a new checkpoint): ``topic/partition`` names -> offsets. Without
+                it they count from 0.
+        """
+        self.batches.labels(view.name).inc()
+        self.batch_seconds.labels(view.name).observe(
+            float(dict(progress.get("durationMs") or {}).get("triggerExecution", 0)) / 1000
+        )
+        rows = sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators") or ())
+        self.state_rows.labels(view.name).set(rows)
+        ends: dict[str, int] = {}
+        for source in progress.get("sources") or ():
+            start = parse_offsets(source.get("startOffset"))
+            end = parse_offsets(source.get("endOffset"))
+            unknown = [name for name in end if name not in start]
+            if unknown:
+                found = first_offsets(unknown) if first_offsets else {}
+                start = {**{name: found.get(name, 0) for name in unknown}, **start}
+            for topic, n in records_read(start, end).items():
+                self.records_in.labels(view.name, view.inputs.get(topic, topic)).inc(n)
+            ends.update(end)
+        return ends
+
+    def lag(self, view: PipelineView, ends: Mapping[str, int], log_ends: Mapping[str, int]) -> None:
+        """Set each partition's lag: its log end minus where the last batch ended (not < 0)."""
+        for name, end in ends.items():
+            if name in log_ends:
+                topic, _, partition = name.rpartition("/")
+                lag = max(log_ends[name] - end, 0)
+                self.input_lag.labels(view.name, topic, partition).set(lag)
+
+    def supervision(self, name: str, *, running: bool, failures: int, restarts: int) -> None:
+        """Bring the failure and restart counters up to the supervisor's totals."""
+        self.up.labels(name).set(1 if running else 0)
+        seen_failures, seen_restarts = self._supervision.get(name, (0, 0))
+        # labels() makes the series exist at 0: "no failures" shows as 0, not as absent.
+        self.failures.labels(name).inc(max(failures - seen_failures, 0))
+        self.restarts.labels(name).inc(max(restarts - seen_restarts, 0))
+        self._supervision[name] = (max(failures, seen_failures), max(restarts, seen_restarts))
+
+
+@dataclass
+class QueryHealth:
+    """What is known of one query's liveness, in monotonic seconds."""
+
+    started_at: float | None = None
+    last_progress_at: float | None = None
+    running: bool = False
+
+
+@dataclass
+class Health:
+    """Readiness and stall detection over every query of the service.
+
+    A query has *progressed recently* when Spark reported on it (a batch or an idle report,
+    which comes every ~10 s without data) within ``stall_after_s``. It is *stalled* when it
+    runs and has not done so since it started or since its last report: a micro-batch stuck
+    somewhere. A query waiting for its restart is neither ready nor stalled: the supervisor
+    is handling it.
+    """
+
+    stall_after_s: float = 300.0
+    queries: dict[str, QueryHealth] = field(default_factory=dict)
+
+    def of(self, name: str) -> QueryHealth:
+        """The record of query ``name``, created on first use."""
+        return self.queries.setdefault(name, QueryHealth())
+
+    def started(self, name: str, now: float) -> None:
+        """The query (re)started at ``now``."""
+        query = self.of(name)
+        query.started_at, query.running = now, True
+
+    def progressed(self, name: str, now: float) -> None:
+        """Spark reported on the query at ``now``."""
+        self.of(name).last_progress_at = now
+
+    def _since(self, query: QueryHealth) -> float | None:
+        times = [t for t in (query.started_at, query.last_progress_at) if t is not None]
+        return max(times) if times else None
+
+    def stalled(self, now: float) -> list[str]:
+        """The running queries with neither a start nor a report within ``stall_after_s``."""
+        out = []
+        for name, query in self.queries.items():
+            since = self._since(query)
+            if query.running and since is not None and now - since > self.stall_after_s:
+                out.append(name)
+        return out
+
+    def not_ready(self, now: float) -> dict[str, str]:
+        """Queries that are not ready, with why; empty when every query is."""
+        reasons: dict[str, str] = {}
+        for name, query in self.queries.items():
+            if not query.running:
+                reasons[name] = "not running (failed; waiting for its restart)"
+            elif query.last_progress_at is None:
+                reasons[name] = "started; no micro-batch or idle report yet"
+            elif now - query.last_progress_at > self.stall_after_s:
+                ago = now - query.last_progress_at
+                reasons[name] = f"no progress for {ago:.0f} s"
+        return reasons
+
+    def ready(self, now: float) -> bool:
+        """Whether there is at least one query and every query has progressed recently."""
+        return bool(self.queries) and not self.not_ready(now)

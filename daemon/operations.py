@@ -1,0 +1,318 @@
+"""What ``daemon run`` tells its operator: metrics, health endpoint, systemd notifications.
+
+How it works: :class:`Operations` sits beside the supervisor (``daemon.service``) and is fed
+from three places. A Spark ``StreamingQueryListener`` hears every progress and idle report
+of every query; it marks the query alive at once and hands the report to a worker thread,
+which turns it into metrics and, every few seconds, samples each input partition's log end
+for the lag (network calls stay off the supervisor's thread). The sink's per-batch counts
+arrive through :class:`daemon.metrics_relay.MetricsRelay`. And the supervisor calls
+:meth:`Operations.tick` every half second with its pipelines: which queries run, failures
+and restarts, and from that ``READY=1`` (once every query has started), ``WATCHDOG=1`` pings
+(only while no query is stalled, so systemd restarts a daemon whose micro-batches hang) and
+``STATUS=`` lines for systemd.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from daemon.http_endpoint import MetricsServer, serve_http
+from daemon.metrics_relay import MetricsRelay
+from daemon.notify import Notifier
+from daemon.observability import Health, Metrics, PipelineView
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from daemon.engine.pipeline import PipelinePlan
+
+log = logging.getLogger("enrichd.operations")
+
+LAG_EVERY_S = 10.0
+"""How often input lag is sampled: one ListOffsets round trip per partition."""
+
+
+class SupervisedQuery(Protocol):
+    """What :meth:`Operations.tick` reads of a supervised pipeline (``service.Supervised``)."""
+
+    @property
+    def name(self) -> str:
+        """The query's name."""
+        ...
+
+    query: Any
+    restarts: int
+    failures: int
+    restart_at: float | None
+
+
+def view_of(plan: PipelinePlan) -> PipelineView:
+    """The topic names of a planned query, for labelling its metrics."""
+    operator = plan.operator
+    outputs = {operator.output_topic: "output"}
+    for name, target in dict(getattr(operator, "outputs", None) or {}).items():
+        outputs[target[0]] = name
+    return PipelineView(
+        name=plan.config.name,
+        inputs={spec.topic: spec.role for spec in plan.source.inputs},
+        outputs=outputs,
+        dead_letter_topic=operator.dead_letter_topic,
+    )
+
+
+class LogOffsets:
+    """Reads partitions' first offsets and log ends with one consumer (no group, no fetch)."""
+
+    def __init__(self, client_conf: dict[str, str]) -> None:
+        self.client_conf = client_conf
+        self._consumer: Any = None
+
+    def _watermarks(self, names: Sequence[str]) -> dict[str, tuple[int, int]]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {**self.client_conf, "group.id": "enrichd.metrics", "enable.auto.commit": False}
+            )
+        found: dict[str, tuple[int, int]] = {}
+        for name in names:
+            topic, _, partition = name.rpartition("/")
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, int(partition)), timeout=5
+                )
+            except Exception as exc:  # a metric is skipped, never the service stopped
+                log.debug("no watermarks for %s: %s", name, exc)
+                continue
+            found[name] = (low, high)
+        return found
+
+    def first(self, names: Sequence[str]) -> dict[str, int]:
+        """Where each ``topic/partition`` starts (its low watermark)."""
+        return {name: max(low, 0) for name, (low, _) in self._watermarks(names).items()}
+
+    def ends(self, names: Sequence[str]) -> dict[str, int]:
+        """Each ``topic/partition``'s log end, as ListOffsets reports it."""
+        return {name: high for name, (_, high) in self._watermarks(names).items() if high >= 0}
+
+    def close(self) -> None:
+        """Close the consumer."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+class Operations:
+    """Metrics, health endpoint and systemd notifications of one service run.
+
+    Args:
+        client_conf: the Kafka client settings, to sample log ends.
+        http: ``HOST:PORT`` to serve ``/healthz``, ``/readyz`` and ``/metrics`` on; None: off.
+        stall_after_s: a running query with no progress report for this long is stalled.
+        notifier: where systemd notifications go (default: from ``$NOTIFY_SOCKET``).
+    """
+
+    def __init__(
+        self,
+        client_conf: dict[str, str],
+        *,
+        http: str | None = None,
+        stall_after_s: float = 300.0,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.metrics = Metrics()
+        self.health = Health(stall_after_s)
+        self.notifier = notifier or Notifier.from_environment()
+        self.views: dict[str, PipelineView] = {}
+        self._lock = threading.Lock()
+        self._reports: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._offsets = LogOffsets(client_conf)
+        self._ends: dict[str, dict[str, int]] = {}
+        self._seen: dict[str, Any] = {}
+        self._run_ids: dict[str, str] = {}
+        self._ready_sent = False
+        self._last_ping = 0.0
+        self._status = ""
+        self._stalled: set[str] = set()
+        self._listener: Any = None
+        self._spark: SparkSession | None = None
+        self.relay = MetricsRelay(self._batch_written)
+        self._worker = threading.Thread(target=self._work, name="enrichd-progress", daemon=True)
+        self._worker.start()
+        self.server: MetricsServer | None = None
+        if http is not None:
+            self.server = serve_http(http, self.metrics.registry, self.readiness)
+            log.info("serving /healthz, /readyz and /metrics at %s", self.server.url)
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    def instrument(self, plan: PipelinePlan) -> PipelinePlan:
+        """The plan with its sink reporting to this service's metrics; remembers its topics."""
+        view = view_of(plan)
+        self.views[view.name] = view
+        return replace(plan, sink=replace(plan.sink, metrics_address=self.relay.address))
+
+    def attach(self, spark: SparkSession) -> None:
+        """Listen to the progress reports of every query of ``spark``."""
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        operations = self
+
+        class ProgressListener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:  # noqa: N802
+                """Nothing: :meth:`Operations.tick` sees starts."""
+
+            def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+                """A micro-batch completed."""
+                operations._report(event.progress.name, event.progress.json)
+
+            def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+                """The query waits for data: alive."""
+                name = operations._run_ids.get(str(event.runId))
+                if name is not None:
+                    operations.health.progressed(name, time.monotonic())
+                    operations.metrics.last_progress.labels(name).set(time.time())
+
+            def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+                """Nothing: the supervisor notices a stopped query."""
+
+        self._listener = ProgressListener()
+        spark.streams.addListener(self._listener)
+        self._spark = spark
+
+    def _report(self, name: str | None, progress_json: str) -> None:
+        if name is None:
+            return
+        self.health.progressed(name, time.monotonic())
+        self.metrics.last_progress.labels(name).set(time.time())
+        self._reports.put(json.loads(progress_json))
+
+    # -- the worker thread: metrics from reports, and input lag -------------------------------
+
+    def _work(self) -> None:
+        next_lag = time.monotonic() + LAG_EVERY_S
+        while True:
+            try:
+                progress = self._reports.get(timeout=1.0)
+            except queue.Empty:
+                progress = {}
+            if progress is None:
+                return
+            try:
+                if progress:
+                    self._batch_done(progress)
+                if time.monotonic() >= next_lag:
+                    next_lag = time.monotonic() + LAG_EVERY_S
+                    self._sample_lag()
+            except Exception as exc:  # a metric is lost, the service goes on
+                log.warning("could not update metrics: %s", exc)
+
+    def _batch_done(self, progress: dict[str, Any]) -> None:
+        view = self.views.get(str(progress.get("name")))
+        if view is None:
+            return
+        ends = self.metrics.batch_done(view, progress, self._offsets.first)
+        with self._lock:
+            self._ends[view.name] = ends
+
+    def _sample_lag(self) -> None:
+        with self._lock:
+            ends = {name: dict(offsets) for name, offsets in self._ends.items()}
+        for name, offsets in ends.items():
+            self.metrics.lag(self.views[name], offsets, self._offsets.ends(list(offsets)))
+
+    def _batch_written(self, message: dict[str, Any]) -> None:
+        view = self.views.get(str(message.get("pipeline")))
+        if view is not None:
+            self.metrics.batch_written(view, message)
+
+    # -- the supervisor's tick: running, ready, watchdog ------------------------------------
+
+    def tick(self, pipelines: Sequence[SupervisedQuery], now: float) -> None:
+        """Take the supervisor's view of every pipeline; notify systemd as due."""
+        running = []
+        for pipe in pipelines:
+            query = pipe.query
+            if query is not None and query is not self._seen.get(pipe.name):
+                self._seen[pipe.name] = query
+                self.health.started(pipe.name, now)
+                try:
+                    self._run_ids[str(query.runId)] = pipe.name
+                except Exception:  # noqa: S110 - no run id: only idle reports go unheard
+                    pass
+            is_running = bool(pipe.restart_at is None and query is not None and query.isActive)
+            self.health.of(pipe.name).running = is_running
+            self.metrics.supervision(
+                pipe.name, running=is_running, failures=pipe.failures, restarts=pipe.restarts
+            )
+            if is_running:
+                running.append(pipe.name)
+        self._notify(pipelines, running, now)
+
+    def _notify(self, pipelines: Sequence[SupervisedQuery], running: list[str], now: float) -> None:
+        status = f"{len(running)} of {len(pipelines)} pipelines running"
+        down = [pipe.name for pipe in pipelines if pipe.name not in running]
+        if down:
+            status += f"; restarting: {', '.join(down)}"
+        if not self._ready_sent and len(running) == len(pipelines):
+            self._ready_sent = True
+            self._status = status
+            self.notifier.send(READY="1", STATUS=status)
+            log.info("ready: %s", status)
+        elif status != self._status and self._ready_sent:
+            self._status = status
+            self.notifier.send(STATUS=status)
+        stalled = set(self.health.stalled(now))
+        for name in sorted(stalled - self._stalled):
+            log.error(
+                "pipeline %s has not progressed for %.0f s; the systemd watchdog is no longer fed",
+                name,
+                self.health.stall_after_s,
+                extra={"pipeline": name},
+            )
+        self._stalled = stalled
+        interval = self.notifier.watchdog_interval_s
+        if self._ready_sent and interval is not None and not stalled:
+            if now - self._last_ping >= interval:
+                self._last_ping = now
+                self.notifier.send(WATCHDOG="1")
+
+    def readiness(self) -> tuple[bool, str]:
+        """For ``/readyz``: whether every query has progressed recently, and the details."""
+        now = time.monotonic()
+        not_ready = self.health.not_ready(now)
+        lines = [f"{name}: {why}" for name, why in sorted(not_ready.items())]
+        ready = self.health.ready(now)
+        if ready:
+            lines = [f"{name}: progressing" for name in sorted(self.health.queries)]
+        elif not self.health.queries:
+            lines = ["no pipeline has started yet"]
+        return ready, "\n".join(lines)
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def stopping(self) -> None:
+        """Tell systemd the service is stopping (no more watchdog pings are due)."""
+        self.notifier.send(STOPPING="1", STATUS="stopping")
+
+    def close(self) -> None:
+        """Stop listening, serving and sampling."""
+        if self._spark is not None and self._listener is not None:
+            try:
+                self._spark.streams.removeListener(self._listener)
+            except Exception:  # noqa: S110 - the session may be gone already
+                pass
+        self._reports.put(None)
+        self._worker.join(timeout=5.0)
+        self.relay.close()
+        self._offsets.close()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()

@@ -1,0 +1,262 @@
+"""`daemon run` as an operator sees it: systemd notifications, /healthz, /readyz, /metrics,
+JSON logs, and a second daemon on the same checkpoint refused.
+
+One real `daemon run` process (the session's Tansu broker, local Spark) serves every test of
+this module, started by a module fixture with ``$NOTIFY_SOCKET`` pointing at a unix datagram
+socket the test reads, as systemd's would be. Its input is known exactly: 10 users, 100
+tweets (one view each) and 3 tweets that are not Avro (3 dead letters). The tests run in file
+order; the last one stops the daemon with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.broker import EmbeddedBroker, free_port
+from daemon.config import load_pipeline_file
+from tests.kafka_helpers import In, read_topic
+from tests.test_crash_recovery import Scenario, crash
+
+TWEETS = 100
+BAD_TWEETS = 3
+STOP_TIMEOUT_S = 20
+
+
+class SystemdSocket:
+    """A unix datagram socket standing in for systemd's notification socket."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.messages: list[str] = []
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind(str(path))
+        self._socket.settimeout(0.2)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self.messages.append(self._socket.recv(4096).decode())
+            except TimeoutError:
+                continue
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(2)
+        self._socket.close()
+
+
+class Service:
+    """The running `daemon run` under test, its notification socket and its HTTP address."""
+
+    def __init__(self, run: Scenario, tmp: Path) -> None:
+        self.run = run
+        self.user_topic = load_pipeline_file(run.path).pipeline[0].inputs["one"].topic
+        self.systemd = SystemdSocket(tmp / "notify.sock")
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = tmp / "daemon.log"
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "NOTIFY_SOCKET": str(self.systemd.path),
+            "WATCHDOG_USEC": "2000000",  # a ping due every second
+        }
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "daemon",
+                    "run",
+                    str(run.path),
+                    "--http",
+                    self.url.removeprefix("http://"),
+                    "--log-format",
+                    "json",
+                    "--stop-timeout",
+                    str(STOP_TIMEOUT_S),
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as reply:  # noqa: S310
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def wait_until(self, what: str, done: Callable[[], bool], timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert self.process.poll() is None, f"daemon run exited:\n{self.log_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no {what}:\n{self.log_text()[-3000:]}"
+            time.sleep(0.5)
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """One sample of /metrics, or None if it is not there."""
+        _, text = self.get("/metrics")
+        wanted = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            series, _, value = line.rpartition(" ")
+            metric, _, label_text = series.partition("{")
+            got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
+            if metric == name and got == wanted:
+                return float(value)
+        return None
+
+
+@pytest.fixture(scope="module")
+def service(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    import uuid
+
+    tmp = tmp_path_factory.mktemp("observability")
+    run = Scenario(broker, lambda stem: f"{stem}-{uuid.uuid4().hex[:10]}", tmp)
+    run.produce_tweets(range(TWEETS))
+    # Not Avro: the source cannot decode them, so they are dead letters (UndecodableRecord).
+    from tests.kafka_helpers import produce
+
+    produce(run.conf, run.tweet_topic, [In(b"\x01", b"bad") for _ in range(BAD_TWEETS)])
+    running = Service(run, tmp)
+    try:
+        running.wait_until(
+            "view of every tweet",
+            lambda: len(run.views()) == TWEETS and running.process.poll() is None,
+        )
+        yield running
+    finally:
+        if running.process.poll() is None:
+            crash(running.process)
+        running.systemd.close()
+
+
+def test_systemd_hears_ready_once_every_query_started_then_watchdog_pings(
+    service: Service,
+) -> None:
+    service.wait_until(
+        "second watchdog ping", lambda: service.systemd.messages.count("WATCHDOG=1") >= 2
+    )
+    messages = service.systemd.messages
+    ready = next(i for i, m in enumerate(messages) if "READY=1" in m.splitlines())
+    assert "STATUS=1 of 1 pipelines running" in messages[ready].splitlines()
+    assert "WATCHDOG=1" not in messages[:ready]
+    assert '"message": "ready: 1 of 1 pipelines running"' in service.log_text()
+
+
+def test_healthz_answers_ok(service: Service) -> None:
+    assert service.get("/healthz") == (200, "ok\n")
+
+
+def test_readyz_is_ready_once_the_query_has_progressed(service: Service) -> None:
+    service.wait_until("readiness", lambda: service.get("/readyz")[0] == 200)
+    assert service.get("/readyz") == (200, f"{service.run.name}: progressing\n")
+
+
+def test_metrics_count_records_in_out_and_dead_letters_of_committed_batches(
+    service: Service,
+) -> None:
+    """Counts come from two reports that arrive in either order (the sink's after its commit,
+    Spark's progress after the batch), so the test waits for the last batch's records in,
+    then checks every count exactly."""
+    name = service.run.name
+
+    def records_in(role: str) -> float | None:
+        return service.metric("enrichd_records_in_total", pipeline=name, input=role)
+
+    service.wait_until(
+        "the last batch counted",
+        lambda: (records_in("one") or 0) + (records_in("many") or 0) == 10 + TWEETS + BAD_TWEETS,
+    )
+    assert records_in("one") == 10
+    assert records_in("many") == TWEETS + BAD_TWEETS
+    assert service.metric("enrichd_records_out_total", pipeline=name, output="output") == TWEETS
+    reason = "UndecodableRecord"
+    assert service.metric("enrichd_dead_letters_total", pipeline=name, reason=reason) == 3
+    assert len(read_topic(service.run.conf, f"{name}.dlq")) == BAD_TWEETS
+    assert service.metric("enrichd_late_records_total", pipeline=name) is None
+    assert service.metric("enrichd_state_rows", pipeline=name) == 10  # one key per author
+    assert service.metric("enrichd_pipeline_up", pipeline=name) == 1
+    assert service.metric("enrichd_pipeline_failures_total", pipeline=name) == 0
+    assert service.metric("enrichd_pipeline_restarts_total", pipeline=name) == 0
+    batches = service.metric("enrichd_batches_total", pipeline=name)
+    assert batches is not None and batches >= 3  # 113 records, at most 50 a batch
+    assert service.metric("enrichd_batch_duration_seconds_count", pipeline=name) == batches
+
+
+def test_input_lag_per_partition_falls_to_0_once_everything_is_read(service: Service) -> None:
+    """Lag is sampled every 10 s against the last batch's end, so it is waited for, not read
+    once. Earlier samples may be above 0 (taken between batches); once every record is read
+    both partitions of each input must read 0."""
+    name = service.run.name
+
+    def lags() -> list[float | None]:
+        return [
+            service.metric("enrichd_input_lag_records", pipeline=name, topic=topic, partition=p)
+            for topic in (service.run.tweet_topic, service.user_topic)
+            for p in ("0", "1")
+        ]
+
+    service.wait_until("lag 0 on every partition", lambda: lags() == [0, 0, 0, 0], timeout_s=60)
+
+
+def test_logs_are_json_lines_naming_the_pipeline(service: Service) -> None:
+    ours = [
+        json.loads(line) for line in service.log_text().splitlines() if line.startswith('{"time"')
+    ]
+    started = [
+        line for line in ours if line["message"].startswith(f"pipeline {service.run.name} started")
+    ]
+    assert len(started) == 1
+    assert started[0]["pipeline"] == service.run.name
+    assert started[0]["level"] == "INFO"
+    assert started[0]["logger"] == "enrichd.service"
+
+
+def test_a_second_daemon_on_the_same_checkpoint_is_refused(service: Service) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "run", str(service.run.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    checkpoint = service.run.folder / "checkpoint"
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"error: pipeline {service.run.name!r}: checkpoint {checkpoint} is in use by another "
+        f"daemon (pid {service.process.pid}, lock {checkpoint / 'enrichd.lock'}); stop that one "
+        "first, or give this pipeline another checkpoint"
+    ]
+    assert service.process.poll() is None
+
+
+def test_sigterm_tells_systemd_stopping_and_exits_0(service: Service) -> None:
+    service.process.send_signal(signal.SIGTERM)
+    assert service.process.wait(STOP_TIMEOUT_S + 10) == 0
+    messages = service.systemd.messages
+    stopping = [i for i, m in enumerate(messages) if "STOPPING=1" in m.splitlines()]
+    assert len(stopping) == 1
+    assert "WATCHDOG=1" not in messages[stopping[0] :]
