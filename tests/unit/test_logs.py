@@ -1,0 +1,46 @@
+"""JSON log lines: one object a line, with the pipeline when the record names one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from daemon.logs import JsonFormatter
+
+
+def record(message: str, *args: object, **extra: object) -> logging.LogRecord:
+    made = logging.LogRecord("enrichd.service", logging.ERROR, __file__, 1, message, args, None)
+    made.created = 1_795_000_000.25
+    for key, value in extra.items():
+        setattr(made, key, value)
+    return made
+
+
+def test_a_line_has_time_level_logger_message_and_pipeline() -> None:
+    line = JsonFormatter().format(
+        record("pipeline %s failed: %s", "views", "boom", pipeline="views")
+    )
+    assert "\n" not in line
+    assert json.loads(line) == {
+        "time": "2026-11-18T11:06:40.250+00:00",
+        "level": "ERROR",
+        "logger": "enrichd.service",
+        "message": "pipeline views failed: boom",
+        "pipeline": "views",
+    }
+
+
+def test_a_line_about_no_pipeline_has_no_pipeline_field() -> None:
+    assert "pipeline" not in json.loads(JsonFormatter().format(record("stopped")))
+
+
+def test_a_traceback_stays_inside_the_one_line() -> None:
+    try:
+        raise ValueError("bad\nvalue")
+    except ValueError:
+        with_error = record("failed")
+        with_error.exc_info = sys.exc_info()
+    line = JsonFormatter().format(with_error)
+    assert len(line.splitlines()) == 1
+    assert json.loads(line)["error"].endswith("ValueError: bad\nvalue")

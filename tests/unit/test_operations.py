@@ -1,0 +1,122 @@
+"""The supervisor's tick: READY once every query started, watchdog pings only while nothing is
+stalled, STATUS as pipelines fail; notifications read from a real unix datagram socket."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.notify import Notifier
+from daemon.operations import Operations
+
+
+@dataclass
+class FakeQuery:
+    isActive: bool = True  # noqa: N815 - the name StreamingQuery has
+    runId: str = field(default_factory=lambda: str(id(object())))  # noqa: N815
+
+
+@dataclass
+class FakePipeline:
+    name: str
+    query: Any = None
+    restarts: int = 0
+    failures: int = 0
+    restart_at: float | None = None
+
+
+class Systemd:
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.setblocking(False)
+
+    def messages(self) -> list[str]:
+        out = []
+        while True:
+            try:
+                out.append(self.sock.recv(4096).decode())
+            except BlockingIOError:
+                return out
+
+
+@pytest.fixture
+def systemd(tmp_path: Path) -> Iterator[Systemd]:
+    listening = Systemd(tmp_path / "notify.sock")
+    yield listening
+    listening.sock.close()
+
+
+@pytest.fixture
+def ops(systemd: Systemd, tmp_path: Path) -> Iterator[Operations]:
+    notifier = Notifier(str(tmp_path / "notify.sock"), watchdog_usec=2_000_000)  # ping every 1 s
+    running = Operations({"bootstrap.servers": "127.0.0.1:1"}, stall_after_s=60, notifier=notifier)
+    yield running
+    running.close()
+
+
+def test_ready_only_once_every_query_has_started(ops: Operations, systemd: Systemd) -> None:
+    views = FakePipeline("views", query=FakeQuery())
+    totals = FakePipeline("views.totals", query=FakeQuery(isActive=False), restart_at=5.0)
+    ops.tick([views, totals], now=1.0)
+    assert systemd.messages() == []
+    totals.query, totals.restart_at, totals.restarts = FakeQuery(), None, 1
+    ops.tick([views, totals], now=5.0)
+    assert systemd.messages() == ["READY=1\nSTATUS=2 of 2 pipelines running", "WATCHDOG=1"]
+    ops.tick([views, totals], now=5.5)
+    assert systemd.messages() == []  # the next ping is due a second after the last
+
+
+def test_status_names_a_pipeline_waiting_for_its_restart(ops: Operations, systemd: Systemd) -> None:
+    views = FakePipeline("views", query=FakeQuery())
+    ops.tick([views], now=1.0)
+    views.query.isActive, views.failures, views.restart_at = False, 1, 3.0
+    ops.tick([views], now=1.2)
+    assert systemd.messages() == [
+        "READY=1\nSTATUS=1 of 1 pipelines running",
+        "WATCHDOG=1",
+        "STATUS=0 of 1 pipelines running; restarting: views",
+    ]
+    reg = ops.metrics.registry
+    assert reg.get_sample_value("enrichd_pipeline_failures_total", {"pipeline": "views"}) == 1
+
+
+def test_no_watchdog_ping_while_a_query_is_stalled(
+    ops: Operations, systemd: Systemd, caplog: pytest.LogCaptureFixture
+) -> None:
+    views = FakePipeline("views", query=FakeQuery())
+    ops.tick([views], now=100.0)  # started: READY and a first ping
+    ops.health.progressed("views", 120.0)
+    ops.tick([views], now=150.0)
+    assert systemd.messages() == [
+        "READY=1\nSTATUS=1 of 1 pipelines running",
+        "WATCHDOG=1",
+        "WATCHDOG=1",
+    ]
+    ops.tick([views], now=181.0)  # 61 s since the last report: stalled
+    ops.tick([views], now=190.0)
+    assert systemd.messages() == []
+    assert "pipeline views has not progressed for 60 s" in caplog.text
+    ops.health.progressed("views", 191.0)  # the batch completed after all
+    ops.tick([views], now=191.5)
+    assert systemd.messages() == ["WATCHDOG=1"]
+
+
+def test_a_restarted_query_gets_a_fresh_start_time(ops: Operations, systemd: Systemd) -> None:
+    views = FakePipeline("views", query=FakeQuery())
+    ops.tick([views], now=100.0)
+    views.query, views.restarts = FakeQuery(), 1  # restarted at 170: not stalled at 181
+    ops.tick([views], now=170.0)
+    ops.tick([views], now=181.0)
+    assert ops.health.stalled(181.0) == []
+    assert systemd.messages()[-1] == "WATCHDOG=1"
+
+
+def test_stopping_is_told_to_systemd(ops: Operations, systemd: Systemd) -> None:
+    ops.stopping()
+    assert systemd.messages() == ["STOPPING=1\nSTATUS=stopping"]
