@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import doctest
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 import daemon.joiners.table as table_module
+from daemon.config import load_pipeline_file
 from daemon.joiners.base import Emit
 from daemon.joiners.table import Table, TableOptions
 from daemon.testing import by_key, run_joiner
@@ -208,3 +210,11 @@ def test_kafka_streams_documented_table_table_join(mode: str) -> None:
     assert result.dead_letters == []
     for batch_size in (1, 4):
         assert shown(run(KAFKA_STEPS, mode, batch_size=batch_size).outputs) == ours
+
+
+def test_the_example_pipeline_is_a_valid_table_join() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "table-join.toml"
+    (pipeline,) = load_pipeline_file(example).pipeline
+    assert pipeline.joiner == "table"
+    assert TableOptions(**pipeline.options).mode == "outer"
+    assert set(pipeline.inputs) == set(Table.roles)

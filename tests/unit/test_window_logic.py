@@ -7,6 +7,7 @@ the arrival order, so a test can deliver records out of event-time order.
 from __future__ import annotations
 
 import doctest
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import daemon.joiners.window as window_module
+from daemon.config import load_pipeline_file
 from daemon.joiners.base import Emit, JoinerContext
 from daemon.joiners.window import Window, WindowOptions
 from daemon.testing import JoinerHarness, run_joiner
@@ -401,3 +403,11 @@ def test_every_pair_once_no_early_nulls_for_any_batching(
             if out.value["left"] is None or out.value["right"] is None:
                 lonely = out.value["left"] or out.value["right"]
                 assert stream_time[lonely["k"]] > lonely["at"] + keep
+
+
+def test_the_example_pipeline_is_a_valid_window_join() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "window-join.toml"
+    (pipeline,) = load_pipeline_file(example).pipeline
+    assert pipeline.joiner == "window"
+    options = WindowOptions(**pipeline.options)
+    assert (options.window, options.grace, options.mode) == (10_000, 2_000, "left")
