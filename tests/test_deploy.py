@@ -1,0 +1,251 @@
+"""The deployment files: docker-compose.yml, the Dockerfile, the systemd unit, sample data.
+
+No Docker engine here (docs: ../shared/ENVIRONMENT.md), so the compose file is checked for
+structure: the services it must have, what each runs, what it waits for, its ports, and that
+what it mounts into the daemon exists and makes a valid pipeline at the container's paths.
+The systemd unit is checked by ``systemd-analyze verify``. The sample-data script runs for
+real against the session broker.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from configparser import ConfigParser
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from daemon.avro import AvroCodec, load_schema_file
+from daemon.broker import EmbeddedBroker
+from daemon.config import load_pipeline_file
+from daemon.validation import validate_pipeline_file
+from tests.kafka_helpers import client_conf, read_topic
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+UNIT = ROOT / "deploy" / "enrichd.service"
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """Container path -> host path of a service's bind mounts (``./x:/y[:ro]``)."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("."):
+            mounts[target] = (ROOT / source).resolve()
+    return mounts
+
+
+def depends_on(service: dict[str, Any]) -> dict[str, str]:
+    wanted = service.get("depends_on", {})
+    if isinstance(wanted, list):
+        return dict.fromkeys(wanted, "service_started")
+    return {name: spec["condition"] for name, spec in wanted.items()}
+
+
+def test_compose_has_the_stack_of_the_spec() -> None:
+    services = compose()["services"]
+    assert set(services) == {
+        "kafka",
+        "schema-registry",
+        "spark-master",
+        "spark-worker",
+        "sample-data",
+        "enrichd",
+    }
+    assert services["kafka"]["image"].startswith("apache/kafka:")
+    assert services["schema-registry"]["image"].startswith("confluentinc/cp-schema-registry:")
+    for name in ("spark-master", "spark-worker", "sample-data", "enrichd"):
+        assert services[name]["build"] == ".", name  # one image: executors run our joiners
+        assert services[name]["image"] == "enrichd:latest", name
+    assert not any("zookeeper" in name for name in services)
+
+
+def test_kafka_runs_in_kraft_mode_as_broker_and_controller() -> None:
+    env = compose()["services"]["kafka"]["environment"]
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    node = env["KAFKA_NODE_ID"]
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{node}@kafka:9093"
+    listeners = dict(item.split("://") for item in env["KAFKA_LISTENERS"].split(","))
+    assert listeners[env["KAFKA_CONTROLLER_LISTENER_NAMES"]] == "0.0.0.0:9093"
+    advertised = dict(item.split("://") for item in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    assert advertised["PLAINTEXT"] == "kafka:9092"
+    assert advertised["HOST"] == "localhost:29092"
+    assert "29092:29092" in compose()["services"]["kafka"]["ports"]
+    # Exactly-once output needs the transaction log, which a lone broker must not replicate 3x.
+    assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == 1
+
+
+def test_start_order_waits_for_kafka_health_and_the_sample_data() -> None:
+    services = compose()["services"]
+    assert depends_on(services["enrichd"]) == {
+        "kafka": "service_healthy",
+        "schema-registry": "service_started",
+        "spark-master": "service_started",
+        "spark-worker": "service_started",
+        "sample-data": "service_completed_successfully",
+    }
+    assert depends_on(services["schema-registry"]) == {"kafka": "service_healthy"}
+    assert depends_on(services["sample-data"]) == {"kafka": "service_healthy"}
+    assert depends_on(services["spark-worker"]) == {"spark-master": "service_started"}
+    assert "kafka-broker-api-versions.sh" in " ".join(services["kafka"]["healthcheck"]["test"])
+
+
+def test_spark_master_and_worker_are_started_with_spark_class() -> None:
+    services = compose()["services"]
+    master, worker = services["spark-master"], services["spark-worker"]
+    assert master["entrypoint"][-1] == worker["entrypoint"][-1] == "spark-class"
+    assert master["command"][0] == "org.apache.spark.deploy.master.Master"
+    assert master["command"][master["command"].index("--port") + 1] == "7077"
+    assert worker["command"][:2] == [
+        "org.apache.spark.deploy.worker.Worker",
+        "spark://spark-master:7077",
+    ]
+    assert "8080:8080" in master["ports"]
+
+
+def test_the_daemon_runs_the_mounted_demo_pipeline_against_the_stack() -> None:
+    services = compose()["services"]
+    daemon = services["enrichd"]
+    assert daemon["command"][0] == "/etc/enrichd/pipelines.toml"
+    http = daemon["command"][daemon["command"].index("--http") + 1]
+    assert http == "0.0.0.0:9464" and "9464:9464" in daemon["ports"]
+    assert "/healthz" in " ".join(daemon["healthcheck"]["test"])
+    mounts = bind_mounts(daemon)
+    pipeline = mounts["/etc/enrichd/pipelines.toml"]
+    assert pipeline == ROOT / "deploy" / "compose" / "pipelines.toml"
+    assert pipeline.is_file()
+    file = load_pipeline_file(pipeline)
+    assert file.kafka.bootstrap_servers == "kafka:9092"
+    assert file.spark.master == "spark://spark-master:7077"
+    assert file.schema_registry is not None
+    assert file.schema_registry.url == "http://schema-registry:8081"
+    assert file.spark.conf["spark.driver.host"] == daemon["hostname"]
+    (pipe,) = file.pipeline
+    assert (pipe.name, pipe.joiner) == ("tweet-views", "comap")
+    # The checkpoint is on the volume the worker's executors share, at the same path.
+    state = "enrichd-state:/var/lib/enrichd/state"
+    assert state in daemon["volumes"] and state in services["spark-worker"]["volumes"]
+    assert pipe.checkpoint.is_relative_to("/var/lib/enrichd/state")
+
+
+def test_the_mounted_pipeline_is_valid_at_the_containers_paths(tmp_path: Path) -> None:
+    """Rebuild the container's /etc/enrichd from the bind mounts, then validate there."""
+    for target, source in bind_mounts(compose()["services"]["enrichd"]).items():
+        assert source.exists(), f"{source} (mounted at {target}) is missing"
+        where = tmp_path / target.lstrip("/")
+        where.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_file():
+            shutil.copy(source, where)  # copied: the loader resolves a file's symlink
+        else:
+            where.symlink_to(source)
+    parsed, problems = validate_pipeline_file(tmp_path / "etc" / "enrichd" / "pipelines.toml")
+    assert problems == []
+    assert parsed is not None
+
+
+def test_the_dockerfile_has_java_17_the_package_and_a_non_root_user() -> None:
+    lines = [
+        line.strip()
+        for line in (ROOT / "Dockerfile")
+        .read_text(encoding="utf-8")
+        .replace("\\\n", " ")
+        .splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    instructions = [(line.split()[0], line.partition(" ")[2]) for line in lines]
+    assert instructions[0] == ("FROM", "python:3.11-slim-bookworm")
+    runs = " ".join(args for op, args in instructions if op == "RUN")
+    assert "openjdk-17-jre-headless" in runs
+    assert "pip install --no-cache-dir ." in runs
+    copied = [args.split()[0] for op, args in instructions if op == "COPY"]
+    for source in copied:
+        assert (ROOT / source).exists(), source
+    users = [args for op, args in instructions if op == "USER"]
+    assert users == ["enrichd"]
+    assert "useradd --system --uid 10001" in runs
+    assert ("ENTRYPOINT", '["tini", "--", "daemon", "run"]') in instructions
+    assert ("CMD", '["/etc/enrichd/pipelines.toml"]') in instructions
+    ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
+    assert ".venv" in ignored and "tests" in ignored
+
+
+def test_the_systemd_unit_is_a_notify_service_with_a_watchdog() -> None:
+    unit = ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(UNIT, encoding="utf-8")
+    service = unit["Service"]
+    assert service["Type"] == "notify"
+    assert service["NotifyAccess"] == "main"
+    assert service["User"] == "enrichd"
+    assert service["Restart"] == "on-failure"
+    assert service["KillMode"] == "mixed"  # SIGTERM to the daemon only; it stops the JVM
+    argv = shlex.split(service["ExecStart"].replace("\\\n", " "))
+    assert argv[:3] == ["/opt/enrichd/bin/daemon", "run", "/etc/enrichd/pipelines.toml"]
+    stop_timeout = float(argv[argv.index("--stop-timeout") + 1])
+    assert int(service["TimeoutStopSec"]) > stop_timeout
+    watchdog_s = int(service["WatchdogSec"])
+    assert watchdog_s > 20  # pings come from a 0.5 s loop at half the period
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
+    """``systemd-analyze verify`` with ExecStart pointed at this checkout's `daemon`."""
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None, "systemd-analyze is needed to verify the unit"
+    here = Path(sys.executable).parent / "daemon"
+    unit = tmp_path / "enrichd.service"
+    unit.write_text(UNIT.read_text(encoding="utf-8").replace("/opt/enrichd/bin/daemon", str(here)))
+    done = subprocess.run(
+        [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")
+
+
+def test_sample_data_creates_the_topics_and_produces_users_and_tweets(
+    broker: EmbeddedBroker, fresh_topic: Any
+) -> None:
+    users, tweets = fresh_topic("users"), fresh_topic("tweets")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "deploy" / "compose" / "sample_data.py"),
+            "--bootstrap-servers",
+            broker.bootstrap_servers,
+            "--schemas",
+            str(ROOT / "schemas"),
+            "--users-topic",
+            users,
+            "--tweets-topic",
+            tweets,
+            "--authors",
+            "3",
+            "--tweets",
+            "7",
+            "--first-tweet-id",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr
+    conf = client_conf(broker.bootstrap_servers)
+    user_codec = AvroCodec(load_schema_file(ROOT / "schemas" / "user.avsc"))
+    tweet_codec = AvroCodec(load_schema_file(ROOT / "schemas" / "tweet.avsc"))
+    got_users = sorted(user_codec.decode(r.value or b"")["id"] for r in read_topic(conf, users))
+    got_tweets = [tweet_codec.decode(r.value or b"") for r in read_topic(conf, tweets)]
+    assert got_users == [1, 2, 3]
+    assert sorted((t["id"], t["author_id"]) for t in got_tweets) == [
+        (100 + n, 1 + n % 3) for n in range(7)
+    ]
