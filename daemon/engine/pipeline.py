@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from daemon.engine.processor import OperatorPlan
 
 
+WAKEUP_TRIGGER_MS = 1000
+"""Trigger interval of a query whose joiner wakes quiet keys, when the pipeline sets none:
+how often it looks for due timers while no data comes in."""
+
+
 @dataclass(frozen=True)
 class PipelinePlan:
     """A pipeline resolved against the installed plugins, its schemas and its cluster.
@@ -254,6 +259,18 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         .option("checkpointLocation", str(pipe.checkpoint))
         .queryName(pipe.name)
     )
-    if pipe.trigger:
-        writer = writer.trigger(processingTime=f"{pipe.trigger} milliseconds")
-    return writer.start()
+    trigger = pipe.trigger or (WAKEUP_TRIGGER_MS if wakes else 0)
+    if trigger:
+        writer = writer.trigger(processingTime=f"{trigger} milliseconds")
+    if not wakes:
+        return writer.start()
+    # Timers fire only in micro-batches, so a query whose keys wake up must run batches when
+    # no data comes in; Spark reads this setting when a query starts. Other queries keep
+    # the session's default (off), which spares them a batch per trigger when idle.
+    setting = "spark.sql.streaming.noDataMicroBatches.enabled"
+    before = spark.conf.get(setting) or "false"
+    spark.conf.set(setting, "true")
+    try:
+        return writer.start()
+    finally:
+        spark.conf.set(setting, before)

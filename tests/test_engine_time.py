@@ -1,0 +1,75 @@
+"""Time in the real engine without records: quiet keys woken by processing-time timers.
+
+``daemon replay`` ends its input with end-of-input markers (checked by every joiner's replay
+tests); this checks the other way event time moves: a key that has gone quiet is woken after
+the joiner's wake-up time, with no marker and no other record, by the timer the processor
+registers in Spark's state store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from daemon.avro import AvroCodec, load_schema_file
+from daemon.broker import EmbeddedBroker
+from daemon.testing import pipeline_file
+from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMAS = {"left": ROOT / "schemas/left_event.avsc", "right": ROOT / "schemas/right_event.avsc"}
+OUTPUT = ROOT / "schemas/joined_pair.avsc"
+
+
+def test_a_quiet_keys_window_closes_after_the_idle_timeout(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    from daemon.engine.pipeline import plan_pipeline, start_query
+
+    conf = client_conf(broker.bootstrap_servers)
+    file = pipeline_file(
+        "window",
+        schemas=SCHEMAS,
+        output_schema=OUTPUT,
+        keys={"left": "k", "right": "k"},
+        times={"left": "at", "right": "at"},
+        options={"window": "1s", "mode": "left", "idle_timeout": "2s"},
+        checkpoint=tmp_path / "checkpoint",
+        bootstrap_servers=broker.bootstrap_servers,
+    )
+    names = {"left": fresh_topic("left"), "right": fresh_topic("right")}
+    pipe = file.pipeline[0]
+    pipe = pipe.model_copy(
+        update={
+            "inputs": {
+                role: spec.model_copy(update={"topic": names[role]})
+                for role, spec in pipe.inputs.items()
+            },
+            "output": pipe.output.model_copy(update={"topic": fresh_topic("pairs")}),
+            "trigger": 500,
+        }
+    )
+    for topic in names.values():
+        create_topic(conf, topic)
+    left = AvroCodec(load_schema_file(SCHEMAS["left"]))
+    produce(conf, names["left"], [In(left.encode({"k": 1, "v": "alone", "at": 1000}), b"1")])
+
+    query = start_query(spark, plan_pipeline(file, pipe, conf))
+    try:
+        # The left record's window (event time 1000 + 1 s) can only close by the idle
+        # timeout: no right record, no marker, and nothing else arrives. After 2 s of quiet
+        # the key's event time has moved on by those 2 s, past the window's end.
+        deadline = time.monotonic() + 120
+        outputs: list[Any] = []
+        while not outputs and time.monotonic() < deadline:
+            assert query.exception() is None, query.exception()
+            outputs = read_topic(conf, pipe.output.topic, timeout_s=5)
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    pairs = AvroCodec(load_schema_file(OUTPUT))
+    assert [pairs.decode(out.value) for out in outputs if out.value] == [
+        {"left": {"k": 1, "v": "alone", "at": 1000}, "right": None}
+    ]
