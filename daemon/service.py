@@ -170,7 +170,8 @@ def run_service(
     conf = client_conf(file)
     # Held until the process ends: a second daemon on these checkpoints is refused.
     locks = lock_checkpoints(file)
-    plans = [plan_pipeline(file, pipe, conf) for pipe in file.pipeline]
+    # A pipeline whose joiner has a second stage runs it as a query of its own.
+    plans = [stage for pipe in file.pipeline for stage in plan_pipeline(file, pipe, conf).stages()]
     ops = Operations(conf, http=http, stall_after_s=stall_timeout_s)
     spark = spark_session(file.spark)
     ops.attach(spark)
