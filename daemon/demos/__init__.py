@@ -15,6 +15,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 
 DEMOS = {
     "comap": "tweets and users become tweet views (co-map with state)",
+    "lookup": "clicks get their user's region; clicks per region add up (stream-table lookup)",
     "asof": "recommendations with the mood of the moment, corrected when a mood is late",
 }
 """Demo name -> what it shows; the module ``daemon.demos.NAME`` implements it."""
