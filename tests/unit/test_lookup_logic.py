@@ -303,3 +303,10 @@ def test_a_region_change_moves_later_clicks_and_leaves_earlier_totals() -> None:
         "us": [{"region": "us", "clicks": 4}],
         "UNKNOWN": [{"region": "UNKNOWN", "clicks": 7}],
     }
+
+
+def test_a_joined_record_without_a_group_cannot_be_grouped() -> None:
+    # Left mode without a default joins a null region: the second stage has no key for it.
+    run = aggregate([joined("c1", None, 2, 1), joined("c2", "eu", 3, 2)], SUM_CLICKS)
+    assert [(d.record.kafka_key, d.kind) for d in run.dead_letters] == [(b"c1", "MissingKey")]
+    assert [o.value for o in run.outputs] == [{"region": "eu", "clicks": 3}]
