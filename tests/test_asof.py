@@ -31,10 +31,11 @@ KEYS = {"left": "consultant", "right": "name"}
 FIELDS = {"left": "recommendation", "right": "mood"}
 
 
-def rec(who: str, minutes: float, arrival: int, what: str = "") -> dict[str, Any]:
+def rec(who: str, minutes: float, arrival: int, what: str | None = None) -> dict[str, Any]:
     """A recommendation line made ``minutes`` after T0, reaching Kafka at ``arrival``."""
     made = T0 + int(minutes * MINUTE)
     value = {"consultant": who, "event_time": made, "ingestion_time": arrival}
+    what = f"{who}/{minutes:g}" if what is None else what  # unique: also serves as left_id
     return {"key": who, "value": {**value, "recommendation": what}, "timestamp": arrival}
 
 
@@ -50,8 +51,12 @@ def ident(who: str, minutes: float) -> str:
     return f"{who}@{T0 + int(minutes * MINUTE)}"
 
 
-def batch(inputs: dict[str, list[dict]], inclusive: bool = False) -> dict[str, dict]:
-    return asof_batch(inputs, inclusive=inclusive, keys=KEYS, time="event_time", fields=FIELDS)
+def batch(
+    inputs: dict[str, list[dict]], inclusive: bool = False, left_id: str | None = None
+) -> dict[str, dict]:
+    return asof_batch(
+        inputs, inclusive=inclusive, keys=KEYS, time="event_time", fields=FIELDS, left_id=left_id
+    )
 
 
 def moods_of(result: ReplayResult) -> dict[str, list[tuple[str | None, int]]]:
@@ -69,10 +74,13 @@ def without_revision(latest: dict[str, Any]) -> dict[str, Any]:
 
 
 def pipeline(tmp: Path, **options: str) -> PipelineFile:
-    """The example pipeline with some options replaced."""
+    """The example pipeline with some options replaced or added (its options table is last)."""
     text = EXAMPLE.read_text().replace('"../', f'"{EXAMPLE.parent.parent}/')
     for name, value in options.items():
-        start = text.index(f"\n{name} = ")
+        start = text.find(f"\n{name} = ")
+        if start < 0:
+            text = text.rstrip("\n") + f"\n{name} = {value}\n"
+            continue
         end = text.index("\n", start + 1)
         text = text[:start] + f"\n{name} = {value}" + text[end:]
     path = tmp / f"pipeline-{len(list(tmp.glob('*.toml')))}.toml"
@@ -192,9 +200,11 @@ def test_scenarios_strict_event_time_and_inclusive_processing_time(
     strict = run(example, tmp_path, inputs, broker, max_batch=4)
     # Processing-time re-joins every hour of Kafka timestamps; the real clock's hourly
     # wake-ups cannot fire within a replay. Retention and horizon long enough to keep all.
+    # Recommendations are identified by a field (its text here) instead of key@time.
     inclusive = run(
         pipeline(
             tmp_path,
+            left_id='"recommendation"',
             inclusive="true",
             rejoin_on='"processing_time"',
             rejoin_interval='"1h"',
@@ -206,7 +216,14 @@ def test_scenarios_strict_event_time_and_inclusive_processing_time(
         broker,
         max_batch=4,
     )
-    s, i = moods_of(strict), moods_of(inclusive)
+    s, by_id = moods_of(strict), moods_of(inclusive)
+    # Keyed by left_id; re-keyed as consultant@event_time to compare with the strict run.
+    as_key = {
+        line["value"]["recommendation"]: f"{line['key']}@{line['value']['event_time']}"
+        for line in inputs["left"]
+    }
+    assert set(by_id) == set(as_key)
+    i = {as_key[name]: history for name, history in by_id.items()}
 
     # Out-of-order moods: an immediate answer, then a correction at the next re-join (stream
     # time crossing a minute) or at the end of input; 0:05:30 never changes, so no revision.
@@ -242,16 +259,16 @@ def test_scenarios_strict_event_time_and_inclusive_processing_time(
     # Processing time: 0:10 is corrected when a record's Kafka timestamp crosses the hour,
     # caused by that record (a correction at the end of input has no source record).
     assert i[ident("arrival", 10)] == [("calm", 0), ("grumpy", 1)]
-    correction = [r for r in inclusive.outputs if r["key"] == ident("arrival", 10)][-1]
+    correction = [r for r in inclusive.outputs if r["key"] == "arrival/10"][-1]
     assert correction["headers"]["enrichd.source.topic"].startswith("recommendations")
 
     # Where nothing was late or evicted, the latest revision is the batch as-of join.
-    for result, flag in ((strict, False), (inclusive, True)):
-        expected = batch(inputs, inclusive=flag)
+    for result, flag, left_id in ((strict, False, None), (inclusive, True, "recommendation")):
+        expected = batch(inputs, inclusive=flag, left_id=left_id)
         got = without_revision(latest_by_key(result.outputs))
         for key in ("late", "tie", "arrival"):
-            mine = {k for k in expected if k.startswith(f"{key}@")}
-            assert {k: got[k] for k in mine} == {k: expected[k] for k in mine}
+            mine = {k for k in expected if k.startswith((f"{key}@", f"{key}/"))}
+            assert mine and {k: got[k] for k in mine} == {k: expected[k] for k in mine}
 
 
 def test_demo_shows_an_early_answer_and_its_correction(
