@@ -36,7 +36,10 @@ class LookupOptions(JoinerOptions):
     )
     aggregate: AggregateOptions | None = Field(
         default=None,
-        description="running count or sum per group of the joined records, to outputs.totals",
+        description=(
+            "running totals per group to [pipeline.outputs.totals]; a table of group_by, "
+            'op ("count" | "sum"), field, group_field, total_field'
+        ),
     )
 
     @model_validator(mode="after")
