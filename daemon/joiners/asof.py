@@ -80,7 +80,9 @@ class AsOfState:
     ``right_times`` and ``right_values`` are parallel lists in event-time order; records with
     equal event times stay in arrival order, so the last of them is the one an as-of lookup
     finds. ``*_tick`` is the number of whole ``rejoin_interval``s the clock had reached at the
-    last timer, so a timer fires once per interval crossed.
+    last timer, so a timer fires once per interval crossed. ``changed_from`` is the earliest
+    event time of the right records added since the last re-join of every kept event: only
+    left events after it can have a new answer, so a re-join skips the others.
     """
 
     stream_time: int | None = None
@@ -90,6 +92,7 @@ class AsOfState:
     right_times: list[int] = field(default_factory=list)
     right_values: list[dict[str, Any]] = field(default_factory=list)
     left: dict[str, KeptLeft] = field(default_factory=dict)
+    changed_from: int | None = None
 
 
 class AsOf(Joiner):
@@ -180,7 +183,7 @@ class AsOf(Joiner):
             if record.timestamp and self._options.rejoin_on == "processing_time":
                 state.arrival_time = max(state.arrival_time or 0, record.timestamp)
                 if self._crossed(state.arrival_time, "arrival_tick", state):
-                    yield from self._rejoin(key, state, list(state.left), record, ctx)
+                    yield from self._rejoin_all(key, state, record, ctx)
             yield from self._on_stream_time(key, state, record, ctx)
 
     def advance(
@@ -193,16 +196,16 @@ class AsOf(Joiner):
         are joined again and those past the horizon leave.
         """
         if to >= END_OF_TIME:
-            yield from self._rejoin(key, state, list(state.left), None, ctx)
+            yield from self._rejoin_all(key, state, None, ctx)
             state.stream_time = state.arrival_time = None
-            state.stream_tick = state.arrival_tick = None
+            state.stream_tick = state.arrival_tick = state.changed_from = None
             state.left.clear()
             state.right_times.clear()
             state.right_values.clear()
             return
         state.stream_time = max(state.stream_time or to, to)
         if self._options.rejoin_on == "processing_time":
-            yield from self._rejoin(key, state, list(state.left), None, ctx)
+            yield from self._rejoin_all(key, state, None, ctx)
         yield from self._on_stream_time(key, state, None, ctx)
 
     def _apply(
@@ -231,6 +234,8 @@ class AsOf(Joiner):
             at = bisect_right(state.right_times, event_time)
             state.right_times.insert(at, event_time)
             state.right_values.insert(at, record.value)
+            if state.changed_from is None or event_time < state.changed_from:
+                state.changed_from = event_time
             return
         identity = self._identity(key, record)
         if identity is None:
@@ -261,7 +266,7 @@ class AsOf(Joiner):
             return
         options = self._options
         if options.rejoin_on == "event_time":
-            yield from self._rejoin(key, state, list(state.left), source, ctx)
+            yield from self._rejoin_all(key, state, source, ctx)
         horizon = state.stream_time - options.rejoin_horizon
         leaving = [ident for ident, kept in state.left.items() if kept.event_time < horizon]
         # A leaving event's last answer is what a compacted topic keeps: make it current.
@@ -281,6 +286,13 @@ class AsOf(Joiner):
         setattr(state, tick, now if last is None else max(last, now))
         return last is not None and now > last
 
+    def _rejoin_all(
+        self, key: str, state: AsOfState, source: InputRecord | None, ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """Join every kept left event again (the timer); then nothing has changed since."""
+        yield from self._rejoin(key, state, list(state.left), source, ctx)
+        state.changed_from = None
+
     def _rejoin(
         self,
         key: str,
@@ -290,8 +302,16 @@ class AsOf(Joiner):
         ctx: JoinerContext,
     ) -> Iterator[Emit]:
         """Join kept left events again; a new revision where the answer changed."""
+        changed_from = state.changed_from
+        if changed_from is None:
+            return
+        inclusive = self._options.inclusive
         for identity in identities:
             kept = state.left[identity]
+            if kept.event_time < changed_from or (
+                kept.event_time == changed_from and not inclusive
+            ):
+                continue  # no right record added since the last re-join precedes it
             right = self._answer(state, kept.event_time)
             if right == kept.right:
                 continue
