@@ -312,7 +312,8 @@ class Operations:
         self._reports.put(None)
         self._worker.join(timeout=5.0)
         self.relay.close()
-        self._offsets.close()
+        if not self._worker.is_alive():  # else it may still be asking the broker for offsets
+            self._offsets.close()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()

@@ -33,6 +33,7 @@ from tests.test_crash_recovery import Scenario, crash
 TWEETS = 100
 BAD_TWEETS = 3
 STOP_TIMEOUT_S = 20
+STALL_TIMEOUT_S = 30  # longer than Spark's 10 s between idle reports
 
 
 class SystemdSocket:
@@ -90,6 +91,8 @@ class Service:
                     "json",
                     "--stop-timeout",
                     str(STOP_TIMEOUT_S),
+                    "--stall-timeout",
+                    str(STALL_TIMEOUT_S),
                 ],
                 env=env,
                 stdout=log,
@@ -107,7 +110,7 @@ class Service:
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
 
-    def wait_until(self, what: str, done: Callable[[], bool], timeout_s: float = 120.0) -> None:
+    def wait_until(self, what: str, done: Callable[[], bool], timeout_s: float = 300.0) -> None:
         deadline = time.monotonic() + timeout_s
         while not done():
             assert self.process.poll() is None, f"daemon run exited:\n{self.log_text()[-3000:]}"
@@ -220,6 +223,32 @@ def test_input_lag_per_partition_falls_to_0_once_everything_is_read(service: Ser
         ]
 
     service.wait_until("lag 0 on every partition", lambda: lags() == [0, 0, 0, 0], timeout_s=60)
+
+
+def test_an_idle_query_stays_ready_on_sparks_idle_reports(service: Service) -> None:
+    """With every record read, Spark sends an idle report about every 10 s and no batch: the
+    last-progress time moves on while the batch count stays, and /readyz stays 200 long
+    past the last batch (the stall timeout here is 30 s)."""
+    name = service.run.name
+
+    def last_progress() -> float:
+        return service.metric("enrichd_last_progress_timestamp_seconds", pipeline=name) or 0.0
+
+    service.wait_until(
+        "all input read",
+        lambda: (
+            service.metric("enrichd_records_in_total", pipeline=name, input="many")
+            == TWEETS + BAD_TWEETS
+        ),
+    )
+    batches = service.metric("enrichd_batches_total", pipeline=name)
+    last_batch_at = last_progress()
+    service.wait_until(
+        "idle reports for longer than the stall timeout",
+        lambda: last_progress() > last_batch_at + STALL_TIMEOUT_S,
+    )
+    assert service.metric("enrichd_batches_total", pipeline=name) == batches
+    assert service.get("/readyz") == (200, f"{name}: progressing\n")
 
 
 def test_logs_are_json_lines_naming_the_pipeline(service: Service) -> None:
