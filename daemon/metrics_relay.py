@@ -11,7 +11,9 @@ for at most a second); if the daemon is gone or stuck the send fails, is ignored
 batch still commits: metrics never fail a write.
 
 A message: ``{"pipeline": "tweet-views", "batch": 7, "records": {"tweet-views": 40,
-"tweet-views.dlq": 2}, "dead_letters": {"UndecodableRecord": 2}}``.
+"tweet-views.dlq": 2}, "dead_letters": {"UndecodableRecord": 2}, "joiner": {"unmatched": 1}}``
+(``joiner``: what the joiner counted with ``ctx.count``, when the operator passes it on as a
+row for :data:`JOINER_COUNTS_TOPIC`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ from typing import Any
 
 log = logging.getLogger("enrichd.metrics")
 
+JOINER_COUNTS_TOPIC = "\x00enrichd.joiner-counts"
+"""The "topic" of an operator output row that carries the joiner's ``ctx.count`` totals as
+JSON (``{"matched": 3}``) to the sink, which adds them up instead of producing the row. No
+Kafka topic name can start with a NUL."""
+
 _MAX_DATAGRAM = 65_536
 
 
@@ -37,10 +44,17 @@ def send_batch_counts(
     batch: int,
     records: dict[str, int],
     dead_letters: dict[str, int],
+    joiner: dict[str, int] | None = None,
 ) -> bool:
     """Send one micro-batch's counts to the daemon at ``address``; False if it cannot be sent."""
     message = json.dumps(
-        {"pipeline": pipeline, "batch": batch, "records": records, "dead_letters": dead_letters}
+        {
+            "pipeline": pipeline,
+            "batch": batch,
+            "records": records,
+            "dead_letters": dead_letters,
+            "joiner": joiner or {},
+        }
     ).encode()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:

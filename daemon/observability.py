@@ -102,6 +102,12 @@ class Metrics:
             p,
             registry=r,
         )
+        self.joiner_events = Counter(
+            "enrichd_joiner_events",
+            "What the joiner counted (ctx.count): matched, unmatched, revisions, ...",
+            [*p, "event"],
+            registry=r,
+        )
         self.batches = Counter("enrichd_batches", "Micro-batches completed.", p, registry=r)
         self.batch_seconds = Histogram(
             "enrichd_batch_duration_seconds",
@@ -148,6 +154,8 @@ class Metrics:
             self.dead_letters.labels(view.name, reason).inc(int(n))
             if is_late(reason):
                 self.late_records.labels(view.name).inc(int(n))
+        for event, n in dict(message.get("joiner") or {}).items():
+            self.joiner_events.labels(view.name, event).inc(int(n))
 
     def batch_done(
         self,

@@ -17,6 +17,7 @@ no transactions, and a replayed micro-batch may be written twice.
 from __future__ import annotations
 
 import base64
+import json
 import pickle  # noqa: S403 - only our own driver-made spec travels through it
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from pyspark.sql.types import StructType
 
 from daemon.config import Delivery
 from daemon.kafka.clients import Deliveries, produce
-from daemon.metrics_relay import send_batch_counts
+from daemon.metrics_relay import JOINER_COUNTS_TOPIC, send_batch_counts
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
@@ -71,6 +72,8 @@ class Written(WriterCommitMessage):
     skipped: bool = False
     dead_letters: dict[str, int] = field(default_factory=dict)
     """Dead letters written, by reason (their ``enrichd.error.class`` header)."""
+    joiner_counts: dict[str, int] = field(default_factory=dict)
+    """What the joiner counted with ``ctx.count`` (matched, unmatched, revisions, ...)."""
 
 
 class KafkaSink(DataSource):
@@ -104,9 +107,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         if self.spec.delivery == "at_least_once":
             producer = self._idempotent_producer()
             kinds: dict[str, int] = {}
-            counts = _produce(producer, iterator, kinds)
+            joiner: dict[str, int] = {}
+            counts = _produce(producer, iterator, kinds, joiner)
             producer.flush()
-            return Written(partition, batch_id, counts, dead_letters=kinds)
+            return Written(partition, batch_id, counts, dead_letters=kinds, joiner_counts=joiner)
         return self._write_transaction(partition, batch_id, query_id, iterator)
 
     def _write_transaction(
@@ -127,7 +131,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 return Written(partition, batch_id, {}, skipped=True)
             producer.begin_transaction()
             kinds: dict[str, int] = {}
-            counts = _produce(producer, iterator, kinds)
+            joiner: dict[str, int] = {}
+            counts = _produce(producer, iterator, kinds, joiner)
             marker.offset = batch_id + 1
             producer.send_offsets_to_transaction([marker], self._group_metadata(group))
             producer.commit_transaction()
@@ -137,7 +142,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             except KafkaException:
                 pass  # nothing open, or already fenced: the next init aborts it anyway
             raise
-        return Written(partition, batch_id, counts, dead_letters=kinds)
+        return Written(partition, batch_id, counts, dead_letters=kinds, joiner_counts=joiner)
 
     def _transactional_producer(self, txn_id: str) -> Any:
         from confluent_kafka import Producer
@@ -204,14 +209,19 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         try:
             records: dict[str, int] = {}
             dead_letters: dict[str, int] = {}
+            joiner: dict[str, int] = {}
             for message in messages:
                 if isinstance(message, Written):
-                    for topic, n in message.records.items():
-                        records[topic] = records.get(topic, 0) + n
-                    for kind, n in message.dead_letters.items():
-                        dead_letters[kind] = dead_letters.get(kind, 0) + n
+                    _add(records, message.records)
+                    _add(dead_letters, message.dead_letters)
+                    _add(joiner, getattr(message, "joiner_counts", {}))
             send_batch_counts(
-                self.spec.metrics_address, self.spec.pipeline, batchId, records, dead_letters
+                self.spec.metrics_address,
+                self.spec.pipeline,
+                batchId,
+                records,
+                dead_letters,
+                joiner,
             )
         except Exception:  # noqa: S110 - metrics must never fail a committed batch
             pass
@@ -221,9 +231,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
 
 def _produce(
-    producer: Any, batches: Iterator[pa.RecordBatch], kinds: dict[str, int] | None = None
+    producer: Any,
+    batches: Iterator[pa.RecordBatch],
+    kinds: dict[str, int] | None = None,
+    joiner_counts: dict[str, int] | None = None,
 ) -> dict[str, int]:
-    """Produce every row; return records per topic; count dead letters by reason in ``kinds``."""
+    """Produce every row; return records per topic; count dead letters by reason in ``kinds``.
+
+    A row addressed to :data:`JOINER_COUNTS_TOPIC` is not a record: it carries the joiner's
+    ``ctx.count`` totals (JSON) and is added to ``joiner_counts`` instead of produced.
+    """
     counts: dict[str, int] = {}
     deliveries = Deliveries()
     for batch in batches:
@@ -231,6 +248,10 @@ def _produce(
         for topic, key, value, headers in zip(
             columns["topic"], columns["key"], columns["value"], columns["headers"], strict=True
         ):
+            if topic == JOINER_COUNTS_TOPIC:
+                if joiner_counts is not None and value:
+                    _add(joiner_counts, json.loads(value))
+                continue
             produce(
                 producer,
                 topic,
@@ -258,3 +279,8 @@ def _dead_letter_kind(headers: list[dict[str, Any]] | None) -> str | None:
         if header["key"] == "enrichd.error.class" and header["value"] is not None:
             return bytes(header["value"]).decode("utf-8", "replace")
     return None
+
+
+def _add(totals: dict[str, int], counts: dict[str, int]) -> None:
+    for name, n in counts.items():
+        totals[name] = totals.get(name, 0) + int(n)

@@ -150,3 +150,11 @@ def test_stalled_means_running_and_silent_since_start_or_last_report() -> None:
     assert health.stalled(211) == ["views"]
     health.of("views").running = False  # failed: the supervisor restarts it, not the watchdog
     assert health.stalled(300) == []
+
+
+def test_the_joiners_own_counts_become_events() -> None:
+    metrics = Metrics()
+    metrics.batch_written(VIEW, {"records": {}, "joiner": {"matched": 3, "revisions": 1}})
+    metrics.batch_written(VIEW, {"records": {}, "joiner": {"matched": 1}})
+    assert sample(metrics, "enrichd_joiner_events_total", pipeline="views", event="matched") == 4
+    assert sample(metrics, "enrichd_joiner_events_total", pipeline="views", event="revisions") == 1
