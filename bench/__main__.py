@@ -1,9 +1,13 @@
 """``python -m bench comap [--users N] [--tweets M]``: enrichd's comap against the raw ceiling.
 
 One embedded broker; the workload is produced once and read by every contender: the raw
-loop in one process, the raw loop in two processes, then the enrichd pipeline (Spark starts
-only after the raw loops, so its JVM does not compete with them). Prints a table and writes
-``BENCHMARKS.md`` at the repository top.
+loop in one process, the raw loop in two processes, the peer (Quix Streams, in a child
+process), then the enrichd pipeline (Spark starts last, so its JVM competes with nobody).
+Prints a table and writes ``BENCHMARKS.md`` at the repository top.
+
+The peer needs Quix Streams: ``.venv/bin/pip install -e '.[bench]'`` (or a separate
+virtualenv with ``quixstreams[avro]``, named by ``--quix-python``; see :mod:`bench.quix`).
+Without it the report says the peer was not run, and why.
 """
 
 from __future__ import annotations
@@ -21,11 +25,17 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.enrichd import EnrichdResult, run_enrichd
+from bench.quix import QuixResult, run_quix
 from bench.raw import RawResult, run_ceiling
 from bench.workloads import REPO, Topics, Workload, count_records, create_inputs, produce
 
 TARGET_RATIO = 0.5
 """The issue's target: enrichd at least half of the two-process raw ceiling."""
+PEER_TARGET = 2.0
+"""The issue's target: enrichd at least twice Quix Streams on the same join."""
+
+Row = tuple[str, float | None, float | None, float | None, str]
+"""(name, records/s, seconds, ratio to the two-process ceiling, note); None: not measured."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=REPO / "BENCHMARKS.md",
         help="the Markdown report to write (default: BENCHMARKS.md at the repository top)",
+    )
+    comap.add_argument(
+        "--quix-python",
+        default=sys.executable,
+        help="the interpreter that runs the Quix Streams peer (default: this one)",
     )
     comap.add_argument("--no-write", action="store_true", help="print only; write no report")
     return parser
@@ -77,20 +92,34 @@ def _machine() -> str:
 
 
 def _command(args: argparse.Namespace) -> str:
-    return (
+    command = (
         f".venv/bin/python -m bench comap --users {args.users} --tweets {args.tweets} "
         f"--max-batch {args.max_batch}"
     )
+    if args.quix_python != sys.executable:
+        command += f" --quix-python {args.quix_python}"
+    return command
 
 
 def _rate(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def _rows(
-    one: RawResult, two: RawResult, spark: EnrichdResult
-) -> list[tuple[str, float, float, float, str]]:
-    """(name, records/s, seconds, ratio to the two-process ceiling, note) per table row."""
+def _quix_row(quix: QuixResult, two: RawResult) -> Row:
+    name = "Quix Streams co-map"
+    if not quix.ran:
+        return (name, None, None, None, f"not run: {quix.reason}")
+    return (
+        name,
+        quix.rate,
+        quix.seconds,
+        quix.rate / two.rate,
+        f"{quix.version}, 1 process; start-up {quix.startup_s:.1f} s not counted",
+    )
+
+
+def _rows(one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult) -> list[Row]:
+    """One :data:`Row` per table row."""
     sustained = spark.sustained_rate
     steady_rows = sum(b.rows for b in spark.steady())
     steady_s = steady_rows / sustained
@@ -98,6 +127,7 @@ def _rows(
     return [
         ("raw ceiling, 1 process", one.rate, one.seconds, one.rate / two.rate, "assign + dicts"),
         ("raw ceiling, 2 processes", two.rate, two.seconds, 1.0, "the issue's reference"),
+        _quix_row(quix, two),
         (
             "enrichd comap, sustained",
             sustained,
@@ -115,18 +145,30 @@ def _rows(
     ]
 
 
-def _print(console: Console, rows: list[tuple[str, float, float, float, str]]) -> None:
+_COLUMNS = ("run", "records/s", "seconds", "vs 2-process ceiling", "vs Quix", "note")
+
+
+def _cells(row: Row, quix: QuixResult) -> tuple[str, ...]:
+    """A row's table cells; "-" where nothing was measured."""
+    name, rate, seconds, ratio, note = row
+    versus = "-" if rate is None or not quix.ran else f"{rate / quix.rate:.2f}"
+    return (
+        name,
+        "-" if rate is None else _rate(rate),
+        "-" if seconds is None else f"{seconds:.2f}",
+        "-" if ratio is None else f"{ratio:.2f}",
+        versus,
+        note,
+    )
+
+
+def _print(console: Console, rows: list[Row], quix: QuixResult) -> None:
     table = Table(title="comap throughput (input records/s)")
-    for column, justify in (
-        ("run", "left"),
-        ("records/s", "right"),
-        ("seconds", "right"),
-        ("vs 2-process ceiling", "right"),
-        ("note", "left"),
-    ):
+    for column in _COLUMNS:
+        justify = "left" if column in ("run", "note") else "right"
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for name, rate, seconds, ratio, note in rows:
-        table.add_row(name, _rate(rate), f"{seconds:.2f}", f"{ratio:.2f}", note)
+    for row in rows:
+        table.add_row(*_cells(row, quix))
     console.print(table)
 
 
@@ -167,7 +209,30 @@ def _split_line(spark: EnrichdResult, users: int) -> str:
     )
 
 
-def _analysis(one: RawResult, two: RawResult, spark: EnrichdResult, users: int) -> list[str]:
+def _peer_line(quix: QuixResult, spark: EnrichdResult) -> str:
+    """The issue's peer target, met or missed, or why it could not be judged."""
+    if not quix.ran:
+        return (
+            f"- Target: enrichd sustained >= {PEER_TARGET:.0f}x Quix Streams. Not judged: the "
+            f"peer did not run ({quix.reason})."
+        )
+    versus = spark.sustained_rate / quix.rate
+    verdict = "meets" if versus >= PEER_TARGET else "misses"
+    return (
+        f"- Target: enrichd sustained >= {PEER_TARGET:.0f}x Quix Streams. This run {verdict} "
+        f"it: enrichd sustained is {versus:.2f}x Quix ({_rate(spark.sustained_rate)} against "
+        f"{_rate(quix.rate)} records/s; end to end {spark.end_to_end_rate / quix.rate:.2f}x)"
+        + (
+            f"; reaching it needs {PEER_TARGET / versus:.1f}x the measured sustained rate."
+            if versus < PEER_TARGET
+            else "."
+        )
+    )
+
+
+def _analysis(
+    one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult, users: int
+) -> list[str]:
     """Sentences on the gap and where enrichd's time goes, from the progress reports."""
     steady = spark.steady()
     ratio = spark.sustained_rate / two.rate
@@ -207,7 +272,8 @@ def _analysis(one: RawResult, two: RawResult, spark: EnrichdResult, users: int) 
         f"ms; addBatch {first.durations_ms.get('addBatch', 0):,} ms); the Spark session took "
         f"{spark.session_start_s:.1f} s to start before that (not counted anywhere above).",
     ]
-    lines.insert(2, _split_line(spark, users))
+    lines.insert(1, _peer_line(quix, spark))
+    lines.insert(3, _split_line(spark, users))
     return lines
 
 
@@ -231,10 +297,35 @@ def _batch_table(spark: EnrichdResult) -> list[str]:
     return lines
 
 
+def _quix_notes(quix: QuixResult) -> list[str]:
+    """What the peer did, for the report's notes."""
+    lines = [
+        "- *Quix Streams*: one `Application` (one process, Quix's defaults: at-least-once, "
+        "RocksDB state with changelog topics, 5 s commits) in a child process. Tweets are "
+        "keyed by tweet id, so `group_by(author_id)` re-keys them through a `repartition__` "
+        "topic Quix creates (JSON values); the users dataframe (already keyed by id) is "
+        "`concat`-ed with it and one `apply(stateful=True, expand=True)` keeps the latest user "
+        "and the tweets under each author in Quix's state, emitting views as enrichd's comap "
+        "does; views go out through Quix's `AvroSerializer`. Timed from the first input record "
+        "the application sees to its final checkpoint commit (which flushes its producer). "
+        "Quix scales by running more instances in one consumer group; one instance uses one "
+        "core, where enrichd and the 2-process ceiling use two.",
+    ]
+    if quix.ran:
+        lines.append(
+            f"- Quix start-up, not counted above: {quix.startup_s:.1f} s from `Application.run()` "
+            f"to the first record (joining the consumer group, which the embedded broker is slow "
+            f"at, and creating its repartition and changelog topics); leaving the group after "
+            f"the final commit took {quix.stop_s:.1f} s."
+        )
+    return lines
+
+
 def _markdown(
     args: argparse.Namespace,
     workload: Workload,
-    rows: list[tuple[str, float, float, float, str]],
+    rows: list[Row],
+    quix: QuixResult,
     analysis: list[str],
     spark: EnrichdResult,
     checks: list[str],
@@ -242,12 +333,9 @@ def _markdown(
 ) -> str:
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     table = [
-        "| run | records/s | seconds | vs 2-process ceiling | note |",
-        "|---|---:|---:|---:|---|",
-        *(
-            f"| {name} | {_rate(rate)} | {seconds:.2f} | {ratio:.2f} | {note} |"
-            for name, rate, seconds, ratio, note in rows
-        ),
+        "| " + " | ".join(_COLUMNS) + " |",
+        "|---|---:|---:|---:|---:|---|",
+        *("| " + " | ".join(_cells(row, quix)) + " |" for row in rows),
     ]
     return "\n".join(
         [
@@ -264,8 +352,9 @@ def _markdown(
             "",
             f"Workload: {workload.users:,} users then {workload.tweets:,} tweets "
             f"({workload.records:,} input records, plain Avro, about 100 B each) on an embedded "
-            "Tansu broker, 2 partitions per input topic, tweet authors uniform over the users; "
-            "every contender reads the same topics from offset 0 and emits one view per tweet.",
+            "Tansu broker, 2 partitions per input topic (keys partitioned with murmur2, as "
+            "Kafka's Java clients do), tweet authors uniform over the users; every contender "
+            "reads the same topics from offset 0 and emits one view per tweet.",
             "",
             *table,
             "",
@@ -276,6 +365,8 @@ def _markdown(
             "from the end of the first batch to the end of the last (from the query's progress "
             "reports); *end to end* also counts the first batch and query start-up, but not "
             "the Spark session start-up.",
+            *_quix_notes(quix),
+            "- *vs Quix*: the row's records/s over Quix Streams' records/s.",
             "",
             "### Where the time goes",
             "",
@@ -306,7 +397,7 @@ def comap(args: argparse.Namespace) -> int:
         create_inputs(conf, topics)
         from daemon.kafka.admin import create_topics
 
-        outputs = {"one": f"raw1-{suffix}", "two": f"raw2-{suffix}"}
+        outputs = {"one": f"raw1-{suffix}", "two": f"raw2-{suffix}", "quix": f"quix-{suffix}"}
         create_topics(conf, dict.fromkeys(outputs.values(), 2))
         began = time.monotonic()
         with console.status(f"producing {workload.records:,} records"):
@@ -318,6 +409,22 @@ def comap(args: argparse.Namespace) -> int:
         with console.status("raw ceiling, 2 processes"):
             two = run_ceiling(conf, topics, ends, outputs["two"], 2, workload.records)
         console.print(f"raw ceiling, 2 processes: {_rate(two.rate)} records/s")
+        with console.status("Quix Streams co-map (child process)"):
+            quix = run_quix(
+                args.quix_python,
+                broker.bootstrap_servers,
+                topics.users,
+                topics.tweets,
+                outputs["quix"],
+                workload.tweets,
+                workload.records,
+            )
+        console.print(
+            f"Quix Streams: {_rate(quix.rate)} records/s"
+            if quix.ran
+            else f"Quix Streams not run: {quix.reason}",
+            highlight=False,
+        )
         with console.status("enrichd comap (Spark)"):
             spark = run_enrichd(
                 broker.bootstrap_servers, topics, ends, workload.records, args.max_batch
@@ -330,6 +437,7 @@ def comap(args: argparse.Namespace) -> int:
             counted = {
                 "raw 1 process": count_records(conf, outputs["one"]),
                 "raw 2 processes": count_records(conf, outputs["two"]),
+                **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
                 "enrichd": count_records(conf, spark.output_topic),
             }
             dead = count_records(conf, spark.dead_letter_topic)
@@ -341,14 +449,14 @@ def comap(args: argparse.Namespace) -> int:
     read = sum(b.rows for b in spark.batches)
     if read != workload.records:
         checks.append(f"progress reports account for {read:,} of {workload.records:,} inputs")
-    rows = _rows(one, two, spark)
-    analysis = _analysis(one, two, spark, workload.users)
-    _print(console, rows)
+    rows = _rows(one, two, quix, spark)
+    analysis = _analysis(one, two, quix, spark, workload.users)
+    _print(console, rows, quix)
     for line in analysis:
         console.print(line, highlight=False)
     console.print("Checks: " + "; ".join(checks), highlight=False)
     if not args.no_write:
-        report = _markdown(args, workload, rows, analysis, spark, checks, machine)
+        report = _markdown(args, workload, rows, quix, analysis, spark, checks, machine)
         args.output.write_text(report, encoding="utf-8")
         console.print(f"wrote {args.output}")
     from pyspark.sql import SparkSession

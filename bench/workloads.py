@@ -15,7 +15,6 @@ from typing import Any
 
 from daemon.avro import AvroCodec, load_schema_file
 from daemon.kafka import clients
-from daemon.kafka.admin import create_topics
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "schemas"
@@ -75,8 +74,25 @@ def tweet(i: int, author: int, rng: random.Random) -> dict[str, Any]:
 
 
 def create_inputs(conf: dict[str, str], topics: Topics) -> None:
-    """Create both input topics with :data:`INPUT_PARTITIONS` partitions each."""
-    create_topics(conf, {name: INPUT_PARTITIONS for name in topics.inputs()})
+    """Create both input topics with :data:`INPUT_PARTITIONS` partitions each.
+
+    Their retention is set explicitly (unlimited: every contender reads from offset 0). Quix
+    Streams derives its internal topics' retention from the inputs' described configs, and
+    the embedded broker describes only the configs a topic was created with.
+
+    Raises:
+        RuntimeError: a topic could not be created.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(dict(conf))
+    retention = {"retention.ms": "-1", "retention.bytes": "-1"}
+    wanted = [NewTopic(name, INPUT_PARTITIONS, 1, config=retention) for name in topics.inputs()]
+    for name, future in admin.create_topics(wanted).items():
+        try:
+            future.result(timeout=30)
+        except Exception as exc:
+            raise RuntimeError(f"cannot create topic {name!r}: {exc}") from exc
 
 
 def produce(conf: dict[str, str], topics: Topics, workload: Workload) -> dict[str, int]:
@@ -95,6 +111,9 @@ def produce(conf: dict[str, str], topics: Topics, workload: Workload) -> dict[st
             "linger.ms": 20,
             "batch.num.messages": 100_000,
             "queue.buffering.max.messages": 1_000_000,
+            # Kafka's Java clients' partitioner (Quix Streams' too): the peer keeps state per
+            # partition number, so user N must sit where Quix re-keys author N's tweets.
+            "partitioner": "murmur2_random",
         }
     )
     deliveries = clients.Deliveries()
