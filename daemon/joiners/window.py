@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import Field, model_validator
 
@@ -49,8 +49,9 @@ class WindowOptions(JoinerOptions):
     mode: WindowMode = Field(
         default="inner", description="inner: pairs only; left/outer: also unmatched records"
     )
-    idle_timeout: Span = Field(
+    idle_timeout: DurationMs = Field(
         default=60_000,
+        gt=0,
         description="quiet processing time after which a key's event time moves on by it",
     )
 
@@ -62,6 +63,12 @@ class WindowOptions(JoinerOptions):
                 "asymmetric window"
             )
         return self
+
+    def sides(self) -> tuple[int, int]:
+        """``(before, after)`` in milliseconds, each ``window`` unless given on its own."""
+        before = self.window if self.before is None else self.before
+        after = self.window if self.after is None else self.after
+        return before or 0, after or 0  # never None: _window_is_given checked that
 
 
 @dataclass(slots=True)
@@ -129,12 +136,12 @@ class Window(Joiner):
     Options = WindowOptions
     order = "arrival"
 
-    def __init__(self, options: WindowOptions, context: JoinerContext) -> None:  # type: ignore[override]
+    def __init__(self, options: JoinerOptions, context: JoinerContext) -> None:
         super().__init__(options, context)
-        self.before: int = options.window if options.before is None else options.before  # type: ignore[assignment]
-        self.after: int = options.window if options.after is None else options.after  # type: ignore[assignment]
-        self.grace: int = options.grace
-        self.idle_timeout: int = options.idle_timeout
+        window = cast(WindowOptions, options)
+        self.before, self.after = window.sides()
+        self.grace: int = window.grace
+        self.idle_timeout: int = window.idle_timeout
         # How far past its own event time a record's partners reach: a left record's right
         # partners are at most `after` later, a right record's left partners `before` later.
         self.reach = {"left": self.after, "right": self.before}
@@ -143,7 +150,7 @@ class Window(Joiner):
         # tL + after + before + grace; the same sum holds for right records.
         self.keep = self.before + self.after + self.grace
         self.unmatched_roles = {"inner": (), "left": ("left",), "outer": ("left", "right")}[
-            options.mode
+            window.mode
         ]
 
     def initial_state(self) -> dict[str, Any]:

@@ -68,6 +68,8 @@ def test_options_take_a_window_or_both_sides_and_reject_the_rest() -> None:
         WindowOptions(before="1s")
     with pytest.raises(ValidationError, match="greater than or equal to 0"):
         WindowOptions(window=-1)
+    with pytest.raises(ValidationError, match="greater than 0"):
+        WindowOptions(window="1s", idle_timeout="0ms")
     with pytest.raises(ValidationError, match="inner"):
         WindowOptions(window="1s", mode="full")
     with pytest.raises(ValidationError, match="Extra inputs"):
