@@ -57,8 +57,8 @@ def view_of(plan: PipelinePlan) -> PipelineView:
     """The topic names of a planned query, for labelling its metrics."""
     operator = plan.operator
     outputs = {operator.output_topic: "output"}
-    for name, target in dict(getattr(operator, "outputs", None) or {}).items():
-        outputs[target[0]] = name
+    for name, (topic, _) in (operator.outputs or {}).items():
+        outputs[topic] = name
     return PipelineView(
         name=plan.config.name,
         inputs={spec.topic: spec.role for spec in plan.source.inputs},

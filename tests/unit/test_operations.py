@@ -120,3 +120,29 @@ def test_a_restarted_query_gets_a_fresh_start_time(ops: Operations, systemd: Sys
 def test_stopping_is_told_to_systemd(ops: Operations, systemd: Systemd) -> None:
     ops.stopping()
     assert systemd.messages() == ["STOPPING=1\nSTATUS=stopping"]
+
+
+def test_a_query_view_names_inputs_by_role_and_outputs_by_name() -> None:
+    from types import SimpleNamespace
+
+    from daemon.operations import view_of
+
+    plan: Any = SimpleNamespace(
+        config=SimpleNamespace(name="clicks"),
+        source=SimpleNamespace(
+            inputs=[
+                SimpleNamespace(role="stream", topic="clicks"),
+                SimpleNamespace(role="table", topic="regions"),
+            ]
+        ),
+        operator=SimpleNamespace(
+            output_topic="enriched-clicks",
+            outputs={"totals": ("clicks-per-region", None)},
+            dead_letter_topic="clicks.dlq",
+        ),
+    )
+    view = view_of(plan)
+    assert view.name == "clicks"
+    assert view.inputs == {"clicks": "stream", "regions": "table"}
+    assert view.outputs == {"enriched-clicks": "output", "clicks-per-region": "totals"}
+    assert view.dead_letter_topic == "clicks.dlq"
