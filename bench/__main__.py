@@ -3,7 +3,8 @@
 One embedded broker; the workload is produced once and read by every contender: the raw
 loop in one process, the raw loop in two processes, the peer (Quix Streams, in a child
 process), then the enrichd pipeline (Spark starts last, so its JVM competes with nobody).
-Prints a table and writes ``BENCHMARKS.md`` at the repository top.
+Then, unless ``--no-latency``, enrichd's end-to-end latency at a fixed offered rate (see
+:mod:`bench.latency`). Prints a table and writes ``BENCHMARKS.md`` at the repository top.
 
 The peer needs Quix Streams: ``.venv/bin/pip install -e '.[bench]'`` (or a separate
 virtualenv with ``quixstreams[avro]``, named by ``--quix-python``; see :mod:`bench.quix`).
@@ -25,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.enrichd import EnrichdResult, run_enrichd
+from bench.latency import LatencyResult, run_latency
 from bench.quix import QuixResult, run_quix
 from bench.raw import RawResult, run_ceiling
 from bench.workloads import REPO, Topics, Workload, count_records, create_inputs, produce
@@ -33,6 +35,8 @@ TARGET_RATIO = 0.5
 """The issue's target: enrichd at least half of the two-process raw ceiling."""
 PEER_TARGET = 2.0
 """The issue's target: enrichd at least twice Quix Streams on the same join."""
+LATENCY_TARGET_MS = 2_000
+"""The issue's target: p99 end-to-end latency under 2 s at 5,000 records/s offered."""
 
 Row = tuple[str, float | None, float | None, float | None, str]
 """(name, records/s, seconds, ratio to the two-process ceiling, note); None: not measured."""
@@ -62,6 +66,16 @@ def _parser() -> argparse.ArgumentParser:
         default=sys.executable,
         help="the interpreter that runs the Quix Streams peer (default: this one)",
     )
+    comap.add_argument(
+        "--latency-rate", type=int, default=5_000, help="tweets/s offered in the latency run"
+    )
+    comap.add_argument(
+        "--latency-seconds", type=float, default=30.0, help="how long the latency run offers"
+    )
+    comap.add_argument(
+        "--trigger-ms", type=int, default=1_000, help="the latency run's processing-time trigger"
+    )
+    comap.add_argument("--no-latency", action="store_true", help="skip the latency run")
     comap.add_argument("--no-write", action="store_true", help="print only; write no report")
     return parser
 
@@ -96,6 +110,13 @@ def _command(args: argparse.Namespace) -> str:
         f".venv/bin/python -m bench comap --users {args.users} --tweets {args.tweets} "
         f"--max-batch {args.max_batch}"
     )
+    if args.no_latency:
+        command += " --no-latency"
+    else:
+        command += (
+            f" --latency-rate {args.latency_rate} --latency-seconds {args.latency_seconds:g} "
+            f"--trigger-ms {args.trigger_ms}"
+        )
     if args.quix_python != sys.executable:
         command += f" --quix-python {args.quix_python}"
     return command
@@ -297,6 +318,65 @@ def _batch_table(spark: EnrichdResult) -> list[str]:
     return lines
 
 
+def _latency_section(latency: LatencyResult | None, spark: EnrichdResult) -> list[str]:
+    """The report's latency section: percentiles, the target, and the batches behind them."""
+    if latency is None:
+        return []
+    head = ["### End-to-end latency (enrichd comap)", ""]
+    if latency.reason:
+        return [*head, f"Not measured: {latency.reason}.", ""]
+    verdict = "meets" if latency.p99_ms < LATENCY_TARGET_MS else "misses"
+    batches = latency.batches
+    rows = sum(b.rows for b in batches) / len(batches) if batches else 0.0
+    trigger = (
+        sum(b.durations_ms.get("triggerExecution", 0) for b in batches) / len(batches)
+        if batches
+        else 0.0
+    )
+    lines = [
+        *head,
+        f"{latency.tweets:,} tweets offered at {latency.offered_rate:,} records/s "
+        f"(achieved {_rate(latency.achieved_rate)}/s over {latency.seconds:.1f} s) to the "
+        f"comap pipeline running with a {latency.trigger_ms:,} ms processing-time trigger, its "
+        f"{spark.max_records_per_batch:,}-record batch cap, and every user already read. "
+        "Latency is each view's Kafka timestamp (set when enrichd's sink hands it to its "
+        "producer) minus its source tweet's (set when the bench handed the tweet to its "
+        "producer), the tweet found through the view's `enrichd.source.*` headers; "
+        "a `read_committed` reader sees a view when its batch's transaction commits, up to "
+        "one batch's flush and commit later.",
+        "",
+        "| offered records/s | views | p50 ms | p99 ms | max ms | batches | records per batch "
+        "| ms per batch | drain s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {latency.offered_rate:,} | {latency.views:,} | {latency.p50_ms:,.0f} | "
+        f"{latency.p99_ms:,.0f} | {latency.max_ms:,.0f} | {len(batches)} | {rows:,.0f} | "
+        f"{trigger:,.0f} | {latency.drain_s:.1f} |",
+        "",
+        (
+            f"- Target: p99 < {LATENCY_TARGET_MS / 1000:.0f} s at 5,000 records/s offered. This "
+            f"run {verdict} it: p99 {latency.p99_ms / 1000:.1f} s"
+            + (
+                f", {latency.p99_ms / LATENCY_TARGET_MS:.1f}x the target."
+                if verdict == "misses"
+                else "."
+            )
+            if latency.offered_rate == 5_000
+            else f"- Target: p99 < {LATENCY_TARGET_MS / 1000:.0f} s at 5,000 records/s offered; "
+            f"this run offered {latency.offered_rate:,}/s, so it does not judge the target."
+        ),
+        f"- *drain*: from the last tweet offered to the end of the batch that read the last "
+        f"record. Timestamps read back: {latency.timestamp_types or 'none'}.",
+    ]
+    if latency.offered_rate > spark.sustained_rate:
+        lines.append(
+            f"- The offered rate is above the sustained throughput measured above "
+            f"({_rate(spark.sustained_rate)} records/s), so a backlog builds for as long as "
+            "tweets are offered and latency grows with it: the percentiles then measure the "
+            "queue, not the pipeline's per-batch delay."
+        )
+    return [*lines, ""]
+
+
 def _quix_notes(quix: QuixResult) -> list[str]:
     """What the peer did, for the report's notes."""
     lines = [
@@ -306,7 +386,10 @@ def _quix_notes(quix: QuixResult) -> list[str]:
         "topic Quix creates (JSON values); the users dataframe (already keyed by id) is "
         "`concat`-ed with it and one `apply(stateful=True, expand=True)` keeps the latest user "
         "and the tweets under each author in Quix's state, emitting views as enrichd's comap "
-        "does; views go out through Quix's `AvroSerializer`. Timed from the first input record "
+        "does; views go out through Quix's `AvroSerializer`. Quix's `State` reads and writes "
+        "one value per name under the message key (no scans), so an author's tweets are one "
+        "value, read and rewritten per tweet, as enrichd rewrites a key's state once per "
+        "micro-batch. Timed from the first input record "
         "the application sees to its final checkpoint commit (which flushes its producer). "
         "Quix scales by running more instances in one consumer group; one instance uses one "
         "core, where enrichd and the 2-process ceiling use two.",
@@ -328,6 +411,7 @@ def _markdown(
     quix: QuixResult,
     analysis: list[str],
     spark: EnrichdResult,
+    latency: LatencyResult | None,
     checks: list[str],
     machine: str,
 ) -> str:
@@ -377,6 +461,7 @@ def _markdown(
             "",
             *_batch_table(spark),
             "",
+            *_latency_section(latency, spark),
             "Checks: " + "; ".join(checks) + ".",
             "",
         ]
@@ -433,6 +518,26 @@ def comap(args: argparse.Namespace) -> int:
             f"enrichd: {len(spark.batches)} batches, sustained {_rate(spark.sustained_rate)} "
             "records/s"
         )
+        latency = None
+        if not args.no_latency:
+            with console.status(
+                f"enrichd latency: {args.latency_rate:,} records/s for {args.latency_seconds:g} s"
+            ):
+                latency = run_latency(
+                    broker.bootstrap_servers,
+                    workload.users,
+                    args.latency_rate,
+                    args.latency_seconds,
+                    args.trigger_ms,
+                    args.max_batch,
+                    args.seed,
+                )
+            console.print(
+                f"latency: p50 {latency.p50_ms:,.0f} ms, p99 {latency.p99_ms:,.0f} ms"
+                if not latency.reason
+                else f"latency not measured: {latency.reason}",
+                highlight=False,
+            )
         with console.status("checking outputs"):
             counted = {
                 "raw 1 process": count_records(conf, outputs["one"]),
@@ -446,6 +551,10 @@ def comap(args: argparse.Namespace) -> int:
         for name, count in counted.items()
     ]
     checks.append(f"enrichd dead letters: {dead:,}")
+    if latency is not None and not latency.reason:
+        checks.append(
+            f"latency run: {latency.views:,} views of {latency.tweets:,} tweets offered read back"
+        )
     read = sum(b.rows for b in spark.batches)
     if read != workload.records:
         checks.append(f"progress reports account for {read:,} of {workload.records:,} inputs")
@@ -456,7 +565,7 @@ def comap(args: argparse.Namespace) -> int:
         console.print(line, highlight=False)
     console.print("Checks: " + "; ".join(checks), highlight=False)
     if not args.no_write:
-        report = _markdown(args, workload, rows, quix, analysis, spark, checks, machine)
+        report = _markdown(args, workload, rows, quix, analysis, spark, latency, checks, machine)
         args.output.write_text(report, encoding="utf-8")
         console.print(f"wrote {args.output}")
     from pyspark.sql import SparkSession
@@ -465,6 +574,8 @@ def comap(args: argparse.Namespace) -> int:
     if active is not None:
         active.stop()
     ok = all(count == workload.tweets for count in counted.values()) and dead == 0
+    if latency is not None and not latency.reason:
+        ok = ok and latency.views == latency.tweets
     return 0 if ok else 1
 
 

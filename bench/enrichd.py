@@ -86,6 +86,42 @@ def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def configure(
+    servers: str,
+    topics: Topics,
+    checkpoint: Path,
+    max_records_per_batch: int,
+    trigger_ms: int = 0,
+) -> tuple[Any, Any]:
+    """The example's pipeline file and its pipeline, pointed at ``topics`` on ``servers``.
+
+    Output and dead-letter topics get fresh names; ``trigger_ms`` 0 keeps the pipeline's
+    default (the next batch as soon as the last one ends).
+    """
+    from daemon.config import KafkaConfig, load_pipeline_file
+
+    example = load_pipeline_file(EXAMPLE)
+    file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})
+    pipe = file.pipeline[0]
+    suffix = uuid.uuid4().hex[:8]
+    inputs = {
+        "one": pipe.inputs["one"].model_copy(update={"topic": topics.users}),
+        "many": pipe.inputs["many"].model_copy(update={"topic": topics.tweets}),
+    }
+    pipe = pipe.model_copy(
+        update={
+            "name": f"bench-{suffix}",
+            "inputs": inputs,
+            "output": pipe.output.model_copy(update={"topic": f"bench-views-{suffix}"}),
+            "dead_letter_topic": f"bench-views-{suffix}.dlq",
+            "checkpoint": checkpoint,
+            "max_records_per_batch": max_records_per_batch,
+            "trigger": trigger_ms,
+        }
+    )
+    return file, pipe
+
+
 def run_enrichd(
     servers: str,
     topics: Topics,
@@ -99,29 +135,11 @@ def run_enrichd(
     Raises:
         RuntimeError: the query failed or did not consume everything within ``timeout_s``.
     """
-    from daemon.config import KafkaConfig, load_pipeline_file
     from daemon.engine.pipeline import client_conf, plan_pipeline, start_query
     from daemon.engine.session import spark_session
 
-    example = load_pipeline_file(EXAMPLE)
-    file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})
-    pipe = file.pipeline[0]
-    suffix = uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp:
-        inputs = {
-            "one": pipe.inputs["one"].model_copy(update={"topic": topics.users}),
-            "many": pipe.inputs["many"].model_copy(update={"topic": topics.tweets}),
-        }
-        pipe = pipe.model_copy(
-            update={
-                "name": f"bench-{suffix}",
-                "inputs": inputs,
-                "output": pipe.output.model_copy(update={"topic": f"bench-views-{suffix}"}),
-                "dead_letter_topic": f"bench-views-{suffix}.dlq",
-                "checkpoint": Path(tmp) / "checkpoint",
-                "max_records_per_batch": max_records_per_batch,
-            }
-        )
+        file, pipe = configure(servers, topics, Path(tmp) / "checkpoint", max_records_per_batch)
         plan = plan_pipeline(file, pipe, client_conf(file))
         began = time.monotonic()
         spark = spark_session(file.spark)
@@ -135,13 +153,18 @@ def run_enrichd(
         )
         query = start_query(spark, plan)
         try:
-            result.batches = _await_consumed(query, ends, timeout_s)
+            result.batches = await_consumed(query, ends, timeout_s)
         finally:
             query.stop()
     return result
 
 
-def _await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[Batch]:
+def await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[Batch]:
+    """Wait until ``query`` has consumed to ``ends``; its micro-batches that read records.
+
+    Raises:
+        RuntimeError: the query failed or did not get there within ``timeout_s``.
+    """
     deadline = time.monotonic() + timeout_s
     while not consumed_to(query, ends):
         if query.exception() is not None:
