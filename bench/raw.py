@@ -95,7 +95,8 @@ def comap_loop(
     remaining = {tp: end for tp, end in todo.items() if end > 0}
     users: dict[int, dict[str, Any]] = {}
     tweets_by_author: dict[int, dict[int, dict[str, Any]]] = {}
-    reader, writer = fastavro.schemaless_reader, fastavro.schemaless_writer
+    reader: Any = fastavro.schemaless_reader  # records, as the schemas say: plain dicts
+    writer: Any = fastavro.schemaless_writer
     consumed = emitted = 0
 
     buffer = io.BytesIO()
@@ -118,7 +119,7 @@ def comap_loop(
     first = 0.0
     try:
         while remaining:
-            messages = consumer.consume(num_messages=10_000, timeout=0.5)
+            messages: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
             if messages and not first:
                 first = time.monotonic()
             for message in messages:
