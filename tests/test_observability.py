@@ -201,6 +201,12 @@ def test_metrics_count_records_in_out_and_dead_letters_of_committed_batches(
     assert len(read_topic(service.run.conf, f"{name}.dlq")) == BAD_TWEETS
     assert service.metric("enrichd_late_records_total", pipeline=name) is None
     assert service.metric("enrichd_state_rows", pipeline=name) == 10  # one key per author
+
+    # What the joiner counted with ctx.count: each good tweet joined on arrival or waited.
+    def joiner_events(event: str) -> float:
+        return service.metric("enrichd_joiner_events_total", pipeline=name, event=event) or 0
+
+    assert joiner_events("matched") + joiner_events("unmatched") == TWEETS
     assert service.metric("enrichd_pipeline_up", pipeline=name) == 1
     assert service.metric("enrichd_pipeline_failures_total", pipeline=name) == 0
     assert service.metric("enrichd_pipeline_restarts_total", pipeline=name) == 0

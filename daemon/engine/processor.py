@@ -30,6 +30,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from daemon.avro import AvroCodec
 from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, apply_order
 from daemon.kafka.records import CONTROL_ROLE, DEAD_LETTER_ROUTE
+from daemon.metrics_relay import JOINER_COUNTS_TOPIC
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class JoinerProcessor(StatefulProcessor):
             if state is None:
                 return
         self._store(clock, state, now)
+        yield from self._counts()
 
     def handleExpiredTimer(  # noqa: N802
         self,
@@ -155,6 +157,15 @@ class JoinerProcessor(StatefulProcessor):
         advanced = yield from self._step(state, call, {}, [])
         if advanced is not None:
             self._store(clock, advanced, now)
+            yield from self._counts()
+
+    def _counts(self) -> Iterator[Row]:
+        """Hand what the joiner counted (``ctx.count``) to the sink, which adds it to metrics."""
+        metrics = self.plan.joiner.context.metrics
+        if metrics:
+            value = json.dumps(metrics).encode("utf-8")
+            metrics.clear()
+            yield Row(topic=JOINER_COUNTS_TOPIC, key=None, value=value, headers=None)
 
     def _load(self) -> tuple[KeyClock, Any]:
         blob = self.state.get() if self.state.exists() else None

@@ -122,6 +122,7 @@ class CoMap(Joiner):
             if state["one"] is None:
                 ctx.count("unmatched")
             else:
+                ctx.count("matched")
                 yield self._emit(state, many_id, record)
 
     def _emit(self, state: dict[str, Any], many_id: str, source: InputRecord) -> Emit:
