@@ -37,6 +37,16 @@ class SchemaRegistryConfig(_Strict):
     url: str
 
 
+class ServiceConfig(_Strict):
+    """``[service]``: how ``daemon run`` serves its operator."""
+
+    http: str | None = Field(
+        default=None,
+        pattern=r"^[^:\s]*:\d+$",
+        description="HOST:PORT of /healthz, /readyz and /metrics; unset: no endpoint",
+    )
+
+
 class SparkConfig(_Strict):
     """``[spark]``: the Spark master and extra Spark configuration."""
 
@@ -102,6 +112,7 @@ class PipelineFile(_Strict):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     schema_registry: SchemaRegistryConfig | None = None
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    service: ServiceConfig = Field(default_factory=ServiceConfig)
     pipeline: list[PipelineConfig] = Field(min_length=1)
     source: Path | None = Field(default=None, exclude=True)
 

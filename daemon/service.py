@@ -154,7 +154,8 @@ def run_service(
         file: the pipeline file.
         stop_timeout_s: time to finish micro-batches in flight and exit after the signal.
         stop: set it to stop, as a signal would (for running the service in a thread).
-        http: ``HOST:PORT`` for ``/healthz``, ``/readyz`` and ``/metrics``; None: no endpoint.
+        http: ``HOST:PORT`` for ``/healthz``, ``/readyz`` and ``/metrics``; None: the
+            file's ``[service] http``, and no endpoint if that is not set either.
         stall_timeout_s: a query without a progress report for this long is stalled: not
             ready, and the systemd watchdog is no longer fed (``daemon.operations``).
 
@@ -170,8 +171,13 @@ def run_service(
     conf = client_conf(file)
     # Held until the process ends: a second daemon on these checkpoints is refused.
     locks = lock_checkpoints(file)
-    # A pipeline whose joiner has a second stage runs it as a query of its own.
-    plans = [stage for pipe in file.pipeline for stage in plan_pipeline(file, pipe, conf).stages()]
+    try:
+        # A pipeline whose joiner has a second stage runs it as a query of its own.
+        plans = [s for pipe in file.pipeline for s in plan_pipeline(file, pipe, conf).stages()]
+    except BaseException:
+        locks.release()  # a caller that goes on (a test, an embedding) may start again
+        raise
+    http = http or file.service.http
     ops = Operations(conf, http=http, stall_after_s=stall_timeout_s)
     spark = spark_session(file.spark)
     ops.attach(spark)

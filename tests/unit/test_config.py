@@ -103,3 +103,18 @@ def test_at_least_one_pipeline(tmp_path: Path) -> None:
 def test_bad_pipeline_name(tmp_path: Path) -> None:
     (problem,) = problems_of(write(tmp_path, MINIMAL.replace('name = "p"', 'name = "a b"')))
     assert ".name: " in problem
+
+
+def test_service_http_address_is_host_and_port(tmp_path: Path) -> None:
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).service.http is None
+    served = load_pipeline_file(write(tmp_path, '[service]\nhttp = "0.0.0.0:9464"\n' + MINIMAL))
+    assert served.service.http == "0.0.0.0:9464"
+    (problem,) = problems_of(write(tmp_path, '[service]\nhttp = "9464"\n' + MINIMAL))
+    assert "service.http" in problem
+
+
+def test_secondary_outputs_resolve_their_schema_paths(tmp_path: Path) -> None:
+    text = MINIMAL + '\n[pipeline.outputs.totals]\ntopic = "t"\nschema = "totals.avsc"\n'
+    (pipe,) = load_pipeline_file(write(tmp_path, text)).pipeline
+    assert pipe.outputs["totals"].topic == "t"
+    assert pipe.outputs["totals"].schema_file == tmp_path.resolve() / "totals.avsc"
