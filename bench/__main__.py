@@ -491,9 +491,11 @@ def comap(args: argparse.Namespace) -> int:
         with console.status("raw ceiling, 1 process"):
             one = run_ceiling(conf, topics, ends, outputs["one"], 1, workload.records)
         console.print(f"raw ceiling, 1 process: {_rate(one.rate)} records/s")
+        loads = [("raw 1 process", os.getloadavg()[0])]
         with console.status("raw ceiling, 2 processes"):
             two = run_ceiling(conf, topics, ends, outputs["two"], 2, workload.records)
         console.print(f"raw ceiling, 2 processes: {_rate(two.rate)} records/s")
+        loads.append(("raw 2 processes", os.getloadavg()[0]))
         with console.status("Quix Streams co-map (child process)"):
             quix = run_quix(
                 args.quix_python,
@@ -510,6 +512,7 @@ def comap(args: argparse.Namespace) -> int:
             else f"Quix Streams not run: {quix.reason}",
             highlight=False,
         )
+        loads.append(("Quix Streams", os.getloadavg()[0]))
         with console.status("enrichd comap (Spark)"):
             spark = run_enrichd(
                 broker.bootstrap_servers, topics, ends, workload.records, args.max_batch
@@ -518,6 +521,7 @@ def comap(args: argparse.Namespace) -> int:
             f"enrichd: {len(spark.batches)} batches, sustained {_rate(spark.sustained_rate)} "
             "records/s"
         )
+        loads.append(("enrichd", os.getloadavg()[0]))
         latency = None
         if not args.no_latency:
             with console.status(
@@ -538,6 +542,7 @@ def comap(args: argparse.Namespace) -> int:
                 else f"latency not measured: {latency.reason}",
                 highlight=False,
             )
+            loads.append(("latency run", os.getloadavg()[0]))
         with console.status("checking outputs"):
             counted = {
                 "raw 1 process": count_records(conf, outputs["one"]),
@@ -546,6 +551,10 @@ def comap(args: argparse.Namespace) -> int:
                 "enrichd": count_records(conf, spark.output_topic),
             }
             dead = count_records(conf, spark.dead_letter_topic)
+    # Other work on the machine slows whichever run it overlaps: say how busy it was.
+    busy = "Load average (1 min) at the end of each run: " + ", ".join(
+        f"{name} {load:.2f}" for name, load in loads
+    )
     checks = [
         f"{name} wrote {count:,} views (expected {workload.tweets:,})"
         for name, count in counted.items()
@@ -561,11 +570,14 @@ def comap(args: argparse.Namespace) -> int:
     rows = _rows(one, two, quix, spark)
     analysis = _analysis(one, two, quix, spark, workload.users)
     _print(console, rows, quix)
+    console.print(busy, highlight=False)
     for line in analysis:
         console.print(line, highlight=False)
     console.print("Checks: " + "; ".join(checks), highlight=False)
     if not args.no_write:
-        report = _markdown(args, workload, rows, quix, analysis, spark, latency, checks, machine)
+        report = _markdown(
+            args, workload, rows, quix, analysis, spark, latency, checks, f"{machine}. {busy}"
+        )
         args.output.write_text(report, encoding="utf-8")
         console.print(f"wrote {args.output}")
     from pyspark.sql import SparkSession
