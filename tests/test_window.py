@@ -177,7 +177,15 @@ def check(result: ReplayResult, mode: str) -> dict[str, list[Any]]:
     got = by_key(result.outputs)
     for key, want in expected[mode].items():
         assert pairs(got.get(key, [])) == want, f"key {key}"
-    plain = run_joiner(Window, lines, keys=KEYS, times=TIMES, options={**OPTIONS, "mode": mode})
+    plain = run_joiner(
+        Window,
+        lines,
+        keys=KEYS,
+        times=TIMES,
+        options={**OPTIONS, "mode": mode},
+        schemas=SCHEMAS,
+        output_schema=OUTPUT,
+    )
     plain_by_key = by_key(plain.outputs)
     for k in RANDOM_KEYS:
         assert got.get(str(k), []) == plain_by_key.get(str(k), []), f"key {k}"
@@ -209,9 +217,15 @@ def test_outer_join_through_the_engine_and_independent_of_max_batch(
     got = check(whole, "outer")
     assert check(threes, "outer") == got
     assert threes.batches > whole.batches
+
     # Provenance: a pair comes from its later record, a null result from its own record.
+    def source_role(record: dict[str, Any]) -> str:
+        return str(record["headers"]["enrichd.source.topic"].split(".")[1])
+
     key2 = [r for r in whole.outputs if r["key"] == "2"]
-    assert [r["headers"]["enrichd.source.topic"].split(".")[1] for r in key2][:3] == ["right"] * 3
+    assert [source_role(r) for r in key2[:3]] == ["right"] * 3  # r1 joined L1, L2, L3
+    key4 = [r for r in whole.outputs if r["key"] == "4"]
+    assert [source_role(r) for r in key4] == ["left", "left"]  # L285 - r285; L300 - null
 
 
 @pytest.mark.parametrize("mode", ["inner", "left"])
