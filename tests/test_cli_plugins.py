@@ -51,7 +51,7 @@ def test_list_shows_the_builtins_from_enrichd() -> None:
     rows = [line for line in result.output.splitlines() if "enrichd" in line]
     for name in BUILTINS:
         assert any(f" {name} " in row for row in rows), name
-    assert "(not implemented yet)" in result.output
+    assert "(not implemented yet)" not in result.output  # every built-in works
     assert "many_id" in result.output
     assert "failed" not in result.output
 
@@ -76,9 +76,22 @@ def test_list_json_has_every_joiner_with_options() -> None:
     }
     assert comap["options"]["state_ttl"]["type"] == "duration | None"
     assert comap["options"]["max_many_per_key"]["default"] == 10_000
-    assert joiners["asof"]["implemented"] is False
-    assert joiners["asof"]["description"].startswith("(not implemented yet)")
+    assert all(joiners[name]["implemented"] for name in BUILTINS)
     assert document["failures"] == []
+
+
+def test_list_marks_a_registered_but_unimplemented_joiner(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_registry(
+        monkeypatch, build_registry(builtins_plus(fake("sketch", "tests.fixtures.sketch_plugin")))
+    )
+    table = runner.invoke(app, ["plugins", "list"])
+    assert table.exit_code == 0, table.output
+    (row,) = [line for line in table.output.splitlines() if " sketch " in line]
+    assert "(not implemented yet)" in row
+    listed = runner.invoke(app, ["plugins", "list", "--json"])
+    joiners = {j["name"]: j for j in json.loads(listed.output)["joiners"]}
+    assert joiners["sketch"]["implemented"] is False
+    assert joiners["comap"]["implemented"] is True
 
 
 def test_describe_shows_roles_options_and_semantics() -> None:

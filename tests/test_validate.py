@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import pytest
@@ -137,13 +137,18 @@ def test_unknown_joiner_lists_the_installed_ones(write: Write) -> None:
 
 def test_unimplemented_joiner_is_refused(write: Write) -> None:
     path = write(
-        ('joiner = "comap"', 'joiner = "asof"'),
+        ('joiner = "comap"', 'joiner = "sketch"'),
         ("inputs.one]", "inputs.left]"),
         ("inputs.many]", "inputs.right]"),
         ('many_id = "id"', ""),
     )
-    assert problems(path) == [
-        where(path, "joiner") + "joiner 'asof' is not implemented yet; implemented joiners: comap"
+    own = [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.dist and e.dist.name == "enrichd"]
+    sketch = EntryPoint(name="sketch", value="tests.fixtures.sketch_plugin", group="enrichd")
+    joiners = build_registry([*own, sketch])
+    assert validate_pipeline_file(path, joiners)[1] == [
+        where(path, "joiner")
+        + "joiner 'sketch' is not implemented yet; implemented joiners: "
+        + "asof, comap, lookup, table, window"
     ]
 
 
