@@ -393,6 +393,11 @@ def _quix_notes(quix: QuixResult) -> list[str]:
         "the application sees to its final checkpoint commit (which flushes its producer). "
         "Quix scales by running more instances in one consumer group; one instance uses one "
         "core, where enrichd and the 2-process ceiling use two.",
+        "- Installing the peer: `.venv/bin/pip install -e '.[bench]'`. Quix Streams 3.x pins "
+        "`confluent-kafka<2.13` and `pydantic<2.14`, so that may downgrade both in the "
+        "project's environment; to avoid it, install `quixstreams[avro]` into a separate "
+        "virtualenv and name its interpreter with `--quix-python` (as the command above may "
+        "show). Without Quix the table's Quix row says why it was not run.",
     ]
     if quix.ran:
         lines.append(
