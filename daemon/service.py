@@ -163,7 +163,9 @@ def run_service(
         ConfigError: ``[kafka] bootstrap_servers`` is missing, or a pipeline is wrong.
         KafkaUnavailableError: the broker is unreachable or an input topic is missing.
         CheckpointInUseError: another daemon runs on one of the checkpoints.
+        IncompatibleCheckpointError: a checkpoint was written by a pipeline of another shape.
     """
+    from daemon.checkpoint import check_checkpoint
     from daemon.engine.session import spark_session
     from daemon.lock import lock_checkpoints
     from daemon.operations import Operations
@@ -172,6 +174,8 @@ def run_service(
     # Held until the process ends: a second daemon on these checkpoints is refused.
     locks = lock_checkpoints(file)
     try:
+        for config in file.pipeline:
+            check_checkpoint(config)
         # A pipeline whose joiner has a second stage runs it as a query of its own.
         plans = [s for pipe in file.pipeline for s in plan_pipeline(file, pipe, conf).stages()]
     except BaseException:

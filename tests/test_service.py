@@ -52,6 +52,26 @@ def test_run_with_a_missing_input_topic_is_a_one_line_error(
     assert line.startswith("error: pipeline 'tweet-views': input 'one' topic 'users'")
 
 
+def test_run_on_a_checkpoint_of_another_pipeline_shape_is_a_one_line_error(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    from daemon.checkpoint import check_checkpoint
+    from daemon.config import load_pipeline_file
+
+    text = EXAMPLE.read_text(encoding="utf-8").replace("../../../schemas", "schemas")
+    path = tmp_path / "pipeline.toml"
+    path.write_text(f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n{text}')
+    (tmp_path / "schemas").symlink_to(FIXTURES.parent.parent / "schemas")
+    (pipe,) = load_pipeline_file(path).pipeline
+    check_checkpoint(pipe)  # as the first run of this pipeline left it
+    path.write_text(path.read_text().replace('topic = "users"', 'topic = "people"'))
+    done = daemon_run(path)
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: pipeline 'tweet-views': checkpoint {pipe.checkpoint} was")
+    assert "input 'one' topic 'users' is now 'people'" in line
+
+
 def test_restart_delay_doubles_from_1s_to_60s() -> None:
     assert [restart_delay(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
 

@@ -1,0 +1,86 @@
+"""What a checkpoint was written by: refuse to resume it with a pipeline it does not fit.
+
+Spark's checkpoint holds per-partition offsets of the input topics and the joiner's keyed
+state. Resumed by a pipeline with another joiner, other topics or other key fields, Spark
+either fails deep inside the state store or, worse, carries on with offsets and state that
+mean something else. So the first start writes ``<checkpoint>/enrichd-pipeline.json``: the
+joiner and, per role, the topic and the key and time fields; every later start compares and
+refuses a mismatch with one line saying what changed and how to start over. Options are left
+out: most can change between runs (a cap, a timeout), and the joiner's own state carries
+what it needs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from daemon.config import PipelineConfig
+from daemon.errors import ConfigError
+
+SHAPE_FILE = "enrichd-pipeline.json"
+
+
+class IncompatibleCheckpointError(ConfigError):
+    """The checkpoint was written by a pipeline of another shape."""
+
+
+def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
+    """The parts of a pipeline its checkpoint depends on."""
+    return {
+        "joiner": pipe.joiner,
+        "inputs": {
+            role: {"topic": spec.topic, "key": spec.key, "time": spec.time}
+            for role, spec in sorted(pipe.inputs.items())
+        },
+    }
+
+
+def check_checkpoint(pipe: PipelineConfig) -> None:
+    """Record the pipeline's shape in a new checkpoint, or check it against an existing one.
+
+    Raises:
+        IncompatibleCheckpointError: the checkpoint was written by a pipeline of another shape.
+    """
+    path = Path(pipe.checkpoint) / SHAPE_FILE
+    shape = shape_of(pipe)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(shape, indent=2) + "\n", encoding="utf-8")
+        return
+    try:
+        written = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IncompatibleCheckpointError(
+            f"pipeline {pipe.name!r}: cannot read {path} ({exc}); restore it, or delete the "
+            f"checkpoint {pipe.checkpoint} to start over from the earliest offsets"
+        ) from None
+    changes = _differences(written, shape)
+    if changes:
+        raise IncompatibleCheckpointError(
+            f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} was written by another "
+            f"pipeline shape ({'; '.join(changes)}); undo the change, or point `checkpoint` "
+            "at a new folder (or delete this one) to start over from the earliest offsets "
+            "with empty state"
+        )
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    changes = []
+    if old.get("joiner") != new["joiner"]:
+        changes.append(f"joiner {old.get('joiner')!r} is now {new['joiner']!r}")
+    old_inputs: dict[str, Any] = old.get("inputs") or {}
+    for role in sorted(set(old_inputs) | set(new["inputs"])):
+        before, after = old_inputs.get(role), new["inputs"].get(role)
+        if before is None:
+            changes.append(f"input {role!r} is new")
+        elif after is None:
+            changes.append(f"input {role!r} is gone")
+        else:
+            for part in ("topic", "key", "time"):
+                if before.get(part) != after[part]:
+                    changes.append(
+                        f"input {role!r} {part} {before.get(part)!r} is now {after[part]!r}"
+                    )
+    return changes
