@@ -250,9 +250,14 @@ def _fresh_pipeline(
         for role, spec in pipe.inputs.items()
     }
     output = pipe.output.model_copy(update={"topic": f"{pipe.output.topic}.replay-{suffix}"})
+    outputs = {
+        name: spec.model_copy(update={"topic": f"{spec.topic}.replay-{suffix}"})
+        for name, spec in pipe.outputs.items()
+    }
     update: dict[str, Any] = {
         "inputs": inputs,
         "output": output,
+        "outputs": outputs,
         "dead_letter_topic": f"{pipe.dead_letters}.replay-{suffix}",
         "checkpoint": checkpoint,
         "name": f"{pipe.name}.replay-{suffix}",

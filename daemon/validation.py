@@ -35,7 +35,7 @@ from daemon.config import (
 )
 from daemon.errors import SchemaError, UnknownJoinerError
 from daemon.joiner_info import describe_joiner
-from daemon.joiners.base import Joiner
+from daemon.joiners.base import Joiner, JoinerContext
 from daemon.plugins import JoinerRegistry, registry
 
 _TOPIC_TIMEOUT_S = 5.0
@@ -125,12 +125,24 @@ def _pipeline_problems(
 
 def _output_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) -> list[str]:
     known = ", ".join(cls.outputs) or "none"
-    return [
+    problems = [
         f"{where}.outputs.{name}: joiner {cls.name!r} has no output {name!r}; "
         f"its secondary outputs: {known}"
         for name in pipeline.outputs
         if name not in cls.outputs
     ]
+    try:
+        options = cls.Options.model_validate(pipeline.options)
+    except ValidationError:
+        return problems  # reported by _option_problems
+    context = JoinerContext(pipeline=pipeline.name, fields={})
+    stage = cls(options, context).downstream()
+    if stage is not None and stage.output not in pipeline.outputs:
+        problems.append(
+            f"{where}.outputs: joiner {cls.name!r} writes output {stage.output!r} with these "
+            f"options; add [pipeline.outputs.{stage.output}] with its topic and schema"
+        )
+    return problems
 
 
 def _role_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) -> list[str]:

@@ -316,3 +316,17 @@ def test_check_topics_reports_missing_input_topics(
         where(path, "inputs.many.topic")
         + f"topic '{tweets}' does not exist on {broker.bootstrap_servers}"
     ]
+
+
+def test_lookup_totals_need_their_output(tmp_path: Path) -> None:
+    text = (REPO / "examples" / "clicks-per-region.toml").read_text(encoding="utf-8")
+    start = text.index("[pipeline.outputs.totals]")
+    end = text.index("[pipeline.options]")
+    path = tmp_path / "clicks.toml"
+    without_totals = text[:start] + text[end:]
+    path.write_text(without_totals.replace('"../', f'"{REPO}/'), encoding="utf-8")
+    assert problems(path) == [
+        f"{path}: pipeline[0] (clicks-per-region).outputs: joiner 'lookup' writes output "
+        "'totals' with these options; add [pipeline.outputs.totals] with its topic and schema"
+    ]
+    assert problems(REPO / "examples" / "clicks-per-region.toml") == []
