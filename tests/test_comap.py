@@ -168,6 +168,14 @@ def test_profile_update_re_emits_every_stored_tweet(
     renamed_views = [r for r in result.outputs if r["value"]["author"]["name"] == "ada lovelace"]
     assert sorted(r["key"] for r in renamed_views) == ["1", "2", "3"]
     assert all(r["headers"]["enrichd.source.topic"].startswith("users.") for r in renamed_views)
+    # A view carries the timestamp of the record that caused it, as Kafka Streams' do.
+    assert all(r["timestamp"] == 50 for r in renamed_views)
+    first_views = [r for r in result.outputs if r["value"]["author"]["name"] == "ada"]
+    assert sorted((r["key"], r["timestamp"]) for r in first_views) == [
+        ("1", 11),
+        ("2", 12),
+        ("3", 13),
+    ]
 
 
 def test_deletes_and_fan_out_cap(broker: Any, spark: Any, tmp_path: Path) -> None:

@@ -165,7 +165,9 @@ class JoinerProcessor(StatefulProcessor):
         if metrics:
             value = json.dumps(metrics).encode("utf-8")
             metrics.clear()
-            yield Row(topic=JOINER_COUNTS_TOPIC, key=None, value=value, headers=None)
+            yield Row(
+                topic=JOINER_COUNTS_TOPIC, key=None, value=value, headers=None, timestamp=None
+            )
 
     def _load(self) -> tuple[KeyClock, Any]:
         blob = self.state.get() if self.state.exists() else None
@@ -234,7 +236,14 @@ class JoinerProcessor(StatefulProcessor):
                 raise
             reason = f"{type(exc).__name__}: {exc}"
             return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
-        return Row(topic=topic, key=_key_bytes(emit.key), value=value, headers=headers)
+        timestamp = emit.source.timestamp if emit.source is not None else None
+        return Row(
+            topic=topic,
+            key=_key_bytes(emit.key),
+            value=value,
+            headers=headers,
+            timestamp=timestamp or None,
+        )
 
     def _rejected(self, letter: DeadLetter, raw: dict[tuple[str, int, int], Row]) -> Row:
         """A dead letter for a record of this batch (its original bytes) or one from state."""
@@ -254,6 +263,7 @@ class JoinerProcessor(StatefulProcessor):
             offset=record.offset,
             kafka_key=record.kafka_key,
             value=value,
+            timestamp=record.timestamp,
         )
         return self._dead_letter(row, letter.kind, letter.reason)
 
@@ -262,7 +272,11 @@ class JoinerProcessor(StatefulProcessor):
         headers.append(_header("enrichd.error.class", kind))
         headers.append(_header("enrichd.error.message", reason))
         return Row(
-            topic=self.plan.dead_letter_topic, key=row.kafka_key, value=row.value, headers=headers
+            topic=self.plan.dead_letter_topic,
+            key=row.kafka_key,
+            value=row.value,
+            headers=headers,
+            timestamp=row.timestamp or None,
         )
 
     def close(self) -> None:

@@ -29,8 +29,13 @@ SOURCE_ARROW = pa.schema(
     ]
 )
 
-SINK_DDL = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
-"""One output record: its topic (output or dead letters), key, value (null: tombstone), headers."""
+SINK_DDL = (
+    "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>, "
+    "timestamp long"
+)
+"""One output record: its topic (output or dead letters), key, value (null: tombstone),
+headers, and Kafka timestamp: that of the input record that caused it, as Kafka Streams
+does, so downstream consumers see event order, not enrichd's write time (null: write time)."""
 
 DEAD_LETTER_ROUTE = "\x00dead-letter"
 CONTROL_ROLE = "\x00control"

@@ -245,8 +245,13 @@ def _produce(
     deliveries = Deliveries()
     for batch in batches:
         columns = batch.to_pydict()
-        for topic, key, value, headers in zip(
-            columns["topic"], columns["key"], columns["value"], columns["headers"], strict=True
+        for topic, key, value, headers, timestamp in zip(
+            columns["topic"],
+            columns["key"],
+            columns["value"],
+            columns["headers"],
+            columns["timestamp"],
+            strict=True,
         ):
             if topic == JOINER_COUNTS_TOPIC:
                 if joiner_counts is not None and value:
@@ -259,6 +264,8 @@ def _produce(
                 key=key,
                 headers=[(h["key"], h["value"]) for h in headers or ()],
                 on_delivery=deliveries,
+                # librdkafka reads 0 as "now": a missing timestamp is the write time.
+                timestamp=timestamp or 0,
             )
             counts[topic] = counts.get(topic, 0) + 1
             if kinds is not None:

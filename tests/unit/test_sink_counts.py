@@ -41,7 +41,17 @@ def rows(*items: tuple[str, bytes | None, list[dict[str, Any]]]) -> pa.RecordBat
             "key": [b"k" for _ in items],
             "value": [value for _, value, _ in items],
             "headers": [headers for _, _, headers in items],
-        }
+            "timestamp": [None for _ in items],
+        },
+        schema=pa.schema(
+            [
+                ("topic", pa.string()),
+                ("key", pa.binary()),
+                ("value", pa.binary()),
+                ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+                ("timestamp", pa.int64()),
+            ]
+        ),
     )
 
 
