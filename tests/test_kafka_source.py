@@ -110,6 +110,40 @@ def test_caps_micro_batches_and_reads_every_partition_once(
     assert all(by_id[i].timestamp == 5000 + i for i in by_id)  # the Kafka timestamp
 
 
+def test_end_of_input_markers_become_control_rows_outside_the_cap(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    from daemon.joiners.base import END_OF_TIME
+    from daemon.kafka.records import CONTROL_HEADER, CONTROL_ROLE, END_OF_INPUT
+
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("markers")
+    create_topic(conf, topic, 1)
+    codec = AvroCodec(USER)
+    produce(conf, topic, [In(codec.encode(user(i)), timestamp=5000 + i) for i in range(6)])
+    producer = Producer(conf)
+    for key in (b"1", b"2", b"3"):  # after every record, as replay sends them
+        producer.produce(
+            topic, value=None, key=key, timestamp=5005, headers=[(CONTROL_HEADER, END_OF_INPUT)]
+        )
+    assert producer.flush(30) == 0
+    spec = SourceSpec(
+        inputs=(SourceInput("one", topic, "id", None, codec, keyed_tombstones=False),),
+        client_conf=conf,
+        max_records_per_batch=3,
+    )
+
+    rows, sizes = run_source(spark, tmp_path / "checkpoint", spec, "marker_rows")
+
+    # Six records in two batches of three; the markers ride along with the second.
+    assert sizes == [3, 6]
+    control = sorted((r.key, r.event_time) for r in rows if r.role == CONTROL_ROLE)
+    assert control == [("1", END_OF_TIME), ("2", END_OF_TIME), ("3", END_OF_TIME)]
+    assert sorted(int(r.key) for r in rows if r.role == "one") == list(range(6))
+
+
 def test_routes_undecodable_and_keyless_records_to_dead_letters(
     broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
 ) -> None:

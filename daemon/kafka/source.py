@@ -41,6 +41,8 @@ from daemon.kafka.records import (
 )
 
 _ARROW_CHUNK = 10_000
+_MARKER_LOOKAHEAD = 1_000
+"""Records read past a capped batch's budget to find end-of-input markers that follow it."""
 _OPEN_TRANSACTION_WAIT_S = 120.0
 """How long a read waits for the position to move: a ``read_committed`` read stops at an open
 upstream transaction until it commits or aborts, and Kafka producers' default transaction
@@ -235,7 +237,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         """
         from confluent_kafka import Consumer, TopicPartition
 
-        heads: list[tuple[int, int, str, int]] = []  # (timestamp, input rank, name, offset)
+        # (timestamp, input rank, name, offset, is an end-of-input marker)
+        heads: list[tuple[int, int, str, int, bool]] = []
         rank = {spec.topic: i for i, spec in enumerate(self.spec.inputs)}
         reader = Consumer(self._consumer_conf())
         try:
@@ -245,15 +248,24 @@ class KafkaStreamReader(DataSourceStreamReader):
                     continue
                 topic, partition = _split(name)
                 tp = TopicPartition(topic, partition, first)
-                for records in read_partition(reader, tp, min(end, first + budget)):
+                # Read a little past the budget: end-of-input markers there ride along free.
+                lookahead = min(budget, _MARKER_LOOKAHEAD)
+                for records in read_partition(reader, tp, min(end, first + budget + lookahead)):
                     heads.extend(
-                        (m.timestamp()[1], rank[topic], name, m.offset() or 0) for m in records
+                        (
+                            m.timestamp()[1],
+                            rank[topic],
+                            name,
+                            m.offset() or 0,
+                            m.value() is None and _is_end_of_input(m),
+                        )
+                        for m in records
                     )
         finally:
             reader.close()
         # Merge the partitions by the timestamp of each one's next record, as a k-way merge,
         # so every partition is still admitted as a prefix of its own order.
-        queues: dict[str, list[tuple[int, int, str, int]]] = {}
+        queues: dict[str, list[tuple[int, int, str, int, bool]]] = {}
         for head in heads:
             queues.setdefault(head[2], []).append(head)
         for queue in queues.values():
@@ -261,11 +273,13 @@ class KafkaStreamReader(DataSourceStreamReader):
         capped = {name: start.get(name, 0) for name in planned}
         frontier = [queue.pop() for queue in queues.values()]
         heapq.heapify(frontier)
-        for _ in range(budget):
-            if not frontier:
-                break
-            _, _, name, offset = heapq.heappop(frontier)
+        # End-of-input markers are not records to join: they ride along free, so a cap does
+        # not spend micro-batches on them.
+        admitted = 0
+        while frontier and (admitted < budget or frontier[0][4]):
+            _, _, name, offset, marker = heapq.heappop(frontier)
             capped[name] = offset + 1
+            admitted += not marker
             if queues[name]:
                 heapq.heappush(frontier, queues[name].pop())
         return capped
