@@ -72,6 +72,23 @@ def test_run_on_a_checkpoint_of_another_pipeline_shape_is_a_one_line_error(
     assert "input 'one' topic 'users' is now 'people'" in line
 
 
+def test_run_against_an_unreachable_broker_is_a_one_line_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    text = EXAMPLE.read_text(encoding="utf-8").replace("../../../schemas", "schemas")
+    path = tmp_path / "pipeline.toml"
+    path.write_text(f'[kafka]\nbootstrap_servers = "127.0.0.1:{port}"\n\n{text}')
+    (tmp_path / "schemas").symlink_to(FIXTURES.parent.parent / "schemas")
+    done = daemon_run(path)
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: cannot reach Kafka at '127.0.0.1:{port}'")
+    assert line.endswith("check [kafka] bootstrap_servers and that the broker is running")
+
+
 def test_restart_delay_doubles_from_1s_to_60s() -> None:
     assert [restart_delay(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
 

@@ -8,10 +8,14 @@ from daemon.errors import KafkaUnavailableError
 
 
 def admin_client(client_conf: dict[str, str]) -> Any:
-    """An AdminClient for the configured cluster."""
+    """An AdminClient for the configured cluster.
+
+    Its own log is off: librdkafka logs every failed connection attempt (about twenty a
+    second), which would bury the one-line error enrichd gives when the broker is away.
+    """
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(dict(client_conf))
+    return AdminClient({**client_conf, "log_level": 0})
 
 
 def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[str, int]:
