@@ -339,11 +339,12 @@ def _latency_section(latency: LatencyResult | None, spark: EnrichdResult) -> lis
         f"(achieved {_rate(latency.achieved_rate)}/s over {latency.seconds:.1f} s) to the "
         f"comap pipeline running with a {latency.trigger_ms:,} ms processing-time trigger, its "
         f"{spark.max_records_per_batch:,}-record batch cap, and every user already read. "
-        "Latency is each view's Kafka timestamp (set when enrichd's sink hands it to its "
-        "producer) minus its source tweet's (set when the bench handed the tweet to its "
-        "producer), the tweet found through the view's `enrichd.source.*` headers; "
-        "a `read_committed` reader sees a view when its batch's transaction commits, up to "
-        "one batch's flush and commit later.",
+        "Latency is the wall-clock time at which a `read_committed` consumer, reading the "
+        "output topic from offset 0 while the pipeline runs, first receives a view, minus "
+        "its source tweet's CreateTime (the wall-clock time the bench handed the tweet to "
+        "its producer), the tweet found through the view's `enrichd.source.*` headers. It "
+        "includes the batch's transaction commit, since such a reader gets no view before "
+        "it: what a downstream consumer experiences.",
         "",
         "| offered records/s | views | p50 ms | p99 ms | max ms | batches | records per batch "
         "| ms per batch | drain s |",
@@ -366,6 +367,9 @@ def _latency_section(latency: LatencyResult | None, spark: EnrichdResult) -> lis
         ),
         f"- *drain*: from the last tweet offered to the end of the batch that read the last "
         f"record. Timestamps read back: {latency.timestamp_types or 'none'}.",
+        f"- Views whose Kafka timestamp equals their source tweet's: {latency.same_timestamp:,} "
+        f"of {latency.views:,} (enrichd stamps an output with its input's timestamp, so the "
+        "views' timestamps cannot measure latency).",
     ]
     if latency.offered_rate > spark.sustained_rate:
         lines.append(
@@ -542,7 +546,9 @@ def comap(args: argparse.Namespace) -> int:
                     args.seed,
                 )
             console.print(
-                f"latency: p50 {latency.p50_ms:,.0f} ms, p99 {latency.p99_ms:,.0f} ms"
+                f"latency: p50 {latency.p50_ms:,.0f} ms, p99 {latency.p99_ms:,.0f} ms; "
+                f"{latency.same_timestamp:,} of {latency.views:,} views carry their tweet's "
+                "timestamp"
                 if not latency.reason
                 else f"latency not measured: {latency.reason}",
                 highlight=False,

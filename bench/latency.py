@@ -1,16 +1,18 @@
-"""End-to-end latency of enrichd's comap at a fixed offered rate.
+"""End-to-end latency of enrichd's comap at a fixed offered rate, as a downstream reader sees it.
 
 The users are produced first and the pipeline (the example's comap, with a processing-time
 trigger) reads them; then this process offers tweets at a fixed rate for a fixed time, each
 stamped with the wall-clock time it was handed to the producer (its Kafka CreateTime), while
-the pipeline keeps running. When the pipeline has consumed everything, every view is read
-back: its provenance headers (``enrichd.source.topic/partition/offset``) name the tweet it
-came from, whose timestamp the producer's delivery reports gave, and the view's own Kafka
-timestamp is when enrichd's sink handed it to its producer. Latency is the difference.
+the pipeline keeps running. Meanwhile a ``read_committed`` consumer, in a thread of this
+process, reads the output topic from offset 0 and notes the wall-clock time at which it first
+receives each view; the view's provenance headers (``enrichd.source.topic/partition/offset``)
+name the tweet it came from, whose timestamp the producer's delivery reports gave. Latency is
+the difference: it covers the wait for a trigger, the batch, and the sink's transaction commit,
+since a ``read_committed`` reader gets nothing of a batch before its commit.
 
-The view's timestamp is set inside the micro-batch, before the sink's transaction commits,
-so a ``read_committed`` consumer sees the view up to that batch's flush and commit later; the
-report gives the batches' durations next to the percentiles for that reason.
+The views' own Kafka timestamps cannot measure this: enrichd stamps each output with the
+timestamp of the input record that caused it (as Kafka Streams does), so a view's timestamp is
+its tweet's. The run counts the views for which that holds, which checks it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import math
 import random
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,6 +32,9 @@ from bench.workloads import Topics, Workload, codec, create_inputs, produce, twe
 
 _PACE_S = 0.005
 """How often the offering loop tops the producer up to the records due by then."""
+_FETCH_WAIT_MS = 10
+"""The watcher's ``fetch.wait.max.ms``: the broker answers an empty fetch this soon, so a
+committed view waits at most about this long for the watcher's next fetch."""
 
 
 @dataclass(frozen=True)
@@ -43,12 +49,14 @@ class LatencyResult:
     tweets: int = 0
     """Tweets offered."""
     views: int = 0
-    """Views read back with a known source tweet."""
+    """Views received by the watcher that name a tweet offered (first receipt only)."""
     p50_ms: float = 0.0
     p99_ms: float = 0.0
     max_ms: float = 0.0
     timestamp_types: str = ""
     """The Kafka timestamp types of the views read back (CreateTime expected)."""
+    same_timestamp: int = 0
+    """Views whose Kafka timestamp equals their source tweet's (all of them, expected)."""
     drain_s: float = 0.0
     """From the last tweet offered to the end of the batch that consumed the last record."""
     batches: tuple[Batch, ...] = ()
@@ -61,7 +69,7 @@ class LatencyResult:
         return self.tweets / self.seconds if self.seconds else 0.0
 
 
-def percentile(values: list[int], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     """The nearest-rank ``q`` percentile (0 < q <= 1) of ``values`` (not empty)."""
     ordered = sorted(values)
     return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])
@@ -127,44 +135,121 @@ def _offer(
     return stamps, started, ended
 
 
-def _latencies(
-    conf: dict[str, str], output: str, tweets_topic: str, stamps: dict[tuple[int, int], int]
-) -> tuple[list[int], set[str]]:
-    """Each view's latency in ms (view timestamp - source tweet timestamp) and the ts types."""
-    from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, TopicPartition
+class _Watcher(threading.Thread):
+    """A ``read_committed`` consumer of the output topic, running beside the pipeline.
 
-    from daemon.kafka import clients
+    It reads every partition from offset 0 with a short ``fetch.wait.max.ms``, so a view
+    reaches it soon after the transaction that wrote it commits, which is when any downstream
+    consumer could first see it. For each view naming a tweet of ``tweets_topic`` it keeps the
+    wall-clock time of the first receipt and the view's own Kafka timestamp, by source tweet.
+    """
 
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "enrichd-bench-latency",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-    latencies: list[int] = []
-    types: set[str] = set()
-    try:
-        metadata = consumer.list_topics(output, timeout=10).topics[output]
-        for partition in sorted(metadata.partitions):
-            tp = TopicPartition(output, partition, 0)
-            for records in clients.read_partition(consumer, tp, stall_s=60):
-                for record in records:
-                    headers = {k: v for k, v in record.headers() or ()}
-                    if headers.get("enrichd.source.topic", b"").decode() != tweets_topic:
-                        continue
-                    source = (
-                        int(headers["enrichd.source.partition"]),
-                        int(headers["enrichd.source.offset"]),
-                    )
-                    kind, stamp = record.timestamp()
-                    types.add("CreateTime" if kind == TIMESTAMP_CREATE_TIME else "LogAppendTime")
-                    if source in stamps:
-                        latencies.append(stamp - stamps[source])
-    finally:
-        consumer.close()
-    return latencies, types
+    def __init__(self, conf: dict[str, str], output: str, tweets_topic: str) -> None:
+        super().__init__(name="enrichd-bench-latency-watcher", daemon=True)
+        self.conf = conf
+        self.output = output
+        self.tweets_topic = tweets_topic
+        self.seen: dict[tuple[int, int], tuple[float, int]] = {}
+        """Source tweet (partition, offset) -> (epoch seconds first received, view timestamp)."""
+        self.types: set[str] = set()
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._finish = threading.Event()
+
+    def start_watching(self, timeout_s: float = 30.0) -> None:
+        """Start, and return once the consumer has its partitions assigned."""
+        self.start()
+        if not self._ready.wait(timeout_s) or self.error is not None:
+            raise RuntimeError(f"the latency watcher did not start: {self.error}")
+
+    def finish(self, timeout_s: float) -> None:
+        """Read to the output's current end, then stop.
+
+        Raises:
+            RuntimeError: the watcher failed or did not get there within ``timeout_s``.
+        """
+        self._finish.set()
+        self.join(timeout_s)
+        if self.is_alive():
+            raise RuntimeError(f"the latency watcher did not reach the end in {timeout_s:.0f}s")
+        if self.error is not None:
+            raise RuntimeError(f"the latency watcher failed: {self.error}")
+
+    def stop(self, timeout_s: float) -> None:
+        """Like :meth:`finish`, but quietly: for a run that has already failed."""
+        self._finish.set()
+        if self.is_alive():
+            self.join(timeout_s)
+
+    def run(self) -> None:
+        try:
+            self._watch()
+        except BaseException as exc:  # handed to the caller, which is in another thread
+            self.error = exc
+            self._ready.set()
+
+    def _watch(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {
+                **self.conf,
+                "group.id": "enrichd-bench-latency",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": _FETCH_WAIT_MS,
+            }
+        )
+        try:
+            metadata = consumer.list_topics(self.output, timeout=10).topics[self.output]
+            tps = [TopicPartition(self.output, p, 0) for p in sorted(metadata.partitions)]
+            consumer.assign(tps)
+            self._ready.set()
+            listed: list[int] | None = None
+            while listed is None or not self._at_end(consumer, tps, listed):
+                if listed is None and self._finish.is_set():
+                    # Asked after the pipeline stopped, so its last transaction has committed
+                    # and the log ends listed now are past every view it wrote.
+                    listed = [
+                        consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+                        for tp in tps
+                    ]
+                self._receive(consumer.consume(num_messages=10_000, timeout=0.05))
+        finally:
+            consumer.close()
+
+    @staticmethod
+    def _at_end(consumer: Any, tps: list[Any], listed: list[int]) -> bool:
+        """Whether the position is at the log end on every partition.
+
+        The end is the larger of the listed one and the high watermark of the latest Fetch
+        response (ListOffsets under-reports it on some brokers); positions, not records seen,
+        since transaction markers take offsets but are never delivered.
+        """
+        positions = consumer.position(tps)
+        return all(
+            position.offset >= max(end, consumer.get_watermark_offsets(tp, cached=True)[1])
+            for tp, position, end in zip(tps, positions, listed, strict=True)
+        )
+
+    def _receive(self, messages: list[Any]) -> None:
+        from confluent_kafka import TIMESTAMP_CREATE_TIME
+
+        # One clock reading per delivery: the records in it reached this reader together.
+        now = time.time()
+        for message in messages:
+            if message.error() is not None:
+                continue
+            headers = dict(message.headers() or ())
+            if headers.get("enrichd.source.topic", b"").decode() != self.tweets_topic:
+                continue
+            source = (
+                int(headers["enrichd.source.partition"]),
+                int(headers["enrichd.source.offset"]),
+            )
+            kind, stamp = message.timestamp()
+            self.types.add("CreateTime" if kind == TIMESTAMP_CREATE_TIME else "LogAppendTime")
+            self.seen.setdefault(source, (now, stamp))
 
 
 def run_latency(
@@ -194,20 +279,33 @@ def run_latency(
         file, pipe = configure(
             servers, topics, Path(tmp) / "checkpoint", max_records_per_batch, trigger_ms
         )
+        # Planning creates the output topic, which the watcher needs before the first view.
         plan = plan_pipeline(file, pipe, client_conf(file))
-        query = start_query(spark_session(file.spark), plan)
+        watcher = _Watcher(conf, pipe.output.topic, topics.tweets)
         try:
-            first = await_consumed(query, user_ends, timeout_s)
-            stamps, offered_from, offered_until = _offer(
-                conf, topics.tweets, users, rate, seconds, seed
-            )
-            batches = await_consumed(query, {**user_ends, **stamps.ends}, timeout_s)
+            watcher.start_watching()
+            query = start_query(spark_session(file.spark), plan)
+            try:
+                first = await_consumed(query, user_ends, timeout_s)
+                stamps, offered_from, offered_until = _offer(
+                    conf, topics.tweets, users, rate, seconds, seed
+                )
+                batches = await_consumed(query, {**user_ends, **stamps.ends}, timeout_s)
+            finally:
+                query.stop()
+            watcher.finish(timeout_s)
         except RuntimeError as exc:
             return LatencyResult(rate, seconds, trigger_ms, reason=str(exc))
         finally:
-            query.stop()
+            # On failure the watcher may still be reading: let it close its consumer.
+            watcher.stop(60)
     tweet_batches = tuple(b for b in batches if b.batch_id > first[-1].batch_id)
-    latencies, types = _latencies(conf, pipe.output.topic, topics.tweets, stamps.stamps)
+    latencies: list[float] = []
+    same = 0
+    for source, (received, view_stamp) in watcher.seen.items():
+        if source in stamps.stamps:
+            latencies.append(received * 1000 - stamps.stamps[source])
+            same += view_stamp == stamps.stamps[source]
     if not latencies:
         return LatencyResult(rate, seconds, trigger_ms, reason="no view named a known tweet")
     return LatencyResult(
@@ -218,8 +316,9 @@ def run_latency(
         views=len(latencies),
         p50_ms=percentile(latencies, 0.50),
         p99_ms=percentile(latencies, 0.99),
-        max_ms=float(max(latencies)),
-        timestamp_types=", ".join(sorted(types)),
+        max_ms=max(latencies),
+        timestamp_types=", ".join(sorted(watcher.types)),
+        same_timestamp=same,
         drain_s=max(b.ended for b in tweet_batches) - offered_until if tweet_batches else 0.0,
         batches=tweet_batches,
     )
