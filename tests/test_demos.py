@@ -1,0 +1,74 @@
+"""`daemon demo [NAME]`: the comap and lookup demos end to end (asof's is in test_asof.py)."""
+
+from __future__ import annotations
+
+import functools
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from daemon.cli import app
+from daemon.replay import replay
+
+
+def shown(name: str, broker: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """What ``daemon demo NAME`` prints, run on the session's broker instead of its own."""
+    import importlib
+
+    import daemon.replay
+
+    monkeypatch.setattr(
+        daemon.replay,
+        "replay",
+        functools.partial(replay, bootstrap_servers=broker.bootstrap_servers),
+    )
+    out = io.StringIO()
+    importlib.import_module(f"daemon.demos.{name}").show(Console(file=out, width=200))
+    return out.getvalue()
+
+
+def rows_with(text: str, *cells: str) -> list[str]:
+    """The table rows of ``text`` that hold every one of ``cells``."""
+    return [
+        line
+        for line in text.splitlines()
+        if "│" in line and all(f" {cell} " in line for cell in cells)
+    ]
+
+
+def test_comap_demo_shows_views_and_the_rename_fanning_out(
+    broker: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = shown("comap", broker, monkeypatch)
+    latest = text[text.index("Latest view per tweet") :]
+    # Tweets 100 and 102 are Ada's: their latest views carry her new name.
+    assert rows_with(latest, "100", "Ada L.") and rows_with(latest, "102", "Ada L.")
+    assert rows_with(latest, "101", "Grace")
+    assert not rows_with(latest, "103")  # its author never arrived
+    assert "0 dead letters" in text
+
+
+def test_lookup_demo_keeps_earlier_clicks_in_the_old_region(
+    broker: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = shown("lookup", broker, monkeypatch)
+    changes = text[text.index("Every change") : text.rindex("┃ region")]
+    now = text[text.rindex("┃ region") :]
+    # Totals change in click-time order (outputs carry their click's timestamp).
+    assert [line.split("│")[2].strip() for line in rows_with(changes, "us")] == ["1", "6", "8"]
+    # Ada's 3 + 2 clicks before her move stay in eu; after it, her 5 count in us with
+    # bob's 1 + 2; eve's 4 have no region.
+    assert rows_with(now, "eu", "5")
+    assert rows_with(now, "us", "8")
+    assert rows_with(now, "UNKNOWN", "4")
+    assert "0 dead letters" in text
+
+
+def test_an_unknown_demo_lists_the_demos() -> None:
+    result = CliRunner().invoke(app, ["demo", "nope"])
+    assert "no demo 'nope'" in str(result.exception)
+    for name in ("comap", "asof", "lookup"):
+        assert name in str(result.exception)
