@@ -30,6 +30,15 @@ def daemon_run(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def example_against(folder: Path, servers: str) -> Path:
+    """The example pipeline file, copied into ``folder``, pointing at ``servers``."""
+    text = EXAMPLE.read_text(encoding="utf-8").replace("../../../schemas", "schemas")
+    path = folder / "pipeline.toml"
+    path.write_text(f'[kafka]\nbootstrap_servers = "{servers}"\n\n{text}')
+    (folder / "schemas").symlink_to(FIXTURES.parent.parent / "schemas")
+    return path
+
+
 def test_run_without_bootstrap_servers_is_a_one_line_error() -> None:
     done = daemon_run(EXAMPLE)
     assert done.returncode == 1
@@ -42,10 +51,7 @@ def test_run_without_bootstrap_servers_is_a_one_line_error() -> None:
 def test_run_with_a_missing_input_topic_is_a_one_line_error(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    text = EXAMPLE.read_text(encoding="utf-8").replace("../../../schemas", "schemas")
-    path = tmp_path / "pipeline.toml"
-    path.write_text(f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n{text}')
-    (tmp_path / "schemas").symlink_to(FIXTURES.parent.parent / "schemas")
+    path = example_against(tmp_path, broker.bootstrap_servers)
     done = daemon_run(path)
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
@@ -58,10 +64,7 @@ def test_run_on_a_checkpoint_of_another_pipeline_shape_is_a_one_line_error(
     from daemon.checkpoint import check_checkpoint
     from daemon.config import load_pipeline_file
 
-    text = EXAMPLE.read_text(encoding="utf-8").replace("../../../schemas", "schemas")
-    path = tmp_path / "pipeline.toml"
-    path.write_text(f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n{text}')
-    (tmp_path / "schemas").symlink_to(FIXTURES.parent.parent / "schemas")
+    path = example_against(tmp_path, broker.bootstrap_servers)
     (pipe,) = load_pipeline_file(path).pipeline
     check_checkpoint(pipe)  # as the first run of this pipeline left it
     path.write_text(path.read_text().replace('topic = "users"', 'topic = "people"'))
@@ -78,10 +81,7 @@ def test_run_against_an_unreachable_broker_is_a_one_line_error(tmp_path: Path) -
     with socket.socket() as probe:  # a loopback port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    text = EXAMPLE.read_text(encoding="utf-8").replace("../../../schemas", "schemas")
-    path = tmp_path / "pipeline.toml"
-    path.write_text(f'[kafka]\nbootstrap_servers = "127.0.0.1:{port}"\n\n{text}')
-    (tmp_path / "schemas").symlink_to(FIXTURES.parent.parent / "schemas")
+    path = example_against(tmp_path, f"127.0.0.1:{port}")
     done = daemon_run(path)
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
