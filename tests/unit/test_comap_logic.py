@@ -6,6 +6,7 @@ from typing import Any
 
 from daemon.joiners.base import DeadLetter, Emit, InputRecord, JoinerContext
 from daemon.joiners.comap import CoMap, CoMapOptions
+from daemon.testing import by_key, run_joiner
 
 CONTEXT = JoinerContext(pipeline="t", fields={"one": "author", "many": "tweet"})
 
@@ -89,3 +90,35 @@ def test_emits_carry_their_source_record() -> None:
     _, out = run(j, [tweet(10, 1), user("ada", 2)])
     assert isinstance(out[0], Emit) and out[0].source is not None
     assert out[0].source.topic == "users"
+
+
+def test_output_sequence_per_tweet_does_not_depend_on_micro_batching() -> None:
+    """Down to one record per micro-batch, where the engine test stops at four micro-batches:
+    the same views, in the same order per tweet, as one batch."""
+    ada = {"id": 1, "name": "ada", "avatar": None, "updated_at": 1}
+    bob = {"id": 2, "name": "bob", "avatar": None, "updated_at": 2}
+    order = ["t", "u", "t", "t", "u", "u", "t", "t"]  # t: a tweet next, u: a user next
+    users = [ada, bob, {**ada, "name": "ada2"}]
+    tweets = [
+        {"id": 100 + i, "author_id": a, "content": str(i)} for i, a in enumerate([1, 2, 1, 3, 1])
+    ]
+    inputs: dict[str, list[dict[str, Any]]] = {"one": [], "many": []}
+    for t, pick in enumerate(order, start=1):
+        role, pool = ("one", users) if pick == "u" else ("many", tweets)
+        value = pool[len(inputs[role])]
+        inputs[role].append({"key": value["id"], "value": value, "timestamp": t})
+    keys = {"one": "id", "many": "author_id"}
+    options = {"many_id": "id"}
+    fields = {"one": "author", "many": "tweet"}
+
+    def views(batch_size: int | None) -> dict[str, list[Any]]:
+        run = run_joiner(
+            CoMap, inputs, keys=keys, options=options, fields=fields, batch_size=batch_size
+        )
+        return by_key(run.outputs)
+
+    whole = views(None)
+    assert sorted(whole) == ["100", "101", "102", "104"]  # 103's author never appears
+    assert whole["100"][-1]["author"]["name"] == "ada2"  # the rename reached a stored tweet
+    for batch_size in (1, 2, 3):
+        assert views(batch_size) == whole
