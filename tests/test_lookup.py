@@ -2,7 +2,9 @@
 
 Key spaces: space 0 is a scripted story checked by hand; spaces 1..N are random interleavings
 of clicks and region updates of their own users, checked against the joiner's plain-Python
-run (tests/unit/test_lookup_logic.py pins that run rule by rule). All run in one replay.
+run (tests/unit/test_lookup_logic.py pins that run rule by rule). All run in one replay, the
+spaces' records taking turns in time (each space's own order kept), so each boundary of a
+capped run's few micro-batches cuts through every space's story.
 
 Kafka Streams documents the same rules for KStream-KTable joins (only stream records trigger
 a join, against the table's current value; table updates emit nothing; ``join`` drops stream
@@ -16,6 +18,7 @@ key's micro-batch by event time.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ from daemon.config import PipelineFile, load_pipeline_file
 from daemon.demos import latest_by_key
 from daemon.joiners.lookup import Lookup
 from daemon.replay import ReplayResult, replay
-from daemon.testing import by_key, replay_joiner, run_joiner
+from daemon.testing import JoinerRun, by_key, replay_joiner, run_joiner
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "clicks-per-region.toml"
@@ -87,12 +90,20 @@ def random_space(space: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
 
 
 def all_spaces() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    clicks, regions = scripted()
-    for space in range(1, RANDOM_SPACES + 1):
-        c, r = random_space(space)
-        clicks += c
-        regions += r
-    return clicks, regions
+    """Every space's clicks and regions, re-timed so that the spaces take turns: the n-th
+    record of every space comes before the (n+1)-th record of any space. Event time is the
+    Kafka timestamp, and each space's own order stays, so the rules above hold as written."""
+    spaces = [scripted(), *(random_space(space) for space in range(1, RANDOM_SPACES + 1))]
+    clicks: list[dict[str, Any]] = []
+    regions: list[dict[str, Any]] = []
+    for space, (c, r) in enumerate(spaces):
+        tagged = [(line["timestamp"], clicks, line) for line in c]
+        tagged += [(line["timestamp"], regions, line) for line in r]
+        for n, (_, role, line) in enumerate(sorted(tagged, key=lambda x: x[0])):
+            role.append({**line, "timestamp": 1 + n * len(spaces) + space})
+    return sorted(clicks, key=lambda x: x["timestamp"]), sorted(
+        regions, key=lambda x: x["timestamp"]
+    )
 
 
 def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> Path:
@@ -125,26 +136,67 @@ def region_names(outputs: Any) -> dict[str, list[str | None]]:
     }
 
 
-def test_left_lookup_foreign_keys_and_totals_in_every_batching(
-    example: PipelineFile, broker: Any, spark: Any, tmp_path: Path
-) -> None:
+@dataclass(frozen=True)
+class LeftRuns:
+    """The left-mode example over every space: the joiner's plain-Python run, an uncapped
+    replay and a replay whose first stage runs four micro-batches."""
+
+    logic: JoinerRun
+    whole: ReplayResult
+    fourths: ReplayResult
+
+
+@pytest.fixture(scope="module")
+def left_runs(
+    example: PipelineFile, broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> LeftRuns:
+    """One pair of replays read by the tests below."""
     clicks, regions = all_spaces()
-    options = example.pipeline[0].options
     logic = run_joiner(
         Lookup,
         {"stream": clicks, "table": regions},
         keys=KEYS,
         fields=FIELDS,
-        options=options,
+        options=example.pipeline[0].options,
         schemas=SCHEMAS,
     )
+    quarter = -(-(len(clicks) + len(regions)) // 4)
+    tmp = tmp_path_factory.mktemp("lookup")
+    whole = run(example, tmp, clicks, regions, broker)
+    fourths = run(example, tmp, clicks, regions, broker, max_batch=quarter)
+    return LeftRuns(logic, whole, fourths)
 
-    whole = run(example, tmp_path, clicks, regions, broker)
-    fours = run(example, tmp_path, clicks, regions, broker, max_batch=4)
+
+def totals_in_click_order(logic: JoinerRun) -> dict[str, list[tuple[int, int]]]:
+    """Per region, (click timestamp, running total) of its joined clicks in timestamp order."""
+    running: dict[str, int] = {}
+    sequences: dict[str, list[tuple[int, int]]] = {}
+    for out in sorted(logic.outputs, key=lambda o: o.source.timestamp if o.source else 0):
+        assert out.value is not None and out.source is not None
+        name = out.value["region"]["region"]
+        running[name] = running.get(name, 0) + out.value["click"]["clicks"]
+        sequences.setdefault(name, []).append((out.source.timestamp, running[name]))
+    return sequences
+
+
+def totals_written(result: ReplayResult) -> dict[str, list[tuple[int, int]]]:
+    """Per region, (timestamp, total) of each total the replay wrote, in output order."""
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for record in result.extra["totals"]:
+        assert record["value"]["region"] == record["key"]
+        seen.setdefault(record["key"], []).append((record["timestamp"], record["value"]["clicks"]))
+    return seen
+
+
+def test_left_lookup_foreign_keys_and_totals_in_every_batching(left_runs: LeftRuns) -> None:
+    logic, whole, fourths = left_runs.logic, left_runs.whole, left_runs.fourths
 
     # The engine gives what the joiner's logic gives, whatever the micro-batching.
-    assert by_key(whole.outputs) == by_key(fours.outputs) == by_key(logic.outputs)
-    assert fours.batches > whole.batches
+    assert by_key(whole.outputs) == by_key(fourths.outputs) == by_key(logic.outputs)
+    # Batches of both stages: one each uncapped; capped, four of the first stage and more
+    # than one of the second, which reads the enriched clicks with the same cap.
+    assert whole.batches == 1 + 1
+    assert fourths.batches >= 4 + 2
     # Space 0 by hand: the default before any region and after the delete; an update
     # between two clicks moves only the later one.
     names = region_names(whole.outputs)
@@ -165,36 +217,44 @@ def test_left_lookup_foreign_keys_and_totals_in_every_batching(
     }
     assert bob_partitions == {"0", "1"}
     # Bad input: the click without a user and the stream tombstone, once per replay.
-    for result in (whole, fours):
+    for result in (whole, fourths):
         assert sorted(
             (d["key"], d["headers"]["enrichd.error.class"]) for d in result.dead_letters
         ) == [("c0-13", "MissingKey"), ("c0-14", "UnroutableTombstone")]
 
-    # The totals: clicks per region, each joined click counting where it was joined.
-    expected: dict[str, int] = {}
-    for value in (out.value for out in logic.outputs):
-        assert value is not None
-        name = value["region"]["region"]
-        expected[name] = expected.get(name, 0) + value["click"]["clicks"]
-    for result in (whole, fours):
-        totals = result.extra["totals"]
-        # Every joined click has clicks > 0, so it changes one total once: one record each.
-        assert len(totals) == len(logic.outputs)
-        assert {k: v["clicks"] for k, v in latest_by_key(totals).items()} == expected
-        # Every joined click (all have clicks > 0) moved its region's total once, upward.
-        for name, values in by_key(totals).items():
-            sums = [v["clicks"] for v in values]
-            assert sums == sorted(set(sums))
-            joined_here = [o for o in logic.outputs if o.value["region"]["region"] == name]  # type: ignore[index]
-            assert len(sums) == len(joined_here)
+    # The totals: clicks per region, each joined click counting once where it was joined,
+    # the total it moves carrying the click's timestamp.
+    expected = totals_in_click_order(logic)
+    assert len(expected) > 3  # the random spaces' regions too, not only space 0's
+    # Uncapped, the second stage applies each region's clicks in one micro-batch, in
+    # timestamp order: the running sum in click-timestamp order, total by total.
+    assert totals_written(whole) == expected
+    # Capped: the same clicks move the same totals to the same final values (the order of
+    # the intermediate totals is the xfail test below).
+    for region, written in totals_written(fourths).items():
+        assert sorted(t for t, _ in written) == [t for t, _ in expected[region]]
+        assert written[-1][1] == expected[region][-1][1]
+    assert set(totals_written(fourths)) == set(expected)
     # Ada's move: her 2 clicks joined in the north stay there (with bob's 8), her later 4
     # count in the south.
-    for result in (whole, fours):
+    for result in (whole, fourths):
         final = latest_by_key(result.extra["totals"])
         assert (final["north"], final["south"]) == (
             {"region": "north", "clicks": 10},
             {"region": "south", "clicks": 4},
         )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the first stage writes a micro-batch's outputs in key-group order, so an output "
+    "partition is not in timestamp order, and a capped second-stage micro-batch (a prefix "
+    "of each partition) can take a region's later click before an earlier one",
+)
+def test_totals_sequence_is_the_same_in_every_batching(left_runs: LeftRuns) -> None:
+    """Outputs carry their click's timestamp, so the second stage should apply a region's
+    clicks in click-timestamp order however the stages are micro-batched."""
+    assert totals_written(left_runs.fourths) == totals_written(left_runs.whole)
 
 
 def test_inner_lookup_drops_clicks_without_a_region(broker: Any, spark: Any) -> None:
@@ -207,7 +267,6 @@ def test_inner_lookup_drops_clicks_without_a_region(broker: Any, spark: Any) -> 
         {"stream": clicks, "table": regions},
         schemas=SCHEMAS,
         output_schema=ROOT / "schemas" / "enriched_click.avsc",
-        max_batch=5,
         bootstrap_servers=broker.bootstrap_servers,
         **kw,
     )
