@@ -18,8 +18,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from daemon.avro import AvroCodec, load_schema_file
 from daemon.broker import EmbeddedBroker
@@ -113,6 +115,7 @@ class Scenario:
         )
         produce(self.conf, user_topic, users())
         self.runs = 0
+        self.started: list[subprocess.Popen[bytes]] = []
 
     def produce_tweets(self, ids: range) -> None:
         produce(self.conf, self.tweet_topic, tweets(ids))
@@ -123,7 +126,7 @@ class Scenario:
         self.log = self.folder / f"run-{self.runs}.log"
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
         with self.log.open("wb") as log:
-            return subprocess.Popen(
+            process = subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
@@ -138,6 +141,8 @@ class Scenario:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        self.started.append(process)
+        return process
 
     def log_text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
@@ -257,13 +262,23 @@ def stop(process: subprocess.Popen[bytes]) -> tuple[int, float]:
     return code, time.monotonic() - started
 
 
+@pytest.fixture
+def scenario(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> Iterator[Scenario]:
+    """A test's scenario; a daemon a failed test left running is killed with it."""
+    run = Scenario(broker, fresh_topic, tmp_path)
+    yield run
+    for process in run.started:
+        if process.poll() is None:
+            crash(process)
+
+
 def grew(than: Counter[int]) -> Callable[[Counter[int]], bool]:
     return lambda counts: len(counts) > len(than)
 
 
-def test_kill_9_at_three_moments_loses_and_duplicates_nothing(
-    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
-) -> None:
+def test_kill_9_at_three_moments_loses_and_duplicates_nothing(scenario: Scenario) -> None:
     """What this proves, on Tansu: the whole `daemon run` process tree, killed with SIGKILL
     (1) just after a micro-batch's views landed, (2) about half a second after new input was
     produced, while micro-batches of at most 50 records run back to back, and (3) three
@@ -286,7 +301,7 @@ def test_kill_9_at_three_moments_loses_and_duplicates_nothing(
     A duplicate from this test must therefore be checked against that before it is taken
     for an enrichd bug; on Apache Kafka it would be one.
     """
-    run = Scenario(broker, fresh_topic, tmp_path)
+    run = scenario
     run.produce_tweets(range(0, 100))
     moments = []
 
@@ -324,13 +339,11 @@ def test_kill_9_at_three_moments_loses_and_duplicates_nothing(
     assert not duplicated, f"{len(duplicated)} tweets have 2+ views: {duplicated}; kills: {moments}"
 
 
-def test_sigterm_exits_0_and_a_restart_continues_without_duplicates(
-    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
-) -> None:
+def test_sigterm_exits_0_and_a_restart_continues_without_duplicates(scenario: Scenario) -> None:
     """SIGTERM while micro-batches are running: `daemon run` finishes the batch in flight,
     stops and exits 0 within its stop timeout; started again on the same checkpoint, it
     picks up where it stopped and every tweet ends with exactly one view."""
-    run = Scenario(broker, fresh_topic, tmp_path)
+    run = scenario
     run.produce_tweets(range(0, 150))
 
     process = run.start()
