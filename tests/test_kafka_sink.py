@@ -76,6 +76,16 @@ def _setup(
     return conf, file, tweet_topic, output
 
 
+def forget_from(checkpoint: Path, batch: int) -> None:
+    """Make Spark's checkpoint look as after a crash between the Kafka commit of ``batch``
+    and Spark's own: ``batch`` planned but not committed, and nothing after it."""
+    for log, first in (("commits", batch), ("offsets", batch + 1)):
+        for path in (checkpoint / log).glob("[0-9]*"):
+            if int(path.name) >= first:
+                path.unlink()
+                (checkpoint / log / f".{path.name}.crc").unlink(missing_ok=True)
+
+
 def test_restarts_from_the_checkpoint_write_each_output_once(
     broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
@@ -107,18 +117,16 @@ def test_restarts_from_the_checkpoint_write_each_output_once(
 
     # Spark forgets it committed the last batch: on restart it runs that batch again.
     last = max(second)
-    (checkpoint / "commits" / str(last)).unlink()
-    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    forget_from(checkpoint, last)
     replayed = run_pipeline(spark, file)
-    assert replayed == [last]
+    assert replayed[0] == last  # then at most batches without input (seen once in CI)
     assert view_counts(conf, output) == dict.fromkeys(range(100, 112), 1)
 
     # Control: the same replay without transactions writes that batch's views again.
-    (checkpoint / "commits" / str(last)).unlink()
-    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    forget_from(checkpoint, last)
     pipe = file.pipeline[0].model_copy(update={"delivery": "at_least_once"})
     at_least_once = file.model_copy(update={"pipeline": [pipe]})
-    assert run_pipeline(spark, at_least_once) == [last]
+    assert run_pipeline(spark, at_least_once)[0] == last
     counts = view_counts(conf, output)
     assert set(counts) == set(range(100, 112))
     assert any(n > 1 for n in counts.values())
