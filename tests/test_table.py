@@ -28,6 +28,7 @@ from daemon.config import load_pipeline_file
 from daemon.joiners.table import Table
 from daemon.replay import ReplayResult, replay
 from daemon.testing import by_key, replay_joiner, run_joiner
+from tests.unit.test_table_logic import KAFKA_STEPS as LOGIC_STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = {
@@ -43,23 +44,7 @@ Step = tuple[int, str, str | None]  # timestamp, role, name (None: a tombstone)
 
 # Kafka Streams' "Join Semantics" wiki page, KTable-KTable join (the KIP-77 join semantics of
 # 0.10.2 and newer, KTable cache off so that every result shows), one key, timestamp order:
-KAFKA_STEPS: list[Step] = [
-    (1, "left", None),
-    (2, "right", None),
-    (3, "left", "A"),
-    (4, "right", "a"),
-    (5, "left", "B"),
-    (6, "right", "b"),
-    (7, "left", None),
-    (8, "right", None),
-    (9, "left", "C"),
-    (10, "right", "c"),
-    (11, "right", None),
-    (12, "left", None),
-    (13, "right", None),
-    (14, "right", "d"),
-    (15, "left", "D"),
-]
+KAFKA_STEPS: list[Step] = LOGIC_STEPS  # one transcription, shared with the logic tests
 # ... and its documented output per input record (None: a tombstone):
 KAFKA_DOCUMENTED: dict[str, list[str | None]] = {
     "inner": [None, None, None, "A-a", "B-a", "B-b", None, None, None, "C-c"]
