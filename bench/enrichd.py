@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.resources import PeakMemory, Peaks, state_bytes
 from bench.workloads import REPO, Topics
 from daemon.replay import consumed_to
 
@@ -52,6 +53,12 @@ class EnrichdResult:
     output_topic: str = ""
     dead_letter_topic: str = ""
     max_records_per_batch: int = 0
+    peaks: Peaks = field(default_factory=Peaks)
+    """Peak RSS while the query ran (this process, the JVM, the Python workers)."""
+    state_bytes: int = 0
+    """Bytes of the checkpoint's state folder when the query stopped."""
+    stage_batches: list[list[Batch]] = field(default_factory=list)
+    """The batches of each later stage (a joiner's downstream query), run after this one."""
 
     @property
     def first_batch_s(self) -> float:
@@ -135,12 +142,36 @@ def run_enrichd(
     Raises:
         RuntimeError: the query failed or did not consume everything within ``timeout_s``.
     """
+    with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp:
+        file, pipe = configure(servers, topics, Path(tmp) / "checkpoint", max_records_per_batch)
+        return run_pipeline(file, pipe, ends, input_records, timeout_s)
+
+
+def run_pipeline(
+    file: Any,
+    pipe: Any,
+    ends: dict[str, int],
+    input_records: int,
+    timeout_s: float = 900.0,
+    stages: bool = False,
+) -> EnrichdResult:
+    """Plan and run one pipeline (``PipelineConfig`` of ``file``) until it consumed ``ends``.
+
+    The pipeline's checkpoint must be a fresh folder the caller removes afterwards; its state
+    folder is measured when the query has stopped. Peak memory is sampled from the session's
+    start to the query's stop. With ``stages``, a joiner's later stages (its downstream
+    queries) run afterwards, one by one, each over everything the one before wrote; their
+    batches go to ``stage_batches`` and do not count in the first stage's rates.
+
+    Raises:
+        RuntimeError: a query failed or did not consume everything within ``timeout_s``.
+    """
     from daemon.engine.pipeline import client_conf, plan_pipeline, start_query
     from daemon.engine.session import spark_session
 
-    with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp:
-        file, pipe = configure(servers, topics, Path(tmp) / "checkpoint", max_records_per_batch)
-        plan = plan_pipeline(file, pipe, client_conf(file))
+    conf = client_conf(file)
+    plan = plan_pipeline(file, pipe, conf)
+    with PeakMemory() as memory:
         began = time.monotonic()
         spark = spark_session(file.spark)
         result = EnrichdResult(
@@ -149,14 +180,51 @@ def run_enrichd(
             query_started=time.time(),
             output_topic=pipe.output.topic,
             dead_letter_topic=pipe.dead_letters,
-            max_records_per_batch=max_records_per_batch,
+            max_records_per_batch=pipe.max_records_per_batch,
         )
         query = start_query(spark, plan)
         try:
             result.batches = await_consumed(query, ends, timeout_s)
         finally:
             query.stop()
+        for stage in plan.stages()[1:] if stages else []:
+            stage_ends = _log_ends(conf, stage.source.inputs[0].topic)
+            query = start_query(spark, stage)
+            try:
+                result.stage_batches.append(await_consumed(query, stage_ends, timeout_s))
+            finally:
+                query.stop()
+    result.peaks = memory.result
+    result.state_bytes = state_bytes(Path(pipe.checkpoint))
     return result
+
+
+def _log_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
+    """Past each partition's last committed record of ``topic`` (``"topic/partition"``).
+
+    Read rather than asked for, as ``daemon replay`` does: the embedded broker's ListOffsets
+    under-reports the end.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    from daemon.kafka.clients import read_partition
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "enrichd-bench-ends",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    ends: dict[str, int] = {}
+    try:
+        for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+            for records in read_partition(consumer, TopicPartition(topic, partition, 0)):
+                ends[f"{topic}/{partition}"] = (records[-1].offset() or 0) + 1
+    finally:
+        consumer.close()
+    return ends
 
 
 def await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[Batch]:
