@@ -248,3 +248,40 @@ def await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[B
         if report.numInputRows
     }
     return [batches[i] for i in sorted(batches)]
+
+
+PHASES = (
+    "triggerExecution",
+    "latestOffset",
+    "addBatch",
+    "walCommit",
+    "commitOffsets",
+    "queryPlanning",
+    "getBatch",
+)
+"""The progress reports' ``durationMs`` phases a report's batch table shows."""
+
+
+def batch_table(batches: list[Batch]) -> list[str]:
+    """Markdown: each micro-batch's records and phase durations (ms)."""
+    lines = [
+        "| batch | records | " + " | ".join(PHASES) + " |",
+        "|---:|---:|" + "---:|" * len(PHASES),
+    ]
+    for batch in batches:
+        cells = " | ".join(f"{batch.durations_ms.get(p, 0):,}" for p in PHASES)
+        lines.append(f"| {batch.batch_id} | {batch.rows:,} | {cells} |")
+    return lines
+
+
+def resources_lines(result: EnrichdResult, keys: int) -> list[str]:
+    """A report's memory and state lines for an enrichd run over ``keys`` join keys."""
+    from bench.resources import MIB, state_line
+
+    peaks = result.peaks
+    return [
+        f"- Memory (enrichd run, sampled every 0.25 s over this process tree from the Spark "
+        f"session's start to the query's stop): {peaks.describe()}. Spark's part (JVM + Python "
+        f"workers) peaked at {peaks.spark / MIB:,.0f} MiB at most.",
+        f"- State: {state_line(result.state_bytes, keys)}.",
+    ]

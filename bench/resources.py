@@ -1,11 +1,14 @@
 """Peak memory of a run (the Spark JVM and its Python workers) and the size of its state.
 
-:class:`PeakMemory` samples the resident set size of a process and all its descendants in a
-background thread, every ``interval_s``, while a run is in progress: for enrichd that is this
+:class:`PeakMemory` samples the memory of a process and all its descendants in a background
+thread, every ``interval_s``, while a run is in progress: for enrichd that is this
 benchmark process (the PySpark driver), the JVM it launched (driver and ``local[2]``
 executors in one), and the Python workers the JVM forks for the source, the joiner and the
 sink. Each sample sorts the processes into the JVM, the Python workers and the rest (the
-bench's own Python process), so the report can say which part holds the memory. Peaks are
+bench's own Python process), so the report can say which part holds the memory. The parts are
+measured as PSS (proportional set size: a page shared by N processes counts 1/N in each),
+because ``pyspark.daemon`` forks its workers and plain RSS would count their shared pages
+once per worker; the plain RSS sum is kept too, as the pessimistic figure. Peaks are
 per part and of the sum; the parts peak at different moments, so the sum's peak is the one
 to compare with a memory budget. A sample misses anything that grows and shrinks between two
 samples: the figures are lower bounds.
@@ -30,13 +33,15 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Peaks:
-    """Peak resident memory in bytes, by part and in all."""
+    """Peak memory in bytes: PSS by part and in all, and the plain RSS sum."""
 
     jvm: int = 0
     python_workers: int = 0
     other: int = 0
     """The root process (the benchmark's driver-side Python) and any other descendants."""
     total: int = 0
+    rss_total: int = 0
+    """Peak of the plain RSS sum (shared pages counted once per process)."""
     samples: int = 0
 
     @property
@@ -47,9 +52,10 @@ class Peaks:
     def describe(self) -> str:
         """One line for a report."""
         return (
-            f"peak RSS {self.total / MIB:,.0f} MiB in all ({self.samples} samples): JVM "
-            f"{self.jvm / MIB:,.0f} MiB, Python workers {self.python_workers / MIB:,.0f} MiB, "
-            f"bench driver process {self.other / MIB:,.0f} MiB"
+            f"peak PSS {self.total / MIB:,.0f} MiB in all ({self.samples} samples; the plain "
+            f"RSS sum peaked at {self.rss_total / MIB:,.0f} MiB): JVM {self.jvm / MIB:,.0f} "
+            f"MiB, Python workers {self.python_workers / MIB:,.0f} MiB, bench driver process "
+            f"{self.other / MIB:,.0f} MiB"
         )
 
 
@@ -83,7 +89,7 @@ class PeakMemory:
         self.root = psutil.Process(root or os.getpid())
         self.interval_s = interval_s
         self._parts: dict[int, str] = {}
-        self._peak = {"jvm": 0, "python_workers": 0, "other": 0, "total": 0}
+        self._peak = {"jvm": 0, "python_workers": 0, "other": 0, "total": 0, "rss_total": 0}
         self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
@@ -114,6 +120,7 @@ class PeakMemory:
     def sample(self) -> None:
         """Measure the tree once and raise the peaks."""
         sums = {"jvm": 0, "python_workers": 0, "other": 0}
+        rss = 0
         try:
             processes = [self.root, *self.root.children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -125,11 +132,13 @@ class PeakMemory:
             if part == "gone":
                 continue
             try:
-                sums[part] += process.memory_info().rss
+                memory = process.memory_full_info()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-        sums_total = sum(sums.values())
-        for part, value in (*sums.items(), ("total", sums_total)):
+            sums[part] += getattr(memory, "pss", memory.rss)  # PSS is Linux-only
+            rss += memory.rss
+        totals = (("total", sum(sums.values())), ("rss_total", rss))
+        for part, value in (*sums.items(), *totals):
             self._peak[part] = max(self._peak[part], value)
         self._samples += 1
 
