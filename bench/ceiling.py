@@ -1,0 +1,123 @@
+"""Running a raw confluent-kafka + fastavro loop in one process or several, on one clock.
+
+A workload's ceiling is a module-level loop function ``loop(*args, go=None) -> LoopResult``
+that reads its share of the input with ``assign()``, does the workload's work and produces
+its outputs. :func:`run_processes` runs one share in this process, or each share in a
+spawned process (librdkafka's threads do not survive ``fork``) that waits for a common start
+signal once its clients are built; the time runs from the first record any process consumed
+to the last output any process had delivered.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.raw import LoopResult, RawResult
+
+Loop = Callable[..., LoopResult]
+
+
+def _worker(loop: Loop, args: tuple[Any, ...], go: Any, results: Any) -> None:
+    results.put(loop(*args, go=go))
+
+
+def run_processes(loop: Loop, shares: list[tuple[Any, ...]], input_records: int) -> RawResult:
+    """Run ``loop(*share)`` for every share: in this process when there is one, else spawned.
+
+    Raises:
+        RuntimeError: a process failed.
+    """
+    if len(shares) == 1:
+        one = loop(*shares[0])
+        return RawResult(1, input_records, one.done - one.first_consumed, one.emitted)
+    context = multiprocessing.get_context("spawn")
+    go, results = context.Event(), context.Queue()
+    workers = [context.Process(target=_worker, args=(loop, share, go, results)) for share in shares]
+    for worker in workers:
+        worker.start()
+    time.sleep(3.0)  # let every worker import and build its clients before the start signal
+    go.set()
+    loops: list[LoopResult] = []
+    while len(loops) < len(workers):
+        try:
+            loops.append(results.get(timeout=1.0))
+        except queue.Empty:
+            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if failed:
+                raise RuntimeError(f"a ceiling process exited with code {failed[0]}") from None
+    for worker in workers:
+        worker.join(timeout=30)
+    seconds = max(r.done for r in loops) - min(r.first_consumed for r in loops)
+    return RawResult(len(shares), input_records, seconds, sum(r.emitted for r in loops))
+
+
+def partitions_of(ends: dict[str, int], topic: str) -> list[tuple[str, int]]:
+    """``(topic, partition)`` of every partition of ``topic`` that has records, in order."""
+    found = []
+    for name, end in ends.items():
+        name_topic, _, partition = name.rpartition("/")
+        if name_topic == topic and end > 0:
+            found.append((topic, int(partition)))
+    return sorted(found)
+
+
+def consumer(conf: dict[str, str]) -> Any:
+    """A consumer for ``assign()`` only (the group id is required but never joined)."""
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            **conf,
+            "group.id": "enrichd-bench-raw",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
+
+
+def producer(conf: dict[str, str]) -> Any:
+    """A batching producer, as a throughput-minded raw client would configure one."""
+    from confluent_kafka import Producer
+
+    return Producer(
+        {
+            **conf,
+            "linger.ms": 20,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+
+
+def send(producer: Any, topic: str, value: bytes, key: bytes | None, headers: Any = None) -> None:
+    """Produce one record, serving delivery reports while the local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, key, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
+def read_to_ends(
+    consumer: Any, partitions: list[tuple[str, int]], ends: dict[str, int], batch: int = 10_000
+) -> Any:
+    """Yield lists of records of ``partitions`` (read together from offset 0) up to ``ends``."""
+    from confluent_kafka import TopicPartition
+
+    remaining = {tp: ends[f"{tp[0]}/{tp[1]}"] for tp in partitions}
+    consumer.assign([TopicPartition(t, p, 0) for t, p in partitions])
+    while remaining:
+        messages = consumer.consume(num_messages=batch, timeout=0.5)
+        good = [m for m in messages if m.error() is None]
+        for message in good:
+            where = (message.topic(), message.partition())
+            end = remaining.get(where)
+            if end is not None and message.offset() + 1 >= end:
+                del remaining[where]
+        if good:
+            yield good
