@@ -1,0 +1,477 @@
+"""``python -m bench lookup``: clicks + user regions -> enriched clicks (the ``lookup`` joiner).
+
+Issue #6's benchmark: a table of user regions (a changelog keyed by user, one record per
+user) and a stream of clicks keyed by click id that name their user in a field (the
+foreign-key case of ``examples/clicks-per-region.toml``). Every region is produced before
+every click (Kafka timestamps 1, 2, ...), so each click is joined with its user's region;
+clicks of users the table does not know (about 1 in 21: users are drawn from 5% more ids than
+the table holds) get the example's ``default`` region "UNKNOWN" (left mode).
+
+Contenders, on the same topics:
+
+- the raw ceiling (confluent-kafka + fastavro + a dict): a process reads the whole table
+  first (as a GlobalKTable is bootstrapped), then its share of the click partitions, and
+  produces one ``EnrichedClick`` per click; in one process and in two (each reads the whole
+  table and one click partition);
+- the peer, Quix Streams (:mod:`bench.quix_lookup`: it has no table join over a Kafka topic,
+  so a stateful ``apply`` over the concatenated table and re-keyed clicks);
+- enrichd: the example pipeline as users wrote it, pointed at the benchmark's topics, with
+  its running-totals stage left out (the issue measures the lookup join; the totals are a
+  second query over the enriched topic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import fastavro
+from rich.console import Console
+
+from bench import ceiling
+from bench.enrichd import EnrichdResult, batch_table, resources_lines, run_pipeline
+from bench.quix import QuixResult
+from bench.quix_lookup import run_quix_lookup
+from bench.raw import LoopResult, RawResult
+from bench.report import (
+    Contender,
+    Section,
+    ceiling_verdict,
+    machine,
+    markdown_table,
+    peer_verdict,
+    plot_of,
+    rate,
+    run_header,
+    throughput_table,
+)
+from bench.workloads import INPUT_PARTITIONS, REPO, SCHEMAS, codec, count_records
+from daemon.kafka import clients
+
+if TYPE_CHECKING:
+    from daemon.broker import EmbeddedBroker
+
+TITLE = "## lookup: clicks + user regions -> enriched clicks"
+EXAMPLE = REPO / "examples" / "clicks-per-region.toml"
+REGIONS = tuple(f"region-{i:02d}" for i in range(50))
+DEFAULT = {"user": "", "region": "UNKNOWN"}
+"""The example's ``default``: the table side of a click whose user has no region."""
+UNKNOWN_SHARE = 0.05
+"""Clicks' users are drawn from this many more ids than the table has."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The lookup workload's sizes (issue #6's by default) and options."""
+    parser.add_argument("--users", type=int, default=100_000, help="table keys (user regions)")
+    parser.add_argument("--clicks", type=int, default=1_000_000, help="stream records (clicks)")
+    parser.add_argument(
+        "--max-batch", type=int, default=100_000, help="enrichd max_records_per_batch"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="seed for click users and regions")
+
+
+def _command(args: argparse.Namespace) -> str:
+    command = (
+        f".venv/bin/python -m bench lookup --users {args.users} --clicks {args.clicks} "
+        f"--max-batch {args.max_batch}"
+    )
+    if args.quix_python != sys.executable:
+        command += f" --quix-python {args.quix_python}"
+    return command
+
+
+def user_id(i: int) -> str:
+    """User ``i``'s id, the table key and the clicks' ``user`` field."""
+    return f"user-{i:07d}"
+
+
+# -- the workload ----------------------------------------------------------------------------
+
+
+def produce(conf: dict[str, str], table: str, clicks: str, args: argparse.Namespace) -> Any:
+    """Produce the regions, then the clicks; (partition ends, clicks by unknown users).
+
+    Topics are created with unlimited retention (see ``workloads.create_inputs``) and
+    ``murmur2`` partitioning, so the peer's re-keyed clicks meet their user's region.
+
+    Raises:
+        RuntimeError: a record could not be delivered.
+    """
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    retention = {"retention.ms": "-1", "retention.bytes": "-1"}
+    admin = AdminClient(dict(conf))
+    wanted = [NewTopic(t, INPUT_PARTITIONS, 1, config=retention) for t in (table, clicks)]
+    for name, future in admin.create_topics(wanted).items():
+        try:
+            future.result(timeout=30)
+        except Exception as exc:
+            raise RuntimeError(f"cannot create topic {name!r}: {exc}") from exc
+    producer = Producer(
+        {
+            **conf,
+            "linger.ms": 20,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "partitioner": "murmur2_random",
+        }
+    )
+    deliveries = clients.Deliveries()
+    regions, click = codec("user_region"), codec("click")
+    rng = random.Random(args.seed)
+    timestamp = 1
+    for i in range(args.users):
+        user = user_id(i)
+        value = regions.encode({"user": user, "region": rng.choice(REGIONS)})
+        clients.produce(
+            producer,
+            table,
+            value=value,
+            key=user.encode(),
+            timestamp=timestamp,
+            on_delivery=deliveries,
+        )
+        timestamp += 1
+        if i % 10_000 == 0:
+            producer.poll(0)
+    population = int(args.users * (1 + UNKNOWN_SHARE))
+    unknown = 0
+    for i in range(args.clicks):
+        who = rng.randrange(population)
+        unknown += who >= args.users
+        value = click.encode({"id": f"click-{i}", "user": user_id(who), "clicks": 1 + i % 5})
+        clients.produce(
+            producer,
+            clicks,
+            value=value,
+            key=f"click-{i}".encode(),
+            timestamp=timestamp,
+            on_delivery=deliveries,
+        )
+        timestamp += 1
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(60) != 0 or deliveries.failures:
+        raise RuntimeError(f"could not produce: {deliveries.failures[:1] or 'flush timed out'}")
+    return deliveries.ends, unknown
+
+
+# -- the ceiling -----------------------------------------------------------------------------
+
+
+def lookup_loop(
+    conf: dict[str, str],
+    table_parts: list[tuple[str, int]],
+    click_parts: list[tuple[str, int]],
+    ends: dict[str, int],
+    output: str,
+    go: Any = None,
+) -> LoopResult:
+    """Read the table to its end into a dict, then enrich every click of ``click_parts``."""
+    region_schema, click_schema, enriched_schema = (
+        fastavro.schema.load_schema(str(SCHEMAS / f"{name}.avsc"))
+        for name in ("user_region", "click", "enriched_click")
+    )
+    reader: Any = fastavro.schemaless_reader
+    writer: Any = fastavro.schemaless_writer
+    consumer, producer = ceiling.consumer(conf), ceiling.producer(conf)
+    if go is not None:
+        go.wait()
+    first = 0.0
+    consumed = emitted = 0
+    table: dict[str, dict[str, Any]] = {}
+    buffer = io.BytesIO()
+    try:
+        for messages in ceiling.read_to_ends(consumer, table_parts, ends):
+            first = first or time.monotonic()
+            for message in messages:
+                value = message.value()
+                if value is None:  # a tombstone forgets the user
+                    table.pop(message.key().decode(), None)
+                    continue
+                region = reader(io.BytesIO(value), region_schema, None)
+                table[region["user"]] = region
+            consumed += len(messages)
+        for messages in ceiling.read_to_ends(consumer, click_parts, ends):
+            first = first or time.monotonic()
+            for message in messages:
+                click = reader(io.BytesIO(message.value()), click_schema, None)
+                region = table.get(click["user"], DEFAULT)
+                buffer.seek(0)
+                buffer.truncate()
+                writer(buffer, enriched_schema, {"click": click, "region": region})
+                ceiling.send(producer, output, buffer.getvalue(), message.key())
+            consumed += len(messages)
+            emitted += len(messages)
+            producer.poll(0)
+        if producer.flush(120) != 0:
+            raise RuntimeError("the ceiling's producer did not deliver everything")
+        done = time.monotonic()
+    finally:
+        consumer.close()
+    return LoopResult(first, done, consumed, emitted)
+
+
+def run_ceiling(
+    conf: dict[str, str],
+    table: str,
+    clicks: str,
+    ends: dict[str, int],
+    output: str,
+    processes: int,
+) -> RawResult:
+    """The lookup loop in ``processes`` processes; each reads the whole table."""
+    table_parts = ceiling.partitions_of(ends, table)
+    click_parts = ceiling.partitions_of(ends, clicks)
+    shares = [
+        (conf, table_parts, click_parts[i::processes], ends, output) for i in range(processes)
+    ]
+    return ceiling.run_processes(lookup_loop, shares, sum(ends.values()))
+
+
+# -- enrichd ---------------------------------------------------------------------------------
+
+
+def run_enrichd(
+    servers: str,
+    table: str,
+    clicks: str,
+    ends: dict[str, int],
+    max_records_per_batch: int,
+    timeout_s: float = 1800.0,
+) -> EnrichdResult:
+    """The example pipeline without its totals stage, over the benchmark's topics.
+
+    Raises:
+        RuntimeError: the query failed or did not consume everything in ``timeout_s``.
+    """
+    from daemon.config import KafkaConfig, load_pipeline_file
+
+    example = load_pipeline_file(EXAMPLE)
+    file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})
+    pipe = file.pipeline[0]
+    suffix = uuid.uuid4().hex[:8]
+    options = {k: v for k, v in pipe.options.items() if k != "aggregate"}
+    with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp:
+        pipe = pipe.model_copy(
+            update={
+                "name": f"bench-lookup-{suffix}",
+                "inputs": {
+                    "stream": pipe.inputs["stream"].model_copy(update={"topic": clicks}),
+                    "table": pipe.inputs["table"].model_copy(update={"topic": table}),
+                },
+                "output": pipe.output.model_copy(update={"topic": f"bench-enriched-{suffix}"}),
+                "outputs": {},
+                "options": options,
+                "dead_letter_topic": f"bench-enriched-{suffix}.dlq",
+                "checkpoint": Path(tmp) / "checkpoint",
+                "max_records_per_batch": max_records_per_batch,
+            }
+        )
+        return run_pipeline(file, pipe, ends, sum(ends.values()), timeout_s)
+
+
+# -- the section -----------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
+    """Run the lookup benchmark on ``broker``."""
+    console = Console()
+    machine_line = machine()
+    conf = {"bootstrap.servers": broker.bootstrap_servers}
+    suffix = uuid.uuid4().hex[:8]
+    table, clicks = f"user-regions-{suffix}", f"clicks-{suffix}"
+    records = args.users + args.clicks
+    began = time.monotonic()
+    with console.status(f"producing {args.users:,} regions and {args.clicks:,} clicks"):
+        ends, unknown = produce(conf, table, clicks, args)
+    console.print(f"produced {records:,} records in {time.monotonic() - began:.1f} s")
+    from daemon.kafka.admin import create_topics
+
+    outputs = {"one": f"raw1-{suffix}", "two": f"raw2-{suffix}", "quix": f"quix-{suffix}"}
+    create_topics(conf, dict.fromkeys(outputs.values(), INPUT_PARTITIONS))
+    loads = []
+    with console.status("raw ceiling, 1 process"):
+        one = run_ceiling(conf, table, clicks, ends, outputs["one"], 1)
+    console.print(f"raw ceiling, 1 process: {rate(one.rate)} records/s")
+    loads.append(("raw 1 process", os.getloadavg()[0]))
+    with console.status("raw ceiling, 2 processes"):
+        two = run_ceiling(conf, table, clicks, ends, outputs["two"], 2)
+    console.print(f"raw ceiling, 2 processes: {rate(two.rate)} records/s")
+    loads.append(("raw 2 processes", os.getloadavg()[0]))
+    with console.status("Quix Streams lookup (child process)"):
+        quix, defaulted = run_quix_lookup(
+            args.quix_python,
+            broker.bootstrap_servers,
+            table,
+            clicks,
+            outputs["quix"],
+            DEFAULT,
+            args.clicks,
+            records,
+        )
+    console.print(
+        f"Quix Streams: {rate(quix.rate)} records/s"
+        if quix.ran
+        else f"Quix Streams not run: {quix.reason}",
+        highlight=False,
+    )
+    loads.append(("Quix Streams", os.getloadavg()[0]))
+    with console.status("enrichd lookup (Spark)"):
+        spark = run_enrichd(broker.bootstrap_servers, table, clicks, ends, args.max_batch)
+    console.print(
+        f"enrichd: {len(spark.batches)} batches, sustained {rate(spark.sustained_rate)} records/s"
+    )
+    loads.append(("enrichd", os.getloadavg()[0]))
+    with console.status("checking outputs"):
+        counted = {
+            "raw 1 process": count_records(conf, outputs["one"]),
+            "raw 2 processes": count_records(conf, outputs["two"]),
+            **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
+            "enrichd": count_records(conf, spark.output_topic),
+        }
+        dead = count_records(conf, spark.dead_letter_topic)
+    busy = "Load average (1 min) at the end of each run: " + ", ".join(
+        f"{name} {load:.2f}" for name, load in loads
+    )
+    checks = [
+        f"{name} wrote {count:,} enriched clicks (expected {args.clicks:,})"
+        for name, count in counted.items()
+    ]
+    checks.append(f"enrichd dead letters: {dead:,}")
+    # Quix is at-least-once: a count above the clicks would be duplicates, below a loss.
+    ok = all(count == args.clicks for count in counted.values()) and dead == 0
+    read = sum(b.rows for b in spark.batches)
+    if read != records:
+        checks.append(f"progress reports account for {read:,} of {records:,} inputs")
+    contenders = _contenders(one, two, quix, spark)
+    table_rows = throughput_table(contenders, two.rate, quix.rate if quix.ran else None)
+    lines = [
+        *run_header(_command(args), f"{machine_line}. {busy}"),
+        f"Workload: {args.users:,} user regions (one per user, {len(REGIONS)} regions) then "
+        f"{args.clicks:,} clicks ({records:,} input records, plain Avro, 30-50 B each) on an "
+        f"embedded Tansu broker, {INPUT_PARTITIONS} partitions per topic; clicks are keyed by "
+        f"click id and name their user in a field (a foreign key); {unknown:,} clicks "
+        f"({unknown / args.clicks:.1%}) are by users the table does not know and get the "
+        "default region UNKNOWN (left mode). Every contender emits one enriched click per "
+        "click.",
+        "",
+        *markdown_table(table_rows, left=(0, 5)),
+        "",
+        *_notes(args, one, two, quix, defaulted, unknown, spark),
+        "",
+        f"Micro-batches that read records (max_records_per_batch {args.max_batch:,}; "
+        "`durationMs` per batch, in ms):",
+        "",
+        *batch_table(spark.batches),
+        "",
+        "Checks: " + "; ".join(checks) + ".",
+    ]
+    return Section("lookup", TITLE, lines, table_rows, plot_of(contenders), ok)
+
+
+def _contenders(
+    one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult
+) -> list[Contender]:
+    steady = spark.steady()
+    return [
+        Contender("raw ceiling, 1 process", one.rate, one.seconds, "table first, then clicks"),
+        Contender("raw ceiling, 2 processes", two.rate, two.seconds, "the issue's reference"),
+        Contender(
+            "Quix Streams lookup (stateful apply)",
+            quix.rate if quix.ran else None,
+            quix.seconds if quix.ran else None,
+            f"{quix.version}, 1 process; start-up {quix.startup_s:.1f} s not counted"
+            if quix.ran
+            else f"not run: {quix.reason}",
+        ),
+        Contender(
+            "enrichd lookup, sustained",
+            spark.sustained_rate,
+            sum(b.rows for b in steady) / spark.sustained_rate,
+            f"{len(steady)} batch(es) after the first",
+        ),
+        Contender(
+            "enrichd lookup, end to end",
+            spark.end_to_end_rate,
+            spark.batches[-1].ended - spark.query_started,
+            "from start_query, incl. first batch",
+        ),
+    ]
+
+
+def _notes(
+    args: argparse.Namespace,
+    one: RawResult,
+    two: RawResult,
+    quix: QuixResult,
+    defaulted: int,
+    unknown: int,
+    spark: EnrichdResult,
+) -> list[str]:
+    steady = spark.steady()
+    rows = sum(b.rows for b in steady) / len(steady)
+    trigger = spark.mean_ms("triggerExecution")
+    add = spark.mean_ms("addBatch")
+    per_record_us = add * 1000 / rows if rows else 0.0
+    first = spark.batches[0]
+    lines = [
+        "- *raw ceiling*: confluent-kafka `assign()` + fastavro + a dict + a batching "
+        "producer (at-least-once). A process reads the table to its end first, then its "
+        "clicks; timed from the first record consumed to the last output delivered. With two "
+        "processes each reads the whole table and one click partition (the table counts once "
+        "in the input rate).",
+        "- *enrichd*: `examples/clicks-per-region.toml` unchanged but for topics, checkpoint "
+        "and batch cap, and without `[pipeline.options.aggregate]` (the running totals run as "
+        "a second query over the enriched topic; not measured here). The engine shuffles "
+        "clicks and regions by user, and each micro-batch applies a user's records in "
+        "event-time order (here the Kafka timestamps, every region before every click). "
+        "*Sustained* and *end to end* as in the comap section.",
+        "- *Quix Streams*: Quix 3.x's `join_lookup` enriches from a `BaseLookup`, and its "
+        "lookups are SQLite or PostgreSQL queries per record or the Quix Configuration "
+        "Service's configuration events, not a table kept from a Kafka topic; so the peer is "
+        "written as Quix users write this join: clicks re-keyed by user with `group_by` "
+        "(through a `repartition__` topic), `concat`-ed with the regions topic, and one "
+        "`apply(stateful=True, expand=True)` that stores each user's latest region in Quix's "
+        "RocksDB state and emits each click with it. One process, Quix's defaults "
+        "(at-least-once, changelog topics, 5 s commits), timed from its first input record "
+        "to its final commit.",
+    ]
+    if quix.ran:
+        lines.append(
+            f"- Quix enriched {defaulted:,} clicks with the default region, against {unknown:,} "
+            "clicks whose user has no region: Quix reads the regions and the re-keyed clicks "
+            "side by side, not in timestamp order, so "
+            + (
+                "a click can overtake its user's region (it did here)."
+                if defaulted != unknown
+                else "a click could overtake its user's region (none did here)."
+            )
+        )
+    lines += [
+        ceiling_verdict(spark.sustained_rate, two.rate),
+        peer_verdict(
+            spark.sustained_rate,
+            quix.rate if quix.ran else None,
+            "Quix Streams' stateful lookup",
+            quix.reason,
+        ),
+        f"- Steady batches ({len(steady)}, {rows:,.0f} records each on average): "
+        f"{trigger:,.0f} ms per batch, of which addBatch (read, decode, shuffle by user, "
+        f"lookup with RocksDB state, encode, transactional produce) {add:,.0f} ms = "
+        f"{per_record_us:.1f} us per record, against {1e6 / one.rate:.1f} us per record for "
+        f"the whole 1-process raw loop ({per_record_us * one.rate / 1e6:.1f}x); "
+        f"{trigger - add:,.0f} ms per batch outside addBatch. First batch: {first.rows:,} "
+        f"records in {first.durations_ms.get('triggerExecution', 0):,} ms.",
+        *resources_lines(spark, args.users),
+    ]
+    return lines
