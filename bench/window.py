@@ -1,0 +1,491 @@
+"""window: left events + right events within 10 s -> joined pairs (issue #7).
+
+The workload of ``examples/window-join.toml``: two streams keyed by ``k``. Every record gets
+the next slot of a global event-time clock (``--step-ms`` apart, 1 ms by default), a
+uniformly chosen key and a side (exactly ``--per-side`` each), and is produced in that order
+with its event time ``at`` as its Kafka timestamp: the input is in order, so no record is
+late for anyone and every contender must find the same pairs. With the issue's sizes each
+key sees a record of each side every 20 s on average, so a left record has about one right
+partner within the 10 s window.
+
+Every contender does the same inner join (the example's ``mode = "left"`` is overridden to
+``"inner"``: Spark's and Quix's outer modes emit null results at other moments, so only
+inner joins give comparable outputs): the raw loop (confluent-kafka + fastavro + the
+``window`` rules in plain dicts) in 1 and 2 processes; Quix Streams' ``join_interval``;
+enrichd's ``window`` pipeline on ``local[2]``; and, in the same Spark session, Spark's own
+stream-stream join over the same topics (:func:`run_spark_join`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench import twostream
+from bench.enrichd import Batch, EnrichdResult
+from bench.quix import QuixResult
+from bench.quixjoins import run_quix_join
+from bench.report import (
+    Contender,
+    Section,
+    ceiling_verdict,
+    machine,
+    markdown_table,
+    peer_verdict,
+    plot_of,
+    rate,
+    run_header,
+    throughput_table,
+)
+from bench.resources import MIB, PeakMemory, state_bytes, state_line
+from bench.twostream import Emit, RawJoin, RawSpec
+from bench.workloads import REPO, codec, count_records
+
+EXAMPLE = REPO / "examples" / "window-join.toml"
+MODE = "inner"
+"""The join every contender does (see the module docstring)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload's sizes (issue #7's by default) and the batch caps."""
+    parser.add_argument("--keys", type=int, default=10_000, help="join keys")
+    parser.add_argument("--per-side", type=int, default=1_000_000, help="records per side")
+    parser.add_argument(
+        "--step-ms", type=int, default=1, help="event time between consecutive records"
+    )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=25_000,
+        help="enrichd max_records_per_batch; Spark's join reads up to this per topic",
+    )
+    parser.add_argument("--seed", type=int, default=7, help="seed for keys and sides")
+    parser.add_argument("--no-spark-join", action="store_true", help="skip Spark's own join")
+
+
+def example_options() -> dict[str, Any]:
+    """The example's ``window`` options, validated (durations in ms), in inner mode."""
+    from daemon.config import load_pipeline_file
+    from daemon.joiners.window import WindowOptions
+
+    pipe = load_pipeline_file(EXAMPLE).pipeline[0]
+    options = WindowOptions.model_validate({**pipe.options, "mode": MODE}).model_dump()
+    before, after = WindowOptions.model_validate(options).sides()
+    return {**options, "before": before, "after": after}
+
+
+def records(args: argparse.Namespace, topics: dict[str, str]) -> list[tuple[str, str, bytes, int]]:
+    """The workload in production order: ``(topic, key, Avro value, Kafka timestamp)``."""
+    rng = random.Random(args.seed)
+    sides = ["left"] * args.per_side + ["right"] * args.per_side
+    rng.shuffle(sides)
+    codecs = {"left": codec("left_event"), "right": codec("right_event")}
+    base = 1_700_000_000_000
+    rows = []
+    for slot, side in enumerate(sides):
+        key = rng.randrange(args.keys)
+        at = base + slot * args.step_ms
+        value = {"k": key, "v": f"{side[0]}{slot}", "at": at}
+        rows.append((topics[side], str(key), codecs[side].encode(value), at))
+    return rows
+
+
+class RawWindow(RawJoin):
+    """The ``window`` rules in plain dicts: per-key stream time, pairs, lateness, eviction."""
+
+    def __init__(self, options: dict[str, Any], emit: Emit) -> None:
+        super().__init__(options, emit)
+        self.before: int = options["before"]
+        self.after: int = options["after"]
+        self.grace: int = options["grace"]
+        self.keep = self.before + self.after + self.grace
+        self.unmatched = {"inner": (), "left": (True,), "outer": (True, False)}[options["mode"]]
+        self.keys: dict[int, list[Any]] = {}
+        """key -> [stream time, next seq, held: [event time, seq, is left, value, matched]]"""
+
+    def apply(self, role: str, value: dict[str, Any]) -> None:
+        """Apply one record: late check, close what no on-time record can join, pair, hold."""
+        left = role == "left"
+        key, at = value["k"], value["at"]
+        state = self.keys.get(key)
+        if state is None:
+            state = self.keys[key] = [None, 0, []]
+        now = state[0]
+        if now is not None and at + (self.after if left else self.before) + self.grace < now:
+            self.late += 1
+            return
+        now = state[0] = at if now is None or at > now else now
+        held = state[2]
+        if held and min(h[0] for h in held) + self.keep < now:
+            closed = sorted((h for h in held if h[0] + self.keep < now), key=lambda h: h[:2])
+            state[2] = held = [h for h in held if h[0] + self.keep >= now]
+            for h in closed:
+                if not h[4] and h[2] in self.unmatched:
+                    pair = {"left": h[3], "right": None} if h[2] else {"left": None, "right": h[3]}
+                    self.emit(str(key), pair)
+        if left:
+            lo, hi = at - self.before, at + self.after
+            partners = [h for h in held if not h[2] and lo <= h[0] <= hi]
+        else:
+            lo, hi = at - self.after, at + self.before
+            partners = [h for h in held if h[2] and lo <= h[0] <= hi]
+        partners.sort(key=lambda h: h[:2])
+        for partner in partners:
+            partner[4] = True
+            pair = (
+                {"left": value, "right": partner[3]}
+                if left
+                else {"left": partner[3], "right": value}
+            )
+            self.emit(str(key), pair)
+        held.append([at, state[1], left, value, bool(partners)])
+        state[1] += 1
+
+    def state_entries(self) -> int:
+        """Records held at the end."""
+        return sum(len(s[2]) for s in self.keys.values())
+
+
+def run_spark_join(
+    servers: str,
+    topics: dict[str, str],
+    ends: dict[str, int],
+    options: dict[str, Any],
+    total: int,
+    max_batch: int,
+    timeout_s: float = 1800.0,
+) -> tuple[EnrichdResult, dict[str, Any]]:
+    """Spark's own stream-stream inner join of the two topics; its batches and final state.
+
+    Each topic is read through enrichd's source (``format("enrichd-kafka")``, one input per
+    source, at most ``max_batch`` records per batch), its Avro value decoded by an
+    Arrow-batched Python UDF with fastavro, and joined on ``k`` with watermarks of ``grace``
+    on both sides and the time-range condition of the window, into Spark's ``noop`` sink.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from daemon.config import load_pipeline_file
+    from daemon.engine.session import spark_session
+    from daemon.kafka.source import SourceInput, SourceSpec
+
+    conf = {"bootstrap.servers": servers}
+    spark = spark_session(load_pipeline_file(EXAMPLE).spark)
+    twostream.keep_progress(spark)
+    shape = StructType(
+        [
+            StructField("k", LongType()),
+            StructField("v", StringType()),
+            StructField("at", LongType()),
+        ]
+    )
+
+    def side(role: str, schema_name: str) -> Any:
+        schema_text = json.dumps(twostream.schema(schema_name))
+
+        def decode(value: bytes) -> dict[str, Any]:
+            import io
+
+            import fastavro
+
+            cache = decode.__dict__
+            if "schema" not in cache:
+                cache["schema"] = fastavro.parse_schema(json.loads(schema_text))
+            record: Any = fastavro.schemaless_reader(io.BytesIO(value), cache["schema"], None)
+            return dict(record)
+
+        spec = SourceSpec(
+            (SourceInput(role, topics[role], "k", "at", codec(schema_name), False),),
+            conf,
+            max_batch,
+        )
+        decoder = F.udf(decode, shape, useArrow=True)
+        p = role[0]
+        rows = (
+            spark.readStream.format("enrichd-kafka")
+            .option("spec", spec.encode())
+            .load()
+            .where(F.col("role") == role)
+            .select(decoder(F.col("value")).alias("r"))
+        )
+        return rows.select(
+            F.col("r.k").alias(f"{p}k"),
+            F.col("r.v").alias(f"{p}v"),
+            F.timestamp_millis(F.col("r.at")).alias(f"{p}t"),
+        ).withWatermark(f"{p}t", f"{options['grace']} milliseconds")
+
+    left, right = side("left", "left_event"), side("right", "right_event")
+    before, after = options["before"] / 1000, options["after"] / 1000
+    joined = left.join(
+        right,
+        F.expr(
+            f"lk = rk AND rt >= lt - INTERVAL {before:g} SECONDS "
+            f"AND rt <= lt + INTERVAL {after:g} SECONDS"
+        ),
+        "inner",
+    )
+    with tempfile.TemporaryDirectory(prefix="enrichd-bench-spark-") as tmp:
+        checkpoint = Path(tmp) / "checkpoint"
+        with PeakMemory() as peak:
+            result = EnrichdResult(
+                input_records=total, session_start_s=0.0, query_started=time.time()
+            )
+            query = (
+                joined.writeStream.format("noop")
+                .option("checkpointLocation", str(checkpoint))
+                .queryName(f"bench-spark-join-{uuid.uuid4().hex[:8]}")
+                .start()
+            )
+            try:
+                reports = _await_sources(query, ends, timeout_s)
+            finally:
+                query.stop()
+        state = state_bytes(checkpoint)
+    batches = [
+        Batch(r.batchId, r.numInputRows, _epoch(r.timestamp), dict(r.durationMs))
+        for r in reports
+        if r.numInputRows
+    ]
+    result.batches = batches
+    result.peaks, result.state_bytes = peak.result, state
+    outputs = sum(max(r.sink.numOutputRows, 0) for r in reports)
+    operators = reports[-1].stateOperators if reports else []
+    extra = {
+        "outputs": outputs if all(r.sink.numOutputRows >= 0 for r in reports) else None,
+        "state_rows": sum(op.numRowsTotal for op in operators),
+        "state_memory": sum(op.memoryUsedBytes for op in operators),
+        "dropped": sum(op.numRowsDroppedByWatermark for r in reports for op in r.stateOperators),
+    }
+    return result, extra
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _await_sources(query: Any, ends: dict[str, int], timeout_s: float) -> list[Any]:
+    """Wait until every source of ``query`` consumed to ``ends``; every progress report.
+
+    Raises:
+        RuntimeError: the query failed or did not get there within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if query.exception() is not None:
+            raise RuntimeError(f"Spark's join failed: {query.exception()}")
+        last = query.lastProgress
+        reached: dict[str, int] = {}
+        for source in last.sources if last is not None else []:
+            reached.update(json.loads(source.endOffset or "{}"))
+        if all(reached.get(name, 0) >= end for name, end in ends.items()):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Spark's join did not consume everything in {timeout_s:.0f}s")
+        time.sleep(0.1)
+    reports = {r.batchId: r for r in query.recentProgress}
+    return [reports[i] for i in sorted(reports)]
+
+
+def run(args: argparse.Namespace, broker: Any) -> Section:
+    """Produce the workload, run every contender on it, and report."""
+    from rich.console import Console
+
+    console = Console()
+    machine_line = machine()
+    conf = {"bootstrap.servers": broker.bootstrap_servers}
+    suffix = uuid.uuid4().hex[:8]
+    topics = {"left": f"left-events-{suffix}", "right": f"right-events-{suffix}"}
+    outputs = {name: f"window-{name}-{suffix}" for name in ("raw1", "raw2", "quix")}
+    total = 2 * args.per_side
+    twostream.create_inputs(conf, topics.values())
+    from daemon.kafka.admin import create_topics
+
+    create_topics(conf, dict.fromkeys(outputs.values(), 2))
+    with console.status(f"producing {total:,} records"):
+        ends = twostream.produce(conf, records(args, topics))
+    options = example_options()
+    spec = RawSpec(
+        conf=conf,
+        roles={topics["left"]: "left", topics["right"]: "right"},
+        schemas={topics["left"]: "left_event", topics["right"]: "right_event"},
+        output_schema="joined_pair",
+        output=outputs["raw1"],
+        join=RawWindow,
+        options=options,
+    )
+    with console.status("raw ceiling, 1 process"):
+        one = twostream.run_raw(spec, ends, 1, total)
+    console.print(f"raw ceiling, 1 process: {one.rate:,.0f} records/s", highlight=False)
+    with console.status("raw ceiling, 2 processes"):
+        two = twostream.run_raw(
+            RawSpec(**{**spec.__dict__, "output": outputs["raw2"]}), ends, 2, total
+        )
+    console.print(f"raw ceiling, 2 processes: {two.rate:,.0f} records/s", highlight=False)
+    with console.status("Quix Streams join_interval (child process)"):
+        quix = run_quix_join(
+            args.quix_python,
+            broker.bootstrap_servers,
+            "window",
+            topics,
+            outputs["quix"],
+            options,
+            total,
+        )
+    console.print(
+        f"Quix Streams: {quix.rate:,.0f} records/s" if quix.ran else f"Quix not run: {quix.reason}",
+        highlight=False,
+    )
+    with console.status("enrichd window (Spark)"):
+        spark = twostream.run_example(
+            broker.bootstrap_servers, EXAMPLE, topics, {"mode": MODE}, ends, total, args.max_batch
+        )
+    console.print(f"enrichd: sustained {spark.sustained_rate:,.0f} records/s", highlight=False)
+    own: tuple[EnrichdResult, dict[str, Any]] | None = None
+    if not args.no_spark_join:
+        with console.status("Spark's own stream-stream join"):
+            own = run_spark_join(
+                broker.bootstrap_servers, topics, ends, options, total, args.max_batch
+            )
+        console.print(
+            f"Spark's join: sustained {own[0].sustained_rate:,.0f} records/s", highlight=False
+        )
+    with console.status("checking outputs"):
+        counted = {
+            "raw 1 process": count_records(conf, outputs["raw1"]),
+            "raw 2 processes": count_records(conf, outputs["raw2"]),
+            "enrichd": count_records(conf, spark.output_topic),
+            **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
+        }
+        dead = count_records(conf, spark.dead_letter_topic)
+    return _section(args, machine_line, options, one, two, quix, spark, own, counted, dead)
+
+
+def _section(
+    args: argparse.Namespace,
+    machine_line: str,
+    options: dict[str, Any],
+    one: twostream.RawRun,
+    two: twostream.RawRun,
+    quix: QuixResult,
+    spark: EnrichdResult,
+    own: tuple[EnrichdResult, dict[str, Any]] | None,
+    counted: dict[str, int],
+    dead: int,
+) -> Section:
+    total = 2 * args.per_side
+    pairs = counted["raw 1 process"]
+    sustained = spark.sustained_rate
+    steady = spark.steady()
+    contenders = [
+        Contender("raw ceiling, 1 process", one.rate, one.result.seconds, "merge + dicts"),
+        Contender("raw ceiling, 2 processes", two.rate, two.result.seconds, "the reference"),
+        Contender(
+            "Quix Streams join_interval",
+            quix.rate if quix.ran else None,
+            quix.seconds if quix.ran else None,
+            f"{quix.version}, 1 process" if quix.ran else f"not run: {quix.reason}",
+        ),
+        Contender(
+            "enrichd window, sustained",
+            sustained,
+            sum(b.rows for b in steady) / sustained,
+            f"{len(steady)} batch(es) after the first",
+        ),
+        Contender(
+            "enrichd window, end to end",
+            spark.end_to_end_rate,
+            spark.batches[-1].ended - spark.query_started,
+            "from start_query, incl. first batch",
+        ),
+    ]
+    spark_lines: list[str] = []
+    if own is not None:
+        joined, extra = own
+        contenders.append(
+            Contender(
+                "Spark stream-stream join, sustained",
+                joined.sustained_rate,
+                sum(b.rows for b in joined.steady()) / joined.sustained_rate,
+                "same session, noop sink: no Avro encode, no produce",
+            )
+        )
+        produced = extra["outputs"]
+        spark_lines = [
+            f"- *Spark's own join*: the same topics read through enrichd's source "
+            f'(`format("enrichd-kafka")`, one source per topic, at most {args.max_batch:,} '
+            "records per topic per batch), values decoded by an Arrow-batched Python UDF "
+            "(fastavro), `withWatermark` of the grace on both sides, joined on `k` with "
+            "`rt BETWEEN lt - window AND lt + window`, written to the `noop` sink: it decodes "
+            "and joins but neither encodes nor produces its "
+            + (f"{produced:,} pairs" if produced is not None else "pairs")
+            + f". enrichd against it: {sustained / joined.sustained_rate:.2f}x. Its state at "
+            f"the end: {extra['state_rows']:,} rows, {extra['state_memory'] / MIB:,.1f} MiB in "
+            f"memory; {state_line(joined.state_bytes, args.keys)}; "
+            f"{joined.peaks.describe()}; rows dropped by the watermark: {extra['dropped']:,}.",
+        ]
+    table = throughput_table(contenders, two.rate, quix.rate if quix.ran else None)
+    checks = [f"{name} wrote {n:,} pairs (raw loop: {pairs:,})" for name, n in counted.items()]
+    checks.append(f"enrichd dead letters: {dead:,} (raw loop late: {one.late:,})")
+    ok = all(n == pairs for n in counted.values()) and dead == one.late
+    if own is not None:
+        produced = own[1]["outputs"]
+        checks.append(f"Spark's join emitted {rate(produced)} pairs")
+        ok = ok and (produced is None or produced == pairs)
+    read = sum(b.rows for b in spark.batches)
+    if read != total:
+        checks.append(f"progress reports account for {read:,} of {total:,} inputs")
+    command = (
+        f".venv/bin/python -m bench window --keys {args.keys} --per-side {args.per_side} "
+        f"--step-ms {args.step_ms} --max-batch {args.max_batch}"
+    )
+    lines = [
+        *run_header(command, machine_line),
+        f"Workload: {args.per_side:,} left and {args.per_side:,} right events over "
+        f"{args.keys:,} keys ({total:,} input records, plain Avro), one every "
+        f"{args.step_ms} ms of event time, in order, the event time also the Kafka timestamp; "
+        f"{pairs:,} pairs within the window ({pairs / args.per_side:.2f} per left event). The "
+        f"example's options with mode inner: window {options['window']:,} ms, grace "
+        f"{options['grace']:,} ms, idle_timeout {options['idle_timeout']:,} ms. Both topics "
+        "have 2 partitions keyed by `k` (murmur2); every contender reads them from offset 0.",
+        "",
+        *markdown_table(table, left=(0, 5)),
+        "",
+        f"- enrichd state: {state_line(spark.state_bytes, args.keys)}; "
+        f"{spark.peaks.describe()}. The raw loop held {one.held:,} records at the end.",
+        "- *raw ceiling*: confluent-kafka `assign()` + fastavro + the window rules in plain "
+        "dicts, records merged across partitions by Kafka timestamp (enrichd's arrival order); "
+        "two processes each read one partition of both topics (disjoint keys). Timed from "
+        "the first record consumed to the last pair delivered.",
+        '- *Quix Streams*: `join_interval(how="inner", backward_ms=window, forward_ms=window, '
+        "grace_ms=window + grace)` on Kafka timestamps; it finds a pair when the later record "
+        "arrives, looking back only, so it agrees with the others on in-order input like this.",
+        *spark_lines,
+        "- *enrichd sustained*: input records after the first micro-batch over the time after "
+        "it (progress reports); *end to end* counts the first batch and query start-up too. "
+        "The window joiner wakes idle keys, so its query runs on a 1 s processing-time trigger.",
+        "",
+        ceiling_verdict(sustained, two.rate, twostream.where_time_goes(spark, one.rate)),
+        peer_verdict(
+            sustained,
+            quix.rate if quix.ran else None,
+            "Quix Streams' join_interval",
+            quix.reason,
+        ),
+        "",
+        "Checks: " + "; ".join(checks) + ".",
+    ]
+    return Section(
+        name="window",
+        title="## window: left + right events within 10 s -> joined pairs",
+        lines=lines,
+        table=table,
+        plot=plot_of(contenders),
+        ok=ok,
+    )
