@@ -68,7 +68,7 @@ def _parser(modules: dict[str, ModuleType | str]) -> argparse.ArgumentParser:
     for name, module in modules.items():
         if isinstance(module, str):
             continue
-        first = (module.__doc__ or name).strip().splitlines()[0]
+        first = (module.__doc__ or name).strip().splitlines()[0].split(": ", 1)[-1]
         sub = commands.add_parser(name, help=first, description=module.__doc__)
         module.add_arguments(sub)
         _common(sub)

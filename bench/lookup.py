@@ -165,6 +165,34 @@ def produce(conf: dict[str, str], table: str, clicks: str, args: argparse.Namesp
     return deliveries.ends, unknown
 
 
+def count_defaulted(conf: dict[str, str], topic: str) -> int:
+    """Enriched clicks in ``topic`` whose region is the default (committed records only)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    schema = fastavro.schema.load_schema(str(SCHEMAS / "enriched_click.avsc"))
+    reader: Any = fastavro.schemaless_reader
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "enrichd-bench-count",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    found = 0
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        for partition in sorted(metadata.partitions):
+            tp = TopicPartition(topic, partition, 0)
+            for records in clients.read_partition(consumer, tp):
+                for record in records:
+                    value = reader(io.BytesIO(record.value()), schema, None)
+                    found += value["region"] == DEFAULT
+    finally:
+        consumer.close()
+    return found
+
+
 # -- the ceiling -----------------------------------------------------------------------------
 
 
@@ -340,6 +368,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             "enrichd": count_records(conf, spark.output_topic),
         }
         dead = count_records(conf, spark.dead_letter_topic)
+        defaulted_enrichd = count_defaulted(conf, spark.output_topic)
     busy = "Load average (1 min) at the end of each run: " + ", ".join(
         f"{name} {load:.2f}" for name, load in loads
     )
@@ -348,8 +377,13 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         for name, count in counted.items()
     ]
     checks.append(f"enrichd dead letters: {dead:,}")
+    checks.append(
+        f"enrichd enriched {defaulted_enrichd:,} clicks with the default region (expected "
+        f"{unknown:,}, the clicks whose user has no region)"
+    )
     # Quix is at-least-once: a count above the clicks would be duplicates, below a loss.
     ok = all(count == args.clicks for count in counted.values()) and dead == 0
+    ok = ok and defaulted_enrichd == unknown
     read = sum(b.rows for b in spark.batches)
     if read != records:
         checks.append(f"progress reports account for {read:,} of {records:,} inputs")
