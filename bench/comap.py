@@ -434,7 +434,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     loads.append(("Quix Streams", os.getloadavg()[0]))
     with console.status("enrichd comap (Spark)"):
         spark = run_enrichd(
-            broker.bootstrap_servers, topics, ends, workload.records, args.max_batch
+            broker.bootstrap_servers, topics, ends, workload.records, args.max_batch, 3600.0
         )
     console.print(
         f"enrichd: {len(spark.batches)} batches, sustained {_rate(spark.sustained_rate)} records/s"

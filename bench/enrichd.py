@@ -282,6 +282,8 @@ def resources_lines(result: EnrichdResult, keys: int) -> list[str]:
     return [
         f"- Memory (enrichd run, sampled every 0.25 s over this process tree from the Spark "
         f"session's start to the query's stop): {peaks.describe()}. Spark's part (JVM + Python "
-        f"workers) peaked at {peaks.spark / MIB:,.0f} MiB at most.",
+        f"workers) peaked at {peaks.spark / MIB:,.0f} MiB at most. Under `python -m bench all` "
+        "the Spark session is shared with the workloads run before this one, and a JVM does "
+        "not hand back heap it grew, so its figure can include what they left.",
         f"- State: {state_line(result.state_bytes, keys)}.",
     ]

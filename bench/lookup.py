@@ -275,7 +275,7 @@ def run_enrichd(
     clicks: str,
     ends: dict[str, int],
     max_records_per_batch: int,
-    timeout_s: float = 1800.0,
+    timeout_s: float = 3600.0,
 ) -> EnrichdResult:
     """The example pipeline without its totals stage, over the benchmark's topics.
 
@@ -346,6 +346,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             DEFAULT,
             args.clicks,
             records,
+            timeout_s=1800.0,
         )
     console.print(
         f"Quix Streams: {rate(quix.rate)} records/s"

@@ -260,7 +260,7 @@ def run_enrichd(
     topic: str,
     ends: dict[str, int],
     max_records_per_batch: int,
-    timeout_s: float = 900.0,
+    timeout_s: float = 3600.0,
 ) -> EnrichdResult:
     """Run the stateless pass-through query until it consumed ``ends``.
 
