@@ -251,6 +251,7 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             outputs["quix"],
             options,
             total,
+            twostream.timeout_for(total),
         )
     console.print(
         f"Quix Streams: {quix.rate:,.0f} records/s" if quix.ran else f"Quix not run: {quix.reason}",
@@ -270,7 +271,27 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
         }
         dead = count_records(conf, spark.dead_letter_topic)
-    return _section(args, machine_line, one, two, quix, spark, views, counted, dead)
+        stale = _stale_answers(conf, spark.output_topic, outputs["quix"]) if quix.ran else None
+    return _section(args, machine_line, one, two, quix, spark, views, counted, dead, stale)
+
+
+def _stale_answers(conf: dict[str, str], enrichd_topic: str, quix_topic: str) -> int:
+    """Recommendations whose Quix answer names another mood than enrichd's latest revision."""
+    import io
+
+    import fastavro
+
+    view = twostream.schema("recommendation_view")
+    read: Any = fastavro.schemaless_reader
+
+    def moods(topic: str) -> dict[bytes, Any]:
+        return {
+            key: read(io.BytesIO(value), view, None)["mood"]
+            for key, value in twostream.latest_values(conf, topic).items()
+        }
+
+    ours, theirs = moods(enrichd_topic), moods(quix_topic)
+    return sum(1 for key, mood in theirs.items() if ours.get(key, mood) != mood)
 
 
 def _section(
@@ -283,6 +304,7 @@ def _section(
     views: dict[bytes, int],
     counted: dict[str, int],
     dead: int,
+    stale: int | None,
 ) -> Section:
     total = args.left + args.right
     expected = counted["raw 1 process"]
@@ -359,7 +381,15 @@ def _section(
         f"({corrected / max(events, 1):.1%}) were corrected at least once (at most {most - 1} "
         "times). Those are the answers a one-answer as-of join (Quix Streams' `join_asof`, "
         "Kafka Streams' versioned-table join, Flink's temporal join) leaves wrong: their "
-        "first answer missed a mood that was late.",
+        "first answer missed a mood that was late."
+        + (
+            f" In this run, {stale:,} of Quix Streams' {counted['Quix Streams']:,} answers "
+            f"({stale / max(counted['Quix Streams'], 1):.1%}) name another mood than enrichd's "
+            "latest revision (Quix reads the topics in its own order, so its first answers are "
+            "not exactly enrichd's revision 0)."
+            if stale is not None
+            else ""
+        ),
         f"- enrichd state: {state_line(spark.state_bytes, args.keys)}; "
         f"{spark.peaks.describe()}. The raw loop held {one.held:,} moods and recommendations "
         "at the end (what the retention and horizon keep).",

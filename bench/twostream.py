@@ -353,7 +353,7 @@ def run_example(
     ends: dict[str, int],
     input_records: int,
     max_records_per_batch: int,
-    timeout_s: float = 1800.0,
+    timeout_s: float = 0.0,
 ) -> EnrichdResult:
     """Run ``example``'s pipeline over the produced topics until all is consumed.
 
@@ -367,7 +367,14 @@ def run_example(
             servers, example, topics, options, Path(tmp) / "checkpoint", max_records_per_batch
         )
         keep_progress(spark_session(file.spark))
-        return run_pipeline(file, pipe, ends, input_records, timeout_s)
+        return run_pipeline(
+            file, pipe, ends, input_records, timeout_s or timeout_for(input_records)
+        )
+
+
+def timeout_for(records: int) -> float:
+    """How long a contender may take: 30 min, or longer than 200 records/s would need."""
+    return max(1800.0, records / 200)
 
 
 def keep_progress(spark: Any) -> None:
@@ -416,3 +423,28 @@ def where_time_goes(spark: EnrichdResult, one_process_rate: float) -> str:
         f"the whole one-process raw loop ({per_record / ceiling:.1f}x); the other "
         f"{trigger - add:,.0f} ms per batch go to planning, offsets and commits."
     )
+
+
+def latest_values(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> dict[bytes, bytes]:
+    """The last committed value of each key of ``topic`` (what a compacted topic keeps)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "enrichd-bench-latest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    latest: dict[bytes, bytes] = {}
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        for partition in sorted(metadata.partitions):
+            tp = TopicPartition(topic, partition, 0)
+            for records in clients.read_partition(consumer, tp, stall_s=timeout_s):
+                for record in records:
+                    latest[record.key() or b""] = record.value() or b""
+    finally:
+        consumer.close()
+    return latest

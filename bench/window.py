@@ -24,6 +24,7 @@ import random
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-batch",
         type=int,
         default=25_000,
-        help="enrichd max_records_per_batch; Spark's join reads up to this per topic",
+        help="enrichd max_records_per_batch; Spark's join reads half of it per topic",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for keys and sides")
     parser.add_argument("--no-spark-join", action="store_true", help="skip Spark's own join")
@@ -81,20 +82,20 @@ def example_options() -> dict[str, Any]:
     return {**options, "before": before, "after": after}
 
 
-def records(args: argparse.Namespace, topics: dict[str, str]) -> list[tuple[str, str, bytes, int]]:
+def records(
+    args: argparse.Namespace, topics: dict[str, str]
+) -> Iterator[tuple[str, str, bytes, int]]:
     """The workload in production order: ``(topic, key, Avro value, Kafka timestamp)``."""
     rng = random.Random(args.seed)
     sides = ["left"] * args.per_side + ["right"] * args.per_side
     rng.shuffle(sides)
     codecs = {"left": codec("left_event"), "right": codec("right_event")}
     base = 1_700_000_000_000
-    rows = []
     for slot, side in enumerate(sides):
         key = rng.randrange(args.keys)
         at = base + slot * args.step_ms
         value = {"k": key, "v": f"{side[0]}{slot}", "at": at}
-        rows.append((topics[side], str(key), codecs[side].encode(value), at))
-    return rows
+        yield topics[side], str(key), codecs[side].encode(value), at
 
 
 class RawWindow(RawJoin):
@@ -160,12 +161,13 @@ def run_spark_join(
     options: dict[str, Any],
     total: int,
     max_batch: int,
-    timeout_s: float = 1800.0,
+    timeout_s: float = 0.0,
 ) -> tuple[EnrichdResult, dict[str, Any]]:
     """Spark's own stream-stream inner join of the two topics; its batches and final state.
 
     Each topic is read through enrichd's source (``format("enrichd-kafka")``, one input per
-    source, at most ``max_batch`` records per batch), its Avro value decoded by an
+    source, at most half of ``max_batch`` records per batch each, so a batch is as large as
+    enrichd's), its Avro value decoded by an
     Arrow-batched Python UDF with fastavro, and joined on ``k`` with watermarks of ``grace``
     on both sides and the time-range condition of the window, into Spark's ``noop`` sink.
     """
@@ -177,6 +179,7 @@ def run_spark_join(
     from daemon.kafka.source import SourceInput, SourceSpec
 
     conf = {"bootstrap.servers": servers}
+    timeout_s = timeout_s or twostream.timeout_for(total)
     spark = spark_session(load_pipeline_file(EXAMPLE).spark)
     twostream.keep_progress(spark)
     shape = StructType(
@@ -204,7 +207,7 @@ def run_spark_join(
         spec = SourceSpec(
             (SourceInput(role, topics[role], "k", "at", codec(schema_name), False),),
             conf,
-            max_batch,
+            max(max_batch // 2, 1),  # two sources: the same records per batch as enrichd
         )
         decoder = F.udf(decode, shape, useArrow=True)
         p = role[0]
@@ -337,6 +340,7 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             outputs["quix"],
             options,
             total,
+            twostream.timeout_for(total),
         )
     console.print(
         f"Quix Streams: {quix.rate:,.0f} records/s" if quix.ran else f"Quix not run: {quix.reason}",
