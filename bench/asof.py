@@ -27,6 +27,7 @@ from bisect import bisect_left, bisect_right
 from typing import Any
 
 from bench import twostream
+from bench.enrichd import batch_table, resources_lines
 from bench.quix import QuixResult
 from bench.quixjoins import run_quix_join
 from bench.report import (
@@ -40,7 +41,6 @@ from bench.report import (
     run_header,
     throughput_table,
 )
-from bench.resources import state_line
 from bench.twostream import Emit, RawJoin, RawSpec
 from bench.workloads import REPO, codec, count_records
 
@@ -271,27 +271,34 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
         }
         dead = count_records(conf, spark.dead_letter_topic)
-        stale = _stale_answers(conf, spark.output_topic, outputs["quix"]) if quix.ran else None
-    return _section(args, machine_line, one, two, quix, spark, views, counted, dead, stale)
+        latest = {
+            name: _latest_answers(conf, topic)
+            for name, topic in (("enrichd", spark.output_topic), ("raw", outputs["raw1"]))
+        }
+        differ = sum(
+            1 for key, answer in latest["raw"].items() if latest["enrichd"].get(key) != answer
+        ) + len(latest["enrichd"].keys() - latest["raw"].keys())
+        stale = None
+        if quix.ran:
+            theirs = _latest_answers(conf, outputs["quix"])
+            ours = latest["enrichd"]
+            stale = sum(1 for key, (mood, _) in theirs.items() if ours.get(key, (mood,))[0] != mood)
+    return _section(args, machine_line, one, two, quix, spark, views, counted, dead, stale, differ)
 
 
-def _stale_answers(conf: dict[str, str], enrichd_topic: str, quix_topic: str) -> int:
-    """Recommendations whose Quix answer names another mood than enrichd's latest revision."""
+def _latest_answers(conf: dict[str, str], topic: str) -> dict[bytes, tuple[Any, int]]:
+    """Each recommendation's latest (mood, revision) in ``topic``, as a compacted topic keeps."""
     import io
 
     import fastavro
 
     view = twostream.schema("recommendation_view")
     read: Any = fastavro.schemaless_reader
-
-    def moods(topic: str) -> dict[bytes, Any]:
-        return {
-            key: read(io.BytesIO(value), view, None)["mood"]
-            for key, value in twostream.latest_values(conf, topic).items()
-        }
-
-    ours, theirs = moods(enrichd_topic), moods(quix_topic)
-    return sum(1 for key, mood in theirs.items() if ours.get(key, mood) != mood)
+    answers = {}
+    for key, value in twostream.latest_values(conf, topic).items():
+        decoded = read(io.BytesIO(value), view, None)
+        answers[key] = (decoded["mood"], decoded["revision"])
+    return answers
 
 
 def _section(
@@ -305,6 +312,7 @@ def _section(
     counted: dict[str, int],
     dead: int,
     stale: int | None,
+    differ: int,
 ) -> Section:
     total = args.left + args.right
     expected = counted["raw 1 process"]
@@ -346,6 +354,8 @@ def _section(
     checks += [
         f"enrichd answered {events:,} distinct recommendations of {args.left:,}",
         f"enrichd dead letters: {dead:,} (raw loop late: {one.late:,})",
+        f"recommendations whose latest revision (mood and revision number) differs between "
+        f"enrichd and the raw loop: {differ:,}",
     ]
     read = sum(b.rows for b in spark.batches)
     if read != total:
@@ -355,6 +365,7 @@ def _section(
         and counted["raw 2 processes"] == expected
         and events == args.left
         and dead == one.late
+        and differ == 0
         and (not quix.ran or counted["Quix Streams"] == args.left)
     )
     why = twostream.where_time_goes(spark, one.rate)
@@ -390,9 +401,9 @@ def _section(
             if stale is not None
             else ""
         ),
-        f"- enrichd state: {state_line(spark.state_bytes, args.keys)}; "
-        f"{spark.peaks.describe()}. The raw loop held {one.held:,} moods and recommendations "
-        "at the end (what the retention and horizon keep).",
+        *resources_lines(spark, args.keys),
+        f"- The raw loop held {one.held:,} moods and recommendations at the end (what the "
+        "retention and horizon keep).",
         "- *raw ceiling*: confluent-kafka `assign()` + fastavro + the asof rules in plain "
         "dicts, records merged across partitions by Kafka timestamp (enrichd's arrival order); "
         "two processes each read one partition of both topics (disjoint consultants). Timed "
@@ -412,6 +423,11 @@ def _section(
             "Quix Streams' join_asof",
             quix.reason,
         ),
+        "",
+        f"Micro-batches of enrichd that read records (max_records_per_batch "
+        f"{args.max_batch:,}; `durationMs` per batch, in ms):",
+        "",
+        *batch_table(spark.batches),
         "",
         "Checks: " + "; ".join(checks) + ".",
     ]

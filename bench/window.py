@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import twostream
-from bench.enrichd import Batch, EnrichdResult
+from bench.enrichd import Batch, EnrichdResult, batch_table, resources_lines
 from bench.quix import QuixResult
 from bench.quixjoins import run_quix_join
 from bench.report import (
@@ -423,8 +423,9 @@ def _section(
         produced = extra["outputs"]
         spark_lines = [
             f"- *Spark's own join*: the same topics read through enrichd's source "
-            f'(`format("enrichd-kafka")`, one source per topic, at most {args.max_batch:,} '
-            "records per topic per batch), values decoded by an Arrow-batched Python UDF "
+            f'(`format("enrichd-kafka")`, one source per topic, at most '
+            f"{max(args.max_batch // 2, 1):,} records per topic per batch, as many per batch as "
+            "enrichd reads), values decoded by an Arrow-batched Python UDF "
             "(fastavro), `withWatermark` of the grace on both sides, joined on `k` with "
             "`rt BETWEEN lt - window AND lt + window`, written to the `noop` sink: it decodes "
             "and joins but neither encodes nor produces its "
@@ -448,6 +449,7 @@ def _section(
     command = (
         f".venv/bin/python -m bench window --keys {args.keys} --per-side {args.per_side} "
         f"--step-ms {args.step_ms} --max-batch {args.max_batch}"
+        + (" --no-spark-join" if args.no_spark_join else "")
     )
     lines = [
         *run_header(command, machine_line),
@@ -461,8 +463,8 @@ def _section(
         "",
         *markdown_table(table, left=(0, 5)),
         "",
-        f"- enrichd state: {state_line(spark.state_bytes, args.keys)}; "
-        f"{spark.peaks.describe()}. The raw loop held {one.held:,} records at the end.",
+        *resources_lines(spark, args.keys),
+        f"- The raw loop held {one.held:,} records at the end.",
         "- *raw ceiling*: confluent-kafka `assign()` + fastavro + the window rules in plain "
         "dicts, records merged across partitions by Kafka timestamp (enrichd's arrival order); "
         "two processes each read one partition of both topics (disjoint keys). Timed from "
@@ -482,6 +484,11 @@ def _section(
             "Quix Streams' join_interval",
             quix.reason,
         ),
+        "",
+        f"Micro-batches of enrichd that read records (max_records_per_batch "
+        f"{args.max_batch:,}; `durationMs` per batch, in ms):",
+        "",
+        *batch_table(spark.batches),
         "",
         "Checks: " + "; ".join(checks) + ".",
     ]
