@@ -62,7 +62,9 @@ def read_partition(
         end = stop if stop is not None else consumer.get_watermark_offsets(tp, cached=True)[1]
         if 0 <= end <= position:
             return
-        messages = consumer.consume(num_messages=chunk, timeout=0.25)
+        # Ask for no more than the range holds: consume() waits out its timeout for the rest.
+        wanted = chunk if stop is None else max(min(chunk, stop - position), 1)
+        messages = consumer.consume(num_messages=wanted, timeout=0.25)
         records = [
             m for m in messages if m.error() is None and (stop is None or (m.offset() or 0) < stop)
         ]

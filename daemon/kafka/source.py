@@ -14,12 +14,13 @@ passed on with ``error`` set, for the dead-letter topic, instead of failing the 
 from __future__ import annotations
 
 import base64
+import bisect
 import heapq
 import pickle  # noqa: S403 - only our own driver-made spec travels through it
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -43,6 +44,11 @@ from daemon.kafka.records import (
 _ARROW_CHUNK = 10_000
 _MARKER_LOOKAHEAD = 1_000
 """Records read past a capped batch's budget to find end-of-input markers that follow it."""
+_RANGE_FETCH = {"fetch.wait.max.ms": 10, "queued.max.messages.kbytes": 4096}
+"""Fetch settings of consumers that read a known range. A fetch may wait on the broker for
+``fetch.wait.max.ms`` (librdkafka: 500 ms), and after an ``assign()`` the first records came
+only after that wait; and the default prefetch of up to 64 MB past the range is broker work
+for nothing."""
 _OPEN_TRANSACTION_WAIT_S = 120.0
 """How long a read waits for the position to move: a ``read_committed`` read stops at an open
 upstream transaction until it commits or aborts, and Kafka producers' default transaction
@@ -91,6 +97,27 @@ class KafkaPartition(InputPartition):
     end: int
 
 
+class _Head(NamedTuple):
+    """What planning a capped batch needs of a record; compares by timestamp, then input."""
+
+    timestamp: int
+    rank: int
+    """The input's position in the pipeline: the earlier input goes first on a tie."""
+    name: str
+    offset: int
+    marker: bool
+    """An end-of-input marker."""
+
+
+@dataclass
+class _HeadCache:
+    """A partition's heads from ``start`` to ``end`` (exclusive), kept between plans."""
+
+    start: int
+    end: int
+    heads: list[_Head]
+
+
 def _name(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
@@ -124,6 +151,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.spec = spec
         self._probe: Any = None
         self._probe_assigned: set[str] = set()
+        self._reader: Any = None
+        self._head_cache: dict[str, _HeadCache] = {}
 
     # -- driver side ---------------------------------------------------------------------
 
@@ -235,54 +264,65 @@ class KafkaStreamReader(DataSourceStreamReader):
         keeps a capped micro-batch a prefix of the input in time order, so the cap cannot
         change the order in which a key's records from different topics are applied.
         """
-        from confluent_kafka import Consumer, TopicPartition
-
-        # (timestamp, input rank, name, offset, is an end-of-input marker)
-        heads: list[tuple[int, int, str, int, bool]] = []
-        rank = {spec.topic: i for i, spec in enumerate(self.spec.inputs)}
-        reader = Consumer(self._consumer_conf())
-        try:
-            for name, end in planned.items():
-                first = start.get(name, 0)
-                if end <= first:
-                    continue
-                topic, partition = _split(name)
-                tp = TopicPartition(topic, partition, first)
-                # Read a little past the budget: end-of-input markers there ride along free.
-                lookahead = min(budget, _MARKER_LOOKAHEAD)
-                for records in read_partition(reader, tp, min(end, first + budget + lookahead)):
-                    heads.extend(
-                        (
-                            m.timestamp()[1],
-                            rank[topic],
-                            name,
-                            m.offset() or 0,
-                            m.value() is None and _is_end_of_input(m),
-                        )
-                        for m in records
-                    )
-        finally:
-            reader.close()
+        # Read a little past the budget: end-of-input markers there ride along free.
+        lookahead = min(budget, _MARKER_LOOKAHEAD)
+        queues = {
+            name: self._heads(
+                name, start.get(name, 0), min(end, start.get(name, 0) + budget + lookahead)
+            )
+            for name, end in planned.items()
+            if end > start.get(name, 0)
+        }
         # Merge the partitions by the timestamp of each one's next record, as a k-way merge,
         # so every partition is still admitted as a prefix of its own order.
-        queues: dict[str, list[tuple[int, int, str, int, bool]]] = {}
-        for head in heads:
-            queues.setdefault(head[2], []).append(head)
-        for queue in queues.values():
-            queue.sort(key=lambda h: h[3], reverse=True)  # pop() yields offset order
         capped = {name: start.get(name, 0) for name in planned}
-        frontier = [queue.pop() for queue in queues.values()]
+        taken = dict.fromkeys(queues, 0)
+        frontier = [queue[0] for queue in queues.values() if queue]
         heapq.heapify(frontier)
         # End-of-input markers are not records to join: they ride along free, so a cap does
         # not spend micro-batches on them.
         admitted = 0
-        while frontier and (admitted < budget or frontier[0][4]):
-            _, _, name, offset, marker = heapq.heappop(frontier)
-            capped[name] = offset + 1
-            admitted += not marker
-            if queues[name]:
-                heapq.heappush(frontier, queues[name].pop())
+        while frontier and (admitted < budget or frontier[0].marker):
+            head = heapq.heappop(frontier)
+            capped[head.name] = head.offset + 1
+            admitted += not head.marker
+            taken[head.name] += 1
+            if taken[head.name] < len(queues[head.name]):
+                heapq.heappush(frontier, queues[head.name][taken[head.name]])
         return capped
+
+    def _heads(self, name: str, first: int, stop: int) -> list[_Head]:
+        """The heads of one partition's records in ``[first, stop)``, in offset order.
+
+        Planning reads ahead of each batch, so what one plan read is most of the next one's
+        range: the heads stay cached, and each record is read once, not once per plan.
+        """
+        from confluent_kafka import Consumer, TopicPartition
+
+        cached = self._head_cache.get(name)
+        if cached is None or not cached.start <= first <= cached.end:
+            cached = self._head_cache[name] = _HeadCache(first, first, [])
+        del cached.heads[: bisect.bisect_left(cached.heads, first, key=lambda h: h.offset)]
+        cached.start = first
+        if cached.end < stop:
+            if self._reader is None:
+                self._reader = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
+            topic, partition = _split(name)
+            rank = next(i for i, spec in enumerate(self.spec.inputs) if spec.topic == topic)
+            tp = TopicPartition(topic, partition, cached.end)
+            for records in read_partition(self._reader, tp, stop):
+                cached.heads.extend(
+                    _Head(
+                        m.timestamp()[1],
+                        rank,
+                        name,
+                        m.offset() or 0,
+                        m.value() is None and _is_end_of_input(m),
+                    )
+                    for m in records
+                )
+            cached.end = stop
+        return cached.heads[: bisect.bisect_left(cached.heads, stop, key=lambda h: h.offset)]
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """The pipeline's cap on records per micro-batch."""
@@ -302,10 +342,13 @@ class KafkaStreamReader(DataSourceStreamReader):
         """Nothing to do: the offsets live in Spark's checkpoint, not in a consumer group."""
 
     def stop(self) -> None:
-        """Close the probe consumer."""
+        """Close the probe and the planning reader."""
         if self._probe is not None:
             self._probe.close()
             self._probe = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     # -- executor side -------------------------------------------------------------------
 
@@ -315,7 +358,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         assert isinstance(partition, KafkaPartition)  # noqa: S101 - Spark gives back our own
         spec = next(s for s in self.spec.inputs if s.topic == partition.topic)
-        consumer = Consumer(self._consumer_conf())
+        consumer = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
         tp = TopicPartition(partition.topic, partition.partition, partition.start)
         rows = _Rows(spec)
         try:
