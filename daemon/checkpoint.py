@@ -4,7 +4,8 @@ Spark's checkpoint holds per-partition offsets of the input topics and the joine
 state. Resumed by a pipeline with another joiner, other topics or other key fields, Spark
 either fails deep inside the state store or, worse, carries on with offsets and state that
 mean something else. So the first start writes ``<checkpoint>/enrichd-pipeline.json``: the
-joiner and, per role, the topic and the key and time fields; every later start compares and
+joiner, per role the topic and the key and time fields, and how the state is laid out
+(:data:`STATE_LAYOUT`); every later start compares and
 refuses a mismatch with one line saying what changed and how to start over. Options are left
 out: most can change between runs (a cap, a timeout), and the joiner's own state carries
 what it needs.
@@ -21,6 +22,13 @@ from daemon.errors import ConfigError
 
 SHAPE_FILE = "enrichd-pipeline.json"
 
+STATE_BUCKETS = 128
+"""Buckets of join keys per pipeline: the operator groups rows, keeps state and sets timers
+per bucket (see :mod:`daemon.engine.processor`). A checkpoint keeps its count for life."""
+
+STATE_LAYOUT = f"pickled keys in {STATE_BUCKETS} buckets"
+"""How the operator's state is laid out; checkpoints without it kept one value per key."""
+
 
 class IncompatibleCheckpointError(ConfigError):
     """The checkpoint was written by a pipeline of another shape."""
@@ -30,6 +38,7 @@ def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
     """The parts of a pipeline its checkpoint depends on."""
     return {
         "joiner": pipe.joiner,
+        "state": STATE_LAYOUT,
         "inputs": {
             role: {"topic": spec.topic, "key": spec.key, "time": spec.time}
             for role, spec in sorted(pipe.inputs.items())
@@ -70,6 +79,9 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     changes = []
     if old.get("joiner") != new["joiner"]:
         changes.append(f"joiner {old.get('joiner')!r} is now {new['joiner']!r}")
+    if old.get("state", "one value per key") != new["state"]:
+        written = old.get("state", "one value per key")
+        changes.append(f"state layout {written!r} is now {new['state']!r} (an enrichd upgrade)")
     old_inputs: dict[str, Any] = old.get("inputs") or {}
     for role in sorted(set(old_inputs) | set(new["inputs"])):
         before, after = old_inputs.get(role), new["inputs"].get(role)

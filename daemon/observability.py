@@ -5,8 +5,8 @@ How it works: three sources feed one :class:`Metrics` registry and one :class:`H
 - Spark's progress report of every micro-batch (a ``StreamingQueryProgress``, as JSON): the
   source's start and end offsets per ``topic/partition`` give the records read per input, its
   ``durationMs.triggerExecution`` the batch duration, and the state operator's
-  ``numRowsTotal`` the rows of join state (one per join key). Idle reports, which Spark sends
-  about every 10 s while no data comes, only say the query is alive.
+  ``numRowsTotal`` the rows of join state (one per state bucket in use). Idle reports, which
+  Spark sends about every 10 s while no data comes, only say the query is alive.
 - The Kafka sink's per-batch counts (``daemon.metrics_relay``): records written per output
   and dead letters per reason, of committed batches only.
 - The supervisor: failures and restarts of each pipeline's query, whether it is running.
@@ -118,7 +118,7 @@ class Metrics:
         )
         self.state_rows = Gauge(
             "enrichd_state_rows",
-            "Rows of join state after the last micro-batch (one per join key held).",
+            "Rows of join state after the last micro-batch (one per state bucket in use).",
             p,
             registry=r,
         )

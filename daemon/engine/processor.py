@@ -1,18 +1,27 @@
 """The joiner operator: a ``transformWithState`` processor that runs any :class:`Joiner`.
 
-Rows of a micro-batch arrive grouped by join key. The processor decodes them, puts them in
-apply order, loads the key's state (one pickled object), lets the joiner process them, stores
-the state back, and turns what the joiner yielded into output rows for the Kafka sink: Avro-
-encoded output records with provenance headers, and dead letters with their original bytes
-and the reason. A joiner that raises does not stop the pipeline: that key's records go to the
-dead-letter topic with the exception, and the key's state stays as it was.
+Rows of a micro-batch arrive grouped by state bucket (a hash of the join key into
+:data:`daemon.checkpoint.STATE_BUCKETS`), and within a bucket the processor takes them key by
+key: it decodes a key's rows, puts them in apply order, loads the key's state (one pickled
+object), lets the joiner process them, keeps the new state, and turns what the joiner
+yielded into output rows for the Kafka sink: Avro-encoded output records with provenance
+headers, and dead letters with their original bytes and the reason. A joiner that raises
+does not stop the pipeline: that key's records go to the dead-letter topic with the
+exception, and the key's state stays as it was.
 
-Time: next to the joiner's state the processor keeps the key's clock: its latest event time,
-the processing time of its last record, and the processing-time timer it registered for the
-joiner's wake-up (:meth:`Joiner.wakeup_ms`). When that timer fires, the joiner's
-:meth:`Joiner.advance` gets the latest event time plus the processing time that passed; an
-end-of-input marker row (see :data:`daemon.kafka.records.CONTROL_ROLE`) advances the key to
-:data:`END_OF_TIME`.
+Why buckets: every state-store call is a round trip between the Python worker and the JVM,
+and per-key calls (set the key, read, write) cost about a millisecond per key and
+micro-batch, more than the joining. A bucket is one value holding its keys' states, each
+pickled on its own, so a micro-batch reads and writes each touched bucket once and unpickles
+only the keys it has rows for.
+
+Time: next to the joiner's state the processor keeps the key's clock: its latest event time
+and the processing time of its last record. When the joiner wants a wake-up
+(:meth:`Joiner.wakeup_ms`) or the key's state has a TTL, the bucket notes when the key is
+due, and keeps one processing-time timer at its earliest due key. When it fires, each due
+key's :meth:`Joiner.advance` gets the latest event time plus the processing time that passed
+(or, past its TTL, the key is dropped); an end-of-input marker row (see
+:data:`daemon.kafka.records.CONTROL_ROLE`) advances the key to :data:`END_OF_TIME`.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from __future__ import annotations
 import json
 import pickle  # noqa: S403 - the state store holds only what this processor wrote
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -53,7 +62,21 @@ class KeyClock:
 
     stream_time: int = 0
     last_ms: int = 0
+    """Processing time of the key's last record (or wake-up)."""
+    updated_ms: int = 0
+    """Processing time of the key's last state change, for ``state_ttl``."""
+
+
+@dataclass
+class Bucket:
+    """The state of one bucket of join keys: see the module docstring."""
+
+    keys: dict[str, bytes] = field(default_factory=dict)
+    """Each key's clock and joiner state, pickled apart so an untouched key costs a copy."""
+    due: dict[str, int] = field(default_factory=dict)
+    """When each key that waits for time wants waking (wake-up or TTL), processing time."""
     timer_ms: int | None = None
+    """The bucket's registered timer: the earliest ``due``."""
 
 
 def _header(name: str, value: object) -> dict[str, Any]:
@@ -73,26 +96,36 @@ def _key_bytes(key: str | bytes | None) -> bytes | None:
 
 
 class JoinerProcessor(StatefulProcessor):
-    """Runs a joiner over the records of one join key per call (see the module docstring)."""
+    """Runs a joiner over the records of one state bucket per call (see the module docstring)."""
 
     def __init__(self, plan: OperatorPlan) -> None:
         self.plan = plan
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the one state variable: the key's clock and the joiner's state, pickled."""
+        """Declare the one state variable: the bucket, pickled."""
         self.handle = handle
-        self.state = handle.getValueState(
-            "joiner_state", "blob binary", self.plan.joiner.state_ttl_ms()
-        )
+        self.state = handle.getValueState("state_bucket", "blob binary")
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:  # noqa: N802, N803
-        """Apply one key's rows of this micro-batch."""
-        (group,) = key
-        if group == DEAD_LETTER_ROUTE:
-            for row in rows:
+        """Apply this micro-batch's rows of one bucket, key by key."""
+        by_key: dict[str, list[Row]] = {}
+        for row in rows:
+            if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
                 yield self._dead_letter(row, kind, reason)
+            else:
+                by_key.setdefault(row.key, []).append(row)
+        if not by_key:
             return
+        bucket = self._load_bucket()
+        now = timerValues.getCurrentProcessingTimeInMs()
+        for group, group_rows in by_key.items():
+            yield from self._apply(bucket, group, group_rows, now)
+        self._store_bucket(bucket)
+        yield from self._counts()
+
+    def _apply(self, bucket: Bucket, group: str, rows: list[Row], now: int) -> Iterator[Row]:
+        """Apply one key's rows: decode, order, run the joiner, keep its new state."""
         records: list[InputRecord] = []
         raw: dict[tuple[str, int, int], Row] = {}
         end_of_input = False
@@ -120,8 +153,7 @@ class JoinerProcessor(StatefulProcessor):
                 )
             )
         joiner = self.plan.joiner
-        clock, state = self._load()
-        now = timerValues.getCurrentProcessingTimeInMs()
+        clock, state = self._load(bucket, group, now)
         if records:
             ordered = apply_order(records, joiner.roles, joiner.order)
             clock.stream_time = max(clock.stream_time, *(r.event_time for r in ordered))
@@ -136,8 +168,7 @@ class JoinerProcessor(StatefulProcessor):
             state = yield from self._step(state, call, raw, records)
             if state is None:
                 return
-        self._store(clock, state, now)
-        yield from self._counts()
+        self._store(bucket, group, clock, state, now)
 
     def handleExpiredTimer(  # noqa: N802
         self,
@@ -145,19 +176,28 @@ class JoinerProcessor(StatefulProcessor):
         timerValues: Any,
         expiredTimerInfo: Any,  # noqa: N803
     ) -> Iterator[Row]:
-        """The key has been quiet for its wake-up time: move its event time on by as much."""
-        (group,) = key
+        """Keys of the bucket have been quiet for their wake-up time: move their event time on.
+
+        A key whose state outlived ``state_ttl`` is dropped instead.
+        """
         joiner = self.plan.joiner
-        clock, state = self._load()
+        bucket = self._load_bucket()
+        bucket.timer_ms = None  # fired, so gone
         now = timerValues.getCurrentProcessingTimeInMs()
-        clock.timer_ms = None  # fired, so gone
-        clock.stream_time = min(clock.stream_time + max(now - clock.last_ms, 0), END_OF_TIME)
-        clock.last_ms = now
-        call = partial(joiner.advance, group, to=clock.stream_time, ctx=joiner.context)
-        advanced = yield from self._step(state, call, {}, [])
-        if advanced is not None:
-            self._store(clock, advanced, now)
-            yield from self._counts()
+        for group in sorted(k for k, at in bucket.due.items() if at <= now):
+            clock, state = self._load(bucket, group, now)
+            if group not in bucket.keys:  # expired
+                continue
+            clock.stream_time = min(clock.stream_time + max(now - clock.last_ms, 0), END_OF_TIME)
+            clock.last_ms = now
+            call = partial(joiner.advance, group, to=clock.stream_time, ctx=joiner.context)
+            advanced = yield from self._step(state, call, {}, [])
+            if advanced is None:  # the joiner raised: no more wake-ups until its next record
+                bucket.due.pop(group, None)
+            else:
+                self._store(bucket, group, clock, advanced, now)
+        self._store_bucket(bucket)
+        yield from self._counts()
 
     def _counts(self) -> Iterator[Row]:
         """Hand what the joiner counted (``ctx.count``) to the sink, which adds it to metrics."""
@@ -169,31 +209,54 @@ class JoinerProcessor(StatefulProcessor):
                 topic=JOINER_COUNTS_TOPIC, key=None, value=value, headers=None, timestamp=None
             )
 
-    def _load(self) -> tuple[KeyClock, Any]:
-        blob = self.state.get() if self.state.exists() else None
+    def _load_bucket(self) -> Bucket:
+        blob = self.state.get()
         if blob:
-            clock, state = pickle.loads(blob[0])  # noqa: S301
-            return clock, state
+            bucket: Bucket = pickle.loads(blob[0])  # noqa: S301
+            return bucket
+        return Bucket()
+
+    def _store_bucket(self, bucket: Bucket) -> None:
+        """Write the bucket back and keep one timer: the earliest key's due time."""
+        earliest = min(bucket.due.values(), default=None)
+        if bucket.timer_ms != earliest:
+            if bucket.timer_ms is not None:
+                self.handle.deleteTimer(bucket.timer_ms)
+            if earliest is not None:
+                self.handle.registerTimer(earliest)
+            bucket.timer_ms = earliest
+        if bucket.keys:
+            self.state.update((pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL),))
+        else:
+            self.state.clear()
+
+    def _load(self, bucket: Bucket, group: str, now: int) -> tuple[KeyClock, Any]:
+        """A key's clock and state; a fresh start when it has none or it outlived its TTL."""
+        blob = bucket.keys.get(group)
+        if blob is not None:
+            clock, state = pickle.loads(blob)  # noqa: S301
+            ttl = self.plan.joiner.state_ttl_ms()
+            if ttl is None or now - clock.updated_ms < ttl:
+                return clock, state
+            del bucket.keys[group]
+            bucket.due.pop(group, None)
         return KeyClock(), self.plan.joiner.initial_state()
 
-    def _store(self, clock: KeyClock, state: Any, now: int) -> None:
+    def _store(self, bucket: Bucket, group: str, clock: KeyClock, state: Any, now: int) -> None:
         joiner = self.plan.joiner
         if joiner.is_empty(state):
-            self._set_timer(clock, None)
-            self.state.clear()
+            bucket.keys.pop(group, None)
+            bucket.due.pop(group, None)
             return
-        wakeup = joiner.wakeup_ms(state)
-        self._set_timer(clock, None if wakeup is None else now + max(wakeup, 1))
-        self.state.update((pickle.dumps((clock, state), protocol=pickle.HIGHEST_PROTOCOL),))
-
-    def _set_timer(self, clock: KeyClock, at: int | None) -> None:
-        if clock.timer_ms == at:
-            return
-        if clock.timer_ms is not None:
-            self.handle.deleteTimer(clock.timer_ms)
-        if at is not None:
-            self.handle.registerTimer(at)
-        clock.timer_ms = at
+        clock.updated_ms = now
+        due = [now + max(wakeup, 1)] if (wakeup := joiner.wakeup_ms(state)) is not None else []
+        if (ttl := joiner.state_ttl_ms()) is not None:
+            due.append(now + ttl)
+        if due:
+            bucket.due[group] = min(due)
+        else:
+            bucket.due.pop(group, None)
+        bucket.keys[group] = pickle.dumps((clock, state), protocol=pickle.HIGHEST_PROTOCOL)
 
     def _step(
         self,

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import zlib
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from daemon.checkpoint import STATE_BUCKETS
+
 SOURCE_DDL = (
-    "role string, key string, event_time long, topic string, partition int, "
+    "role string, key string, bucket int, event_time long, topic string, partition int, "
     "offset long, timestamp long, kafka_key binary, value binary, error string"
 )
-"""One input record: ``key`` groups it (the join key, or :data:`DEAD_LETTER_ROUTE` when ``error``
-says why the record cannot be joined); ``value`` keeps the original bytes."""
+"""One input record: ``key`` is its join key (or :data:`DEAD_LETTER_ROUTE` when ``error``
+says why the record cannot be joined), ``bucket`` its state bucket (:func:`bucket_of`), by
+which the operator groups; ``value`` keeps the original bytes."""
 
 SOURCE_ARROW = pa.schema(
     [
         ("role", pa.string()),
         ("key", pa.string()),
+        ("bucket", pa.int32()),
         ("event_time", pa.int64()),
         ("topic", pa.string()),
         ("partition", pa.int32()),
@@ -48,6 +53,15 @@ once its inputs are written); it carries no value and is never joined itself."""
 CONTROL_HEADER = "enrichd.control"
 END_OF_INPUT = b"end-of-input"
 """The group key of records that failed before joining; no real join key is a lone NUL."""
+
+
+def bucket_of(key: str) -> int:
+    """The state bucket of a join key, by which the operator groups rows and keeps state.
+
+    The same in every process and every run (a checksum, not Python's salted ``hash``), as a
+    checkpoint's state needs.
+    """
+    return zlib.crc32(key.encode("utf-8")) % STATE_BUCKETS
 
 
 class Routing(NamedTuple):

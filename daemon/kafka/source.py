@@ -38,6 +38,7 @@ from daemon.kafka.records import (
     SOURCE_ARROW,
     SOURCE_DDL,
     Routing,
+    bucket_of,
     route,
 )
 
@@ -417,6 +418,7 @@ class _Rows:
         c = self.columns
         c["role"].append(role)
         c["key"].append(key)
+        c["bucket"].append(bucket_of(key or DEAD_LETTER_ROUTE))
         c["event_time"].append(event_time)
         c["topic"].append(self.spec.topic)
         c["partition"].append(message.partition())
