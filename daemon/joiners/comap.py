@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle  # noqa: S403 - only this joiner's own state
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -68,9 +69,8 @@ class CoMap(Joiner):
         """A key with neither side holds nothing worth keeping."""
         return state["one"] is None and not state["many"]
 
-    def _view(self, state: dict[str, Any], many_id: str) -> dict[str, Any]:
+    def _view(self, state: dict[str, Any], many: dict[str, Any]) -> dict[str, Any]:
         fields = self.context.fields
-        many = state["many"][many_id]
         return {
             "id": many[self.options.many_id],  # type: ignore[attr-defined]
             fields["one"]: state["one"],
@@ -87,14 +87,17 @@ class CoMap(Joiner):
         """Apply one key's records in order; see the class docstring for the semantics."""
         many_id_field: str = self.options.many_id  # type: ignore[attr-defined]
         cap: int = self.options.max_many_per_key  # type: ignore[attr-defined]
-        stored: dict[str, dict[str, Any]] = state["many"]
+        # Many-side records wait pickled: a key's state is read and written every micro-batch
+        # it has records, and a dict of bytes copies cheaply, where a dict of records costs
+        # its every field. Only a one-side update (fan-out) needs them back.
+        stored: dict[str, bytes] = state["many"]
         for record in records:
             if record.role == "one":
                 previous, state["one"] = state["one"], record.value
                 if previous is None and record.value is None:
                     continue  # deleting an unknown one side changes no view
-                for many_id in stored:
-                    yield self._emit(state, many_id, record)
+                for many_id, many in stored.items():
+                    yield self._emit(state, many_id, pickle.loads(many), record)  # noqa: S301
                 ctx.count("fanout", len(stored))
                 continue
             if record.value is None:  # routed here only for keyed_tombstones roles
@@ -118,17 +121,19 @@ class CoMap(Joiner):
                     "FanOutCapExceeded",
                 )
                 continue
-            stored[many_id] = record.value
+            stored[many_id] = pickle.dumps(record.value, protocol=pickle.HIGHEST_PROTOCOL)
             if state["one"] is None:
                 ctx.count("unmatched")
             else:
                 ctx.count("matched")
-                yield self._emit(state, many_id, record)
+                yield self._emit(state, many_id, record.value, record)
 
-    def _emit(self, state: dict[str, Any], many_id: str, source: InputRecord) -> Emit:
+    def _emit(
+        self, state: dict[str, Any], many_id: str, many: dict[str, Any], source: InputRecord
+    ) -> Emit:
         if state["one"] is None:
             return Emit(key=many_id, value=None, source=source)
-        return Emit(key=many_id, value=self._view(state, many_id), source=source)
+        return Emit(key=many_id, value=self._view(state, many), source=source)
 
 
 @hookimpl
