@@ -340,10 +340,15 @@ def _log_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
 def consumed_to(query: Any, ends: dict[str, int]) -> bool:
     """Whether the query's last micro-batch ended at or past ``ends`` (``"topic/partition"``)."""
     last = query.lastProgress
-    if last is None or not last.sources:
+    return last is not None and reached(last, ends)
+
+
+def reached(report: Any, ends: dict[str, int]) -> bool:
+    """Whether the micro-batch of a progress report ended at or past ``ends``."""
+    if not report.sources:
         return False
-    reached = json.loads(last.sources[0].endOffset or "{}")
-    return all(reached.get(name, 0) >= end for name, end in ends.items())
+    end = json.loads(report.sources[0].endOffset or "{}")
+    return all(end.get(name, 0) >= offset for name, offset in ends.items())
 
 
 def _await_consumed(
@@ -355,13 +360,16 @@ def _await_consumed(
     while True:
         if query.exception() is not None:
             raise EnrichdError(f"the pipeline failed: {query.exception()}")
-        for report in query.recentProgress:
+        # One snapshot for both counting and the end check: a report that lands in between
+        # would end the wait without its batch counted.
+        reports = query.recentProgress
+        for report in reports:
             if report.batchId not in seen_batches and report.numInputRows:
                 seen_batches.add(report.batchId)
                 consumed += report.numInputRows
         if progress is not None:
             progress(consumed, total)
-        if consumed_to(query, ends):
+        if reports and reached(reports[-1], ends):
             return len(seen_batches)
         if time.monotonic() > deadline:
             raise EnrichdError(
