@@ -16,6 +16,9 @@ _DEFAULTS = {
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
+    # Commit each batch's state changes as a changelog and snapshot RocksDB in the background:
+    # uploading a snapshot every batch cost 150-250 ms of each stateful task.
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
