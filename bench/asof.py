@@ -59,7 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--step-ms", type=int, default=10, help="event time between consecutive records"
     )
     parser.add_argument(
-        "--max-batch", type=int, default=25_000, help="enrichd max_records_per_batch"
+        "--max-batch",
+        type=int,
+        default=100_000,
+        help="enrichd max_records_per_batch (the pipeline default)",
     )
     parser.add_argument("--seed", type=int, default=5, help="seed for keys, sides and delays")
 

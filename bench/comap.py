@@ -48,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-batch",
         type=int,
-        default=25_000,
-        help="enrichd max_records_per_batch (small enough for several batches at these sizes)",
+        default=100_000,
+        help="enrichd max_records_per_batch (the pipeline default)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for authors and words")
     parser.add_argument(

@@ -64,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-batch",
         type=int,
-        default=25_000,
-        help="enrichd max_records_per_batch; Spark's join reads half of it per topic",
+        default=100_000,
+        help="enrichd max_records_per_batch (the pipeline default); Spark's join reads half of "
+        "it per topic",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for keys and sides")
     parser.add_argument("--no-spark-join", action="store_true", help="skip Spark's own join")
