@@ -223,6 +223,7 @@ def raw_loop(
                     apply(pending.popleft())
                 continue
             bound = heads[1][0]  # a run from the oldest partition up to the next one's head
+            apply(pending.popleft())  # the oldest, also when it ties with the next head
             while pending and order(pending[0]) < bound:
                 apply(pending.popleft())
 
