@@ -17,6 +17,7 @@ import base64
 import bisect
 import heapq
 import pickle  # noqa: S403 - only our own driver-made spec travels through it
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -154,6 +155,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._probe_assigned: set[str] = set()
         self._reader: Any = None
         self._head_cache: dict[str, _HeadCache] = {}
+        self._read_ahead: threading.Thread | None = None
+        """Reads the next plan's heads while Spark runs the batch just planned; joined before
+        the cache or the reader is used again."""
 
     # -- driver side ---------------------------------------------------------------------
 
@@ -254,7 +258,30 @@ class KafkaStreamReader(DataSourceStreamReader):
             return planned
         if sum(planned[n] - start.get(n, 0) for n in planned) <= budget:
             return planned
-        return self._earliest_first(start, planned, budget)
+        self._await_read_ahead()
+        capped = self._earliest_first(start, planned, budget)
+        # Spark runs the batch before it plans the next one: read that one's heads meanwhile.
+        self._read_ahead = threading.Thread(
+            target=self._read_heads_ahead,
+            args=(capped, planned, budget),
+            name="enrichd-plan-read-ahead",
+            daemon=True,
+        )
+        self._read_ahead.start()
+        return capped
+
+    def _read_heads_ahead(
+        self, start: dict[str, int], planned: dict[str, int], budget: int
+    ) -> None:
+        try:
+            self._heads_for(start, planned, budget)
+        except Exception:  # noqa: BLE001 - the next plan reads again, and raises there
+            return
+
+    def _await_read_ahead(self) -> None:
+        if self._read_ahead is not None:
+            self._read_ahead.join()
+            self._read_ahead = None
 
     def _earliest_first(
         self, start: dict[str, int], planned: dict[str, int], budget: int
@@ -265,15 +292,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         keeps a capped micro-batch a prefix of the input in time order, so the cap cannot
         change the order in which a key's records from different topics are applied.
         """
-        # Read a little past the budget: end-of-input markers there ride along free.
-        lookahead = min(budget, _MARKER_LOOKAHEAD)
-        queues = {
-            name: self._heads(
-                name, start.get(name, 0), min(end, start.get(name, 0) + budget + lookahead)
-            )
-            for name, end in planned.items()
-            if end > start.get(name, 0)
-        }
+        queues = self._heads_for(start, planned, budget)
         # Merge the partitions by the timestamp of each one's next record, as a k-way merge,
         # so every partition is still admitted as a prefix of its own order.
         capped = {name: start.get(name, 0) for name in planned}
@@ -291,6 +310,20 @@ class KafkaStreamReader(DataSourceStreamReader):
             if taken[head.name] < len(queues[head.name]):
                 heapq.heappush(frontier, queues[head.name][taken[head.name]])
         return capped
+
+    def _heads_for(
+        self, start: dict[str, int], planned: dict[str, int], budget: int
+    ) -> dict[str, list[_Head]]:
+        """The heads a capped plan from ``start`` needs, per partition with records to read."""
+        # Read a little past the budget: end-of-input markers there ride along free.
+        lookahead = min(budget, _MARKER_LOOKAHEAD)
+        return {
+            name: self._heads(
+                name, start.get(name, 0), min(end, start.get(name, 0) + budget + lookahead)
+            )
+            for name, end in planned.items()
+            if end > start.get(name, 0)
+        }
 
     def _heads(self, name: str, first: int, stop: int) -> list[_Head]:
         """The heads of one partition's records in ``[first, stop)``, in offset order.
@@ -311,17 +344,19 @@ class KafkaStreamReader(DataSourceStreamReader):
             topic, partition = _split(name)
             rank = next(i for i, spec in enumerate(self.spec.inputs) if spec.topic == topic)
             tp = TopicPartition(topic, partition, cached.end)
-            for records in read_partition(self._reader, tp, stop):
-                cached.heads.extend(
-                    _Head(
-                        m.timestamp()[1],
-                        rank,
-                        name,
-                        m.offset() or 0,
-                        m.value() is None and _is_end_of_input(m),
-                    )
-                    for m in records
+            read = [
+                _Head(
+                    m.timestamp()[1],
+                    rank,
+                    name,
+                    m.offset() or 0,
+                    m.value() is None and _is_end_of_input(m),
                 )
+                for records in read_partition(self._reader, tp, stop)
+                for m in records
+            ]
+            # Only a complete read joins the cache: a failed one is read again next time.
+            cached.heads.extend(read)
             cached.end = stop
         return cached.heads[: bisect.bisect_left(cached.heads, stop, key=lambda h: h.offset)]
 
@@ -344,6 +379,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def stop(self) -> None:
         """Close the probe and the planning reader."""
+        self._await_read_ahead()
         if self._probe is not None:
             self._probe.close()
             self._probe = None
