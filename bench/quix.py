@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,60 @@ def probe(python: str) -> tuple[str, str]:
     return version, ""
 
 
+def launch(
+    python: str,
+    module: str,
+    config: dict[str, Any],
+    group: str,
+    input_records: int,
+    timeout_s: float,
+) -> tuple[QuixResult, dict[str, Any]]:
+    """Run ``python -m module CONFIG`` (a Quix child); its result and its JSON answer.
+
+    ``config`` gets the keys every child also reads (``state_dir``, a fresh
+    consumer group starting ``group``, ``timeout_s``) added. Never raises for a Quix
+    failure: a missing install, an error inside Quix or a run that does not finish in time
+    comes back as a result with ``reason`` set and an empty answer.
+    """
+    version, reason = probe(python)
+    if reason:
+        return QuixResult(input_records, reason=reason), {}
+    with tempfile.TemporaryDirectory(prefix="enrichd-bench-quix-") as state_dir:
+        config = {
+            **config,
+            "state_dir": state_dir,
+            "group": f"{group}-{os.getpid()}-{int(time.time())}",
+            "timeout_s": timeout_s,
+        }
+        try:
+            done = subprocess.run(  # noqa: S603 - our own interpreter choice, no shell
+                [python, "-m", module, json.dumps(config)],
+                cwd=_REPO,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s + 120,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return QuixResult(input_records, version, f"no answer in {timeout_s + 120:.0f} s"), {}
+    answers = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not answers:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
+        return QuixResult(input_records, version, f"exit code {done.returncode}: {tail}"), {}
+    answer = json.loads(answers[-1])
+    if answer.get("error"):
+        return QuixResult(input_records, version, answer["error"]), {}
+    result = QuixResult(
+        input_records,
+        version,
+        startup_s=answer["first"] - answer["started"],
+        seconds=answer["committed"] - answer["first"],
+        stop_s=answer["returned"] - answer["committed"],
+        views=answer["views"],
+    )
+    return result, answer
+
+
 def run_quix(
     python: str,
     servers: str,
@@ -109,49 +164,18 @@ def run_quix(
     A missing install, an error inside Quix or a run that does not deliver
     ``expected_views`` in time comes back as a result with ``reason`` set.
     """
-    version, reason = probe(python)
-    if reason:
-        return QuixResult(input_records, reason=reason)
-    with tempfile.TemporaryDirectory(prefix="enrichd-bench-quix-") as state_dir:
-        config = {
-            "servers": servers,
-            "users": users_topic,
-            "tweets": tweets_topic,
-            "output": output,
-            "expected_views": expected_views,
-            "state_dir": state_dir,
-            "group": f"bench-quix-{os.getpid()}-{int(time.time())}",
-            "timeout_s": timeout_s,
-        }
-        try:
-            done = subprocess.run(  # noqa: S603 - our own interpreter choice, no shell
-                [python, "-m", "bench.quix", json.dumps(config)],
-                cwd=_REPO,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s + 120,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return QuixResult(input_records, version, f"no answer in {timeout_s + 120:.0f} s")
-    answers = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not answers:
-        tail = " | ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
-        return QuixResult(input_records, version, f"exit code {done.returncode}: {tail}")
-    answer = json.loads(answers[-1])
-    if answer.get("error"):
-        return QuixResult(input_records, version, answer["error"])
-    return QuixResult(
-        input_records,
-        version,
-        startup_s=answer["first"] - answer["started"],
-        seconds=answer["committed"] - answer["first"],
-        stop_s=answer["returned"] - answer["committed"],
-        views=answer["views"],
-    )
+    config = {
+        "servers": servers,
+        "users": users_topic,
+        "tweets": tweets_topic,
+        "output": output,
+        "expected_views": expected_views,
+    }
+    return launch(python, "bench.quix", config, "bench-quix", input_records, timeout_s)[0]
 
 
-def _schema(name: str) -> Any:
+def schema(name: str) -> Any:
+    """The parsed Avro schema ``schemas/NAME.avsc``."""
     return json.loads((_SCHEMAS / f"{name}.avsc").read_text(encoding="utf-8"))
 
 
@@ -168,34 +192,89 @@ def _co_map(value: dict[str, Any], state: Any) -> list[dict[str, Any]]:
     return [{"id": tweet["id"], "tweet": tweet, "author": value} for tweet in stored.values()]
 
 
-def _child(config: dict[str, Any]) -> dict[str, Any]:
-    """Build and run the application; the clock readings it took, on ``time.monotonic``."""
+def application(config: dict[str, Any]) -> Any:
+    """The child's Quix ``Application`` on the config's broker, group and state directory."""
     from quixstreams import Application
-    from quixstreams.models.serializers.avro import AvroDeserializer, AvroSerializer
 
-    app = Application(
+    return Application(
         broker_address=config["servers"],
         consumer_group=config["group"],
         auto_offset_reset="earliest",
         state_dir=config["state_dir"],
         loglevel="WARNING",
     )
+
+
+def new_clock() -> dict[str, Any]:
+    """A child's readings: first input record, records seen, outputs, final commit."""
+    return {"first": 0.0, "consumed": 0, "views": 0, "committed": 0.0}
+
+
+def run_timed(
+    app: Any, clock: dict[str, Any], finished: Callable[[], bool], timeout_s: float
+) -> dict[str, Any]:
+    """Run ``app`` to its stop (or ``timeout_s``); the clock readings, on ``time.monotonic``.
+
+    ``clock["committed"]`` is set at the first forced checkpoint commit once ``finished()``.
+    """
+    # The final commit is the moment the last output is delivered: time it from the outside.
+    context = app._processing_context  # noqa: SLF001 - only to read the clock at the commit
+    commit = context.commit_checkpoint
+
+    def timed_commit(force: bool = False, revoking: bool = False) -> None:
+        commit(force=force, revoking=revoking)
+        if force and finished() and not clock["committed"]:
+            clock["committed"] = time.monotonic()
+
+    context.commit_checkpoint = timed_commit
+    timer = threading.Timer(timeout_s, app.stop)
+    timer.daemon = True
+    timer.start()
+    started = time.monotonic()
+    app.run()
+    returned = time.monotonic()
+    timer.cancel()
+    return {
+        "started": started,
+        "first": clock["first"],
+        "committed": clock["committed"],
+        "returned": returned,
+        "views": clock["views"],
+        "consumed": clock["consumed"],
+    }
+
+
+def child_main(child: Callable[[dict[str, Any]], dict[str, Any]], argv: list[str]) -> int:
+    """Child entry point: ``child`` the JSON config in ``argv[0]``, print a JSON answer."""
+    try:
+        answer = child(json.loads(argv[0]))
+    except Exception as exc:  # noqa: BLE001 - the parent reports any failure as such
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(answer), flush=True)
+    return 0
+
+
+def _child(config: dict[str, Any]) -> dict[str, Any]:
+    """Build and run the application; the clock readings it took, on ``time.monotonic``."""
+    from quixstreams.models.serializers.avro import AvroDeserializer, AvroSerializer
+
+    app = application(config)
     users = app.topic(
         config["users"],
         key_deserializer="str",
-        value_deserializer=AvroDeserializer(_schema("user")),
+        value_deserializer=AvroDeserializer(schema("user")),
     )
     tweets = app.topic(
         config["tweets"],
         key_deserializer="str",
-        value_deserializer=AvroDeserializer(_schema("tweet")),
+        value_deserializer=AvroDeserializer(schema("tweet")),
     )
     output = app.topic(
         config["output"],
         key_serializer="str",
-        value_serializer=AvroSerializer(_schema("tweet_view")),
+        value_serializer=AvroSerializer(schema("tweet_view")),
     )
-    clock: dict[str, Any] = {"first": 0.0, "consumed": 0, "views": 0, "committed": 0.0}
+    clock = new_clock()
     expected = config["expected_views"]
 
     def seen(_value: Any) -> None:
@@ -220,31 +299,7 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
     views = views.to_topic(output, key=lambda view: str(view["id"]))
     views = views.update(delivered)
 
-    # The final commit is the moment the last view is delivered: time it from the outside.
-    context = app._processing_context  # noqa: SLF001 - only to read the clock at the commit
-    commit = context.commit_checkpoint
-
-    def timed_commit(force: bool = False, revoking: bool = False) -> None:
-        commit(force=force, revoking=revoking)
-        if force and clock["views"] >= expected and not clock["committed"]:
-            clock["committed"] = time.monotonic()
-
-    context.commit_checkpoint = timed_commit  # type: ignore[method-assign]
-    timer = threading.Timer(config["timeout_s"], app.stop)
-    timer.daemon = True
-    timer.start()
-    started = time.monotonic()
-    app.run()
-    returned = time.monotonic()
-    timer.cancel()
-    result = {
-        "started": started,
-        "first": clock["first"],
-        "committed": clock["committed"],
-        "returned": returned,
-        "views": clock["views"],
-        "consumed": clock["consumed"],
-    }
+    result = run_timed(app, clock, lambda: clock["views"] >= expected, config["timeout_s"])
     if clock["views"] < expected or not clock["committed"]:
         result["error"] = (
             f"stopped after {config['timeout_s']:.0f} s with {clock['views']:,} of "
@@ -253,15 +308,5 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str]) -> int:
-    """Child entry point: run with the JSON config in ``argv[0]``, print a JSON answer."""
-    try:
-        answer = _child(json.loads(argv[0]))
-    except Exception as exc:  # noqa: BLE001 - the parent reports any failure as such
-        answer = {"error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(answer), flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(child_main(_child, sys.argv[1:]))

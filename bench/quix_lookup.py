@@ -27,20 +27,19 @@ checkpoint commit.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from bench.quix import QuixResult, probe
-
-_REPO = Path(__file__).resolve().parent.parent
-_SCHEMAS = _REPO / "schemas"
+from bench.quix import (
+    QuixResult,
+    application,
+    child_main,
+    launch,
+    new_clock,
+    run_timed,
+    schema,
+)
 
 
 def run_quix_lookup(
@@ -59,82 +58,41 @@ def run_quix_lookup(
     Never raises for a Quix failure: a missing install, an error inside Quix or a run that
     does not deliver ``expected`` enriched clicks in time comes back with ``reason`` set.
     """
-    version, reason = probe(python)
-    if reason:
-        return QuixResult(input_records, reason=reason), 0
-    with tempfile.TemporaryDirectory(prefix="enrichd-bench-quix-") as state_dir:
-        config = {
-            "servers": servers,
-            "table": table_topic,
-            "clicks": clicks_topic,
-            "output": output,
-            "default": default,
-            "expected": expected,
-            "state_dir": state_dir,
-            "group": f"bench-quix-lookup-{os.getpid()}-{int(time.time())}",
-            "timeout_s": timeout_s,
-        }
-        try:
-            done = subprocess.run(  # noqa: S603 - our own interpreter choice, no shell
-                [python, "-m", "bench.quix_lookup", json.dumps(config)],
-                cwd=_REPO,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s + 120,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return QuixResult(input_records, version, f"no answer in {timeout_s + 120:.0f} s"), 0
-    answers = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not answers:
-        tail = " | ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
-        return QuixResult(input_records, version, f"exit code {done.returncode}: {tail}"), 0
-    answer = json.loads(answers[-1])
-    if answer.get("error"):
-        return QuixResult(input_records, version, answer["error"]), 0
-    result = QuixResult(
-        input_records,
-        version,
-        startup_s=answer["first"] - answer["started"],
-        seconds=answer["committed"] - answer["first"],
-        stop_s=answer["returned"] - answer["committed"],
-        views=answer["views"],
+    config = {
+        "servers": servers,
+        "table": table_topic,
+        "clicks": clicks_topic,
+        "output": output,
+        "default": default,
+        "expected": expected,
+    }
+    result, answer = launch(
+        python, "bench.quix_lookup", config, "bench-quix-lookup", input_records, timeout_s
     )
-    return result, answer["defaulted"]
-
-
-def _schema(name: str) -> Any:
-    return json.loads((_SCHEMAS / f"{name}.avsc").read_text(encoding="utf-8"))
+    return result, answer["defaulted"] if result.ran else 0
 
 
 def _child(config: dict[str, Any]) -> dict[str, Any]:
     """Build and run the application; the clock readings it took, on ``time.monotonic``."""
-    from quixstreams import Application
     from quixstreams.models.serializers.avro import AvroDeserializer, AvroSerializer
 
-    app = Application(
-        broker_address=config["servers"],
-        consumer_group=config["group"],
-        auto_offset_reset="earliest",
-        state_dir=config["state_dir"],
-        loglevel="WARNING",
-    )
+    app = application(config)
     table = app.topic(
         config["table"],
         key_deserializer="str",
-        value_deserializer=AvroDeserializer(_schema("user_region")),
+        value_deserializer=AvroDeserializer(schema("user_region")),
     )
     clicks = app.topic(
         config["clicks"],
         key_deserializer="str",
-        value_deserializer=AvroDeserializer(_schema("click")),
+        value_deserializer=AvroDeserializer(schema("click")),
     )
     output = app.topic(
         config["output"],
         key_serializer="str",
-        value_serializer=AvroSerializer(_schema("enriched_click")),
+        value_serializer=AvroSerializer(schema("enriched_click")),
     )
-    clock: dict[str, Any] = {"first": 0.0, "consumed": 0, "views": 0, "committed": 0.0}
+    clock = new_clock()
     clock["defaulted"] = 0
     expected, default = config["expected"], config["default"]
 
@@ -168,32 +126,8 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
     enriched = enriched.to_topic(output, key=lambda row: row["click"]["id"])
     enriched = enriched.update(delivered)
 
-    # The final commit is the moment the last output is delivered: time it from the outside.
-    context = app._processing_context  # noqa: SLF001 - only to read the clock at the commit
-    commit = context.commit_checkpoint
-
-    def timed_commit(force: bool = False, revoking: bool = False) -> None:
-        commit(force=force, revoking=revoking)
-        if force and clock["views"] >= expected and not clock["committed"]:
-            clock["committed"] = time.monotonic()
-
-    context.commit_checkpoint = timed_commit  # type: ignore[method-assign]
-    timer = threading.Timer(config["timeout_s"], app.stop)
-    timer.daemon = True
-    timer.start()
-    started = time.monotonic()
-    app.run()
-    returned = time.monotonic()
-    timer.cancel()
-    result = {
-        "started": started,
-        "first": clock["first"],
-        "committed": clock["committed"],
-        "returned": returned,
-        "views": clock["views"],
-        "consumed": clock["consumed"],
-        "defaulted": clock["defaulted"],
-    }
+    result = run_timed(app, clock, lambda: clock["views"] >= expected, config["timeout_s"])
+    result["defaulted"] = clock["defaulted"]
     if clock["views"] < expected or not clock["committed"]:
         result["error"] = (
             f"stopped after {config['timeout_s']:.0f} s with {clock['views']:,} of "
@@ -202,15 +136,5 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str]) -> int:
-    """Child entry point: run with the JSON config in ``argv[0]``, print a JSON answer."""
-    try:
-        answer = _child(json.loads(argv[0]))
-    except Exception as exc:  # noqa: BLE001 - the parent reports any failure as such
-        answer = {"error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(answer), flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(child_main(_child, sys.argv[1:]))

@@ -26,19 +26,19 @@ application stops once it has seen every input record.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from bench.quix import QuixResult, probe
-
-_REPO = Path(__file__).resolve().parent.parent
-_SCHEMAS = _REPO / "schemas"
+from bench.quix import (
+    QuixResult,
+    application,
+    child_main,
+    launch,
+    new_clock,
+    run_timed,
+    schema,
+)
 
 
 def run_quix_join(
@@ -55,66 +55,24 @@ def run_quix_join(
 
     ``QuixResult.views`` is the number of outputs the application handed to its producer.
     """
-    version, reason = probe(python)
-    if reason:
-        return QuixResult(input_records, reason=reason)
-    with tempfile.TemporaryDirectory(prefix="enrichd-bench-quix-") as state_dir:
-        config = {
-            "servers": servers,
-            "kind": kind,
-            "left": topics["left"],
-            "right": topics["right"],
-            "output": output,
-            "options": options,
-            "input_records": input_records,
-            "state_dir": state_dir,
-            "group": f"bench-quix-{kind}-{os.getpid()}-{int(time.time())}",
-            "timeout_s": timeout_s,
-        }
-        try:
-            done = subprocess.run(  # noqa: S603 - our own interpreter choice, no shell
-                [python, "-m", "bench.quixjoins", json.dumps(config)],
-                cwd=_REPO,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s + 120,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return QuixResult(input_records, version, f"no answer in {timeout_s + 120:.0f} s")
-    answers = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not answers:
-        tail = " | ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
-        return QuixResult(input_records, version, f"exit code {done.returncode}: {tail}")
-    answer = json.loads(answers[-1])
-    if answer.get("error"):
-        return QuixResult(input_records, version, answer["error"])
-    return QuixResult(
-        input_records,
-        version,
-        startup_s=answer["first"] - answer["started"],
-        seconds=answer["committed"] - answer["first"],
-        stop_s=answer["returned"] - answer["committed"],
-        views=answer["views"],
-    )
-
-
-def _schema(name: str) -> Any:
-    return json.loads((_SCHEMAS / f"{name}.avsc").read_text(encoding="utf-8"))
+    config = {
+        "servers": servers,
+        "kind": kind,
+        "left": topics["left"],
+        "right": topics["right"],
+        "output": output,
+        "options": options,
+        "input_records": input_records,
+    }
+    group = f"bench-quix-{kind}"
+    return launch(python, "bench.quixjoins", config, group, input_records, timeout_s)[0]
 
 
 def _child(config: dict[str, Any]) -> dict[str, Any]:
     """Build and run the application; the clock readings it took, on ``time.monotonic``."""
-    from quixstreams import Application
     from quixstreams.models.serializers.avro import AvroDeserializer, AvroSerializer
 
-    app = Application(
-        broker_address=config["servers"],
-        consumer_group=config["group"],
-        auto_offset_reset="earliest",
-        state_dir=config["state_dir"],
-        loglevel="WARNING",
-    )
+    app = application(config)
     options = config["options"]
     asof = config["kind"] == "asof"
     names = (
@@ -134,15 +92,15 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
         app.topic(
             config[side],
             key_deserializer="str",
-            value_deserializer=AvroDeserializer(_schema(name)),
+            value_deserializer=AvroDeserializer(schema(name)),
             timestamp_extractor=event_time,
         )
         for side, name in (("left", names[0]), ("right", names[1]))
     )
     output = app.topic(
-        config["output"], key_serializer="str", value_serializer=AvroSerializer(_schema(names[2]))
+        config["output"], key_serializer="str", value_serializer=AvroSerializer(schema(names[2]))
     )
-    clock: dict[str, Any] = {"first": 0.0, "consumed": 0, "views": 0, "committed": 0.0}
+    clock = new_clock()
     total = config["input_records"]
 
     def seen(_value: Any) -> None:
@@ -182,33 +140,7 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
         joined = joined.to_topic(output, key=lambda pair: str(pair["left"]["k"]))
     joined.update(delivered)
 
-    # The final commit is the moment the last output is delivered: time it from the outside.
-    context = app._processing_context  # noqa: SLF001 - only to read the clock at the commit
-    commit = context.commit_checkpoint
-
-    def timed_commit(force: bool = False, revoking: bool = False) -> None:
-        commit(force=force, revoking=revoking)
-        if force and clock["consumed"] >= total and not clock["committed"]:
-            clock["committed"] = time.monotonic()
-
-    context.commit_checkpoint = timed_commit  # type: ignore[method-assign]
-    import threading
-
-    timer = threading.Timer(config["timeout_s"], app.stop)
-    timer.daemon = True
-    timer.start()
-    started = time.monotonic()
-    app.run()
-    returned = time.monotonic()
-    timer.cancel()
-    result = {
-        "started": started,
-        "first": clock["first"],
-        "committed": clock["committed"],
-        "returned": returned,
-        "views": clock["views"],
-        "consumed": clock["consumed"],
-    }
+    result = run_timed(app, clock, lambda: clock["consumed"] >= total, config["timeout_s"])
     if clock["consumed"] < total or not clock["committed"]:
         result["error"] = (
             f"stopped after {config['timeout_s']:.0f} s with {clock['consumed']:,} of "
@@ -217,15 +149,5 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str]) -> int:
-    """Child entry point: run with the JSON config in ``argv[0]``, print a JSON answer."""
-    try:
-        answer = _child(json.loads(argv[0]))
-    except Exception as exc:  # noqa: BLE001 - the parent reports any failure as such
-        answer = {"error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(answer), flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(child_main(_child, sys.argv[1:]))
