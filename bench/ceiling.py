@@ -14,34 +14,75 @@ import multiprocessing
 import queue
 import time
 from collections.abc import Callable
-from typing import Any
-
-from bench.raw import LoopResult, RawResult
-
-Loop = Callable[..., LoopResult]
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 
-def _worker(loop: Loop, args: tuple[Any, ...], go: Any, results: Any) -> None:
+@dataclass(frozen=True)
+class LoopResult:
+    """What one loop did, on the shared monotonic clock (``time.monotonic``)."""
+
+    first_consumed: float
+    done: float
+    consumed: int
+    emitted: int
+
+
+@dataclass(frozen=True)
+class RawResult:
+    """A ceiling measurement over all its processes."""
+
+    processes: int
+    input_records: int
+    seconds: float
+    emitted: int
+
+    @property
+    def rate(self) -> float:
+        """Input records per second."""
+        return self.input_records / self.seconds
+
+
+Result = TypeVar("Result", bound=LoopResult)
+
+
+def _worker(loop: Callable[..., Any], args: tuple[Any, ...], go: Any, results: Any) -> None:
     results.put(loop(*args, go=go))
 
 
-def run_processes(loop: Loop, shares: list[tuple[Any, ...]], input_records: int) -> RawResult:
+def run_processes(
+    loop: Callable[..., LoopResult], shares: list[tuple[Any, ...]], input_records: int
+) -> RawResult:
     """Run ``loop(*share)`` for every share: in this process when there is one, else spawned.
 
     Raises:
         RuntimeError: a process failed.
     """
+    return measure(run_loops(loop, shares), input_records)
+
+
+def measure(loops: list[Result], input_records: int) -> RawResult:
+    """The loops' figures on one clock: first record any consumed to last output any delivered."""
+    seconds = max(r.done for r in loops) - min(r.first_consumed for r in loops)
+    return RawResult(len(loops), input_records, seconds, sum(r.emitted for r in loops))
+
+
+def run_loops(loop: Callable[..., Result], shares: list[tuple[Any, ...]]) -> list[Result]:
+    """Each share's ``loop(*share)`` result: in this process when there is one, else spawned.
+
+    Raises:
+        RuntimeError: a process failed.
+    """
     if len(shares) == 1:
-        one = loop(*shares[0])
-        return RawResult(1, input_records, one.done - one.first_consumed, one.emitted)
-    context = multiprocessing.get_context("spawn")
+        return [loop(*shares[0])]
+    context = multiprocessing.get_context("spawn")  # librdkafka's threads do not survive fork
     go, results = context.Event(), context.Queue()
     workers = [context.Process(target=_worker, args=(loop, share, go, results)) for share in shares]
     for worker in workers:
         worker.start()
     time.sleep(3.0)  # let every worker import and build its clients before the start signal
     go.set()
-    loops: list[LoopResult] = []
+    loops: list[Result] = []
     while len(loops) < len(workers):
         try:
             loops.append(results.get(timeout=1.0))
@@ -51,8 +92,7 @@ def run_processes(loop: Loop, shares: list[tuple[Any, ...]], input_records: int)
                 raise RuntimeError(f"a ceiling process exited with code {failed[0]}") from None
     for worker in workers:
         worker.join(timeout=30)
-    seconds = max(r.done for r in loops) - min(r.first_consumed for r in loops)
-    return RawResult(len(shares), input_records, seconds, sum(r.emitted for r in loops))
+    return loops
 
 
 def partitions_of(ends: dict[str, int], topic: str) -> list[tuple[str, int]]:

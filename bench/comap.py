@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from bench.ceiling import RawResult
 from bench.enrichd import EnrichdResult, batch_table, resources_lines, run_enrichd
 from bench.latency import LatencyResult, run_latency
 from bench.quix import QuixResult, run_quix
-from bench.raw import RawResult, run_ceiling
+from bench.raw import run_ceiling
 from bench.report import PEER_TARGET, TARGET_RATIO, Section, machine, markdown_table, run_header
 from bench.workloads import Topics, Workload, count_records, create_inputs, produce
 

@@ -38,10 +38,10 @@ import fastavro
 from rich.console import Console
 
 from bench import ceiling
+from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import Batch, EnrichdResult, batch_table, resources_lines, run_pipeline
 from bench.quix import QuixResult
 from bench.quix_lookup import run_quix_lookup
-from bench.raw import LoopResult, RawResult
 from bench.report import (
     Contender,
     Section,

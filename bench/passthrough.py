@@ -33,8 +33,8 @@ import fastavro
 from rich.console import Console
 
 from bench import ceiling
+from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, await_consumed, batch_table, resources_lines
-from bench.raw import LoopResult, RawResult
 from bench.report import (
     Contender,
     Section,

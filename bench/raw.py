@@ -15,40 +15,14 @@ counts each input record once (the users, read twice, are a small part of the in
 from __future__ import annotations
 
 import io
-import multiprocessing
-import queue
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import fastavro
 
+from bench import ceiling
+from bench.ceiling import LoopResult, RawResult
 from bench.workloads import SCHEMAS, Topics
-
-
-@dataclass(frozen=True)
-class LoopResult:
-    """What one loop did, on the shared monotonic clock (``time.monotonic``)."""
-
-    first_consumed: float
-    done: float
-    consumed: int
-    emitted: int
-
-
-@dataclass(frozen=True)
-class RawResult:
-    """A ceiling measurement over all its processes."""
-
-    processes: int
-    input_records: int
-    seconds: float
-    emitted: int
-
-    @property
-    def rate(self) -> float:
-        """Input records per second."""
-        return self.input_records / self.seconds
 
 
 def _schema(name: str) -> Any:
@@ -68,29 +42,14 @@ def comap_loop(
     ``go``, when given, is an event to wait for after the clients are set up, so several
     processes start consuming together.
     """
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     user_schema, tweet_schema, view_schema = (
         _schema("user"),
         _schema("tweet"),
         _schema("tweet_view"),
     )
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "enrichd-bench-raw",  # required by the client; never joined
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-        }
-    )
-    producer = Producer(
-        {
-            **conf,
-            "linger.ms": 20,
-            "batch.num.messages": 100_000,
-            "queue.buffering.max.messages": 1_000_000,
-        }
-    )
+    consumer, producer = ceiling.consumer(conf), ceiling.producer(conf)
     todo = {(t, p): ends.get(f"{t}/{p}", 0) for t, p in partitions}
     remaining = {tp: end for tp, end in todo.items() if end > 0}
     users: dict[int, dict[str, Any]] = {}
@@ -105,13 +64,7 @@ def comap_loop(
         buffer.seek(0)
         buffer.truncate()
         writer(buffer, view_schema, {"id": tweet["id"], "tweet": tweet, "author": author})
-        value = buffer.getvalue()
-        while True:
-            try:
-                producer.produce(output, value, key)
-                return
-            except BufferError:
-                producer.poll(0.01)
+        ceiling.send(producer, output, buffer.getvalue(), key)
 
     if go is not None:
         go.wait()
@@ -153,18 +106,6 @@ def comap_loop(
     return LoopResult(first, done, consumed, emitted)
 
 
-def _worker(
-    conf: dict[str, str],
-    topics: Topics,
-    partitions: list[tuple[str, int]],
-    ends: dict[str, int],
-    output: str,
-    go: Any,
-    results: Any,
-) -> None:
-    results.put(comap_loop(conf, topics, partitions, ends, output, go))
-
-
 def run_ceiling(
     conf: dict[str, str],
     topics: Topics,
@@ -176,34 +117,11 @@ def run_ceiling(
     """Measure the ceiling with one process (this one) or several (spawned, one per partition)."""
     user_parts = sorted(_partitions(ends, topics.users))
     tweet_parts = sorted(_partitions(ends, topics.tweets))
-    if processes == 1:
-        loop = comap_loop(conf, topics, user_parts + tweet_parts, ends, output)
-        return RawResult(1, input_records, loop.done - loop.first_consumed, loop.emitted)
-    context = multiprocessing.get_context("spawn")  # librdkafka's threads do not survive fork
-    go, results = context.Event(), context.Queue()
-    shares = [tweet_parts[i::processes] for i in range(processes)]
-    workers = [
-        context.Process(
-            target=_worker, args=(conf, topics, user_parts + share, ends, output, go, results)
-        )
-        for share in shares
+    shares = [
+        (conf, topics, user_parts + tweet_parts[i::processes], ends, output)
+        for i in range(processes)
     ]
-    for worker in workers:
-        worker.start()
-    time.sleep(3.0)  # let every worker import and build its clients before the start signal
-    go.set()
-    loops: list[LoopResult] = []
-    while len(loops) < len(workers):
-        try:
-            loops.append(results.get(timeout=1.0))
-        except queue.Empty:
-            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
-            if failed:
-                raise RuntimeError(f"a ceiling process exited with code {failed[0]}") from None
-    for worker in workers:
-        worker.join(timeout=30)
-    seconds = max(r.done for r in loops) - min(r.first_consumed for r in loops)
-    return RawResult(processes, input_records, seconds, sum(r.emitted for r in loops))
+    return ceiling.run_processes(comap_loop, shares, input_records)
 
 
 def _partitions(ends: dict[str, int], topic: str) -> list[tuple[str, int]]:

@@ -21,8 +21,6 @@ JVM and its Python workers, and the checkpoint's state folder.
 from __future__ import annotations
 
 import io
-import multiprocessing
-import queue
 import tempfile
 import time
 import uuid
@@ -34,8 +32,9 @@ from typing import Any
 
 import fastavro
 
+from bench import ceiling
+from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, run_pipeline
-from bench.raw import RawResult
 from bench.workloads import INPUT_PARTITIONS, SCHEMAS
 from daemon.kafka import clients
 
@@ -136,42 +135,23 @@ class RawSpec:
 
 
 @dataclass(frozen=True)
-class LoopResult:
-    """What one raw loop did, on ``time.monotonic``."""
+class JoinLoopResult(LoopResult):
+    """What one raw loop did, on ``time.monotonic``, with its join's late and held records."""
 
-    first_consumed: float
-    done: float
-    consumed: int
-    emitted: int
     late: int
     held: int
 
 
 def raw_loop(
     spec: RawSpec, partitions: list[tuple[str, int]], ends: dict[str, int], go: Any = None
-) -> LoopResult:
+) -> JoinLoopResult:
     """Join ``partitions`` (topic, partition) up to ``ends`` into ``spec.output``."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     readers = {topic: schema(name) for topic, name in spec.schemas.items()}
     rank = {topic: 0 if role == "left" else 1 for topic, role in spec.roles.items()}
     out_schema = schema(spec.output_schema)
-    consumer = Consumer(
-        {
-            **spec.conf,
-            "group.id": "enrichd-bench-raw",  # required by the client; never joined
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-        }
-    )
-    producer = Producer(
-        {
-            **spec.conf,
-            "linger.ms": 20,
-            "batch.num.messages": 100_000,
-            "queue.buffering.max.messages": 1_000_000,
-        }
-    )
+    consumer, producer = ceiling.consumer(spec.conf), ceiling.producer(spec.conf)
     reader: Any = fastavro.schemaless_reader
     writer: Any = fastavro.schemaless_writer
     buffer = io.BytesIO()
@@ -183,14 +163,8 @@ def raw_loop(
         buffer.seek(0)
         buffer.truncate()
         writer(buffer, out_schema, value)
-        data = buffer.getvalue()
         emitted += 1
-        while True:
-            try:
-                producer.produce(output, data, key.encode())
-                return
-            except BufferError:
-                producer.poll(0.01)
+        ceiling.send(producer, output, buffer.getvalue(), key.encode())
 
     join = spec.join(spec.options, emit)
     ends_of = {(t, p): ends.get(f"{t}/{p}", 0) for t, p in partitions}
@@ -252,13 +226,7 @@ def raw_loop(
         done = time.monotonic()
     finally:
         consumer.close()
-    return LoopResult(first, done, consumed, emitted, join.late, join.state_entries())
-
-
-def _worker(
-    spec: RawSpec, partitions: list[tuple[str, int]], ends: dict[str, int], go: Any, results: Any
-) -> None:
-    results.put(raw_loop(spec, partitions, ends, go))
+    return JoinLoopResult(first, done, consumed, emitted, join.late, join.state_entries())
 
 
 @dataclass(frozen=True)
@@ -279,35 +247,15 @@ def run_raw(spec: RawSpec, ends: dict[str, int], processes: int, input_records: 
     """Measure the ceiling in this process (1) or in spawned ones, one per partition number."""
     partitions = sorted((topic, int(p)) for topic, _, p in (name.rpartition("/") for name in ends))
     partitions = [(t, p) for t, p in partitions if t in spec.roles]
-    if processes == 1:
-        loop = raw_loop(spec, partitions, ends)
-        result = RawResult(1, input_records, loop.done - loop.first_consumed, loop.emitted)
-        return RawRun(result, loop.late, loop.held)
-    numbers = sorted({p for _, p in partitions})
-    shares = [
-        [(t, p) for t, p in partitions if p in numbers[i::processes]] for i in range(processes)
-    ]
-    context = multiprocessing.get_context("spawn")  # librdkafka's threads do not survive fork
-    go, results = context.Event(), context.Queue()
-    workers = [
-        context.Process(target=_worker, args=(spec, share, ends, go, results)) for share in shares
-    ]
-    for worker in workers:
-        worker.start()
-    time.sleep(3.0)  # let every worker import and build its clients before the start signal
-    go.set()
-    loops: list[LoopResult] = []
-    while len(loops) < len(workers):
-        try:
-            loops.append(results.get(timeout=1.0))
-        except queue.Empty:
-            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
-            if failed:
-                raise RuntimeError(f"a ceiling process exited with code {failed[0]}") from None
-    for worker in workers:
-        worker.join(timeout=30)
-    seconds = max(r.done for r in loops) - min(r.first_consumed for r in loops)
-    result = RawResult(processes, input_records, seconds, sum(r.emitted for r in loops))
+    shares = [(spec, partitions, ends)]
+    if processes > 1:
+        numbers = sorted({p for _, p in partitions})
+        shares = [
+            (spec, [(t, p) for t, p in partitions if p in numbers[i::processes]], ends)
+            for i in range(processes)
+        ]
+    loops = ceiling.run_loops(raw_loop, shares)
+    result = ceiling.measure(loops, input_records)
     return RawRun(result, sum(r.late for r in loops), sum(r.held for r in loops))
 
 
