@@ -27,16 +27,11 @@ from bisect import bisect_left, bisect_right
 from typing import Any
 
 from bench import twostream
-from bench.enrichd import batch_table, resources_lines
-from bench.quix import QuixResult
-from bench.quixjoins import run_quix_join
+from bench.enrichd import resources_lines
 from bench.report import (
-    Contender,
     Section,
-    ceiling_verdict,
     machine,
     markdown_table,
-    peer_verdict,
     plot_of,
     run_header,
     throughput_table,
@@ -221,12 +216,6 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
     topics = {"left": f"recommendations-{suffix}", "right": f"moods-{suffix}"}
     outputs = {name: f"asof-{name}-{suffix}" for name in ("raw1", "raw2", "quix")}
     total = args.left + args.right
-    twostream.create_inputs(conf, topics.values())
-    from daemon.kafka.admin import create_topics
-
-    create_topics(conf, dict.fromkeys(outputs.values(), 2))
-    with console.status(f"producing {total:,} records"):
-        ends = twostream.produce(conf, records(args, topics))
     options = example_options()
     spec = RawSpec(
         conf=conf,
@@ -237,34 +226,20 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
         join=RawAsOf,
         options=options,
     )
-    with console.status("raw ceiling, 1 process"):
-        one = twostream.run_raw(spec, ends, 1, total)
-    console.print(f"raw ceiling, 1 process: {one.rate:,.0f} records/s", highlight=False)
-    with console.status("raw ceiling, 2 processes"):
-        two = twostream.run_raw(
-            RawSpec(**{**spec.__dict__, "output": outputs["raw2"]}), ends, 2, total
-        )
-    console.print(f"raw ceiling, 2 processes: {two.rate:,.0f} records/s", highlight=False)
-    with console.status("Quix Streams join_asof (child process)"):
-        quix = run_quix_join(
-            args.quix_python,
-            broker.bootstrap_servers,
-            "asof",
-            topics,
-            outputs["quix"],
-            options,
-            total,
-            twostream.timeout_for(total),
-        )
-    console.print(
-        f"Quix Streams: {quix.rate:,.0f} records/s" if quix.ran else f"Quix not run: {quix.reason}",
-        highlight=False,
+    runs = twostream.run_contenders(
+        console,
+        "asof",
+        spec,
+        topics,
+        outputs,
+        lambda: records(args, topics),
+        total,
+        EXAMPLE,
+        {},
+        args.quix_python,
+        args.max_batch,
     )
-    with console.status("enrichd asof (Spark)"):
-        spark = twostream.run_example(
-            broker.bootstrap_servers, EXAMPLE, topics, {}, ends, total, args.max_batch
-        )
-    console.print(f"enrichd: sustained {spark.sustained_rate:,.0f} records/s", highlight=False)
+    quix, spark = runs.quix, runs.spark
     with console.status("checking outputs"):
         views = twostream.count_keys(conf, spark.output_topic)
         counted = {
@@ -286,7 +261,7 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             theirs = _latest_answers(conf, outputs["quix"])
             ours = latest["enrichd"]
             stale = sum(1 for key, (mood, _) in theirs.items() if ours.get(key, (mood,))[0] != mood)
-    return _section(args, machine_line, one, two, quix, spark, views, counted, dead, stale, differ)
+    return _section(args, machine_line, runs, views, counted, dead, stale, differ)
 
 
 def _latest_answers(conf: dict[str, str], topic: str) -> dict[bytes, tuple[Any, int]]:
@@ -307,44 +282,17 @@ def _latest_answers(conf: dict[str, str], topic: str) -> dict[bytes, tuple[Any, 
 def _section(
     args: argparse.Namespace,
     machine_line: str,
-    one: twostream.RawRun,
-    two: twostream.RawRun,
-    quix: QuixResult,
-    spark: Any,
+    runs: twostream.Runs,
     views: dict[bytes, int],
     counted: dict[str, int],
     dead: int,
     stale: int | None,
     differ: int,
 ) -> Section:
+    one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
     total = args.left + args.right
     expected = counted["raw 1 process"]
-    sustained = spark.sustained_rate
-    steady = spark.steady()
-    contenders = [
-        Contender("raw ceiling, 1 process", one.rate, one.result.seconds, "merge + dicts"),
-        Contender("raw ceiling, 2 processes", two.rate, two.result.seconds, "the reference"),
-        Contender(
-            "Quix Streams join_asof",
-            quix.rate if quix.ran else None,
-            quix.seconds if quix.ran else None,
-            f"{quix.version}, 1 process, one answer per event, no revisions"
-            if quix.ran
-            else f"not run: {quix.reason}",
-        ),
-        Contender(
-            "enrichd asof, sustained",
-            sustained,
-            sum(b.rows for b in steady) / sustained,
-            f"{len(steady)} batch(es) after the first",
-        ),
-        Contender(
-            "enrichd asof, end to end",
-            spark.end_to_end_rate,
-            spark.batches[-1].ended - spark.query_started,
-            "from start_query, incl. first batch",
-        ),
-    ]
+    contenders = twostream.contenders("asof", runs, ", one answer per event, no revisions")
     table = throughput_table(contenders, two.rate, quix.rate if quix.ran else None)
     events = len(views)
     outputs = sum(views.values())
@@ -360,9 +308,7 @@ def _section(
         f"recommendations whose latest revision (mood and revision number) differs between "
         f"enrichd and the raw loop: {differ:,}",
     ]
-    read = sum(b.rows for b in spark.batches)
-    if read != total:
-        checks.append(f"progress reports account for {read:,} of {total:,} inputs")
+    checks += twostream.progress_check(runs)
     ok = (
         counted["enrichd"] == expected
         and counted["raw 2 processes"] == expected
@@ -371,7 +317,6 @@ def _section(
         and differ == 0
         and (not quix.ran or counted["Quix Streams"] == args.left)
     )
-    why = twostream.where_time_goes(spark, one.rate)
     options = example_options()
     command = (
         f".venv/bin/python -m bench asof --keys {args.keys} --left {args.left} --right "
@@ -419,20 +364,7 @@ def _section(
         "- *enrichd sustained*: input records after the first micro-batch over the time after "
         "it (progress reports); *end to end* counts the first batch and query start-up too.",
         "",
-        ceiling_verdict(sustained, two.rate, why),
-        peer_verdict(
-            sustained,
-            quix.rate if quix.ran else None,
-            "Quix Streams' join_asof",
-            quix.reason,
-        ),
-        "",
-        f"Micro-batches of enrichd that read records (max_records_per_batch "
-        f"{args.max_batch:,}; `durationMs` per batch, in ms):",
-        "",
-        *batch_table(spark.batches),
-        "",
-        "Checks: " + "; ".join(checks) + ".",
+        *twostream.closing_lines("asof", runs, args.max_batch, checks),
     ]
     return Section(
         name="asof",

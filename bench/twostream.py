@@ -34,12 +34,18 @@ import fastavro
 
 from bench import ceiling
 from bench.ceiling import LoopResult, RawResult
-from bench.enrichd import EnrichdResult, run_pipeline
+from bench.enrichd import EnrichdResult, batch_table, run_pipeline
+from bench.quix import QuixResult
+from bench.quixjoins import run_quix_join
+from bench.report import Contender, ceiling_verdict, peer_verdict
 from bench.workloads import INPUT_PARTITIONS, SCHEMAS
 from daemon.kafka import clients
 
 Emit = Callable[[str, dict[str, Any]], None]
 """How a raw join hands over one output: its key and its value (a dict for the output schema)."""
+
+QUIX_JOIN = {"asof": "join_asof", "window": "join_interval"}
+"""Each workload's Quix Streams join (see :mod:`bench.quixjoins`)."""
 
 
 def create_inputs(conf: dict[str, str], names: Iterable[str]) -> None:
@@ -397,3 +403,127 @@ def latest_values(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> 
     finally:
         consumer.close()
     return latest
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Every contender's run on one produced workload."""
+
+    total: int
+    """Input records."""
+    ends: dict[str, int]
+    """Each input partition's end offset."""
+    one: RawRun
+    two: RawRun
+    quix: QuixResult
+    spark: EnrichdResult
+
+
+def run_contenders(
+    console: Any,
+    kind: str,
+    spec: RawSpec,
+    topics: dict[str, str],
+    outputs: dict[str, str],
+    workload: Callable[[], Iterable[tuple[str, str, bytes, int]]],
+    total: int,
+    example: Path,
+    overrides: dict[str, Any],
+    quix_python: str,
+    max_batch: int,
+) -> Runs:
+    """Produce ``workload()`` to ``topics``, then run the raw ceiling (1 and 2 processes,
+    into ``spec.output`` = ``outputs["raw1"]`` and ``outputs["raw2"]``), Quix Streams' join
+    (into ``outputs["quix"]``) and ``example``'s enrichd pipeline with ``overrides``."""
+    from daemon.kafka.admin import create_topics
+
+    conf, servers = spec.conf, spec.conf["bootstrap.servers"]
+    create_inputs(conf, topics.values())
+    create_topics(conf, dict.fromkeys(outputs.values(), 2))
+    with console.status(f"producing {total:,} records"):
+        ends = produce(conf, workload())
+    with console.status("raw ceiling, 1 process"):
+        one = run_raw(spec, ends, 1, total)
+    console.print(f"raw ceiling, 1 process: {one.rate:,.0f} records/s", highlight=False)
+    with console.status("raw ceiling, 2 processes"):
+        two = run_raw(RawSpec(**{**spec.__dict__, "output": outputs["raw2"]}), ends, 2, total)
+    console.print(f"raw ceiling, 2 processes: {two.rate:,.0f} records/s", highlight=False)
+    with console.status(f"Quix Streams {QUIX_JOIN[kind]} (child process)"):
+        quix = run_quix_join(
+            quix_python,
+            servers,
+            kind,
+            topics,
+            outputs["quix"],
+            spec.options,
+            total,
+            timeout_for(total),
+        )
+    console.print(
+        f"Quix Streams: {quix.rate:,.0f} records/s" if quix.ran else f"Quix not run: {quix.reason}",
+        highlight=False,
+    )
+    with console.status(f"enrichd {kind} (Spark)"):
+        spark = run_example(servers, example, topics, overrides, ends, total, max_batch)
+    console.print(f"enrichd: sustained {spark.sustained_rate:,.0f} records/s", highlight=False)
+    return Runs(total, ends, one, two, quix, spark)
+
+
+def contenders(kind: str, runs: Runs, quix_detail: str) -> list[Contender]:
+    """The report's rows for the raw ceiling, Quix Streams (``quix_detail`` after its version
+    and process count) and enrichd, sustained and end to end."""
+    one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
+    sustained = spark.sustained_rate
+    steady = spark.steady()
+    return [
+        Contender("raw ceiling, 1 process", one.rate, one.result.seconds, "merge + dicts"),
+        Contender("raw ceiling, 2 processes", two.rate, two.result.seconds, "the reference"),
+        Contender(
+            f"Quix Streams {QUIX_JOIN[kind]}",
+            quix.rate if quix.ran else None,
+            quix.seconds if quix.ran else None,
+            f"{quix.version}, 1 process{quix_detail}" if quix.ran else f"not run: {quix.reason}",
+        ),
+        Contender(
+            f"enrichd {kind}, sustained",
+            sustained,
+            sum(b.rows for b in steady) / sustained,
+            f"{len(steady)} batch(es) after the first",
+        ),
+        Contender(
+            f"enrichd {kind}, end to end",
+            spark.end_to_end_rate,
+            spark.batches[-1].ended - spark.query_started,
+            "from start_query, incl. first batch",
+        ),
+    ]
+
+
+def progress_check(runs: Runs) -> list[str]:
+    """A check line when enrichd's progress reports do not account for every input record."""
+    read = sum(b.rows for b in runs.spark.batches)
+    if read != runs.total:
+        return [f"progress reports account for {read:,} of {runs.total:,} inputs"]
+    return []
+
+
+def closing_lines(kind: str, runs: Runs, max_batch: int, checks: list[str]) -> list[str]:
+    """The verdicts against the ceiling and Quix Streams, enrichd's batches, and ``checks``."""
+    one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
+    sustained = spark.sustained_rate
+    return [
+        ceiling_verdict(sustained, two.rate, where_time_goes(spark, one.rate)),
+        peer_verdict(
+            sustained,
+            quix.rate if quix.ran else None,
+            f"Quix Streams' {QUIX_JOIN[kind]}",
+            quix.reason,
+        ),
+        "",
+        f"Micro-batches of enrichd that read records (max_records_per_batch "
+        f"{max_batch:,}; `durationMs` per batch, in ms):",
+        "",
+        *batch_table(spark.batches),
+        "",
+        "Checks: " + "; ".join(checks) + ".",
+    ]

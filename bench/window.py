@@ -30,16 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import twostream
-from bench.enrichd import Batch, EnrichdResult, batch_table, resources_lines
-from bench.quix import QuixResult
-from bench.quixjoins import run_quix_join
+from bench.enrichd import Batch, EnrichdResult, resources_lines
 from bench.report import (
     Contender,
     Section,
-    ceiling_verdict,
     machine,
     markdown_table,
-    peer_verdict,
     plot_of,
     rate,
     run_header,
@@ -308,12 +304,6 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
     topics = {"left": f"left-events-{suffix}", "right": f"right-events-{suffix}"}
     outputs = {name: f"window-{name}-{suffix}" for name in ("raw1", "raw2", "quix")}
     total = 2 * args.per_side
-    twostream.create_inputs(conf, topics.values())
-    from daemon.kafka.admin import create_topics
-
-    create_topics(conf, dict.fromkeys(outputs.values(), 2))
-    with console.status(f"producing {total:,} records"):
-        ends = twostream.produce(conf, records(args, topics))
     options = example_options()
     spec = RawSpec(
         conf=conf,
@@ -324,34 +314,20 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
         join=RawWindow,
         options=options,
     )
-    with console.status("raw ceiling, 1 process"):
-        one = twostream.run_raw(spec, ends, 1, total)
-    console.print(f"raw ceiling, 1 process: {one.rate:,.0f} records/s", highlight=False)
-    with console.status("raw ceiling, 2 processes"):
-        two = twostream.run_raw(
-            RawSpec(**{**spec.__dict__, "output": outputs["raw2"]}), ends, 2, total
-        )
-    console.print(f"raw ceiling, 2 processes: {two.rate:,.0f} records/s", highlight=False)
-    with console.status("Quix Streams join_interval (child process)"):
-        quix = run_quix_join(
-            args.quix_python,
-            broker.bootstrap_servers,
-            "window",
-            topics,
-            outputs["quix"],
-            options,
-            total,
-            twostream.timeout_for(total),
-        )
-    console.print(
-        f"Quix Streams: {quix.rate:,.0f} records/s" if quix.ran else f"Quix not run: {quix.reason}",
-        highlight=False,
+    runs = twostream.run_contenders(
+        console,
+        "window",
+        spec,
+        topics,
+        outputs,
+        lambda: records(args, topics),
+        total,
+        EXAMPLE,
+        {"mode": MODE},
+        args.quix_python,
+        args.max_batch,
     )
-    with console.status("enrichd window (Spark)"):
-        spark = twostream.run_example(
-            broker.bootstrap_servers, EXAMPLE, topics, {"mode": MODE}, ends, total, args.max_batch
-        )
-    console.print(f"enrichd: sustained {spark.sustained_rate:,.0f} records/s", highlight=False)
+    quix, spark, ends = runs.quix, runs.spark, runs.ends
     own: tuple[EnrichdResult, dict[str, Any]] | None = None
     if not args.no_spark_join:
         with console.status("Spark's own stream-stream join"):
@@ -369,47 +345,23 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
         }
         dead = count_records(conf, spark.dead_letter_topic)
-    return _section(args, machine_line, options, one, two, quix, spark, own, counted, dead)
+    return _section(args, machine_line, options, runs, own, counted, dead)
 
 
 def _section(
     args: argparse.Namespace,
     machine_line: str,
     options: dict[str, Any],
-    one: twostream.RawRun,
-    two: twostream.RawRun,
-    quix: QuixResult,
-    spark: EnrichdResult,
+    runs: twostream.Runs,
     own: tuple[EnrichdResult, dict[str, Any]] | None,
     counted: dict[str, int],
     dead: int,
 ) -> Section:
+    one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
     total = 2 * args.per_side
     pairs = counted["raw 1 process"]
     sustained = spark.sustained_rate
-    steady = spark.steady()
-    contenders = [
-        Contender("raw ceiling, 1 process", one.rate, one.result.seconds, "merge + dicts"),
-        Contender("raw ceiling, 2 processes", two.rate, two.result.seconds, "the reference"),
-        Contender(
-            "Quix Streams join_interval",
-            quix.rate if quix.ran else None,
-            quix.seconds if quix.ran else None,
-            f"{quix.version}, 1 process" if quix.ran else f"not run: {quix.reason}",
-        ),
-        Contender(
-            "enrichd window, sustained",
-            sustained,
-            sum(b.rows for b in steady) / sustained,
-            f"{len(steady)} batch(es) after the first",
-        ),
-        Contender(
-            "enrichd window, end to end",
-            spark.end_to_end_rate,
-            spark.batches[-1].ended - spark.query_started,
-            "from start_query, incl. first batch",
-        ),
-    ]
+    contenders = twostream.contenders("window", runs, "")
     spark_lines: list[str] = []
     if own is not None:
         joined, extra = own
@@ -444,9 +396,7 @@ def _section(
         produced = own[1]["outputs"]
         checks.append(f"Spark's join emitted {rate(produced)} pairs")
         ok = ok and (produced is None or produced == pairs)
-    read = sum(b.rows for b in spark.batches)
-    if read != total:
-        checks.append(f"progress reports account for {read:,} of {total:,} inputs")
+    checks += twostream.progress_check(runs)
     command = (
         f".venv/bin/python -m bench window --keys {args.keys} --per-side {args.per_side} "
         f"--step-ms {args.step_ms} --max-batch {args.max_batch}"
@@ -478,20 +428,7 @@ def _section(
         "it (progress reports); *end to end* counts the first batch and query start-up too. "
         "The window joiner wakes idle keys, so its query runs on a 1 s processing-time trigger.",
         "",
-        ceiling_verdict(sustained, two.rate, twostream.where_time_goes(spark, one.rate)),
-        peer_verdict(
-            sustained,
-            quix.rate if quix.ran else None,
-            "Quix Streams' join_interval",
-            quix.reason,
-        ),
-        "",
-        f"Micro-batches of enrichd that read records (max_records_per_batch "
-        f"{args.max_batch:,}; `durationMs` per batch, in ms):",
-        "",
-        *batch_table(spark.batches),
-        "",
-        "Checks: " + "; ".join(checks) + ".",
+        *twostream.closing_lines("window", runs, args.max_batch, checks),
     ]
     return Section(
         name="window",
