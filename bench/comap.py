@@ -27,7 +27,21 @@ from bench.enrichd import EnrichdResult, batch_table, resources_lines, run_enric
 from bench.latency import LatencyResult, run_latency
 from bench.quix import QuixResult, run_quix
 from bench.raw import run_ceiling
-from bench.report import PEER_TARGET, TARGET_RATIO, Section, machine, markdown_table, run_header
+from bench.report import (
+    PEER_TARGET,
+    TARGET_RATIO,
+    Section,
+    batches_lines,
+    checks_line,
+    count_checks,
+    enrichd_status,
+    load_line,
+    machine,
+    markdown_table,
+    progress_check,
+    quix_status,
+    run_header,
+)
 from bench.workloads import Topics, Workload, count_records, create_inputs, produce
 
 if TYPE_CHECKING:
@@ -380,13 +394,13 @@ def _lines(
         "",
         *analysis,
         "",
-        f"Micro-batches that read records (max_records_per_batch "
-        f"{spark.max_records_per_batch:,}; `durationMs` per batch, in ms):",
-        "",
-        *batch_table(spark.batches),
-        "",
+        *batches_lines(
+            "Micro-batches that read records",
+            spark.max_records_per_batch,
+            batch_table(spark.batches),
+        ),
         *_latency_section(latency, spark),
-        "Checks: " + "; ".join(checks) + ".",
+        checks_line(checks),
         "",
     ]
 
@@ -426,20 +440,13 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             workload.tweets,
             workload.records,
         )
-    console.print(
-        f"Quix Streams: {_rate(quix.rate)} records/s"
-        if quix.ran
-        else f"Quix Streams not run: {quix.reason}",
-        highlight=False,
-    )
+    console.print(quix_status(quix), highlight=False)
     loads.append(("Quix Streams", os.getloadavg()[0]))
     with console.status("enrichd comap (Spark)"):
         spark = run_enrichd(
             broker.bootstrap_servers, topics, ends, workload.records, args.max_batch, 3600.0
         )
-    console.print(
-        f"enrichd: {len(spark.batches)} batches, sustained {_rate(spark.sustained_rate)} records/s"
-    )
+    console.print(enrichd_status(spark))
     loads.append(("enrichd", os.getloadavg()[0]))
     latency = None
     if not args.no_latency:
@@ -473,21 +480,14 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         }
         dead = count_records(conf, spark.dead_letter_topic)
     # Other work on the machine slows whichever run it overlaps: say how busy it was.
-    busy = "Load average (1 min) at the end of each run: " + ", ".join(
-        f"{name} {load:.2f}" for name, load in loads
-    )
-    checks = [
-        f"{name} wrote {count:,} views (expected {workload.tweets:,})"
-        for name, count in counted.items()
-    ]
+    busy = load_line(loads)
+    checks = count_checks(counted, "views", workload.tweets)
     checks.append(f"enrichd dead letters: {dead:,}")
     if latency is not None and not latency.reason:
         checks.append(
             f"latency run: {latency.views:,} views of {latency.tweets:,} tweets offered read back"
         )
-    read = sum(b.rows for b in spark.batches)
-    if read != workload.records:
-        checks.append(f"progress reports account for {read:,} of {workload.records:,} inputs")
+    checks += progress_check(spark.batches, workload.records)
     rows = _rows(one, two, quix, spark)
     analysis = _analysis(one, two, quix, spark, workload.users)
     table: list[tuple[str, ...]] = [_COLUMNS, *(_cells(row, quix) for row in rows)]

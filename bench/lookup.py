@@ -45,11 +45,19 @@ from bench.quix_lookup import run_quix_lookup
 from bench.report import (
     Contender,
     Section,
+    batches_lines,
     ceiling_verdict,
+    checks_line,
+    count_checks,
+    enrichd_contenders,
+    enrichd_status,
+    load_line,
     machine,
     markdown_table,
     peer_verdict,
     plot_of,
+    progress_check,
+    quix_status,
     rate,
     run_header,
     throughput_table,
@@ -362,20 +370,13 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             records,
             timeout_s=1800.0,
         )
-    console.print(
-        f"Quix Streams: {rate(quix.rate)} records/s"
-        if quix.ran
-        else f"Quix Streams not run: {quix.reason}",
-        highlight=False,
-    )
+    console.print(quix_status(quix), highlight=False)
     loads.append(("Quix Streams", os.getloadavg()[0]))
     with console.status("enrichd lookup (Spark)"):
         spark = run_enrichd(
             broker.bootstrap_servers, table, clicks, ends, args.max_batch, args.totals
         )
-    console.print(
-        f"enrichd: {len(spark.batches)} batches, sustained {rate(spark.sustained_rate)} records/s"
-    )
+    console.print(enrichd_status(spark))
     loads.append(("enrichd", os.getloadavg()[0]))
     with console.status("checking outputs"):
         counted = {
@@ -392,13 +393,8 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             if args.totals
             else None
         )
-    busy = "Load average (1 min) at the end of each run: " + ", ".join(
-        f"{name} {load:.2f}" for name, load in loads
-    )
-    checks = [
-        f"{name} wrote {count:,} enriched clicks (expected {args.clicks:,})"
-        for name, count in counted.items()
-    ]
+    busy = load_line(loads)
+    checks = count_checks(counted, "enriched clicks", args.clicks)
     checks.append(f"enrichd dead letters: {dead:,}")
     checks.append(
         f"enrichd enriched {defaulted_enrichd:,} clicks with the default region (expected "
@@ -411,9 +407,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         # Every enriched click adds at least 1 to its region's sum: one new total each.
         checks.append(f"enrichd totals written: {totals_written:,} (expected {args.clicks:,})")
         ok = ok and totals_written == args.clicks
-    read = sum(b.rows for b in spark.batches)
-    if read != records:
-        checks.append(f"progress reports account for {read:,} of {records:,} inputs")
+    checks += progress_check(spark.batches, records)
     contenders = _contenders(one, two, quix, spark)
     if spark.stage_batches:
         contenders.append(_totals_row(spark.stage_batches[0]))
@@ -432,12 +426,10 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         "",
         *_notes(args, one, two, quix, defaulted, unknown, spark),
         "",
-        f"Micro-batches that read records (max_records_per_batch {args.max_batch:,}; "
-        "`durationMs` per batch, in ms):",
-        "",
-        *batch_table(spark.batches),
-        "",
-        "Checks: " + "; ".join(checks) + ".",
+        *batches_lines(
+            "Micro-batches that read records", args.max_batch, batch_table(spark.batches)
+        ),
+        checks_line(checks),
     ]
     return Section("lookup", TITLE, lines, table_rows, plot_of(contenders), ok)
 
@@ -445,7 +437,6 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
 def _contenders(
     one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult
 ) -> list[Contender]:
-    steady = spark.steady()
     return [
         Contender("raw ceiling, 1 process", one.rate, one.seconds, "table first, then clicks"),
         Contender("raw ceiling, 2 processes", two.rate, two.seconds, "the issue's reference"),
@@ -457,18 +448,7 @@ def _contenders(
             if quix.ran
             else f"not run: {quix.reason}",
         ),
-        Contender(
-            "enrichd lookup, sustained",
-            spark.sustained_rate,
-            sum(b.rows for b in steady) / spark.sustained_rate,
-            f"{len(steady)} batch(es) after the first",
-        ),
-        Contender(
-            "enrichd lookup, end to end",
-            spark.end_to_end_rate,
-            spark.batches[-1].ended - spark.query_started,
-            "from start_query, incl. first batch",
-        ),
+        *enrichd_contenders("enrichd lookup", spark),
     ]
 
 

@@ -38,7 +38,13 @@ from bench.enrichd import EnrichdResult, await_consumed, batch_table, resources_
 from bench.report import (
     Contender,
     Section,
+    batches_lines,
     ceiling_verdict,
+    checks_line,
+    count_checks,
+    enrichd_contenders,
+    enrichd_status,
+    load_line,
     machine,
     markdown_table,
     plot_of,
@@ -352,9 +358,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     loads.append(("raw 2 processes", os.getloadavg()[0]))
     with console.status("enrichd pass-through (Spark)"):
         spark = run_enrichd(broker.bootstrap_servers, topic, ends, args.max_batch)
-    console.print(
-        f"enrichd: {len(spark.batches)} batches, sustained {rate(spark.sustained_rate)} records/s"
-    )
+    console.print(enrichd_status(spark))
     loads.append(("enrichd", os.getloadavg()[0]))
     with console.status("checking outputs"):
         counted = {
@@ -363,30 +367,15 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             "enrichd": count_records(conf, spark.output_topic),
         }
         dead = count_records(conf, spark.dead_letter_topic)
-    busy = "Load average (1 min) at the end of each run: " + ", ".join(
-        f"{name} {load:.2f}" for name, load in loads
-    )
-    checks = [
-        f"{name} wrote {count:,} records (expected {args.records:,})"
-        for name, count in counted.items()
-    ]
+    busy = load_line(loads)
+    checks = count_checks(counted, "records", args.records)
     checks.append(f"enrichd dead letters: {dead:,}")
     ok = all(count == args.records for count in counted.values()) and dead == 0
-    steady = spark.steady()
     contenders = [
         Contender("raw ceiling, 1 process", one.rate, one.seconds, "assign + fastavro"),
         Contender("raw ceiling, 2 processes", two.rate, two.seconds, "the issue's reference"),
-        Contender(
-            "enrichd pass-through, sustained",
-            spark.sustained_rate,
-            sum(b.rows for b in steady) / spark.sustained_rate,
-            f"{len(steady)} batch(es) after the first",
-        ),
-        Contender(
-            "enrichd pass-through, end to end",
-            spark.end_to_end_rate,
-            spark.batches[-1].ended - spark.query_started,
-            "from start of the query, incl. first batch",
+        *enrichd_contenders(
+            "enrichd pass-through", spark, "from start of the query, incl. first batch"
         ),
     ]
     table = throughput_table(contenders, two.rate, None)
@@ -405,12 +394,10 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         "- State: none (a stateless query: the checkpoint holds offsets and commits only, "
         f"{spark.state_bytes:,} B of state).",
         "",
-        f"Micro-batches that read records (max_records_per_batch {args.max_batch:,}; "
-        "`durationMs` per batch, in ms):",
-        "",
-        *batch_table(spark.batches),
-        "",
-        "Checks: " + "; ".join(checks) + ".",
+        *batches_lines(
+            "Micro-batches that read records", args.max_batch, batch_table(spark.batches)
+        ),
+        checks_line(checks),
     ]
     return Section("passthrough", TITLE, lines, table, plot_of(contenders), ok)
 

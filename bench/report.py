@@ -17,9 +17,14 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from bench.enrichd import Batch, EnrichdResult
+    from bench.quix import QuixResult
 
 TARGET_RATIO = 0.5
 """Issue #9's target: enrichd at least half of the two-process raw ceiling."""
@@ -200,6 +205,27 @@ def throughput_table(
     return rows
 
 
+def enrichd_contenders(
+    name: str, spark: EnrichdResult, end_note: str = "from start_query, incl. first batch"
+) -> list[Contender]:
+    """The rows of the enrichd run ``name``: sustained (after the first batch) and end to end."""
+    steady = spark.steady()
+    return [
+        Contender(
+            f"{name}, sustained",
+            spark.sustained_rate,
+            sum(b.rows for b in steady) / spark.sustained_rate,
+            f"{len(steady)} batch(es) after the first",
+        ),
+        Contender(
+            f"{name}, end to end",
+            spark.end_to_end_rate,
+            spark.batches[-1].ended - spark.query_started,
+            end_note,
+        ),
+    ]
+
+
 def plot_of(contenders: list[Contender]) -> dict[str, float]:
     """The chart's data: every contender that has a rate."""
     return {c.name: c.rate for c in contenders if c.rate is not None}
@@ -266,3 +292,54 @@ def run_header(command: str, machine_line: str) -> list[str]:
     """The Command / Date / Machine lines that open a section."""
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return [f"Command: `{command}`  ", f"Date: {date}  ", f"Machine: {machine_line}", ""]
+
+
+def quix_status(quix: QuixResult) -> str:
+    """The console line after a Quix Streams run."""
+    if quix.ran:
+        return f"Quix Streams: {rate(quix.rate)} records/s"
+    return f"Quix Streams not run: {quix.reason}"
+
+
+def enrichd_status(spark: EnrichdResult) -> str:
+    """The console line after an enrichd run."""
+    return (
+        f"enrichd: {len(spark.batches)} batches, sustained {rate(spark.sustained_rate)} records/s"
+    )
+
+
+def load_line(loads: list[tuple[str, float]]) -> str:
+    """The load average after each run (other work slows whichever run it overlaps)."""
+    return "Load average (1 min) at the end of each run: " + ", ".join(
+        f"{name} {load:.2f}" for name, load in loads
+    )
+
+
+def count_checks(counted: dict[str, int], noun: str, expected: int) -> list[str]:
+    """A check per contender: how many ``noun`` it wrote against ``expected``."""
+    return [
+        f"{name} wrote {count:,} {noun} (expected {expected:,})" for name, count in counted.items()
+    ]
+
+
+def progress_check(batches: list[Batch], total: int) -> list[str]:
+    """A check when enrichd's progress reports do not account for all ``total`` inputs."""
+    read = sum(b.rows for b in batches)
+    if read != total:
+        return [f"progress reports account for {read:,} of {total:,} inputs"]
+    return []
+
+
+def batches_lines(heading: str, max_batch: int, table: list[str]) -> list[str]:
+    """``heading`` over enrichd's micro-batch ``table`` (``bench.enrichd.batch_table``)."""
+    return [
+        f"{heading} (max_records_per_batch {max_batch:,}; `durationMs` per batch, in ms):",
+        "",
+        *table,
+        "",
+    ]
+
+
+def checks_line(checks: list[str]) -> str:
+    """The closing line of a section: every check of its outputs."""
+    return "Checks: " + "; ".join(checks) + "."

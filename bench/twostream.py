@@ -32,7 +32,7 @@ from typing import Any
 
 import fastavro
 
-from bench import ceiling
+from bench import ceiling, report
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, batch_table, run_pipeline
 from bench.quix import QuixResult
@@ -473,8 +473,6 @@ def contenders(kind: str, runs: Runs, quix_detail: str) -> list[Contender]:
     """The report's rows for the raw ceiling, Quix Streams (``quix_detail`` after its version
     and process count) and enrichd, sustained and end to end."""
     one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
-    sustained = spark.sustained_rate
-    steady = spark.steady()
     return [
         Contender("raw ceiling, 1 process", one.rate, one.result.seconds, "merge + dicts"),
         Contender("raw ceiling, 2 processes", two.rate, two.result.seconds, "the reference"),
@@ -484,27 +482,13 @@ def contenders(kind: str, runs: Runs, quix_detail: str) -> list[Contender]:
             quix.seconds if quix.ran else None,
             f"{quix.version}, 1 process{quix_detail}" if quix.ran else f"not run: {quix.reason}",
         ),
-        Contender(
-            f"enrichd {kind}, sustained",
-            sustained,
-            sum(b.rows for b in steady) / sustained,
-            f"{len(steady)} batch(es) after the first",
-        ),
-        Contender(
-            f"enrichd {kind}, end to end",
-            spark.end_to_end_rate,
-            spark.batches[-1].ended - spark.query_started,
-            "from start_query, incl. first batch",
-        ),
+        *report.enrichd_contenders(f"enrichd {kind}", spark),
     ]
 
 
 def progress_check(runs: Runs) -> list[str]:
     """A check line when enrichd's progress reports do not account for every input record."""
-    read = sum(b.rows for b in runs.spark.batches)
-    if read != runs.total:
-        return [f"progress reports account for {read:,} of {runs.total:,} inputs"]
-    return []
+    return report.progress_check(runs.spark.batches, runs.total)
 
 
 def closing_lines(kind: str, runs: Runs, max_batch: int, checks: list[str]) -> list[str]:
@@ -520,10 +504,8 @@ def closing_lines(kind: str, runs: Runs, max_batch: int, checks: list[str]) -> l
             quix.reason,
         ),
         "",
-        f"Micro-batches of enrichd that read records (max_records_per_batch "
-        f"{max_batch:,}; `durationMs` per batch, in ms):",
-        "",
-        *batch_table(spark.batches),
-        "",
-        "Checks: " + "; ".join(checks) + ".",
+        *report.batches_lines(
+            "Micro-batches of enrichd that read records", max_batch, batch_table(spark.batches)
+        ),
+        report.checks_line(checks),
     ]
