@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.resources import PeakMemory, Peaks, state_bytes
-from bench.workloads import REPO, Topics
+from bench.workloads import REPO, Topics, read_committed
 from daemon.replay import consumed_to
 
 EXAMPLE = REPO / "examples" / "tweet-views.toml"
@@ -205,25 +205,9 @@ def _log_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
     Read rather than asked for, as ``daemon replay`` does: the embedded broker's ListOffsets
     under-reports the end.
     """
-    from confluent_kafka import Consumer, TopicPartition
-
-    from daemon.kafka.clients import read_partition
-
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "enrichd-bench-ends",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
     ends: dict[str, int] = {}
-    try:
-        for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
-            for records in read_partition(consumer, TopicPartition(topic, partition, 0)):
-                ends[f"{topic}/{partition}"] = (records[-1].offset() or 0) + 1
-    finally:
-        consumer.close()
+    for partition, records in read_committed(conf, topic, "enrichd-bench-ends", stall_s=15.0):
+        ends[f"{topic}/{partition}"] = (records[-1].offset() or 0) + 1
     return ends
 
 

@@ -38,7 +38,7 @@ from bench.enrichd import EnrichdResult, batch_table, run_pipeline
 from bench.quix import QuixResult
 from bench.quixjoins import run_quix_join
 from bench.report import Contender, ceiling_verdict, peer_verdict
-from bench.workloads import INPUT_PARTITIONS, SCHEMAS
+from bench.workloads import INPUT_PARTITIONS, SCHEMAS, read_committed
 from daemon.kafka import clients
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -339,27 +339,11 @@ def keep_progress(spark: Any) -> None:
 
 def count_keys(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> dict[bytes, int]:
     """How many committed records each key of ``topic`` has."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "enrichd-bench-count",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
     counts: dict[bytes, int] = {}
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-        for partition in sorted(metadata.partitions):
-            tp = TopicPartition(topic, partition, 0)
-            for records in clients.read_partition(consumer, tp, stall_s=timeout_s):
-                for record in records:
-                    key = record.key() or b""
-                    counts[key] = counts.get(key, 0) + 1
-    finally:
-        consumer.close()
+    for _, records in read_committed(conf, topic, "enrichd-bench-count", timeout_s):
+        for record in records:
+            key = record.key() or b""
+            counts[key] = counts.get(key, 0) + 1
     return counts
 
 
@@ -382,26 +366,10 @@ def where_time_goes(spark: EnrichdResult, one_process_rate: float) -> str:
 
 def latest_values(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> dict[bytes, bytes]:
     """The last committed value of each key of ``topic`` (what a compacted topic keeps)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "enrichd-bench-latest",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
     latest: dict[bytes, bytes] = {}
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-        for partition in sorted(metadata.partitions):
-            tp = TopicPartition(topic, partition, 0)
-            for records in clients.read_partition(consumer, tp, stall_s=timeout_s):
-                for record in records:
-                    latest[record.key() or b""] = record.value() or b""
-    finally:
-        consumer.close()
+    for _, records in read_committed(conf, topic, "enrichd-bench-latest", timeout_s):
+        for record in records:
+            latest[record.key() or b""] = record.value() or b""
     return latest
 
 

@@ -9,6 +9,7 @@ ids as decimal text, as ``daemon replay`` writes integer keys.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,26 +149,32 @@ def produce(conf: dict[str, str], topics: Topics, workload: Workload) -> dict[st
     return deliveries.ends
 
 
-def count_records(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> int:
-    """Count the committed records of ``topic`` (transaction markers are not records)."""
+def read_committed(
+    conf: dict[str, str], topic: str, group: str, stall_s: float = 60.0
+) -> Iterator[tuple[int, list[Any]]]:
+    """``(partition, records)`` chunks of every committed record of ``topic``, partition by
+    partition from offset 0 (``group`` is required by the client but never joined)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
         {
             **conf,
-            "group.id": "enrichd-bench-count",
+            "group.id": group,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
         }
     )
-    total = 0
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]
         for partition in sorted(metadata.partitions):
             tp = TopicPartition(topic, partition, 0)
-            total += sum(
-                len(records) for records in clients.read_partition(consumer, tp, stall_s=timeout_s)
-            )
+            for records in clients.read_partition(consumer, tp, stall_s=stall_s):
+                yield partition, records
     finally:
         consumer.close()
-    return total
+
+
+def count_records(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> int:
+    """Count the committed records of ``topic`` (transaction markers are not records)."""
+    chunks = read_committed(conf, topic, "enrichd-bench-count", timeout_s)
+    return sum(len(records) for _, records in chunks)
