@@ -143,6 +143,17 @@ def send(producer: Any, topic: str, value: bytes, key: bytes | None, headers: An
             producer.poll(0.01)
 
 
+def delivered(producer: Any) -> float:
+    """Wait until ``producer`` delivered everything; then the time (``time.monotonic``).
+
+    Raises:
+        RuntimeError: something was still undelivered after two minutes.
+    """
+    if producer.flush(120) != 0:
+        raise RuntimeError("the ceiling's producer did not deliver everything")
+    return time.monotonic()
+
+
 def read_to_ends(
     consumer: Any, partitions: list[tuple[str, int]], ends: dict[str, int], batch: int = 10_000
 ) -> Any:

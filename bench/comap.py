@@ -42,7 +42,7 @@ from bench.report import (
     quix_status,
     run_header,
 )
-from bench.workloads import Topics, Workload, count_records, create_inputs, produce
+from bench.workloads import Topics, Workload, count_outputs, count_records, create_inputs, produce
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker
@@ -472,12 +472,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         )
         loads.append(("latency run", os.getloadavg()[0]))
     with console.status("checking outputs"):
-        counted = {
-            "raw 1 process": count_records(conf, outputs["one"]),
-            "raw 2 processes": count_records(conf, outputs["two"]),
-            **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
-            "enrichd": count_records(conf, spark.output_topic),
-        }
+        counted = count_outputs(conf, outputs, spark.output_topic, quix.ran)
         dead = count_records(conf, spark.dead_letter_topic)
     # Other work on the machine slows whichever run it overlaps: say how busy it was.
     busy = load_line(loads)

@@ -62,7 +62,16 @@ from bench.report import (
     run_header,
     throughput_table,
 )
-from bench.workloads import INPUT_PARTITIONS, REPO, SCHEMAS, codec, count_records
+from bench.workloads import (
+    INPUT_PARTITIONS,
+    REPO,
+    SCHEMAS,
+    codec,
+    count_outputs,
+    count_records,
+    create_input_topics,
+    input_producer,
+)
 from daemon.kafka import clients
 
 if TYPE_CHECKING:
@@ -121,26 +130,8 @@ def produce(conf: dict[str, str], table: str, clicks: str, args: argparse.Namesp
     Raises:
         RuntimeError: a record could not be delivered.
     """
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    retention = {"retention.ms": "-1", "retention.bytes": "-1"}
-    admin = AdminClient(dict(conf))
-    wanted = [NewTopic(t, INPUT_PARTITIONS, 1, config=retention) for t in (table, clicks)]
-    for name, future in admin.create_topics(wanted).items():
-        try:
-            future.result(timeout=30)
-        except Exception as exc:
-            raise RuntimeError(f"cannot create topic {name!r}: {exc}") from exc
-    producer = Producer(
-        {
-            **conf,
-            "linger.ms": 20,
-            "batch.num.messages": 100_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "partitioner": "murmur2_random",
-        }
-    )
+    create_input_topics(conf, (table, clicks))
+    producer = input_producer(conf)
     deliveries = clients.Deliveries()
     regions, click = codec("user_region"), codec("click")
     rng = random.Random(args.seed)
@@ -257,9 +248,7 @@ def lookup_loop(
             consumed += len(messages)
             emitted += len(messages)
             producer.poll(0)
-        if producer.flush(120) != 0:
-            raise RuntimeError("the ceiling's producer did not deliver everything")
-        done = time.monotonic()
+        done = ceiling.delivered(producer)
     finally:
         consumer.close()
     return LoopResult(first, done, consumed, emitted)
@@ -379,12 +368,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     console.print(enrichd_status(spark))
     loads.append(("enrichd", os.getloadavg()[0]))
     with console.status("checking outputs"):
-        counted = {
-            "raw 1 process": count_records(conf, outputs["one"]),
-            "raw 2 processes": count_records(conf, outputs["two"]),
-            **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
-            "enrichd": count_records(conf, spark.output_topic),
-        }
+        counted = count_outputs(conf, outputs, spark.output_topic, quix.ran)
         dead = count_records(conf, spark.dead_letter_topic)
         defaulted_enrichd = count_defaulted(conf, spark.output_topic)
         totals_written = (

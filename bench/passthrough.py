@@ -53,7 +53,15 @@ from bench.report import (
     throughput_table,
 )
 from bench.resources import PeakMemory, state_bytes
-from bench.workloads import INPUT_PARTITIONS, SCHEMAS, codec, count_records, tweet
+from bench.workloads import (
+    INPUT_PARTITIONS,
+    SCHEMAS,
+    codec,
+    count_outputs,
+    count_records,
+    input_producer,
+    tweet,
+)
 from daemon.kafka import clients
 
 if TYPE_CHECKING:
@@ -93,20 +101,10 @@ def produce_tweets(conf: dict[str, str], topic: str, records: int, seed: int) ->
     Raises:
         RuntimeError: a record could not be delivered.
     """
-    from confluent_kafka import Producer
-
     from daemon.kafka.admin import create_topics
 
     create_topics(conf, {topic: INPUT_PARTITIONS})
-    producer = Producer(
-        {
-            **conf,
-            "linger.ms": 20,
-            "batch.num.messages": 100_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "partitioner": "murmur2_random",
-        }
-    )
+    producer = input_producer(conf)
     deliveries = clients.Deliveries()
     tweets = codec("tweet")
     rng = random.Random(seed)
@@ -163,9 +161,7 @@ def passthrough_loop(
                 ceiling.send(producer, output, buffer.getvalue(), message.key(), headers)
             consumed += len(messages)
             producer.poll(0)
-        if producer.flush(120) != 0:
-            raise RuntimeError("the ceiling's producer did not deliver everything")
-        done = time.monotonic()
+        done = ceiling.delivered(producer)
     finally:
         consumer.close()
     return LoopResult(first, done, consumed, consumed)
@@ -361,11 +357,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     console.print(enrichd_status(spark))
     loads.append(("enrichd", os.getloadavg()[0]))
     with console.status("checking outputs"):
-        counted = {
-            "raw 1 process": count_records(conf, outputs["one"]),
-            "raw 2 processes": count_records(conf, outputs["two"]),
-            "enrichd": count_records(conf, spark.output_topic),
-        }
+        counted = count_outputs(conf, outputs, spark.output_topic)
         dead = count_records(conf, spark.dead_letter_topic)
     busy = load_line(loads)
     checks = count_checks(counted, "records", args.records)

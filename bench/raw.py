@@ -98,9 +98,7 @@ def comap_loop(
                         emit(tweet, known, message.key())  # the tweet id, as produced
                         emitted += 1
             producer.poll(0)
-        if producer.flush(120) != 0:
-            raise RuntimeError("the ceiling's producer did not deliver everything")
-        done = time.monotonic()
+        done = ceiling.delivered(producer)
     finally:
         consumer.close()
     return LoopResult(first, done, consumed, emitted)

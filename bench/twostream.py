@@ -38,7 +38,7 @@ from bench.enrichd import EnrichdResult, batch_table, run_pipeline
 from bench.quix import QuixResult
 from bench.quixjoins import run_quix_join
 from bench.report import Contender, ceiling_verdict, peer_verdict
-from bench.workloads import INPUT_PARTITIONS, SCHEMAS, read_committed
+from bench.workloads import SCHEMAS, create_input_topics, input_producer, read_committed
 from daemon.kafka import clients
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -48,41 +48,13 @@ QUIX_JOIN = {"asof": "join_asof", "window": "join_interval"}
 """Each workload's Quix Streams join (see :mod:`bench.quixjoins`)."""
 
 
-def create_inputs(conf: dict[str, str], names: Iterable[str]) -> None:
-    """Create input topics with :data:`INPUT_PARTITIONS` partitions and unlimited retention.
-
-    Raises:
-        RuntimeError: a topic could not be created.
-    """
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(dict(conf))
-    retention = {"retention.ms": "-1", "retention.bytes": "-1"}
-    wanted = [NewTopic(name, INPUT_PARTITIONS, 1, config=retention) for name in names]
-    for name, future in admin.create_topics(wanted).items():
-        try:
-            future.result(timeout=30)
-        except Exception as exc:
-            raise RuntimeError(f"cannot create topic {name!r}: {exc}") from exc
-
-
 def produce(conf: dict[str, str], records: Iterable[tuple[str, str, bytes, int]]) -> dict[str, int]:
     """Produce ``(topic, key, value, timestamp)`` records in order; each partition's end offset.
 
     Raises:
         RuntimeError: a record could not be delivered.
     """
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            **conf,
-            "linger.ms": 20,
-            "batch.num.messages": 100_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "partitioner": "murmur2_random",  # co-partitioned, as Quix's joins require
-        }
-    )
+    producer = input_producer(conf)  # co-partitioned, as Quix's joins require
     deliveries = clients.Deliveries()
     for i, (topic, key, value, timestamp) in enumerate(records):
         clients.produce(
@@ -227,9 +199,7 @@ def raw_loop(
                         reading.discard(where)
             drain()
             producer.poll(0)
-        if producer.flush(120) != 0:
-            raise RuntimeError("the ceiling's producer did not deliver everything")
-        done = time.monotonic()
+        done = ceiling.delivered(producer)
     finally:
         consumer.close()
     return JoinLoopResult(first, done, consumed, emitted, join.late, join.state_entries())
@@ -406,7 +376,7 @@ def run_contenders(
     from daemon.kafka.admin import create_topics
 
     conf, servers = spec.conf, spec.conf["bootstrap.servers"]
-    create_inputs(conf, topics.values())
+    create_input_topics(conf, topics.values())
     create_topics(conf, dict.fromkeys(outputs.values(), 2))
     with console.status(f"producing {total:,} records"):
         ends = produce(conf, workload())

@@ -9,7 +9,7 @@ ids as decimal text, as ``daemon replay`` writes integer keys.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,16 +84,45 @@ def create_inputs(conf: dict[str, str], topics: Topics) -> None:
     Raises:
         RuntimeError: a topic could not be created.
     """
+    create_input_topics(conf, topics.inputs())
+
+
+def create_input_topics(conf: dict[str, str], names: Iterable[str]) -> None:
+    """Create input topics as :func:`create_inputs` does (unlimited retention, and why).
+
+    Raises:
+        RuntimeError: a topic could not be created.
+    """
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(dict(conf))
     retention = {"retention.ms": "-1", "retention.bytes": "-1"}
-    wanted = [NewTopic(name, INPUT_PARTITIONS, 1, config=retention) for name in topics.inputs()]
+    wanted = [NewTopic(name, INPUT_PARTITIONS, 1, config=retention) for name in names]
     for name, future in admin.create_topics(wanted).items():
         try:
             future.result(timeout=30)
         except Exception as exc:
             raise RuntimeError(f"cannot create topic {name!r}: {exc}") from exc
+
+
+def input_producer(conf: dict[str, str]) -> Any:
+    """The batching producer that writes a workload's input topics.
+
+    It partitions with murmur2, as Kafka's Java clients and Quix Streams do: the peer keeps
+    state per partition number, so records it joins (a user and the tweets it re-keys to
+    that user, the two sides of a join) must sit on the same partition number.
+    """
+    from confluent_kafka import Producer
+
+    return Producer(
+        {
+            **conf,
+            "linger.ms": 20,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "partitioner": "murmur2_random",
+        }
+    )
 
 
 def produce(conf: dict[str, str], topics: Topics, workload: Workload) -> dict[str, int]:
@@ -104,19 +133,7 @@ def produce(conf: dict[str, str], topics: Topics, workload: Workload) -> dict[st
     Raises:
         RuntimeError: a record could not be delivered.
     """
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            **conf,
-            "linger.ms": 20,
-            "batch.num.messages": 100_000,
-            "queue.buffering.max.messages": 1_000_000,
-            # Kafka's Java clients' partitioner (Quix Streams' too): the peer keeps state per
-            # partition number, so user N must sit where Quix re-keys author N's tweets.
-            "partitioner": "murmur2_random",
-        }
-    )
+    producer = input_producer(conf)  # user N where Quix re-keys author N's tweets
     deliveries = clients.Deliveries()
 
     def send(topic: str, key: int, value: bytes, timestamp: int) -> None:
@@ -178,3 +195,18 @@ def count_records(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> 
     """Count the committed records of ``topic`` (transaction markers are not records)."""
     chunks = read_committed(conf, topic, "enrichd-bench-count", timeout_s)
     return sum(len(records) for _, records in chunks)
+
+
+def count_outputs(
+    conf: dict[str, str], outputs: dict[str, str], enrichd: str, quix_ran: bool = False
+) -> dict[str, int]:
+    """Records each contender wrote: the raw ceilings' (``outputs["one"]``, ``["two"]``),
+    Quix Streams' (``["quix"]``) when it ran, and enrichd's (``enrichd``), in that order."""
+    counted = {
+        "raw 1 process": count_records(conf, outputs["one"]),
+        "raw 2 processes": count_records(conf, outputs["two"]),
+    }
+    if quix_ran:
+        counted["Quix Streams"] = count_records(conf, outputs["quix"])
+    counted["enrichd"] = count_records(conf, enrichd)
+    return counted
