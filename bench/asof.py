@@ -36,7 +36,7 @@ from bench.report import (
     run_header,
     throughput_table,
 )
-from bench.twostream import Emit, RawJoin, RawSpec
+from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records
 
 EXAMPLE = REPO / "examples" / "recommendations.toml"
@@ -205,6 +205,11 @@ class RawAsOf(RawJoin):
         return sum(len(s.right_times) + len(s.left) for s in self.keys.values())
 
 
+JOIN = twostream.Join(
+    "asof", EXAMPLE, ("recommendation", "mood", "recommendation_view"), RawAsOf, {}
+)
+
+
 def run(args: argparse.Namespace, broker: Any) -> Section:
     """Produce the workload, run every contender on it, and report."""
     from rich.console import Console
@@ -217,25 +222,15 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
     outputs = {name: f"asof-{name}-{suffix}" for name in ("raw1", "raw2", "quix")}
     total = args.left + args.right
     options = example_options()
-    spec = RawSpec(
-        conf=conf,
-        roles={topics["left"]: "left", topics["right"]: "right"},
-        schemas={topics["left"]: "recommendation", topics["right"]: "mood"},
-        output_schema="recommendation_view",
-        output=outputs["raw1"],
-        join=RawAsOf,
-        options=options,
-    )
     runs = twostream.run_contenders(
         console,
-        "asof",
-        spec,
+        JOIN,
+        conf,
         topics,
         outputs,
+        options,
         lambda: records(args, topics),
         total,
-        EXAMPLE,
-        {},
         args.quix_python,
         args.max_batch,
     )

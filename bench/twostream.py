@@ -357,25 +357,50 @@ class Runs:
     spark: EnrichdResult
 
 
+@dataclass(frozen=True)
+class Join:
+    """What a two-stream workload joins, for :func:`run_contenders`."""
+
+    kind: str
+    """``"asof"`` or ``"window"``: the joiner, and Quix Streams' join (:data:`QUIX_JOIN`)."""
+    example: Path
+    """The example pipeline file enrichd runs."""
+    schemas: tuple[str, str, str]
+    """The left, right and output schema names."""
+    raw: type[RawJoin]
+    """The raw loop's restatement of the joiner."""
+    overrides: dict[str, Any]
+    """What the enrichd run changes in the example's joiner options."""
+
+
 def run_contenders(
     console: Any,
-    kind: str,
-    spec: RawSpec,
+    join: Join,
+    conf: dict[str, str],
     topics: dict[str, str],
     outputs: dict[str, str],
+    options: dict[str, Any],
     workload: Callable[[], Iterable[tuple[str, str, bytes, int]]],
     total: int,
-    example: Path,
-    overrides: dict[str, Any],
     quix_python: str,
     max_batch: int,
 ) -> Runs:
-    """Produce ``workload()`` to ``topics``, then run the raw ceiling (1 and 2 processes,
-    into ``spec.output`` = ``outputs["raw1"]`` and ``outputs["raw2"]``), Quix Streams' join
-    (into ``outputs["quix"]``) and ``example``'s enrichd pipeline with ``overrides``."""
+    """Produce ``workload()`` to ``topics`` (role -> topic), then run the raw ceiling in 1
+    and 2 processes (into ``outputs["raw1"]``, ``["raw2"]``) and Quix Streams' join (into
+    ``["quix"]``) with the joiner's ``options``, and ``join.example``'s enrichd pipeline."""
     from daemon.kafka.admin import create_topics
 
-    conf, servers = spec.conf, spec.conf["bootstrap.servers"]
+    kind, servers = join.kind, conf["bootstrap.servers"]
+    left, right, output = join.schemas
+    spec = RawSpec(
+        conf=conf,
+        roles={topics["left"]: "left", topics["right"]: "right"},
+        schemas={topics["left"]: left, topics["right"]: right},
+        output_schema=output,
+        output=outputs["raw1"],
+        join=join.raw,
+        options=options,
+    )
     create_input_topics(conf, topics.values())
     create_topics(conf, dict.fromkeys(outputs.values(), 2))
     with console.status(f"producing {total:,} records"):
@@ -393,7 +418,7 @@ def run_contenders(
             kind,
             topics,
             outputs["quix"],
-            spec.options,
+            options,
             total,
             timeout_for(total),
         )
@@ -402,7 +427,7 @@ def run_contenders(
         highlight=False,
     )
     with console.status(f"enrichd {kind} (Spark)"):
-        spark = run_example(servers, example, topics, overrides, ends, total, max_batch)
+        spark = run_example(servers, join.example, topics, join.overrides, ends, total, max_batch)
     console.print(f"enrichd: sustained {spark.sustained_rate:,.0f} records/s", highlight=False)
     return Runs(total, ends, one, two, quix, spark)
 

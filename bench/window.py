@@ -42,7 +42,7 @@ from bench.report import (
     throughput_table,
 )
 from bench.resources import MIB, PeakMemory, state_bytes, state_line
-from bench.twostream import Emit, RawJoin, RawSpec
+from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records
 
 EXAMPLE = REPO / "examples" / "window-join.toml"
@@ -149,6 +149,11 @@ class RawWindow(RawJoin):
     def state_entries(self) -> int:
         """Records held at the end."""
         return sum(len(s[2]) for s in self.keys.values())
+
+
+JOIN = twostream.Join(
+    "window", EXAMPLE, ("left_event", "right_event", "joined_pair"), RawWindow, {"mode": MODE}
+)
 
 
 def run_spark_join(
@@ -305,25 +310,15 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
     outputs = {name: f"window-{name}-{suffix}" for name in ("raw1", "raw2", "quix")}
     total = 2 * args.per_side
     options = example_options()
-    spec = RawSpec(
-        conf=conf,
-        roles={topics["left"]: "left", topics["right"]: "right"},
-        schemas={topics["left"]: "left_event", topics["right"]: "right_event"},
-        output_schema="joined_pair",
-        output=outputs["raw1"],
-        join=RawWindow,
-        options=options,
-    )
     runs = twostream.run_contenders(
         console,
-        "window",
-        spec,
+        JOIN,
+        conf,
         topics,
         outputs,
+        options,
         lambda: records(args, topics),
         total,
-        EXAMPLE,
-        {"mode": MODE},
         args.quix_python,
         args.max_batch,
     )
