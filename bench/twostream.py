@@ -16,6 +16,10 @@ enrichd runs (:func:`run_example`) load an example pipeline file as users would,
 at the benchmark's topics with fresh output names and checkpoint, and measure throughput from
 the query's progress reports (as :mod:`bench.enrichd` does for comap), peak memory of the
 JVM and its Python workers, and the checkpoint's state folder.
+
+:func:`run_contenders` produces a workload and runs every contender on it for a
+:class:`Join`; :func:`contenders` and :func:`closing_lines` give the report parts both
+workloads share.
 """
 
 from __future__ import annotations
