@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.resources import PeakMemory, Peaks, state_bytes
-from bench.workloads import REPO, Topics, read_committed
-from daemon.replay import consumed_to
+from bench.workloads import REPO, Topics
+from daemon.replay import committed_ends, consumed_to
 
 EXAMPLE = REPO / "examples" / "tweet-views.toml"
 
@@ -188,7 +188,7 @@ def run_pipeline(
         finally:
             query.stop()
         for stage in plan.stages()[1:] if stages else []:
-            stage_ends = _log_ends(conf, stage.source.inputs[0].topic)
+            stage_ends = committed_ends(conf, stage.source.inputs[0].topic)
             query = start_query(spark, stage)
             try:
                 result.stage_batches.append(await_consumed(query, stage_ends, timeout_s))
@@ -197,18 +197,6 @@ def run_pipeline(
     result.peaks = memory.result
     result.state_bytes = state_bytes(Path(pipe.checkpoint))
     return result
-
-
-def _log_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
-    """Past each partition's last committed record of ``topic`` (``"topic/partition"``).
-
-    Read rather than asked for, as ``daemon replay`` does: the embedded broker's ListOffsets
-    under-reports the end.
-    """
-    ends: dict[str, int] = {}
-    for partition, records in read_committed(conf, topic, "enrichd-bench-ends", stall_s=15.0):
-        ends[f"{topic}/{partition}"] = (records[-1].offset() or 0) + 1
-    return ends
 
 
 def await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[Batch]:

@@ -201,7 +201,7 @@ def replay(
         batches = 0
         for stage in plan.stages():
             if stage is not plan:  # a later stage reads everything the one before wrote
-                ends = _log_ends(conf, stage.source.inputs[0].topic)
+                ends = committed_ends(conf, stage.source.inputs[0].topic)
                 if not ends:
                     continue
             query = start_query(spark, stage)
@@ -312,7 +312,7 @@ def _produce(
     return deliveries.ends
 
 
-def _log_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
+def committed_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
     """Past each partition's last committed record (``"topic/partition"`` -> offset).
 
     Read rather than asked for: some brokers' ListOffsets under-report the end (source.py).
