@@ -191,17 +191,11 @@ def reencoder(
     def reencode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        from daemon.kafka.records import CONTROL_ROLE
+        from daemon.kafka.records import CONTROL_ROLE, SINK_COLUMNS
 
         for batch in batches:
-            columns = batch.to_pydict()
-            out: dict[str, list[Any]] = {
-                "topic": [],
-                "key": [],
-                "value": [],
-                "headers": [],
-                "timestamp": [],
-            }
+            columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+            out: dict[str, list[Any]] = {name: [] for name in SINK_COLUMNS}
             rows = zip(
                 columns["role"],
                 columns["topic"],
@@ -216,11 +210,6 @@ def reencoder(
             for role, topic, partition, offset, timestamp, key, value, error in rows:
                 if role == CONTROL_ROLE:
                     continue  # end-of-input markers carry nothing to pass on
-                headers = [
-                    {"key": "enrichd.source.topic", "value": topic.encode()},
-                    {"key": "enrichd.source.partition", "value": str(partition).encode()},
-                    {"key": "enrichd.source.offset", "value": str(offset).encode()},
-                ]
                 if error is None and value is not None:
                     try:
                         encoded = writer.encode(reader.decode(value))
@@ -229,14 +218,17 @@ def reencoder(
                     else:
                         out["topic"].append(output)
                         out["value"].append(encoded)
+                        out["error_class"].append(None)
                 if error is not None or value is None:
-                    kind = (error or "Tombstone: no value").split(":", 1)[0]
-                    headers.append({"key": "enrichd.error.class", "value": kind.encode()})
                     out["topic"].append(dead_letters)
                     out["value"].append(value)
+                    out["error_class"].append((error or "Tombstone: no value").split(":", 1)[0])
                 out["key"].append(key)
-                out["headers"].append(headers)
                 out["timestamp"].append(timestamp)
+                out["source_topic"].append(topic)
+                out["source_partition"].append(partition)
+                out["source_offset"].append(offset)
+                out["error_message"].append(None)
             yield pa.RecordBatch.from_pydict(out, schema=_sink_arrow())
 
     return reencode
@@ -245,14 +237,17 @@ def reencoder(
 def _sink_arrow() -> pa.Schema:
     import pyarrow as pa
 
-    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
     return pa.schema(
         [
             ("topic", pa.string()),
             ("key", pa.binary()),
             ("value", pa.binary()),
-            ("headers", pa.list_(header)),
             ("timestamp", pa.int64()),
+            ("source_topic", pa.string()),
+            ("source_partition", pa.int32()),
+            ("source_offset", pa.int64()),
+            ("error_class", pa.string()),
+            ("error_message", pa.string()),
         ]
     )
 

@@ -247,7 +247,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     stream: Any = (
         spark.readStream.format("enrichd-kafka").option("spec", plan.source.encode()).load()
     )
-    joined = stream.groupBy("bucket").transformWithState(
+    joined = stream.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=JoinerProcessor(plan.operator),
         outputStructType=SINK_DDL,
         outputMode="Append",

@@ -35,12 +35,18 @@ SOURCE_ARROW = pa.schema(
 )
 
 SINK_DDL = (
-    "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>, "
-    "timestamp long"
+    "topic string, key binary, value binary, timestamp long, source_topic string, "
+    "source_partition int, source_offset long, error_class string, error_message string"
 )
-"""One output record: its topic (output or dead letters), key, value (null: tombstone),
-headers, and Kafka timestamp: that of the input record that caused it, as Kafka Streams
-does, so downstream consumers see event order, not enrichd's write time (null: write time)."""
+"""One output record: its topic (output or dead letters), key, value (null: tombstone), and
+Kafka timestamp: that of the input record that caused it, as Kafka Streams does, so
+downstream consumers see event order, not enrichd's write time (null: write time). The
+other columns become headers in the sink (:func:`daemon.kafka.sink.headers_of`): the input
+record it came from (``enrichd.source.*``; null when none) and, for a dead letter, why
+(``enrichd.error.*``). They travel as flat columns, not a list of header structs, because
+converting nested values between Arrow and Python costs several times more per record."""
+
+SINK_COLUMNS = tuple(column.split()[0] for column in SINK_DDL.split(", "))
 
 DEAD_LETTER_ROUTE = "\x00dead-letter"
 CONTROL_ROLE = "\x00control"

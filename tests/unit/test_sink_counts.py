@@ -19,9 +19,11 @@ class RecordingProducer:
 
     def __init__(self) -> None:
         self.produced: list[tuple[str, bytes | None]] = []
+        self.headers: list[list[tuple[str, bytes]]] = []
 
     def produce(self, topic: str, **record: Any) -> None:
         self.produced.append((topic, record["value"]))
+        self.headers.append(record["headers"])
 
     def poll(self, timeout: float) -> int:
         return 0
@@ -30,26 +32,31 @@ class RecordingProducer:
         return 0
 
 
-def header(key: str, value: str) -> dict[str, Any]:
-    return {"key": key, "value": value.encode()}
-
-
-def rows(*items: tuple[str, bytes | None, list[dict[str, Any]]]) -> pa.RecordBatch:
+def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
+    """Sink rows: topic, value and error class; each came from offset 7 of tweets/0."""
     return pa.RecordBatch.from_pydict(
         {
             "topic": [topic for topic, _, _ in items],
             "key": [b"k" for _ in items],
             "value": [value for _, value, _ in items],
-            "headers": [headers for _, _, headers in items],
             "timestamp": [None for _ in items],
+            "source_topic": ["tweets" for _ in items],
+            "source_partition": [0 for _ in items],
+            "source_offset": [7 for _ in items],
+            "error_class": [kind for _, _, kind in items],
+            "error_message": [kind and f"{kind}: why" for _, _, kind in items],
         },
         schema=pa.schema(
             [
                 ("topic", pa.string()),
                 ("key", pa.binary()),
                 ("value", pa.binary()),
-                ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
                 ("timestamp", pa.int64()),
+                ("source_topic", pa.string()),
+                ("source_partition", pa.int32()),
+                ("source_offset", pa.int64()),
+                ("error_class", pa.string()),
+                ("error_message", pa.string()),
             ]
         ),
     )
@@ -59,19 +66,36 @@ def test_records_dead_letters_and_joiner_counts_are_tallied_and_counts_not_produ
     producer = RecordingProducer()
     kinds: dict[str, int] = {}
     joiner: dict[str, int] = {}
-    late = [header("enrichd.source.topic", "tweets"), header("enrichd.error.class", "LateRecord")]
     batch = rows(
-        ("views", b"v1", []),
-        ("views", b"v2", []),
-        ("views.dlq", b"x", late),
-        (JOINER_COUNTS_TOPIC, json.dumps({"matched": 2, "unmatched": 1}).encode(), []),
-        (JOINER_COUNTS_TOPIC, json.dumps({"matched": 1}).encode(), []),
+        ("views", b"v1", None),
+        ("views", b"v2", None),
+        ("views.dlq", b"x", "LateRecord"),
+        (JOINER_COUNTS_TOPIC, json.dumps({"matched": 2, "unmatched": 1}).encode(), None),
+        (JOINER_COUNTS_TOPIC, json.dumps({"matched": 1}).encode(), None),
     )
     counts = _produce(producer, iter([batch]), kinds, joiner)
     assert counts == {"views": 2, "views.dlq": 1}
     assert kinds == {"LateRecord": 1}
     assert joiner == {"matched": 3, "unmatched": 1}
     assert [topic for topic, _ in producer.produced] == ["views", "views", "views.dlq"]
+
+
+def test_provenance_and_error_columns_become_the_records_headers() -> None:
+    producer = RecordingProducer()
+    _produce(producer, iter([rows(("views", b"v1", None), ("views.dlq", b"x", "LateRecord"))]))
+    provenance = [
+        ("enrichd.source.topic", b"tweets"),
+        ("enrichd.source.partition", b"0"),
+        ("enrichd.source.offset", b"7"),
+    ]
+    assert producer.headers == [
+        provenance,
+        [
+            *provenance,
+            ("enrichd.error.class", b"LateRecord"),
+            ("enrichd.error.message", b"LateRecord: why"),
+        ],
+    ]
 
 
 def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
