@@ -7,6 +7,8 @@ one pipeline run checks them all.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -133,12 +135,16 @@ def test_outputs_do_not_depend_on_max_batch(
     u2, t2 = interleave(1, [True, True, True, False, False, False, False, False], 100)
     users, tweets = users + u2, tweets + t2
 
+    # One micro-batch: each key's users and tweets meet in it, and are applied in event-time
+    # (here: timestamp) order across the two topics, whatever order Spark hands them over in.
     whole = run(example, tmp_path, users, tweets, broker)
     # Four micro-batches of four records: in space 0, bob's tweet waits in the first for bob,
     # who comes in the second; space 1's users and tweets straddle the third and fourth.
     fourths = run(example, tmp_path, users, tweets, broker, max_batch=4)
+    # One record per micro-batch, as `daemon replay --max-batch 1`.
+    singles = run(example, tmp_path, users, tweets, broker, max_batch=1)
 
-    assert (whole.batches, fourths.batches) == (1, 4)
+    assert (whole.batches, fourths.batches, singles.batches) == (1, 4, 16)
 
     # Timestamps follow arrival, so apply order is arrival order in every batching: the whole
     # output sequence per tweet, not just the latest view, is the same.
@@ -149,6 +155,7 @@ def test_outputs_do_not_depend_on_max_batch(
         return seen
 
     assert per_key(fourths) == per_key(whole)
+    assert per_key(singles) == per_key(whole)
     assert latest_by_key(whole.outputs) == batch_join(users, tweets)
 
 
@@ -218,6 +225,35 @@ def test_replay_cli_rejects_bad_input_with_file_and_line(tmp_path: Path) -> None
         app, ["replay", str(EXAMPLE), "--input", f"one={good}", "--input", f"many={bad}"]
     )
     assert f"{bad}:1: value does not match the 'many' schema" in str(mismatch.exception)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        (["users={good}"], "error: --input users=...: pipeline 'tweet-views' has no input role"),
+        (["one={good}", "many={bad}"], "error: {bad}:1: value does not match the 'many' schema"),
+    ],
+    ids=["unknown role", "line not matching the schema"],
+)
+def test_replay_command_reports_bad_input_in_one_line_and_exits_1(
+    tmp_path: Path, inputs: list[str], message: str
+) -> None:
+    """What a user sees from the ``daemon`` command itself: one line on stderr, exit code 1,
+    before any broker or Spark starts."""
+    good = write_jsonl(tmp_path / "users.jsonl", [])
+    bad = tmp_path / "tweets.jsonl"
+    bad.write_text('{"key": 1, "value": {"id": 1, "content": "no author"}, "timestamp": 1}\n')
+    arguments = [a.format(good=good, bad=bad) for a in inputs]
+    command = [sys.executable, "-m", "daemon", "replay", str(EXAMPLE)]
+    for argument in arguments:
+        command += ["--input", argument]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(message.format(bad=bad)), lines[0]
+    assert done.stdout == ""
 
 
 def test_state_ttl_forgets_a_key_between_micro_batches(

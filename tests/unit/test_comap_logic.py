@@ -70,12 +70,20 @@ def test_many_side_delete_marker_removes_the_tweet_and_its_view() -> None:
     assert j.is_empty(state) is False and state["many"] == {}
 
 
-def test_fan_out_cap_dead_letters_the_newest_id_only() -> None:
-    j = joiner(max_many_per_key=2)
-    state, out = run(j, [tweet(10, 1), tweet(11, 2), tweet(12, 3), tweet(10, 4)])
+def test_fan_out_cap_dead_letters_the_newest_id_only_and_counts_it() -> None:
+    context = JoinerContext(pipeline="t", fields={"one": "author", "many": "tweet"})
+    j = CoMap(CoMapOptions(many_id="id", max_many_per_key=2), context)
+    records = [tweet(10, 1), tweet(11, 2), tweet(12, 3), tweet(10, 4), tweet(13, 5)]
+    state = j.initial_state()
+    out = list(j.process("1", state, records, context))
     dead = [o for o in out if isinstance(o, DeadLetter)]
-    assert [(d.record.offset, d.kind) for d in dead] == [(3, "FanOutCapExceeded")]
+    assert [(d.record.offset, d.kind) for d in dead] == [
+        (3, "FanOutCapExceeded"),
+        (5, "FanOutCapExceeded"),
+    ]
     assert sorted(state["many"]) == ["10", "11"]
+    # The overflow is counted for the metrics (enrichd_joiner_events_total), once per record.
+    assert context.metrics["fanout_cap_exceeded"] == 2
 
 
 def test_many_record_without_its_id_is_dead_lettered() -> None:
