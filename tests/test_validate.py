@@ -84,9 +84,11 @@ def where(path: Path, field: str, pipeline: str = "pipeline[0] (views)") -> str:
     return f"{path}: {pipeline}.{field}: "
 
 
-def daemon(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the real command line as a user would, without ENRICHD_DEBUG."""
+def daemon(*args: str, debug: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the real command line as a user would, without ENRICHD_DEBUG unless ``debug``."""
     env = {k: v for k, v in os.environ.items() if k != "ENRICHD_DEBUG"}
+    if debug:
+        env["ENRICHD_DEBUG"] = "1"
     return subprocess.run(
         [sys.executable, "-m", "daemon", *args],
         capture_output=True,
@@ -281,6 +283,35 @@ def test_user_sees_a_missing_file_as_one_line(tmp_path: Path) -> None:
     result = daemon("validate", str(missing))
     assert result.returncode == 1
     assert result.stderr == f"error: {missing}: no such file\n"
+
+
+def test_enrichd_debug_shows_the_traceback_instead_of_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    result = daemon("validate", str(missing), debug=True)
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert f"{missing}: no such file" in result.stderr.splitlines()[-1]
+
+
+def test_help_starts_no_spark() -> None:
+    """``daemon --help`` (and every command's help) answers without importing PySpark, so no
+    JVM starts: that is what keeps it well under two seconds."""
+    probe = (
+        "import sys\n"
+        "from daemon.cli import app\n"
+        "for args in (['--help'], ['run', '--help'], ['replay', '--help'], ['demo', '--help']):\n"
+        "    try:\n"
+        "        app(args)\n"
+        "    except SystemExit as done:\n"
+        "        assert done.code == 0, (args, done.code)\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j'))\n"
+        "print('heavy modules:', heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "heavy modules: []"
 
 
 def test_check_topics_needs_a_broker_address(write: Write) -> None:
