@@ -192,6 +192,9 @@ def reencoder(
         import pyarrow as pa
 
         from daemon.kafka.records import CONTROL_ROLE, SINK_COLUMNS
+        from daemon.worker_gc import freeze_loaded
+
+        freeze_loaded()  # as the joiner operator does in its worker
 
         for batch in batches:
             columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}

@@ -44,6 +44,7 @@ from daemon.avro import AvroCodec
 from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, apply_order
 from daemon.kafka.records import CONTROL_ROLE, DEAD_LETTER_ROUTE, SINK_COLUMNS
 from daemon.metrics_relay import JOINER_COUNTS_TOPIC
+from daemon.worker_gc import freeze_loaded
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,6 +116,7 @@ class JoinerProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the one state variable: the bucket, pickled."""
+        freeze_loaded()
         self.handle = handle
         self.state = handle.getValueState("state_bucket", "blob binary")
 

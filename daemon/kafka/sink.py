@@ -36,6 +36,7 @@ from daemon.config import Delivery
 from daemon.kafka.clients import Deliveries, produce
 from daemon.kafka.records import SINK_COLUMNS
 from daemon.metrics_relay import JOINER_COUNTS_TOPIC, send_batch_counts
+from daemon.worker_gc import freeze_loaded
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
@@ -102,6 +103,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         """Write one task's share of a micro-batch."""
         from pyspark import TaskContext
+
+        freeze_loaded()
 
         context = TaskContext.get()
         partition = context.partitionId() if context else 0

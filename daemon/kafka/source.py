@@ -42,6 +42,7 @@ from daemon.kafka.records import (
     bucket_of,
     route,
 )
+from daemon.worker_gc import freeze_loaded
 
 _ARROW_CHUNK = 10_000
 _MARKER_LOOKAHEAD = 1_000
@@ -394,6 +395,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         from confluent_kafka import Consumer, TopicPartition
 
         assert isinstance(partition, KafkaPartition)  # noqa: S101 - Spark gives back our own
+        freeze_loaded()
         spec = next(s for s in self.spec.inputs if s.topic == partition.topic)
         consumer = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
         tp = TopicPartition(partition.topic, partition.partition, partition.start)
