@@ -207,11 +207,11 @@ class JoinerProcessor(StatefulProcessor):
         """
         yield from _frames(self._wake_up(timerValues))
 
-    def _wake_up(self, timerValues: Any) -> Iterator[Output]:  # noqa: N803
+    def _wake_up(self, timer_values: Any) -> Iterator[Output]:
         joiner = self.plan.joiner
         bucket = self._load_bucket()
         bucket.timer_ms = None  # fired, so gone
-        now = timerValues.getCurrentProcessingTimeInMs()
+        now = timer_values.getCurrentProcessingTimeInMs()
         for group in sorted(k for k, at in bucket.due.items() if at <= now):
             clock, state = self._load(bucket, group, now)
             if group not in bucket.keys:  # expired
