@@ -191,7 +191,7 @@ def reencoder(
     def reencode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        from daemon.kafka.records import CONTROL_ROLE, SINK_COLUMNS
+        from daemon.kafka.records import CONTROL_ROLE, SINK_ARROW, SINK_COLUMNS
         from daemon.worker_gc import freeze_loaded
 
         freeze_loaded()  # as the joiner operator does in its worker
@@ -232,27 +232,9 @@ def reencoder(
                 out["source_partition"].append(partition)
                 out["source_offset"].append(offset)
                 out["error_message"].append(None)
-            yield pa.RecordBatch.from_pydict(out, schema=_sink_arrow())
+            yield pa.RecordBatch.from_pydict(out, schema=SINK_ARROW)
 
     return reencode
-
-
-def _sink_arrow() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("topic", pa.string()),
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("timestamp", pa.int64()),
-            ("source_topic", pa.string()),
-            ("source_partition", pa.int32()),
-            ("source_offset", pa.int64()),
-            ("error_class", pa.string()),
-            ("error_message", pa.string()),
-        ]
-    )
 
 
 def run_enrichd(

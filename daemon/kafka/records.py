@@ -46,7 +46,22 @@ record it came from (``enrichd.source.*``; null when none) and, for a dead lette
 (``enrichd.error.*``). They travel as flat columns, not a list of header structs, because
 converting nested values between Arrow and Python costs several times more per record."""
 
-SINK_COLUMNS = tuple(column.split()[0] for column in SINK_DDL.split(", "))
+SINK_ARROW = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+        ("source_topic", pa.string()),
+        ("source_partition", pa.int32()),
+        ("source_offset", pa.int64()),
+        ("error_class", pa.string()),
+        ("error_message", pa.string()),
+    ]
+)
+""":data:`SINK_DDL` as Arrow, for steps that build sink rows themselves."""
+
+SINK_COLUMNS = tuple(SINK_ARROW.names)
 
 DEAD_LETTER_ROUTE = "\x00dead-letter"
 CONTROL_ROLE = "\x00control"

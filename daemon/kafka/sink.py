@@ -256,25 +256,34 @@ def _produce(
     for batch in batches:
         # A whole column at a time: converting row by row costs several times more.
         rows = zip(*(batch.column(name).to_pylist() for name in SINK_COLUMNS), strict=True)
-        for topic, key, value, timestamp, *provenance in rows:
+        for (
+            topic,
+            key,
+            value,
+            timestamp,
+            source_topic,
+            source_partition,
+            source_offset,
+            error_class,
+            error_message,
+        ) in rows:
             if topic == JOINER_COUNTS_TOPIC:
                 if joiner_counts is not None and value:
                     _add(joiner_counts, json.loads(value))
                 continue
-            record = {
-                "value": value,
-                "key": key,
-                "headers": headers_of(*provenance),
-                "on_delivery": deliveries,
+            produce(
+                producer,
+                topic,
+                value=value,
+                key=key,
+                headers=headers_of(
+                    source_topic, source_partition, source_offset, error_class, error_message
+                ),
+                on_delivery=deliveries,
                 # librdkafka reads 0 as "now": a missing timestamp is the write time.
-                "timestamp": timestamp or 0,
-            }
-            try:
-                producer.produce(topic, **record)
-            except BufferError:  # the local queue is full: wait for deliveries
-                produce(producer, topic, **record)
+                timestamp=timestamp or 0,
+            )
             counts[topic] = counts.get(topic, 0) + 1
-            error_class = provenance[3]
             if kinds is not None and error_class is not None:
                 kinds[error_class] = kinds.get(error_class, 0) + 1
         producer.poll(0)

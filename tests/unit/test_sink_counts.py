@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from daemon.kafka.records import SINK_ARROW
 from daemon.kafka.sink import KafkaStreamWriter, SinkSpec, Written, _produce
 from daemon.metrics_relay import JOINER_COUNTS_TOPIC
 
@@ -46,19 +47,7 @@ def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
             "error_class": [kind for _, _, kind in items],
             "error_message": [kind and f"{kind}: why" for _, _, kind in items],
         },
-        schema=pa.schema(
-            [
-                ("topic", pa.string()),
-                ("key", pa.binary()),
-                ("value", pa.binary()),
-                ("timestamp", pa.int64()),
-                ("source_topic", pa.string()),
-                ("source_partition", pa.int32()),
-                ("source_offset", pa.int64()),
-                ("error_class", pa.string()),
-                ("error_message", pa.string()),
-            ]
-        ),
+        schema=SINK_ARROW,
     )
 
 
