@@ -19,6 +19,7 @@ from typing import Any
 import fastavro
 from fastavro.types import Schema
 
+from daemon.avro_fields import FieldScanner
 from daemon.errors import SchemaError
 
 _MAGIC = 0
@@ -81,11 +82,44 @@ class AvroCodec:
     schema_id: int | None = None
     _writers: dict[int, Schema] = field(default_factory=dict, repr=False)
     _client: Any = field(default=None, repr=False)
+    _scanners: dict[tuple[int, tuple[str, ...]], FieldScanner | None] = field(
+        default_factory=dict, repr=False
+    )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None  # the registry client holds sockets; rebuilt where used
+        state["_scanners"] = {}  # closures; rebuilt where used
         return state
+
+    def read_fields(
+        self, data: bytes, names: tuple[str, ...], millis: tuple[str, ...] = ()
+    ) -> list[Any] | None:
+        """The top-level fields ``names`` of one value, without decoding the rest of it.
+
+        None when these fields cannot be read so (see :class:`FieldScanner`): decode instead.
+
+        Raises:
+            ValueError: the bytes are not a record of the expected format.
+        """
+        start, schema_id = 0, -1
+        if self.registry_url is not None:
+            if len(data) < _HEADER.size or data[0] != _MAGIC:
+                raise ValueError("not Confluent framing (magic byte 0 and a 4-byte schema id)")
+            start, (_, schema_id) = _HEADER.size, _HEADER.unpack_from(data)
+        try:
+            scanner = self._scanners[(schema_id, names)]
+        except KeyError:
+            writer = (self._writer(schema_id) if schema_id >= 0 else self.writer_schema) or (
+                self.schema
+            )
+            scanner = None
+            # A reader whose field types differ from the writer's decodes to other values
+            # (an int promoted to a double, a renamed field): only a decode resolves those.
+            if _field_types(writer, names) == _field_types(self.schema, names):
+                scanner = FieldScanner.for_fields(writer, names, millis)
+            self._scanners[(schema_id, names)] = scanner
+        return None if scanner is None else scanner.scan(data, start)
 
     def decode(self, data: bytes) -> dict[str, Any]:
         """Decode one value.
@@ -129,6 +163,14 @@ class AvroCodec:
 
             self._client = SchemaRegistryClient({"url": self.registry_url})
         return self._client
+
+
+def _field_types(schema: Schema, names: tuple[str, ...]) -> list[Any]:
+    """The types of the top-level fields ``names`` of a record schema (None where absent)."""
+    fields = (
+        {f["name"]: f["type"] for f in schema.get("fields", [])} if isinstance(schema, dict) else {}
+    )
+    return [fields.get(name) for name in names]
 
 
 def _read(data: bytes, start: int, writer: Schema, reader: Schema) -> dict[str, Any]:

@@ -161,7 +161,7 @@ class JoinerProcessor(StatefulProcessor):
             raw[(row.topic, row.partition, row.offset)] = row
             try:
                 value = None if row.value is None else self.plan.codecs[row.role].decode(row.value)
-            except Exception as exc:  # the source decoded it once; this cannot differ
+            except Exception as exc:  # the source read only the key and time fields
                 yield self._dead_letter(row, "UndecodableRecord", str(exc))
                 continue
             records.append(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -62,6 +62,9 @@ SINK_ARROW = pa.schema(
 """:data:`SINK_DDL` as Arrow, for steps that build sink rows themselves."""
 
 SINK_COLUMNS = tuple(SINK_ARROW.names)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
 
 DEAD_LETTER_ROUTE = "\x00dead-letter"
 CONTROL_ROLE = "\x00control"
@@ -168,14 +171,21 @@ def route(
         if kafka_key is None:
             return Routing(None, timestamp, "UnroutableTombstone: tombstone without a Kafka key")
         return Routing(kafka_key.decode("utf-8", "replace"), timestamp, None)
-    raw_key = field_at(value, key_field)
+    raw_time = None if time_field is None else field_at(value, time_field)
+    return route_fields(field_at(value, key_field), raw_time, timestamp, key_field, time_field)
+
+
+def route_fields(
+    raw_key: Any, raw_time: Any, timestamp: int, key_field: str, time_field: str | None
+) -> Routing:
+    """Route a record by its join key and event-time values, read or decoded (see :func:`route`)."""
     if raw_key is None:
         return Routing(None, timestamp, f"MissingKey: no join key field {key_field!r}")
     if time_field is None:
         return Routing(str(raw_key), timestamp, None)
-    raw_time = field_at(value, time_field)
-    if isinstance(raw_time, datetime):  # Avro timestamp-millis/-micros
-        return Routing(str(raw_key), int(raw_time.timestamp() * 1000), None)
+    if isinstance(raw_time, datetime):  # Avro timestamp-millis/-micros; local-* ones are naive
+        aware = raw_time if raw_time.tzinfo else raw_time.replace(tzinfo=UTC)
+        return Routing(str(raw_key), (aware - _EPOCH) // _MILLISECOND, None)
     if isinstance(raw_time, int) and not isinstance(raw_time, bool):
         return Routing(str(raw_key), raw_time, None)
     return Routing(None, timestamp, f"MissingEventTime: no integer event-time field {time_field!r}")
