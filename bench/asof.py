@@ -38,6 +38,7 @@ from bench.report import (
 )
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records
+from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 EXAMPLE = REPO / "examples" / "recommendations.toml"
 _MOODS = ("calm", "grumpy", "cheerful", "tired", "focused", "anxious", "bold", "bored")
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-batch",
         type=int,
-        default=100_000,
+        default=DEFAULT_MAX_RECORDS_PER_BATCH,
         help="enrichd max_records_per_batch (the pipeline default)",
     )
     parser.add_argument("--seed", type=int, default=5, help="seed for keys, sides and delays")

@@ -43,6 +43,7 @@ from bench.report import (
     run_header,
 )
 from bench.workloads import Topics, Workload, count_outputs, count_records, create_inputs, produce
+from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker
@@ -63,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-batch",
         type=int,
-        default=100_000,
+        default=DEFAULT_MAX_RECORDS_PER_BATCH,
         help="enrichd max_records_per_batch (the pipeline default)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for authors and words")

@@ -72,6 +72,7 @@ from bench.workloads import (
     create_input_topics,
     input_producer,
 )
+from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 from daemon.kafka import clients
 
 if TYPE_CHECKING:
@@ -91,7 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--users", type=int, default=100_000, help="table keys (user regions)")
     parser.add_argument("--clicks", type=int, default=1_000_000, help="stream records (clicks)")
     parser.add_argument(
-        "--max-batch", type=int, default=100_000, help="enrichd max_records_per_batch"
+        "--max-batch",
+        type=int,
+        default=DEFAULT_MAX_RECORDS_PER_BATCH,
+        help="enrichd max_records_per_batch (the pipeline default)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for click users and regions")
     parser.add_argument(

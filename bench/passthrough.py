@@ -62,6 +62,7 @@ from bench.workloads import (
     input_producer,
     tweet,
 )
+from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 from daemon.kafka import clients
 
 if TYPE_CHECKING:
@@ -77,7 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The pass-through workload's size and options."""
     parser.add_argument("--records", type=int, default=1_000_000, help="tweets to pass through")
     parser.add_argument(
-        "--max-batch", type=int, default=100_000, help="enrichd max_records_per_batch"
+        "--max-batch",
+        type=int,
+        default=DEFAULT_MAX_RECORDS_PER_BATCH,
+        help="enrichd max_records_per_batch (the pipeline default)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for authors and words")
 

@@ -44,6 +44,7 @@ from bench.report import (
 from bench.resources import MIB, PeakMemory, state_bytes, state_line
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records
+from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 EXAMPLE = REPO / "examples" / "window-join.toml"
 MODE = "inner"
@@ -60,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-batch",
         type=int,
-        default=100_000,
+        default=DEFAULT_MAX_RECORDS_PER_BATCH,
         help="enrichd max_records_per_batch (the pipeline default); Spark's join reads half of "
         "it per topic",
     )

@@ -46,7 +46,7 @@ def test_minimal_file_gets_defaults(tmp_path: Path) -> None:
     pipe = parsed.pipeline[0]
     assert pipe.delivery == "exactly_once"
     assert pipe.trigger == 0
-    assert pipe.max_records_per_batch == 100_000
+    assert pipe.max_records_per_batch == 500_000
     assert pipe.dead_letters == "p.dlq"
     assert pipe.field_of("one") == "one"
     assert parsed.source == tmp_path / "pipeline.toml"
