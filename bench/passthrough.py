@@ -76,7 +76,12 @@ TITLE = "## passthrough: the Kafka + Avro data path alone (decode, re-encode)"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The pass-through workload's size and options."""
-    parser.add_argument("--records", type=int, default=1_000_000, help="tweets to pass through")
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=3_000_000,
+        help="tweets to pass through (several batches of the default cap after the first)",
+    )
     parser.add_argument(
         "--max-batch",
         type=int,
