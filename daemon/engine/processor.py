@@ -49,8 +49,20 @@ from daemon.worker_gc import freeze_loaded
 if TYPE_CHECKING:
     import pandas as pd
 
-Row = Any
-"""An input row: a named tuple with the fields of :data:`daemon.kafka.records.SOURCE_DDL`."""
+
+class Row(NamedTuple):
+    """An input row: the fields of :data:`daemon.kafka.records.SOURCE_DDL` the operator reads."""
+
+    role: str
+    key: str
+    event_time: int
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    kafka_key: bytes | None
+    value: bytes | None
+    error: str | None
 
 
 class Output(NamedTuple):
@@ -132,7 +144,7 @@ class JoinerProcessor(StatefulProcessor):
     def _input_rows(self, frames: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[Output]:
         by_key: dict[str, list[Row]] = {}
         for frame in frames:
-            for row in frame.itertuples(index=False):
+            for row in _rows_of(frame):
                 if row.key == DEAD_LETTER_ROUTE:
                     # pandas reads a null string as NaN, not None
                     error = row.error if isinstance(row.error, str) else "Error: unknown"
@@ -370,6 +382,12 @@ class JoinerProcessor(StatefulProcessor):
         """Nothing to release."""
 
 
+def _rows_of(frame: pd.DataFrame) -> Iterator[Row]:
+    """A frame's rows, a column at a time: ``itertuples`` indexes the frame per column and row."""
+    columns = [frame[name].tolist() for name in Row._fields]
+    return map(Row._make, zip(*columns, strict=True))
+
+
 def _origin(record: InputRecord) -> tuple[str, int, int]:
     return (record.topic, record.partition, record.offset)
 
@@ -378,7 +396,8 @@ def _frames(rows: Iterator[Output]) -> Iterator[pd.DataFrame]:
     """The output rows as one frame of :data:`~daemon.kafka.records.SINK_DDL` columns, if any.
 
     Columns of Python objects (not pandas' inferred types), so a null stays null and an
-    integer stays exact on the way to Arrow.
+    integer stays exact on the way to Arrow. (Arrow-backed columns were tried: PySpark's
+    conversion of them cost as much, and building them more.)
     """
     import numpy as np
     import pandas as pd
