@@ -82,7 +82,7 @@ class AvroCodec:
     schema_id: int | None = None
     _writers: dict[int, Schema] = field(default_factory=dict, repr=False)
     _client: Any = field(default=None, repr=False)
-    _scanners: dict[tuple[int, tuple[str, ...]], FieldScanner | None] = field(
+    _scanners: dict[tuple[int, tuple[str, ...], tuple[str, ...]], FieldScanner | None] = field(
         default_factory=dict, repr=False
     )
 
@@ -108,7 +108,7 @@ class AvroCodec:
                 raise ValueError("not Confluent framing (magic byte 0 and a 4-byte schema id)")
             start, (_, schema_id) = _HEADER.size, _HEADER.unpack_from(data)
         try:
-            scanner = self._scanners[(schema_id, names)]
+            scanner = self._scanners[(schema_id, names, millis)]
         except KeyError:
             writer = (self._writer(schema_id) if schema_id >= 0 else self.writer_schema) or (
                 self.schema
@@ -118,7 +118,7 @@ class AvroCodec:
             # (an int promoted to a double, a renamed field): only a decode resolves those.
             if _field_types(writer, names) == _field_types(self.schema, names):
                 scanner = FieldScanner.for_fields(writer, names, millis)
-            self._scanners[(schema_id, names)] = scanner
+            self._scanners[(schema_id, names, millis)] = scanner
         return None if scanner is None else scanner.scan(data, start)
 
     def decode(self, data: bytes) -> dict[str, Any]:

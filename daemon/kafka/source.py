@@ -480,8 +480,8 @@ def _route(
     if value is not None:
         try:
             fields = spec.codec.read_fields(value, spec.routed_fields, spec.millis_fields)
-        except ValueError:
-            fields = None  # the decode below says what is wrong, in its own words
+        except Exception:  # noqa: BLE001 - bad bytes, or a registry that cannot say the schema
+            fields = None  # the decode below fails too, and says why in its own words
         if fields is not None:
             raw_time = fields[1] if spec.time_field is not None else None
             return route_fields(fields[0], raw_time, timestamp, spec.key_field, spec.time_field)

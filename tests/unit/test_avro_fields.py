@@ -146,3 +146,16 @@ def test_a_writer_schema_is_walked_and_a_changed_field_type_declines() -> None:
         """{"type": "record", "name": "U", "fields": [{"name": "id", "type": "double"}]}"""
     )
     assert AvroCodec(promoted, writer_schema=old).read_fields(data, ("id",)) is None
+
+
+def test_a_schema_the_registry_cannot_give_routes_the_record_to_dead_letters() -> None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from daemon.kafka.source import SourceInput, _route
+
+    codec = AvroCodec(EVERY_TYPE, registry_url="mock://enrichd-unknown-ids")
+    codec._client = SchemaRegistryClient.new_client({"url": "mock://enrichd-unknown-ids"})
+    framed = b"\x00" + struct.pack(">I", 404) + b"\x02"
+    routing = _route(SourceInput("r", "t", "author", None, codec), framed, None, 5)
+    assert routing.key is None and routing.event_time == 5
+    assert (routing.error or "").startswith("UndecodableRecord: ")
