@@ -4,18 +4,21 @@ A reused PySpark worker runs a full ``gc.collect()`` after every task. With pand
 PySpark, fastavro and confluent-kafka loaded that scans about 90,000 long-lived objects, some
 50 ms per task, and a micro-batch runs several Python tasks (source, joiner, sink) on each
 core: at small batches that was a fifth of the workers' CPU. :func:`freeze_loaded` moves
-everything a worker holds when an enrichd task starts (modules, schemas, the plan) into the
-permanent generation, which collections skip; what the task creates is collected as before.
-It freezes at every task, not once: a worker runs source, joiner and sink tasks in turn, and
-each kind imports modules of its own on first use (the joiner's pandas and state API).
-Freezing is cheap (it moves the collector's lists), and what it keeps alive was alive.
+everything a worker holds when its first enrichd task starts (modules, schemas, the plan)
+into the permanent generation, which collections skip; what tasks create later is collected
+as before.
 """
 
 from __future__ import annotations
 
 import gc
 
+_frozen = False
+
 
 def freeze_loaded() -> None:
-    """Exempt what this process holds now from garbage collection."""
-    gc.freeze()
+    """Exempt what this process holds now from garbage collection; once per process."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.freeze()
