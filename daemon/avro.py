@@ -102,11 +102,7 @@ class AvroCodec:
         Raises:
             ValueError: the bytes are not a record of the expected format.
         """
-        start, schema_id = 0, -1
-        if self.registry_url is not None:
-            if len(data) < _HEADER.size or data[0] != _MAGIC:
-                raise ValueError("not Confluent framing (magic byte 0 and a 4-byte schema id)")
-            start, (_, schema_id) = _HEADER.size, _HEADER.unpack_from(data)
+        start, schema_id = (0, -1) if self.registry_url is None else _framing(data)
         try:
             scanner = self._scanners[(schema_id, names, millis)]
         except KeyError:
@@ -129,10 +125,8 @@ class AvroCodec:
         """
         if self.registry_url is None:
             return _read(data, 0, self.writer_schema or self.schema, self.schema)
-        if len(data) < _HEADER.size or data[0] != _MAGIC:
-            raise ValueError("not Confluent framing (magic byte 0 and a 4-byte schema id)")
-        _, schema_id = _HEADER.unpack_from(data)
-        return _read(data, _HEADER.size, self._writer(schema_id), self.schema)
+        start, schema_id = _framing(data)
+        return _read(data, start, self._writer(schema_id), self.schema)
 
     def encode(self, record: dict[str, Any]) -> bytes:
         """Encode one value.
@@ -163,6 +157,18 @@ class AvroCodec:
 
             self._client = SchemaRegistryClient({"url": self.registry_url})
         return self._client
+
+
+def _framing(data: bytes) -> tuple[int, int]:
+    """Where a Confluent-framed value's record starts, and its writer schema id.
+
+    Raises:
+        ValueError: the value does not start with the magic byte and a schema id.
+    """
+    if len(data) < _HEADER.size or data[0] != _MAGIC:
+        raise ValueError("not Confluent framing (magic byte 0 and a 4-byte schema id)")
+    _, schema_id = _HEADER.unpack_from(data)
+    return _HEADER.size, schema_id
 
 
 def _field_types(schema: Schema, names: tuple[str, ...]) -> list[Any]:
