@@ -10,13 +10,13 @@ import pyarrow as pa
 
 from daemon.checkpoint import STATE_BUCKETS
 
-SOURCE_DDL = (
-    "role string, key string, bucket int, event_time long, topic string, partition int, "
-    "offset long, timestamp long, kafka_key binary, value binary, error string"
-)
-"""One input record: ``key`` is its join key (or :data:`DEAD_LETTER_ROUTE` when ``error``
-says why the record cannot be joined), ``bucket`` its state bucket (:func:`bucket_of`), by
-which the operator groups; ``value`` keeps the original bytes."""
+_SPARK_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
+
+
+def _ddl_of(schema: pa.Schema) -> str:
+    """A row shape in Spark's DDL, from its Arrow schema: each shape is stated once."""
+    return ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in schema)
+
 
 SOURCE_ARROW = pa.schema(
     [
@@ -34,17 +34,10 @@ SOURCE_ARROW = pa.schema(
     ]
 )
 
-SINK_DDL = (
-    "topic string, key binary, value binary, timestamp long, source_topic string, "
-    "source_partition int, source_offset long, error_class string, error_message string"
-)
-"""One output record: its topic (output or dead letters), key, value (null: tombstone), and
-Kafka timestamp: that of the input record that caused it, as Kafka Streams does, so
-downstream consumers see event order, not enrichd's write time (null: write time). The
-other columns become headers in the sink (:func:`daemon.kafka.sink.headers_of`): the input
-record it came from (``enrichd.source.*``; null when none) and, for a dead letter, why
-(``enrichd.error.*``). They travel as flat columns, not a list of header structs, because
-converting nested values between Arrow and Python costs several times more per record."""
+SOURCE_DDL = _ddl_of(SOURCE_ARROW)
+"""One input record: ``key`` is its join key (or :data:`DEAD_LETTER_ROUTE` when ``error``
+says why the record cannot be joined), ``bucket`` its state bucket (:func:`bucket_of`), by
+which the operator groups; ``value`` keeps the original bytes."""
 
 SINK_ARROW = pa.schema(
     [
@@ -59,7 +52,15 @@ SINK_ARROW = pa.schema(
         ("error_message", pa.string()),
     ]
 )
-""":data:`SINK_DDL` as Arrow, for steps that build sink rows themselves."""
+
+SINK_DDL = _ddl_of(SINK_ARROW)
+"""One output record: its topic (output or dead letters), key, value (null: tombstone), and
+Kafka timestamp: that of the input record that caused it, as Kafka Streams does, so
+downstream consumers see event order, not enrichd's write time (null: write time). The
+other columns become headers in the sink (:func:`daemon.kafka.sink.headers_of`): the input
+record it came from (``enrichd.source.*``; null when none) and, for a dead letter, why
+(``enrichd.error.*``). They travel as flat columns, not a list of header structs, because
+converting nested values between Arrow and Python costs several times more per record."""
 
 SINK_COLUMNS = tuple(SINK_ARROW.names)
 
