@@ -190,8 +190,9 @@ def _split_line(spark: EnrichdResult, users: int) -> str:
         f"- Fitting addBatch over the steady batches by size: about {fixed:,.0f} ms per batch "
         f"plus {per_row * 1000:.1f} us per record. A full batch of {rows:,} uniform tweets "
         f"touches about {keys:,.0f} of the {users:,} authors' keys, and the joiner's "
-        f"operator reads, unpickles, repickles and writes each touched key's whole state "
-        f"(the author and every tweet stored so far) through the state store; {dominant}."
+        f"operator reads, unpickles, repickles and writes each touched key's state (the "
+        f"author and the ids of its tweets; the tweets themselves are appended once to "
+        f"their bucket's stash log and not read again without a fan-out); {dominant}."
     )
 
 

@@ -26,8 +26,11 @@ STATE_BUCKETS = 128
 """Buckets of join keys per pipeline: the operator groups rows, keeps state and sets timers
 per bucket (see :mod:`daemon.engine.processor`). A checkpoint keeps its count for life."""
 
-STATE_LAYOUT = f"pickled keys in {STATE_BUCKETS} buckets"
-"""How the operator's state is laid out; checkpoints without it kept one value per key."""
+STATE_LAYOUT = f"pickled keys in {STATE_BUCKETS} buckets, stashes in a log per bucket"
+"""How the operator's state is laid out; checkpoints without it kept one value per key.
+
+Checkpoints of ``"pickled keys in 128 buckets"`` predate :class:`~daemon.joiners.Stash`, which
+changed how comap keeps its many side."""
 
 
 class IncompatibleCheckpointError(ConfigError):

@@ -186,6 +186,54 @@ def test_profile_update_re_emits_every_stored_tweet(
     ]
 
 
+def test_fan_out_after_the_stash_log_was_compacted(broker: Any, spark: Any, tmp_path: Path) -> None:
+    """1,100 tweets, then 1,098 of them deleted: the dead stashed tweets outnumber what the
+    log keeps, so it is compacted. A rewrite after that, and a rename that fans out, read
+    back exactly the tweets still there, with their latest content."""
+    schemas = EXAMPLE.parent.parent / "schemas"
+    deleted = {"name": "__deleted", "type": "boolean", "default": False}
+    tweet_schema = json.loads((schemas / "tweet.avsc").read_text())
+    tweet_schema["fields"].append(deleted)
+    view_schema = json.loads((schemas / "tweet_view.avsc").read_text())
+    next(f for f in view_schema["fields"] if f["name"] == "tweet")["type"][1]["fields"].append(
+        deleted
+    )
+    (tmp_path / "tweet.avsc").write_text(json.dumps(tweet_schema))
+    (tmp_path / "tweet_view.avsc").write_text(json.dumps(view_schema))
+    text = EXAMPLE.read_text()
+    for name in ("tweet", "tweet_view"):
+        text = text.replace(f'"../schemas/{name}.avsc"', f'"{tmp_path}/{name}.avsc"')
+    text = text.replace('many_id = "id"', 'many_id = "id"\nmany_deleted_field = "__deleted"')
+    pipeline = tmp_path / "deleting.toml"
+    pipeline.write_text(text.replace('"../', f'"{EXAMPLE.parent.parent}/'))
+    ada = {"id": 1, "name": "ada", "avatar": None, "updated_at": 1}
+
+    def tweet(i: int, t: int, content: str, deleted: bool = False, author: int = 1) -> dict:
+        value = {"id": i, "author_id": author, "content": content, "__deleted": deleted}
+        return {"key": i, "value": value, "timestamp": t}
+
+    tweets = [tweet(i, 10 + i, f"first {i}") for i in range(1, 1101)]
+    tweets += [tweet(i, 2000 + i, "", deleted=True) for i in range(1, 1099)]
+    # another author's tweets, so that the rest comes in a batch after the compaction
+    tweets += [tweet(i, 3000 + i, "", author=2) for i in range(5000, 5400)]
+    tweets.append(tweet(1099, 9000, "rewritten"))
+    users = [
+        {"key": 1, "value": ada, "timestamp": 1},
+        {"key": 1, "value": {**ada, "name": "renamed"}, "timestamp": 9001},
+    ]
+    result = run(load_pipeline_file(pipeline), tmp_path, users, tweets, broker, max_batch=400)
+
+    fan_out = [
+        r for r in result.outputs if r["headers"]["enrichd.source.topic"].startswith("users.")
+    ]
+    assert {r["key"]: r["value"]["tweet"]["content"] for r in fan_out} == {
+        "1099": "rewritten",
+        "1100": "first 1100",
+    }
+    assert len(fan_out) == 2 and not result.dead_letters
+    assert sum(r["value"] is None for r in result.outputs) == 1098  # a tombstone per delete
+
+
 def test_deletes_and_fan_out_cap(broker: Any, spark: Any, tmp_path: Path) -> None:
     text = EXAMPLE.read_text().replace('many_id = "id"', 'many_id = "id"\nmax_many_per_key = 2')
     pipeline = tmp_path / "capped.toml"

@@ -18,7 +18,9 @@ Why buckets: every state-store call is a round trip between the Python worker an
 and per-key calls (set the key, read, write) cost about a millisecond per key and
 micro-batch, more than the joining. A bucket is one value holding its keys' states, each
 pickled on its own, so a micro-batch reads and writes each touched bucket once and unpickles
-only the keys it has rows for.
+only the keys it has rows for. Values a joiner keeps in a
+:class:`~daemon.joiners.stash.Stash` are not in the bucket: they are appended to the bucket's
+stash log once, and read only when looked at (:mod:`daemon.engine.stash_log`).
 
 Time: next to the joiner's state the processor keeps the key's clock: its latest event time
 and the processing time of its last record. When the joiner wants a wake-up
@@ -39,8 +41,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from daemon.avro import AvroCodec
+from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
 from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, apply_order
 from daemon.kafka.records import CONTROL_ROLE, DEAD_LETTER_ROUTE, SINK_COLUMNS
 from daemon.metrics_relay import JOINER_COUNTS_TOPIC
@@ -48,6 +52,11 @@ from daemon.worker_gc import freeze_loaded
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
+"""Schema of the bucket's value state (a StructType: a DDL string would cost a call to the JVM
+to parse it in every task)."""
 
 
 class Row(NamedTuple):
@@ -114,6 +123,14 @@ class Bucket:
     """When each key that waits for time wants waking (wake-up or TTL), processing time."""
     timer_ms: int | None = None
     """The bucket's registered timer: the earliest ``due``."""
+    stash_seq: int = 0
+    """The sequence number the next stashed value is stored under (see :mod:`stash_log`)."""
+    stash_entries: int = 0
+    """Values in the bucket's stash log, live or dead."""
+    stash_live: int = 0
+    """Values in the bucket's stash log that some key's stash still holds."""
+    stash_chunks: int = 0
+    """Chunks in the bucket's stash log."""
 
 
 def _key_bytes(key: str | bytes | None) -> bytes | None:
@@ -127,10 +144,11 @@ class JoinerProcessor(StatefulProcessor):
         self.plan = plan
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the one state variable: the bucket, pickled."""
+        """Declare the state variables: the bucket, pickled, and its stash log."""
         freeze_loaded()
         self.handle = handle
-        self.state = handle.getValueState("state_bucket", "blob binary")
+        self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
+        self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
 
     def handleInputRows(  # noqa: N802
         self,
@@ -155,13 +173,16 @@ class JoinerProcessor(StatefulProcessor):
         if not by_key:
             return
         bucket = self._load_bucket()
+        log = StashLog(self.stash_chunks, bucket)
         now = timer_values.getCurrentProcessingTimeInMs()
         for group, group_rows in by_key.items():
-            yield from self._apply(bucket, group, group_rows, now)
-        self._store_bucket(bucket)
+            yield from self._apply(bucket, log, group, group_rows, now)
+        self._store_bucket(bucket, log)
         yield from self._counts()
 
-    def _apply(self, bucket: Bucket, group: str, rows: list[Row], now: int) -> Iterator[Output]:
+    def _apply(
+        self, bucket: Bucket, log: StashLog, group: str, rows: list[Row], now: int
+    ) -> Iterator[Output]:
         """Apply one key's rows: decode, order, run the joiner, keep its new state."""
         records: list[InputRecord] = []
         raw: dict[tuple[str, int, int], Row] = {}
@@ -190,7 +211,7 @@ class JoinerProcessor(StatefulProcessor):
                 )
             )
         joiner = self.plan.joiner
-        clock, state = self._load(bucket, group, now)
+        clock, state = self._load(bucket, log, group, now)
         if records:
             ordered = apply_order(records, joiner.roles, joiner.order)
             clock.stream_time = max(clock.stream_time, *(r.event_time for r in ordered))
@@ -205,7 +226,7 @@ class JoinerProcessor(StatefulProcessor):
             state = yield from self._step(state, call, raw, records)
             if state is None:
                 return
-        self._store(bucket, group, clock, state, now)
+        self._store(bucket, log, group, clock, state, now)
 
     def handleExpiredTimer(  # noqa: N802
         self,
@@ -222,10 +243,11 @@ class JoinerProcessor(StatefulProcessor):
     def _wake_up(self, timer_values: Any) -> Iterator[Output]:
         joiner = self.plan.joiner
         bucket = self._load_bucket()
+        log = StashLog(self.stash_chunks, bucket)
         bucket.timer_ms = None  # fired, so gone
         now = timer_values.getCurrentProcessingTimeInMs()
         for group in sorted(k for k, at in bucket.due.items() if at <= now):
-            clock, state = self._load(bucket, group, now)
+            clock, state = self._load(bucket, log, group, now)
             if group not in bucket.keys:  # expired
                 continue
             clock.stream_time = min(clock.stream_time + max(now - clock.last_ms, 0), END_OF_TIME)
@@ -235,8 +257,8 @@ class JoinerProcessor(StatefulProcessor):
             if advanced is None:  # the joiner raised: no more wake-ups until its next record
                 bucket.due.pop(group, None)
             else:
-                self._store(bucket, group, clock, advanced, now)
-        self._store_bucket(bucket)
+                self._store(bucket, log, group, clock, advanced, now)
+        self._store_bucket(bucket, log)
         yield from self._counts()
 
     def _counts(self) -> Iterator[Output]:
@@ -254,8 +276,9 @@ class JoinerProcessor(StatefulProcessor):
             return bucket
         return Bucket()
 
-    def _store_bucket(self, bucket: Bucket) -> None:
+    def _store_bucket(self, bucket: Bucket, log: StashLog) -> None:
         """Write the bucket back and keep one timer: the earliest key's due time."""
+        log.flush()
         earliest = min(bucket.due.values(), default=None)
         if bucket.timer_ms != earliest:
             if bucket.timer_ms is not None:
@@ -268,21 +291,25 @@ class JoinerProcessor(StatefulProcessor):
         else:
             self.state.clear()
 
-    def _load(self, bucket: Bucket, group: str, now: int) -> tuple[KeyClock, Any]:
+    def _load(self, bucket: Bucket, log: StashLog, group: str, now: int) -> tuple[KeyClock, Any]:
         """A key's clock and state; a fresh start when it has none or it outlived its TTL."""
         blob = bucket.keys.get(group)
         if blob is not None:
-            clock, state = pickle.loads(blob)  # noqa: S301
+            clock, state = log.loads(group, blob)
             ttl = self.plan.joiner.state_ttl_ms()
             if ttl is None or now - clock.updated_ms < ttl:
                 return clock, state
+            log.forget(group)
             del bucket.keys[group]
             bucket.due.pop(group, None)
         return KeyClock(), self.plan.joiner.initial_state()
 
-    def _store(self, bucket: Bucket, group: str, clock: KeyClock, state: Any, now: int) -> None:
+    def _store(
+        self, bucket: Bucket, log: StashLog, group: str, clock: KeyClock, state: Any, now: int
+    ) -> None:
         joiner = self.plan.joiner
         if joiner.is_empty(state):
+            log.forget(group)
             bucket.keys.pop(group, None)
             bucket.due.pop(group, None)
             return
@@ -294,7 +321,7 @@ class JoinerProcessor(StatefulProcessor):
             bucket.due[group] = min(due)
         else:
             bucket.due.pop(group, None)
-        bucket.keys[group] = pickle.dumps((clock, state), protocol=pickle.HIGHEST_PROTOCOL)
+        bucket.keys[group] = log.dumps((clock, state))
 
     def _step(
         self,

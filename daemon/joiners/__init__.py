@@ -11,6 +11,7 @@ from daemon.joiners.base import (
     JoinerOptions,
     apply_order,
 )
+from daemon.joiners.stash import Stash
 
 __all__ = [
     "END_OF_TIME",
@@ -21,5 +22,6 @@ __all__ = [
     "Joiner",
     "JoinerContext",
     "JoinerOptions",
+    "Stash",
     "apply_order",
 ]

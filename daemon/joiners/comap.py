@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle  # noqa: S403 - only this joiner's own state
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
+from daemon.joiners.stash import Stash
 
 
 class CoMapOptions(JoinerOptions):
@@ -63,7 +63,7 @@ class CoMap(Joiner):
 
     def initial_state(self) -> dict[str, Any]:
         """No one side yet, no many-side records."""
-        return {"one": None, "many": {}}
+        return {"one": None, "many": Stash()}
 
     def is_empty(self, state: dict[str, Any]) -> bool:
         """A key with neither side holds nothing worth keeping."""
@@ -87,17 +87,17 @@ class CoMap(Joiner):
         """Apply one key's records in order; see the class docstring for the semantics."""
         many_id_field: str = self.options.many_id  # type: ignore[attr-defined]
         cap: int = self.options.max_many_per_key  # type: ignore[attr-defined]
-        # Many-side records wait pickled: a key's state is read and written every micro-batch
-        # it has records, and a dict of bytes copies cheaply, where a dict of records costs
-        # its every field. Only a one-side update (fan-out) needs them back.
-        stored: dict[str, bytes] = state["many"]
+        # Many-side records wait in a stash: a key's state is read and written every
+        # micro-batch it has records, and a stash carries only the ids. Only a one-side
+        # update (fan-out) reads the records back.
+        stored: Stash = state["many"]
         for record in records:
             if record.role == "one":
                 previous, state["one"] = state["one"], record.value
                 if previous is None and record.value is None:
                     continue  # deleting an unknown one side changes no view
                 for many_id, many in stored.items():
-                    yield self._emit(state, many_id, pickle.loads(many), record)  # noqa: S301
+                    yield self._emit(state, str(many_id), many, record)
                 ctx.count("fanout", len(stored))
                 continue
             if record.value is None:  # routed here only for keyed_tombstones roles
@@ -110,8 +110,10 @@ class CoMap(Joiner):
             many_id = str(record.value[many_id_field])
             deleted_field = self.options.many_deleted_field  # type: ignore[attr-defined]
             if deleted_field is not None and record.value.get(deleted_field):
-                if stored.pop(many_id, None) is not None and state["one"] is not None:
-                    yield Emit(key=many_id, value=None, source=record)
+                if many_id in stored:
+                    del stored[many_id]  # without reading it back
+                    if state["one"] is not None:
+                        yield Emit(key=many_id, value=None, source=record)
                 continue
             if many_id not in stored and len(stored) >= cap:
                 ctx.count("fanout_cap_exceeded")
@@ -121,7 +123,7 @@ class CoMap(Joiner):
                     "FanOutCapExceeded",
                 )
                 continue
-            stored[many_id] = pickle.dumps(record.value, protocol=pickle.HIGHEST_PROTOCOL)
+            stored[many_id] = record.value
             if state["one"] is None:
                 ctx.count("unmatched")
             else:

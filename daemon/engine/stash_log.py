@@ -1,0 +1,178 @@
+"""Where a state bucket's stashed values live (see :class:`daemon.joiners.stash.Stash`).
+
+Beside its blob, each bucket has a list state of chunks: a chunk is a pickled
+``{sequence number: pickled value}`` of the values its keys' stashes were given in one
+micro-batch, appended in one call. A key's state blob carries only each stash's index (key to
+sequence number): the processor pickles key states with a pickler that writes a stash as its
+index (``persistent_id``) and reads it back as a stash that fetches values on demand.
+
+Nothing reads the chunks unless a joiner looks at a stashed value (or the log is compacted),
+and then once per bucket and call. A replaced or deleted value stays in its chunk, dead,
+until the dead outnumber the live: then the live values are rewritten as one chunk. The
+bucket counts both, so compaction costs at most a constant per value ever written.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle  # noqa: S403 - the state store holds only what the processor wrote
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from daemon.joiners.stash import Stash
+
+if TYPE_CHECKING:
+    from daemon.engine.processor import Bucket
+
+CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
+"""Schema of the bucket's list state of chunks (a StructType: a DDL string would cost a call
+to the JVM to parse it in every task)."""
+COMPACT_SLACK = 1024
+"""Dead values a bucket's log may hold beyond as many as it has live ones."""
+MAX_CHUNKS = 512
+"""Chunks a bucket's log may grow to before they are merged (each adds a little per read)."""
+_STASH = "stash"
+
+
+class ChunkList(Protocol):
+    """The part of Spark's ``ListState`` the log uses."""
+
+    def get(self) -> Any:
+        """Every element, as tuples."""
+
+    def put(self, new_state: list[tuple[bytes]]) -> None:
+        """Replace the elements."""
+
+    def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802
+        """Append elements in one call."""
+
+    def clear(self) -> None:
+        """Remove every element."""
+
+
+class StashLog:
+    """One bucket's stashed values during one call of the processor."""
+
+    def __init__(self, chunks: ChunkList, bucket: Bucket) -> None:
+        self._chunks = chunks
+        self._bucket = bucket
+        self._written: dict[int, bytes] = {}
+        """Values stored during this call, by sequence number: the chunk to append."""
+        self._read: dict[int, bytes] | None = None
+        """The stored chunks, merged, once something needed them."""
+        self._loaded: dict[str, list[Stash]] = {}
+        """The stashes each key's loaded state holds, to count them out if it is dropped."""
+
+    def dumps(self, state: Any) -> bytes:
+        """Pickle a key's state; each stash in it is written as its index, its new values here."""
+        buffer = io.BytesIO()
+        _Writer(buffer, self).dump(state)
+        return buffer.getvalue()
+
+    def loads(self, group: str, blob: bytes) -> Any:
+        """Unpickle a key's state; each stash reads its values from this log when asked."""
+        stashes = self._loaded.setdefault(group, [])
+
+        def restore(index: dict[Hashable, int | None]) -> Stash:
+            stash = Stash._restore(index, self._fetch)
+            stashes.append(stash)
+            return stash
+
+        return _Reader(io.BytesIO(blob), restore).load()
+
+    def forget(self, group: str) -> None:
+        """The key's stored state is dropped: its stashed values are dead."""
+        for stash in self._loaded.pop(group, ()):
+            self._bucket.stash_live -= stash._stored_values
+
+    def flush(self) -> None:
+        """Store this call's values: append them as one chunk, or compact the log."""
+        bucket = self._bucket
+        bucket.stash_entries += len(self._written)
+        if not bucket.keys:
+            if bucket.stash_chunks:
+                self._chunks.clear()
+            bucket.stash_entries = bucket.stash_live = bucket.stash_chunks = 0
+            return
+        dead = bucket.stash_entries - bucket.stash_live
+        if dead > bucket.stash_live + COMPACT_SLACK or bucket.stash_chunks >= MAX_CHUNKS:
+            self._compact()
+        elif self._written:
+            self._chunks.appendList([(_dump(self._written),)])
+            bucket.stash_chunks += 1
+
+    def _persist(self, stash: Stash) -> tuple[str, bytes]:
+        index, grown = stash._persist(self._write)
+        self._bucket.stash_live += grown
+        # Pickled apart: the writer would call persistent_id for each of the index's objects.
+        return (_STASH, _dump(index))
+
+    def _write(self, value: Any) -> int:
+        seq = self._bucket.stash_seq
+        self._bucket.stash_seq += 1
+        self._written[seq] = _dump(value)
+        return seq
+
+    def _fetch(self, seq: int) -> Any:
+        blob = self._written.get(seq)
+        if blob is None:
+            blob = self._stored().get(seq)
+        if blob is None:
+            raise LookupError(f"stashed value {seq} is missing from its bucket's state")
+        return pickle.loads(blob)  # noqa: S301
+
+    def _stored(self) -> dict[int, bytes]:
+        if self._read is None:
+            self._read = {}
+            for (chunk,) in self._chunks.get():
+                self._read.update(pickle.loads(chunk))  # noqa: S301
+        return self._read
+
+    def _compact(self) -> None:
+        """Rewrite the bucket's live values as one chunk (every key's state is in the bucket)."""
+        live: set[int] = set()
+
+        def collect(index: dict[Hashable, int | None]) -> Stash:
+            live.update(seq for seq in index.values() if seq is not None)
+            return Stash._restore(index, None)
+
+        for blob in self._bucket.keys.values():
+            _Reader(io.BytesIO(blob), collect).load()
+        values = {**self._stored(), **self._written}
+        kept = {seq: values[seq] for seq in sorted(live)}
+        bucket = self._bucket
+        if kept:
+            self._chunks.put([(_dump(kept),)])
+        else:
+            self._chunks.clear()
+        bucket.stash_entries = bucket.stash_live = len(kept)
+        bucket.stash_chunks = 1 if kept else 0
+
+
+def _dump(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class _Writer(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, log: StashLog) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._log = log
+
+    def persistent_id(self, obj: Any) -> Any:
+        return self._log._persist(obj) if type(obj) is Stash else None
+
+
+class _Reader(pickle.Unpickler):
+    def __init__(
+        self, file: io.BytesIO, restore: Callable[[dict[Hashable, int | None]], Stash]
+    ) -> None:
+        super().__init__(file)
+        self._restore = restore
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, index = pid
+        if kind != _STASH:
+            raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+        return self._restore(pickle.loads(index))  # noqa: S301

@@ -1,0 +1,146 @@
+"""Stash and the bucket's stash log: values kept apart from key states, read back on demand.
+
+The log runs here over an in-memory list in place of Spark's list state; the comap tests run
+it through the real engine.
+"""
+
+from __future__ import annotations
+
+import pickle  # noqa: S403 - the test's own state
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daemon.engine import stash_log
+from daemon.engine.processor import Bucket
+from daemon.engine.stash_log import StashLog
+from daemon.joiners import Stash
+
+
+class Chunks:
+    """A list state in memory, counting the reads."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[bytes]] = []
+        self.reads = 0
+
+    def get(self) -> list[tuple[bytes]]:
+        self.reads += 1
+        return list(self.items)
+
+    def put(self, new_state: list[tuple[bytes]]) -> None:
+        self.items = list(new_state)
+
+    def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802
+        self.items.extend(new_state)
+
+    def clear(self) -> None:
+        self.items = []
+
+
+def stored_entries(chunks: Chunks) -> int:
+    return sum(len(pickle.loads(chunk)) for (chunk,) in chunks.items)  # noqa: S301
+
+
+def test_a_stash_is_a_mapping_that_pickles_with_its_values() -> None:
+    stash = Stash([("a", 1), ("b", 2)])
+    stash["a"] = 3  # replacing keeps the key's place
+    stash["c"] = {"x": [1]}
+    del stash["b"]
+    assert list(stash.items()) == [("a", 3), ("c", {"x": [1]})]
+    assert "b" not in stash and len(stash) == 2
+    copy = pickle.loads(pickle.dumps({"many": stash}))["many"]  # noqa: S301
+    assert isinstance(copy, Stash) and dict(copy) == {"a": 3, "c": {"x": [1]}}
+    assert stash == {"a": 3, "c": {"x": [1]}}
+
+
+def test_key_states_carry_only_the_index_and_values_are_read_once_when_looked_at() -> None:
+    chunks, bucket = Chunks(), Bucket()
+    log = StashLog(chunks, bucket)
+    state = {"one": "ada", "many": Stash({f"t{i}": "x" * 1000 for i in range(50)}.items())}
+    bucket.keys["k"] = log.dumps(state)
+    log.flush()
+    assert len(bucket.keys["k"]) < 2000  # the 50,000 bytes of values went to the log
+    assert len(chunks.items) == 1 and bucket.stash_live == bucket.stash_entries == 50
+
+    log = StashLog(chunks, bucket)
+    loaded = log.loads("k", bucket.keys["k"])
+    loaded["many"]["t50"] = "new"
+    del loaded["many"]["t0"]
+    assert len(loaded["many"]) == 50 and chunks.reads == 0  # counting and writing read nothing
+    assert loaded["many"]["t1"] == "x" * 1000 and loaded["many"]["t2"] == "x" * 1000
+    assert chunks.reads == 1  # one read of the log per call, however many values are looked at
+    bucket.keys["k"] = log.dumps(loaded)
+    log.flush()
+    assert len(chunks.items) == 2 and bucket.stash_entries == 51 and bucket.stash_live == 50
+
+
+def test_a_dropped_key_and_an_emptied_bucket_leave_nothing_behind() -> None:
+    chunks, bucket = Chunks(), Bucket()
+    log = StashLog(chunks, bucket)
+    bucket.keys["a"] = log.dumps(Stash({"1": 1}.items()))
+    bucket.keys["b"] = log.dumps(Stash({"2": 2, "3": 3}.items()))
+    log.flush()
+    log = StashLog(chunks, bucket)
+    log.loads("b", bucket.keys["b"])
+    log.forget("b")
+    del bucket.keys["b"]
+    log.flush()
+    assert bucket.stash_live == 1 and bucket.stash_entries == 3
+    log = StashLog(chunks, bucket)
+    log.loads("a", bucket.keys["a"])
+    log.forget("a")
+    del bucket.keys["a"]
+    log.flush()
+    assert chunks.items == [] and (bucket.stash_entries, bucket.stash_live) == (0, 0)
+
+
+operation = st.tuples(
+    st.sampled_from(["k1", "k2", "k3"]),  # join key
+    st.sampled_from(["a", "b", "c", "d"]),  # stash key
+    st.one_of(st.none(), st.integers(0, 9)),  # None: delete
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls=st.lists(st.lists(operation, max_size=12), max_size=12), drop=st.booleans())
+def test_every_call_reads_back_what_the_stashes_hold(
+    calls: list[list[tuple[str, str, int | None]]], drop: bool
+) -> None:
+    """Many calls of sets and deletes, keys dropped when empty: the log agrees with dicts."""
+    chunks, bucket = Chunks(), Bucket()
+    model: dict[str, dict[str, int]] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stash_log, "COMPACT_SLACK", 2)  # compact often
+        for ops in calls:
+            log = StashLog(chunks, bucket)
+            states: dict[str, Any] = {}
+            for group, key, value in ops:
+                if group not in states:
+                    blob = bucket.keys.get(group)
+                    states[group] = Stash() if blob is None else log.loads(group, blob)
+                stash, expected = states[group], model.setdefault(group, {})
+                if value is None:
+                    if key in stash:
+                        del stash[key]
+                        del expected[key]
+                else:
+                    stash[key] = expected[key] = value
+            for group, stash in states.items():
+                if drop and not stash:
+                    log.forget(group)
+                    bucket.keys.pop(group, None)
+                    del model[group]
+                else:
+                    bucket.keys[group] = log.dumps(stash)
+            log.flush()
+
+            reader = StashLog(chunks, bucket)
+            loaded = {group: dict(reader.loads(group, blob)) for group, blob in bucket.keys.items()}
+            assert loaded == model
+            live = sum(len(stash) for stash in model.values())
+            assert bucket.stash_live == live
+            assert stored_entries(chunks) == bucket.stash_entries
+            assert bucket.stash_entries - live <= live + stash_log.COMPACT_SLACK
