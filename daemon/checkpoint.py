@@ -22,15 +22,21 @@ from daemon.errors import ConfigError
 
 SHAPE_FILE = "enrichd-pipeline.json"
 
-STATE_BUCKETS = 128
+STATE_BUCKETS = 32
 """Buckets of join keys per pipeline: the operator groups rows, keeps state and sets timers
-per bucket (see :mod:`daemon.engine.processor`). A checkpoint keeps its count for life."""
+per bucket (see :mod:`daemon.engine.processor`). A checkpoint keeps its count for life.
+
+Fewer buckets, less fixed cost: every bucket a micro-batch touches costs a few milliseconds of
+PySpark and state-store calls, and a batch of a few thousand keys touches all of them. More
+buckets, less state rewritten: a touched bucket's blob is read and written whole. With 128
+buckets the comap latency run (5,000 tweets/s over 10,000 authors) spent its batches on the
+calls (p99 3.8 s); with 32, batches of 5,000 tweets took 0.65-1 s and p99 was 1.9 s."""
 
 STATE_LAYOUT = f"pickled keys in {STATE_BUCKETS} buckets, stashes in a log per bucket"
 """How the operator's state is laid out; checkpoints without it kept one value per key.
 
-Checkpoints of ``"pickled keys in 128 buckets"`` predate :class:`~daemon.joiners.Stash`, which
-changed how comap keeps its many side."""
+Checkpoints of ``"pickled keys in 128 buckets"`` predate :class:`~daemon.joiners.Stash` (which
+changed how comap keeps its many side) and the count of 32."""
 
 
 class IncompatibleCheckpointError(ConfigError):

@@ -109,8 +109,9 @@ def _spark_hash_int(value: int, seed: int = 42) -> int:
 def _balanced_labels(count: int, spread: int = 16) -> tuple[int, ...]:
     """Bucket labels that Spark's shuffle deals out evenly to 1, 2, 4, 8 or 16 partitions.
 
-    Spark places a grouped row by ``pmod(hash(label), partitions)``; 128 plain labels 0-127
-    fall 54/74 on two partitions, and the larger task sets the pace of every micro-batch.
+    Spark places a grouped row by ``pmod(hash(label), partitions)``; plain labels fall
+    unevenly (128 labels 0-127 fall 54/74 on two partitions), and the larger task sets the
+    pace of every micro-batch.
     Label ``i`` is the smallest unused number whose hash falls at ``i`` modulo ``spread``.
     """
     labels: list[int] = []
