@@ -10,7 +10,10 @@ together or not at all. When Spark runs micro-batch N again after a crash, the t
 initialises its transactional id, which aborts any transaction a dead predecessor left open
 and fences it off, then reads the marker: if N was already committed it writes nothing. Spark
 replays a micro-batch with the same offsets and the same state, so the skipped write is the
-one that had landed. ``delivery = "at_least_once"`` uses the idempotent producer instead:
+one that had landed. A reused Python worker keeps its producer for the next batch of the same
+id rather than initialising a new one; if another producer initialised the id meanwhile, the
+kept one learns it is fenced when it adds the marker, before it writes anything, and the task
+starts over as above. ``delivery = "at_least_once"`` uses the idempotent producer instead:
 no transactions, and a replayed micro-batch may be written twice.
 """
 
@@ -39,6 +42,10 @@ from daemon.metrics_relay import JOINER_COUNTS_TOPIC, send_batch_counts
 from daemon.worker_gc import freeze_loaded
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
+_TRANSACTIONAL: dict[str, Any] = {}
+"""Transactional producers by transactional id, kept by a reused Python worker between the
+batches it writes (see ``KafkaStreamWriter._begin``): initialising one costs 50-500 ms."""
+_MARKER_READERS: dict[str, Any] = {}  # consumers that read a sink group's batch marker
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
 _DELIVERY_REPORTS = {"delivery.report.only.error": True}
 """The sink only needs to hear of failed deliveries; a report per record is a Python
@@ -128,21 +135,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         txn_id = f"enrichd.{self.spec.pipeline}.{partition}"
         group = f"enrichd.{self.spec.pipeline}.sink.{query_id}.{partition}"
         marker = TopicPartition(self.spec.marker_topic, 0)
-        # A fresh producer per task: the task for a partition may run in any Python worker
-        # (Spark rarely gives it the same one twice), and initialising the id fences
-        # whichever producer used it before.
-        producer = self._transactional_producer(txn_id)
+        producer = self._begin(txn_id, group, marker, batch_id)
+        if producer is None:
+            for _ in iterator:
+                pass
+            return Written(partition, batch_id, {}, skipped=True)
         try:
-            if self._last_committed(group, marker) >= batch_id:
-                for _ in iterator:
-                    pass
-                return Written(partition, batch_id, {}, skipped=True)
-            producer.begin_transaction()
             kinds: dict[str, int] = {}
             joiner: dict[str, int] = {}
             counts = _produce(producer, iterator, kinds, joiner)
-            marker.offset = batch_id + 1
-            producer.send_offsets_to_transaction([marker], self._group_metadata(group))
             producer.commit_transaction()
         except BaseException:
             try:
@@ -150,7 +151,41 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             except KafkaException:
                 pass  # nothing open, or already fenced: the next init aborts it anyway
             raise
+        _TRANSACTIONAL[txn_id] = producer
         return Written(partition, batch_id, counts, dead_letters=kinds, joiner_counts=joiner)
+
+    def _begin(self, txn_id: str, group: str, marker: Any, batch_id: int) -> Any:
+        """A producer in a transaction that holds batch ``batch_id``'s marker; None if committed.
+
+        A producer this worker kept from an earlier batch still owns ``txn_id`` unless another
+        producer initialised the id since; sending the marker is its first call to the broker
+        in the transaction and fails if so (fenced). Otherwise, and in a worker without one, a
+        new producer initialises the id, which fences every other producer of it and aborts
+        any transaction one left open, and only then is the marker read: a task attempt still
+        running elsewhere can no longer commit the batch behind it.
+        """
+        from confluent_kafka import KafkaException
+
+        kept = _TRANSACTIONAL.pop(txn_id, None)
+        if kept is not None:
+            if self._last_committed(group, marker) >= batch_id:
+                _TRANSACTIONAL[txn_id] = kept
+                return None
+            try:
+                return self._open(kept, group, marker, batch_id)
+            except KafkaException:
+                pass  # fenced (it is dropped): start over as a new producer
+        producer = self._transactional_producer(txn_id)
+        if self._last_committed(group, marker) >= batch_id:
+            _TRANSACTIONAL[txn_id] = producer
+            return None
+        return self._open(producer, group, marker, batch_id)
+
+    def _open(self, producer: Any, group: str, marker: Any, batch_id: int) -> Any:
+        producer.begin_transaction()
+        marker.offset = batch_id + 1
+        producer.send_offsets_to_transaction([marker], self._group_metadata(group))
+        return producer
 
     def _transactional_producer(self, txn_id: str) -> Any:
         from confluent_kafka import Producer
@@ -187,13 +222,19 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         return producer
 
     def _last_committed(self, group: str, marker: Any) -> int:
-        from confluent_kafka import Consumer
+        """The last batch whose transaction committed, by the marker; -1 for none.
 
-        consumer = Consumer({**self.spec.client_conf, "group.id": group})
-        try:
-            committed = consumer.committed([marker], timeout=30)[0].offset
-        finally:
-            consumer.close()
+        Read uncommitted: a read-committed offset fetch waits for a transaction that holds
+        the group's offsets, which for a kept producer may be one a dead task left open.
+        """
+        reader = _MARKER_READERS.get(group)
+        if reader is None:
+            from confluent_kafka import Consumer
+
+            reader = _MARKER_READERS[group] = Consumer(
+                {**self.spec.client_conf, "group.id": group, "isolation.level": "read_uncommitted"}
+            )
+        committed = reader.committed([marker], timeout=30)[0].offset
         return committed - 1 if committed >= 0 else -1
 
     def _group_metadata(self, group: str) -> Any:
