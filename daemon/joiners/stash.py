@@ -8,11 +8,12 @@ state itself carries just the stash's keys. So adding, replacing, deleting, coun
 membership tests cost nothing per stored value, and only reading values (a fan-out) does.
 
 Outside the engine (tests, ``daemon.testing``) a stash is an ordinary mapping that pickles
-with its values.
+with its values, each as it was when last set, as the engine stores them.
 """
 
 from __future__ import annotations
 
+import pickle  # noqa: S403 - a joiner's own state
 from collections.abc import Callable, Hashable, Iterable, Iterator, MutableMapping
 from typing import Any
 
@@ -23,10 +24,13 @@ Fetch = Callable[[int], Any]
 class Stash(MutableMapping[Hashable, Any]):
     """A mapping whose values live outside the key's state blob; see the module docstring.
 
-    Keys keep insertion order, as a dict's do; replacing a value keeps its key's place.
+    Keys keep insertion order, as a dict's do; replacing a value keeps its key's place. A
+    value is stored as it is when the key's state is stored after being set: to change a value
+    read back from an earlier micro-batch, set it again (``stash[k] = changed``), since a
+    change made only in place is not written.
     """
 
-    __slots__ = ("_fetch", "_index", "_stored", "_values")
+    __slots__ = ("_blobs", "_fetch", "_index", "_stored", "_values")
 
     def __init__(self, items: Iterable[tuple[Hashable, Any]] = ()) -> None:
         self._index: dict[Hashable, int | None] = {}
@@ -34,6 +38,8 @@ class Stash(MutableMapping[Hashable, Any]):
         self._values: dict[Hashable, Any] = {}
         """Values in memory: set since the last store, or read back."""
         self._fetch: Fetch | None = None
+        self._blobs: dict[int, bytes] | None = None
+        """Outside the engine, after plain pickling: the stored values, pickled."""
         self._stored = 0
         """How many of the keys had a stored value when the stash was loaded."""
         for key, value in items:
@@ -71,8 +77,27 @@ class Stash(MutableMapping[Hashable, Any]):
         self._values.clear()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Plain pickling keeps the values (the engine pickles a stash its own way)."""
-        return (Stash, (list(self.items()),))
+        """Plain pickling keeps the values as the engine would have stored them.
+
+        A value set since the stash was last pickled is pickled now; one from before is
+        kept as it was pickled then, so a change made only in place is lost here as it is in
+        the engine. (The engine pickles a stash its own way: see ``daemon.engine.stash_log``.)
+        """
+        index: dict[Hashable, int | None] = {}
+        blobs: dict[int, bytes] = {}
+        for n, (key, seq) in enumerate(self._index.items()):
+            if seq is None or self._blobs is None:
+                blobs[n] = pickle.dumps(self[key], protocol=pickle.HIGHEST_PROTOCOL)
+            else:
+                blobs[n] = self._blobs[seq]
+            index[key] = n
+        return (Stash._unpickled, (index, blobs))
+
+    @classmethod
+    def _unpickled(cls, index: dict[Hashable, int | None], blobs: dict[int, bytes]) -> Stash:
+        stash = cls._restore(index, lambda seq: pickle.loads(blobs[seq]))  # noqa: S301
+        stash._blobs = blobs
+        return stash
 
     def __repr__(self) -> str:
         return f"Stash({len(self)} keys)"
@@ -98,6 +123,7 @@ class Stash(MutableMapping[Hashable, Any]):
         stash._index = index
         stash._values = {}
         stash._fetch = fetch
+        stash._blobs = None
         stash._stored = len(index)
         return stash
 

@@ -56,6 +56,32 @@ def test_a_stash_is_a_mapping_that_pickles_with_its_values() -> None:
     assert stash == {"a": 3, "c": {"x": [1]}}
 
 
+def test_a_change_made_only_in_place_is_lost_in_tests_as_in_the_engine() -> None:
+    def next_batch(stash: Stash) -> Stash:
+        copy: Stash = pickle.loads(pickle.dumps(stash))  # noqa: S301 - as daemon.testing does
+        return copy
+
+    stash = next_batch(Stash([("a", {"n": 1})]))
+    stash["a"]["n"] = 2  # in place, on a value read back: not stored
+    stash = next_batch(stash)
+    assert stash["a"] == {"n": 1}
+    stash["a"] = {**stash["a"], "n": 3}  # set again: stored
+    stash["b"] = value = {"n": 4}
+    value["n"] = 5  # in place before the state is stored: stored with it
+    assert dict(next_batch(stash)) == {"a": {"n": 3}, "b": {"n": 5}}
+
+    chunks, bucket = Chunks(), Bucket()
+    log = StashLog(chunks, bucket)
+    bucket.keys["k"] = log.dumps(Stash([("a", {"n": 1})]))
+    log.flush()
+    loaded = StashLog(chunks, bucket).loads("k", bucket.keys["k"])
+    loaded["a"]["n"] = 2
+    log = StashLog(chunks, bucket)
+    bucket.keys["k"] = log.dumps(loaded)
+    log.flush()
+    assert StashLog(chunks, bucket).loads("k", bucket.keys["k"])["a"] == {"n": 1}
+
+
 def test_key_states_carry_only_the_index_and_values_are_read_once_when_looked_at() -> None:
     chunks, bucket = Chunks(), Bucket()
     log = StashLog(chunks, bucket)
