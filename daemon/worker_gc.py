@@ -27,7 +27,10 @@ are (700, 10, 10)."""
 
 
 def freeze_loaded() -> None:
-    """Exempt what this process holds now from garbage collection; once per process."""
+    """Exempt what this process holds now from garbage collection, and raise the thresholds.
+
+    Once per process.
+    """
     global _frozen
     if not _frozen:
         _frozen = True

@@ -172,8 +172,7 @@ class JoinerProcessor(StatefulProcessor):
                     by_key.setdefault(row.key, []).append(row)
         if not by_key:
             return
-        bucket = self._load_bucket()
-        log = StashLog(self.stash_chunks, bucket)
+        bucket, log = self._load_bucket()
         now = timer_values.getCurrentProcessingTimeInMs()
         for group, group_rows in by_key.items():
             yield from self._apply(bucket, log, group, group_rows, now)
@@ -242,8 +241,7 @@ class JoinerProcessor(StatefulProcessor):
 
     def _wake_up(self, timer_values: Any) -> Iterator[Output]:
         joiner = self.plan.joiner
-        bucket = self._load_bucket()
-        log = StashLog(self.stash_chunks, bucket)
+        bucket, log = self._load_bucket()
         bucket.timer_ms = None  # fired, so gone
         now = timer_values.getCurrentProcessingTimeInMs()
         for group in sorted(k for k, at in bucket.due.items() if at <= now):
@@ -269,12 +267,11 @@ class JoinerProcessor(StatefulProcessor):
             metrics.clear()
             yield Output(JOINER_COUNTS_TOPIC, None, value, None)
 
-    def _load_bucket(self) -> Bucket:
+    def _load_bucket(self) -> tuple[Bucket, StashLog]:
+        """The bucket, and its stash log for this call."""
         blob = self.state.get()
-        if blob:
-            bucket: Bucket = pickle.loads(blob[0])  # noqa: S301
-            return bucket
-        return Bucket()
+        bucket: Bucket = pickle.loads(blob[0]) if blob else Bucket()  # noqa: S301
+        return bucket, StashLog(self.stash_chunks, bucket)
 
     def _store_bucket(self, bucket: Bucket, log: StashLog) -> None:
         """Write the bucket back and keep one timer: the earliest key's due time."""
