@@ -264,8 +264,8 @@ def run_enrichd(
     from daemon.engine.session import spark_session
     from daemon.kafka.admin import create_topics
     from daemon.kafka.records import SINK_DDL
-    from daemon.kafka.sink import SinkSpec
     from daemon.kafka.source import SourceInput, SourceSpec
+    from daemon.kafka.task_output import OutputSpec
 
     # Ship this module's step by value: Spark's Python workers need not find ``bench``.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -280,7 +280,7 @@ def run_enrichd(
         client_conf=conf,
         max_records_per_batch=max_records_per_batch,
     )
-    sink = SinkSpec(name, conf, "exactly_once", marker_topic=output)
+    sink = OutputSpec(name, conf, "exactly_once", marker_topic=output)
     input_records = sum(ends.values())
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp, PeakMemory() as memory:
         checkpoint = Path(tmp) / "checkpoint"

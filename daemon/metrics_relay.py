@@ -1,8 +1,8 @@
-"""What the Kafka sink wrote, carried from Spark's commit step to the daemon's metrics.
+"""What a micro-batch wrote, carried from Spark's commit step to the daemon's metrics.
 
 Why a relay: the counts of records written per topic, and of dead letters per reason, are
-known exactly only by the sink's write tasks, which hand them to the sink's ``commit()`` once
-every task of a micro-batch has committed. Spark runs that ``commit()`` on the driver host but
+known exactly only by the tasks that wrote them, which hand them to the sink's ``commit()``
+once every task of a micro-batch has committed. Spark runs that ``commit()`` on the driver host but
 in a Python worker process of its own, not in the daemon's process where the Prometheus
 counters live. So ``commit()`` sends one small JSON datagram per micro-batch to a unix
 datagram socket the daemon listens on (its path travels in the sink's spec), and the daemon
@@ -12,8 +12,8 @@ batch still commits: metrics never fail a write.
 
 A message: ``{"pipeline": "tweet-views", "batch": 7, "records": {"tweet-views": 40,
 "tweet-views.dlq": 2}, "dead_letters": {"UndecodableRecord": 2}, "joiner": {"unmatched": 1}}``
-(``joiner``: what the joiner counted with ``ctx.count``, when the operator passes it on as a
-row for :data:`JOINER_COUNTS_TOPIC`).
+(``joiner``: what the joiner counted with ``ctx.count``). The operator, which writes the
+records, passes its counts to the sink in rows for :data:`COUNTS_TOPIC`.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from typing import Any
 
 log = logging.getLogger("enrichd.metrics")
 
-JOINER_COUNTS_TOPIC = "\x00enrichd.joiner-counts"
-"""The "topic" of an operator output row that carries the joiner's ``ctx.count`` totals as
-JSON (``{"matched": 3}``) to the sink, which adds them up instead of producing the row. No
-Kafka topic name can start with a NUL."""
+COUNTS_TOPIC = "\x00enrichd.counts"
+"""The "topic" of a joiner-operator output row that carries counts to the sink, as JSON: what
+the operator call wrote and what the joiner counted with ``ctx.count``
+(``{"records": {"views": 3}, "dead_letters": {}, "joiner": {"matched": 3}}``). The sink adds
+them up instead of producing the row. No Kafka topic name can start with a NUL."""
 
 _MAX_DATAGRAM = 65_536
 

@@ -154,10 +154,10 @@ class Operations:
     # -- wiring ----------------------------------------------------------------------------
 
     def instrument(self, plan: PipelinePlan) -> PipelinePlan:
-        """The plan with its sink reporting to this service's metrics; remembers its topics."""
+        """The plan with its output reporting to this service's metrics; remembers its topics."""
         view = view_of(plan)
         self.views[view.name] = view
-        return replace(plan, sink=replace(plan.sink, metrics_address=self.relay.address))
+        return replace(plan, output=replace(plan.output, metrics_address=self.relay.address))
 
     def attach(self, spark: SparkSession) -> None:
         """Listen to the progress reports of every query of ``spark``."""

@@ -162,38 +162,32 @@ def test_a_fresh_checkpoint_writes_its_outputs_again(
 def test_a_kept_producer_fenced_by_another_starts_over_and_writes_each_batch_once(
     broker: EmbeddedBroker, fresh_topic: Callable[[str], str]
 ) -> None:
-    """A writer keeps its transactional producer between batches; when another producer has
+    """A task keeps its transactional producer for the next batch; when another producer has
     initialised the same id meanwhile (the task ran in another worker), the kept one is
-    fenced before it writes, and the writer starts over with a new producer. Drives the
-    writer directly against the broker, as a reused Python worker would."""
-    import pyarrow as pa
+    fenced before it writes, and the task starts over with a new producer. Drives the task
+    output directly against the broker, as a reused Python worker would."""
     from confluent_kafka import Producer
 
-    from daemon.kafka import sink
-    from daemon.kafka.records import SINK_ARROW
-    from daemon.kafka.sink import KafkaStreamWriter, SinkSpec
+    from daemon.kafka.task_output import OutputSpec, TaskOutput, forget_kept_clients
 
     conf = client_conf(broker.bootstrap_servers)
     topic = fresh_topic("fenced")
     create_topic(conf, topic)
-    spec = SinkSpec(f"fenced-{topic}", conf, "exactly_once", marker_topic=topic)
-    writer = KafkaStreamWriter(spec)
+    spec = OutputSpec(f"fenced-{topic}", conf, "exactly_once", marker_topic=topic)
 
-    def rows(value: bytes) -> Any:
-        row = dict.fromkeys(SINK_ARROW.names)
-        row.update(topic=topic, key=b"k", value=value)
-        return iter([pa.RecordBatch.from_pylist([row], schema=SINK_ARROW)])
+    def write(batch: int, value: bytes) -> TaskOutput:
+        output = TaskOutput(spec, 0, batch, "query")
+        output.send(topic, b"k", value, None)
+        output.commit()
+        return output
 
     try:
-        assert not writer._write_transaction(0, 0, "query", rows(b"a")).skipped
+        assert not write(0, b"a").skipped
         rival = Producer({**conf, "transactional.id": f"enrichd.{spec.pipeline}.0"})
-        rival.init_transactions(30)  # fences the producer the writer kept
-        assert writer._write_transaction(0, 1, "query", rows(b"b")).records == {topic: 1}
-        assert writer._write_transaction(0, 1, "query", rows(b"b")).skipped  # batch 1 again
-        assert writer._write_transaction(0, 2, "query", rows(b"c")).records == {topic: 1}
+        rival.init_transactions(30)  # fences the producer the task kept
+        assert write(1, b"b").records == {topic: 1}
+        assert write(1, b"b").skipped  # batch 1 again
+        assert write(2, b"c").records == {topic: 1}
         assert [record.value for record in read_topic(conf, topic)] == [b"a", b"b", b"c"]
-    finally:  # what the writer keeps would outlive the broker in this process
-        for reader in sink._MARKER_READERS.values():
-            reader.close()
-        sink._MARKER_READERS.clear()
-        sink._TRANSACTIONAL.clear()
+    finally:  # what the task keeps would outlive the broker in this process
+        forget_kept_clients()

@@ -11,8 +11,8 @@ from daemon.errors import ConfigError, KafkaUnavailableError
 from daemon.joiners.base import Joiner, JoinerContext
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.records import SINK_DDL
-from daemon.kafka.sink import SinkSpec
 from daemon.kafka.source import SourceInput, SourceSpec
+from daemon.kafka.task_output import OutputSpec
 from daemon.plugins import registry
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class PipelinePlan:
     config: PipelineConfig
     client_conf: dict[str, str]
     source: SourceSpec
-    sink: SinkSpec
+    output: OutputSpec
     operator: OperatorPlan
     downstream: PipelinePlan | None = None
 
@@ -169,7 +169,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
     )
-    sink = SinkSpec(pipe.name, conf, pipe.delivery, marker_topic=pipe.output.topic)
+    output = OutputSpec(pipe.name, conf, pipe.delivery, marker_topic=pipe.output.topic)
     operator = OperatorPlan(
         joiner=joiner,
         codecs=codecs,
@@ -180,7 +180,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         outputs=outputs,
     )
     downstream = _downstream_plan(pipe, conf, joiner, plugin, output_codec, outputs)
-    return PipelinePlan(pipe, conf, source, sink, operator, downstream)
+    return PipelinePlan(pipe, conf, source, output, operator, downstream)
 
 
 def _downstream_plan(
@@ -231,12 +231,15 @@ def _downstream_plan(
         plugin=plugin,
         outputs={stage.output: (topic, codec)},
     )
-    sink = SinkSpec(config.name, conf, pipe.delivery, marker_topic=topic)
-    return PipelinePlan(config, conf, source, sink, operator)
+    output = OutputSpec(config.name, conf, pipe.delivery, marker_topic=topic)
+    return PipelinePlan(config, conf, source, output, operator)
 
 
 def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
-    """Start the pipeline's streaming query: source, joiner operator, sink."""
+    """Start the pipeline's streaming query: source, joiner operator (which writes), sink.
+
+    The sink only adds up the operator's counts for the metrics (:mod:`daemon.kafka.sink`).
+    """
     from daemon.engine.processor import JoinerProcessor
 
     pipe = plan.config
@@ -248,14 +251,14 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         spark.readStream.format("enrichd-kafka").option("spec", plan.source.encode()).load()
     )
     joined = stream.groupBy("bucket").transformWithStateInPandas(
-        statefulProcessor=JoinerProcessor(plan.operator),
+        statefulProcessor=JoinerProcessor(plan.operator, plan.output),
         outputStructType=SINK_DDL,
         outputMode="Append",
         timeMode=time_mode,
     )
     writer = (
         joined.writeStream.format("enrichd-kafka-sink")
-        .option("spec", plan.sink.encode())
+        .option("spec", plan.output.encode())
         .option("checkpointLocation", str(pipe.checkpoint))
         .queryName(pipe.name)
     )

@@ -3,11 +3,19 @@
 Rows of a micro-batch arrive grouped by state bucket (a hash of the join key into
 :data:`daemon.checkpoint.STATE_BUCKETS`), and within a bucket the processor takes them key by
 key: it decodes a key's rows, puts them in apply order, loads the key's state (one pickled
-object), lets the joiner process them, keeps the new state, and turns what the joiner
-yielded into output rows for the Kafka sink: Avro-encoded output records with provenance
-headers, and dead letters with their original bytes and the reason. A joiner that raises
-does not stop the pipeline: that key's records go to the dead-letter topic with the
-exception, and the key's state stays as it was.
+object), lets the joiner process them, keeps the new state, and writes what the joiner
+yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters with
+their original bytes and the reason. A joiner that raises does not stop the pipeline: that
+key's records go to the dead-letter topic with the exception, and the key's state stays as
+it was.
+
+Why the operator writes, not a sink after it: handing records on to a sink costs two more
+crossings between Python and the JVM, pandas to Arrow in this worker and Arrow to Python in
+the sink's, which cost more than the writing. The task's records go into one Kafka
+transaction (:class:`~daemon.kafka.task_output.TaskOutput`), committed when Spark closes the
+operator at the end of the task, just before Spark commits the task's state; a replay of a
+batch whose transaction landed recomputes the state and writes nothing. What reaches the
+sink is one row of counts per call, for the metrics.
 
 Why pandas frames and not the Row-based ``transformWithState``: PySpark turns each cell of
 a Row-based operator's input into a Python object one Arrow scalar at a time, and each output
@@ -47,7 +55,8 @@ from daemon.avro import AvroCodec
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
 from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, apply_order
 from daemon.kafka.records import CONTROL_ROLE, DEAD_LETTER_ROUTE, SINK_COLUMNS
-from daemon.metrics_relay import JOINER_COUNTS_TOPIC
+from daemon.kafka.task_output import OutputSpec, TaskOutput
+from daemon.metrics_relay import COUNTS_TOPIC
 from daemon.worker_gc import freeze_loaded
 
 if TYPE_CHECKING:
@@ -140,13 +149,15 @@ def _key_bytes(key: str | bytes | None) -> bytes | None:
 class JoinerProcessor(StatefulProcessor):
     """Runs a joiner over the records of one state bucket per call (see the module docstring)."""
 
-    def __init__(self, plan: OperatorPlan) -> None:
+    def __init__(self, plan: OperatorPlan, output: OutputSpec) -> None:
         self.plan = plan
+        self.spec = output
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables: the bucket, pickled, and its stash log."""
         freeze_loaded()
         self.handle = handle
+        self.output: TaskOutput | None = None  # opened at the task's first call
         self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
         self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
 
@@ -157,7 +168,8 @@ class JoinerProcessor(StatefulProcessor):
         timerValues: Any,  # noqa: N803
     ) -> Iterator[pd.DataFrame]:
         """Apply this micro-batch's rows of one bucket, key by key."""
-        yield from _frames(self._input_rows(rows, timerValues))
+        self._write(self._input_rows(rows, timerValues))
+        yield from _frames(self._counts())
 
     def _input_rows(self, frames: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[Output]:
         by_key: dict[str, list[Row]] = {}
@@ -177,7 +189,6 @@ class JoinerProcessor(StatefulProcessor):
         for group, group_rows in by_key.items():
             yield from self._apply(bucket, log, group, group_rows, now)
         self._store_bucket(bucket, log)
-        yield from self._counts()
 
     def _apply(
         self, bucket: Bucket, log: StashLog, group: str, rows: list[Row], now: int
@@ -237,7 +248,8 @@ class JoinerProcessor(StatefulProcessor):
 
         A key whose state outlived ``state_ttl`` is dropped instead.
         """
-        yield from _frames(self._wake_up(timerValues))
+        self._write(self._wake_up(timerValues))
+        yield from _frames(self._counts())
 
     def _wake_up(self, timer_values: Any) -> Iterator[Output]:
         joiner = self.plan.joiner
@@ -257,15 +269,32 @@ class JoinerProcessor(StatefulProcessor):
             else:
                 self._store(bucket, log, group, clock, advanced, now)
         self._store_bucket(bucket, log)
-        yield from self._counts()
+
+    def _write(self, rows: Iterable[Output]) -> None:
+        """Send a call's output to Kafka, in the task's transaction."""
+        if self.output is None:
+            self.output = TaskOutput.of_task(self.spec)
+            self.output.open()  # now, so that a replay knows at once it writes nothing
+        send = self.output.send
+        for row in rows:
+            send(*row)
+        self.output.poll()
 
     def _counts(self) -> Iterator[Output]:
-        """Hand what the joiner counted (``ctx.count``) to the sink, which adds it to metrics."""
+        """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.
+
+        A replay that writes nothing counts nothing: its counts were reported the first time.
+        """
+        output = self.output
         metrics = self.plan.joiner.context.metrics
-        if metrics:
-            value = json.dumps(metrics).encode("utf-8")
-            metrics.clear()
-            yield Output(JOINER_COUNTS_TOPIC, None, value, None)
+        counts = {"joiner": dict(metrics)}
+        metrics.clear()
+        if output is None or output.skipped:
+            return
+        counts.update(records=output.records, dead_letters=output.dead_letters)
+        output.records, output.dead_letters = {}, {}
+        if any(counts.values()):
+            yield Output(COUNTS_TOPIC, None, json.dumps(counts).encode("utf-8"), None)
 
     def _load_bucket(self) -> tuple[Bucket, StashLog]:
         """The bucket, and its stash log for this call."""
@@ -403,7 +432,13 @@ class JoinerProcessor(StatefulProcessor):
         )
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Commit the task's output: it lands with the task's state, or neither does.
+
+        Spark closes the operator after the task's last call (and on the driver, after
+        asking for the state schemas, where nothing was written).
+        """
+        if self.output is not None:
+            self.output.commit()
 
 
 def _rows_of(frame: pd.DataFrame) -> Iterator[Row]:
@@ -417,7 +452,7 @@ def _origin(record: InputRecord) -> tuple[str, int, int]:
 
 
 def _frames(rows: Iterator[Output]) -> Iterator[pd.DataFrame]:
-    """The output rows as one frame of :data:`~daemon.kafka.records.SINK_DDL` columns, if any.
+    """The rows as one frame of :data:`~daemon.kafka.records.SINK_DDL` columns, if any.
 
     Columns of Python objects (not pandas' inferred types), so a null stays null and an
     integer stays exact on the way to Arrow. (Arrow-backed columns were tried: PySpark's

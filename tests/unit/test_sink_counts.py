@@ -1,22 +1,26 @@
 """What the Kafka sink's tasks count for the metrics: records per topic, dead letters per
-reason, the joiner's own counts (rows that are not produced), and what commit() relays."""
+reason, the operator's counts rows (which are not produced), and what commit() relays."""
 
 from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
+from daemon.kafka import task_output
 from daemon.kafka.records import SINK_ARROW
-from daemon.kafka.sink import KafkaStreamWriter, SinkSpec, Written, _produce
-from daemon.metrics_relay import JOINER_COUNTS_TOPIC
+from daemon.kafka.sink import KafkaStreamWriter, Written, write_rows
+from daemon.kafka.task_output import OutputSpec, TaskOutput
+from daemon.metrics_relay import COUNTS_TOPIC
 
 
 class RecordingProducer:
-    """Takes what the sink produces; delivers nothing (no delivery callbacks, no failures)."""
+    """Takes what is produced; delivers nothing (no delivery callbacks, no failures)."""
 
     def __init__(self) -> None:
         self.produced: list[tuple[str, bytes | None]] = []
@@ -31,6 +35,20 @@ class RecordingProducer:
 
     def flush(self, timeout: float | None = None) -> int:
         return 0
+
+
+@pytest.fixture(autouse=True)
+def _forget_kept_producers() -> Iterator[None]:
+    yield
+    task_output.forget_kept_clients()
+
+
+def recording_output() -> tuple[TaskOutput, RecordingProducer]:
+    """An at-least-once task output whose producer records what it is given."""
+    spec = OutputSpec("views", {}, "at_least_once", "views")
+    producer = RecordingProducer()
+    task_output._PRODUCERS["idempotent.views"] = producer
+    return TaskOutput(spec, 3, 7, "query"), producer
 
 
 def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
@@ -51,27 +69,40 @@ def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
     )
 
 
-def test_records_dead_letters_and_joiner_counts_are_tallied_and_counts_not_produced() -> None:
-    producer = RecordingProducer()
-    kinds: dict[str, int] = {}
-    joiner: dict[str, int] = {}
+def counts(records: dict[str, int], dead_letters: dict[str, int], joiner: dict[str, int]) -> bytes:
+    """The value of an operator's counts row."""
+    return json.dumps({"records": records, "dead_letters": dead_letters, "joiner": joiner}).encode()
+
+
+def test_records_dead_letters_and_counts_rows_are_tallied_and_counts_not_produced() -> None:
+    output, producer = recording_output()
     batch = rows(
         ("views", b"v1", None),
         ("views", b"v2", None),
         ("views.dlq", b"x", "LateRecord"),
-        (JOINER_COUNTS_TOPIC, json.dumps({"matched": 2, "unmatched": 1}).encode(), None),
-        (JOINER_COUNTS_TOPIC, json.dumps({"matched": 1}).encode(), None),
+        (COUNTS_TOPIC, counts({"views": 4}, {}, {"matched": 2, "unmatched": 1}), None),
+        (COUNTS_TOPIC, counts({"views.dlq": 1}, {"MissingId": 1}, {"matched": 1}), None),
     )
-    counts = _produce(producer, iter([batch]), kinds, joiner)
-    assert counts == {"views": 2, "views.dlq": 1}
-    assert kinds == {"LateRecord": 1}
-    assert joiner == {"matched": 3, "unmatched": 1}
+    written = write_rows(output, iter([batch]))
+    assert written.records == {"views": 6, "views.dlq": 2}
+    assert written.dead_letters == {"LateRecord": 1, "MissingId": 1}
+    assert written.joiner_counts == {"matched": 3, "unmatched": 1}
+    assert (written.partition, written.batch_id, written.skipped) == (3, 7, False)
     assert [topic for topic, _ in producer.produced] == ["views", "views", "views.dlq"]
 
 
+def test_a_task_with_only_counts_rows_opens_no_transaction() -> None:
+    """The operator wrote and committed the records; the sink must not touch its id."""
+    output, producer = recording_output()
+    batch = rows((COUNTS_TOPIC, counts({"views": 2}, {}, {}), None))
+    assert write_rows(output, iter([batch])).records == {"views": 2}
+    assert not output.opened
+    assert producer.produced == []
+
+
 def test_provenance_and_error_columns_become_the_records_headers() -> None:
-    producer = RecordingProducer()
-    _produce(producer, iter([rows(("views", b"v1", None), ("views.dlq", b"x", "LateRecord"))]))
+    output, producer = recording_output()
+    write_rows(output, iter([rows(("views", b"v1", None), ("views.dlq", b"x", "LateRecord"))]))
     provenance = [
         ("enrichd.source.topic", b"tweets"),
         ("enrichd.source.partition", b"0"),
@@ -92,7 +123,7 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
     address = str(tmp_path / "metrics.sock")
     daemon_end.bind(address)
     daemon_end.settimeout(5)
-    spec = SinkSpec("views", {}, "exactly_once", "views", metrics_address=address)
+    spec = OutputSpec("views", {}, "exactly_once", "views", metrics_address=address)
     writer = KafkaStreamWriter(spec)
     writer.commit(
         [
@@ -116,5 +147,5 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
 
 
 def test_commit_without_a_daemon_listening_does_not_fail(tmp_path: Path) -> None:
-    spec = SinkSpec("views", {}, "exactly_once", "views", metrics_address=str(tmp_path / "gone"))
+    spec = OutputSpec("views", {}, "exactly_once", "views", metrics_address=str(tmp_path / "gone"))
     KafkaStreamWriter(spec).commit([Written(0, 1, {"views": 1})], 1)

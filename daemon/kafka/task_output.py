@@ -1,0 +1,325 @@
+"""One Spark task's share of a micro-batch, written to Kafka exactly once.
+
+Who writes: the joiner operator (:mod:`daemon.engine.processor`) hands each output record to
+its task's :class:`TaskOutput` as the joiner yields it, and commits when Spark closes the
+operator at the end of the task, before Spark commits the task's state. (The Kafka sink,
+:mod:`daemon.kafka.sink`, uses the same class for rows it is given to write.)
+
+How it stays exactly once: every task (one per Spark partition of the joiner's output) owns
+the transactional id ``enrichd.<pipeline>.<partition>``. It writes its share of micro-batch
+N in one Kafka transaction, and inside that same transaction commits the "offset" N + 1 for
+the consumer group ``enrichd.<pipeline>.sink.<query id>.<partition>``, where the query id is
+the one Spark keeps in the checkpoint (a new checkpoint, a new id: its batches start again at
+0 and must not be taken for the old ones). The records and that marker become visible
+together or not at all. When Spark runs micro-batch N again after a crash, the task first
+initialises its transactional id, which aborts any transaction a dead predecessor left open
+and fences it off, then reads the marker: if N was already committed it writes nothing.
+Spark replays a micro-batch with the same offsets and the same state, so the skipped write is
+the one that had landed, and the state the replay recomputes is the state that went with it.
+
+A reused Python worker keeps its producer for the next batch of the same id rather than
+initialising a new one (50-500 ms); if another producer initialised the id meanwhile, the
+kept one learns it is fenced when it adds the marker, before it writes anything, and the task
+starts over as above. ``delivery = "at_least_once"`` uses the idempotent producer instead:
+no transactions, and a replayed micro-batch may be written twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle  # noqa: S403 - only our own driver-made spec travels through it
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.config import Delivery
+from daemon.kafka.clients import Deliveries, produce
+
+_PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
+_TRANSACTIONAL: dict[str, Any] = {}
+"""Transactional producers by transactional id, kept by a reused Python worker between the
+batches it writes (see :meth:`TaskOutput._begin`)."""
+_MARKER_READERS: dict[str, Any] = {}  # consumers that read a task's batch marker
+_GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
+_DELIVERY_REPORTS = {"delivery.report.only.error": True}
+"""A task only needs to hear of failed deliveries; a report per record is a Python callback
+per record."""
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """Where and how a pipeline writes; pickled into the operator and the sink's options."""
+
+    pipeline: str
+    client_conf: dict[str, str]
+    delivery: Delivery
+    marker_topic: str
+    """The topic whose partition 0 carries the committed-batch markers (the output topic)."""
+    metrics_address: str | None = None
+    """The daemon's metrics socket (``daemon.metrics_relay``), or None: counts go nowhere."""
+
+    def encode(self) -> str:
+        """The spec as an option string."""
+        return base64.b64encode(pickle.dumps(self)).decode("ascii")
+
+    @staticmethod
+    def decode(text: str) -> OutputSpec:
+        """The spec back from :meth:`encode`."""
+        return pickle.loads(base64.b64decode(text))  # type: ignore[no-any-return]  # noqa: S301
+
+
+class TaskOutput:
+    """The output of one task of one micro-batch (see the module docstring).
+
+    The transaction opens at :meth:`open` or the first :meth:`send`, or at :meth:`commit` for
+    a task that wrote nothing, so that its marker still says the batch is done.
+    """
+
+    def __init__(self, spec: OutputSpec, partition: int, batch_id: int, query_id: str) -> None:
+        self.spec = spec
+        self.partition = partition
+        self.batch_id = batch_id
+        self.query_id = query_id
+        self.records: dict[str, int] = {}
+        """Records sent, by topic."""
+        self.dead_letters: dict[str, int] = {}
+        """Dead letters sent, by reason (their ``enrichd.error.class`` header)."""
+        self.skipped = False
+        """The batch was committed before: this replay writes nothing."""
+        self._producer: Any = None
+        self._opened = False
+        self._deliveries = Deliveries()  # hears of failures only: see _DELIVERY_REPORTS
+
+    @classmethod
+    def of_task(cls, spec: OutputSpec) -> TaskOutput:
+        """The output of the Spark task this Python worker runs."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context else 0
+        batch_id = int((context.getLocalProperty("streaming.sql.batchId") if context else 0) or 0)
+        # Stable across restarts from one checkpoint; a new checkpoint gets a new one.
+        query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
+        return cls(spec, partition, batch_id, query_id)
+
+    @property
+    def opened(self) -> bool:
+        """Whether the task sent anything yet (or committed)."""
+        return self._opened
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None,
+        source_topic: str | None = None,
+        source_partition: int | None = None,
+        source_offset: int | None = None,
+        error_class: str | None = None,
+        error_message: str | None = None,
+    ) -> None:
+        """Write one record: the columns of :data:`daemon.kafka.records.SINK_DDL`, in order."""
+        if not self._opened:
+            self.open()
+        if self.skipped:
+            return
+        produce(
+            self._producer,
+            topic,
+            value=value,
+            key=key,
+            headers=headers_of(
+                source_topic, source_partition, source_offset, error_class, error_message
+            ),
+            on_delivery=self._deliveries,
+            # librdkafka reads 0 as "now": a missing timestamp is the write time.
+            timestamp=timestamp or 0,
+        )
+        self.records[topic] = self.records.get(topic, 0) + 1
+        if error_class is not None:
+            self.dead_letters[error_class] = self.dead_letters.get(error_class, 0) + 1
+
+    def poll(self) -> None:
+        """Serve the producer's delivery reports (failures only) without waiting."""
+        if self._producer is not None:
+            self._producer.poll(0)
+
+    def commit(self) -> None:
+        """Deliver everything sent and commit it with the batch's marker.
+
+        Raises:
+            RuntimeError: a record was not delivered (the transaction is aborted).
+            KafkaException: the broker refused the commit (aborted likewise).
+        """
+        from confluent_kafka import KafkaException
+
+        if not self._opened:
+            self.open()
+        if self.skipped:
+            return
+        producer = self._producer
+        transactional = self.spec.delivery == "exactly_once"
+        try:
+            producer.flush()
+            if self._deliveries.failures:
+                failures = self._deliveries.failures
+                raise RuntimeError(f"{len(failures)} records were not delivered: {failures[0]}")
+            if transactional:
+                producer.commit_transaction()
+        except BaseException:
+            if transactional:
+                try:
+                    producer.abort_transaction(10)
+                except KafkaException:
+                    pass  # nothing open, or already fenced: the next init aborts it anyway
+            raise
+        if transactional:
+            _TRANSACTIONAL[self._txn_id] = producer
+
+    @property
+    def _txn_id(self) -> str:
+        return f"enrichd.{self.spec.pipeline}.{self.partition}"
+
+    def open(self) -> None:
+        """Open the transaction now, or learn that the batch was committed before."""
+        from confluent_kafka import TopicPartition
+
+        if self._opened:
+            return
+        self._opened = True
+        if self.spec.delivery == "at_least_once":
+            self._producer = _idempotent_producer(self.spec)
+            return
+        group = f"enrichd.{self.spec.pipeline}.sink.{self.query_id}.{self.partition}"
+        marker = TopicPartition(self.spec.marker_topic, 0)
+        self._producer = self._begin(group, marker)
+        self.skipped = self._producer is None
+
+    def _begin(self, group: str, marker: Any) -> Any:
+        """A producer in a transaction that holds the batch's marker; None if committed.
+
+        A producer this worker kept from an earlier batch still owns the transactional id
+        unless another producer initialised the id since; sending the marker is its first
+        call to the broker in the transaction and fails if so (fenced). Otherwise, and in a
+        worker without one, a new producer initialises the id, which fences every other
+        producer of it and aborts any transaction one left open, and only then is the marker
+        read: a task attempt still running elsewhere can no longer commit the batch behind it.
+        """
+        from confluent_kafka import KafkaException
+
+        kept = _TRANSACTIONAL.pop(self._txn_id, None)
+        if kept is not None:
+            if self._last_committed(group, marker) >= self.batch_id:
+                _TRANSACTIONAL[self._txn_id] = kept
+                return None
+            try:
+                return self._open_transaction(kept, group, marker)
+            except KafkaException:
+                pass  # fenced (it is dropped): start over as a new producer
+        producer = _transactional_producer(self.spec, self._txn_id)
+        if self._last_committed(group, marker) >= self.batch_id:
+            _TRANSACTIONAL[self._txn_id] = producer
+            return None
+        return self._open_transaction(producer, group, marker)
+
+    def _open_transaction(self, producer: Any, group: str, marker: Any) -> Any:
+        producer.begin_transaction()
+        marker.offset = self.batch_id + 1
+        producer.send_offsets_to_transaction([marker], _group_metadata(self.spec, group))
+        return producer
+
+    def _last_committed(self, group: str, marker: Any) -> int:
+        """The last batch whose transaction committed, by the marker; -1 for none.
+
+        Read uncommitted: a read-committed offset fetch waits for a transaction that holds
+        the group's offsets, which for a kept producer may be one a dead task left open.
+        """
+        reader = _MARKER_READERS.get(group)
+        if reader is None:
+            from confluent_kafka import Consumer
+
+            reader = _MARKER_READERS[group] = Consumer(
+                {**self.spec.client_conf, "group.id": group, "isolation.level": "read_uncommitted"}
+            )
+        committed = reader.committed([marker], timeout=30)[0].offset
+        return committed - 1 if committed >= 0 else -1
+
+
+def _transactional_producer(spec: OutputSpec, txn_id: str) -> Any:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            **spec.client_conf,
+            "transactional.id": txn_id,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",  # the Java client's, so keys land alike
+            **_DELIVERY_REPORTS,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def _idempotent_producer(spec: OutputSpec) -> Any:
+    from confluent_kafka import Producer
+
+    key = f"idempotent.{spec.pipeline}"
+    producer = _PRODUCERS.get(key)
+    if producer is None:
+        producer = _PRODUCERS[key] = Producer(
+            {
+                **spec.client_conf,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "partitioner": "murmur2_random",
+                **_DELIVERY_REPORTS,
+            }
+        )
+    return producer
+
+
+def _group_metadata(spec: OutputSpec, group: str) -> Any:
+    metadata = _GROUPS.get(group)
+    if metadata is None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({**spec.client_conf, "group.id": group})
+        try:
+            metadata = _GROUPS[group] = consumer.consumer_group_metadata()
+        finally:
+            consumer.close()
+    return metadata
+
+
+def headers_of(
+    source_topic: str | None,
+    source_partition: int | None,
+    source_offset: int | None,
+    error_class: str | None,
+    error_message: str | None,
+) -> list[tuple[str, bytes]]:
+    """The Kafka headers of an output record: where it came from and, for a dead letter, why."""
+    headers = []
+    if source_topic is not None:
+        headers = [
+            ("enrichd.source.topic", source_topic.encode("utf-8")),
+            ("enrichd.source.partition", str(source_partition).encode("utf-8")),
+            ("enrichd.source.offset", str(source_offset).encode("utf-8")),
+        ]
+    if error_class is not None:
+        headers.append(("enrichd.error.class", error_class.encode("utf-8")))
+        if error_message is not None:
+            headers.append(("enrichd.error.message", error_message.encode("utf-8")))
+    return headers
+
+
+def forget_kept_clients() -> None:
+    """Close and drop what this process keeps between batches (before its broker stops)."""
+    for reader in _MARKER_READERS.values():
+        reader.close()
+    _MARKER_READERS.clear()
+    _TRANSACTIONAL.clear()
+    _PRODUCERS.clear()
+    _GROUPS.clear()
