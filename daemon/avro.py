@@ -20,6 +20,7 @@ import fastavro
 from fastavro.types import Schema
 
 from daemon.avro_fields import FieldScanner
+from daemon.avro_writer import Unwritable, compile_writer
 from daemon.errors import SchemaError
 
 _MAGIC = 0
@@ -85,11 +86,15 @@ class AvroCodec:
     _scanners: dict[tuple[int, tuple[str, ...], tuple[str, ...]], FieldScanner | None] = field(
         default_factory=dict, repr=False
     )
+    _fast_writer: Any = field(default=False, repr=False)
+    """The schema compiled by :func:`compile_writer` on first use (False: not yet; None: it
+    cannot be)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None  # the registry client holds sockets; rebuilt where used
         state["_scanners"] = {}  # closures; rebuilt where used
+        state["_fast_writer"] = False  # a closure likewise
         return state
 
     def read_fields(
@@ -134,9 +139,16 @@ class AvroCodec:
         Raises:
             ValueError: the record does not match the schema (the message names the field).
         """
+        if self._fast_writer is False:
+            self._fast_writer = compile_writer(self.schema)
+        header = b"" if self.registry_url is None else _HEADER.pack(_MAGIC, self.schema_id or 0)
+        if self._fast_writer is not None:
+            try:
+                return header + self._fast_writer(record)
+            except Unwritable:
+                pass  # a value only fastavro takes, or one it rejects with the reason
         buffer = io.BytesIO()
-        if self.registry_url is not None:
-            buffer.write(_HEADER.pack(_MAGIC, self.schema_id or 0))
+        buffer.write(header)
         try:
             fastavro.schemaless_writer(buffer, self.schema, record, strict_allow_default=True)
         except TypeError as exc:  # fastavro's wrong-type error; it names the field too
