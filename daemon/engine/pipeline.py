@@ -245,7 +245,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     pipe = plan.config
     joiner = plan.operator.joiner
     # Processing time drives state TTL and the timers of joiners that wake up quiet keys.
-    wakes = type(joiner).wakeup_ms is not Joiner.wakeup_ms
+    wakes = joiner.wakes_up()
     time_mode = "ProcessingTime" if joiner.state_ttl_ms() or wakes else "None"
     stream: Any = (
         spark.readStream.format("enrichd-kafka").option("spec", plan.source.encode()).load()

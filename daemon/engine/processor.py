@@ -152,6 +152,9 @@ class JoinerProcessor(StatefulProcessor):
     def __init__(self, plan: OperatorPlan, output: OutputSpec) -> None:
         self.plan = plan
         self.spec = output
+        # Asked once: reading an option a joiner's options lack costs a pydantic exception.
+        self.ttl_ms = plan.joiner.state_ttl_ms()
+        self.wakes = plan.joiner.wakes_up()
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables: the bucket, pickled, and its stash log."""
@@ -278,7 +281,6 @@ class JoinerProcessor(StatefulProcessor):
         send = self.output.send
         for row in rows:
             send(*row)
-        self.output.poll()
 
     def _counts(self) -> Iterator[Output]:
         """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.
@@ -322,8 +324,7 @@ class JoinerProcessor(StatefulProcessor):
         blob = bucket.keys.get(group)
         if blob is not None:
             clock, state = log.loads(group, blob)
-            ttl = self.plan.joiner.state_ttl_ms()
-            if ttl is None or now - clock.updated_ms < ttl:
+            if self.ttl_ms is None or now - clock.updated_ms < self.ttl_ms:
                 return clock, state
             log.forget(group)
             del bucket.keys[group]
@@ -340,12 +341,14 @@ class JoinerProcessor(StatefulProcessor):
             bucket.due.pop(group, None)
             return
         clock.updated_ms = now
-        due = [now + max(wakeup, 1)] if (wakeup := joiner.wakeup_ms(state)) is not None else []
-        if (ttl := joiner.state_ttl_ms()) is not None:
-            due.append(now + ttl)
+        due = []
+        if self.wakes and (wakeup := joiner.wakeup_ms(state)) is not None:
+            due.append(now + max(wakeup, 1))
+        if self.ttl_ms is not None:
+            due.append(now + self.ttl_ms)
         if due:
             bucket.due[group] = min(due)
-        else:
+        elif bucket.due:
             bucket.due.pop(group, None)
         bucket.keys[group] = log.dumps((clock, state))
 

@@ -244,6 +244,11 @@ class Joiner(ABC):
         """
         return None
 
+    @classmethod
+    def wakes_up(cls) -> bool:
+        """Whether the joiner ever asks for wake-ups (it overrides :meth:`wakeup_ms`)."""
+        return cls.wakeup_ms is not Joiner.wakeup_ms
+
 
 def apply_order(
     records: Iterable[InputRecord], roles: Sequence[str], order: Order = "event_time"

@@ -116,7 +116,6 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
                     _add(counts[name], added)
             else:
                 output.send(*row)
-        output.poll()
     if output.opened:
         output.commit()
         _add(counts["records"], output.records)

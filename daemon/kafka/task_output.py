@@ -42,7 +42,8 @@ _MARKER_READERS: dict[str, Any] = {}  # consumers that read a task's batch marke
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
 _DELIVERY_REPORTS = {"delivery.report.only.error": True}
 """A task only needs to hear of failed deliveries; a report per record is a Python callback
-per record."""
+per record. It hears of them when it flushes, at commit: nothing else polls the producer,
+which sends on its own threads (and ``produce`` polls when the local queue is full)."""
 
 
 @dataclass(frozen=True)
@@ -138,11 +139,6 @@ class TaskOutput:
         self.records[topic] = self.records.get(topic, 0) + 1
         if error_class is not None:
             self.dead_letters[error_class] = self.dead_letters.get(error_class, 0) + 1
-
-    def poll(self) -> None:
-        """Serve the producer's delivery reports (failures only) without waiting."""
-        if self._producer is not None:
-            self._producer.poll(0)
 
     def commit(self) -> None:
         """Deliver everything sent and commit it with the batch's marker.
