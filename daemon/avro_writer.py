@@ -134,9 +134,7 @@ class _Generator:
         if not isinstance(kind, str):
             return self.node(kind, var, depth, enclosing)
         logical = schema.get("logicalType")
-        if logical is not None and not (
-            logical in _TIME_LOGICAL_TYPES and kind in ("int", "long")
-        ):
+        if logical is not None and not (logical in _TIME_LOGICAL_TYPES and kind in ("int", "long")):
             raise _Unsupported(logical)
         if kind not in _PYTHON_TYPES:
             if kind in enclosing or kind not in self.named:

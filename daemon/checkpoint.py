@@ -14,6 +14,7 @@ what it needs.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +23,18 @@ from daemon.errors import ConfigError
 
 SHAPE_FILE = "enrichd-pipeline.json"
 
-STATE_BUCKETS = 32
-"""Buckets of join keys per pipeline: the operator groups rows, keeps state and sets timers
-per bucket (see :mod:`daemon.engine.processor`). A checkpoint keeps its count for life.
 
-Fewer buckets, less fixed cost: every bucket a micro-batch touches costs a few milliseconds of
-PySpark and state-store calls, and a batch of a few thousand keys touches all of them. More
-buckets, less state rewritten: a touched bucket's blob is read and written whole. With 128
-buckets the comap latency run (5,000 tweets/s over 10,000 authors) spent its batches on the
-calls (p99 3.8 s); with 32, batches of 5,000 tweets took 0.65-1 s and p99 was 1.9 s."""
+def state_layout(buckets: int) -> str:
+    """How the operator's state is laid out, with ``buckets`` buckets (``state_buckets``).
 
-STATE_LAYOUT = f"pickled keys in {STATE_BUCKETS} buckets, stashes in a log per bucket"
-"""How the operator's state is laid out; checkpoints without it kept one value per key.
+    Checkpoints without a layout kept one value per key. Checkpoints of ``"pickled keys in
+    128 buckets"`` predate :class:`~daemon.joiners.Stash` (which changed how comap keeps its
+    many side) and the setting.
+    """
+    return f"pickled keys in {buckets} buckets, stashes in a log per bucket"
 
-Checkpoints of ``"pickled keys in 128 buckets"`` predate :class:`~daemon.joiners.Stash` (which
-changed how comap keeps its many side) and the count of 32."""
+
+_BUCKETS_OF_LAYOUT = re.compile(r"^pickled keys in (\d+) buckets, stashes in a log per bucket$")
 
 
 class IncompatibleCheckpointError(ConfigError):
@@ -47,7 +45,7 @@ def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
     """The parts of a pipeline its checkpoint depends on."""
     return {
         "joiner": pipe.joiner,
-        "state": STATE_LAYOUT,
+        "state": state_layout(pipe.state_buckets),
         "inputs": {
             role: {"topic": spec.topic, "key": spec.key, "time": spec.time}
             for role, spec in sorted(pipe.inputs.items())
@@ -88,9 +86,14 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     changes = []
     if old.get("joiner") != new["joiner"]:
         changes.append(f"joiner {old.get('joiner')!r} is now {new['joiner']!r}")
-    if old.get("state", "one value per key") != new["state"]:
-        written = old.get("state", "one value per key")
-        changes.append(f"state layout {written!r} is now {new['state']!r} (an enrichd upgrade)")
+    written = old.get("state", "one value per key")
+    if written != new["state"]:
+        counts = [_BUCKETS_OF_LAYOUT.match(layout) for layout in (written, new["state"])]
+        if all(counts):
+            was, now = (int(match.group(1)) for match in counts if match)
+            changes.append(f"state_buckets {was} is now {now}")
+        else:
+            changes.append(f"state layout {written!r} is now {new['state']!r} (an enrichd upgrade)")
     old_inputs: dict[str, Any] = old.get("inputs") or {}
     for role in sorted(set(old_inputs) | set(new["inputs"])):
         before, after = old_inputs.get(role), new["inputs"].get(role)

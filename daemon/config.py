@@ -87,6 +87,18 @@ spread it thin (a pass-through sustained 1.5x the rate of 100,000-record batches
 pipeline that keeps up reads what arrived since its last batch, whatever the cap."""
 
 
+DEFAULT_STATE_BUCKETS = 32
+"""Buckets of join keys per pipeline (``state_buckets``): the operator groups rows, keeps state
+and sets timers per bucket (see :mod:`daemon.engine.processor`). A checkpoint keeps its
+count for life.
+
+Fewer buckets, less fixed cost: every bucket a micro-batch touches costs a few milliseconds
+of PySpark and state-store calls, and a batch of a few thousand keys touches all of them.
+More buckets, less state rewritten: a touched bucket's blob is read and written whole. With
+128 buckets the comap latency run (5,000 tweets/s over 10,000 authors) spent its batches on
+the calls (p99 3.8 s); with 32, batches of 5,000 tweets took 0.65-1 s and p99 was 1.9 s."""
+
+
 class PipelineConfig(_Strict):
     """One ``[[pipeline]]``: a joiner, its inputs, its output and its options."""
 
@@ -101,6 +113,7 @@ class PipelineConfig(_Strict):
     totals of ``lookup``'s aggregation); the joiner says which names it knows."""
     options: dict[str, Any] = Field(default_factory=dict)
     max_records_per_batch: int = Field(default=DEFAULT_MAX_RECORDS_PER_BATCH, gt=0)
+    state_buckets: int = Field(default=DEFAULT_STATE_BUCKETS, ge=1, le=65_536)
     trigger: DurationMs = 0
     delivery: Delivery = "exactly_once"
 

@@ -168,6 +168,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         ),
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
+        state_buckets=pipe.state_buckets,
     )
     output = OutputSpec(pipe.name, conf, pipe.delivery, marker_topic=pipe.output.topic)
     operator = OperatorPlan(
@@ -221,6 +222,7 @@ def _downstream_plan(
         inputs=(SourceInput(role, pipe.output.topic, stage.key, None, output_codec, False),),
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
+        state_buckets=pipe.state_buckets,
     )
     operator = OperatorPlan(
         joiner=second,

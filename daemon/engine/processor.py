@@ -1,8 +1,8 @@
 """The joiner operator: a ``transformWithStateInPandas`` processor that runs any :class:`Joiner`.
 
-Rows of a micro-batch arrive grouped by state bucket (a hash of the join key into
-:data:`daemon.checkpoint.STATE_BUCKETS`), and within a bucket the processor takes them key by
-key: it decodes a key's rows, puts them in apply order, loads the key's state (one pickled
+Rows of a micro-batch arrive grouped by state bucket (a hash of the join key into the
+pipeline's ``state_buckets``), and within a bucket the processor takes them key by key: it
+decodes a key's rows, puts them in apply order, loads the key's state (one pickled
 object), lets the joiner process them, keeps the new state, and writes what the joiner
 yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters with
 their original bytes and the reason. A joiner that raises does not stop the pipeline: that

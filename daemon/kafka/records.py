@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import zlib
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from daemon.checkpoint import STATE_BUCKETS
+from daemon.config import DEFAULT_STATE_BUCKETS
 
 _SPARK_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
 
@@ -80,13 +81,14 @@ END_OF_INPUT = b"end-of-input"
 """The group key of records that failed before joining; no real join key is a lone NUL."""
 
 
-def bucket_of(key: str) -> int:
-    """The state bucket of a join key, by which the operator groups rows and keeps state.
+def bucket_of(key: str, buckets: int = DEFAULT_STATE_BUCKETS) -> int:
+    """The state bucket of a join key, of ``buckets``, by which the operator groups rows.
 
     The same in every process and every run (a checksum, not Python's salted ``hash``), as a
     checkpoint's state needs.
     """
-    return _BUCKET_LABELS[zlib.crc32(key.encode("utf-8")) % STATE_BUCKETS]
+    labels = bucket_labels(buckets)
+    return labels[zlib.crc32(key.encode("utf-8")) % len(labels)]
 
 
 def _spark_hash_int(value: int, seed: int = 42) -> int:
@@ -106,13 +108,15 @@ def _spark_hash_int(value: int, seed: int = 42) -> int:
     return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
-def _balanced_labels(count: int, spread: int = 16) -> tuple[int, ...]:
-    """Bucket labels that Spark's shuffle deals out evenly to 1, 2, 4, 8 or 16 partitions.
+@cache
+def bucket_labels(count: int, spread: int = 16) -> tuple[int, ...]:
+    """The labels of ``count`` state buckets, as the source writes them in ``bucket``.
 
-    Spark places a grouped row by ``pmod(hash(label), partitions)``; plain labels fall
-    unevenly (128 labels 0-127 fall 54/74 on two partitions), and the larger task sets the
-    pace of every micro-batch.
-    Label ``i`` is the smallest unused number whose hash falls at ``i`` modulo ``spread``.
+    Labels that Spark's shuffle deals out evenly to 1, 2, 4, 8 or 16 partitions: Spark places
+    a grouped row by ``pmod(hash(label), partitions)``; plain labels fall unevenly (128
+    labels 0-127 fall 54/74 on two partitions), and the larger task sets the pace of every
+    micro-batch. Label ``i`` is the smallest unused number whose hash falls at ``i`` modulo
+    ``spread``.
     """
     labels: list[int] = []
     candidate = 0
@@ -124,9 +128,6 @@ def _balanced_labels(count: int, spread: int = 16) -> tuple[int, ...]:
             candidate += 1
         labels.append(pending[want].pop(0))
     return tuple(labels)
-
-
-_BUCKET_LABELS = _balanced_labels(STATE_BUCKETS)
 
 
 class Routing(NamedTuple):

@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from daemon.avro import AvroCodec
+from daemon.config import DEFAULT_STATE_BUCKETS
 from daemon.joiners.base import END_OF_TIME
 from daemon.kafka.clients import read_partition
 from daemon.kafka.records import (
@@ -93,6 +94,8 @@ class SourceSpec:
     inputs: tuple[SourceInput, ...]
     client_conf: dict[str, str]
     max_records_per_batch: int
+    state_buckets: int = DEFAULT_STATE_BUCKETS
+    """How many state buckets the join keys are hashed into (the ``bucket`` column)."""
 
     def encode(self) -> str:
         """The spec as an option string."""
@@ -411,6 +414,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         assert isinstance(partition, KafkaPartition)  # noqa: S101 - Spark gives back our own
         freeze_loaded()
         spec = next(s for s in self.spec.inputs if s.topic == partition.topic)
+        buckets = self.spec.state_buckets
         consumer = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
         tp = TopicPartition(partition.topic, partition.partition, partition.start)
         pending: list[Any] = []
@@ -421,15 +425,17 @@ class KafkaStreamReader(DataSourceStreamReader):
             for records in chunks:
                 pending.extend(records)
                 if len(pending) >= _ARROW_CHUNK:
-                    yield _arrow_batch(spec, partition.partition, pending)
+                    yield _arrow_batch(spec, partition.partition, pending, buckets)
                     pending = []
         finally:
             consumer.close()
         if pending:
-            yield _arrow_batch(spec, partition.partition, pending)
+            yield _arrow_batch(spec, partition.partition, pending, buckets)
 
 
-def _arrow_batch(spec: SourceInput, partition: int, messages: list[Any]) -> pa.RecordBatch:
+def _arrow_batch(
+    spec: SourceInput, partition: int, messages: list[Any], buckets: int
+) -> pa.RecordBatch:
     """Route one partition's messages and lay them out as a batch of :data:`SOURCE_ARROW`.
 
     Built a column at a time: a per-record loop appending to eleven lists cost more than
@@ -455,7 +461,7 @@ def _arrow_batch(spec: SourceInput, partition: int, messages: list[Any]) -> pa.R
         [
             pa.array(roles, pa.string()),
             pa.array(keys, pa.string()),
-            pa.array([bucket_of(key) for key in keys], pa.int32()),
+            pa.array([bucket_of(key, buckets) for key in keys], pa.int32()),
             pa.array([event_time for _, event_time, _ in routings], pa.int64()),
             pa.repeat(pa.scalar(spec.topic, pa.string()), count),
             pa.repeat(pa.scalar(partition, pa.int32()), count),

@@ -46,3 +46,25 @@ def test_another_joiner_topic_or_key_is_refused_saying_what_changed(tmp_path: Pa
     assert "start over" in message and "\n" not in message
     with pytest.raises(IncompatibleCheckpointError, match="joiner 'comap' is now 'asof'"):
         check_checkpoint(pipeline(tmp_path, joiner="asof"))
+
+
+def test_another_bucket_count_is_refused_and_the_default_reads_older_checkpoints(
+    tmp_path: Path,
+) -> None:
+    # What checkpoints written before `state_buckets` existed hold: the default's layout.
+    check_checkpoint(pipeline(tmp_path))
+    shape = (tmp_path / "checkpoint" / SHAPE_FILE).read_text()
+    assert '"pickled keys in 32 buckets, stashes in a log per bucket"' in shape
+    check_checkpoint(pipeline(tmp_path, state_buckets=32))
+    with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
+        check_checkpoint(pipeline(tmp_path, state_buckets=64))
+
+
+def test_an_older_state_layout_is_refused_as_an_upgrade(tmp_path: Path) -> None:
+    import json
+
+    check_checkpoint(pipeline(tmp_path))
+    path = tmp_path / "checkpoint" / SHAPE_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), "state": "one value per key"}))
+    with pytest.raises(IncompatibleCheckpointError, match="an enrichd upgrade"):
+        check_checkpoint(pipeline(tmp_path))
