@@ -7,7 +7,7 @@ the pipeline keeps running. Meanwhile a ``read_committed`` consumer, in a thread
 process, reads the output topic from offset 0 and notes the wall-clock time at which it first
 receives each view; the view's provenance headers (``enrichd.source.topic/partition/offset``)
 name the tweet it came from, whose timestamp the producer's delivery reports gave. Latency is
-the difference: it covers the wait for a trigger, the batch, and the sink's transaction commit,
+the difference: it covers the wait for a trigger, the batch, and its transactions' commit,
 since a ``read_committed`` reader gets nothing of a batch before its commit.
 
 The views' own Kafka timestamps cannot measure this: enrichd stamps each output with the

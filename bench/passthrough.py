@@ -189,9 +189,9 @@ def run_ceiling(
 
 
 def reencoder(
-    reader: AvroCodec, writer: AvroCodec, output: str, dead_letters: str
+    reader: AvroCodec, writer: AvroCodec, source: str, output: str, dead_letters: str
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` step: source rows in, ``SINK_DDL`` rows out, one per record.
+    """The ``mapInArrow`` step: rows of the ``source`` topic in, ``SINK_DDL`` rows out.
 
     A record the source could not route (its ``error`` set) goes to ``dead_letters`` with its
     original bytes and the error's class, as the engine's dead letters do.
@@ -200,7 +200,7 @@ def reencoder(
     def reencode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        from daemon.kafka.records import CONTROL_ROLE, SINK_ARROW, SINK_COLUMNS
+        from daemon.kafka.records import CONTROL_INPUT, SINK_ARROW, SINK_COLUMNS
         from daemon.worker_gc import freeze_loaded
 
         freeze_loaded()  # as the joiner operator does in its worker
@@ -209,8 +209,7 @@ def reencoder(
             columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
             out: dict[str, list[Any]] = {name: [] for name in SINK_COLUMNS}
             rows = zip(
-                columns["role"],
-                columns["topic"],
+                columns["input"],
                 columns["partition"],
                 columns["offset"],
                 columns["timestamp"],
@@ -219,8 +218,8 @@ def reencoder(
                 columns["error"],
                 strict=True,
             )
-            for role, topic, partition, offset, timestamp, key, value, error in rows:
-                if role == CONTROL_ROLE:
+            for input_index, partition, offset, timestamp, key, value, error in rows:
+                if input_index == CONTROL_INPUT:
                     continue  # end-of-input markers carry nothing to pass on
                 if error is None and value is not None:
                     try:
@@ -237,7 +236,7 @@ def reencoder(
                     out["error_class"].append((error or "Tombstone: no value").split(":", 1)[0])
                 out["key"].append(key)
                 out["timestamp"].append(timestamp)
-                out["source_topic"].append(topic)
+                out["source_topic"].append(source)
                 out["source_partition"].append(partition)
                 out["source_offset"].append(offset)
                 out["error_message"].append(None)
@@ -298,7 +297,7 @@ def run_enrichd(
             spark.readStream.format("enrichd-kafka")
             .option("spec", source.encode())
             .load()
-            .mapInArrow(reencoder(tweets, tweets, output, dead_letters), SINK_DDL)
+            .mapInArrow(reencoder(tweets, tweets, topic, output, dead_letters), SINK_DDL)
             .writeStream.format("enrichd-kafka-sink")
             .option("spec", sink.encode())
             .option("checkpointLocation", str(checkpoint))

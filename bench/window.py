@@ -218,7 +218,7 @@ def run_spark_join(
             spark.readStream.format("enrichd-kafka")
             .option("spec", spec.encode())
             .load()
-            .where(F.col("role") == role)
+            .where(F.col("input") == 0)  # the one input, not end-of-input markers
             .select(decoder(F.col("value")).alias("r"))
         )
         return rows.select(

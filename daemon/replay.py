@@ -2,7 +2,7 @@
 
 The records of every input file are produced to fresh topics in timestamp order across all
 inputs (ties keep the order of the inputs as given, then file order), followed by one
-end-of-input marker per join key (:data:`daemon.kafka.records.CONTROL_ROLE`), which advances
+end-of-input marker per join key (:data:`daemon.kafka.records.CONTROL_INPUT`), which advances
 that key's event time past every window and horizon so that everything a joiner holds back
 comes out. The pipeline runs through the real engine until every record and marker is
 consumed; a joiner's second stage (:class:`daemon.joiners.base.Downstream`) then runs over

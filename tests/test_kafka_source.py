@@ -79,7 +79,7 @@ def test_reads_the_tail_of_the_last_record_batch_without_newer_data(
     last = max(rows, key=lambda r: r.offset)
     assert last.key == "9"
     assert codec.decode(last.value) == user(9)
-    assert all(r.error is None and r.role == "one" and r.topic == topic for r in rows)
+    assert all(r.error is None and r.input == 0 for r in rows)
 
 
 def test_caps_micro_batches_and_reads_every_partition_once(
@@ -116,7 +116,7 @@ def test_end_of_input_markers_become_control_rows_outside_the_cap(
     from confluent_kafka import Producer
 
     from daemon.joiners.base import END_OF_TIME
-    from daemon.kafka.records import CONTROL_HEADER, CONTROL_ROLE, END_OF_INPUT
+    from daemon.kafka.records import CONTROL_HEADER, CONTROL_INPUT, END_OF_INPUT
 
     conf = client_conf(broker.bootstrap_servers)
     topic = fresh_topic("markers")
@@ -139,9 +139,9 @@ def test_end_of_input_markers_become_control_rows_outside_the_cap(
 
     # Six records in two batches of three; the markers ride along with the second.
     assert sizes == [3, 6]
-    control = sorted((r.key, r.event_time) for r in rows if r.role == CONTROL_ROLE)
+    control = sorted((r.key, r.event_time) for r in rows if r.input == CONTROL_INPUT)
     assert control == [("1", END_OF_TIME), ("2", END_OF_TIME), ("3", END_OF_TIME)]
-    assert sorted(int(r.key) for r in rows if r.role == "one") == list(range(6))
+    assert sorted(int(r.key) for r in rows if r.input == 0) == list(range(6))
 
 
 def test_routes_undecodable_and_keyless_records_to_dead_letters(
@@ -175,8 +175,8 @@ def test_routes_undecodable_and_keyless_records_to_dead_letters(
 
     rows, _ = run_source(spark, tmp_path / "checkpoint", spec, "dlq_rows")
 
-    one = {r.offset: r for r in rows if r.role == "one"}
-    (many,) = [r for r in rows if r.role == "many"]
+    one = {r.offset: r for r in rows if r.input == 0}  # the spec's inputs, in order
+    (many,) = [r for r in rows if r.input == 1]
     assert sorted(one) == list(range(7))
     assert (one[0].key, one[0].error, one[0].event_time) == ("1", None, 1001)
     assert (one[4].key, one[4].error, one[4].event_time) == ("7", None, 14)

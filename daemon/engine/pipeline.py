@@ -179,6 +179,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         dead_letter_topic=pipe.dead_letters,
         plugin=plugin,
         outputs=outputs,
+        inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
     )
     downstream = _downstream_plan(pipe, conf, joiner, plugin, output_codec, outputs)
     return PipelinePlan(pipe, conf, source, output, operator, downstream)
@@ -232,6 +233,7 @@ def _downstream_plan(
         dead_letter_topic=pipe.dead_letters,
         plugin=plugin,
         outputs={stage.output: (topic, codec)},
+        inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
     )
     output = OutputSpec(config.name, conf, pipe.delivery, marker_topic=topic)
     return PipelinePlan(config, conf, source, output, operator)

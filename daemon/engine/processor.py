@@ -36,7 +36,7 @@ and the processing time of its last record. When the joiner wants a wake-up
 due, and keeps one processing-time timer at its earliest due key. When it fires, each due
 key's :meth:`Joiner.advance` gets the latest event time plus the processing time that passed
 (or, past its TTL, the key is dropped); an end-of-input marker row (see
-:data:`daemon.kafka.records.CONTROL_ROLE`) advances the key to :data:`END_OF_TIME`.
+:data:`daemon.kafka.records.CONTROL_INPUT`) advances the key to :data:`END_OF_TIME`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from daemon.avro import AvroCodec
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
 from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, apply_order
-from daemon.kafka.records import CONTROL_ROLE, DEAD_LETTER_ROUTE, SINK_COLUMNS
+from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, SINK_COLUMNS
 from daemon.kafka.task_output import OutputSpec, TaskOutput
 from daemon.metrics_relay import COUNTS_TOPIC
 from daemon.worker_gc import freeze_loaded
@@ -71,10 +71,10 @@ to parse it in every task)."""
 class Row(NamedTuple):
     """An input row: the fields of :data:`daemon.kafka.records.SOURCE_DDL` the operator reads."""
 
-    role: str
+    input: int
+    """The input's position in :attr:`OperatorPlan.inputs`, or :data:`CONTROL_INPUT`."""
     key: str
     event_time: int
-    topic: str
     partition: int
     offset: int
     timestamp: int
@@ -109,6 +109,8 @@ class OperatorPlan:
     plugin: str
     outputs: dict[str, tuple[str, AvroCodec]] | None = None
     """Secondary outputs by name: topic and codec."""
+    inputs: tuple[tuple[str, str], ...] = ()
+    """Role and topic of each input, in the source's order (a row's ``input``)."""
 
 
 @dataclass
@@ -201,22 +203,23 @@ class JoinerProcessor(StatefulProcessor):
         raw: dict[tuple[str, int, int], Row] = {}
         end_of_input = False
         for row in rows:
-            if row.role == CONTROL_ROLE:
+            if row.input == CONTROL_INPUT:
                 end_of_input = True
                 continue
-            raw[(row.topic, row.partition, row.offset)] = row
+            role, topic = self.plan.inputs[row.input]
+            raw[(topic, row.partition, row.offset)] = row
             try:
-                value = None if row.value is None else self.plan.codecs[row.role].decode(row.value)
+                value = None if row.value is None else self.plan.codecs[role].decode(row.value)
             except Exception as exc:  # the source read only the key and time fields
                 yield self._dead_letter(row, "UndecodableRecord", str(exc))
                 continue
             records.append(
                 InputRecord(
-                    role=row.role,
+                    role=role,
                     key=group,
                     value=value,
                     event_time=row.event_time,
-                    topic=row.topic,
+                    topic=topic,
                     partition=row.partition,
                     offset=row.offset,
                     kafka_key=row.kafka_key,
@@ -427,7 +430,7 @@ class JoinerProcessor(StatefulProcessor):
             row.kafka_key,
             row.value,
             row.timestamp or None,
-            row.topic,
+            self.plan.inputs[row.input][1],
             row.partition,
             row.offset,
             kind,

@@ -37,7 +37,7 @@ from daemon.joiners.base import END_OF_TIME
 from daemon.kafka.clients import read_partition
 from daemon.kafka.records import (
     CONTROL_HEADER,
-    CONTROL_ROLE,
+    CONTROL_INPUT,
     DEAD_LETTER_ROUTE,
     END_OF_INPUT,
     SOURCE_ARROW,
@@ -413,7 +413,9 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         assert isinstance(partition, KafkaPartition)  # noqa: S101 - Spark gives back our own
         freeze_loaded()
-        spec = next(s for s in self.spec.inputs if s.topic == partition.topic)
+        index, spec = next(
+            (i, s) for i, s in enumerate(self.spec.inputs) if s.topic == partition.topic
+        )
         buckets = self.spec.state_buckets
         consumer = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
         tp = TopicPartition(partition.topic, partition.partition, partition.start)
@@ -425,45 +427,44 @@ class KafkaStreamReader(DataSourceStreamReader):
             for records in chunks:
                 pending.extend(records)
                 if len(pending) >= _ARROW_CHUNK:
-                    yield _arrow_batch(spec, partition.partition, pending, buckets)
+                    yield _arrow_batch(spec, index, partition.partition, pending, buckets)
                     pending = []
         finally:
             consumer.close()
         if pending:
-            yield _arrow_batch(spec, partition.partition, pending, buckets)
+            yield _arrow_batch(spec, index, partition.partition, pending, buckets)
 
 
 def _arrow_batch(
-    spec: SourceInput, partition: int, messages: list[Any], buckets: int
+    spec: SourceInput, index: int, partition: int, messages: list[Any], buckets: int
 ) -> pa.RecordBatch:
     """Route one partition's messages and lay them out as a batch of :data:`SOURCE_ARROW`.
 
-    Built a column at a time: a per-record loop appending to eleven lists cost more than
+    Built a column at a time: a per-record loop appending to ten lists cost more than
     the routing itself.
     """
     count = len(messages)
     values = [m.value() for m in messages]
     kafka_keys = [m.key() for m in messages]
     timestamps = [m.timestamp()[1] for m in messages]
-    roles = [spec.role] * count
+    inputs = [index] * count
     routings = [
         _route(spec, value, kafka_key, timestamp)
         for value, kafka_key, timestamp in zip(values, kafka_keys, timestamps, strict=True)
     ]
     for i in [i for i, value in enumerate(values) if value is None and kafka_keys[i]]:
         if _is_end_of_input(messages[i]):
-            roles[i] = CONTROL_ROLE
+            inputs[i] = CONTROL_INPUT
             routings[i] = Routing(kafka_keys[i].decode("utf-8", "replace"), END_OF_TIME, None)
     keys = [
         DEAD_LETTER_ROUTE if error is not None or key is None else key for key, _, error in routings
     ]
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(roles, pa.string()),
+            pa.array(inputs, pa.int32()),
             pa.array(keys, pa.string()),
             pa.array([bucket_of(key, buckets) for key in keys], pa.int32()),
             pa.array([event_time for _, event_time, _ in routings], pa.int64()),
-            pa.repeat(pa.scalar(spec.topic, pa.string()), count),
             pa.repeat(pa.scalar(partition, pa.int32()), count),
             pa.array([m.offset() for m in messages], pa.int64()),
             pa.array(timestamps, pa.int64()),
@@ -507,7 +508,7 @@ def _route(
 
 
 def _is_end_of_input(message: Any) -> bool:
-    """Whether a tombstone is an end-of-input marker (see :data:`CONTROL_ROLE`)."""
+    """Whether a tombstone is an end-of-input marker (see :data:`CONTROL_INPUT`)."""
     return any(
         name == CONTROL_HEADER and raw == END_OF_INPUT for name, raw in message.headers() or ()
     )
