@@ -205,18 +205,23 @@ class TaskOutput:
 
         kept = _TRANSACTIONAL.pop(self._txn_id, None)
         if kept is not None:
-            if self._last_committed(group, marker) >= self.batch_id:
-                _TRANSACTIONAL[self._txn_id] = kept
+            if self._keep_if_committed(kept, group, marker):
                 return None
             try:
                 return self._open_transaction(kept, group, marker)
             except KafkaException:
                 pass  # fenced (it is dropped): start over as a new producer
         producer = _transactional_producer(self.spec, self._txn_id)
-        if self._last_committed(group, marker) >= self.batch_id:
-            _TRANSACTIONAL[self._txn_id] = producer
+        if self._keep_if_committed(producer, group, marker):
             return None
         return self._open_transaction(producer, group, marker)
+
+    def _keep_if_committed(self, producer: Any, group: str, marker: Any) -> bool:
+        """Whether the batch was committed before; if so, keep ``producer`` for the next one."""
+        if self._last_committed(group, marker) < self.batch_id:
+            return False
+        _TRANSACTIONAL[self._txn_id] = producer
+        return True
 
     def _open_transaction(self, producer: Any, group: str, marker: Any) -> Any:
         producer.begin_transaction()
