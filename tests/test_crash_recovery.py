@@ -292,14 +292,17 @@ def test_kill_9_at_three_moments_loses_and_duplicates_nothing(scenario: Scenario
     had landed, and the sink's marker is what kept it from being written twice.
 
     What it does not prove: anything about a kill inside an open Kafka transaction, after
-    some records were sent and before the commit. None of these kills is known to have
-    landed there (the write is a short part of each batch), and on Tansu 0.6 such a kill
-    would show up here as a duplicate even though enrichd behaves correctly: measured
-    with plain clients, Tansu holds ``read_committed`` readers at the last stable offset
-    while a transaction is open and aborts a dead producer's transaction when its id is
-    initialised again, but then delivers the aborted records to ``read_committed`` readers.
-    A duplicate from this test must therefore be checked against that before it is taken
-    for an enrichd bug; on Apache Kafka it would be one.
+    some records were produced and before the commit. A task holds its records back until it
+    commits (``daemon.kafka.task_output``), so that is only the commit itself, and none of
+    these kills is known to have landed there. On Tansu 0.6 such a kill would show up here
+    as a duplicate even though enrichd behaves correctly: measured with plain clients, Tansu
+    holds ``read_committed`` readers at the last stable offset while a transaction is open
+    and aborts a dead producer's transaction when its id is initialised again, but then
+    delivers the aborted records to ``read_committed`` readers. (Before tasks held their
+    records back, one run failed here with 20 views written twice after kills (2) and (3)
+    landed mid-batch: what a kill inside a transaction with records in it looks like on
+    Tansu.) A duplicate from this test must therefore be checked against that
+    before it is taken for an enrichd bug; on Apache Kafka it would be one.
     """
     run = scenario
     run.produce_tweets(range(0, 100))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -189,5 +190,54 @@ def test_a_kept_producer_fenced_by_another_starts_over_and_writes_each_batch_onc
         assert write(1, b"b").skipped  # batch 1 again
         assert write(2, b"c").records == {topic: 1}
         assert [record.value for record in read_topic(conf, topic)] == [b"a", b"b", b"c"]
+    finally:  # what the task keeps would outlive the broker in this process
+        forget_kept_clients()
+
+
+def produced(conf: dict[str, str], topic: str, expected: int, wait_s: float = 3.0) -> list[bytes]:
+    """The values in ``topic``'s partition 0 so far, committed or not: read until ``expected``
+    are found or ``wait_s`` passes."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {**conf, "group.id": "enrichd-tests", "isolation.level": "read_uncommitted"}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + wait_s
+    try:
+        while len(values) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_a_task_produces_its_records_when_it_commits_or_holds_too_many(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], monkeypatch: Any
+) -> None:
+    """A task's records are held back until it commits, so a task killed before its commit
+    has put none of them in the output; past ``HELD_RECORDS`` they go out as they come, which
+    bounds what a task holds."""
+    from daemon.kafka import task_output
+    from daemon.kafka.task_output import OutputSpec, TaskOutput, forget_kept_clients
+
+    monkeypatch.setattr(task_output, "HELD_RECORDS", 3)
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("held")
+    create_topic(conf, topic)
+    spec = OutputSpec(f"held-{topic}", conf, "exactly_once", marker_topic=topic)
+    try:
+        output = TaskOutput(spec, 0, 0, "query")
+        output.send(topic, b"k", b"a", None)
+        output.send(topic, b"k", b"b", None)
+        assert produced(conf, topic, 1) == []  # held
+        output.send(topic, b"k", b"c", None)  # the third: all go out, uncommitted
+        assert produced(conf, topic, 3, wait_s=30) == [b"a", b"b", b"c"]
+        output.send(topic, b"k", b"d", None)
+        output.commit()
+        assert [record.value for record in read_topic(conf, topic)] == [b"a", b"b", b"c", b"d"]
     finally:  # what the task keeps would outlive the broker in this process
         forget_kept_clients()

@@ -17,6 +17,15 @@ and fences it off, then reads the marker: if N was already committed it writes n
 Spark replays a micro-batch with the same offsets and the same state, so the skipped write is
 the one that had landed, and the state the replay recomputes is the state that went with it.
 
+Records are held back in the task until it commits (or until it holds :data:`HELD_RECORDS`,
+which bounds its memory), and only then produced. The transaction is open from the task's
+first record, but until its first record is produced it holds only the marker: the output
+partitions join it at the end. So an open transaction holds back ``read_committed`` readers of
+the output (at its last stable offset) only for the time the commit takes, and a task killed
+before it commits has written nothing, which also keeps crash tests checkable on a broker that
+shows aborted records to ``read_committed`` readers (Tansu, the test broker; see
+``tests/test_crash_recovery.py``).
+
 A reused Python worker keeps its producer for the next batch of the same id rather than
 initialising a new one (50-500 ms); if another producer initialised the id meanwhile, the
 kept one learns it is fenced when it adds the marker, before it writes anything, and the task
@@ -40,6 +49,8 @@ _TRANSACTIONAL: dict[str, Any] = {}
 batches it writes (see :meth:`TaskOutput._begin`)."""
 _MARKER_READERS: dict[str, Any] = {}  # consumers that read a task's batch marker
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
+HELD_RECORDS = 100_000
+"""Records a task holds back before it starts producing them (see the module docstring)."""
 _DELIVERY_REPORTS = {"delivery.report.only.error": True}
 """A task only needs to hear of failed deliveries; a report per record is a Python callback
 per record. It hears of them when it flushes, at commit: nothing else polls the producer,
@@ -88,6 +99,8 @@ class TaskOutput:
         """The batch was committed before: this replay writes nothing."""
         self._producer: Any = None
         self._opened = False
+        self._held: list[tuple[Any, ...]] | None = []
+        """Records sent but not yet produced; None once they go out as they come."""
         self._deliveries = Deliveries()  # hears of failures only: see _DELIVERY_REPORTS
 
     @classmethod
@@ -119,11 +132,44 @@ class TaskOutput:
         error_class: str | None = None,
         error_message: str | None = None,
     ) -> None:
-        """Write one record: the columns of :data:`daemon.kafka.records.SINK_DDL`, in order."""
+        """Write one record: the columns of :data:`daemon.kafka.records.SINK_DDL`, in order.
+
+        It is held back until the commit, or until :data:`HELD_RECORDS` are held: see the
+        module docstring.
+        """
         if not self._opened:
             self.open()
         if self.skipped:
             return
+        row = (topic, key, value, timestamp, source_topic, source_partition, source_offset)
+        if self._held is None:
+            self._produce(*row, error_class, error_message)
+        else:
+            self._held.append((*row, error_class, error_message))
+            if len(self._held) >= HELD_RECORDS:
+                self._release()
+        self.records[topic] = self.records.get(topic, 0) + 1
+        if error_class is not None:
+            self.dead_letters[error_class] = self.dead_letters.get(error_class, 0) + 1
+
+    def _release(self) -> None:
+        """Send the records held back, and from now on each as it comes."""
+        for row in self._held or ():
+            self._produce(*row)
+        self._held = None
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None,
+        source_topic: str | None,
+        source_partition: int | None,
+        source_offset: int | None,
+        error_class: str | None,
+        error_message: str | None,
+    ) -> None:
         produce(
             self._producer,
             topic,
@@ -136,9 +182,6 @@ class TaskOutput:
             # librdkafka reads 0 as "now": a missing timestamp is the write time.
             timestamp=timestamp or 0,
         )
-        self.records[topic] = self.records.get(topic, 0) + 1
-        if error_class is not None:
-            self.dead_letters[error_class] = self.dead_letters.get(error_class, 0) + 1
 
     def commit(self) -> None:
         """Deliver everything sent and commit it with the batch's marker.
@@ -156,6 +199,7 @@ class TaskOutput:
         producer = self._producer
         transactional = self.spec.delivery == "exactly_once"
         try:
+            self._release()
             producer.flush()
             if self._deliveries.failures:
                 failures = self._deliveries.failures
