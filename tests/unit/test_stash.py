@@ -6,6 +6,7 @@ it through the real engine.
 
 from __future__ import annotations
 
+import io
 import pickle  # noqa: S403 - the test's own state
 from typing import Any
 
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.engine import stash_log
-from daemon.engine.processor import Bucket
+from daemon.engine.processor import Bucket, KeyClock, pack_key_state, unpack_key_state
 from daemon.engine.stash_log import StashLog
 from daemon.joiners import Stash
 
@@ -121,6 +122,39 @@ def test_a_dropped_key_and_an_emptied_bucket_leave_nothing_behind() -> None:
     del bucket.keys["a"]
     log.flush()
     assert chunks.items == [] and (bucket.stash_entries, bucket.stash_live) == (0, 0)
+
+
+class EarlierWriter(pickle.Pickler):
+    """How earlier builds pickled a key's blob: a stash as a persistent id, the clock as is."""
+
+    def __init__(self, file: io.BytesIO, log: StashLog) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.log = log
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is not Stash:
+            return None
+        index, grown = obj._persist(self.log._write)
+        self.log._bucket.stash_live += grown
+        return ("stash", pickle.dumps(index))
+
+
+def test_a_key_state_stored_by_an_earlier_build_still_loads() -> None:
+    chunks, bucket = Chunks(), Bucket()
+    log, blob = StashLog(chunks, bucket), io.BytesIO()
+    EarlierWriter(blob, log).dump((KeyClock(5, 6, 7), {"one": "ada", "many": Stash([("t", 1)])}))
+    bucket.keys["k"] = blob.getvalue()
+    log.flush()
+
+    log = StashLog(chunks, bucket)
+    clock, state = unpack_key_state(log.loads("k", bucket.keys["k"]))
+    assert clock == KeyClock(5, 6, 7) and state["one"] == "ada" and dict(state["many"]) == {"t": 1}
+    state["many"]["u"] = 2
+    bucket.keys["k"] = log.dumps(pack_key_state(clock, state))  # stored anew in today's form
+    log.flush()
+    clock, state = unpack_key_state(StashLog(chunks, bucket).loads("k", bucket.keys["k"]))
+    assert clock == KeyClock(5, 6, 7) and dict(state["many"]) == {"t": 1, "u": 2}
+    assert bucket.stash_live == 2
 
 
 operation = st.tuples(
