@@ -20,6 +20,7 @@ from typing import Any
 
 from bench.resources import PeakMemory, Peaks, state_bytes
 from bench.workloads import REPO, Topics
+from daemon.observability import parse_offsets
 from daemon.replay import committed_ends, consumed_to
 
 EXAMPLE = REPO / "examples" / "tweet-views.toml"
@@ -34,6 +35,19 @@ class Batch:
     started: float
     """Trigger start, epoch seconds."""
     durations_ms: dict[str, int]
+
+    @classmethod
+    def of(cls, report: Any) -> Batch:
+        """The batch of a progress report. Its records are its offset ranges' sizes (the
+        benchmark's topics are fresh, so a first batch starts at 0): Spark's ``numInputRows``
+        counts the source's packs of records."""
+        records = 0
+        for source in report.sources:
+            start = parse_offsets(source.startOffset)
+            records += sum(
+                end - start.get(name, 0) for name, end in parse_offsets(source.endOffset).items()
+            )
+        return cls(report.batchId, records, _epoch(report.timestamp), dict(report.durationMs))
 
     @property
     def ended(self) -> float:
@@ -212,14 +226,8 @@ def await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[B
         if time.monotonic() > deadline:
             raise RuntimeError(f"the pipeline did not consume everything in {timeout_s:.0f}s")
         time.sleep(0.1)
-    batches = {
-        report.batchId: Batch(
-            report.batchId, report.numInputRows, _epoch(report.timestamp), dict(report.durationMs)
-        )
-        for report in query.recentProgress
-        if report.numInputRows
-    }
-    return [batches[i] for i in sorted(batches)]
+    batches = {report.batchId: Batch.of(report) for report in query.recentProgress}
+    return [batches[i] for i in sorted(batches) if batches[i].rows]
 
 
 PHASES = (

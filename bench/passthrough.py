@@ -191,7 +191,7 @@ def run_ceiling(
 def reencoder(
     reader: AvroCodec, writer: AvroCodec, source: str, output: str, dead_letters: str
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` step: rows of the ``source`` topic in, ``SINK_DDL`` rows out.
+    """The ``mapInArrow`` step: packs of the ``source`` topic's records in, ``SINK_DDL`` rows out.
 
     A record the source could not route (its ``error`` set) goes to ``dead_letters`` with its
     original bytes and the error's class, as the engine's dead letters do.
@@ -200,12 +200,13 @@ def reencoder(
     def reencode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        from daemon.kafka.records import CONTROL_INPUT, SINK_ARROW, SINK_COLUMNS
+        from daemon.kafka.records import CONTROL_INPUT, SINK_ARROW, SINK_COLUMNS, unpack
         from daemon.worker_gc import freeze_loaded
 
         freeze_loaded()  # as the joiner operator does in its worker
 
-        for batch in batches:
+        packs = (unpack(blob) for batch in batches for blob in batch.column("records").to_pylist())
+        for batch in packs:
             columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
             out: dict[str, list[Any]] = {name: [] for name in SINK_COLUMNS}
             rows = zip(

@@ -25,7 +25,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -170,10 +169,11 @@ def run_spark_join(
 
     Each topic is read through enrichd's source (``format("enrichd-kafka")``, one input per
     source, at most half of ``max_batch`` records per batch each, so a batch is as large as
-    enrichd's), its Avro value decoded by an
-    Arrow-batched Python UDF with fastavro, and joined on ``k`` with watermarks of ``grace``
-    on both sides and the time-range condition of the window, into Spark's ``noop`` sink.
+    enrichd's), its packs of records unpacked and their Avro values decoded with fastavro in
+    one ``mapInArrow`` step, and joined on ``k`` with watermarks of ``grace`` on both sides and
+    the time-range condition of the window, into Spark's ``noop`` sink.
     """
+    import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -192,39 +192,50 @@ def run_spark_join(
             StructField("at", LongType()),
         ]
     )
+    arrow_shape = pa.schema([("k", pa.int64()), ("v", pa.string()), ("at", pa.int64())])
 
     def side(role: str, schema_name: str) -> Any:
         schema_text = json.dumps(twostream.schema(schema_name))
 
-        def decode(value: bytes) -> dict[str, Any]:
+        def decode(packs: Iterator[Any]) -> Iterator[Any]:
             import io
 
             import fastavro
+            import pyarrow as pa
 
-            cache = decode.__dict__
-            if "schema" not in cache:
-                cache["schema"] = fastavro.parse_schema(json.loads(schema_text))
-            record: Any = fastavro.schemaless_reader(io.BytesIO(value), cache["schema"], None)
-            return dict(record)
+            from daemon.kafka.records import unpack
+
+            schema = fastavro.parse_schema(json.loads(schema_text))
+            for pack in packs:
+                for blob in pack.column("records").to_pylist():
+                    records = unpack(blob)
+                    values = (
+                        fastavro.schemaless_reader(io.BytesIO(value), schema, None)
+                        for input_index, value in zip(
+                            records.column("input").to_pylist(),
+                            records.column("value").to_pylist(),
+                            strict=True,
+                        )
+                        if input_index == 0  # the one input, not end-of-input markers
+                    )
+                    yield pa.RecordBatch.from_pylist(list(values), schema=arrow_shape)
 
         spec = SourceSpec(
             (SourceInput(role, topics[role], "k", "at", codec(schema_name), False),),
             conf,
             max(max_batch // 2, 1),  # two sources: the same records per batch as enrichd
         )
-        decoder = F.udf(decode, shape, useArrow=True)
         p = role[0]
         rows = (
             spark.readStream.format("enrichd-kafka")
             .option("spec", spec.encode())
             .load()
-            .where(F.col("input") == 0)  # the one input, not end-of-input markers
-            .select(decoder(F.col("value")).alias("r"))
+            .mapInArrow(decode, shape)
         )
         return rows.select(
-            F.col("r.k").alias(f"{p}k"),
-            F.col("r.v").alias(f"{p}v"),
-            F.timestamp_millis(F.col("r.at")).alias(f"{p}t"),
+            F.col("k").alias(f"{p}k"),
+            F.col("v").alias(f"{p}v"),
+            F.timestamp_millis(F.col("at")).alias(f"{p}t"),
         ).withWatermark(f"{p}t", f"{options['grace']} milliseconds")
 
     left, right = side("left", "left_event"), side("right", "right_event")
@@ -254,11 +265,7 @@ def run_spark_join(
             finally:
                 query.stop()
         state = state_bytes(checkpoint)
-    batches = [
-        Batch(r.batchId, r.numInputRows, _epoch(r.timestamp), dict(r.durationMs))
-        for r in reports
-        if r.numInputRows
-    ]
+    batches = [batch for batch in map(Batch.of, reports) if batch.rows]
     result.batches = batches
     result.peaks, result.state_bytes = peak.result, state
     outputs = sum(max(r.sink.numOutputRows, 0) for r in reports)
@@ -270,10 +277,6 @@ def run_spark_join(
         "dropped": sum(op.numRowsDroppedByWatermark for r in reports for op in r.stateOperators),
     }
     return result, extra
-
-
-def _epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _await_sources(query: Any, ends: dict[str, int], timeout_s: float) -> list[Any]:
@@ -374,8 +377,9 @@ def _section(
             f"- *Spark's own join*: the same topics read through enrichd's source "
             f'(`format("enrichd-kafka")`, one source per topic, at most '
             f"{max(args.max_batch // 2, 1):,} records per topic per batch, as many per batch as "
-            "enrichd reads), values decoded by an Arrow-batched Python UDF "
-            "(fastavro), `withWatermark` of the grace on both sides, joined on `k` with "
+            "enrichd reads), its packs of records unpacked and values decoded in one "
+            "`mapInArrow` step (fastavro), `withWatermark` of the grace on both sides, "
+            "joined on `k` with "
             "`rt BETWEEN lt - window AND lt + window`, written to the `noop` sink: it decodes "
             "and joins but neither encodes nor produces its "
             + (f"{produced:,} pairs" if produced is not None else "pairs")

@@ -27,6 +27,7 @@ from daemon.avro import AvroCodec
 from daemon.config import PipelineConfig, PipelineFile
 from daemon.errors import ConfigError, EnrichdError, ReplayInputError
 from daemon.kafka.clients import Deliveries, produce, read_partition
+from daemon.observability import parse_offsets
 
 REPLAY_PARTITIONS = 2
 """Partitions of each fresh input topic: more than one, so partitioning is exercised."""
@@ -140,7 +141,8 @@ def kafka_for(file: PipelineFile) -> Iterator[str]:
 
 
 Progress = Callable[[int, int], None]
-"""Called with (records consumed so far, records in total) while the pipeline runs."""
+"""Called with (input records read so far, in total) while the pipeline runs; the inputs'
+end-of-input markers (and a later stage's transaction markers) count as records."""
 
 
 def replay(
@@ -206,7 +208,7 @@ def replay(
                     continue
             query = start_query(spark, stage)
             try:
-                batches += _await_consumed(query, ends, len(records), progress, timeout_s)
+                batches += _await_consumed(query, ends, progress, timeout_s)
             finally:
                 query.stop()
         outputs = _read_topic(conf, fresh.output.topic, plan.operator.output_codec)
@@ -347,34 +349,32 @@ def reached(report: Any, ends: dict[str, int]) -> bool:
     """Whether the micro-batch of a progress report ended at or past ``ends``."""
     if not report.sources:
         return False
-    end = json.loads(report.sources[0].endOffset or "{}")
+    end = parse_offsets(report.sources[0].endOffset)
     return all(end.get(name, 0) >= offset for name, offset in ends.items())
 
 
 def _await_consumed(
-    query: Any, ends: dict[str, int], total: int, progress: Progress | None, timeout_s: float
+    query: Any, ends: dict[str, int], progress: Progress | None, timeout_s: float
 ) -> int:
+    """Wait until ``query`` has read its fresh topics to ``ends``; its batches that read any."""
     deadline = time.monotonic() + timeout_s
+    total = sum(ends.values())  # the topics are fresh: offsets count from 0
     seen_batches: set[int] = set()
-    consumed = 0
+    read = 0
     while True:
         if query.exception() is not None:
             raise EnrichdError(f"the pipeline failed: {query.exception()}")
-        # One snapshot for both counting and the end check: a report that lands in between
-        # would end the wait without its batch counted.
         reports = query.recentProgress
-        for report in reports:
-            if report.batchId not in seen_batches and report.numInputRows:
-                seen_batches.add(report.batchId)
-                consumed += report.numInputRows
+        seen_batches.update(report.batchId for report in reports if report.numInputRows)
+        if reports and reports[-1].sources:
+            end = parse_offsets(reports[-1].sources[0].endOffset)
+            read = sum(min(end.get(name, 0), stop) for name, stop in ends.items())
         if progress is not None:
-            progress(consumed, total)
-        if reports and reached(reports[-1], ends):
+            progress(read, total)
+        if read >= total:
             return len(seen_batches)
         if time.monotonic() > deadline:
-            raise EnrichdError(
-                f"the pipeline consumed {consumed} of {total} records in {timeout_s:.0f}s"
-            )
+            raise EnrichdError(f"the pipeline read {read} of {total} records in {timeout_s:.0f}s")
         time.sleep(0.1)
 
 

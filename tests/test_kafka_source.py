@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from daemon.avro import AvroCodec, load_schema_file, parse_schema_text
 from daemon.broker import EmbeddedBroker
-from daemon.kafka.records import DEAD_LETTER_ROUTE
+from daemon.kafka.records import DEAD_LETTER_ROUTE, bucket_of, unpack
 from daemon.kafka.source import SourceInput, SourceSpec
 from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, process_all, produce
 
@@ -45,12 +47,26 @@ def run_source(
     )
     try:
         process_all(query)
-        sizes = [p.numInputRows for p in query.recentProgress if p.numInputRows]
+        sizes = [records_of(report) for report in query.recentProgress if report.numInputRows]
     finally:
         query.stop()
-    rows = spark.table(name).collect()
+    packs = spark.table(name).collect()
     spark.catalog.dropTempView(name)
+    rows = []
+    for pack in packs:
+        records = [SimpleNamespace(**record) for record in unpack(pack.records).to_pylist()]
+        # A pack holds records of one bucket and one partition.
+        assert {bucket_of(r.key, spec.state_buckets) for r in records} == {pack.bucket}
+        assert len({r.partition for r in records}) == 1
+        rows.extend(records)
     return rows, sizes
+
+
+def records_of(report: Any) -> int:
+    """The records a micro-batch read: its offset ranges' sizes (``numInputRows`` are packs)."""
+    (source,) = report.sources
+    start, end = (json.loads(at or "null") or {} for at in (source.startOffset, source.endOffset))
+    return sum(stop - start.get(name, 0) for name, stop in end.items())
 
 
 def test_reads_the_tail_of_the_last_record_batch_without_newer_data(

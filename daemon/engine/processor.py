@@ -1,8 +1,9 @@
 """The joiner operator: a ``transformWithStateInPandas`` processor that runs any :class:`Joiner`.
 
-Rows of a micro-batch arrive grouped by state bucket (a hash of the join key into the
-pipeline's ``state_buckets``), and within a bucket the processor takes them key by key: it
-decodes a key's rows, puts them in apply order, loads the key's state (one pickled
+Records of a micro-batch arrive grouped by state bucket (a hash of the join key into the
+pipeline's ``state_buckets``), packed many to a row by the source
+(:data:`~daemon.kafka.records.SOURCE_DDL`), and within a bucket the processor takes them key
+by key: it decodes a key's records, puts them in apply order, loads the key's state (one pickled
 object), lets the joiner process them, keeps the new state, and writes what the joiner
 yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters with
 their original bytes and the reason. A joiner that raises does not stop the pipeline: that
@@ -17,10 +18,10 @@ operator at the end of the task, just before Spark commits the task's state; a r
 batch whose transaction landed recomputes the state and writes nothing. What reaches the
 sink is one row of counts per call, for the metrics.
 
-Why pandas frames and not the Row-based ``transformWithState``: PySpark turns each cell of
-a Row-based operator's input into a Python object one Arrow scalar at a time, and each output
-Row back through a dict; that cost more than the joining. Frames are converted a column at a
-time, and the processor reads them as named tuples with the same field names.
+Why packs: see :data:`~daemon.kafka.records.SOURCE_DDL`. The processor reads a pack's records
+a column at a time, as named tuples. (The pandas flavour of the operator was chosen when each
+record was a row, because the Row-based ``transformWithState`` converted each cell one Arrow
+scalar at a time; with packs, a call sees a few rows either way.)
 
 Why buckets: every state-store call is a round trip between the Python worker and the JVM,
 and per-key calls (set the key, read, write) cost about a millisecond per key and
@@ -54,7 +55,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from daemon.avro import AvroCodec
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
 from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, apply_order
-from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, SINK_COLUMNS
+from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, SINK_COLUMNS, unpack
 from daemon.kafka.task_output import OutputSpec, TaskOutput
 from daemon.metrics_relay import COUNTS_TOPIC
 from daemon.worker_gc import freeze_loaded
@@ -69,7 +70,7 @@ to parse it in every task)."""
 
 
 class Row(NamedTuple):
-    """An input row: the fields of :data:`daemon.kafka.records.SOURCE_DDL` the operator reads."""
+    """An input record: the fields of :data:`daemon.kafka.records.RECORD_ARROW`."""
 
     input: int
     """The input's position in :attr:`OperatorPlan.inputs`, or :data:`CONTROL_INPUT`."""
@@ -194,15 +195,12 @@ class JoinerProcessor(StatefulProcessor):
 
     def _input_rows(self, frames: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[Output]:
         by_key: dict[str, list[Row]] = {}
-        for frame in frames:
-            for row in _rows_of(frame):
-                if row.key == DEAD_LETTER_ROUTE:
-                    # pandas reads a null string as NaN, not None
-                    error = row.error if isinstance(row.error, str) else "Error: unknown"
-                    kind, _, reason = error.partition(": ")
-                    yield self._dead_letter(row, kind, reason)
-                else:
-                    by_key.setdefault(row.key, []).append(row)
+        for row in _rows_of(frames):
+            if row.key == DEAD_LETTER_ROUTE:
+                kind, _, reason = (row.error or "Error: unknown").partition(": ")
+                yield self._dead_letter(row, kind, reason)
+            else:
+                by_key.setdefault(row.key, []).append(row)
         if not by_key:
             return
         bucket, log = self._load_bucket()
@@ -463,10 +461,13 @@ class JoinerProcessor(StatefulProcessor):
             self.output.commit()
 
 
-def _rows_of(frame: pd.DataFrame) -> Iterator[Row]:
-    """A frame's rows, a column at a time: ``itertuples`` indexes the frame per column and row."""
-    columns = [frame[name].tolist() for name in Row._fields]
-    return map(Row._make, zip(*columns, strict=True))
+def _rows_of(frames: Iterator[pd.DataFrame]) -> Iterator[Row]:
+    """The records of the call's packs (:func:`~daemon.kafka.records.unpack`), by columns."""
+    for frame in frames:
+        for blob in frame["records"].tolist():
+            records = unpack(blob)
+            columns = [records.column(name).to_pylist() for name in Row._fields]
+            yield from map(Row._make, zip(*columns, strict=True))
 
 
 def _origin(record: InputRecord) -> tuple[str, int, int]:

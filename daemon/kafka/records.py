@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from daemon.config import DEFAULT_STATE_BUCKETS
 
@@ -19,11 +21,10 @@ def _ddl_of(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in schema)
 
 
-SOURCE_ARROW = pa.schema(
+RECORD_ARROW = pa.schema(
     [
         ("input", pa.int32()),
         ("key", pa.string()),
-        ("bucket", pa.int32()),
         ("event_time", pa.int64()),
         ("partition", pa.int32()),
         ("offset", pa.int64()),
@@ -33,14 +34,49 @@ SOURCE_ARROW = pa.schema(
         ("error", pa.string()),
     ]
 )
+"""One input record, as the source packs it: ``input`` is the position of its input (role
+and topic) in the source's spec, or :data:`CONTROL_INPUT`; ``key`` is its join key (or
+:data:`DEAD_LETTER_ROUTE` when ``error`` says why the record cannot be joined); ``value``
+keeps the original bytes."""
+
+SOURCE_ARROW = pa.schema([("bucket", pa.int32()), ("records", pa.binary())])
 
 SOURCE_DDL = _ddl_of(SOURCE_ARROW)
-"""One input record: ``input`` is the position of its input (role and topic) in the source's
-spec, or :data:`CONTROL_INPUT`; ``key`` is its join key (or :data:`DEAD_LETTER_ROUTE` when
-``error`` says why the record cannot be joined), ``bucket`` its state bucket
-(:func:`bucket_of`), by which the operator groups; ``value`` keeps the original bytes. The
-input travels as a number, not as role and topic names, because PySpark hands the operator
-its rows as pandas frames, whose string columns cost about half a microsecond per row each."""
+"""A source row: a pack of input records (:data:`RECORD_ARROW`, Arrow IPC) of one state
+bucket (:func:`bucket_of`), by which the operator groups, all from one Kafka partition.
+
+Why packs and not a row per record: PySpark hands a stateful operator its rows as pandas
+frames, made row by row (``itertuples``, then a frame per group), and Spark moves each row
+through its shuffle; per record that cost more than the joining. A pack is one row in Spark,
+and the operator reads its records a column at a time (:func:`unpack`). Spark's
+``numInputRows`` therefore counts packs: the records a batch read are its offset ranges'
+sizes (:func:`daemon.observability.records_read`)."""
+
+
+def pack(records: pa.RecordBatch, buckets: list[int]) -> pa.RecordBatch:
+    """Rows of :data:`SOURCE_ARROW`: the records packed by bucket (``buckets[i]`` is record i's).
+
+    Each bucket's records keep their order in ``records``.
+    """
+    if not buckets:
+        return pa.RecordBatch.from_pylist([], schema=SOURCE_ARROW)
+    labels = pa.array(buckets, pa.int32())
+    order = pc.sort_indices(labels)  # a stable sort: each bucket keeps its records' order
+    by_bucket = records.take(order)
+    sorted_labels = labels.take(order).to_numpy()
+    starts = [0, *(np.flatnonzero(np.diff(sorted_labels)) + 1).tolist()]
+    bounds = zip(starts, [*starts[1:], len(sorted_labels)], strict=True)
+    packs = [by_bucket.slice(start, end - start).serialize().to_pybytes() for start, end in bounds]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(sorted_labels[starts], pa.int32()), pa.array(packs, pa.binary())],
+        schema=SOURCE_ARROW,
+    )
+
+
+def unpack(blob: bytes) -> pa.RecordBatch:
+    """The records of one pack (see :func:`pack`)."""
+    return pa.ipc.read_record_batch(pa.py_buffer(blob), RECORD_ARROW)
+
 
 SINK_ARROW = pa.schema(
     [
@@ -89,8 +125,12 @@ def bucket_of(key: str, buckets: int = DEFAULT_STATE_BUCKETS) -> int:
     The same in every process and every run (a checksum, not Python's salted ``hash``), as a
     checkpoint's state needs.
     """
-    labels = bucket_labels(buckets)
-    return labels[zlib.crc32(key.encode("utf-8")) % len(labels)]
+    return bucket_labels(buckets)[bucket_hash(key) % buckets]
+
+
+def bucket_hash(key: str) -> int:
+    """The hash behind :func:`bucket_of`, for callers that look the labels up once."""
+    return zlib.crc32(key.encode("utf-8"))
 
 
 def _spark_hash_int(value: int, seed: int = 42) -> int:

@@ -40,10 +40,12 @@ from daemon.kafka.records import (
     CONTROL_INPUT,
     DEAD_LETTER_ROUTE,
     END_OF_INPUT,
-    SOURCE_ARROW,
+    RECORD_ARROW,
     SOURCE_DDL,
     Routing,
-    bucket_of,
+    bucket_hash,
+    bucket_labels,
+    pack,
     route,
     route_fields,
 )
@@ -438,7 +440,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 def _arrow_batch(
     spec: SourceInput, index: int, partition: int, messages: list[Any], buckets: int
 ) -> pa.RecordBatch:
-    """Route one partition's messages and lay them out as a batch of :data:`SOURCE_ARROW`.
+    """Route one partition's messages and pack them by state bucket (:func:`pack`).
 
     Built a column at a time: a per-record loop appending to ten lists cost more than
     the routing itself.
@@ -459,11 +461,10 @@ def _arrow_batch(
     keys = [
         DEAD_LETTER_ROUTE if error is not None or key is None else key for key, _, error in routings
     ]
-    return pa.RecordBatch.from_arrays(
+    records = pa.RecordBatch.from_arrays(
         [
             pa.array(inputs, pa.int32()),
             pa.array(keys, pa.string()),
-            pa.array([bucket_of(key, buckets) for key in keys], pa.int32()),
             pa.array([event_time for _, event_time, _ in routings], pa.int64()),
             pa.repeat(pa.scalar(partition, pa.int32()), count),
             pa.array([m.offset() for m in messages], pa.int64()),
@@ -472,8 +473,10 @@ def _arrow_batch(
             pa.array(values, pa.binary()),
             pa.array([error for _, _, error in routings], pa.string()),
         ],
-        schema=SOURCE_ARROW,
+        schema=RECORD_ARROW,
     )
+    labels = bucket_labels(buckets)
+    return pack(records, [labels[bucket_hash(key) % buckets] for key in keys])
 
 
 def _route(
