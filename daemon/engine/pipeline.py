@@ -254,7 +254,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     stream: Any = (
         spark.readStream.format("enrichd-kafka").option("spec", plan.source.encode()).load()
     )
-    joined = stream.groupBy("bucket").transformWithStateInPandas(
+    joined = stream.groupBy("bucket").transformWithState(
         statefulProcessor=JoinerProcessor(plan.operator, plan.output),
         outputStructType=SINK_DDL,
         outputMode="Append",

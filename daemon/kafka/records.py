@@ -45,9 +45,10 @@ SOURCE_DDL = _ddl_of(SOURCE_ARROW)
 """A source row: a pack of input records (:data:`RECORD_ARROW`, Arrow IPC) of one state
 bucket (:func:`bucket_of`), by which the operator groups, all from one Kafka partition.
 
-Why packs and not a row per record: PySpark hands a stateful operator its rows as pandas
-frames, made row by row (``itertuples``, then a frame per group), and Spark moves each row
-through its shuffle; per record that cost more than the joining. A pack is one row in Spark,
+Why packs and not a row per record: PySpark hands a stateful operator its rows converted one
+at a time (as pandas frames, made row by row with ``itertuples``, then a frame per group; or
+as Rows, a cell at a time), and Spark moves each row through its shuffle; per record that cost
+more than the joining. A pack is one row in Spark,
 and the operator reads its records a column at a time (:func:`unpack`). Spark's
 ``numInputRows`` therefore counts packs: the records a batch read are its offset ranges'
 sizes (:func:`daemon.observability.records_read`)."""
