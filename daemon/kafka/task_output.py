@@ -33,8 +33,9 @@ above. That happens often: Spark hands a task to whichever Python worker is idle
 partition's tasks move between workers. Starting over takes a spare producer the worker
 created ahead and initialises it, which takes a few milliseconds where a new producer took 55
 and at times 500 (its connections and the coordinator lookup).
-``delivery = "at_least_once"`` uses the idempotent producer instead:
-no transactions, and a replayed micro-batch may be written twice.
+
+``delivery = "at_least_once"`` uses the idempotent producer instead: no transactions, and a
+replayed micro-batch may be written twice.
 """
 
 from __future__ import annotations
@@ -148,11 +149,21 @@ class TaskOutput:
             self.open()
         if self.skipped:
             return
-        row = (topic, key, value, timestamp, source_topic, source_partition, source_offset)
+        row = (
+            topic,
+            key,
+            value,
+            timestamp,
+            source_topic,
+            source_partition,
+            source_offset,
+            error_class,
+            error_message,
+        )
         if self._held is None:
-            self._produce(*row, error_class, error_message)
+            self._produce(*row)
         else:
-            self._held.append((*row, error_class, error_message))
+            self._held.append(row)
             if len(self._held) >= HELD_RECORDS:
                 self._release()
         self.records[topic] = self.records.get(topic, 0) + 1
