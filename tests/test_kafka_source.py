@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +13,7 @@ from daemon.avro import AvroCodec, load_schema_file, parse_schema_text
 from daemon.broker import EmbeddedBroker
 from daemon.kafka.records import DEAD_LETTER_ROUTE, bucket_of, unpack
 from daemon.kafka.source import SourceInput, SourceSpec
+from daemon.observability import parse_offsets
 from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, process_all, produce
 
 USER = load_schema_file(SCHEMAS / "user.avsc")
@@ -65,7 +65,7 @@ def run_source(
 def records_of(report: Any) -> int:
     """The records a micro-batch read: its offset ranges' sizes (``numInputRows`` are packs)."""
     (source,) = report.sources
-    start, end = (json.loads(at or "null") or {} for at in (source.startOffset, source.endOffset))
+    start, end = parse_offsets(source.startOffset), parse_offsets(source.endOffset)
     return sum(stop - start.get(name, 0) for name, stop in end.items())
 
 

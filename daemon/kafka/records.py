@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, NamedTuple
@@ -48,10 +49,9 @@ bucket (:func:`bucket_of`), by which the operator groups, all from one Kafka par
 Why packs and not a row per record: PySpark hands a stateful operator its rows converted one
 at a time (as pandas frames, made row by row with ``itertuples``, then a frame per group; or
 as Rows, a cell at a time), and Spark moves each row through its shuffle; per record that cost
-more than the joining. A pack is one row in Spark,
-and the operator reads its records a column at a time (:func:`unpack`). Spark's
-``numInputRows`` therefore counts packs: the records a batch read are its offset ranges'
-sizes (:func:`daemon.observability.records_read`)."""
+more than the joining. A pack is one row in Spark, and the operator reads its records a
+column at a time (:func:`unpack`). Spark's ``numInputRows`` therefore counts packs: the
+records a batch read are its offset ranges' sizes (:func:`daemon.observability.records_read`)."""
 
 
 def pack(records: pa.RecordBatch, buckets: list[int]) -> pa.RecordBatch:
@@ -126,12 +126,13 @@ def bucket_of(key: str, buckets: int = DEFAULT_STATE_BUCKETS) -> int:
     The same in every process and every run (a checksum, not Python's salted ``hash``), as a
     checkpoint's state needs.
     """
-    return bucket_labels(buckets)[bucket_hash(key) % buckets]
+    return buckets_of((key,), buckets)[0]
 
 
-def bucket_hash(key: str) -> int:
-    """The hash behind :func:`bucket_of`, for callers that look the labels up once."""
-    return zlib.crc32(key.encode("utf-8"))
+def buckets_of(keys: Iterable[str], buckets: int = DEFAULT_STATE_BUCKETS) -> list[int]:
+    """:func:`bucket_of` of each key, with the labels looked up once (the source's hot path)."""
+    labels = bucket_labels(buckets)
+    return [labels[zlib.crc32(key.encode("utf-8")) % buckets] for key in keys]
 
 
 def _spark_hash_int(value: int, seed: int = 42) -> int:

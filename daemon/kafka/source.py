@@ -43,8 +43,7 @@ from daemon.kafka.records import (
     RECORD_ARROW,
     SOURCE_DDL,
     Routing,
-    bucket_hash,
-    bucket_labels,
+    buckets_of,
     pack,
     route,
     route_fields,
@@ -475,8 +474,7 @@ def _arrow_batch(
         ],
         schema=RECORD_ARROW,
     )
-    labels = bucket_labels(buckets)
-    return pack(records, [labels[bucket_hash(key) % buckets] for key in keys])
+    return pack(records, buckets_of(keys, buckets))
 
 
 def _route(
