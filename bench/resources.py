@@ -11,7 +11,10 @@ because ``pyspark.daemon`` forks its workers and plain RSS would count their sha
 once per worker; the plain RSS sum is kept too, as the pessimistic figure. Peaks are
 per part and of the sum; the parts peak at different moments, so the sum's peak is the one
 to compare with a memory budget. A sample misses anything that grows and shrinks between two
-samples: the figures are lower bounds.
+samples: the figures are lower bounds. A sample costs CPU in proportion to the memory it
+measures (the kernel walks every page table to count PSS: about 50 ms for a run's JVM and
+workers), so sampling every 250 ms took a tenth of the 2-core machine from the run it
+measured; once a second takes a fortieth.
 
 :func:`state_bytes` measures a checkpoint's ``state`` folder after a run: the RocksDB files
 of every state store version Spark keeps (by default the last 100 batches' changes), which is
@@ -85,7 +88,7 @@ def _under_jvm(process: psutil.Process) -> bool:
 class PeakMemory:
     """``with PeakMemory() as peak: ...`` then ``peak.result``: peak RSS of a process tree."""
 
-    def __init__(self, root: int | None = None, interval_s: float = 0.25) -> None:
+    def __init__(self, root: int | None = None, interval_s: float = 1.0) -> None:
         self.root = psutil.Process(root or os.getpid())
         self.interval_s = interval_s
         self._parts: dict[int, str] = {}
