@@ -20,6 +20,7 @@ import fastavro
 from fastavro.types import Schema
 
 from daemon.avro_fields import FieldScanner
+from daemon.avro_reader import compile_reader
 from daemon.avro_writer import Unwritable, compile_writer
 from daemon.errors import SchemaError
 
@@ -89,12 +90,16 @@ class AvroCodec:
     _fast_writer: Any = field(default=False, repr=False)
     """The schema compiled by :func:`compile_writer` on first use (False: not yet; None: it
     cannot be)."""
+    _fast_readers: dict[int, Any] = field(default_factory=dict, repr=False)
+    """By writer schema id (-1: plain format), the schema compiled by :func:`compile_reader`
+    on first use, or None where it cannot be or the writer's schema is not the reader's."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None  # the registry client holds sockets; rebuilt where used
         state["_scanners"] = {}  # closures; rebuilt where used
         state["_fast_writer"] = False  # a closure likewise
+        state["_fast_readers"] = {}
         return state
 
     def read_fields(
@@ -128,10 +133,25 @@ class AvroCodec:
         Raises:
             ValueError: the bytes are not a record of the expected format.
         """
-        if self.registry_url is None:
-            return _read(data, 0, self.writer_schema or self.schema, self.schema)
-        start, schema_id = _framing(data)
-        return _read(data, start, self._writer(schema_id), self.schema)
+        start, schema_id = (0, -1) if self.registry_url is None else _framing(data)
+        try:
+            fast = self._fast_readers[schema_id]
+        except KeyError:
+            fast = self._fast_readers[schema_id] = self._compile_reader(schema_id)
+        if fast is not None:
+            try:
+                return fast(data, start)  # type: ignore[no-any-return]
+            except Exception:  # noqa: S110 - bytes it does not take: fastavro's value or error
+                pass
+        writer = self._writer(schema_id) if schema_id >= 0 else self.writer_schema
+        return _read(data, start, writer or self.schema, self.schema)
+
+    def _compile_reader(self, schema_id: int) -> Any:
+        """A compiled reader when data written with ``schema_id`` needs no resolution."""
+        writer = self._writer(schema_id) if schema_id >= 0 else self.writer_schema
+        if writer is not None and writer != self.schema:
+            return None
+        return compile_reader(self.schema)
 
     def encode(self, record: dict[str, Any]) -> bytes:
         """Encode one value.
