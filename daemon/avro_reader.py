@@ -35,28 +35,42 @@ def compile_reader(schema: Any) -> Callable[[bytes, int], Any] | None:
     ``read(data, start)`` decodes the value at ``data[start:]``, which must use every byte,
     and raises on anything it does not take (see the module docstring).
     """
-    named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
-    generator = _Generator(named)
+    generator = _Generator(schema)
     try:
         result = generator.node(schema, 1, set())
     except _Unsupported:
         return None
-    source = "\n".join(
-        [
-            "def read(data, pos):",
-            "    end = len(data)",
-            *generator.lines,
-            "    if pos != end: raise ValueError('bytes left after the record')",
-            f"    return {result}",
-        ]
-    )
-    namespace: dict[str, Any] = {
-        "FLOAT": struct.Struct("<f").unpack_from,
-        "DOUBLE": struct.Struct("<d").unpack_from,
-        **generator.constants,
-    }
-    exec(compile(source, "<compiled avro reader>", "exec"), namespace)  # noqa: S102
-    return namespace["read"]  # type: ignore[no-any-return]
+    return generator.function("read", result)
+
+
+def compile_scanner(
+    schema: Any, names: tuple[str, ...], millis: tuple[str, ...] = ()
+) -> Callable[[bytes, int], list[Any]] | None:
+    """A reader of the top-level fields ``names`` of a record schema, or None.
+
+    ``scan(data, start)`` returns their values in that order and steps over the other
+    fields by their encoded lengths, without building their values, to the end of the
+    record, which must use every byte. Fields in ``millis`` may be ``timestamp-millis``
+    numbers, read as the number (the milliseconds fastavro's datetime stands for). It
+    raises on anything it does not take, as the reader does. The caller decides which
+    fields are worth reading so (see :class:`daemon.avro_fields.FieldScanner`).
+    """
+    generator = _Generator(schema)
+    inner = {schema.get("name", "")}
+    found: dict[str, str] = {}
+    try:
+        for avro_field in schema["fields"]:
+            name = avro_field["name"]
+            if name in names:
+                logical = "timestamp-millis" if name in millis else None
+                found[name] = generator.node(avro_field["type"], 1, inner, logical=logical)
+            else:
+                generator.node(avro_field["type"], 1, inner, skip=True)
+    except _Unsupported:
+        return None
+    if set(found) != set(names):
+        return None
+    return generator.function("scan", f"[{', '.join(found[name] for name in names)}]")
 
 
 class _Generator:
@@ -65,11 +79,29 @@ class _Generator:
     Each node's code leaves its value in a fresh local variable and returns that name.
     """
 
-    def __init__(self, named: dict[str, Any]) -> None:
-        self.named = named
+    def __init__(self, schema: Any) -> None:
+        self.named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
         self.lines: list[str] = []
-        self.constants: dict[str, Any] = {}
+        self.constants: dict[str, Any] = {
+            "FLOAT": struct.Struct("<f").unpack_from,
+            "DOUBLE": struct.Struct("<d").unpack_from,
+        }
         self.names = 0
+
+    def function(self, name: str, result: str) -> Callable[..., Any]:
+        """The function ``name(data, pos)`` of the lines written, returning ``result``."""
+        source = "\n".join(
+            [
+                f"def {name}(data, pos):",
+                "    end = len(data)",
+                *self.lines,
+                "    if pos != end: raise ValueError('bytes left after the record')",
+                f"    return {result}",
+            ]
+        )
+        namespace = dict(self.constants)
+        exec(compile(source, f"<compiled avro {name}>", "exec"), namespace)  # noqa: S102
+        return namespace[name]  # type: ignore[no-any-return]
 
     def fresh(self, stem: str) -> str:
         self.names += 1
@@ -83,21 +115,33 @@ class _Generator:
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
 
-    def node(self, schema: Any, depth: int, enclosing: set[str]) -> str:
-        """Code that reads one value of ``schema``; the variable holding it."""
+    def node(
+        self,
+        schema: Any,
+        depth: int,
+        enclosing: set[str],
+        *,
+        skip: bool = False,
+        logical: str | None = None,
+    ) -> str:
+        """Code that reads one value of ``schema``; the variable holding it.
+
+        ``skip``: step over the value without building it (its variable is None); a logical
+        type then does not matter. ``logical``: the one logical type read as its number.
+        """
         if isinstance(schema, list):
-            return self.union(schema, depth, enclosing)
+            return self.union(schema, depth, enclosing, skip=skip, logical=logical)
         if isinstance(schema, str):
             schema = {"type": schema}
         kind = schema["type"]
         if not isinstance(kind, str):
-            return self.node(kind, depth, enclosing)
-        if "logicalType" in schema:
+            return self.node(kind, depth, enclosing, skip=skip, logical=logical)
+        if not skip and schema.get("logicalType", logical) != logical:
             raise _Unsupported(schema["logicalType"])
         if kind not in _PRIMITIVES and kind not in ("enum", "fixed", "array", "map", "record"):
             if kind in enclosing or kind not in self.named:
                 raise _Unsupported(kind)  # recursive or unknown: leave it to fastavro
-            return self.node(self.named[kind], depth, enclosing)
+            return self.node(self.named[kind], depth, enclosing, skip=skip)
         var = self.fresh("v")
         if kind == "null":
             self.emit(depth, f"{var} = None")
@@ -115,11 +159,11 @@ class _Generator:
             self.emit(depth, f"{var}, = {kind.upper()}(data, pos)")
             self.emit(depth, f"pos += {4 if kind == 'float' else 8}")
         elif kind in ("string", "bytes"):
-            self.sized(var, depth, text=kind == "string")
+            self.sized(var, depth, text=kind == "string", skip=skip)
         elif kind == "fixed":
             size = int(schema["size"])
             self.emit(depth, f"if pos + {size} > end: raise ValueError('fixed')")
-            self.emit(depth, f"{var} = data[pos:pos + {size}]")
+            self.emit(depth, f"{var} = None" if skip else f"{var} = data[pos:pos + {size}]")
             self.emit(depth, f"pos += {size}")
         elif kind == "enum":
             symbols = self.constant(tuple(schema["symbols"]))
@@ -128,59 +172,79 @@ class _Generator:
             self.emit(depth, f"if {index} < 0: raise ValueError('enum')")
             self.emit(depth, f"{var} = {symbols}[{index}]")
         elif kind in ("array", "map"):
-            self.blocks(schema, var, depth, enclosing)
+            self.blocks(schema, var, depth, enclosing, skip=skip)
         else:
-            self.record(schema, var, depth, enclosing)
+            self.record(schema, var, depth, enclosing, skip=skip)
         return var
 
-    def record(self, schema: dict[str, Any], var: str, depth: int, enclosing: set[str]) -> None:
+    def record(
+        self, schema: dict[str, Any], var: str, depth: int, enclosing: set[str], *, skip: bool
+    ) -> None:
         inner = enclosing | {schema.get("name", "")}
-        values = [(f["name"], self.node(f["type"], depth, inner)) for f in schema["fields"]]
+        values = [
+            (f["name"], self.node(f["type"], depth, inner, skip=skip)) for f in schema["fields"]
+        ]
         items = ", ".join(f"{name!r}: {value}" for name, value in values)
-        self.emit(depth, f"{var} = {{{items}}}")
+        self.emit(depth, f"{var} = None" if skip else f"{var} = {{{items}}}")
 
-    def union(self, branches: list[Any], depth: int, enclosing: set[str]) -> str:
+    def union(
+        self,
+        branches: list[Any],
+        depth: int,
+        enclosing: set[str],
+        *,
+        skip: bool,
+        logical: str | None,
+    ) -> str:
         var, index = self.fresh("v"), self.fresh("i")
         self.varint(index, depth)
         for position, branch in enumerate(branches):
             self.emit(depth, f"{'if' if position == 0 else 'elif'} {index} == {position}:")
-            self.emit(depth + 1, f"{var} = {self.node(branch, depth + 1, enclosing)}")
+            value = self.node(branch, depth + 1, enclosing, skip=skip, logical=logical)
+            self.emit(depth + 1, f"{var} = {value}")
         self.emit(depth, "else: raise ValueError('union branch')")
         return var
 
-    def blocks(self, schema: dict[str, Any], var: str, depth: int, enclosing: set[str]) -> None:
+    def blocks(
+        self, schema: dict[str, Any], var: str, depth: int, enclosing: set[str], *, skip: bool
+    ) -> None:
         """Arrays and maps: blocks of items.
 
-        Each block is a count, and when the count is negative, its byte size next.
+        Each block is a count, and when the count is negative, its byte size next, by which
+        a skip steps over the block.
         """
         keyed = schema["type"] == "map"
-        count = self.fresh("n")
-        self.emit(depth, f"{var} = {{}}" if keyed else f"{var} = []")
+        count, size, key = self.fresh("n"), self.fresh("s"), self.fresh("k")
+        self.emit(depth, f"{var} = None" if skip else f"{var} = {{}}" if keyed else f"{var} = []")
         self.emit(depth, "while True:")
         self.varint(count, depth + 1)
         self.emit(depth + 1, f"if {count} == 0: break")
         self.emit(depth + 1, f"if {count} < 0:")
         self.emit(depth + 2, f"{count} = -{count}")
-        self.varint(self.fresh("s"), depth + 2)
+        self.varint(size, depth + 2)
+        if skip:
+            self.emit(depth + 2, f"if {size} < 0 or pos + {size} > end: raise ValueError('block')")
+            self.emit(depth + 2, f"pos += {size}")
+            self.emit(depth + 2, "continue")
         # Garbage guard: every item but a null takes a byte.
         self.emit(depth + 1, f"if {count} > end: raise ValueError('block')")
         self.emit(depth + 1, f"for _ in range({count}):")
         if keyed:
-            key = self.fresh("k")
-            self.sized(key, depth + 2, text=True)
-            item = self.node(schema["values"], depth + 2, enclosing)
-            self.emit(depth + 2, f"{var}[{key}] = {item}")
-        else:
-            item = self.node(schema["items"], depth + 2, enclosing)
-            self.emit(depth + 2, f"{var}.append({item})")
+            self.sized(key, depth + 2, text=True, skip=skip)
+        item = self.node(schema["values" if keyed else "items"], depth + 2, enclosing, skip=skip)
+        if not skip:
+            self.emit(depth + 2, f"{var}[{key}] = {item}" if keyed else f"{var}.append({item})")
 
-    def sized(self, var: str, depth: int, *, text: bool) -> None:
+    def sized(self, var: str, depth: int, *, text: bool, skip: bool = False) -> None:
         """A length, then that many bytes: a string (strict UTF-8) or bytes."""
         size = self.fresh("n")
         self.varint(size, depth)
         self.emit(depth, f"if {size} < 0 or pos + {size} > end: raise ValueError('length')")
-        decode = ".decode()" if text else ""
-        self.emit(depth, f"{var} = data[pos:pos + {size}]{decode}")
+        if skip:
+            self.emit(depth, f"{var} = None")
+        else:
+            decode = ".decode()" if text else ""
+            self.emit(depth, f"{var} = data[pos:pos + {size}]{decode}")
         self.emit(depth, f"pos += {size}")
 
     def varint(self, var: str, depth: int) -> None:
