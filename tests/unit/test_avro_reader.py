@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.avro import AvroCodec, load_schema_file, parse_schema_text
-from daemon.avro_reader import compile_reader
+from daemon.avro_reader import compile_reader, compile_scanner
 from tests.unit.test_avro_writer import SCHEMAS, fastavro_bytes, values
 
 EVERY_PLAIN_TYPE = parse_schema_text(
@@ -114,6 +114,20 @@ def test_blocks_with_a_byte_size_are_read() -> None:
     read = compile_reader(schema)
     assert read is not None
     assert read(data, 0) == fastavro_value(schema, data) == [1, 2]
+
+
+def test_a_scanner_steps_over_a_block_by_its_byte_size() -> None:
+    schema = parse_schema_text(
+        '{"type": "record", "name": "R", "fields": [{"name": "xs", "type": '
+        '{"type": "array", "items": "long"}}, {"name": "id", "type": "long"}]}'
+    )
+    data = bytes([3, 4, 2, 4, 0, 14])  # xs: count -2, 2 bytes (longs 1 and 2), end; id 7
+    scan = compile_scanner(schema, ("id",))
+    assert scan is not None
+    assert scan(data, 0) == [7]
+    assert fastavro_value(schema, data) == {"xs": [1, 2], "id": 7}
+    with pytest.raises(ValueError, match="block"):
+        scan(bytes([3, 40, 2, 4, 0, 14]), 0)  # a byte size past the end
 
 
 @pytest.mark.parametrize(
