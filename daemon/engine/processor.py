@@ -294,9 +294,9 @@ class JoinerProcessor(StatefulProcessor):
         if self.output is None:
             self.output = TaskOutput.of_task(self.spec)
             self.output.open()  # now, so that a replay knows at once it writes nothing
-        send = self.output.send
+        send = self.output.send_row
         for row in rows:
-            send(*row)
+            send(row)
 
     def _counts(self) -> Iterator[SparkRow]:
         """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.

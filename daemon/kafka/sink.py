@@ -115,7 +115,7 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
                 for name, added in json.loads(row[2]).items():
                     _add(counts[name], added)
             else:
-                output.send(*row)
+                output.send_row(row)
     if output.opened:
         output.commit()
         _add(counts["records"], output.records)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.config import Delivery
-from daemon.kafka.clients import Deliveries, produce
+from daemon.kafka.clients import Deliveries
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _TRANSACTIONAL: dict[str, Any] = {}
@@ -140,7 +140,23 @@ class TaskOutput:
         error_class: str | None = None,
         error_message: str | None = None,
     ) -> None:
-        """Write one record: the columns of :data:`daemon.kafka.records.SINK_DDL`, in order.
+        """Write one record: the columns of :data:`daemon.kafka.records.SINK_DDL`, in order."""
+        self.send_row(
+            (
+                topic,
+                key,
+                value,
+                timestamp,
+                source_topic,
+                source_partition,
+                source_offset,
+                error_class,
+                error_message,
+            )
+        )
+
+    def send_row(self, row: tuple[Any, ...]) -> None:
+        """:meth:`send` of a row of all nine columns, kept as it is.
 
         It is held back until the commit, or until :data:`HELD_RECORDS` are held: see the
         module docstring.
@@ -149,57 +165,40 @@ class TaskOutput:
             self.open()
         if self.skipped:
             return
-        row = (
-            topic,
-            key,
-            value,
-            timestamp,
-            source_topic,
-            source_partition,
-            source_offset,
-            error_class,
-            error_message,
-        )
         if self._held is None:
-            self._produce(*row)
+            self._produce(row)
         else:
             self._held.append(row)
             if len(self._held) >= HELD_RECORDS:
                 self._release()
+        topic = row[0]
         self.records[topic] = self.records.get(topic, 0) + 1
-        if error_class is not None:
-            self.dead_letters[error_class] = self.dead_letters.get(error_class, 0) + 1
+        if row[7] is not None:
+            self.dead_letters[row[7]] = self.dead_letters.get(row[7], 0) + 1
 
     def _release(self) -> None:
         """Send the records held back, and from now on each as it comes."""
         for row in self._held or ():
-            self._produce(*row)
+            self._produce(row)
         self._held = None
 
-    def _produce(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int | None,
-        source_topic: str | None,
-        source_partition: int | None,
-        source_offset: int | None,
-        error_class: str | None,
-        error_message: str | None,
-    ) -> None:
-        produce(
-            self._producer,
-            topic,
-            value=value,
-            key=key,
-            headers=headers_of(
-                source_topic, source_partition, source_offset, error_class, error_message
-            ),
-            on_delivery=self._deliveries,
-            # librdkafka reads 0 as "now": a missing timestamp is the write time.
-            timestamp=timestamp or 0,
-        )
+    def _produce(self, row: tuple[Any, ...]) -> None:
+        topic, key, value, timestamp, source_topic, partition, offset, error, message = row
+        headers = headers_of(source_topic, partition, offset, error, message)
+        while True:  # clients.produce, inline: this runs once per output record
+            try:
+                self._producer.produce(
+                    topic,
+                    value,
+                    key,
+                    headers=headers,
+                    on_delivery=self._deliveries,
+                    # librdkafka reads 0 as "now": a missing timestamp is the write time.
+                    timestamp=timestamp or 0,
+                )
+                return
+            except BufferError:  # the local queue is full: wait for deliveries
+                self._producer.poll(0.05)
 
     def commit(self) -> None:
         """Deliver everything sent and commit it with the batch's marker.
@@ -379,8 +378,11 @@ def headers_of(
     """The Kafka headers of an output record: where it came from and, for a dead letter, why."""
     headers = []
     if source_topic is not None:
+        topic = _TOPIC_BYTES.get(source_topic)
+        if topic is None:
+            topic = _TOPIC_BYTES[source_topic] = source_topic.encode("utf-8")
         headers = [
-            ("enrichd.source.topic", source_topic.encode("utf-8")),
+            ("enrichd.source.topic", topic),
             ("enrichd.source.partition", str(source_partition).encode("utf-8")),
             ("enrichd.source.offset", str(source_offset).encode("utf-8")),
         ]
@@ -389,6 +391,10 @@ def headers_of(
         if error_message is not None:
             headers.append(("enrichd.error.message", error_message.encode("utf-8")))
     return headers
+
+
+_TOPIC_BYTES: dict[str, bytes] = {}
+"""Source topic names as header values, encoded once (they are few)."""
 
 
 def forget_kept_clients() -> None:
