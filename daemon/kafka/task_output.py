@@ -189,8 +189,8 @@ class TaskOutput:
             try:
                 self._producer.produce(
                     topic,
-                    value,
-                    key,
+                    value=value,
+                    key=key,
                     headers=headers,
                     on_delivery=self._deliveries,
                     # librdkafka reads 0 as "now": a missing timestamp is the write time.
