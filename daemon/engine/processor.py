@@ -213,16 +213,15 @@ class JoinerProcessor(StatefulProcessor):
     ) -> Iterator[Output]:
         """Apply one key's rows: decode, order, run the joiner, keep its new state."""
         records: list[InputRecord] = []
-        raw: dict[tuple[str, int, int], Row] = {}
         end_of_input = False
+        inputs, codecs = self.plan.inputs, self.plan.codecs
         for row in rows:
             if row.input == CONTROL_INPUT:
                 end_of_input = True
                 continue
-            role, topic = self.plan.inputs[row.input]
-            raw[(topic, row.partition, row.offset)] = row
+            role, topic = inputs[row.input]
             try:
-                value = None if row.value is None else self.plan.codecs[role].decode(row.value)
+                value = None if row.value is None else codecs[role].decode(row.value)
             except Exception as exc:  # the source read only the key and time fields
                 yield self._dead_letter(row, "UndecodableRecord", str(exc))
                 continue
@@ -239,6 +238,7 @@ class JoinerProcessor(StatefulProcessor):
                     row.timestamp,
                 )
             )
+        raw = _Originals(rows, inputs)
         joiner = self.plan.joiner
         clock, state = self._load(bucket, log, group, now)
         if records:
@@ -282,7 +282,7 @@ class JoinerProcessor(StatefulProcessor):
             clock.stream_time = min(clock.stream_time + max(now - clock.last_ms, 0), END_OF_TIME)
             clock.last_ms = now
             call = partial(joiner.advance, group, to=clock.stream_time, ctx=joiner.context)
-            advanced = yield from self._step(state, call, {}, [])
+            advanced = yield from self._step(state, call, _Originals([], ()), [])
             if advanced is None:  # the joiner raised: no more wake-ups until its next record
                 bucket.due.pop(group, None)
             else:
@@ -373,7 +373,7 @@ class JoinerProcessor(StatefulProcessor):
         self,
         state: Any,
         call: Callable[[Any], Iterable[Emit | DeadLetter]],
-        raw: dict[tuple[str, int, int], Row],
+        raw: _Originals,
         records: list[InputRecord],
     ) -> Generator[Output, None, Any]:
         """Run one joiner call on the state; yield its rows; return the state.
@@ -396,7 +396,7 @@ class JoinerProcessor(StatefulProcessor):
                 yield self._rejected(result, raw)
         return state
 
-    def _output(self, emit: Emit, raw: dict[tuple[str, int, int], Row]) -> Output:
+    def _output(self, emit: Emit, raw: _Originals) -> Output:
         topic, codec = self.plan.output_topic, self.plan.output_codec
         if emit.output is not None:
             topic, codec = (self.plan.outputs or {})[emit.output]
@@ -415,7 +415,7 @@ class JoinerProcessor(StatefulProcessor):
             topic, _key_bytes(emit.key), value, emit.source.timestamp or None, *_origin(emit.source)
         )
 
-    def _rejected(self, letter: DeadLetter, raw: dict[tuple[str, int, int], Row]) -> Output:
+    def _rejected(self, letter: DeadLetter, raw: _Originals) -> Output:
         """A dead letter for a record of this batch (its original bytes) or one from state."""
         row = raw.get(_origin(letter.record))
         if row is not None:
@@ -459,6 +459,35 @@ class JoinerProcessor(StatefulProcessor):
         """
         if self.output is not None:
             self.output.commit()
+
+
+class _Originals:
+    """The input rows of one key's call, found by origin when a dead letter needs their bytes.
+
+    Indexed on first use: most calls never need it, and an index entry per record cost more
+    than the rest of a record's bookkeeping.
+    """
+
+    def __init__(self, rows: list[Row], inputs: tuple[tuple[str, str], ...]) -> None:
+        self._rows = rows
+        self._inputs = inputs
+        self._index: dict[tuple[str, int, int], Row] | None = None
+
+    def get(self, origin: tuple[str, int, int]) -> Row | None:
+        """The row a record of this call came from; None for a record from state."""
+        if self._index is None:
+            self._index = {
+                (self._inputs[row.input][1], row.partition, row.offset): row
+                for row in self._rows
+                if row.input != CONTROL_INPUT
+            }
+        return self._index.get(origin)
+
+    def __getitem__(self, origin: tuple[str, int, int]) -> Row:
+        row = self.get(origin)
+        if row is None:
+            raise KeyError(origin)
+        return row
 
 
 def _rows_of(packs: Iterator[SparkRow]) -> Iterator[Row]:

@@ -254,6 +254,9 @@ def apply_order(
     records: Iterable[InputRecord], roles: Sequence[str], order: Order = "event_time"
 ) -> list[InputRecord]:
     """Sort into apply order: event time (Kafka timestamp if ``"arrival"``), role, offset."""
+    records = list(records)
+    if len(records) < 2:  # most keys of a micro-batch have one record: nothing to sort
+        return records
     rank = {role: i for i, role in enumerate(roles)}
     if order == "arrival":
         return sorted(records, key=lambda r: (r.timestamp, rank.get(r.role, len(rank)), r.offset))
