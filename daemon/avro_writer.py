@@ -124,24 +124,30 @@ class _Generator:
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
 
-    def node(self, schema: Any, var: str, depth: int, enclosing: set[str]) -> None:
-        """Code that writes ``var`` as ``schema``; ``enclosing``: records being written."""
+    def node(
+        self, schema: Any, var: str, depth: int, enclosing: set[str], *, typed: bool = False
+    ) -> None:
+        """Code that writes ``var`` as ``schema``; ``enclosing``: records being written.
+
+        ``typed``: a union branch already chose ``var``'s Python type.
+        """
         if isinstance(schema, list):
             return self.union(schema, var, depth, enclosing)
         if isinstance(schema, str):
             schema = {"type": schema}
         kind = schema["type"]
         if not isinstance(kind, str):
-            return self.node(kind, var, depth, enclosing)
+            return self.node(kind, var, depth, enclosing, typed=typed)
         logical = schema.get("logicalType")
         if logical is not None and not (logical in _TIME_LOGICAL_TYPES and kind in ("int", "long")):
             raise _Unsupported(logical)
         if kind not in _PYTHON_TYPES:
             if kind in enclosing or kind not in self.named:
                 raise _Unsupported(kind)  # recursive or unknown: leave it to fastavro
-            return self.node(self.named[kind], var, depth, enclosing)
+            return self.node(self.named[kind], var, depth, enclosing, typed=typed)
         python_type = _PYTHON_TYPES[kind]
-        self.emit(depth, f"if type({var}) is not {python_type}: raise Unwritable({kind!r})")
+        if not typed:
+            self.emit(depth, f"if type({var}) is not {python_type}: raise Unwritable({kind!r})")
         if kind in _RANGES:
             low, high = _RANGES[kind]
             self.emit(depth, f"if not {low} <= {var} <= {high}: raise Unwritable({kind!r})")
@@ -188,13 +194,13 @@ class _Generator:
         self.emit(depth, f"{defaulted} = 0")
         for field in schema["fields"]:
             value = self.fresh("v")
-            self.emit(depth, f"{value} = {var}.get({field['name']!r}, MISSING)")
-            self.emit(depth, f"if {value} is MISSING:")
             if "default" in field:
+                self.emit(depth, f"{value} = {var}.get({field['name']!r}, MISSING)")
+                self.emit(depth, f"if {value} is MISSING:")
                 self.emit(depth + 1, f"{value} = {self.constant(field['default'])}")
                 self.emit(depth + 1, f"{defaulted} += 1")
-            else:
-                self.emit(depth + 1, f"raise Unwritable({'no field ' + field['name']!r})")
+            else:  # a missing field raises KeyError, which encode() takes as Unwritable
+                self.emit(depth, f"{value} = {var}[{field['name']!r}]")
             self.node(field["type"], value, depth, inner)
         count = len(schema["fields"])
         self.emit(depth, f"if len({var}) != {count} - {defaulted}: raise Unwritable('fields')")
@@ -210,7 +216,7 @@ class _Generator:
             seen.add(python_type)
             self.emit(depth, f"{'if' if index == 0 else 'elif'} {kind} is {python_type}:")
             self.emit(depth + 1, f"out.append({index * 2})" if index < 64 else "raise Unwritable")
-            self.node(branch, var, depth + 1, enclosing)
+            self.node(branch, var, depth + 1, enclosing, typed=True)
         self.emit(depth, "else: raise Unwritable('no branch')")
 
     def python_type(self, branch: Any) -> str:
@@ -232,8 +238,11 @@ class _Generator:
     def varint(self, var: str, depth: int) -> None:
         """Append ``var`` (an int in range) as a zig-zag varint, Avro's int and long."""
         n = self.fresh("z")
-        self.emit(depth, f"{n} = ({var} << 1) ^ ({var} >> 63)")
-        self.emit(depth, f"while {n} > 127:")
-        self.emit(depth + 1, f"out.append(({n} & 127) | 128)")
-        self.emit(depth + 1, f"{n} >>= 7")
-        self.emit(depth, f"out.append({n})")
+        self.emit(depth, f"if 0 <= {var} < 64:")  # one byte, the common case: no loop
+        self.emit(depth + 1, f"out.append({var} << 1)")
+        self.emit(depth, "else:")
+        self.emit(depth + 1, f"{n} = ({var} << 1) ^ ({var} >> 63)")
+        self.emit(depth + 1, f"while {n} > 127:")
+        self.emit(depth + 2, f"out.append(({n} & 127) | 128)")
+        self.emit(depth + 2, f"{n} >>= 7")
+        self.emit(depth + 1, f"out.append({n})")
