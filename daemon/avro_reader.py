@@ -14,6 +14,9 @@ stands. For bytes it takes, its value is fastavro's (a hypothesis test compares 
 the project's schemas). It decodes only with the writer's schema as the reader's (schema
 resolution is fastavro's), and schemas with logical types (fastavro makes them datetimes,
 decimals, UUIDs) or recursive types are not compiled: fastavro decodes all their values.
+
+The same generator writes the source's field scanners (:func:`compile_scanner`): the few
+top-level fields a scanner wants are read as above, and the others stepped over.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def compile_scanner(
 
 
 class _Generator:
-    """Writes the body of ``read(data, pos)``, one schema node at a time.
+    """Writes the body of a reading function (``read`` or ``scan``), one schema node at a time.
 
     Each node's code leaves its value in a fresh local variable and returns that name.
     """

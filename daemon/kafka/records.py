@@ -97,8 +97,8 @@ SINK_DDL = _ddl_of(SINK_ARROW)
 """One output record: its topic (output or dead letters), key, value (null: tombstone), and
 Kafka timestamp: that of the input record that caused it, as Kafka Streams does, so
 downstream consumers see event order, not enrichd's write time (null: write time). The
-other columns become headers in the sink (:func:`daemon.kafka.task_output.headers_of`): the input
-record it came from (``enrichd.source.*``; null when none) and, for a dead letter, why
+other columns become headers when written (:func:`daemon.kafka.task_output.headers_of`): the
+input record it came from (``enrichd.source.*``; null when none) and, for a dead letter, why
 (``enrichd.error.*``). They travel as flat columns, not a list of header structs, because
 converting nested values between Arrow and Python costs several times more per record."""
 
