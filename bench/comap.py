@@ -41,6 +41,7 @@ from bench.report import (
     progress_check,
     quix_status,
     run_header,
+    scaling_caveat,
 )
 from bench.workloads import Topics, Workload, count_outputs, count_records, create_inputs, produce
 from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
@@ -242,7 +243,8 @@ def _analysis(
             f"; reaching the target needs {needed:.1f}x the measured sustained rate."
             if ratio < TARGET_RATIO
             else "."
-        ),
+        )
+        + scaling_caveat(spark.sustained_rate, one.rate, two.rate),
         f"- Steady batches (after the first; {len(steady)} of them, {rows:,.0f} records "
         f"each on average): {trigger:,.0f} ms per batch, of which addBatch (read, decode, "
         f"joiner with RocksDB state, encode, transactional produce) {add:,.0f} ms = "

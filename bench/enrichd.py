@@ -256,13 +256,14 @@ def batch_table(batches: list[Batch]) -> list[str]:
 
 def resources_lines(result: EnrichdResult, keys: int) -> list[str]:
     """A report's memory and state lines for an enrichd run over ``keys`` join keys."""
-    from bench.resources import MIB, state_line
+    from bench.resources import MIB, SAMPLE_INTERVAL_S, state_line
 
     peaks = result.peaks
     return [
-        f"- Memory (enrichd run, sampled every 0.25 s over this process tree from the Spark "
-        f"session's start to the query's stop): {peaks.describe()}. Spark's part (JVM + Python "
-        f"workers) peaked at {peaks.spark / MIB:,.0f} MiB at most. Under `python -m bench all` "
+        f"- Memory (enrichd run, sampled every {SAMPLE_INTERVAL_S:g} s over this process tree "
+        f"from the Spark session's start to the query's stop): {peaks.describe()}. Spark's part "
+        f"(JVM + Python workers) peaked at {peaks.spark / MIB:,.0f} MiB at most. Under "
+        "`python -m bench all` "
         "the Spark session is shared with the workloads run before this one, and a JVM does "
         "not hand back heap it grew, so its figure can include what they left.",
         f"- State: {state_line(result.state_bytes, keys)}.",

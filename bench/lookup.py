@@ -515,7 +515,7 @@ def _notes(
             )
         )
     lines += [
-        ceiling_verdict(spark.sustained_rate, two.rate),
+        ceiling_verdict(spark.sustained_rate, two.rate, one=one.rate),
         peer_verdict(
             spark.sustained_rate,
             quix.rate if quix.ran else None,

@@ -407,6 +407,7 @@ def _notes(one: RawResult, two: RawResult, spark: EnrichdResult) -> list[str]:
             spark.sustained_rate,
             two.rate,
             "The issue's own target is half of the raw loop; see the ratio column for both loops.",
+            one=one.rate,
         ),
         _issue3_line(spark.sustained_rate, one.rate),
         f"- Steady batches ({len(steady)}, {rows:,.0f} records each on average): "

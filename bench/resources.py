@@ -32,6 +32,8 @@ from types import TracebackType
 import psutil
 
 MIB = 1024 * 1024
+SAMPLE_INTERVAL_S = 1.0
+"""How often :class:`PeakMemory` samples (see the module docstring for why not more often)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def _under_jvm(process: psutil.Process) -> bool:
 class PeakMemory:
     """``with PeakMemory() as peak: ...`` then ``peak.result``: peak RSS of a process tree."""
 
-    def __init__(self, root: int | None = None, interval_s: float = 1.0) -> None:
+    def __init__(self, root: int | None = None, interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.root = psutil.Process(root or os.getpid())
         self.interval_s = interval_s
         self._parts: dict[int, str] = {}

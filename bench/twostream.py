@@ -463,7 +463,7 @@ def closing_lines(kind: str, runs: Runs, max_batch: int, checks: list[str]) -> l
     one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
     sustained = spark.sustained_rate
     return [
-        ceiling_verdict(sustained, two.rate, where_time_goes(spark, one.rate)),
+        ceiling_verdict(sustained, two.rate, where_time_goes(spark, one.rate), one=one.rate),
         peer_verdict(
             sustained,
             quix.rate if quix.ran else None,
