@@ -25,6 +25,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from daemon.avro_codegen import FunctionText
+
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "string", "bytes"}
 
 
@@ -76,47 +78,25 @@ def compile_scanner(
     return generator.function("scan", f"[{', '.join(found[name] for name in names)}]")
 
 
-class _Generator:
+class _Generator(FunctionText):
     """Writes the body of a reading function (``read`` or ``scan``), one schema node at a time.
 
     Each node's code leaves its value in a fresh local variable and returns that name.
     """
 
     def __init__(self, schema: Any) -> None:
-        self.named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
-        self.lines: list[str] = []
-        self.constants: dict[str, Any] = {
-            "FLOAT": struct.Struct("<f").unpack_from,
-            "DOUBLE": struct.Struct("<d").unpack_from,
-        }
-        self.names = 0
+        super().__init__(
+            schema,
+            {"FLOAT": struct.Struct("<f").unpack_from, "DOUBLE": struct.Struct("<d").unpack_from},
+        )
 
     def function(self, name: str, result: str) -> Callable[..., Any]:
         """The function ``name(data, pos)`` of the lines written, returning ``result``."""
-        source = "\n".join(
-            [
-                f"def {name}(data, pos):",
-                "    end = len(data)",
-                *self.lines,
-                "    if pos != end: raise ValueError('bytes left after the record')",
-                f"    return {result}",
-            ]
+        return self.define(
+            f"{name}(data, pos)",
+            ["end = len(data)"],
+            ["if pos != end: raise ValueError('bytes left after the record')", f"return {result}"],
         )
-        namespace = dict(self.constants)
-        exec(compile(source, f"<compiled avro {name}>", "exec"), namespace)  # noqa: S102
-        return namespace[name]  # type: ignore[no-any-return]
-
-    def fresh(self, stem: str) -> str:
-        self.names += 1
-        return f"{stem}{self.names}"
-
-    def constant(self, value: Any) -> str:
-        name = self.fresh("C")
-        self.constants[name] = value
-        return name
-
-    def emit(self, depth: int, line: str) -> None:
-        self.lines.append("    " * depth + line)
 
     def node(
         self,

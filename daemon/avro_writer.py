@@ -23,6 +23,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from daemon.avro_codegen import FunctionText
+
 _TIME_LOGICAL_TYPES = {
     "date",
     "time-millis",
@@ -66,30 +68,12 @@ class _Unsupported(Exception):  # noqa: N818
 
 def compile_writer(schema: Any) -> Callable[[Any], bytes] | None:
     """An encoder of one value of the parsed ``schema``, or None if it cannot be compiled."""
-    named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
-    generator = _Generator(named)
+    generator = _Generator(schema)
     try:
         generator.node(schema, "value", 1, set())
     except _Unsupported:
         return None
-    source = "\n".join(
-        [
-            "def write(value):",
-            "    out = bytearray()",
-            *generator.lines,
-            "    return bytes(out)",
-        ]
-    )
-    namespace: dict[str, Any] = {
-        "NoneType": type(None),
-        "Unwritable": Unwritable,
-        "MISSING": _MISSING,
-        "FLOAT": struct.Struct("<f").pack,
-        "DOUBLE": struct.Struct("<d").pack,
-        **generator.constants,
-    }
-    exec(compile(source, "<compiled avro writer>", "exec"), namespace)  # noqa: S102
-    write = namespace["write"]
+    write = generator.define("write(value)", ["out = bytearray()"], ["return bytes(out)"])
 
     def encode(value: Any) -> bytes:
         try:
@@ -103,26 +87,20 @@ def compile_writer(schema: Any) -> Callable[[Any], bytes] | None:
 _MISSING = object()
 
 
-class _Generator:
+class _Generator(FunctionText):
     """Writes the body of ``write(value)``, one schema node at a time."""
 
-    def __init__(self, named: dict[str, Any]) -> None:
-        self.named = named
-        self.lines: list[str] = []
-        self.constants: dict[str, Any] = {}
-        self.names = 0
-
-    def fresh(self, stem: str) -> str:
-        self.names += 1
-        return f"{stem}{self.names}"
-
-    def constant(self, value: Any) -> str:
-        name = self.fresh("C")
-        self.constants[name] = value
-        return name
-
-    def emit(self, depth: int, line: str) -> None:
-        self.lines.append("    " * depth + line)
+    def __init__(self, schema: Any) -> None:
+        super().__init__(
+            schema,
+            {
+                "NoneType": type(None),
+                "Unwritable": Unwritable,
+                "MISSING": _MISSING,
+                "FLOAT": struct.Struct("<f").pack,
+                "DOUBLE": struct.Struct("<d").pack,
+            },
+        )
 
     def node(
         self, schema: Any, var: str, depth: int, enclosing: set[str], *, typed: bool = False
