@@ -27,11 +27,31 @@ class Deliveries:
         self.ends[name] = max(self.ends.get(name, 0), (msg.offset() or 0) + 1)
 
 
-def produce(producer: Any, topic: str, **record: Any) -> None:
-    """Produce one record, waiting for deliveries while the client's local queue is full."""
+def produce(
+    producer: Any,
+    topic: str,
+    value: bytes | None = None,
+    key: bytes | None = None,
+    *,
+    headers: Any = None,
+    on_delivery: Any = None,
+    timestamp: int = 0,
+) -> None:
+    """Produce one record, waiting for deliveries while the client's local queue is full.
+
+    The arguments are named, not passed on as ``**record``: the task output calls this once
+    per output record, and packing and unpacking a dict of them cost more than the call.
+    """
     while True:
         try:
-            producer.produce(topic, **record)
+            producer.produce(
+                topic,
+                value=value,
+                key=key,
+                headers=headers,
+                on_delivery=on_delivery,
+                timestamp=timestamp,
+            )
             return
         except BufferError:
             producer.poll(0.05)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.config import Delivery
-from daemon.kafka.clients import Deliveries
+from daemon.kafka.clients import Deliveries, produce
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _TRANSACTIONAL: dict[str, Any] = {}
@@ -184,21 +184,16 @@ class TaskOutput:
 
     def _produce(self, row: tuple[Any, ...]) -> None:
         topic, key, value, timestamp, source_topic, partition, offset, error, message = row
-        headers = headers_of(source_topic, partition, offset, error, message)
-        while True:  # clients.produce, inline: this runs once per output record
-            try:
-                self._producer.produce(
-                    topic,
-                    value=value,
-                    key=key,
-                    headers=headers,
-                    on_delivery=self._deliveries,
-                    # librdkafka reads 0 as "now": a missing timestamp is the write time.
-                    timestamp=timestamp or 0,
-                )
-                return
-            except BufferError:  # the local queue is full: wait for deliveries
-                self._producer.poll(0.05)
+        produce(
+            self._producer,
+            topic,
+            value,
+            key,
+            headers=headers_of(source_topic, partition, offset, error, message),
+            on_delivery=self._deliveries,
+            # librdkafka reads 0 as "now": a missing timestamp is the write time.
+            timestamp=timestamp or 0,
+        )
 
     def commit(self) -> None:
         """Deliver everything sent and commit it with the batch's marker.
