@@ -27,6 +27,12 @@ _DEFAULTS = {
         "org.apache.spark.sql.execution.streaming.checkpointing."
         "FileSystemBasedCheckpointFileManager"
     ),
+    # The JIT's optimising compiler (C2) was still compiling a minute into a run: 7.8 of the
+    # JVM's 13 CPU seconds in 25 s of the comap latency run, on a 2-core machine. Stopping
+    # at the quick compiler (C1) left 1.4 s to compilation, and batches took 0.9-1.1 s
+    # instead of 1.2-1.5 s (p99 2.3-2.4 s against 3.2-3.4 s, three runs each, alternated).
+    # In local mode this JVM is the executor too.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
