@@ -21,6 +21,7 @@ import heapq
 import pickle  # noqa: S403 - only our own driver-made spec travels through it
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -58,6 +59,11 @@ _RANGE_FETCH = {"fetch.wait.max.ms": 10, "queued.max.messages.kbytes": 4096}
 ``fetch.wait.max.ms`` (librdkafka: 500 ms), and after an ``assign()`` the first records came
 only after that wait; and the default prefetch of up to 64 MB past the range is broker work
 for nothing."""
+_PROBE_QUEUE = {"queued.min.messages": 100_000, "queued.max.messages.kbytes": 1024}
+"""How much the probe's fetcher queues per partition before it stops fetching (librdkafka's
+defaults are 100,000 messages and 64 MB)."""
+_PROBE_DRAIN = 100_000
+"""Messages the probe takes off its queue at most per call."""
 _OPEN_TRANSACTION_WAIT_S = 120.0
 """How long a read waits for the position to move: a ``read_committed`` read stops at an open
 upstream transaction until it commits or aborts, and Kafka producers' default transaction
@@ -198,7 +204,10 @@ class KafkaStreamReader(DataSourceStreamReader):
                 {
                     **self._consumer_conf(),
                     "fetch.wait.max.ms": 100,
-                    "queued.max.messages.kbytes": 1024,
+                    **_PROBE_QUEUE,
+                    # After its queue was full, fetch again soon after it is drained (the
+                    # default waits a second).
+                    "fetch.queue.backoff.ms": 10,
                     "max.partition.fetch.bytes": 65536,
                 }
             )
@@ -236,9 +245,10 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._probe_assigned.update(_name(tp.topic, tp.partition) for tp in fresh)
         ends: dict[str, int] = {}
         deadline = time.monotonic() + 2.0
+        wait_s = 0.05 if self._probe_may_have_paused() else 0.0
         while True:
-            # Serving the probe's queue keeps its fetches, and their watermarks, coming.
-            self._probe.consume(num_messages=100_000, timeout=0.05)
+            if wait_s:  # for a Fetch response, whose watermark is fresh
+                self._probe.consume(num_messages=_PROBE_DRAIN, timeout=wait_s)
             missing = []
             for topic, partition in partitions:
                 tp = TopicPartition(topic, partition)
@@ -249,6 +259,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                     missing.append(tp)
             if not missing:
                 break
+            wait_s = 0.05
             if time.monotonic() > deadline:
                 for tp in missing:  # no Fetch answered yet: fall back to ListOffsets
                     _, high = self._probe.get_watermark_offsets(tp, timeout=10)
@@ -265,6 +276,23 @@ class KafkaStreamReader(DataSourceStreamReader):
             except KafkaException:
                 pass  # not fetching yet; it will start from its assigned offset
         return ends
+
+    def _probe_may_have_paused(self) -> bool:
+        """Drain the probe's queue; whether its fetcher may have stopped since the last plan.
+
+        The fetcher fetches only while its queue holds less than :data:`_PROBE_QUEUE`
+        (messages per partition, bytes in all). A queue that got near that may have stopped
+        fetching, and so holds old watermarks: the plan then waits for a new Fetch response.
+        A queue that stayed well below kept fetching, so its watermarks are the latest
+        responses', and the plan need not wait (50 ms per batch, data or not).
+        """
+        drained = self._probe.consume(num_messages=_PROBE_DRAIN, timeout=0)
+        per_partition = Counter((m.topic(), m.partition()) for m in drained)
+        return (
+            len(drained) >= _PROBE_DRAIN  # more may be queued
+            or sum(len(m) for m in drained) >= _PROBE_QUEUE["queued.max.messages.kbytes"] * 512
+            or max(per_partition.values(), default=0) >= _PROBE_QUEUE["queued.min.messages"] // 2
+        )
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         """The end of the next micro-batch: the log ends, capped to the read limit."""
