@@ -60,8 +60,8 @@ _RANGE_FETCH = {"fetch.wait.max.ms": 10, "queued.max.messages.kbytes": 4096}
 only after that wait; and the default prefetch of up to 64 MB past the range is broker work
 for nothing."""
 _PROBE_QUEUE = {"queued.min.messages": 100_000, "queued.max.messages.kbytes": 1024}
-"""How much the probe's fetcher queues per partition before it stops fetching (librdkafka's
-defaults are 100,000 messages and 64 MB)."""
+"""How much the probe's fetcher queues before it stops fetching: messages per partition,
+kilobytes in all (librdkafka's defaults are 100,000 messages and 64 MB)."""
 _PROBE_DRAIN = 100_000
 """Messages the probe takes off its queue at most per call."""
 _OPEN_TRANSACTION_WAIT_S = 120.0
