@@ -64,6 +64,8 @@ _PROBE_QUEUE = {"queued.min.messages": 100_000, "queued.max.messages.kbytes": 10
 kilobytes in all (librdkafka's defaults are 100,000 messages and 64 MB)."""
 _PROBE_DRAIN = 100_000
 """Messages the probe takes off its queue at most per call."""
+_PROBE_WAIT_S = 0.05
+"""How long a plan waits for a Fetch response when the probe's watermarks may be old."""
 _OPEN_TRANSACTION_WAIT_S = 120.0
 """How long a read waits for the position to move: a ``read_committed`` read stops at an open
 upstream transaction until it commits or aborts, and Kafka producers' default transaction
@@ -245,7 +247,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._probe_assigned.update(_name(tp.topic, tp.partition) for tp in fresh)
         ends: dict[str, int] = {}
         deadline = time.monotonic() + 2.0
-        wait_s = 0.05 if self._probe_may_have_paused() else 0.0
+        wait_s = _PROBE_WAIT_S if self._probe_may_have_paused() else 0.0
         while True:
             if wait_s:  # for a Fetch response, whose watermark is fresh
                 self._probe.consume(num_messages=_PROBE_DRAIN, timeout=wait_s)
@@ -259,7 +261,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                     missing.append(tp)
             if not missing:
                 break
-            wait_s = 0.05
+            wait_s = _PROBE_WAIT_S
             if time.monotonic() > deadline:
                 for tp in missing:  # no Fetch answered yet: fall back to ListOffsets
                     _, high = self._probe.get_watermark_offsets(tp, timeout=10)
@@ -284,14 +286,16 @@ class KafkaStreamReader(DataSourceStreamReader):
         (messages per partition, bytes in all). A queue that got near that may have stopped
         fetching, and so holds old watermarks: the plan then waits for a new Fetch response.
         A queue that stayed well below kept fetching, so its watermarks are the latest
-        responses', and the plan need not wait (50 ms per batch, data or not).
+        responses', and the plan need not wait (:data:`_PROBE_WAIT_S` per batch, data or not).
         """
         drained = self._probe.consume(num_messages=_PROBE_DRAIN, timeout=0)
         per_partition = Counter((m.topic(), m.partition()) for m in drained)
+        half_bytes = _PROBE_QUEUE["queued.max.messages.kbytes"] * 1024 // 2
+        half_messages = _PROBE_QUEUE["queued.min.messages"] // 2
         return (
             len(drained) >= _PROBE_DRAIN  # more may be queued
-            or sum(len(m) for m in drained) >= _PROBE_QUEUE["queued.max.messages.kbytes"] * 512
-            or max(per_partition.values(), default=0) >= _PROBE_QUEUE["queued.min.messages"] // 2
+            or sum(len(m) for m in drained) >= half_bytes
+            or max(per_partition.values(), default=0) >= half_messages
         )
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
