@@ -262,9 +262,6 @@ def resources_lines(result: EnrichdResult, keys: int) -> list[str]:
     return [
         f"- Memory (enrichd run, sampled every {SAMPLE_INTERVAL_S:g} s over this process tree "
         f"from the Spark session's start to the query's stop): {peaks.describe()}. Spark's part "
-        f"(JVM + Python workers) peaked at {peaks.spark / MIB:,.0f} MiB at most. Under "
-        "`python -m bench all` "
-        "the Spark session is shared with the workloads run before this one, and a JVM does "
-        "not hand back heap it grew, so its figure can include what they left.",
+        f"(JVM + Python workers) peaked at {peaks.spark / MIB:,.0f} MiB at most.",
         f"- State: {state_line(result.state_bytes, keys)}.",
     ]
