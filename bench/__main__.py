@@ -3,11 +3,12 @@
 Each workload is a module ``bench/NAME.py`` with ``add_arguments(parser)`` (its sizes, the
 issue's by default) and ``run(args, broker) -> Section``. ``NAME`` runs one, with its own
 options, on an embedded broker of its own. ``all`` runs every workload that is present, one
-after the other at the issue's sizes, each as ``python -m bench NAME`` in a child process:
-a workload run after others in one process shared their broker, which still held their
-records, and their Spark session, and ran slower for it (comap sustained 25,116 records/s
-after pass-through, and 43,593 alone, on 2026-11-23). So every section is what its own
-command gives. Either prints a table per workload and writes its section (between
+after the other at the issue's sizes, each as ``python -m bench NAME`` in a child process,
+so that every section is what its own command gives. Run after others in one process, a
+workload shared their broker, which still held their records, and their Spark session: comap
+sustained 25,116 records/s after pass-through there, and 43,593 alone half an hour later
+(2026-11-23; the machine's speed drifts too, so not all of that gap was the sharing).
+Either prints a table per workload and writes its section (between
 ``<!-- bench:NAME -->`` markers) and chart to ``BENCHMARKS.md`` at the repository top, as each
 workload finishes, so a failure late in the run keeps the sections before it.
 """
