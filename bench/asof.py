@@ -33,6 +33,7 @@ from bench.report import (
     machine,
     markdown_table,
     plot_of,
+    quix_option,
     run_header,
     throughput_table,
 )
@@ -317,6 +318,7 @@ def _section(
     command = (
         f".venv/bin/python -m bench asof --keys {args.keys} --left {args.left} --right "
         f"{args.right} --late {args.late:g} --step-ms {args.step_ms} --max-batch {args.max_batch}"
+        + quix_option(args.quix_python)
     )
     lines = [
         *run_header(command, machine_line),

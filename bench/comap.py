@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 import uuid
 from typing import TYPE_CHECKING
@@ -39,6 +38,7 @@ from bench.report import (
     machine,
     markdown_table,
     progress_check,
+    quix_option,
     quix_status,
     run_header,
     scaling_caveat,
@@ -98,9 +98,7 @@ def _command(args: argparse.Namespace) -> str:
             f" --latency-rate {args.latency_rate} --latency-seconds {args.latency_seconds:g} "
             f"--trigger-ms {' '.join(str(ms) for ms in args.trigger_ms)}"
         )
-    if args.quix_python != sys.executable:
-        command += f" --quix-python {args.quix_python}"
-    return command
+    return command + quix_option(args.quix_python)
 
 
 def _rate(value: float) -> str:

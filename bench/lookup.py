@@ -27,7 +27,6 @@ import argparse
 import io
 import os
 import random
-import sys
 import tempfile
 import time
 import uuid
@@ -57,6 +56,7 @@ from bench.report import (
     peer_verdict,
     plot_of,
     progress_check,
+    quix_option,
     quix_status,
     rate,
     run_header,
@@ -112,9 +112,7 @@ def _command(args: argparse.Namespace) -> str:
     )
     if args.totals:
         command += " --totals"
-    if args.quix_python != sys.executable:
-        command += f" --quix-python {args.quix_python}"
-    return command
+    return command + quix_option(args.quix_python)
 
 
 def user_id(i: int) -> str:

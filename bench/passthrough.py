@@ -48,6 +48,7 @@ from bench.report import (
     machine,
     markdown_table,
     plot_of,
+    quix_option,
     rate,
     run_header,
     throughput_table,
@@ -96,9 +97,7 @@ def _command(args: argparse.Namespace) -> str:
         f".venv/bin/python -m bench passthrough --records {args.records} "
         f"--max-batch {args.max_batch}"
     )
-    if args.quix_python != sys.executable:
-        command += f" --quix-python {args.quix_python}"
-    return command
+    return command + quix_option(args.quix_python)
 
 
 # -- the workload ----------------------------------------------------------------------------

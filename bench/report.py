@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -315,6 +316,11 @@ def run_header(command: str, machine_line: str) -> list[str]:
     """The Command / Date / Machine lines that open a section."""
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return [f"Command: `{command}`  ", f"Date: {date}  ", f"Machine: {machine_line}", ""]
+
+
+def quix_option(quix_python: str) -> str:
+    """A section command's ``--quix-python`` option, when the peer ran under another Python."""
+    return "" if quix_python == sys.executable else f" --quix-python {quix_python}"
 
 
 def quix_status(quix: QuixResult) -> str:

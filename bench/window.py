@@ -36,6 +36,7 @@ from bench.report import (
     machine,
     markdown_table,
     plot_of,
+    quix_option,
     rate,
     run_header,
     throughput_table,
@@ -401,6 +402,7 @@ def _section(
         f".venv/bin/python -m bench window --keys {args.keys} --per-side {args.per_side} "
         f"--step-ms {args.step_ms} --max-batch {args.max_batch}"
         + (" --no-spark-join" if args.no_spark_join else "")
+        + quix_option(args.quix_python)
     )
     lines = [
         *run_header(command, machine_line),
