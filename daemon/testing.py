@@ -54,7 +54,6 @@ import pickle  # noqa: S403 - round-trips the test's own state, as the engine's 
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +199,7 @@ class JoinerHarness:
             clock = self._clocks.setdefault(key, _KeyClock())
             clock.stream_time = max([clock.stream_time, *(r.event_time for r in ordered)])
             clock.last_ms = self.clock_ms
-            self._step(key, partial(self.joiner.process, key, records=ordered, ctx=self.context))
+            self._step(key, self.joiner.process, ordered)
 
     def wait(self, ms: int) -> None:
         """Let ``ms`` of processing time pass without input, firing due wake-ups in time order."""
@@ -220,17 +219,26 @@ class JoinerHarness:
             clock = self._clocks[key]
             to = clock.stream_time + (self.clock_ms - clock.last_ms)
             clock.stream_time, clock.last_ms = to, self.clock_ms
-            self._step(key, partial(self.joiner.advance, key, to=to, ctx=self.context))
+            self._step(key, self.joiner.advance, to)
         self.clock_ms = target
 
     def end(self) -> None:
         """End of input: event time jumps to :data:`END_OF_TIME` for every key still held."""
         for key in list(self.run.states):
-            self._step(key, partial(self.joiner.advance, key, to=END_OF_TIME, ctx=self.context))
+            self._step(key, self.joiner.advance, END_OF_TIME)
 
-    def _step(self, key: str, call: Callable[[Any], Iterable[Emit | DeadLetter]]) -> None:
+    def _step(
+        self,
+        key: str,
+        call: Callable[[str, Any, Any, JoinerContext], Iterable[Emit | DeadLetter]],
+        argument: Any,
+    ) -> None:
+        """Run the joiner's ``process`` or ``advance`` on the key's state.
+
+        ``argument`` is the records or the time; arguments go by position, as the engine's do.
+        """
         state = self.run.states.pop(key) if key in self.run.states else self.joiner.initial_state()
-        for result in call(state):
+        for result in call(key, state, argument, self.context):
             if isinstance(result, DeadLetter):
                 self.run.dead_letters.append(result)
             else:

@@ -46,9 +46,8 @@ from __future__ import annotations
 
 import json
 import pickle  # noqa: S403 - the state store holds only what this processor wrote
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, NamedTuple
 
 from pyspark.sql import Row as SparkRow
@@ -57,7 +56,15 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from daemon.avro import AvroCodec
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
-from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, apply_order
+from daemon.joiners.base import (
+    END_OF_TIME,
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    apply_order,
+)
 from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, unpack
 from daemon.kafka.task_output import OutputSpec, TaskOutput
 from daemon.metrics_relay import COUNTS_TOPIC
@@ -95,6 +102,11 @@ class Output(NamedTuple):
     source_offset: int | None = None
     error_class: str | None = None
     error_message: str | None = None
+
+
+Send = Callable[[tuple[Any, ...]], None]
+"""Takes one output row: an :class:`Output`, or a plain tuple of its fields in order (the
+hot path builds those: a named tuple's constructor is a Python call)."""
 
 
 @dataclass(frozen=True)
@@ -160,10 +172,6 @@ class Bucket:
     """Chunks in the bucket's stash log."""
 
 
-def _key_bytes(key: str | bytes | None) -> bytes | None:
-    return key.encode("utf-8") if isinstance(key, str) else key
-
-
 class JoinerProcessor(StatefulProcessor):
     """Runs a joiner over the records of one state bucket per call (see the module docstring)."""
 
@@ -189,15 +197,15 @@ class JoinerProcessor(StatefulProcessor):
         timerValues: Any,  # noqa: N803
     ) -> Iterator[SparkRow]:
         """Apply this micro-batch's packs of one bucket, key by key."""
-        self._write(self._input_rows(rows, timerValues))
+        self._input_rows(rows, timerValues, self._sender())
         yield from self._counts()
 
-    def _input_rows(self, packs: Iterator[SparkRow], timer_values: Any) -> Iterator[Output]:
+    def _input_rows(self, packs: Iterator[SparkRow], timer_values: Any, send: Send) -> None:
         by_key: dict[str, list[Row]] = {}
         for row in _rows_of(packs):
             if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
-                yield self._dead_letter(row, kind, reason)
+                send(self._dead_letter(row, kind, reason))
             else:
                 by_key.setdefault(row.key, []).append(row)
         if not by_key:
@@ -205,12 +213,12 @@ class JoinerProcessor(StatefulProcessor):
         bucket, log = self._load_bucket()
         now = timer_values.getCurrentProcessingTimeInMs()
         for group, group_rows in by_key.items():
-            yield from self._apply(bucket, log, group, group_rows, now)
+            self._apply(bucket, log, group, group_rows, now, send)
         self._store_bucket(bucket, log)
 
     def _apply(
-        self, bucket: Bucket, log: StashLog, group: str, rows: list[Row], now: int
-    ) -> Iterator[Output]:
+        self, bucket: Bucket, log: StashLog, group: str, rows: list[Row], now: int, send: Send
+    ) -> None:
         """Apply one key's rows: decode, order, run the joiner, keep its new state."""
         records: list[InputRecord] = []
         end_of_input = False
@@ -223,7 +231,7 @@ class JoinerProcessor(StatefulProcessor):
             try:
                 value = None if row.value is None else codecs[role].decode(row.value)
             except Exception as exc:  # the source read only the key and time fields
-                yield self._dead_letter(row, "UndecodableRecord", str(exc))
+                send(self._dead_letter(row, "UndecodableRecord", str(exc)))
                 continue
             records.append(  # by position: a frozen dataclass takes keywords slower
                 InputRecord(
@@ -245,14 +253,12 @@ class JoinerProcessor(StatefulProcessor):
             ordered = apply_order(records, joiner.roles, joiner.order)
             clock.stream_time = max(clock.stream_time, *(r.event_time for r in ordered))
             clock.last_ms = now
-            call = partial(joiner.process, group, records=ordered, ctx=joiner.context)
-            state = yield from self._step(state, call, raw, records)
+            state = self._step(joiner.process, group, state, ordered, raw, records, send)
             if state is None:
                 return
         if end_of_input:
             clock.stream_time = END_OF_TIME
-            call = partial(joiner.advance, group, to=END_OF_TIME, ctx=joiner.context)
-            state = yield from self._step(state, call, raw, records)
+            state = self._step(joiner.advance, group, state, END_OF_TIME, raw, records, send)
             if state is None:
                 return
         self._store(bucket, log, group, clock, state, now)
@@ -267,10 +273,10 @@ class JoinerProcessor(StatefulProcessor):
 
         A key whose state outlived ``state_ttl`` is dropped instead.
         """
-        self._write(self._wake_up(timerValues))
+        self._wake_up(timerValues, self._sender())
         yield from self._counts()
 
-    def _wake_up(self, timer_values: Any) -> Iterator[Output]:
+    def _wake_up(self, timer_values: Any, send: Send) -> None:
         joiner = self.plan.joiner
         bucket, log = self._load_bucket()
         bucket.timer_ms = None  # fired, so gone
@@ -281,22 +287,25 @@ class JoinerProcessor(StatefulProcessor):
                 continue
             clock.stream_time = min(clock.stream_time + max(now - clock.last_ms, 0), END_OF_TIME)
             clock.last_ms = now
-            call = partial(joiner.advance, group, to=clock.stream_time, ctx=joiner.context)
-            advanced = yield from self._step(state, call, _Originals([], ()), [])
+            advanced = self._step(
+                joiner.advance, group, state, clock.stream_time, _Originals([], ()), [], send
+            )
             if advanced is None:  # the joiner raised: no more wake-ups until its next record
                 bucket.due.pop(group, None)
             else:
                 self._store(bucket, log, group, clock, advanced, now)
         self._store_bucket(bucket, log)
 
-    def _write(self, rows: Iterable[Output]) -> None:
-        """Send a call's output to Kafka, in the task's transaction."""
+    def _sender(self) -> Send:
+        """Where a call's output rows go: the task's transaction, opened at its first call.
+
+        Rows are handed to it as they are made, not yielded up through the call chain: a
+        generator level costs a resumption per row.
+        """
         if self.output is None:
             self.output = TaskOutput.of_task(self.spec)
             self.output.open()  # now, so that a replay knows at once it writes nothing
-        send = self.output.send_row
-        for row in rows:
-            send(row)
+        return self.output.send_row
 
     def _counts(self) -> Iterator[SparkRow]:
         """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.
@@ -371,32 +380,39 @@ class JoinerProcessor(StatefulProcessor):
 
     def _step(
         self,
+        call: Callable[[str, Any, Any, JoinerContext], Iterable[Emit | DeadLetter]],
+        group: str,
         state: Any,
-        call: Callable[[Any], Iterable[Emit | DeadLetter]],
+        argument: Any,
         raw: _Originals,
         records: list[InputRecord],
-    ) -> Generator[Output, None, Any]:
-        """Run one joiner call on the state; yield its rows; return the state.
+        send: Send,
+    ) -> Any:
+        """Run one joiner call on the key's state; send its rows; return the state.
+
+        ``call`` is the joiner's ``process`` (``argument``: the records) or ``advance``
+        (``argument``: the event time to advance to).
 
         Returns None when the joiner raised: the records it was given are dead-lettered, and
         since the caller then stores nothing, the stored state stays as it was.
         """
         joiner = self.plan.joiner
         try:
-            results = list(call(state))
+            results = list(call(group, state, argument, joiner.context))
         except Exception as exc:
             reason = f"joiner {joiner.name!r} of plugin {self.plan.plugin!r} raised {exc!r}"
             for record in records:
-                yield self._dead_letter(raw[_origin(record)], "JoinerFailed", reason)
+                send(self._dead_letter(raw[_origin(record)], "JoinerFailed", reason))
             return None
         for result in results:
             if isinstance(result, Emit):
-                yield self._output(result, raw)
+                send(self._output(result, raw))
             else:
-                yield self._rejected(result, raw)
+                send(self._rejected(result, raw))
         return state
 
-    def _output(self, emit: Emit, raw: _Originals) -> Output:
+    def _output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
+        """The row of an emitted record: :class:`Output`'s fields, as a plain tuple (see Send)."""
         topic, codec = self.plan.output_topic, self.plan.output_codec
         if emit.output is not None:
             topic, codec = (self.plan.outputs or {})[emit.output]
@@ -409,10 +425,20 @@ class JoinerProcessor(StatefulProcessor):
                 raise
             reason = f"{type(exc).__name__}: {exc}"
             return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
-        if emit.source is None:
-            return Output(topic, _key_bytes(emit.key), value, None)
-        return Output(
-            topic, _key_bytes(emit.key), value, emit.source.timestamp or None, *_origin(emit.source)
+        key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
+        source = emit.source
+        if source is None:
+            return (topic, key, value, None, None, None, None, None, None)
+        return (
+            topic,
+            key,
+            value,
+            source.timestamp or None,
+            source.topic,
+            source.partition,
+            source.offset,
+            None,
+            None,
         )
 
     def _rejected(self, letter: DeadLetter, raw: _Originals) -> Output:
