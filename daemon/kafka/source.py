@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import base64
 import bisect
-import heapq
 import pickle  # noqa: S403 - only our own driver-made spec travels through it
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -133,25 +133,32 @@ class KafkaPartition(InputPartition):
     end: int
 
 
-class _Head(NamedTuple):
-    """What planning a capped batch needs of a record; compares by timestamp, then input."""
-
-    timestamp: int
-    rank: int
-    """The input's position in the pipeline: the earlier input goes first on a tie."""
-    name: str
-    offset: int
-    marker: bool
-    """An end-of-input marker."""
-
-
 @dataclass
-class _HeadCache:
-    """A partition's heads from ``start`` to ``end`` (exclusive), kept between plans."""
+class Heads:
+    """What planning a capped batch needs of a partition's records ``[start, end)``.
+
+    Each record's timestamp and offset, and whether it is an end-of-input marker, in offset
+    order, as columns: planning reads them for hundreds of thousands of records per batch.
+    """
 
     start: int
     end: int
-    heads: list[_Head]
+    timestamps: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    markers: list[bool] = field(default_factory=list)
+
+    def drop_before(self, first: int) -> None:
+        """Forget the records before offset ``first``."""
+        cut = bisect.bisect_left(self.offsets, first)
+        del self.timestamps[:cut], self.offsets[:cut], self.markers[:cut]
+        self.start = first
+
+    def before(self, stop: int) -> Heads:
+        """The records before offset ``stop``."""
+        cut = bisect.bisect_left(self.offsets, stop)
+        return Heads(
+            self.start, stop, self.timestamps[:cut], self.offsets[:cut], self.markers[:cut]
+        )
 
 
 def _name(topic: str, partition: int) -> str:
@@ -188,7 +195,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._probe: Any = None
         self._probe_assigned: set[str] = set()
         self._reader: Any = None
-        self._head_cache: dict[str, _HeadCache] = {}
+        self._head_cache: dict[str, Heads] = {}
         self._read_ahead: threading.Thread | None = None
         """Reads the next plan's heads while Spark runs the batch just planned; joined before
         the cache or the reader is used again."""
@@ -350,28 +357,16 @@ class KafkaStreamReader(DataSourceStreamReader):
         keeps a capped micro-batch a prefix of the input in time order, so the cap cannot
         change the order in which a key's records from different topics are applied.
         """
-        queues = self._heads_for(start, planned, budget)
-        # Merge the partitions by the timestamp of each one's next record, as a k-way merge,
-        # so every partition is still admitted as a prefix of its own order.
-        capped = {name: start.get(name, 0) for name in planned}
-        taken = dict.fromkeys(queues, 0)
-        frontier = [queue[0] for queue in queues.values() if queue]
-        heapq.heapify(frontier)
-        # End-of-input markers are not records to join: they ride along free, so a cap does
-        # not spend micro-batches on them.
-        admitted = 0
-        while frontier and (admitted < budget or frontier[0].marker):
-            head = heapq.heappop(frontier)
-            capped[head.name] = head.offset + 1
-            admitted += not head.marker
-            taken[head.name] += 1
-            if taken[head.name] < len(queues[head.name]):
-                heapq.heappush(frontier, queues[head.name][taken[head.name]])
-        return capped
+        ranks: dict[str, int] = {}  # the input's place in the pipeline: the earlier first
+        for i, spec in enumerate(self.spec.inputs):
+            ranks.setdefault(spec.topic, i)
+        heads = self._heads_for(start, planned, budget)
+        admitted = admit_earliest(heads, {name: ranks[_split(name)[0]] for name in heads}, budget)
+        return {name: admitted.get(name, start.get(name, 0)) for name in planned}
 
     def _heads_for(
         self, start: dict[str, int], planned: dict[str, int], budget: int
-    ) -> dict[str, list[_Head]]:
+    ) -> dict[str, Heads]:
         """The heads a capped plan from ``start`` needs, per partition with records to read."""
         # Read a little past the budget: end-of-input markers there ride along free.
         lookahead = min(budget, _MARKER_LOOKAHEAD)
@@ -383,8 +378,8 @@ class KafkaStreamReader(DataSourceStreamReader):
             if end > start.get(name, 0)
         }
 
-    def _heads(self, name: str, first: int, stop: int) -> list[_Head]:
-        """The heads of one partition's records in ``[first, stop)``, in offset order.
+    def _heads(self, name: str, first: int, stop: int) -> Heads:
+        """The heads of one partition's records in ``[first, stop)``.
 
         Planning reads ahead of each batch, so what one plan read is most of the next one's
         range: the heads stay cached, and each record is read once, not once per plan.
@@ -393,30 +388,19 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         cached = self._head_cache.get(name)
         if cached is None or not cached.start <= first <= cached.end:
-            cached = self._head_cache[name] = _HeadCache(first, first, [])
-        del cached.heads[: bisect.bisect_left(cached.heads, first, key=lambda h: h.offset)]
-        cached.start = first
+            cached = self._head_cache[name] = Heads(first, first)
+        cached.drop_before(first)
         if cached.end < stop:
             if self._reader is None:
                 self._reader = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
-            topic, partition = _split(name)
-            rank = next(i for i, spec in enumerate(self.spec.inputs) if spec.topic == topic)
-            tp = TopicPartition(topic, partition, cached.end)
-            read = [
-                _Head(
-                    m.timestamp()[1],
-                    rank,
-                    name,
-                    m.offset() or 0,
-                    m.value() is None and _is_end_of_input(m),
-                )
-                for records in read_partition(self._reader, tp, stop)
-                for m in records
-            ]
+            tp = TopicPartition(*_split(name), cached.end)
+            read = [m for records in read_partition(self._reader, tp, stop) for m in records]
             # Only a complete read joins the cache: a failed one is read again next time.
-            cached.heads.extend(read)
+            cached.timestamps.extend([m.timestamp()[1] for m in read])
+            cached.offsets.extend([m.offset() or 0 for m in read])
+            cached.markers.extend([m.value() is None and _is_end_of_input(m) for m in read])
             cached.end = stop
-        return cached.heads[: bisect.bisect_left(cached.heads, stop, key=lambda h: h.offset)]
+        return cached.before(stop)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """The pipeline's cap on records per micro-batch."""
@@ -473,6 +457,43 @@ class KafkaStreamReader(DataSourceStreamReader):
             consumer.close()
         if pending:
             yield _arrow_batch(spec, index, partition.partition, pending, buckets)
+
+
+def admit_earliest(heads: dict[str, Heads], ranks: dict[str, int], budget: int) -> dict[str, int]:
+    """Where a capped batch ends in each partition: its ``budget`` earliest records.
+
+    Earliest as a k-way merge finds them that always takes the partition whose next record
+    has the smallest (timestamp, input rank, partition name, offset), so that each partition
+    is still admitted as a prefix of its own order. Such a merge takes a record only after
+    every record before it in its partition, so it takes records in the order of the
+    *running maximum* timestamp of their partition (then rank, name, offset): one sort, not
+    a merge record by record (which took 200-500 ms per batch of 500,000 in Python).
+
+    End-of-input markers are not records to join: they ride along free, taken as they come
+    up to the ``budget``-th record and right after it, so a cap spends no batch on them.
+
+    Returns:
+        The admitted end offset of each partition that admits any record.
+    """
+    names = sorted(name for name in heads if heads[name].offsets)
+    if not names:
+        return {}
+    parts = [heads[name] for name in names]
+    times = np.concatenate([np.maximum.accumulate(np.asarray(p.timestamps)) for p in parts])
+    offsets = np.concatenate([np.asarray(p.offsets, dtype=np.int64) for p in parts])
+    markers = np.concatenate([np.asarray(p.markers, dtype=bool) for p in parts])
+    which = np.repeat(np.arange(len(parts)), [len(p.offsets) for p in parts])
+    rank = np.asarray([ranks[name] for name in names])[which]
+    order = np.lexsort((offsets, which, rank, times))  # the last key sorts first
+    is_marker = markers[order]
+    records = np.cumsum(~is_marker)
+    taken = int(np.searchsorted(records, budget))  # the budget-th record's place
+    if taken < len(order):
+        following = np.flatnonzero(~is_marker[taken + 1 :])  # markers right after it ride
+        taken = taken + 1 + (int(following[0]) if following.size else len(order) - taken - 1)
+    last = np.full(len(parts), -1, dtype=np.int64)
+    np.maximum.at(last, which[order[:taken]], offsets[order[:taken]])
+    return {name: int(end) + 1 for name, end in zip(names, last, strict=True) if end >= 0}
 
 
 def _arrow_batch(
