@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.config import Delivery
-from daemon.kafka.clients import Deliveries
+from daemon.kafka.clients import Deliveries, produce
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _TRANSACTIONAL: dict[str, Any] = {}
@@ -187,27 +187,33 @@ class TaskOutput:
         self._held = None
 
     def _produce(self, row: tuple[Any, ...]) -> None:
-        """Produce one record, waiting while the local queue is full.
+        """Produce one record; while the local queue is full, :func:`produce` waits for room.
 
-        :func:`~daemon.kafka.clients.produce`, inline: this runs once per output record.
+        The first try calls the client directly: this runs once per output record, and a
+        call through :func:`produce` cost a Python frame each time.
         """
         topic, key, value, timestamp, source_topic, partition, offset, error, message = row
         headers = headers_of(source_topic, partition, offset, error, message)
-        producer = self._producer
-        while True:
-            try:
-                # librdkafka reads timestamp 0 as "now": a missing timestamp is the write time.
-                producer.produce(
-                    topic,
-                    value=value,
-                    key=key,
-                    headers=headers,
-                    on_delivery=self._deliveries,
-                    timestamp=timestamp or 0,
-                )
-                return
-            except BufferError:
-                producer.poll(0.05)
+        stamp = timestamp or 0  # librdkafka reads 0 as "now": a missing one is the write time
+        try:
+            self._producer.produce(
+                topic,
+                value=value,
+                key=key,
+                headers=headers,
+                on_delivery=self._deliveries,
+                timestamp=stamp,
+            )
+        except BufferError:
+            produce(
+                self._producer,
+                topic,
+                value,
+                key,
+                headers=headers,
+                on_delivery=self._deliveries,
+                timestamp=stamp,
+            )
 
     def commit(self) -> None:
         """Deliver everything sent and commit it with the batch's marker.
