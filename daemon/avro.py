@@ -21,7 +21,7 @@ from fastavro.types import Schema
 
 from daemon.avro_fields import FieldScanner
 from daemon.avro_reader import compile_reader
-from daemon.avro_writer import Unwritable, compile_writer
+from daemon.avro_writer import compile_writer
 from daemon.errors import SchemaError
 
 _MAGIC = 0
@@ -165,7 +165,7 @@ class AvroCodec:
         if self._fast_writer is not None:
             try:
                 return header + self._fast_writer(record)
-            except Unwritable:
+            except Exception:  # noqa: S110 - not taken (Unwritable, KeyError, ...): see compile_writer
                 pass  # a value only fastavro takes, or one it rejects with the reason
         buffer = io.BytesIO()
         buffer.write(header)

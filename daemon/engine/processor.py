@@ -48,6 +48,7 @@ import json
 import pickle  # noqa: S403 - the state store holds only what this processor wrote
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any, NamedTuple
 
 from pyspark.sql import Row as SparkRow
@@ -556,7 +557,11 @@ def _rows_of(packs: Iterator[SparkRow]) -> Iterator[Row]:
     for pack in packs:
         records = unpack(pack.records)
         columns = [records.column(name).to_pylist() for name in Row._fields]
-        yield from map(Row._make, zip(*columns, strict=True))
+        yield from map(_MAKE_ROW, zip(*columns, strict=True))
+
+
+_MAKE_ROW = partial(tuple.__new__, Row)
+"""``Row._make`` without its Python frame: zip's tuples always have every field."""
 
 
 def _origin(record: InputRecord) -> tuple[str, int, int]:
