@@ -33,6 +33,7 @@ from bench.report import (
     batches_lines,
     checks_line,
     count_checks,
+    drift_line,
     enrichd_status,
     load_line,
     machine,
@@ -118,7 +119,9 @@ def _quix_row(quix: QuixResult, two: RawResult) -> Row:
     )
 
 
-def _rows(one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult) -> list[Row]:
+def _rows(
+    one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult, again: RawResult
+) -> list[Row]:
     """One :data:`Row` per table row."""
     sustained = spark.sustained_rate
     steady_rows = sum(b.rows for b in spark.steady())
@@ -141,6 +144,13 @@ def _rows(one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult
             end_s,
             spark.end_to_end_rate / two.rate,
             "from start_query, incl. first batch",
+        ),
+        (
+            "raw ceiling, 2 processes, again",
+            again.rate,
+            again.seconds,
+            again.rate / two.rate,
+            "right after enrichd: the machine's drift",
         ),
     ]
 
@@ -493,7 +503,12 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     create_inputs(conf, topics)
     from daemon.kafka.admin import create_topics
 
-    outputs = {"one": f"raw1-{suffix}", "two": f"raw2-{suffix}", "quix": f"quix-{suffix}"}
+    outputs = {
+        "one": f"raw1-{suffix}",
+        "two": f"raw2-{suffix}",
+        "quix": f"quix-{suffix}",
+        "again": f"raw2-again-{suffix}",
+    }
     create_topics(conf, dict.fromkeys(outputs.values(), 2))
     began = time.monotonic()
     with console.status(f"producing {workload.records:,} records"):
@@ -525,6 +540,9 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         )
     console.print(enrichd_status(spark))
     loads.append(("enrichd", os.getloadavg()[0]))
+    with console.status("raw ceiling, 2 processes, again"):
+        again = run_ceiling(conf, topics, ends, outputs["again"], 2, workload.records)
+    console.print(f"raw ceiling, 2 processes, again: {_rate(again.rate)} records/s")
     latencies = [] if args.no_latency else _run_latencies(args, broker, workload, console, loads)
     with console.status("checking outputs"):
         counted = count_outputs(conf, outputs, spark.output_topic, quix.ran)
@@ -540,8 +558,9 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         if not r.reason
     ]
     checks += progress_check(spark.batches, workload.records)
-    rows = _rows(one, two, quix, spark)
+    rows = _rows(one, two, quix, spark, again)
     analysis = _analysis(one, two, quix, spark, workload.users)
+    analysis.insert(1, drift_line(spark.sustained_rate, two.rate, again.rate))
     table: list[tuple[str, ...]] = [_COLUMNS, *(_cells(row, quix) for row in rows)]
     ok = all(count == workload.tweets for count in counted.values()) and dead == 0
     ok = ok and all(r.views == r.tweets for r in latencies if not r.reason)

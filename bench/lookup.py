@@ -48,6 +48,7 @@ from bench.report import (
     ceiling_verdict,
     checks_line,
     count_checks,
+    drift_line,
     enrichd_contenders,
     enrichd_status,
     load_line,
@@ -338,7 +339,12 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     console.print(f"produced {records:,} records in {time.monotonic() - began:.1f} s")
     from daemon.kafka.admin import create_topics
 
-    outputs = {"one": f"raw1-{suffix}", "two": f"raw2-{suffix}", "quix": f"quix-{suffix}"}
+    outputs = {
+        "one": f"raw1-{suffix}",
+        "two": f"raw2-{suffix}",
+        "quix": f"quix-{suffix}",
+        "again": f"raw2-again-{suffix}",
+    }
     create_topics(conf, dict.fromkeys(outputs.values(), INPUT_PARTITIONS))
     loads = []
     with console.status("raw ceiling, 1 process"):
@@ -369,6 +375,9 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         )
     console.print(enrichd_status(spark))
     loads.append(("enrichd", os.getloadavg()[0]))
+    with console.status("raw ceiling, 2 processes, again"):
+        again = run_ceiling(conf, table, clicks, ends, outputs["again"], 2)
+    console.print(f"raw ceiling, 2 processes, again: {rate(again.rate)} records/s")
     with console.status("checking outputs"):
         counted = count_outputs(conf, outputs, spark.output_topic, quix.ran)
         dead = count_records(conf, spark.dead_letter_topic)
@@ -397,6 +406,14 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     contenders = _contenders(one, two, quix, spark)
     if spark.stage_batches:
         contenders.append(_totals_row(spark.stage_batches[0]))
+    contenders.append(
+        Contender(
+            "raw ceiling, 2 processes, again",
+            again.rate,
+            again.seconds,
+            "right after enrichd: the machine's drift",
+        )
+    )
     table_rows = throughput_table(contenders, two.rate, quix.rate if quix.ran else None)
     lines = [
         *run_header(_command(args), f"{machine_line}. {busy}"),
@@ -411,6 +428,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         *markdown_table(table_rows, left=(0, 5)),
         "",
         *_notes(args, one, two, quix, defaulted, unknown, spark),
+        drift_line(spark.sustained_rate, two.rate, again.rate),
         "",
         *batches_lines(
             "Micro-batches that read records", args.max_batch, batch_table(spark.batches)

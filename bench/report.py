@@ -270,6 +270,22 @@ def scaling_caveat(enrichd: float, one: float, two: float) -> str:
     )
 
 
+def drift_line(enrichd: float, before: float, again: float) -> str:
+    """The two-process ceiling measured again right after enrichd, and enrichd against it.
+
+    These shared machines drift by tens of percent within minutes (the same comap ceiling
+    gave 66,676 records/s in one run and 54,792 in the next, an hour apart), so a verdict
+    close to the target may say more about the minute than about enrichd. The verdict stays
+    against the first measurement, the issue's reference; this says how far it could move.
+    """
+    return (
+        f"- Drift: the two-process ceiling, run again right after enrichd, sustained "
+        f"{rate(again)} records/s, {again / before:.2f}x its first run; against it enrichd "
+        f"reaches {enrichd / again:.2f} of the ceiling (against the first, "
+        f"{enrichd / before:.2f})."
+    )
+
+
 def peer_verdict(enrichd: float, peer: float | None, peer_name: str, reason: str = "") -> str:
     """Issue #9's peer target (>= 2x), met or missed, or why it could not be judged."""
     head = f"- Target: enrichd sustained >= {PEER_TARGET:.0f}x {peer_name}."

@@ -200,12 +200,15 @@ def count_records(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> 
 def count_outputs(
     conf: dict[str, str], outputs: dict[str, str], enrichd: str, quix_ran: bool = False
 ) -> dict[str, int]:
-    """Records each contender wrote: the raw ceilings' (``outputs["one"]``, ``["two"]``),
-    Quix Streams' (``["quix"]``) when it ran, and enrichd's (``enrichd``), in that order."""
+    """Records each contender wrote: the raw ceilings' (``outputs["one"]``, ``["two"]``, and
+    ``["again"]`` if the two-process one ran again), Quix Streams' (``["quix"]``) when it ran,
+    and enrichd's (``enrichd``), in that order."""
     counted = {
         "raw 1 process": count_records(conf, outputs["one"]),
         "raw 2 processes": count_records(conf, outputs["two"]),
     }
+    if "again" in outputs:
+        counted["raw 2 processes, again"] = count_records(conf, outputs["again"])
     if quix_ran:
         counted["Quix Streams"] = count_records(conf, outputs["quix"])
     counted["enrichd"] = count_records(conf, enrichd)
