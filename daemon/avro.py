@@ -165,7 +165,7 @@ class AvroCodec:
         if self._fast_writer is not None:
             try:
                 return header + self._fast_writer(record)
-            except Exception:  # noqa: S110 - not taken (Unwritable, KeyError, ...): see compile_writer
+            except Exception:  # noqa: S110 - any exception: not taken (see compile_writer)
                 pass  # a value only fastavro takes, or one it rejects with the reason
         buffer = io.BytesIO()
         buffer.write(header)

@@ -266,7 +266,6 @@ def apply_order(
     times = (
         [r.timestamp for r in records] if order == "arrival" else [r.event_time for r in records]
     )
-    keys = list(
-        zip(times, [rank.get(r.role, unranked) for r in records], [r.offset for r in records])
-    )
+    ranks = [rank.get(r.role, unranked) for r in records]
+    keys = list(zip(times, ranks, [r.offset for r in records], strict=True))
     return [records[i] for i in sorted(range(len(records)), key=keys.__getitem__)]
