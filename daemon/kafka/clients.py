@@ -85,6 +85,7 @@ def read_partition(
     consumer.assign([tp])
     position = max(tp.offset, 0)
     moved_at = time.monotonic()
+    last_error = None  # what the client reported last, for a stall's message
     while True:
         end = stop if stop is not None else consumer.get_watermark_offsets(tp, cached=True)[1]
         if 0 <= end <= position:
@@ -92,6 +93,7 @@ def read_partition(
         # Ask for no more than the range holds: consume() waits out its timeout for the rest.
         wanted = chunk if stop is None else max(min(chunk, stop - position), 1)
         messages = consumer.consume(num_messages=wanted, timeout=_CONSUME_WAIT_S)
+        last_error = next((m.error() for m in messages if m.error() is not None), last_error)
         records = [
             m for m in messages if m.error() is None and (stop is None or (m.offset() or 0) < stop)
         ]
@@ -102,6 +104,11 @@ def read_partition(
         if reached > position:
             position, moved_at = reached, time.monotonic()
         elif time.monotonic() - moved_at > stall_s:
-            raise TimeoutError(f"{tp.topic}/{tp.partition}: no progress past offset {position}")
+            # The end and the client's last error say whether an open transaction (a
+            # read_committed reader waits at its last stable offset) or the client stalled.
+            raise TimeoutError(
+                f"{tp.topic}/{tp.partition}: no progress past offset {position} in {stall_s:g} "
+                f"s, short of offset {end}; last client error: {last_error or 'none'}"
+            )
         if records:
             yield records
