@@ -93,10 +93,11 @@ def read_partition(
         # Ask for no more than the range holds: consume() waits out its timeout for the rest.
         wanted = chunk if stop is None else max(min(chunk, stop - position), 1)
         messages = consumer.consume(num_messages=wanted, timeout=_CONSUME_WAIT_S)
-        last_error = next((m.error() for m in messages if m.error() is not None), last_error)
         records = [
             m for m in messages if m.error() is None and (stop is None or (m.offset() or 0) < stop)
         ]
+        if len(records) < len(messages):  # looked for only then: the source reads through here
+            last_error = next((m.error() for m in messages if m.error() is not None), last_error)
         reached = max(
             [position, consumer.position([tp])[0].offset]
             + [(m.offset() or 0) + 1 for m in records[-1:]]
