@@ -49,6 +49,7 @@ import pickle  # noqa: S403 - the state store holds only what this processor wro
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from functools import partial
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from pyspark.sql import Row as SparkRow
@@ -252,7 +253,7 @@ class JoinerProcessor(StatefulProcessor):
         clock, state = self._load(bucket, log, group, now)
         if records:
             ordered = apply_order(records, joiner.roles, joiner.order)
-            clock.stream_time = max(clock.stream_time, *(r.event_time for r in ordered))
+            clock.stream_time = max(clock.stream_time, max(map(_EVENT_TIME_OF, records)))
             clock.last_ms = now
             state = self._step(joiner.process, group, state, ordered, raw, records, send)
             if state is None:
@@ -562,6 +563,10 @@ def _rows_of(packs: Iterator[SparkRow]) -> Iterator[Row]:
 
 _MAKE_ROW = partial(tuple.__new__, Row)
 """``Row._make`` without its Python frame: zip's tuples always have every field."""
+
+
+_EVENT_TIME_OF = attrgetter("event_time")
+"""A record's event time, got in C: a generator over a key's records costs a resumption each."""
 
 
 def _origin(record: InputRecord) -> tuple[str, int, int]:

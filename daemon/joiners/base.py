@@ -253,19 +253,11 @@ class Joiner(ABC):
 def apply_order(
     records: Iterable[InputRecord], roles: Sequence[str], order: Order = "event_time"
 ) -> list[InputRecord]:
-    """Sort into apply order: event time (Kafka timestamp if ``"arrival"``), role, offset.
-
-    Stable, so records equal in all three keep their order. The sort keys are built column by
-    column and the sort runs on their indices: a key function is a Python call per record.
-    """
+    """Sort into apply order: event time (Kafka timestamp if ``"arrival"``), role, offset."""
     records = list(records)
     if len(records) < 2:  # most keys of a micro-batch have one record: nothing to sort
         return records
     rank = {role: i for i, role in enumerate(roles)}
-    unranked = len(rank)
-    times = (
-        [r.timestamp for r in records] if order == "arrival" else [r.event_time for r in records]
-    )
-    ranks = [rank.get(r.role, unranked) for r in records]
-    keys = list(zip(times, ranks, [r.offset for r in records], strict=True))
-    return [records[i] for i in sorted(range(len(records)), key=keys.__getitem__)]
+    if order == "arrival":
+        return sorted(records, key=lambda r: (r.timestamp, rank.get(r.role, len(rank)), r.offset))
+    return sorted(records, key=lambda r: (r.event_time, rank.get(r.role, len(rank)), r.offset))
