@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from daemon.avro_codegen import FunctionText
@@ -83,16 +84,25 @@ def compile_writer(schema: Any) -> Callable[[Any], bytes] | None:
 
 
 _MISSING = object()
-_MIDDLE = [bytes(((n & 127) | 128, (n >> 7) | 128)) for n in range(1 << 14)]
-"""Fourteen bits of a varint that goes on: two bytes, both with the continuation bit."""
-_LAST = [bytes((n,)) if n < 128 else bytes(((n & 127) | 128, n >> 7)) for n in range(1 << 14)]
-"""The last fourteen bits or fewer of a varint: one or two bytes, the last without it."""
+
+
+@cache
+def _varint_tables() -> tuple[list[bytes], list[bytes]]:
+    """The writer's varint pieces, built when the first schema is compiled, not at import.
+
+    First, fourteen bits of a varint that goes on: two bytes, both with the continuation
+    bit. Second, the last fourteen bits or fewer: one or two bytes, the last without it.
+    """
+    middle = [bytes(((n & 127) | 128, (n >> 7) | 128)) for n in range(1 << 14)]
+    last = [bytes((n,)) if n < 128 else bytes(((n & 127) | 128, n >> 7)) for n in range(1 << 14)]
+    return middle, last
 
 
 class _Generator(FunctionText):
     """Writes the body of ``write(value)``, one schema node at a time."""
 
     def __init__(self, schema: Any) -> None:
+        middle, last = _varint_tables()
         super().__init__(
             schema,
             {
@@ -101,8 +111,8 @@ class _Generator(FunctionText):
                 "MISSING": _MISSING,
                 "FLOAT": struct.Struct("<f").pack,
                 "DOUBLE": struct.Struct("<d").pack,
-                "MIDDLE": _MIDDLE,
-                "LAST": _LAST,
+                "MIDDLE": middle,
+                "LAST": last,
             },
         )
 
