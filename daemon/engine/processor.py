@@ -129,13 +129,19 @@ class OperatorPlan:
 
 @dataclass
 class KeyClock:
-    """A key's time, stored with its state (as its three fields): see the module docstring."""
+    """A key's time, stored with its state (as its three fields): see the module docstring.
+
+    Only what the pipeline uses is kept up to date: ``stream_time`` and ``last_ms`` when its
+    joiner wakes up, ``updated_ms`` when it has a state TTL. Otherwise they stay as they
+    were, so a key whose state a call leaves alone keeps the same bytes (see
+    :meth:`JoinerProcessor._store_bucket`).
+    """
 
     stream_time: int = 0
     last_ms: int = 0
     """Processing time of the key's last record (or wake-up)."""
     updated_ms: int = 0
-    """Processing time of the key's last state change, for ``state_ttl``."""
+    """Processing time of the key's last state change, for ``state_ttl``; 0: not known."""
 
 
 def pack_key_state(clock: KeyClock, state: Any) -> tuple[Any, ...]:
@@ -212,11 +218,11 @@ class JoinerProcessor(StatefulProcessor):
                 by_key.setdefault(row.key, []).append(row)
         if not by_key:
             return
-        bucket, log = self._load_bucket()
+        bucket, log, stored = self._load_bucket()
         now = timer_values.getCurrentProcessingTimeInMs()
         for group, group_rows in by_key.items():
             self._apply(bucket, log, group, group_rows, now, send)
-        self._store_bucket(bucket, log)
+        self._store_bucket(bucket, log, stored)
 
     def _apply(
         self, bucket: Bucket, log: StashLog, group: str, rows: list[Row], now: int, send: Send
@@ -253,8 +259,9 @@ class JoinerProcessor(StatefulProcessor):
         clock, state = self._load(bucket, log, group, now)
         if records:
             ordered = apply_order(records, joiner.roles, joiner.order)
-            clock.stream_time = max(clock.stream_time, max(map(_EVENT_TIME_OF, records)))
-            clock.last_ms = now
+            if self.wakes:
+                clock.stream_time = max(clock.stream_time, max(map(_EVENT_TIME_OF, records)))
+                clock.last_ms = now
             state = self._step(joiner.process, group, state, ordered, raw, records, send)
             if state is None:
                 return
@@ -280,7 +287,7 @@ class JoinerProcessor(StatefulProcessor):
 
     def _wake_up(self, timer_values: Any, send: Send) -> None:
         joiner = self.plan.joiner
-        bucket, log = self._load_bucket()
+        bucket, log, stored = self._load_bucket()
         bucket.timer_ms = None  # fired, so gone
         now = timer_values.getCurrentProcessingTimeInMs()
         for group in sorted(k for k, at in bucket.due.items() if at <= now):
@@ -296,7 +303,7 @@ class JoinerProcessor(StatefulProcessor):
                 bucket.due.pop(group, None)
             else:
                 self._store(bucket, log, group, clock, advanced, now)
-        self._store_bucket(bucket, log)
+        self._store_bucket(bucket, log, stored)
 
     def _sender(self) -> Send:
         """Where a call's output rows go: the task's transaction, opened at its first call.
@@ -326,14 +333,21 @@ class JoinerProcessor(StatefulProcessor):
             row = Output(COUNTS_TOPIC, None, json.dumps(counts).encode("utf-8"), None)
             yield SparkRow(**row._asdict())
 
-    def _load_bucket(self) -> tuple[Bucket, StashLog]:
-        """The bucket, and its stash log for this call."""
+    def _load_bucket(self) -> tuple[Bucket, StashLog, bytes | None]:
+        """The bucket, its stash log for this call, and its stored blob (None: none yet)."""
         blob = self.state.get()
-        bucket: Bucket = pickle.loads(blob[0]) if blob else Bucket()  # noqa: S301
-        return bucket, StashLog(self.stash_chunks, bucket)
+        stored: bytes | None = blob[0] if blob else None
+        bucket: Bucket = pickle.loads(stored) if stored else Bucket()  # noqa: S301
+        return bucket, StashLog(self.stash_chunks, bucket), stored
 
-    def _store_bucket(self, bucket: Bucket, log: StashLog) -> None:
-        """Write the bucket back and keep one timer: the earliest key's due time."""
+    def _store_bucket(self, bucket: Bucket, log: StashLog, stored: bytes | None) -> None:
+        """Write the bucket back unless ``stored`` holds it already; keep one timer.
+
+        The timer is at the earliest key's due time. A call that changed no key (a lookup's
+        stream records read the table value and leave it) pickles the bucket into the bytes
+        it loaded: writing them again would cost a round trip to the JVM with the whole
+        blob, and the state store a changelog entry.
+        """
         log.flush()
         earliest = min(bucket.due.values(), default=None)
         if bucket.timer_ms != earliest:
@@ -343,8 +357,10 @@ class JoinerProcessor(StatefulProcessor):
                 self.handle.registerTimer(earliest)
             bucket.timer_ms = earliest
         if bucket.keys:
-            self.state.update((pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL),))
-        else:
+            blob = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
+            if blob != stored:
+                self.state.update((blob,))
+        elif stored is not None:
             self.state.clear()
 
     def _load(self, bucket: Bucket, log: StashLog, group: str, now: int) -> tuple[KeyClock, Any]:
@@ -352,7 +368,9 @@ class JoinerProcessor(StatefulProcessor):
         blob = bucket.keys.get(group)
         if blob is not None:
             clock, state = unpack_key_state(log.loads(group, blob))
-            if self.ttl_ms is None or now - clock.updated_ms < self.ttl_ms:
+            # updated_ms 0: stored while the pipeline had no state_ttl, so unknown. The TTL
+            # counts from this key's next update rather than dropping it unseen.
+            if self.ttl_ms is None or not clock.updated_ms or now - clock.updated_ms < self.ttl_ms:
                 return clock, state
             log.forget(group)
             del bucket.keys[group]
@@ -368,7 +386,8 @@ class JoinerProcessor(StatefulProcessor):
             bucket.keys.pop(group, None)
             bucket.due.pop(group, None)
             return
-        clock.updated_ms = now
+        if self.ttl_ms is not None:
+            clock.updated_ms = now
         due = []
         if self.wakes and (wakeup := joiner.wakeup_ms(state)) is not None:
             due.append(now + max(wakeup, 1))
