@@ -22,12 +22,25 @@ from __future__ import annotations
 
 import argparse
 import random
+import time
 import uuid
 from bisect import bisect_left, bisect_right
+from pathlib import Path
 from typing import Any
 
 from bench import twostream
 from bench.enrichd import resources_lines
+from bench.latency import (
+    LatencyResult,
+    LatencyWorkload,
+    Offer,
+    add_latency_arguments,
+    latencies_ok,
+    latency_checks,
+    latency_command,
+    latency_section,
+    run_latencies,
+)
 from bench.report import (
     Section,
     machine,
@@ -38,7 +51,7 @@ from bench.report import (
     throughput_table,
 )
 from bench.twostream import Emit, RawJoin
-from bench.workloads import REPO, codec, count_records
+from bench.workloads import REPO, codec, count_records, create_input_topics
 from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 EXAMPLE = REPO / "examples" / "recommendations.toml"
@@ -62,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="enrichd max_records_per_batch (the pipeline default)",
     )
     parser.add_argument("--seed", type=int, default=5, help="seed for keys, sides and delays")
+    add_latency_arguments(parser, "recommendations")
 
 
 def example_options() -> dict[str, Any]:
@@ -212,6 +226,65 @@ JOIN = twostream.Join(
 )
 
 
+LATENCY_MOODS_PER_KEY = 10
+"""Moods each consultant has before the latency run offers recommendations."""
+
+
+def latency_workload(servers: str, keys: int, max_records_per_batch: int) -> LatencyWorkload:
+    """The asof latency runs: every consultant's recent moods read first, then recommendations
+    offered, each with the wall-clock time it is offered as its event time."""
+    recommendation, mood = codec("recommendation"), codec("mood")
+
+    def prepare(checkpoint: Path, trigger_ms: int) -> Offer:
+        conf = {"bootstrap.servers": servers}
+        suffix = uuid.uuid4().hex[:8]
+        topics = {"left": f"lat-recommendations-{suffix}", "right": f"lat-moods-{suffix}"}
+        create_input_topics(conf, tuple(topics.values()))
+        rng = random.Random(5)
+        began = int(time.time() * 1000) - 600_000  # the moods began in the last ten minutes
+        moods = []
+        for n in range(keys * LATENCY_MOODS_PER_KEY):
+            key = f"consultant-{n % keys:05d}"
+            at = began + n * 600_000 // (keys * LATENCY_MOODS_PER_KEY)
+            value = {
+                "name": key,
+                "event_time": at,
+                "ingestion_time": at,
+                "mood": rng.choice(_MOODS),
+            }
+            moods.append((topics["right"], key, mood.encode(value), at))
+        loaded = twostream.produce(conf, moods)
+        file, pipe = twostream.configure(
+            servers, EXAMPLE, topics, {}, checkpoint, max_records_per_batch, trigger_ms
+        )
+
+        last: dict[str, int] = {}
+
+        def record(i: int, rng: random.Random) -> tuple[bytes, bytes]:
+            key = f"consultant-{rng.randrange(keys):05d}"
+            # A consultant's recommendations need distinct times: the example identifies a
+            # recommendation by consultant and event time (no left_id).
+            now = last[key] = max(int(time.time() * 1000), last.get(key, 0) + 1)
+            value = {
+                "consultant": key,
+                "event_time": now,
+                "ingestion_time": now,
+                "recommendation": rng.choice(_PICKS),
+            }
+            return key.encode(), recommendation.encode(value)
+
+        return Offer(file, pipe, loaded, topics["left"], record)
+
+    return LatencyWorkload(
+        "asof",
+        "recommendations",
+        "views",
+        f"the last ten minutes of moods of all {keys:,} consultants already read "
+        f"({LATENCY_MOODS_PER_KEY} each)",
+        prepare,
+    )
+
+
 def run(args: argparse.Namespace, broker: Any) -> Section:
     """Produce the workload, run every contender on it, and report."""
     from rich.console import Console
@@ -258,7 +331,11 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             theirs = _latest_answers(conf, outputs["quix"])
             ours = latest["enrichd"]
             stale = sum(1 for key, (mood, _) in theirs.items() if ours.get(key, (mood,))[0] != mood)
-    return _section(args, machine_line, runs, views, counted, dead, stale, differ)
+    latency = latency_workload(broker.bootstrap_servers, args.keys, args.max_batch)
+    latencies = run_latencies(args, broker.bootstrap_servers, latency, console, [])
+    return _section(
+        args, machine_line, runs, views, counted, dead, stale, differ, latency, latencies
+    )
 
 
 def _latest_answers(conf: dict[str, str], topic: str) -> dict[bytes, tuple[Any, int]]:
@@ -285,6 +362,8 @@ def _section(
     dead: int,
     stale: int | None,
     differ: int,
+    latency: LatencyWorkload,
+    latencies: list[LatencyResult],
 ) -> Section:
     one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
     total = args.left + args.right
@@ -305,8 +384,9 @@ def _section(
         f"recommendations whose latest revision (mood and revision number) differs between "
         f"enrichd and the raw loop: {differ:,}",
     ]
+    checks += latency_checks(latencies, latency)
     checks += twostream.progress_check(runs)
-    ok = (
+    ok = latencies_ok(latencies) and (
         counted["enrichd"] == expected
         and counted["raw 2 processes"] == expected
         and events == args.left
@@ -318,6 +398,7 @@ def _section(
     command = (
         f".venv/bin/python -m bench asof --keys {args.keys} --left {args.left} --right "
         f"{args.right} --late {args.late:g} --step-ms {args.step_ms} --max-batch {args.max_batch}"
+        + latency_command(args)
         + quix_option(args.quix_python)
     )
     lines = [
@@ -362,7 +443,13 @@ def _section(
         "- *enrichd sustained*: input records after the first micro-batch over the time after "
         "it (progress reports); *end to end* counts the first batch and query start-up too.",
         "",
-        *twostream.closing_lines("asof", runs, args.max_batch, checks),
+        *twostream.closing_lines(
+            "asof",
+            runs,
+            args.max_batch,
+            checks,
+            latency_section(latencies, latency, args.max_batch, spark.sustained_rate),
+        ),
     ]
     return Section(
         name="asof",

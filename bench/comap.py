@@ -15,15 +15,26 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from bench.ceiling import RawResult
-from bench.enrichd import EnrichdResult, batch_table, resources_lines, run_enrichd
-from bench.latency import LatencyResult, run_latency
+from bench.enrichd import EnrichdResult, batch_table, configure, resources_lines, run_enrichd
+from bench.latency import (
+    LatencyWorkload,
+    Offer,
+    add_latency_arguments,
+    latencies_ok,
+    latency_checks,
+    latency_command,
+    latency_section,
+    run_latencies,
+)
 from bench.quix import QuixResult, run_quix
 from bench.raw import run_ceiling
 from bench.report import (
@@ -44,14 +55,20 @@ from bench.report import (
     run_header,
     scaling_caveat,
 )
-from bench.workloads import Topics, Workload, count_outputs, count_records, create_inputs, produce
+from bench.workloads import (
+    Topics,
+    Workload,
+    codec,
+    count_outputs,
+    count_records,
+    create_inputs,
+    produce,
+    tweet,
+)
 from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker
-
-LATENCY_TARGET_MS = 2_000
-"""The issue's target: p99 end-to-end latency under 2 s at 5,000 records/s offered."""
 
 TITLE = "## comap: users + tweets -> tweet views"
 
@@ -70,21 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="enrichd max_records_per_batch (the pipeline default)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for authors and words")
-    parser.add_argument(
-        "--latency-rate", type=int, default=5_000, help="tweets/s offered in the latency run"
-    )
-    parser.add_argument(
-        "--latency-seconds", type=float, default=30.0, help="how long the latency run offers"
-    )
-    parser.add_argument(
-        "--trigger-ms",
-        type=int,
-        nargs="+",
-        default=[0, 1_000],
-        help="processing-time triggers, one latency run each (0: the pipeline's default, the "
-        "next batch as soon as the last one ends)",
-    )
-    parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
+    add_latency_arguments(parser, "tweets")
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -92,14 +95,7 @@ def _command(args: argparse.Namespace) -> str:
         f".venv/bin/python -m bench comap --users {args.users} --tweets {args.tweets} "
         f"--max-batch {args.max_batch}"
     )
-    if args.no_latency:
-        command += " --no-latency"
-    else:
-        command += (
-            f" --latency-rate {args.latency_rate} --latency-seconds {args.latency_seconds:g} "
-            f"--trigger-ms {' '.join(str(ms) for ms in args.trigger_ms)}"
-        )
-    return command + quix_option(args.quix_python)
+    return command + latency_command(args) + quix_option(args.quix_python)
 
 
 def _rate(value: float) -> str:
@@ -279,102 +275,6 @@ def _analysis(
     return lines
 
 
-def _trigger_name(trigger_ms: int) -> str:
-    return "default" if trigger_ms == 0 else f"{trigger_ms:,} ms"
-
-
-def _latency_verdict(latency: LatencyResult) -> str:
-    """Whether one run meets the latency target, in a sentence."""
-    trigger = (
-        "With the default trigger (the next batch as soon as the last one ends)"
-        if latency.trigger_ms == 0
-        else f"With a {latency.trigger_ms:,} ms processing-time trigger"
-    )
-    if latency.offered_rate != 5_000:
-        return (
-            f"{trigger} this run offered {latency.offered_rate:,}/s, so it does not judge the "
-            "target."
-        )
-    p99 = latency.p99_ms
-    if p99 < LATENCY_TARGET_MS:
-        return f"{trigger} this run meets it: p99 {p99 / 1000:.2f} s."
-    return (
-        f"{trigger} this run misses it: p99 {p99 / 1000:.2f} s, "
-        f"{p99 / LATENCY_TARGET_MS:.2f}x the target."
-    )
-
-
-def _latency_row(latency: LatencyResult) -> str:
-    batches = latency.batches
-    rows = sum(b.rows for b in batches) / len(batches) if batches else 0.0
-    trigger = (
-        sum(b.durations_ms.get("triggerExecution", 0) for b in batches) / len(batches)
-        if batches
-        else 0.0
-    )
-    return (
-        f"| {_trigger_name(latency.trigger_ms)} | {latency.offered_rate:,} | {latency.views:,} | "
-        f"{latency.p50_ms:,.0f} | {latency.p99_ms:,.0f} | {latency.max_ms:,.0f} | "
-        f"{len(batches)} | {rows:,.0f} | {trigger:,.0f} | {latency.drain_s:.1f} |"
-    )
-
-
-def _latency_section(latencies: list[LatencyResult], spark: EnrichdResult) -> list[str]:
-    """The report's latency section: one row per trigger, the target, the batches behind them."""
-    if not latencies:
-        return []
-    lines = ["### End-to-end latency (enrichd comap)", ""]
-    lines += [
-        f"Not measured with the {_trigger_name(r.trigger_ms)} trigger: {r.reason}."
-        for r in latencies
-        if r.reason
-    ]
-    measured = [r for r in latencies if not r.reason]
-    if not measured:
-        return [*lines, ""]
-    first = measured[0]
-    lines += [
-        f"{first.tweets:,} tweets offered at {first.offered_rate:,} records/s for "
-        f"{first.seconds:.0f} s (achieved "
-        + ", ".join(f"{_rate(r.achieved_rate)}/s" for r in measured)
-        + f") to the comap pipeline, in one run per trigger below, with its "
-        f"{spark.max_records_per_batch:,}-record batch cap and every user already read. "
-        "The default trigger is the pipeline's when it sets none; a processing-time trigger "
-        "starts a batch at most that often, which spends less per record on each batch's "
-        "fixed cost and makes a record wait up to an interval longer. "
-        "Latency is the wall-clock time at which a `read_committed` consumer, reading the "
-        "output topic from offset 0 while the pipeline runs, first receives a view, minus "
-        "its source tweet's CreateTime (the wall-clock time the bench handed the tweet to "
-        "its producer), the tweet found through the view's `enrichd.source.*` headers. It "
-        "includes the batch's transaction commit, since such a reader gets no view before "
-        "it: what a downstream consumer experiences.",
-        "",
-        "| trigger | offered records/s | views | p50 ms | p99 ms | max ms | batches "
-        "| records per batch | ms per batch | drain s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *(_latency_row(r) for r in measured),
-        "",
-        f"- Target: p99 < {LATENCY_TARGET_MS / 1000:.0f} s at 5,000 records/s offered. "
-        + " ".join(_latency_verdict(r) for r in measured),
-        "- *drain*: from the last tweet offered to the end of the batch that read the last "
-        "record. Timestamps read back: "
-        + ", ".join(sorted({r.timestamp_types or "none" for r in measured}))
-        + ".",
-        "- Views whose Kafka timestamp equals their source tweet's: "
-        + ", ".join(f"{r.same_timestamp:,} of {r.views:,}" for r in measured)
-        + " (enrichd stamps an output with its input's timestamp, so the views' timestamps "
-        "cannot measure latency).",
-    ]
-    if first.offered_rate > spark.sustained_rate:
-        lines.append(
-            f"- The offered rate is above the sustained throughput measured above "
-            f"({_rate(spark.sustained_rate)} records/s), so a backlog builds for as long as "
-            "tweets are offered and latency grows with it: the percentiles then measure the "
-            "queue, not the pipeline's per-batch delay."
-        )
-    return [*lines, ""]
-
-
 def _quix_notes(quix: QuixResult) -> list[str]:
     """What the peer did, for the report's notes."""
     lines = [
@@ -414,7 +314,7 @@ def _lines(
     quix: QuixResult,
     analysis: list[str],
     spark: EnrichdResult,
-    latencies: list[LatencyResult],
+    latency_lines: list[str],
     checks: list[str],
     machine_line: str,
 ) -> list[str]:
@@ -449,47 +349,30 @@ def _lines(
             spark.max_records_per_batch,
             batch_table(spark.batches),
         ),
-        *_latency_section(latencies, spark),
+        *latency_lines,
         checks_line(checks),
         "",
     ]
 
 
-def _run_latencies(
-    args: argparse.Namespace,
-    broker: EmbeddedBroker,
-    workload: Workload,
-    console: Console,
-    loads: list[tuple[str, float]],
-) -> list[LatencyResult]:
-    """One latency run per trigger of ``--trigger-ms``, each on fresh topics."""
-    latencies = []
-    for trigger_ms in args.trigger_ms:
-        name = _trigger_name(trigger_ms)
-        with console.status(
-            f"enrichd latency: {args.latency_rate:,} records/s for {args.latency_seconds:g} s, "
-            f"{name} trigger"
-        ):
-            latency = run_latency(
-                broker.bootstrap_servers,
-                workload.users,
-                args.latency_rate,
-                args.latency_seconds,
-                trigger_ms,
-                args.max_batch,
-                args.seed,
-            )
-        console.print(
-            f"latency ({name} trigger): p50 {latency.p50_ms:,.0f} ms, p99 "
-            f"{latency.p99_ms:,.0f} ms; {latency.same_timestamp:,} of {latency.views:,} views "
-            "carry their tweet's timestamp"
-            if not latency.reason
-            else f"latency ({name} trigger) not measured: {latency.reason}",
-            highlight=False,
-        )
-        loads.append((f"latency run ({name} trigger)", os.getloadavg()[0]))
-        latencies.append(latency)
-    return latencies
+def latency_workload(servers: str, users: int, max_records_per_batch: int) -> LatencyWorkload:
+    """The comap latency runs: ``users`` users read first, then tweets offered."""
+    encoder = codec("tweet")
+
+    def prepare(checkpoint: Path, trigger_ms: int) -> Offer:
+        conf = {"bootstrap.servers": servers}
+        suffix = uuid.uuid4().hex[:8]
+        topics = Topics(users=f"lat-users-{suffix}", tweets=f"lat-tweets-{suffix}")
+        create_inputs(conf, topics)
+        loaded = produce(conf, topics, Workload(users, 0))
+        file, pipe = configure(servers, topics, checkpoint, max_records_per_batch, trigger_ms)
+
+        def record(i: int, rng: random.Random) -> tuple[bytes, bytes]:
+            return str(i).encode(), encoder.encode(tweet(i, rng.randrange(users), rng))
+
+        return Offer(file, pipe, loaded, topics.tweets, record)
+
+    return LatencyWorkload("comap", "tweets", "views", "every user already read", prepare)
 
 
 def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
@@ -543,7 +426,8 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     with console.status("raw ceiling, 2 processes, again"):
         again = run_ceiling(conf, topics, ends, outputs["again"], 2, workload.records)
     console.print(f"raw ceiling, 2 processes, again: {_rate(again.rate)} records/s")
-    latencies = [] if args.no_latency else _run_latencies(args, broker, workload, console, loads)
+    latency = latency_workload(broker.bootstrap_servers, workload.users, args.max_batch)
+    latencies = run_latencies(args, broker.bootstrap_servers, latency, console, loads)
     with console.status("checking outputs"):
         counted = count_outputs(conf, outputs, spark.output_topic, quix.ran)
         dead = count_records(conf, spark.dead_letter_topic)
@@ -551,19 +435,14 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     busy = load_line(loads)
     checks = count_checks(counted, "views", workload.tweets)
     checks.append(f"enrichd dead letters: {dead:,}")
-    checks += [
-        f"latency run ({_trigger_name(r.trigger_ms)} trigger): {r.views:,} views of "
-        f"{r.tweets:,} tweets offered read back"
-        for r in latencies
-        if not r.reason
-    ]
+    checks += latency_checks(latencies, latency)
     checks += progress_check(spark.batches, workload.records)
     rows = _rows(one, two, quix, spark, again)
     analysis = _analysis(one, two, quix, spark, workload.users)
     analysis.insert(1, drift_line(spark.sustained_rate, two.rate, again.rate))
     table: list[tuple[str, ...]] = [_COLUMNS, *(_cells(row, quix) for row in rows)]
     ok = all(count == workload.tweets for count in counted.values()) and dead == 0
-    ok = ok and all(r.views == r.tweets for r in latencies if not r.reason)
+    ok = ok and latencies_ok(latencies)
     console.print(busy, highlight=False)
     for line in analysis:
         if not line.startswith("- Target"):  # print_section shows the verdicts
@@ -579,7 +458,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             quix,
             analysis,
             spark,
-            latencies,
+            latency_section(latencies, latency, spark.max_records_per_batch, spark.sustained_rate),
             checks,
             f"{machine_line}. {busy}",
         ),

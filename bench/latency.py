@@ -1,40 +1,83 @@
-"""End-to-end latency of enrichd's comap at a fixed offered rate, as a downstream reader sees it.
+"""End-to-end latency of an enrichd pipeline at a fixed offered rate, as a reader sees it.
 
-The users are produced first and the pipeline (the example's comap, with a processing-time
-trigger) reads them; then this process offers tweets at a fixed rate for a fixed time, each
-stamped with the wall-clock time it was handed to the producer (its Kafka CreateTime), while
-the pipeline keeps running. Meanwhile a ``read_committed`` consumer, in a thread of this
-process, reads the output topic from offset 0 and notes the wall-clock time at which it first
-receives each view; the view's provenance headers (``enrichd.source.topic/partition/offset``)
-name the tweet it came from, whose timestamp the producer's delivery reports gave. Latency is
-the difference: it covers the wait for a trigger, the batch, and its transactions' commit,
-since a ``read_committed`` reader gets nothing of a batch before its commit.
+A workload (:class:`LatencyWorkload`; the comap and lookup benchmarks have one each) makes
+fresh topics for each run and produces what its pipeline reads first (comap's users, lookup's
+table), and the pipeline, with the run's trigger, reads it. Then this process offers the
+workload's stream records (tweets, clicks) at a fixed rate for a fixed time, each stamped
+with the wall-clock time it was handed to the producer (its Kafka CreateTime), while the
+pipeline keeps running. Meanwhile a ``read_committed`` consumer, in a thread of this process,
+reads the output topic from offset 0 and notes the wall-clock time at which it first receives
+each output; the output's provenance headers (``enrichd.source.topic/partition/offset``) name
+the offered record it came from, whose timestamp the producer's delivery reports gave.
+Latency is the difference: it covers the wait for a trigger, the batch, and its transactions'
+commit, since a ``read_committed`` reader gets nothing of a batch before its commit.
 
-The views' own Kafka timestamps cannot measure this: enrichd stamps each output with the
-timestamp of the input record that caused it (as Kafka Streams does), so a view's timestamp is
-its tweet's. The run counts the views for which that holds, which checks it.
+The outputs' own Kafka timestamps cannot measure this: enrichd stamps each output with the
+timestamp of the input record that caused it (as Kafka Streams does), so an output's
+timestamp is its source record's. The run counts the outputs for which that holds, which
+checks it.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import os
 import random
 import tempfile
 import threading
 import time
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.enrichd import Batch, await_consumed, configure
-from bench.workloads import Topics, Workload, codec, create_inputs, produce, tweet
+from rich.console import Console
+
+from bench.enrichd import Batch, await_consumed
+
+LATENCY_TARGET_MS = 2_000
+"""The issue's target: p99 end-to-end latency under 2 s at 5,000 records/s offered."""
+TARGET_RATE = 5_000
 
 _PACE_S = 0.005
 """How often the offering loop tops the producer up to the records due by then."""
 _FETCH_WAIT_MS = 10
 """The watcher's ``fetch.wait.max.ms``: the broker answers an empty fetch this soon, so a
-committed view waits at most about this long for the watcher's next fetch."""
+committed output waits at most about this long for the watcher's next fetch."""
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One latency run's pipeline and inputs, made afresh by :attr:`LatencyWorkload.prepare`."""
+
+    file: Any
+    """The pipeline file (``PipelineFile``) the pipeline belongs to."""
+    pipe: Any
+    """The pipeline (``PipelineConfig``), its checkpoint in the folder the run owns."""
+    loaded: dict[str, int]
+    """Partition ends of what was produced before offering, which the pipeline reads first."""
+    topic: str
+    """The topic the offered records go to."""
+    record: Callable[[int, random.Random], tuple[bytes, bytes]]
+    """Offered record ``i``: its Kafka key and Avro value."""
+
+
+@dataclass(frozen=True)
+class LatencyWorkload:
+    """What a benchmark measures latency with, and the words its report uses."""
+
+    joiner: str
+    """The joiner measured, for headings (``comap``)."""
+    offered: str
+    """The offered records, plural (``tweets``)."""
+    outputs: str
+    """The outputs, plural (``views``)."""
+    loaded: str
+    """What the pipeline has read before offering starts (``every user already read``)."""
+    prepare: Callable[[Path, int], Offer]
+    """Given a checkpoint folder and a trigger (ms, 0 for the default): fresh topics, what
+    the pipeline reads first produced to them, and the pipeline."""
 
 
 @dataclass(frozen=True)
@@ -44,29 +87,29 @@ class LatencyResult:
     offered_rate: int
     """Records per second the run aimed to offer."""
     seconds: float
-    """How long tweets were offered (planned, until measured)."""
+    """How long records were offered (planned, until measured)."""
     trigger_ms: int
-    tweets: int = 0
-    """Tweets offered."""
-    views: int = 0
-    """Views received by the watcher that name a tweet offered (first receipt only)."""
+    offered: int = 0
+    """Records offered."""
+    outputs: int = 0
+    """Outputs received by the watcher that name a record offered (first receipt only)."""
     p50_ms: float = 0.0
     p99_ms: float = 0.0
     max_ms: float = 0.0
     timestamp_types: str = ""
-    """The Kafka timestamp types of the views read back (CreateTime expected)."""
+    """The Kafka timestamp types of the outputs read back (CreateTime expected)."""
     same_timestamp: int = 0
-    """Views whose Kafka timestamp equals their source tweet's (all of them, expected)."""
+    """Outputs whose Kafka timestamp equals their source record's (all of them, expected)."""
     drain_s: float = 0.0
-    """From the last tweet offered to the end of the batch that consumed the last record."""
+    """From the last record offered to the end of the batch that consumed the last record."""
     batches: tuple[Batch, ...] = ()
-    """The micro-batches that read tweets."""
+    """The micro-batches that read offered records."""
     reason: str = ""
 
     @property
     def achieved_rate(self) -> float:
-        """Tweets per second actually offered."""
-        return self.tweets / self.seconds if self.seconds else 0.0
+        """Records per second actually offered."""
+        return self.offered / self.seconds if self.seconds else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -76,7 +119,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class _Stamps:
-    """Delivery callback keeping each delivered tweet's timestamp by (partition, offset)."""
+    """Delivery callback keeping each delivered record's timestamp by (partition, offset)."""
 
     def __init__(self) -> None:
         self.stamps: dict[tuple[int, int], int] = {}
@@ -94,9 +137,9 @@ class _Stamps:
 
 
 def _offer(
-    conf: dict[str, str], topic: str, users: int, rate: int, seconds: float, seed: int
+    conf: dict[str, str], offer: Offer, rate: int, seconds: float, seed: int
 ) -> tuple[_Stamps, float, float]:
-    """Offer ``rate`` tweets/s for ``seconds``; the stamps and when offering began and ended.
+    """Offer ``rate`` records/s for ``seconds``; the stamps and when offering began and ended.
 
     The times are epoch seconds, as the progress reports' batch times are.
     """
@@ -106,7 +149,6 @@ def _offer(
 
     producer = Producer({**conf, "linger.ms": 5, "partitioner": "murmur2_random"})
     stamps = _Stamps()
-    encoder = codec("tweet")
     rng = random.Random(seed)
     total = int(rate * seconds)
     sent = 0
@@ -115,12 +157,12 @@ def _offer(
     while sent < total:
         due = min(total, int(rate * (time.monotonic() - began)))
         while sent < due:
-            value = encoder.encode(tweet(sent, rng.randrange(users), rng))
+            key, value = offer.record(sent, rng)
             clients.produce(
                 producer,
-                topic,
+                offer.topic,
                 value=value,
-                key=str(sent).encode(),
+                key=key,
                 timestamp=int(time.time() * 1000),
                 on_delivery=stamps,
             )
@@ -130,7 +172,7 @@ def _offer(
     ended = time.time()
     if producer.flush(60) != 0 or stamps.failures:
         raise RuntimeError(
-            f"could not offer the tweets: {stamps.failures[:1] or 'flush timed out'}"
+            f"could not offer the records: {stamps.failures[:1] or 'flush timed out'}"
         )
     return stamps, started, ended
 
@@ -141,16 +183,16 @@ class _Watcher(threading.Thread):
     It reads every partition from offset 0 with a short ``fetch.wait.max.ms``, so a view
     reaches it soon after the transaction that wrote it commits, which is when any downstream
     consumer could first see it. For each view naming a tweet of ``tweets_topic`` it keeps the
-    wall-clock time of the first receipt and the view's own Kafka timestamp, by source tweet.
+    wall-clock time of the first receipt and the view's own Kafka timestamp, by source record.
     """
 
-    def __init__(self, conf: dict[str, str], output: str, tweets_topic: str) -> None:
+    def __init__(self, conf: dict[str, str], output: str, source_topic: str) -> None:
         super().__init__(name="enrichd-bench-latency-watcher", daemon=True)
         self.conf = conf
         self.output = output
-        self.tweets_topic = tweets_topic
+        self.source_topic = source_topic
         self.seen: dict[tuple[int, int], tuple[float, int]] = {}
-        """Source tweet (partition, offset) -> (epoch seconds first received, view timestamp)."""
+        """Source (partition, offset) -> (epoch seconds first received, output's timestamp)."""
         self.types: set[str] = set()
         self.error: BaseException | None = None
         self._ready = threading.Event()
@@ -209,7 +251,7 @@ class _Watcher(threading.Thread):
             while listed is None or not self._at_end(consumer, tps, listed):
                 if listed is None and self._finish.is_set():
                     # Asked after the pipeline stopped, so its last transaction has committed
-                    # and the log ends listed now are past every view it wrote.
+                    # and the log ends listed now are past every output it wrote.
                     listed = [
                         consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
                         for tp in tps
@@ -241,7 +283,7 @@ class _Watcher(threading.Thread):
             if message.error() is not None:
                 continue
             headers = dict(message.headers() or ())
-            if headers.get("enrichd.source.topic", b"").decode() != self.tweets_topic:
+            if headers.get("enrichd.source.topic", b"").decode() != self.source_topic:
                 continue
             source = (
                 int(headers["enrichd.source.partition"]),
@@ -254,15 +296,14 @@ class _Watcher(threading.Thread):
 
 def run_latency(
     servers: str,
-    users: int,
+    workload: LatencyWorkload,
     rate: int,
     seconds: float,
     trigger_ms: int,
-    max_records_per_batch: int,
     seed: int = 7,
     timeout_s: float = 600.0,
 ) -> LatencyResult:
-    """Measure the comap pipeline's latency at ``rate`` tweets/s offered for ``seconds``.
+    """Measure ``workload``'s pipeline's latency at ``rate`` records/s offered for ``seconds``.
 
     Uses the process's Spark session (started on first use). A pipeline that fails or falls
     too far behind comes back as a result with ``reason`` set, not an exception.
@@ -271,26 +312,18 @@ def run_latency(
     from daemon.engine.session import spark_session
 
     conf = {"bootstrap.servers": servers}
-    suffix = uuid.uuid4().hex[:8]
-    topics = Topics(users=f"lat-users-{suffix}", tweets=f"lat-tweets-{suffix}")
-    create_inputs(conf, topics)
-    user_ends = produce(conf, topics, Workload(users, 0, seed))
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-latency-") as tmp:
-        file, pipe = configure(
-            servers, topics, Path(tmp) / "checkpoint", max_records_per_batch, trigger_ms
-        )
-        # Planning creates the output topic, which the watcher needs before the first view.
-        plan = plan_pipeline(file, pipe, client_conf(file))
-        watcher = _Watcher(conf, pipe.output.topic, topics.tweets)
+        offer = workload.prepare(Path(tmp) / "checkpoint", trigger_ms)
+        # Planning creates the output topic, which the watcher needs before the first output.
+        plan = plan_pipeline(offer.file, offer.pipe, client_conf(offer.file))
+        watcher = _Watcher(conf, offer.pipe.output.topic, offer.topic)
         try:
             watcher.start_watching()
-            query = start_query(spark_session(file.spark), plan)
+            query = start_query(spark_session(offer.file.spark), plan)
             try:
-                first = await_consumed(query, user_ends, timeout_s)
-                stamps, offered_from, offered_until = _offer(
-                    conf, topics.tweets, users, rate, seconds, seed
-                )
-                batches = await_consumed(query, {**user_ends, **stamps.ends}, timeout_s)
+                first = await_consumed(query, offer.loaded, timeout_s)
+                stamps, offered_from, offered_until = _offer(conf, offer, rate, seconds, seed)
+                batches = await_consumed(query, {**offer.loaded, **stamps.ends}, timeout_s)
             finally:
                 query.stop()
             watcher.finish(timeout_s)
@@ -299,26 +332,219 @@ def run_latency(
         finally:
             # On failure the watcher may still be reading: let it close its consumer.
             watcher.stop(60)
-    tweet_batches = tuple(b for b in batches if b.batch_id > first[-1].batch_id)
+    offered_batches = tuple(b for b in batches if b.batch_id > first[-1].batch_id)
     latencies: list[float] = []
     same = 0
-    for source, (received, view_stamp) in watcher.seen.items():
+    for source, (received, output_stamp) in watcher.seen.items():
         if source in stamps.stamps:
             latencies.append(received * 1000 - stamps.stamps[source])
-            same += view_stamp == stamps.stamps[source]
+            same += output_stamp == stamps.stamps[source]
     if not latencies:
-        return LatencyResult(rate, seconds, trigger_ms, reason="no view named a known tweet")
+        reason = f"no output named a known record of {offer.topic}"
+        return LatencyResult(rate, seconds, trigger_ms, reason=reason)
     return LatencyResult(
         rate,
         offered_until - offered_from,
         trigger_ms,
-        tweets=len(stamps.stamps),
-        views=len(latencies),
+        offered=len(stamps.stamps),
+        outputs=len(latencies),
         p50_ms=percentile(latencies, 0.50),
         p99_ms=percentile(latencies, 0.99),
         max_ms=max(latencies),
         timestamp_types=", ".join(sorted(watcher.types)),
         same_timestamp=same,
-        drain_s=max(b.ended for b in tweet_batches) - offered_until if tweet_batches else 0.0,
-        batches=tweet_batches,
+        drain_s=max(b.ended for b in offered_batches) - offered_until if offered_batches else 0.0,
+        batches=offered_batches,
     )
+
+
+# -- the command line and the report ---------------------------------------------------------
+
+
+def add_latency_arguments(parser: argparse.ArgumentParser, offered: str) -> None:
+    """The options of a benchmark's latency runs; ``offered`` names the records offered."""
+    parser.add_argument(
+        "--latency-rate",
+        type=int,
+        default=TARGET_RATE,
+        help=f"{offered}/s offered in the latency run",
+    )
+    parser.add_argument(
+        "--latency-seconds", type=float, default=30.0, help="how long the latency run offers"
+    )
+    parser.add_argument(
+        "--trigger-ms",
+        type=int,
+        nargs="+",
+        default=[0, 1_000],
+        help="processing-time triggers, one latency run each (0: the pipeline's default, the "
+        "next batch as soon as the last one ends)",
+    )
+    parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
+
+
+def latency_command(args: argparse.Namespace) -> str:
+    """The latency options of a benchmark's command, as the report shows it."""
+    if args.no_latency:
+        return " --no-latency"
+    return (
+        f" --latency-rate {args.latency_rate} --latency-seconds {args.latency_seconds:g} "
+        f"--trigger-ms {' '.join(str(ms) for ms in args.trigger_ms)}"
+    )
+
+
+def trigger_name(trigger_ms: int) -> str:
+    """A trigger as the report names it."""
+    return "default" if trigger_ms == 0 else f"{trigger_ms:,} ms"
+
+
+def run_latencies(
+    args: argparse.Namespace,
+    servers: str,
+    workload: LatencyWorkload,
+    console: Console,
+    loads: list[tuple[str, float]],
+) -> list[LatencyResult]:
+    """One latency run per trigger of ``--trigger-ms`` (none with ``--no-latency``)."""
+    latencies: list[LatencyResult] = []
+    if args.no_latency:
+        return latencies
+    for trigger_ms in args.trigger_ms:
+        name = trigger_name(trigger_ms)
+        with console.status(
+            f"enrichd latency: {args.latency_rate:,} records/s for {args.latency_seconds:g} s, "
+            f"{name} trigger"
+        ):
+            latency = run_latency(
+                servers,
+                workload,
+                args.latency_rate,
+                args.latency_seconds,
+                trigger_ms,
+                args.seed,
+            )
+        console.print(
+            f"latency ({name} trigger): p50 {latency.p50_ms:,.0f} ms, p99 "
+            f"{latency.p99_ms:,.0f} ms; {latency.same_timestamp:,} of {latency.outputs:,} "
+            f"{workload.outputs} carry their source record's timestamp"
+            if not latency.reason
+            else f"latency ({name} trigger) not measured: {latency.reason}",
+            highlight=False,
+        )
+        loads.append((f"latency run ({name} trigger)", os.getloadavg()[0]))
+        latencies.append(latency)
+    return latencies
+
+
+def latency_checks(latencies: list[LatencyResult], workload: LatencyWorkload) -> list[str]:
+    """The report's checks of the latency runs: every offered record's output read back."""
+    return [
+        f"latency run ({trigger_name(r.trigger_ms)} trigger): {r.outputs:,} "
+        f"{workload.outputs} of {r.offered:,} {workload.offered} offered read back"
+        for r in latencies
+        if not r.reason
+    ]
+
+
+def latencies_ok(latencies: list[LatencyResult]) -> bool:
+    """Whether every measured latency run read back an output per offered record."""
+    return all(r.outputs == r.offered for r in latencies if not r.reason)
+
+
+def _verdict(latency: LatencyResult) -> str:
+    """Whether one run meets the latency target, in a sentence."""
+    trigger = (
+        "With the default trigger (the next batch as soon as the last one ends)"
+        if latency.trigger_ms == 0
+        else f"With a {latency.trigger_ms:,} ms processing-time trigger"
+    )
+    if latency.offered_rate != TARGET_RATE:
+        return (
+            f"{trigger} this run offered {latency.offered_rate:,}/s, so it does not judge the "
+            "target."
+        )
+    p99 = latency.p99_ms
+    if p99 < LATENCY_TARGET_MS:
+        return f"{trigger} this run meets it: p99 {p99 / 1000:.2f} s."
+    return (
+        f"{trigger} this run misses it: p99 {p99 / 1000:.2f} s, "
+        f"{p99 / LATENCY_TARGET_MS:.2f}x the target."
+    )
+
+
+def _row(latency: LatencyResult) -> str:
+    batches = latency.batches
+    rows = sum(b.rows for b in batches) / len(batches) if batches else 0.0
+    trigger = (
+        sum(b.durations_ms.get("triggerExecution", 0) for b in batches) / len(batches)
+        if batches
+        else 0.0
+    )
+    return (
+        f"| {trigger_name(latency.trigger_ms)} | {latency.offered_rate:,} | "
+        f"{latency.outputs:,} | {latency.p50_ms:,.0f} | {latency.p99_ms:,.0f} | "
+        f"{latency.max_ms:,.0f} | {len(batches)} | {rows:,.0f} | {trigger:,.0f} | "
+        f"{latency.drain_s:.1f} |"
+    )
+
+
+def latency_section(
+    latencies: list[LatencyResult],
+    workload: LatencyWorkload,
+    max_records_per_batch: int,
+    sustained_rate: float,
+) -> list[str]:
+    """The report's latency section: one row per trigger, the target, the batches behind them."""
+    if not latencies:
+        return []
+    offered, outputs = workload.offered, workload.outputs
+    lines = [f"### End-to-end latency (enrichd {workload.joiner})", ""]
+    lines += [
+        f"Not measured with the {trigger_name(r.trigger_ms)} trigger: {r.reason}."
+        for r in latencies
+        if r.reason
+    ]
+    measured = [r for r in latencies if not r.reason]
+    if not measured:
+        return [*lines, ""]
+    first = measured[0]
+    lines += [
+        f"{first.offered:,} {offered} offered at {first.offered_rate:,} records/s for "
+        f"{first.seconds:.0f} s (achieved "
+        + ", ".join(f"{r.achieved_rate:,.0f}/s" for r in measured)
+        + f") to the {workload.joiner} pipeline, in one run per trigger below, with its "
+        f"{max_records_per_batch:,}-record batch cap and {workload.loaded}. "
+        "The default trigger is the pipeline's when it sets none; a processing-time trigger "
+        "starts a batch at most that often, which spends less per record on each batch's "
+        "fixed cost and makes a record wait up to an interval longer. "
+        "Latency is the wall-clock time at which a `read_committed` consumer, reading the "
+        "output topic from offset 0 while the pipeline runs, first receives an output, minus "
+        "its source record's CreateTime (the wall-clock time the bench handed the record to "
+        "its producer), the record found through the output's `enrichd.source.*` headers. It "
+        "includes the batch's transaction commit, since such a reader gets no output before "
+        "it: what a downstream consumer experiences.",
+        "",
+        f"| trigger | offered records/s | {outputs} | p50 ms | p99 ms | max ms | batches "
+        "| records per batch | ms per batch | drain s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *(_row(r) for r in measured),
+        "",
+        f"- Target: p99 < {LATENCY_TARGET_MS / 1000:.0f} s at {TARGET_RATE:,} records/s "
+        "offered. " + " ".join(_verdict(r) for r in measured),
+        "- *drain*: from the last record offered to the end of the batch that read the last "
+        "record. Timestamps read back: "
+        + ", ".join(sorted({r.timestamp_types or "none" for r in measured}))
+        + ".",
+        f"- {outputs.capitalize()} whose Kafka timestamp equals their source record's: "
+        + ", ".join(f"{r.same_timestamp:,} of {r.outputs:,}" for r in measured)
+        + f" (enrichd stamps an output with its input's timestamp, so the {outputs}' "
+        "timestamps cannot measure latency).",
+    ]
+    if first.offered_rate > sustained_rate:
+        lines.append(
+            f"- The offered rate is above the sustained throughput measured above "
+            f"({sustained_rate:,.0f} records/s), so a backlog builds for as long as "
+            f"{offered} are offered and latency grows with it: the percentiles then measure "
+            "the queue, not the pipeline's per-batch delay."
+        )
+    return [*lines, ""]

@@ -39,6 +39,16 @@ from rich.console import Console
 from bench import ceiling
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import Batch, EnrichdResult, batch_table, resources_lines, run_pipeline
+from bench.latency import (
+    LatencyWorkload,
+    Offer,
+    add_latency_arguments,
+    latencies_ok,
+    latency_checks,
+    latency_command,
+    latency_section,
+    run_latencies,
+)
 from bench.quix import QuixResult
 from bench.quix_lookup import run_quix_lookup
 from bench.report import (
@@ -104,6 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run the example's running totals per region (its second query) and time it",
     )
+    add_latency_arguments(parser, "clicks")
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -113,7 +124,7 @@ def _command(args: argparse.Namespace) -> str:
     )
     if args.totals:
         command += " --totals"
-    return command + quix_option(args.quix_python)
+    return command + latency_command(args) + quix_option(args.quix_python)
 
 
 def user_id(i: int) -> str:
@@ -277,6 +288,51 @@ def run_ceiling(
 # -- enrichd ---------------------------------------------------------------------------------
 
 
+def configure(
+    servers: str,
+    table: str,
+    clicks: str,
+    checkpoint: Path,
+    max_records_per_batch: int,
+    totals: bool = False,
+    trigger_ms: int = 0,
+) -> tuple[Any, Any]:
+    """The example's pipeline file and pipeline over ``table`` and ``clicks`` on ``servers``.
+
+    Output topics get fresh names; the totals stage is kept only if ``totals``;
+    ``trigger_ms`` 0 keeps the pipeline's default trigger.
+    """
+    from daemon.config import KafkaConfig, load_pipeline_file
+
+    example = load_pipeline_file(EXAMPLE)
+    file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})
+    pipe = file.pipeline[0]
+    suffix = uuid.uuid4().hex[:8]
+    options = {k: v for k, v in pipe.options.items() if totals or k != "aggregate"}
+    outputs = {
+        name: spec.model_copy(update={"topic": f"bench-{name}-{suffix}"})
+        for name, spec in pipe.outputs.items()
+        if totals
+    }
+    pipe = pipe.model_copy(
+        update={
+            "name": f"bench-lookup-{suffix}",
+            "inputs": {
+                "stream": pipe.inputs["stream"].model_copy(update={"topic": clicks}),
+                "table": pipe.inputs["table"].model_copy(update={"topic": table}),
+            },
+            "output": pipe.output.model_copy(update={"topic": f"bench-enriched-{suffix}"}),
+            "outputs": outputs,
+            "options": options,
+            "dead_letter_topic": f"bench-enriched-{suffix}.dlq",
+            "checkpoint": checkpoint,
+            "max_records_per_batch": max_records_per_batch,
+            "trigger": trigger_ms,
+        }
+    )
+    return file, pipe
+
+
 def run_enrichd(
     servers: str,
     table: str,
@@ -291,35 +347,36 @@ def run_enrichd(
     Raises:
         RuntimeError: the query failed or did not consume everything in ``timeout_s``.
     """
-    from daemon.config import KafkaConfig, load_pipeline_file
-
-    example = load_pipeline_file(EXAMPLE)
-    file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})
-    pipe = file.pipeline[0]
-    suffix = uuid.uuid4().hex[:8]
-    options = {k: v for k, v in pipe.options.items() if totals or k != "aggregate"}
-    outputs = {
-        name: spec.model_copy(update={"topic": f"bench-{name}-{suffix}"})
-        for name, spec in pipe.outputs.items()
-        if totals
-    }
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp:
-        pipe = pipe.model_copy(
-            update={
-                "name": f"bench-lookup-{suffix}",
-                "inputs": {
-                    "stream": pipe.inputs["stream"].model_copy(update={"topic": clicks}),
-                    "table": pipe.inputs["table"].model_copy(update={"topic": table}),
-                },
-                "output": pipe.output.model_copy(update={"topic": f"bench-enriched-{suffix}"}),
-                "outputs": outputs,
-                "options": options,
-                "dead_letter_topic": f"bench-enriched-{suffix}.dlq",
-                "checkpoint": Path(tmp) / "checkpoint",
-                "max_records_per_batch": max_records_per_batch,
-            }
+        file, pipe = configure(
+            servers, table, clicks, Path(tmp) / "checkpoint", max_records_per_batch, totals
         )
         return run_pipeline(file, pipe, ends, sum(ends.values()), timeout_s, stages=totals)
+
+
+def latency_workload(servers: str, users: int, max_records_per_batch: int) -> LatencyWorkload:
+    """The lookup latency runs: a table of ``users`` regions read first, then clicks offered."""
+    encoder = codec("click")
+    population = int(users * (1 + UNKNOWN_SHARE))
+
+    def prepare(checkpoint: Path, trigger_ms: int) -> Offer:
+        conf = {"bootstrap.servers": servers}
+        suffix = uuid.uuid4().hex[:8]
+        table, clicks = f"lat-user-regions-{suffix}", f"lat-clicks-{suffix}"
+        loaded, _ = produce(conf, table, clicks, argparse.Namespace(users=users, clicks=0, seed=7))
+        file, pipe = configure(
+            servers, table, clicks, checkpoint, max_records_per_batch, trigger_ms=trigger_ms
+        )
+
+        def record(i: int, rng: random.Random) -> tuple[bytes, bytes]:
+            click = {"id": f"click-{i}", "user": user_id(rng.randrange(population)), "clicks": 1}
+            return f"click-{i}".encode(), encoder.encode(click)
+
+        return Offer(file, pipe, loaded, clicks, record)
+
+    return LatencyWorkload(
+        "lookup", "clicks", "enriched clicks", f"all {users:,} user regions already read", prepare
+    )
 
 
 # -- the section -----------------------------------------------------------------------------
@@ -378,6 +435,8 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     with console.status("raw ceiling, 2 processes, again"):
         again = run_ceiling(conf, table, clicks, ends, outputs["again"], 2)
     console.print(f"raw ceiling, 2 processes, again: {rate(again.rate)} records/s")
+    latency = latency_workload(broker.bootstrap_servers, args.users, args.max_batch)
+    latencies = run_latencies(args, broker.bootstrap_servers, latency, console, loads)
     with console.status("checking outputs"):
         counted = count_outputs(conf, outputs, spark.output_topic, quix.ran)
         dead = count_records(conf, spark.dead_letter_topic)
@@ -402,6 +461,8 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         # Every enriched click adds at least 1 to its region's sum: one new total each.
         checks.append(f"enrichd totals written: {totals_written:,} (expected {args.clicks:,})")
         ok = ok and totals_written == args.clicks
+    checks += latency_checks(latencies, latency)
+    ok = ok and latencies_ok(latencies)
     checks += progress_check(spark.batches, records)
     contenders = _contenders(one, two, quix, spark)
     if spark.stage_batches:
@@ -433,6 +494,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         *batches_lines(
             "Micro-batches that read records", args.max_batch, batch_table(spark.batches)
         ),
+        *latency_section(latencies, latency, args.max_batch, spark.sustained_rate),
         checks_line(checks),
     ]
     return Section("lookup", TITLE, lines, table_rows, plot_of(contenders), ok)

@@ -246,10 +246,12 @@ def configure(
     options: dict[str, Any],
     checkpoint: Path,
     max_records_per_batch: int,
+    trigger_ms: int = 0,
 ) -> tuple[Any, Any]:
     """``example``'s pipeline file and pipeline, reading ``topics`` (role -> topic) on ``servers``.
 
-    ``options`` update the example's joiner options; outputs get fresh topic names.
+    ``options`` update the example's joiner options; outputs get fresh topic names;
+    ``trigger_ms`` 0 keeps the pipeline's default trigger.
     """
     from daemon.config import KafkaConfig, load_pipeline_file
 
@@ -269,6 +271,7 @@ def configure(
             "checkpoint": checkpoint,
             "max_records_per_batch": max_records_per_batch,
             "options": {**pipe.options, **options},
+            "trigger": trigger_ms,
         }
     )
     return file, pipe
@@ -458,8 +461,11 @@ def progress_check(runs: Runs) -> list[str]:
     return report.progress_check(runs.spark.batches, runs.total)
 
 
-def closing_lines(kind: str, runs: Runs, max_batch: int, checks: list[str]) -> list[str]:
-    """The verdicts against the ceiling and Quix Streams, enrichd's batches, and ``checks``."""
+def closing_lines(
+    kind: str, runs: Runs, max_batch: int, checks: list[str], latency: Iterable[str] = ()
+) -> list[str]:
+    """The verdicts against the ceiling and Quix Streams, enrichd's batches, the ``latency``
+    section, and ``checks``."""
     one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
     sustained = spark.sustained_rate
     return [
@@ -474,5 +480,6 @@ def closing_lines(kind: str, runs: Runs, max_batch: int, checks: list[str]) -> l
         *report.batches_lines(
             "Micro-batches of enrichd that read records", max_batch, batch_table(spark.batches)
         ),
+        *latency,
         report.checks_line(checks),
     ]
