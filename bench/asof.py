@@ -15,7 +15,9 @@ dicts: immediate answer, re-join on the event-time timer, revisions where the an
 changed, horizon and retention eviction) in 1 and 2 processes; Quix Streams' ``join_asof``
 (one answer per recommendation, never revised); enrichd's ``asof`` pipeline of the example
 on ``local[2]``. The run is a service run, not a replay: no end-of-input markers, so the
-final re-join at the end of input does not happen in any contender.
+final re-join at the end of input does not happen in any contender. Unless
+``--no-latency``, enrichd's end-to-end latency at a fixed rate of recommendations offered
+follows (see :mod:`bench.latency`).
 """
 
 from __future__ import annotations

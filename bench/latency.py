@@ -1,16 +1,17 @@
 """End-to-end latency of an enrichd pipeline at a fixed offered rate, as a reader sees it.
 
-A workload (:class:`LatencyWorkload`; the comap and lookup benchmarks have one each) makes
-fresh topics for each run and produces what its pipeline reads first (comap's users, lookup's
-table), and the pipeline, with the run's trigger, reads it. Then this process offers the
-workload's stream records (tweets, clicks) at a fixed rate for a fixed time, each stamped
-with the wall-clock time it was handed to the producer (its Kafka CreateTime), while the
-pipeline keeps running. Meanwhile a ``read_committed`` consumer, in a thread of this process,
-reads the output topic from offset 0 and notes the wall-clock time at which it first receives
-each output; the output's provenance headers (``enrichd.source.topic/partition/offset``) name
-the offered record it came from, whose timestamp the producer's delivery reports gave.
-Latency is the difference: it covers the wait for a trigger, the batch, and its transactions'
-commit, since a ``read_committed`` reader gets nothing of a batch before its commit.
+A workload (:class:`LatencyWorkload`; the comap, lookup and asof benchmarks have one each)
+makes fresh topics for each run and produces what its pipeline reads first (comap's users,
+lookup's table, asof's moods), and the pipeline, with the run's trigger, reads it. Then this
+process offers the workload's stream records (tweets, clicks, recommendations) at a fixed rate
+for a fixed time, each stamped with the wall-clock time it was handed to the producer (its
+Kafka CreateTime), while the pipeline keeps running. Meanwhile a ``read_committed`` consumer,
+in a thread of this process, reads the output topic from offset 0 and notes the wall-clock
+time at which it first receives each output; the output's provenance headers
+(``enrichd.source.topic/partition/offset``) name the offered record it came from, whose
+timestamp the producer's delivery reports gave. Latency is the difference: it covers the wait
+for a trigger, the batch, and its transactions' commit, since a ``read_committed`` reader gets
+nothing of a batch before its commit.
 
 The outputs' own Kafka timestamps cannot measure this: enrichd stamps each output with the
 timestamp of the input record that caused it (as Kafka Streams does), so an output's
@@ -180,10 +181,11 @@ def _offer(
 class _Watcher(threading.Thread):
     """A ``read_committed`` consumer of the output topic, running beside the pipeline.
 
-    It reads every partition from offset 0 with a short ``fetch.wait.max.ms``, so a view
+    It reads every partition from offset 0 with a short ``fetch.wait.max.ms``, so an output
     reaches it soon after the transaction that wrote it commits, which is when any downstream
-    consumer could first see it. For each view naming a tweet of ``tweets_topic`` it keeps the
-    wall-clock time of the first receipt and the view's own Kafka timestamp, by source record.
+    consumer could first see it. For each output naming a record of ``source_topic`` it keeps
+    the wall-clock time of the first receipt and the output's own Kafka timestamp, by source
+    record.
     """
 
     def __init__(self, conf: dict[str, str], output: str, source_topic: str) -> None:

@@ -19,6 +19,9 @@ Contenders, on the same topics:
   its running-totals stage left out (the issue measures the lookup join; the totals are a
   second query over the enriched topic). ``--totals`` keeps it: the second query then runs
   after the first has read everything, and its rate is reported on its own row.
+
+Unless ``--no-latency``, enrichd's end-to-end latency at a fixed rate of clicks offered to the
+loaded table follows (see :mod:`bench.latency`).
 """
 
 from __future__ import annotations
