@@ -262,7 +262,7 @@ def latency_workload(servers: str, keys: int, max_records_per_batch: int) -> Lat
 
         last: dict[str, int] = {}
 
-        def record(i: int, rng: random.Random) -> tuple[bytes, bytes]:
+        def record(i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
             key = f"consultant-{rng.randrange(keys):05d}"
             # A consultant's recommendations need distinct times: the example identifies a
             # recommendation by consultant and event time (no left_id).
@@ -273,9 +273,9 @@ def latency_workload(servers: str, keys: int, max_records_per_batch: int) -> Lat
                 "ingestion_time": now,
                 "recommendation": rng.choice(_PICKS),
             }
-            return key.encode(), recommendation.encode(value)
+            return topics["left"], key.encode(), recommendation.encode(value)
 
-        return Offer(file, pipe, loaded, topics["left"], record)
+        return Offer(file, pipe, loaded, (topics["left"],), record)
 
     return LatencyWorkload(
         "asof",
@@ -388,7 +388,7 @@ def _section(
     ]
     checks += latency_checks(latencies, latency)
     checks += twostream.progress_check(runs)
-    ok = latencies_ok(latencies) and (
+    ok = latencies_ok(latencies, latency) and (
         counted["enrichd"] == expected
         and counted["raw 2 processes"] == expected
         and events == args.left

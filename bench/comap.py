@@ -367,10 +367,11 @@ def latency_workload(servers: str, users: int, max_records_per_batch: int) -> La
         loaded = produce(conf, topics, Workload(users, 0))
         file, pipe = configure(servers, topics, checkpoint, max_records_per_batch, trigger_ms)
 
-        def record(i: int, rng: random.Random) -> tuple[bytes, bytes]:
-            return str(i).encode(), encoder.encode(tweet(i, rng.randrange(users), rng))
+        def record(i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
+            value = encoder.encode(tweet(i, rng.randrange(users), rng))
+            return topics.tweets, str(i).encode(), value
 
-        return Offer(file, pipe, loaded, topics.tweets, record)
+        return Offer(file, pipe, loaded, (topics.tweets,), record)
 
     return LatencyWorkload("comap", "tweets", "views", "every user already read", prepare)
 
@@ -442,7 +443,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     analysis.insert(1, drift_line(spark.sustained_rate, two.rate, again.rate))
     table: list[tuple[str, ...]] = [_COLUMNS, *(_cells(row, quix) for row in rows)]
     ok = all(count == workload.tweets for count in counted.values()) and dead == 0
-    ok = ok and latencies_ok(latencies)
+    ok = ok and latencies_ok(latencies, latency)
     console.print(busy, highlight=False)
     for line in analysis:
         if not line.startswith("- Target"):  # print_section shows the verdicts

@@ -58,10 +58,10 @@ class Offer:
     """The pipeline (``PipelineConfig``), its checkpoint in the folder the run owns."""
     loaded: dict[str, int]
     """Partition ends of what was produced before offering, which the pipeline reads first."""
-    topic: str
-    """The topic the offered records go to."""
-    record: Callable[[int, random.Random], tuple[bytes, bytes]]
-    """Offered record ``i``: its Kafka key and Avro value."""
+    topics: tuple[str, ...]
+    """The topics the offered records go to."""
+    record: Callable[[int, random.Random], tuple[str, bytes, bytes]]
+    """Offered record ``i``: its topic (one of :attr:`topics`), Kafka key and Avro value."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,15 @@ class LatencyWorkload:
     prepare: Callable[[Path, int], Offer]
     """Given a checkpoint folder and a trigger (ms, 0 for the default): fresh topics, what
     the pipeline reads first produced to them, and the pipeline."""
+    offered_per_output: int = 1
+    """Offered records that make one output (2: the window joiner's pairs). An output's
+    latency counts from its source record, the one whose arrival completed it."""
+    detail: str = ""
+    """A note on the workload's latency runs, for the report."""
+
+    def expected(self, offered: int) -> int:
+        """The outputs ``offered`` records make."""
+        return offered // self.offered_per_output
 
 
 @dataclass(frozen=True)
@@ -120,10 +129,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class _Stamps:
-    """Delivery callback keeping each delivered record's timestamp by (partition, offset)."""
+    """Delivery callback keeping each delivered record's timestamp by (topic, partition,
+    offset)."""
 
     def __init__(self) -> None:
-        self.stamps: dict[tuple[int, int], int] = {}
+        self.stamps: dict[tuple[str, int, int], int] = {}
         self.ends: dict[str, int] = {}
         self.failures: list[str] = []
 
@@ -131,9 +141,9 @@ class _Stamps:
         if err is not None:
             self.failures.append(str(err))
             return
-        partition, offset = msg.partition(), msg.offset()
-        self.stamps[(partition, offset)] = msg.timestamp()[1]
-        name = f"{msg.topic()}/{partition}"
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        self.stamps[(topic, partition, offset)] = msg.timestamp()[1]
+        name = f"{topic}/{partition}"
         self.ends[name] = max(self.ends.get(name, 0), offset + 1)
 
 
@@ -158,10 +168,10 @@ def _offer(
     while sent < total:
         due = min(total, int(rate * (time.monotonic() - began)))
         while sent < due:
-            key, value = offer.record(sent, rng)
+            topic, key, value = offer.record(sent, rng)
             clients.produce(
                 producer,
-                offer.topic,
+                topic,
                 value=value,
                 key=key,
                 timestamp=int(time.time() * 1000),
@@ -183,18 +193,19 @@ class _Watcher(threading.Thread):
 
     It reads every partition from offset 0 with a short ``fetch.wait.max.ms``, so an output
     reaches it soon after the transaction that wrote it commits, which is when any downstream
-    consumer could first see it. For each output naming a record of ``source_topic`` it keeps
+    consumer could first see it. For each output naming a record of ``source_topics`` it keeps
     the wall-clock time of the first receipt and the output's own Kafka timestamp, by source
     record.
     """
 
-    def __init__(self, conf: dict[str, str], output: str, source_topic: str) -> None:
+    def __init__(self, conf: dict[str, str], output: str, source_topics: tuple[str, ...]) -> None:
         super().__init__(name="enrichd-bench-latency-watcher", daemon=True)
         self.conf = conf
         self.output = output
-        self.source_topic = source_topic
-        self.seen: dict[tuple[int, int], tuple[float, int]] = {}
-        """Source (partition, offset) -> (epoch seconds first received, output's timestamp)."""
+        self.source_topics = {topic.encode() for topic in source_topics}
+        self.seen: dict[tuple[str, int, int], tuple[float, int]] = {}
+        """Source (topic, partition, offset) -> (epoch seconds first received, output's
+        timestamp)."""
         self.types: set[str] = set()
         self.error: BaseException | None = None
         self._ready = threading.Event()
@@ -285,9 +296,11 @@ class _Watcher(threading.Thread):
             if message.error() is not None:
                 continue
             headers = dict(message.headers() or ())
-            if headers.get("enrichd.source.topic", b"").decode() != self.source_topic:
+            topic = headers.get("enrichd.source.topic", b"")
+            if topic not in self.source_topics:
                 continue
             source = (
+                topic.decode(),
                 int(headers["enrichd.source.partition"]),
                 int(headers["enrichd.source.offset"]),
             )
@@ -318,7 +331,7 @@ def run_latency(
         offer = workload.prepare(Path(tmp) / "checkpoint", trigger_ms)
         # Planning creates the output topic, which the watcher needs before the first output.
         plan = plan_pipeline(offer.file, offer.pipe, client_conf(offer.file))
-        watcher = _Watcher(conf, offer.pipe.output.topic, offer.topic)
+        watcher = _Watcher(conf, offer.pipe.output.topic, offer.topics)
         try:
             watcher.start_watching()
             query = start_query(spark_session(offer.file.spark), plan)
@@ -342,7 +355,7 @@ def run_latency(
             latencies.append(received * 1000 - stamps.stamps[source])
             same += output_stamp == stamps.stamps[source]
     if not latencies:
-        reason = f"no output named a known record of {offer.topic}"
+        reason = f"no output named a known record of {', '.join(offer.topics)}"
         return LatencyResult(rate, seconds, trigger_ms, reason=reason)
     return LatencyResult(
         rate,
@@ -363,8 +376,11 @@ def run_latency(
 # -- the command line and the report ---------------------------------------------------------
 
 
-def add_latency_arguments(parser: argparse.ArgumentParser, offered: str) -> None:
-    """The options of a benchmark's latency runs; ``offered`` names the records offered."""
+def add_latency_arguments(
+    parser: argparse.ArgumentParser, offered: str, triggers: tuple[int, ...] = (0, 1_000)
+) -> None:
+    """The options of a benchmark's latency runs: ``offered`` names the records offered,
+    ``triggers`` are the runs' triggers by default."""
     parser.add_argument(
         "--latency-rate",
         type=int,
@@ -378,7 +394,7 @@ def add_latency_arguments(parser: argparse.ArgumentParser, offered: str) -> None
         "--trigger-ms",
         type=int,
         nargs="+",
-        default=[0, 1_000],
+        default=list(triggers),
         help="processing-time triggers, one latency run each (0: the pipeline's default, the "
         "next batch as soon as the last one ends)",
     )
@@ -442,15 +458,16 @@ def latency_checks(latencies: list[LatencyResult], workload: LatencyWorkload) ->
     """The report's checks of the latency runs: every offered record's output read back."""
     return [
         f"latency run ({trigger_name(r.trigger_ms)} trigger): {r.outputs:,} "
-        f"{workload.outputs} of {r.offered:,} {workload.offered} offered read back"
+        f"{workload.outputs} of {workload.expected(r.offered):,} read back "
+        f"({r.offered:,} {workload.offered} offered)"
         for r in latencies
         if not r.reason
     ]
 
 
-def latencies_ok(latencies: list[LatencyResult]) -> bool:
-    """Whether every measured latency run read back an output per offered record."""
-    return all(r.outputs == r.offered for r in latencies if not r.reason)
+def latencies_ok(latencies: list[LatencyResult], workload: LatencyWorkload) -> bool:
+    """Whether every measured latency run read back every output its offered records make."""
+    return all(r.outputs == workload.expected(r.offered) for r in latencies if not r.reason)
 
 
 def _verdict(latency: LatencyResult) -> str:
@@ -542,6 +559,8 @@ def latency_section(
         + f" (enrichd stamps an output with its input's timestamp, so the {outputs}' "
         "timestamps cannot measure latency).",
     ]
+    if workload.detail:
+        lines.append(f"- {workload.detail}")
     if first.offered_rate > sustained_rate:
         lines.append(
             f"- The offered rate is above the sustained throughput measured above "

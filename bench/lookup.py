@@ -371,11 +371,11 @@ def latency_workload(servers: str, users: int, max_records_per_batch: int) -> La
             servers, table, clicks, checkpoint, max_records_per_batch, trigger_ms=trigger_ms
         )
 
-        def record(i: int, rng: random.Random) -> tuple[bytes, bytes]:
+        def record(i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
             click = {"id": f"click-{i}", "user": user_id(rng.randrange(population)), "clicks": 1}
-            return f"click-{i}".encode(), encoder.encode(click)
+            return clicks, f"click-{i}".encode(), encoder.encode(click)
 
-        return Offer(file, pipe, loaded, clicks, record)
+        return Offer(file, pipe, loaded, (clicks,), record)
 
     return LatencyWorkload(
         "lookup", "clicks", "enriched clicks", f"all {users:,} user regions already read", prepare
@@ -465,7 +465,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         checks.append(f"enrichd totals written: {totals_written:,} (expected {args.clicks:,})")
         ok = ok and totals_written == args.clicks
     checks += latency_checks(latencies, latency)
-    ok = ok and latencies_ok(latencies)
+    ok = ok and latencies_ok(latencies, latency)
     checks += progress_check(spark.batches, records)
     contenders = _contenders(one, two, quix, spark)
     if spark.stage_batches:

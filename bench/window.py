@@ -14,6 +14,10 @@ inner joins give comparable outputs): the raw loop (confluent-kafka + fastavro +
 ``window`` rules in plain dicts) in 1 and 2 processes; Quix Streams' ``join_interval``;
 enrichd's ``window`` pipeline on ``local[2]``; and, in the same Spark session, Spark's own
 stream-stream join over the same topics (:func:`run_spark_join`).
+
+Unless ``--no-latency``, enrichd's end-to-end latency follows (see :mod:`bench.latency`):
+pairs of a left and a right event of one key offered at a fixed rate, each pair's output
+timed from the event that completed it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,17 @@ from typing import Any
 
 from bench import twostream
 from bench.enrichd import Batch, EnrichdResult, resources_lines
+from bench.latency import (
+    LatencyResult,
+    LatencyWorkload,
+    Offer,
+    add_latency_arguments,
+    latencies_ok,
+    latency_checks,
+    latency_command,
+    latency_section,
+    run_latencies,
+)
 from bench.report import (
     Contender,
     Section,
@@ -43,7 +58,7 @@ from bench.report import (
 )
 from bench.resources import MIB, PeakMemory, state_bytes, state_line
 from bench.twostream import Emit, RawJoin
-from bench.workloads import REPO, codec, count_records
+from bench.workloads import REPO, codec, count_records, create_input_topics
 from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 EXAMPLE = REPO / "examples" / "window-join.toml"
@@ -67,6 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for keys and sides")
     parser.add_argument("--no-spark-join", action="store_true", help="skip Spark's own join")
+    # The pipeline's default trigger is already 1 s (the joiner wakes quiet keys): one run.
+    add_latency_arguments(parser, "events", triggers=(0,))
 
 
 def example_options() -> dict[str, Any]:
@@ -303,6 +320,61 @@ def _await_sources(query: Any, ends: dict[str, int], timeout_s: float) -> list[A
     return [reports[i] for i in sorted(reports)]
 
 
+LATENCY_REPEAT_S = 12
+"""How long before a key of the latency run comes round again: longer than the window, so
+each offered event pairs with its own partner only."""
+
+
+def latency_workload(servers: str, rate: int, max_records_per_batch: int) -> LatencyWorkload:
+    """The window latency runs: events offered in pairs, a left then a right of one key, each
+    with the wall-clock time it is offered as its event time."""
+    codecs = {"left": codec("left_event"), "right": codec("right_event")}
+    keys = max(1, rate * LATENCY_REPEAT_S // 2)
+
+    def prepare(checkpoint: Path, trigger_ms: int) -> Offer:
+        conf = {"bootstrap.servers": servers}
+        suffix = uuid.uuid4().hex[:8]
+        topics = {"left": f"lat-left-{suffix}", "right": f"lat-right-{suffix}"}
+        create_input_topics(conf, tuple(topics.values()))
+        # Something to read first, so that the pipeline is running when offering starts:
+        # left events of other keys, a minute old, which no offered event pairs with.
+        old = int(time.time() * 1000) - 60_000
+        warm = [
+            (topics["left"], str(k), codecs["left"].encode({"k": k, "v": "warm", "at": old}), old)
+            for k in range(keys, keys + 100)
+        ]
+        loaded = twostream.produce(conf, warm)
+        file, pipe = twostream.configure(
+            servers, EXAMPLE, topics, {"mode": MODE}, checkpoint, max_records_per_batch, trigger_ms
+        )
+
+        def record(i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
+            side = "left" if i % 2 == 0 else "right"
+            key = i // 2 % keys
+            value = {"k": key, "v": f"{side[0]}{i}", "at": int(time.time() * 1000)}
+            return topics[side], str(key).encode(), codecs[side].encode(value)
+
+        return Offer(file, pipe, loaded, tuple(topics.values()), record)
+
+    return LatencyWorkload(
+        "window",
+        "events",
+        "pairs",
+        "100 older left events of other keys already read",
+        prepare,
+        offered_per_output=2,
+        detail=(
+            f"Events are offered in pairs, a left and then a right event of one key with the "
+            f"wall-clock time as their event time (mode inner), the keys taken in turn "
+            f"({keys:,} of them, so a key comes round every {LATENCY_REPEAT_S} s, after its "
+            "window): each pair makes one output, timed from the CreateTime of the event whose "
+            "arrival completed it (the one its `enrichd.source.*` headers name). The window "
+            "pipeline's default trigger is a 1 s processing-time one, since the joiner wakes "
+            "quiet keys, so that one run stands for both."
+        ),
+    )
+
+
 def run(args: argparse.Namespace, broker: Any) -> Section:
     """Produce the workload, run every contender on it, and report."""
     from rich.console import Console
@@ -345,7 +417,9 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
         }
         dead = count_records(conf, spark.dead_letter_topic)
-    return _section(args, machine_line, options, runs, own, counted, dead)
+    latency = latency_workload(broker.bootstrap_servers, args.latency_rate, args.max_batch)
+    latencies = run_latencies(args, broker.bootstrap_servers, latency, console, [])
+    return _section(args, machine_line, options, runs, own, counted, dead, latency, latencies)
 
 
 def _section(
@@ -356,6 +430,8 @@ def _section(
     own: tuple[EnrichdResult, dict[str, Any]] | None,
     counted: dict[str, int],
     dead: int,
+    latency: LatencyWorkload,
+    latencies: list[LatencyResult],
 ) -> Section:
     one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
     total = 2 * args.per_side
@@ -398,10 +474,13 @@ def _section(
         checks.append(f"Spark's join emitted {rate(produced)} pairs")
         ok = ok and (produced is None or produced == pairs)
     checks += twostream.progress_check(runs)
+    checks += latency_checks(latencies, latency)
+    ok = ok and latencies_ok(latencies, latency)
     command = (
         f".venv/bin/python -m bench window --keys {args.keys} --per-side {args.per_side} "
         f"--step-ms {args.step_ms} --max-batch {args.max_batch}"
         + (" --no-spark-join" if args.no_spark_join else "")
+        + latency_command(args)
         + quix_option(args.quix_python)
     )
     lines = [
@@ -430,7 +509,13 @@ def _section(
         "it (progress reports); *end to end* counts the first batch and query start-up too. "
         "The window joiner wakes idle keys, so its query runs on a 1 s processing-time trigger.",
         "",
-        *twostream.closing_lines("window", runs, args.max_batch, checks),
+        *twostream.closing_lines(
+            "window",
+            runs,
+            args.max_batch,
+            checks,
+            latency_section(latencies, latency, args.max_batch, runs.spark.sustained_rate),
+        ),
     ]
     return Section(
         name="window",
