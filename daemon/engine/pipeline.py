@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from daemon.avro import AvroCodec, load_schema_file, parse_schema_text, record_fields
@@ -251,9 +251,9 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     # Processing time drives state TTL and the timers of joiners that wake up quiet keys.
     wakes = joiner.wakes_up()
     time_mode = "ProcessingTime" if joiner.state_ttl_ms() or wakes else "None"
-    stream: Any = (
-        spark.readStream.format("enrichd-kafka").option("spec", plan.source.encode()).load()
-    )
+    # As many read tasks as the cluster runs at once: see daemon.kafka.source.
+    source = replace(plan.source, read_tasks=spark.sparkContext.defaultParallelism)
+    stream: Any = spark.readStream.format("enrichd-kafka").option("spec", source.encode()).load()
     joined = stream.groupBy("bucket").transformWithState(
         statefulProcessor=JoinerProcessor(plan.operator, plan.output),
         outputStructType=SINK_DDL,

@@ -5,8 +5,11 @@ partition, ``{"topic/partition": offset}``, which Spark stores in its checkpoint
 resumes from the last committed range, and no consumer group is involved. The end of each
 partition comes from the high watermark that the broker returns with every Fetch response
 (a ListOffsets request under-reports it on some brokers), read from a probe consumer that
-follows the log end. Each Kafka partition becomes one Spark input partition, read on an
-executor with ``assign()`` and yielded as Arrow record batches. Each record's join key and
+follows the log end. The ranges are read on executors with ``assign()`` and yielded as Arrow
+record batches, by as many Spark tasks as the cluster has cores (``read_tasks``), each
+reading one or more Kafka partitions: a task costs tens of milliseconds of Spark's own
+beside its reading, and on two cores four tasks (two topics of two partitions) ran in two
+waves, so a small micro-batch spent twice as long in this stage. Each record's join key and
 event time are read here, from the bytes where the schema allows (:mod:`daemon.avro_fields`;
 the joiner decodes the whole record later), else by a decode; one that cannot be read or
 lacks either field is passed on with ``error`` set, for the dead-letter topic, instead of
@@ -112,6 +115,9 @@ class SourceSpec:
     max_records_per_batch: int
     state_buckets: int = DEFAULT_STATE_BUCKETS
     """How many state buckets the join keys are hashed into (the ``bucket`` column)."""
+    read_tasks: int = 0
+    """How many Spark tasks read a micro-batch at most (the cluster's cores); 0: one task
+    per Kafka partition."""
 
     def encode(self) -> str:
         """The spec as an option string."""
@@ -124,13 +130,20 @@ class SourceSpec:
 
 
 @dataclass(frozen=True)
-class KafkaPartition(InputPartition):
+class KafkaRange:
     """One Kafka partition's offset range ``[start, end)`` of a micro-batch."""
 
     topic: str
     partition: int
     start: int
     end: int
+
+
+@dataclass(frozen=True)
+class KafkaPartition(InputPartition):
+    """What one Spark task reads of a micro-batch: one or more Kafka partitions' ranges."""
+
+    ranges: tuple[KafkaRange, ...]
 
 
 @dataclass
@@ -407,14 +420,14 @@ class KafkaStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.spec.max_records_per_batch)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        """One Spark input partition per Kafka partition with records in the range."""
+        """The ranges with records, dealt out to at most ``read_tasks`` Spark partitions."""
         ranges = []
         for name, stop in sorted(end.items()):
             first = start.get(name, 0)
             if stop > first:
                 topic, partition = _split(name)
-                ranges.append(KafkaPartition(topic, partition, first, stop))
-        return ranges
+                ranges.append(KafkaRange(topic, partition, first, stop))
+        return [KafkaPartition(tuple(task)) for task in deal(ranges, self.spec.read_tasks)]
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint, not in a consumer group."""
@@ -432,31 +445,53 @@ class KafkaStreamReader(DataSourceStreamReader):
     # -- executor side -------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Read one partition's range and yield it as decoded Arrow record batches."""
-        from confluent_kafka import Consumer, TopicPartition
-
+        """Read the task's ranges, one after the other, as decoded Arrow record batches."""
         assert isinstance(partition, KafkaPartition)  # noqa: S101 - Spark gives back our own
         freeze_loaded()
+        for kafka_range in partition.ranges:
+            yield from self._read_range(kafka_range)
+
+    def _read_range(self, kafka_range: KafkaRange) -> Iterator[pa.RecordBatch]:
+        from confluent_kafka import Consumer, TopicPartition
+
         index, spec = next(
-            (i, s) for i, s in enumerate(self.spec.inputs) if s.topic == partition.topic
+            (i, s) for i, s in enumerate(self.spec.inputs) if s.topic == kafka_range.topic
         )
         buckets = self.spec.state_buckets
+        number = kafka_range.partition
         consumer = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
-        tp = TopicPartition(partition.topic, partition.partition, partition.start)
+        tp = TopicPartition(kafka_range.topic, number, kafka_range.start)
         pending: list[Any] = []
         try:
             chunks = read_partition(
-                consumer, tp, partition.end, chunk=_ARROW_CHUNK, stall_s=_OPEN_TRANSACTION_WAIT_S
+                consumer, tp, kafka_range.end, chunk=_ARROW_CHUNK, stall_s=_OPEN_TRANSACTION_WAIT_S
             )
             for records in chunks:
                 pending.extend(records)
                 if len(pending) >= _ARROW_CHUNK:
-                    yield _arrow_batch(spec, index, partition.partition, pending, buckets)
+                    yield _arrow_batch(spec, index, number, pending, buckets)
                     pending = []
         finally:
             consumer.close()
         if pending:
-            yield _arrow_batch(spec, index, partition.partition, pending, buckets)
+            yield _arrow_batch(spec, index, number, pending, buckets)
+
+
+def deal(ranges: Sequence[KafkaRange], tasks: int) -> list[list[KafkaRange]]:
+    """``ranges`` dealt out to at most ``tasks`` tasks (0: one each), evening out records.
+
+    The largest range goes first, each to the task with the fewest records so far; the
+    same ranges always give the same tasks.
+    """
+    if tasks <= 0 or len(ranges) <= tasks:
+        return [[kafka_range] for kafka_range in ranges]
+    dealt: list[list[KafkaRange]] = [[] for _ in range(tasks)]
+    loads = [0] * tasks
+    for kafka_range in sorted(ranges, key=lambda r: r.start - r.end):  # largest first, stable
+        least = loads.index(min(loads))
+        dealt[least].append(kafka_range)
+        loads[least] += kafka_range.end - kafka_range.start
+    return dealt
 
 
 def admit_earliest(heads: dict[str, Heads], ranks: dict[str, int], budget: int) -> dict[str, int]:
