@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 import pickle  # noqa: S403 - the state store holds only what this processor wrote
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -66,6 +66,7 @@ from daemon.joiners.base import (
     Joiner,
     JoinerContext,
     apply_order,
+    input_record,
 )
 from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, unpack
 from daemon.kafka.task_output import OutputSpec, TaskOutput
@@ -242,7 +243,7 @@ class JoinerProcessor(StatefulProcessor):
                 send(self._dead_letter(row, "UndecodableRecord", str(exc)))
                 continue
             records.append(
-                _input_record(
+                input_record(
                     role,
                     group,
                     value,
@@ -535,41 +536,6 @@ class _Originals:
         if row is None:
             raise KeyError(origin)
         return row
-
-
-(_ROLE, _KEY, _VALUE, _EVENT_TIME, _TOPIC, _PARTITION, _OFFSET, _KAFKA_KEY, _TIMESTAMP) = (
-    getattr(InputRecord, f.name).__set__ for f in fields(InputRecord)
-)
-
-
-def _input_record(
-    role: str,
-    key: str,
-    value: Any,
-    event_time: int,
-    topic: str,
-    partition: int,
-    offset: int,
-    kafka_key: bytes | None,
-    timestamp: int,
-) -> InputRecord:
-    """``InputRecord(...)``, made by setting its slots directly.
-
-    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; the
-    slots' own setters take a third less time (0.75 against 1.11 us), and a comap record's
-    operator work 4% fewer instructions (cachegrind). The result is the same record.
-    """
-    record: InputRecord = object.__new__(InputRecord)
-    _ROLE(record, role)
-    _KEY(record, key)
-    _VALUE(record, value)
-    _EVENT_TIME(record, event_time)
-    _TOPIC(record, topic)
-    _PARTITION(record, partition)
-    _OFFSET(record, offset)
-    _KAFKA_KEY(record, kafka_key)
-    _TIMESTAMP(record, timestamp)
-    return record
 
 
 def _rows_of(packs: Iterator[SparkRow]) -> Iterator[Row]:

@@ -72,6 +72,11 @@ class KeptLeft:
     right: dict[str, Any] | None
     revision: int
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with the key's state every micro-batch: as its fields, not through a
+        # slotted dataclass's Python-level __getstate__ (see InputRecord.__reduce__).
+        return (KeptLeft, (self.event_time, self.value, self.right, self.revision))
+
 
 @dataclass(slots=True)
 class AsOfState:

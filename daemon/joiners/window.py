@@ -80,6 +80,11 @@ class Held:
     """Arrival position within the key: ties in event time keep arrival order."""
     matched: bool = False
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with the key's state every micro-batch: as its fields, not through a
+        # slotted dataclass's Python-level __getstate__ (see InputRecord.__reduce__).
+        return (Held, (self.record, self.seq, self.matched))
+
 
 class Window(Joiner):
     """Windowed stream-stream join: every pair within the window, once.
