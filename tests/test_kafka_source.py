@@ -98,9 +98,15 @@ def test_reads_the_tail_of_the_last_record_batch_without_newer_data(
     assert all(r.error is None and r.input == 0 for r in rows)
 
 
+@pytest.mark.parametrize("read_tasks", [0, 1])
 def test_caps_micro_batches_and_reads_every_partition_once(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    broker: EmbeddedBroker,
+    spark: Any,
+    fresh_topic: Callable[[str], str],
+    tmp_path: Path,
+    read_tasks: int,
 ) -> None:
+    """With ``read_tasks`` 1 one task reads both partitions' ranges, one after the other."""
     conf = client_conf(broker.bootstrap_servers)
     topic = fresh_topic("cap")
     create_topic(conf, topic, 2)
@@ -111,9 +117,10 @@ def test_caps_micro_batches_and_reads_every_partition_once(
         inputs=(SourceInput("one", topic, "id", "updated_at", codec),),
         client_conf=conf,
         max_records_per_batch=6,
+        read_tasks=read_tasks,
     )
 
-    rows, sizes = run_source(spark, tmp_path / "checkpoint", spec, "cap_rows")
+    rows, sizes = run_source(spark, tmp_path / "checkpoint", spec, f"cap_rows_{read_tasks}")
 
     assert sorted((r.partition, r.offset) for r in rows) == sorted(
         [(0, o) for o in range(9)] + [(1, o) for o in range(8)]
