@@ -363,14 +363,19 @@ def latency_workload(servers: str, rate: int, max_records_per_batch: int) -> Lat
         "100 older left events of other keys already read",
         prepare,
         offered_per_output=2,
+        default_trigger="a batch a second at most, since the joiner wakes quiet keys",
         detail=(
             f"Events are offered in pairs, a left and then a right event of one key with the "
             f"wall-clock time as their event time (mode inner), the keys taken in turn "
             f"({keys:,} of them, so a key comes round every {LATENCY_REPEAT_S} s, after its "
             "window): each pair makes one output, timed from the CreateTime of the event whose "
             "arrival completed it (the one its `enrichd.source.*` headers name). The window "
-            "pipeline's default trigger is a 1 s processing-time one, since the joiner wakes "
-            "quiet keys, so that one run stands for both."
+            "pipeline's default trigger is a 1 s processing-time one, so that one run stands "
+            "for both, and an event waits up to a second for the batch that reads it, on top "
+            "of the batch itself: the other joiners' default trigger starts the next batch as "
+            "soon as the last one ends. A pipeline whose joiner wakes keys runs a batch every "
+            "interval even when idle, so a shorter one costs CPU all the time (see "
+            "`docs/operations.md`)."
         ),
     )
 
