@@ -186,10 +186,6 @@ class Scenario:
         from confluent_kafka import Consumer, TopicPartition
 
         checkpoint = self.folder / "checkpoint"
-
-        def last(folder: str) -> int:
-            return max((int(p.name) for p in (checkpoint / folder).glob("[0-9]*")), default=-1)
-
         query_id = json.loads((checkpoint / "metadata").read_text())["id"]
         markers = []
         for task in range(2):  # spark.sql.shuffle.partitions: one write task each
@@ -201,9 +197,26 @@ class Scenario:
                 consumer.close()
             markers.append(marker.offset - 1 if marker.offset >= 0 else -1)
         return (
-            f"run {self.runs}: Spark planned batch {last('offsets')}, committed "
-            f"{last('commits')}; the sink's write tasks committed batches {markers}"
+            f"run {self.runs}: Spark planned batch {self.last('offsets')}, committed "
+            f"{self.last('commits')}; the sink's write tasks committed batches {markers}"
         )
+
+    def last(self, folder: str) -> int:
+        """The last batch in the checkpoint's ``offsets`` or ``commits`` log; -1: none."""
+        found = (self.folder / "checkpoint" / folder).glob("[0-9]*")
+        return max((int(p.name) for p in found), default=-1)
+
+    def wait_for_planning(self, process: subprocess.Popen[bytes], after: int) -> None:
+        """Return as soon as Spark has planned a batch after batch ``after``.
+
+        Spark plans a batch only once the one before has finished, its tasks' Kafka
+        transactions committed, so at that moment no commit is under way.
+        """
+        deadline = time.monotonic() + 60.0
+        while self.last("offsets") <= after:
+            assert process.poll() is None, f"daemon run exited early:\n{self.log_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no batch after {after}:\n{self.log_text()}"
+            time.sleep(0.01)
 
     def wait_for_log(self, process: subprocess.Popen[bytes], text: str, timeout_s: float = 60.0):
         deadline = time.monotonic() + timeout_s
@@ -280,21 +293,26 @@ def grew(than: Counter[int]) -> Callable[[Counter[int]], bool]:
 
 def test_kill_9_at_three_moments_loses_and_duplicates_nothing(scenario: Scenario) -> None:
     """What this proves, on Tansu: the whole `daemon run` process tree, killed with SIGKILL
-    (1) just after a micro-batch's views landed, (2) about half a second after new input was
-    produced, while micro-batches of at most 50 records run back to back, and (3) three
-    seconds into the first micro-batch of a restart (the recovery of the batch (2)
-    interrupted), restarts from its checkpoint and ends with exactly one view per tweet in
-    the output read with ``read_committed``: none lost, none written twice.
+    (1) just after a micro-batch's views landed, (2) just after Spark planned a batch once new
+    input was produced, while micro-batches of at most 50 records run back to back, and (3)
+    one and a half seconds into the first micro-batch of a restart (the recovery of the batch
+    (2) interrupted), restarts from its checkpoint and ends with exactly one view per tweet
+    in the output read with ``read_committed``: none lost, none written twice.
 
     Where the kills landed is printed (``-s``) from the checkpoint and the sink's markers.
-    In development runs (2) and (3) always found the batch's Kafka transactions committed
-    and Spark's commit of that batch missing, so the restarts re-ran a batch whose output
-    had landed, and the sink's marker is what kept it from being written twice.
+    When (2) was half a second after producing and (3) three seconds into the restart,
+    development runs always found the batch's Kafka transactions committed and Spark's
+    commit of that batch missing, so the restarts re-ran a batch whose output had landed,
+    and the sink's marker is what kept it from being written twice. Once the source read a
+    batch in fewer tasks, batches got fast enough for those kills to land in a commit: two
+    full runs of the suite in a row failed here, one with 30 views written twice, one with
+    an open transaction holding the reader. Now (2) lands before any task of the batch has
+    begun, and the restart's recovery runs it again from scratch.
 
     What it does not prove: anything about a kill inside an open Kafka transaction, after
     some records were produced and before the commit. A task holds its records back until it
     commits (``daemon.kafka.task_output``), so that is only the commit itself, and none of
-    these kills is known to have landed there. On Tansu 0.6 such a kill would show up here
+    these kills is aimed there. On Tansu 0.6 such a kill would show up here
     as a duplicate even though enrichd behaves correctly: measured with plain clients, Tansu
     holds ``read_committed`` readers at the last stable offset while a transaction is open
     and aborts a dead producer's transaction when its id is initialised again, but then
@@ -317,14 +335,15 @@ def test_kill_9_at_three_moments_loses_and_duplicates_nothing(scenario: Scenario
 
     process = run.start()
     seen = run.wait_for(process, grew(seen), "progress after restart 1")
+    planned = run.last("offsets")
     run.produce_tweets(range(200, 300))
-    time.sleep(0.5)
-    crash(process)  # (2) right after producing: likely mid-batch
+    run.wait_for_planning(process, planned)
+    crash(process)  # (2) mid-batch, just planned: no transaction is committing
     moments.append(run.batches())
 
     process = run.start()
     run.wait_for_log(process, "started: joiner comap")
-    time.sleep(3.0)
+    time.sleep(1.5)
     crash(process)  # (3) inside the first micro-batch after the restart
     moments.append(run.batches())
 
