@@ -212,18 +212,27 @@ class Scenario:
         Spark plans a batch only once the one before has finished, its tasks' Kafka
         transactions committed, so at that moment no commit is under way.
         """
-        deadline = time.monotonic() + 60.0
-        while self.last("offsets") <= after:
-            assert process.poll() is None, f"daemon run exited early:\n{self.log_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no batch after {after}:\n{self.log_text()}"
-            time.sleep(0.01)
+        self._poll(
+            process, lambda: self.last("offsets") > after, f"no batch after {after}", 60.0, 0.01
+        )
 
     def wait_for_log(self, process: subprocess.Popen[bytes], text: str, timeout_s: float = 60.0):
+        self._poll(process, lambda: text in self.log_text(), f"no {text!r} in the log", timeout_s)
+
+    def _poll(
+        self,
+        process: subprocess.Popen[bytes],
+        ready: Callable[[], bool],
+        missing: str,
+        timeout_s: float,
+        interval_s: float = 0.05,
+    ) -> None:
+        """Wait until ``ready()``; fail if the process dies or ``timeout_s`` runs out."""
         deadline = time.monotonic() + timeout_s
-        while text not in self.log_text():
+        while not ready():
             assert process.poll() is None, f"daemon run exited early:\n{self.log_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no {text!r} in the log:\n{self.log_text()}"
-            time.sleep(0.05)
+            assert time.monotonic() < deadline, f"{missing}:\n{self.log_text()}"
+            time.sleep(interval_s)
 
 
 def descendants(pid: int) -> set[int]:
