@@ -397,8 +397,8 @@ def add_latency_arguments(
         type=int,
         nargs="+",
         default=list(triggers),
-        help="processing-time triggers, one latency run each (0: the pipeline's default, the "
-        "next batch as soon as the last one ends)",
+        help="processing-time triggers, one latency run each (0: the pipeline's default: the "
+        "next batch as soon as the last one ends, or 1 s for a joiner that wakes keys)",
     )
     parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
 
