@@ -45,14 +45,17 @@ class PipelineView:
 
 
 def parse_offsets(offsets: object) -> dict[str, int]:
-    """A source offset of a progress report (JSON text or already parsed) as a dict."""
+    """A source offset of a progress report (JSON text or already parsed) as a dict.
+
+    Its ``topic/partition`` names and their offsets: the source's wake-up clock is left out.
+    """
     if offsets is None:
         return {}
     if isinstance(offsets, str):
         offsets = json.loads(offsets) if offsets.strip() else {}
     if not isinstance(offsets, dict):
         return {}
-    return {str(name): int(offset) for name, offset in offsets.items()}
+    return {str(name): int(offset) for name, offset in offsets.items() if "/" in str(name)}
 
 
 def topic_of(partition_name: str) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.avro import AvroCodec, load_schema_file
 from daemon.broker import EmbeddedBroker
 from daemon.testing import pipeline_file
@@ -23,9 +25,16 @@ SCHEMAS = {"left": ROOT / "schemas/left_event.avsc", "right": ROOT / "schemas/ri
 OUTPUT = ROOT / "schemas/joined_pair.avsc"
 
 
+@pytest.mark.parametrize("trigger", [0, 500], ids=["default-trigger", "500ms-trigger"])
 def test_a_quiet_keys_window_closes_after_the_idle_timeout(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    broker: EmbeddedBroker,
+    spark: Any,
+    fresh_topic: Callable[[str], str],
+    tmp_path: Path,
+    trigger: int,
 ) -> None:
+    """With the default trigger the source's clock makes the batches that fire the timer; with
+    a processing-time trigger, the trigger's interval does."""
     from daemon.engine.pipeline import plan_pipeline, start_query
 
     conf = client_conf(broker.bootstrap_servers)
@@ -48,7 +57,7 @@ def test_a_quiet_keys_window_closes_after_the_idle_timeout(
                 for role, spec in pipe.inputs.items()
             },
             "output": pipe.output.model_copy(update={"topic": fresh_topic("pairs")}),
-            "trigger": 500,
+            "trigger": trigger,
         }
     )
     for topic in names.values():

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from daemon.engine.processor import OperatorPlan
 
 
-WAKEUP_TRIGGER_MS = 1000
-"""Trigger interval of a query whose joiner wakes quiet keys, when the pipeline sets none:
-how often it looks for due timers while no data comes in."""
+WAKEUP_MS = 1000
+"""How often a query whose joiner wakes quiet keys looks for due timers while no record comes
+in, when the pipeline sets no trigger (see :data:`daemon.kafka.source.CLOCK`)."""
 
 
 @dataclass(frozen=True)
@@ -251,8 +251,14 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     # Processing time drives state TTL and the timers of joiners that wake up quiet keys.
     wakes = joiner.wakes_up()
     time_mode = "ProcessingTime" if joiner.state_ttl_ms() or wakes else "None"
-    # As many read tasks as the cluster runs at once: see daemon.kafka.source.
-    source = replace(plan.source, read_tasks=spark.sparkContext.defaultParallelism)
+    # As many read tasks as the cluster runs at once: see daemon.kafka.source. A joiner that
+    # wakes keys gets a batch at least every trigger interval (or WAKEUP_MS) from the
+    # source's clock, since Spark fires timers only in batches.
+    source = replace(
+        plan.source,
+        read_tasks=spark.sparkContext.defaultParallelism,
+        wake_ms=(pipe.trigger or WAKEUP_MS) if wakes else 0,
+    )
     stream: Any = spark.readStream.format("enrichd-kafka").option("spec", source.encode()).load()
     joined = stream.groupBy("bucket").transformWithState(
         statefulProcessor=JoinerProcessor(plan.operator, plan.output),
@@ -266,18 +272,6 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         .option("checkpointLocation", str(pipe.checkpoint))
         .queryName(pipe.name)
     )
-    trigger = pipe.trigger or (WAKEUP_TRIGGER_MS if wakes else 0)
-    if trigger:
-        writer = writer.trigger(processingTime=f"{trigger} milliseconds")
-    if not wakes:
-        return writer.start()
-    # Timers fire only in micro-batches, so a query whose keys wake up must run batches when
-    # no data comes in; Spark reads this setting when a query starts. Other queries keep
-    # the session's default (off), which spares them a batch per trigger when idle.
-    setting = "spark.sql.streaming.noDataMicroBatches.enabled"
-    before = spark.conf.get(setting) or "false"
-    spark.conf.set(setting, "true")
-    try:
-        return writer.start()
-    finally:
-        spark.conf.set(setting, before)
+    if pipe.trigger:
+        writer = writer.trigger(processingTime=f"{pipe.trigger} milliseconds")
+    return writer.start()

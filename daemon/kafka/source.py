@@ -1,7 +1,8 @@
 """A Spark streaming source over confluent-kafka: ``assign()``, offsets in Spark's checkpoint.
 
 How it works: the driver-side reader plans each micro-batch as a range of offsets per
-partition, ``{"topic/partition": offset}``, which Spark stores in its checkpoint; a restart
+partition, ``{"topic/partition": offset}`` (and a :data:`CLOCK` for joiners that wake quiet
+keys), which Spark stores in its checkpoint; a restart
 resumes from the last committed range, and no consumer group is involved. The end of each
 partition comes from the high watermark that the broker returns with every Fetch response
 (a ListOffsets request under-reports it on some brokers), read from a probe consumer that
@@ -118,6 +119,9 @@ class SourceSpec:
     read_tasks: int = 0
     """How many Spark tasks read a micro-batch at most (the cluster's cores); 0: one task
     per Kafka partition."""
+    wake_ms: int = 0
+    """How often the plan's :data:`CLOCK` moves, for a joiner that wakes quiet keys; 0: no
+    clock."""
 
     def encode(self) -> str:
         """The spec as an option string."""
@@ -172,6 +176,15 @@ class Heads:
         return Heads(
             self.start, stop, self.timestamps[:cut], self.offsets[:cut], self.markers[:cut]
         )
+
+
+CLOCK = "clock"
+"""The offsets' entry that counts ``wake_ms`` periods of wall-clock time; no ``/``, so no
+partition's. Spark runs a micro-batch when a source's offset changes, and fires timers only
+in micro-batches: a clock that moves makes a batch every ``wake_ms`` while no record comes in,
+and the query keeps the default trigger, so a record that does come in starts its batch at
+once. Spark's other way, a batch per processing-time trigger with no-data batches on, makes
+every record wait up to that interval for its batch."""
 
 
 def _name(topic: str, partition: int) -> str:
@@ -326,7 +339,16 @@ class KafkaStreamReader(DataSourceStreamReader):
         )
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        """The end of the next micro-batch: the log ends, capped to the read limit."""
+        """The end of the next micro-batch: the log ends, capped to the read limit.
+
+        With the spec's ``wake_ms``, also the :data:`CLOCK`.
+        """
+        planned = self._planned(start, limit)
+        if self.spec.wake_ms:
+            planned[CLOCK] = time.time_ns() // 1_000_000 // self.spec.wake_ms
+        return planned
+
+    def _planned(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         ends = self._log_ends(start)
         planned = {name: max(start.get(name, 0), end) for name, end in ends.items()}
         if isinstance(limit, ReadAllAvailable):
@@ -424,7 +446,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         ranges = []
         for name, stop in sorted(end.items()):
             first = start.get(name, 0)
-            if stop > first:
+            if stop > first and name != CLOCK:
                 topic, partition = _split(name)
                 ranges.append(KafkaRange(topic, partition, first, stop))
         return [KafkaPartition(tuple(task)) for task in deal(ranges, self.spec.read_tasks)]
