@@ -378,11 +378,8 @@ def run_latency(
 # -- the command line and the report ---------------------------------------------------------
 
 
-def add_latency_arguments(
-    parser: argparse.ArgumentParser, offered: str, triggers: tuple[int, ...] = (0, 1_000)
-) -> None:
-    """The options of a benchmark's latency runs: ``offered`` names the records offered,
-    ``triggers`` are the runs' triggers by default."""
+def add_latency_arguments(parser: argparse.ArgumentParser, offered: str) -> None:
+    """The options of a benchmark's latency runs: ``offered`` names the records offered."""
     parser.add_argument(
         "--latency-rate",
         type=int,
@@ -396,9 +393,9 @@ def add_latency_arguments(
         "--trigger-ms",
         type=int,
         nargs="+",
-        default=list(triggers),
+        default=[0, 1_000],
         help="processing-time triggers, one latency run each (0: the pipeline's default: the "
-        "next batch as soon as the last one ends, or 1 s for a joiner that wakes keys)",
+        "next batch as soon as the last one ends)",
     )
     parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
 

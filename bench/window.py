@@ -82,8 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for keys and sides")
     parser.add_argument("--no-spark-join", action="store_true", help="skip Spark's own join")
-    # The pipeline's default trigger is already 1 s (the joiner wakes quiet keys): one run.
-    add_latency_arguments(parser, "events", triggers=(0,))
+    add_latency_arguments(parser, "events")
 
 
 def example_options() -> dict[str, Any]:
@@ -363,19 +362,19 @@ def latency_workload(servers: str, rate: int, max_records_per_batch: int) -> Lat
         "100 older left events of other keys already read",
         prepare,
         offered_per_output=2,
-        default_trigger="a batch a second at most, since the joiner wakes quiet keys",
+        default_trigger=(
+            "the next batch as soon as the last one ends, and one a second while idle, since "
+            "the joiner wakes quiet keys"
+        ),
         detail=(
             f"Events are offered in pairs, a left and then a right event of one key with the "
             f"wall-clock time as their event time (mode inner), the keys taken in turn "
             f"({keys:,} of them, so a key comes round every {LATENCY_REPEAT_S} s, after its "
             "window): each pair makes one output, timed from the CreateTime of the event whose "
-            "arrival completed it (the one its `enrichd.source.*` headers name). The window "
-            "pipeline's default trigger is a 1 s processing-time one, so that one run stands "
-            "for both, and an event waits up to a second for the batch that reads it, on top "
-            "of the batch itself: the other joiners' default trigger starts the next batch as "
-            "soon as the last one ends. A pipeline whose joiner wakes keys runs a batch every "
-            "interval even when idle, so a shorter one costs CPU all the time (see "
-            "`docs/operations.md`)."
+            "arrival completed it (the one its `enrichd.source.*` headers name). A pipeline "
+            "whose joiner wakes keys also runs a batch a second while no event comes in (a "
+            "clock in the source's offsets makes them: Spark fires timers only in batches); "
+            "see `docs/operations.md` for what that costs idle."
         ),
     )
 
@@ -511,8 +510,7 @@ def _section(
         "arrives, looking back only, so it agrees with the others on in-order input like this.",
         *spark_lines,
         "- *enrichd sustained*: input records after the first micro-batch over the time after "
-        "it (progress reports); *end to end* counts the first batch and query start-up too. "
-        "The window joiner wakes idle keys, so its query runs on a 1 s processing-time trigger.",
+        "it (progress reports); *end to end* counts the first batch and query start-up too.",
         "",
         *twostream.closing_lines(
             "window",
