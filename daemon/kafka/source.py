@@ -2,19 +2,18 @@
 
 How it works: the driver-side reader plans each micro-batch as a range of offsets per
 partition, ``{"topic/partition": offset}`` (and a :data:`CLOCK` for joiners that wake quiet
-keys), which Spark stores in its checkpoint; a restart
-resumes from the last committed range, and no consumer group is involved. The end of each
-partition comes from the high watermark that the broker returns with every Fetch response
-(a ListOffsets request under-reports it on some brokers), read from a probe consumer that
-follows the log end. The ranges are read on executors with ``assign()`` and yielded as Arrow
-record batches, by as many Spark tasks as the cluster has cores (``read_tasks``), each
-reading one or more Kafka partitions: a task costs tens of milliseconds of Spark's own
-beside its reading, and on two cores four tasks (two topics of two partitions) ran in two
-waves, so a small micro-batch spent twice as long in this stage. Each record's join key and
-event time are read here, from the bytes where the schema allows (:mod:`daemon.avro_fields`;
-the joiner decodes the whole record later), else by a decode; one that cannot be read or
-lacks either field is passed on with ``error`` set, for the dead-letter topic, instead of
-failing the query.
+keys), which Spark stores in its checkpoint; a restart resumes from the last committed range,
+and no consumer group is involved. The end of each partition comes from the high watermark
+that the broker returns with every Fetch response (a ListOffsets request under-reports it on
+some brokers), read from a probe consumer that follows the log end. The ranges are read on
+executors with ``assign()`` and yielded as Arrow record batches, by as many Spark tasks as the
+cluster has cores (``read_tasks``), each reading one or more Kafka partitions: a task costs
+tens of milliseconds of Spark's own beside its reading, and on two cores four tasks (two
+topics of two partitions) ran in two waves, so a small micro-batch spent twice as long in this
+stage. Each record's join key and event time are read here, from the bytes where the schema
+allows (:mod:`daemon.avro_fields`; the joiner decodes the whole record later), else by a
+decode; one that cannot be read or lacks either field is passed on with ``error`` set, for the
+dead-letter topic, instead of failing the query.
 """
 
 from __future__ import annotations
