@@ -5,7 +5,8 @@ How it works: three sources feed one :class:`Metrics` registry and one :class:`H
 - Spark's progress report of every micro-batch (a ``StreamingQueryProgress``, as JSON): the
   source's start and end offsets per ``topic/partition`` give the records read per input, its
   ``durationMs.triggerExecution`` the batch duration, and the state operator's
-  ``numRowsTotal`` the rows of join state (one per state bucket in use). Idle reports, which
+  ``numRowsTotal`` the rows of join state (one per state bucket in use), when Spark counts
+  them (see :data:`daemon.engine.session.TRACK_STATE_ROWS`; off by default). Idle reports, which
   Spark sends about every 10 s while no data comes, only say the query is alive.
 - The Kafka sink's per-batch counts (``daemon.metrics_relay``): records written per output
   and dead letters per reason, of committed batches only.
@@ -83,6 +84,9 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self.state_rows_counted = True
+        """Whether Spark counts the state's rows; if not, its reports say 0 and the state rows
+        gauge is left unset rather than read 0."""
         r, p = self.registry, ["pipeline"]
         self.records_in = Counter(
             "enrichd_records_in", "Records read, per input.", [*p, "input"], registry=r
@@ -121,7 +125,8 @@ class Metrics:
         )
         self.state_rows = Gauge(
             "enrichd_state_rows",
-            "Rows of join state after the last micro-batch (one per state bucket in use).",
+            "Rows of join state after the last micro-batch (one per state bucket in use), "
+            "when Spark counts them.",
             p,
             registry=r,
         )
@@ -179,8 +184,11 @@ class Metrics:
         self.batch_seconds.labels(view.name).observe(
             float(dict(progress.get("durationMs") or {}).get("triggerExecution", 0)) / 1000
         )
-        rows = sum(int(op.get("numRowsTotal", 0)) for op in progress.get("stateOperators") or ())
-        self.state_rows.labels(view.name).set(rows)
+        if self.state_rows_counted:
+            operators = progress.get("stateOperators") or ()
+            self.state_rows.labels(view.name).set(
+                sum(int(op.get("numRowsTotal", 0)) for op in operators)
+            )
         ends: dict[str, int] = {}
         for source in progress.get("sources") or ():
             start = parse_offsets(source.get("startOffset"))

@@ -163,6 +163,9 @@ class Operations:
         """Listen to the progress reports of every query of ``spark``."""
         from pyspark.sql.streaming import StreamingQueryListener
 
+        from daemon.engine.session import TRACK_STATE_ROWS
+
+        self.metrics.state_rows_counted = spark.conf.get(TRACK_STATE_ROWS, "true") == "true"
         operations = self
 
         class ProgressListener(StreamingQueryListener):

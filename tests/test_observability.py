@@ -27,9 +27,8 @@ import pytest
 
 from daemon.broker import EmbeddedBroker, free_port
 from daemon.config import load_pipeline_file
-from daemon.kafka.records import bucket_of
 from tests.kafka_helpers import In, read_topic
-from tests.test_crash_recovery import AUTHORS, Scenario, crash
+from tests.test_crash_recovery import Scenario, crash
 
 TWEETS = 100
 BAD_TWEETS = 3
@@ -201,11 +200,9 @@ def test_metrics_count_records_in_out_and_dead_letters_of_committed_batches(
     assert service.metric("enrichd_dead_letters_total", pipeline=name, reason=reason) == 3
     assert len(read_topic(service.run.conf, f"{name}.dlq")) == BAD_TWEETS
     assert service.metric("enrichd_late_records_total", pipeline=name) is None
-    # The state operator keeps a row per bucket of join keys (here, the authors' buckets),
-    # and comap's stashed tweets as rows beside it: a chunk per bucket and batch that added.
-    buckets = {bucket_of(str(author)) for author in range(1, AUTHORS + 1)}
-    rows = service.metric("enrichd_state_rows", pipeline=name)
-    assert rows is not None and rows >= 2 * len(buckets)
+    # Spark does not count the state's rows in enrichd's session (each write would read the
+    # old value first), so the gauge is left unset rather than say 0.
+    assert service.metric("enrichd_state_rows", pipeline=name) is None
 
     # What the joiner counted with ctx.count: each good tweet joined on arrival or waited.
     def joiner_events(event: str) -> float:

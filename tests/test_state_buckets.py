@@ -64,6 +64,7 @@ def test_a_pipeline_keeps_its_keys_in_as_many_buckets_as_it_sets(
     """With ``state_buckets = 2`` the state operator holds at most 2 bucket values and 2
     stash chunks for 10 authors' tweets of one batch; the default 32 would hold about 20."""
     from daemon.engine.pipeline import plan_pipeline, start_query
+    from daemon.engine.session import TRACK_STATE_ROWS
 
     users_codec = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
     tweets_codec = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))
@@ -104,7 +105,12 @@ def test_a_pipeline_keeps_its_keys_in_as_many_buckets_as_it_sets(
         ],
     )
     (pipe,) = file.pipeline
-    query = start_query(spark, plan_pipeline(file, pipe, conf))
+    # enrichd's session has Spark not count state rows; a query reads the setting as it starts.
+    spark.conf.set(TRACK_STATE_ROWS, "true")
+    try:
+        query = start_query(spark, plan_pipeline(file, pipe, conf))
+    finally:
+        spark.conf.set(TRACK_STATE_ROWS, "false")
     try:
         process_all(query)
         await_committed(pipe.checkpoint, 120)

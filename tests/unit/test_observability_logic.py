@@ -66,6 +66,21 @@ def test_a_batch_counts_records_in_per_input_state_rows_and_duration() -> None:
     assert sample(metrics, "enrichd_batch_duration_seconds_bucket", pipeline="views", le="1.0") == 0
 
 
+def test_state_rows_spark_does_not_count_are_not_reported_as_zero() -> None:
+    metrics = Metrics()
+    metrics.state_rows_counted = False
+    metrics.batch_done(
+        VIEW,
+        progress(
+            {"users/0": 4},
+            {"users/0": 10},
+            stateOperators=[{"operatorName": "transformWithStateInPySparkExec", "numRowsTotal": 0}],
+        ),
+    )
+    assert sample(metrics, "enrichd_state_rows", pipeline="views") is None
+    assert sample(metrics, "enrichd_records_in_total", pipeline="views", input="one") == 6
+
+
 def test_the_first_batch_of_a_new_checkpoint_counts_from_where_partitions_start() -> None:
     metrics = Metrics()
     metrics.batch_done(VIEW, progress(None, {"users/0": 10}), lambda names: {"users/0": 2})
