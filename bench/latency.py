@@ -378,8 +378,11 @@ def run_latency(
 # -- the command line and the report ---------------------------------------------------------
 
 
-def add_latency_arguments(parser: argparse.ArgumentParser, offered: str) -> None:
-    """The options of a benchmark's latency runs: ``offered`` names the records offered."""
+def add_latency_arguments(
+    parser: argparse.ArgumentParser, offered: str, seconds: float = 30.0
+) -> None:
+    """The options of a benchmark's latency runs: ``offered`` names the records offered,
+    ``seconds`` is how long a run offers them by default."""
     parser.add_argument(
         "--latency-rate",
         type=int,
@@ -387,7 +390,7 @@ def add_latency_arguments(parser: argparse.ArgumentParser, offered: str) -> None
         help=f"{offered}/s offered in the latency run",
     )
     parser.add_argument(
-        "--latency-seconds", type=float, default=30.0, help="how long the latency run offers"
+        "--latency-seconds", type=float, default=seconds, help="how long the latency run offers"
     )
     parser.add_argument(
         "--trigger-ms",
