@@ -29,7 +29,8 @@ Why buckets: every state-store call is a round trip between the Python worker an
 and per-key calls (set the key, read, write) cost about a millisecond per key and
 micro-batch, more than the joining. A bucket is one value holding its keys' states, each
 pickled on its own, so a micro-batch reads and writes each touched bucket once and unpickles
-only the keys it has rows for. Values a joiner keeps in a
+only the keys it has rows for; the bucket's pickle is stored compressed
+(:mod:`daemon.engine.blobs`). Values a joiner keeps in a
 :class:`~daemon.joiners.stash.Stash` are not in the bucket: they are appended to the bucket's
 stash log once, and read only when looked at (:mod:`daemon.engine.stash_log`).
 
@@ -57,6 +58,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from daemon.avro import AvroCodec
+from daemon.engine import blobs
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
 from daemon.joiners.base import (
     END_OF_TIME,
@@ -335,9 +337,9 @@ class JoinerProcessor(StatefulProcessor):
             yield SparkRow(**row._asdict())
 
     def _load_bucket(self) -> tuple[Bucket, StashLog, bytes | None]:
-        """The bucket, its stash log for this call, and its stored blob (None: none yet)."""
+        """The bucket, its stash log for this call, and its stored pickle (None: none yet)."""
         blob = self.state.get()
-        stored: bytes | None = blob[0] if blob else None
+        stored = blobs.decompress(blob[0]) if blob else None
         bucket: Bucket = pickle.loads(stored) if stored else Bucket()  # noqa: S301
         return bucket, StashLog(self.stash_chunks, bucket), stored
 
@@ -360,7 +362,7 @@ class JoinerProcessor(StatefulProcessor):
         if bucket.keys:
             blob = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
             if blob != stored:
-                self.state.update((blob,))
+                self.state.update((blobs.compress(blob),))
         elif stored is not None:
             self.state.clear()
 

@@ -2,7 +2,8 @@
 
 Beside its blob, each bucket has a list state of chunks: a chunk is a pickled
 ``{sequence number: pickled value}`` of the values its keys' stashes were given in one
-micro-batch, appended in one call. A key's state blob carries only each stash's index (key to
+micro-batch, appended in one call, and stored compressed like the bucket
+(:mod:`daemon.engine.blobs`). A key's state blob carries only each stash's index (key to
 sequence number): the log pickles key states with a pickler whose dispatch table writes a
 stash as a call of :func:`_stashed` on its index, which on loading gives back a stash that
 fetches its values from the log on demand.
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from daemon.engine import blobs
 from daemon.joiners.stash import Stash
 
 if TYPE_CHECKING:
@@ -118,7 +120,7 @@ class StashLog:
         if dead > bucket.stash_live + COMPACT_SLACK or bucket.stash_chunks >= MAX_CHUNKS:
             self._compact()
         elif self._written:
-            self._chunks.appendList([(_dump(self._written),)])
+            self._chunks.appendList([(_chunk(self._written),)])
             bucket.stash_chunks += 1
 
     def _reduce(self, stash: Stash) -> tuple[Callable[..., Stash], tuple[Any, ...]]:
@@ -145,7 +147,7 @@ class StashLog:
         if self._read is None:
             self._read = {}
             for (chunk,) in self._chunks.get():
-                self._read.update(pickle.loads(chunk))  # noqa: S301
+                self._read.update(pickle.loads(blobs.decompress(chunk)))  # noqa: S301
         return self._read
 
     def _compact(self) -> None:
@@ -162,7 +164,7 @@ class StashLog:
         kept = {seq: values[seq] for seq in sorted(live)}
         bucket = self._bucket
         if kept:
-            self._chunks.put([(_dump(kept),)])
+            self._chunks.put([(_chunk(kept),)])
         else:
             self._chunks.clear()
         bucket.stash_entries = bucket.stash_live = len(kept)
@@ -171,6 +173,10 @@ class StashLog:
 
 def _dump(value: Any) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _chunk(values: dict[int, bytes]) -> bytes:
+    return blobs.compress(_dump(values))
 
 
 def _stashed(index: dict[Hashable, int | None]) -> Stash:

@@ -1,4 +1,4 @@
-"""The operator writes a bucket's state back only when a call changed it.
+"""The operator writes a bucket's state back only when a call changed it, compressed.
 
 The engine's path through Spark is covered by ``tests/test_lookup.py``; here the processor runs
 on an in-memory stand-in for its state handle, which counts the writes.
@@ -6,12 +6,14 @@ on an in-memory stand-in for its state handle, which counts the writes.
 
 from __future__ import annotations
 
+import pickle  # noqa: S403 - reads what the processor stored
 from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
 
 from daemon.avro import AvroCodec, load_schema_file
+from daemon.engine import blobs
 from daemon.engine.processor import JoinerProcessor, OperatorPlan
 from daemon.joiners.base import JoinerContext
 from daemon.joiners.lookup import Lookup, LookupOptions
@@ -140,3 +142,25 @@ def test_a_table_update_is_written() -> None:
     # The stored bucket has the new value: a later click sees it.
     (row,) = _call(processor, [_click("ada", 4)])
     assert _codec("enriched_click").decode(row[2])["region"] == {"user": "ada", "region": "south"}
+
+
+def test_a_bucket_is_stored_compressed() -> None:
+    processor, state = _processor()
+    _call(processor, [_region(f"user{n}", "north", n) for n in range(50)])
+
+    assert state.value is not None
+    (blob,) = state.value
+    pickled = blobs.decompress(blob)
+    assert len(blob) < len(pickled) / 3  # fifty keys' pickles say much the same
+    assert set(pickle.loads(pickled).keys) == {f"user{n}" for n in range(50)}  # noqa: S301
+
+
+def test_a_bucket_stored_as_a_plain_pickle_by_an_earlier_build_is_read() -> None:
+    processor, state = _processor()
+    _call(processor, [_region("ada", "north", 1)])
+    assert state.value is not None
+    state.value = (blobs.decompress(state.value[0]),)  # as builds before compression wrote it
+
+    (row,) = _call(processor, [_click("ada", 2)])
+    assert _codec("enriched_click").decode(row[2])["region"] == {"user": "ada", "region": "north"}
+    assert state.writes == 1  # and it was not rewritten: nothing changed

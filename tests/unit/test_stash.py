@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.engine import stash_log
+from daemon.engine import blobs, stash_log
 from daemon.engine.processor import Bucket, KeyClock, pack_key_state, unpack_key_state
 from daemon.engine.stash_log import StashLog
 from daemon.joiners import Stash
@@ -42,7 +42,8 @@ class Chunks:
 
 
 def stored_entries(chunks: Chunks) -> int:
-    return sum(len(pickle.loads(chunk)) for (chunk,) in chunks.items)  # noqa: S301
+    unpickled = (pickle.loads(blobs.decompress(chunk)) for (chunk,) in chunks.items)  # noqa: S301
+    return sum(map(len, unpickled))
 
 
 def test_a_stash_is_a_mapping_that_pickles_with_its_values() -> None:
@@ -81,6 +82,19 @@ def test_a_change_made_only_in_place_is_lost_in_tests_as_in_the_engine() -> None
     bucket.keys["k"] = log.dumps(loaded)
     log.flush()
     assert StashLog(chunks, bucket).loads("k", bucket.keys["k"])["a"] == {"n": 1}
+
+
+def test_chunks_are_stored_compressed_and_plain_ones_from_earlier_builds_are_read() -> None:
+    chunks, bucket = Chunks(), Bucket()
+    log = StashLog(chunks, bucket)
+    bucket.keys["k"] = log.dumps(Stash({f"t{i}": {"region": "north"} for i in range(50)}.items()))
+    log.flush()
+    ((chunk,),) = chunks.items
+    pickled = blobs.decompress(chunk)
+    assert len(chunk) < len(pickled) / 2  # fifty values' pickles say much the same
+
+    chunks.items = [(pickled,)]  # as builds before compression wrote it
+    assert StashLog(chunks, bucket).loads("k", bucket.keys["k"])["t7"] == {"region": "north"}
 
 
 def test_key_states_carry_only_the_index_and_values_are_read_once_when_looked_at() -> None:
