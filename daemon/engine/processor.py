@@ -37,9 +37,9 @@ stash log once, and read only when looked at (:mod:`daemon.engine.stash_log`).
 Time: next to the joiner's state the processor keeps the key's clock: its latest event time
 and the processing time of its last record. When the joiner wants a wake-up
 (:meth:`Joiner.wakeup_ms`) or the key's state has a TTL, the bucket notes when the key is
-due, and keeps one processing-time timer at its earliest due key. When it fires, each due
-key's :meth:`Joiner.advance` gets the latest event time plus the processing time that passed
-(or, past its TTL, the key is dropped); an end-of-input marker row (see
+due, and keeps one processing-time timer at or before its earliest due key. When it fires,
+each due key's :meth:`Joiner.advance` gets the latest event time plus the processing time
+that passed (or, past its TTL, the key is dropped); an end-of-input marker row (see
 :data:`daemon.kafka.records.CONTROL_INPUT`) advances the key to :data:`END_OF_TIME`.
 """
 
@@ -172,7 +172,7 @@ class Bucket:
     due: dict[str, int] = field(default_factory=dict)
     """When each key that waits for time wants waking (wake-up or TTL), processing time."""
     timer_ms: int | None = None
-    """The bucket's registered timer: the earliest ``due``."""
+    """The bucket's registered timer: at or before the earliest ``due``."""
     stash_seq: int = 0
     """The sequence number the next stashed value is stored under (see :mod:`stash_log`)."""
     stash_entries: int = 0
@@ -346,18 +346,23 @@ class JoinerProcessor(StatefulProcessor):
     def _store_bucket(self, bucket: Bucket, log: StashLog, stored: bytes | None) -> None:
         """Write the bucket back unless ``stored`` holds it already; keep one timer.
 
-        The timer is at the earliest key's due time. A call that changed no key (a lookup's
-        stream records read the table value and leave it) pickles the bucket into the bytes
-        it loaded: writing them again would cost a round trip to the JVM with the whole
-        blob, and the state store a changelog entry.
+        The timer is at or before the earliest key's due time: it moves only to an earlier
+        time. Keys that a batch touches are due later than before (a window key a minute after
+        its last record), and moving the timer after them cost two calls to the JVM per
+        bucket in nearly every batch, about a fifth of a window task; a timer that fires
+        before any key is due costs a read of the bucket and a new timer, once in a while.
+
+        A call that changed no key (a lookup's stream records read the table value and leave
+        it) pickles the bucket into the bytes it loaded: writing them again would cost a round
+        trip to the JVM with the whole blob, and the state store a changelog entry.
         """
         log.flush()
         earliest = min(bucket.due.values(), default=None)
-        if bucket.timer_ms != earliest:
-            if bucket.timer_ms is not None:
-                self.handle.deleteTimer(bucket.timer_ms)
-            if earliest is not None:
-                self.handle.registerTimer(earliest)
+        if bucket.timer_ms is not None and (earliest is None or earliest < bucket.timer_ms):
+            self.handle.deleteTimer(bucket.timer_ms)
+            bucket.timer_ms = None
+        if bucket.timer_ms is None and earliest is not None:
+            self.handle.registerTimer(earliest)
             bucket.timer_ms = earliest
         if bucket.keys:
             blob = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)

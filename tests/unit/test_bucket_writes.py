@@ -1,7 +1,9 @@
-"""The operator writes a bucket's state back only when a call changed it, compressed.
+"""How the operator keeps a bucket: written back only when a call changed it, compressed, and
+its timer moved only to an earlier time.
 
-The engine's path through Spark is covered by ``tests/test_lookup.py``; here the processor runs
-on an in-memory stand-in for its state handle, which counts the writes.
+The engine's path through Spark is covered by ``tests/test_lookup.py`` and
+``tests/test_engine_time.py``; here the processor runs on an in-memory stand-in for its state
+handle, which counts the writes and the timer calls.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from daemon.engine import blobs
 from daemon.engine.processor import JoinerProcessor, OperatorPlan
 from daemon.joiners.base import JoinerContext
 from daemon.joiners.lookup import Lookup, LookupOptions
+from daemon.joiners.window import Window, WindowOptions
 from daemon.kafka.records import RECORD_ARROW, pack
 from daemon.kafka.task_output import OutputSpec
 from tests.kafka_helpers import SCHEMAS
 
 INPUTS = (("stream", "clicks"), ("table", "regions"))
+NOW = 1_700_000_000_000
 
 
 class _State:
@@ -46,29 +50,40 @@ class _State:
 class _Handle:
     def __init__(self) -> None:
         self.state = _State()
+        self.timers: list[tuple[str, int]] = []
+        """The timer calls, in order: ("register" or "delete", time)."""
 
     def getValueState(self, name: str, schema: Any) -> _State:  # noqa: N802
         return self.state
 
     def getListState(self, name: str, schema: Any) -> None:  # noqa: N802
-        return None  # lookup stashes nothing
+        return None  # neither lookup nor window stashes anything
+
+    def registerTimer(self, at: int) -> None:  # noqa: N802
+        self.timers.append(("register", at))
+
+    def deleteTimer(self, at: int) -> None:  # noqa: N802
+        self.timers.append(("delete", at))
 
 
 class _Clock:
+    def __init__(self, now: int = NOW) -> None:
+        self.now = now
+
     def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
-        return 1_700_000_000_000
+        return self.now
 
 
 def _codec(name: str) -> AvroCodec:
     return AvroCodec(load_schema_file(SCHEMAS / f"{name}.avsc"))
 
 
-def _processor() -> tuple[JoinerProcessor, _State]:
+def _lookup() -> OperatorPlan:
     joiner = Lookup(
         LookupOptions(mode="left"),
         JoinerContext(pipeline="p", fields={"stream": "click", "table": "region"}),
     )
-    plan = OperatorPlan(
+    return OperatorPlan(
         joiner=joiner,
         codecs={"stream": _codec("click"), "table": _codec("user_region")},
         output_codec=_codec("enriched_click"),
@@ -77,15 +92,36 @@ def _processor() -> tuple[JoinerProcessor, _State]:
         plugin="enrichd",
         inputs=INPUTS,
     )
-    processor = JoinerProcessor(plan, OutputSpec("p", {}, "exactly_once", "enriched"))
+
+
+def _window() -> OperatorPlan:
+    joiner = Window(
+        WindowOptions(window=10_000, idle_timeout=60_000),
+        JoinerContext(pipeline="p", fields={"left": "left", "right": "right"}),
+    )
+    return OperatorPlan(
+        joiner=joiner,
+        codecs={"left": _codec("left_event"), "right": _codec("right_event")},
+        output_codec=_codec("joined_pair"),
+        output_topic="pairs",
+        dead_letter_topic="pairs.dlq",
+        plugin="enrichd",
+        inputs=(("left", "lefts"), ("right", "rights")),
+    )
+
+
+def _processor(plan: OperatorPlan | None = None) -> tuple[JoinerProcessor, _State]:
+    processor = JoinerProcessor(plan or _lookup(), OutputSpec("p", {}, "exactly_once", "out"))
     handle = _Handle()
     processor.init(handle)  # type: ignore[arg-type]
     return processor, handle.state
 
 
-def _call(processor: JoinerProcessor, records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+def _call(
+    processor: JoinerProcessor, records: list[dict[str, Any]], now: int = NOW
+) -> list[tuple[Any, ...]]:
     """One call with ``records`` (input, key, value, event_time) of one bucket; its output."""
-    encode = {0: _codec("click").encode, 1: _codec("user_region").encode}
+    plan = processor.plan
     offsets = range(len(records))
     batch = pa.RecordBatch.from_pylist(
         [
@@ -97,7 +133,7 @@ def _call(processor: JoinerProcessor, records: list[dict[str, Any]]) -> list[tup
                 "offset": offset,
                 "timestamp": r["event_time"],
                 "kafka_key": r["key"].encode(),
-                "value": encode[r["input"]](r["value"]),
+                "value": plan.codecs[plan.inputs[r["input"]][0]].encode(r["value"]),
                 "error": None,
             }
             for offset, r in zip(offsets, records, strict=True)
@@ -107,7 +143,7 @@ def _call(processor: JoinerProcessor, records: list[dict[str, Any]]) -> list[tup
     blob = pack(batch, [0] * len(records)).column("records")[0].as_py()
     sent: list[tuple[Any, ...]] = []
     pack_row: Any = SimpleNamespace(records=blob)  # the field of a Spark row the call reads
-    processor._input_rows(iter([pack_row]), _Clock(), sent.append)
+    processor._input_rows(iter([pack_row]), _Clock(now), sent.append)
     return sent
 
 
@@ -164,3 +200,50 @@ def test_a_bucket_stored_as_a_plain_pickle_by_an_earlier_build_is_read() -> None
     (row,) = _call(processor, [_click("ada", 2)])
     assert _codec("enriched_click").decode(row[2])["region"] == {"user": "ada", "region": "north"}
     assert state.writes == 1  # and it was not rewritten: nothing changed
+
+
+def _event(side: int, key: int, at: int) -> dict[str, Any]:
+    return {
+        "input": side,
+        "key": str(key),
+        "value": {"k": key, "v": "e", "at": at},
+        "event_time": at,
+    }
+
+
+def test_the_timer_is_not_moved_later_when_touched_keys_are_due_later() -> None:
+    processor, _ = _processor(_window())
+    timers = processor.handle.timers  # type: ignore[attr-defined]
+    _call(processor, [_event(0, 1, 1), _event(0, 2, 1)])
+    assert timers == [("register", NOW + 60_000)]  # idle_timeout after the keys' records
+
+    _call(processor, [_event(1, 1, 2)], now=NOW + 5_000)  # key 1 is due later now; key 2 not
+    _call(processor, [_event(1, 2, 3)], now=NOW + 9_000)  # and now every key is
+    assert timers == [("register", NOW + 60_000)]  # two calls to the JVM saved, twice
+
+
+def test_a_timer_that_fires_before_any_key_is_due_is_set_again_at_the_earliest() -> None:
+    processor, _ = _processor(_window())
+    timers = processor.handle.timers  # type: ignore[attr-defined]
+    _call(processor, [_event(0, 1, 1)])
+    _call(processor, [_event(0, 1, 2)], now=NOW + 5_000)
+
+    sent: list[tuple[Any, ...]] = []
+    processor._wake_up(_Clock(NOW + 60_000), sent.append)  # the first timer fires
+
+    assert sent == []  # nothing was due: the key's record came 55 s ago
+    assert timers == [("register", NOW + 60_000), ("register", NOW + 65_000)]
+
+
+def test_a_key_due_earlier_than_the_timer_moves_it_earlier() -> None:
+    processor, _ = _processor(_window())
+    timers = processor.handle.timers  # type: ignore[attr-defined]
+    _call(processor, [_event(0, 1, 1)])
+    processor.plan.joiner.idle_timeout = 10_000  # type: ignore[attr-defined] # as a joiner
+    _call(processor, [_event(0, 2, 1)], now=NOW + 1_000)  # whose wake-ups differ by key
+
+    assert timers == [
+        ("register", NOW + 60_000),
+        ("delete", NOW + 60_000),
+        ("register", NOW + 11_000),
+    ]
