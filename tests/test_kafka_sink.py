@@ -204,6 +204,58 @@ def test_a_kept_producer_fenced_by_another_starts_over_and_writes_each_batch_onc
         forget_kept_clients()
 
 
+class _Watched:
+    """A producer that counts the transactions begun on it."""
+
+    def __init__(self, producer: Any) -> None:
+        self.producer = producer
+        self.begun = 0
+
+    def begin_transaction(self) -> None:
+        self.begun += 1
+        self.producer.begin_transaction()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.producer, name)
+
+
+def test_a_kept_producer_that_did_not_commit_the_last_batch_is_not_tried(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str]
+) -> None:
+    """Worker A keeps its producer after batch 0; batch 1 runs in worker B, whose producer
+    takes the id over; batch 2 comes back to A. The marker says A's producer did not commit
+    batch 1, so A starts over with a new producer without trying the kept one, which would
+    only be refused as fenced (and the client log an error)."""
+    from daemon.kafka import task_output
+    from daemon.kafka.task_output import OutputSpec, TaskOutput, forget_kept_clients
+
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("moved")
+    create_topic(conf, topic)
+    spec = OutputSpec(f"moved-{topic}", conf, "exactly_once", marker_topic=topic)
+    kept = task_output._TRANSACTIONAL
+    txn_id = f"enrichd.{spec.pipeline}.0"
+
+    def write(batch: int, value: bytes) -> TaskOutput:
+        output = TaskOutput(spec, 0, batch, "query")
+        output.send(topic, b"k", value, None)
+        output.commit()
+        return output
+
+    try:
+        write(0, b"a")
+        producer, group, batch = kept.pop(txn_id)  # worker A's, set aside while B runs
+        worker_a = _Watched(producer)
+        write(1, b"b")  # in worker B: a new producer takes the id over
+        kept[txn_id] = (worker_a, group, batch)  # back in worker A
+
+        assert write(2, b"c").records == {topic: 1}
+        assert worker_a.begun == 0
+        assert [record.value for record in read_topic(conf, topic)] == [b"a", b"b", b"c"]
+    finally:  # what the task keeps would outlive the broker in this process
+        forget_kept_clients()
+
+
 def produced(conf: dict[str, str], topic: str, expected: int, wait_s: float = 3.0) -> list[bytes]:
     """The values in ``topic``'s partition 0 so far, committed or not: read until ``expected``
     are found or ``wait_s`` passes."""

@@ -26,13 +26,14 @@ before it commits has written nothing, which also keeps crash tests checkable on
 shows aborted records to ``read_committed`` readers (Tansu, the test broker; see
 ``tests/test_crash_recovery.py``).
 
-A reused Python worker keeps its producer for the next batch of the same id rather than
-initialising a new one; if another producer initialised the id meanwhile, the kept one learns
-it is fenced when it adds the marker, before it writes anything, and the task starts over as
-above. That happens often: Spark hands a task to whichever Python worker is idle, so a
-partition's tasks move between workers. Starting over takes a spare producer the worker
-created ahead and initialises it, which takes a few milliseconds where a new producer took 55
-and at times 500 (its connections and the coordinator lookup).
+A reused Python worker keeps its producer, and uses it again for the id's next batch if the
+marker says it committed the batch before; if another producer initialised the id meanwhile
+all the same, the kept one learns it is fenced when it adds the marker, before it writes
+anything. Otherwise the task starts over as above. That happens often: Spark hands a task to
+whichever Python worker is idle, so a partition's tasks move between workers. Starting over
+takes a spare producer the worker created ahead and initialises it, which takes a few
+milliseconds where a new producer took 55 and at times 500 (its connections and the
+coordinator lookup).
 
 ``delivery = "at_least_once"`` uses the idempotent producer instead: no transactions, and a
 replayed micro-batch may be written twice.
@@ -49,9 +50,10 @@ from daemon.config import Delivery
 from daemon.kafka.clients import Deliveries, produce
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
-_TRANSACTIONAL: dict[str, Any] = {}
+_TRANSACTIONAL: dict[str, tuple[Any, str, int]] = {}
 """Transactional producers by transactional id, kept by a reused Python worker between the
-batches it writes (see :meth:`TaskOutput._begin`)."""
+batches it writes, each with its marker group and the last batch committed in that group when
+it was kept (see :meth:`TaskOutput._begin`)."""
 _SPARES: dict[str, Any] = {}
 """A connected, uninitialised producer per transactional id this worker wrote with, for the
 next time it must take the id over (see :meth:`TaskOutput._new_producer`)."""
@@ -246,11 +248,16 @@ class TaskOutput:
                     pass  # nothing open, or already fenced: the next init aborts it anyway
             raise
         if transactional:
-            _TRANSACTIONAL[self._txn_id] = producer
+            _TRANSACTIONAL[self._txn_id] = (producer, self._group, self.batch_id)
 
     @property
     def _txn_id(self) -> str:
         return f"enrichd.{self.spec.pipeline}.{self.partition}"
+
+    @property
+    def _group(self) -> str:
+        """The consumer group whose offset marks the task's last committed batch."""
+        return f"enrichd.{self.spec.pipeline}.sink.{self.query_id}.{self.partition}"
 
     def open(self) -> None:
         """Open the transaction now, or learn that the batch was committed before."""
@@ -262,33 +269,43 @@ class TaskOutput:
         if self.spec.delivery == "at_least_once":
             self._producer = _idempotent_producer(self.spec)
             return
-        group = f"enrichd.{self.spec.pipeline}.sink.{self.query_id}.{self.partition}"
         marker = TopicPartition(self.spec.marker_topic, 0)
-        self._producer = self._begin(group, marker)
+        self._producer = self._begin(self._group, marker)
         self.skipped = self._producer is None
 
     def _begin(self, group: str, marker: Any) -> Any:
         """A producer in a transaction that holds the batch's marker; None if committed.
 
-        A producer this worker kept from an earlier batch still owns the transactional id
-        unless another producer initialised the id since; sending the marker is its first
-        call to the broker in the transaction and fails if so (fenced). Otherwise, and in a
-        worker without one, a new producer initialises the id, which fences every other
-        producer of it and aborts any transaction one left open, and only then is the marker
-        read: a task attempt still running elsewhere can no longer commit the batch behind it.
+        A producer this worker kept is tried only if it committed the last batch: then no
+        other producer has taken the id over since, unless a task attempt that failed did. A
+        producer that was fenced learns it when it adds the marker, its first call to the
+        broker in the transaction, and is dropped. Spark hands a task to whichever Python
+        worker is idle, so a partition's tasks move between workers often; trying the kept
+        producer every time made it fail about once a second in a latency run (and the
+        client log an error line each time) before starting over.
+
+        Starting over, a new producer initialises the id, which fences every other producer
+        of it and aborts any transaction one left open, and only then is the marker read: a
+        task attempt still running elsewhere can no longer commit the batch behind it.
         """
         from confluent_kafka import KafkaException
 
         kept = _TRANSACTIONAL.pop(self._txn_id, None)
         if kept is not None:
-            if self._keep_if_committed(kept, group, marker):
+            producer, kept_group, kept_last = kept
+            last = self._last_committed(group, marker)
+            if last >= self.batch_id:
+                _TRANSACTIONAL[self._txn_id] = kept
                 return None
-            try:
-                return self._open_transaction(kept, group, marker)
-            except KafkaException:
-                pass  # fenced (it is dropped): start over as a new producer
+            if (kept_group, kept_last) == (group, last):
+                try:
+                    return self._open_transaction(producer, group, marker)
+                except KafkaException:
+                    pass  # fenced after all (it is dropped): start over as a new producer
         producer = self._new_producer()
-        if self._keep_if_committed(producer, group, marker):
+        last = self._last_committed(group, marker)
+        if last >= self.batch_id:
+            _TRANSACTIONAL[self._txn_id] = (producer, group, last)
             return None
         return self._open_transaction(producer, group, marker)
 
@@ -305,13 +322,6 @@ class TaskOutput:
         _SPARES[self._txn_id] = _transactional_producer(self.spec, self._txn_id)
         producer.init_transactions(30)
         return producer
-
-    def _keep_if_committed(self, producer: Any, group: str, marker: Any) -> bool:
-        """Whether the batch was committed before; if so, keep ``producer`` for the next one."""
-        if self._last_committed(group, marker) < self.batch_id:
-            return False
-        _TRANSACTIONAL[self._txn_id] = producer
-        return True
 
     def _open_transaction(self, producer: Any, group: str, marker: Any) -> Any:
         producer.begin_transaction()
