@@ -340,9 +340,11 @@ class KafkaStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         """The end of the next micro-batch: the log ends, capped to the read limit.
 
-        With the spec's ``wake_ms``, also the :data:`CLOCK`.
+        With the spec's ``wake_ms``, also the :data:`CLOCK`. The partitions come in the order
+        of their names, whatever order their ends were found in: Spark compares offsets as
+        JSON text, and the same ends in another order made it run a batch that read nothing.
         """
-        planned = self._planned(start, limit)
+        planned = dict(sorted(self._planned(start, limit).items()))
         if self.spec.wake_ms:
             planned[CLOCK] = time.time_ns() // 1_000_000 // self.spec.wake_ms
         return planned
