@@ -281,8 +281,8 @@ class TaskOutput:
         producer that was fenced learns it when it adds the marker, its first call to the
         broker in the transaction, and is dropped. Spark hands a task to whichever Python
         worker is idle, so a partition's tasks move between workers often; trying the kept
-        producer every time made it fail about once a second in a latency run (and the
-        client log an error line each time) before starting over.
+        producer every time made it fail 50-60 times in a 100 s latency run (and the client
+        log an error line each time) before starting over.
 
         Starting over, a new producer initialises the id, which fences every other producer
         of it and aborts any transaction one left open, and only then is the marker read: a
