@@ -170,6 +170,16 @@ def test_a_fresh_checkpoint_writes_its_outputs_again(
     assert view_counts(conf, output) == dict.fromkeys(range(300, 304), 2)
 
 
+def commit_one(spec: Any, topic: str, batch: int, value: bytes) -> Any:
+    """Write one record as partition 0's task of ``batch`` would, and commit; the task output."""
+    from daemon.kafka.task_output import TaskOutput
+
+    output = TaskOutput(spec, 0, batch, "query")
+    output.send(topic, b"k", value, None)
+    output.commit()
+    return output
+
+
 def test_a_kept_producer_fenced_by_another_starts_over_and_writes_each_batch_once(
     broker: EmbeddedBroker, fresh_topic: Callable[[str], str]
 ) -> None:
@@ -187,10 +197,7 @@ def test_a_kept_producer_fenced_by_another_starts_over_and_writes_each_batch_onc
     spec = OutputSpec(f"fenced-{topic}", conf, "exactly_once", marker_topic=topic)
 
     def write(batch: int, value: bytes) -> TaskOutput:
-        output = TaskOutput(spec, 0, batch, "query")
-        output.send(topic, b"k", value, None)
-        output.commit()
-        return output
+        return commit_one(spec, topic, batch, value)
 
     try:
         assert not write(0, b"a").skipped
@@ -237,10 +244,7 @@ def test_a_kept_producer_that_did_not_commit_the_last_batch_is_not_tried(
     txn_id = f"enrichd.{spec.pipeline}.0"
 
     def write(batch: int, value: bytes) -> TaskOutput:
-        output = TaskOutput(spec, 0, batch, "query")
-        output.send(topic, b"k", value, None)
-        output.commit()
-        return output
+        return commit_one(spec, topic, batch, value)
 
     try:
         write(0, b"a")

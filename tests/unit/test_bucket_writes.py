@@ -78,36 +78,30 @@ def _codec(name: str) -> AvroCodec:
     return AvroCodec(load_schema_file(SCHEMAS / f"{name}.avsc"))
 
 
-def _lookup() -> OperatorPlan:
-    joiner = Lookup(
-        LookupOptions(mode="left"),
-        JoinerContext(pipeline="p", fields={"stream": "click", "table": "region"}),
-    )
+def _plan(joiner: Any, codecs: dict[str, str], output: str, inputs: Any) -> OperatorPlan:
     return OperatorPlan(
         joiner=joiner,
-        codecs={"stream": _codec("click"), "table": _codec("user_region")},
-        output_codec=_codec("enriched_click"),
-        output_topic="enriched",
-        dead_letter_topic="enriched.dlq",
+        codecs={role: _codec(schema) for role, schema in codecs.items()},
+        output_codec=_codec(output),
+        output_topic="out",
+        dead_letter_topic="out.dlq",
         plugin="enrichd",
-        inputs=INPUTS,
+        inputs=inputs,
     )
+
+
+def _lookup() -> OperatorPlan:
+    context = JoinerContext(pipeline="p", fields={"stream": "click", "table": "region"})
+    joiner = Lookup(LookupOptions(mode="left"), context)
+    codecs = {"stream": "click", "table": "user_region"}
+    return _plan(joiner, codecs, "enriched_click", INPUTS)
 
 
 def _window() -> OperatorPlan:
-    joiner = Window(
-        WindowOptions(window=10_000, idle_timeout=60_000),
-        JoinerContext(pipeline="p", fields={"left": "left", "right": "right"}),
-    )
-    return OperatorPlan(
-        joiner=joiner,
-        codecs={"left": _codec("left_event"), "right": _codec("right_event")},
-        output_codec=_codec("joined_pair"),
-        output_topic="pairs",
-        dead_letter_topic="pairs.dlq",
-        plugin="enrichd",
-        inputs=(("left", "lefts"), ("right", "rights")),
-    )
+    context = JoinerContext(pipeline="p", fields={"left": "left", "right": "right"})
+    joiner = Window(WindowOptions(window=10_000, idle_timeout=60_000), context)
+    codecs = {"left": "left_event", "right": "right_event"}
+    return _plan(joiner, codecs, "joined_pair", (("left", "lefts"), ("right", "rights")))
 
 
 def _processor(plan: OperatorPlan | None = None) -> tuple[JoinerProcessor, _State]:
@@ -164,7 +158,7 @@ def test_stream_records_that_only_read_the_table_write_no_state() -> None:
 
     enriched = _call(processor, [_click("ada", 2), _click("bob", 3), _click("ada", 4)])
 
-    assert [row[0] for row in enriched] == ["enriched"] * 3  # each click joined
+    assert [row[0] for row in enriched] == ["out"] * 3  # each click joined
     assert state.writes == 1 and state.value == stored  # the bucket was left as it was
 
 
