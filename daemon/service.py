@@ -154,7 +154,8 @@ def run_service(
     Args:
         file: the pipeline file.
         stop_timeout_s: time to finish micro-batches in flight and exit after the signal.
-        stop: set it to stop, as a signal would (for running the service in a thread).
+        stop: set it to stop, as a signal would (for running the service in a thread,
+            where it installs no signal handlers and never exits the process).
         http: ``HOST:PORT`` for ``/healthz``, ``/readyz`` and ``/metrics``; None: the
             file's ``[service] http``, and no endpoint if that is not set either.
         stall_timeout_s: a query without a progress report for this long is stalled: not
@@ -187,8 +188,11 @@ def run_service(
     spark = spark_session(file.spark)
     ops.attach(spark)
     stop = stop or threading.Event()
+    # In the main thread the service owns the process: signals stop it, and it exits by force
+    # past the stop timeout. Run in another thread, it leaves both to the program around it.
+    owns_process = threading.current_thread() is threading.main_thread()
     # After the session starts: PySpark installs its own SIGINT handler when it does.
-    if threading.current_thread() is threading.main_thread():
+    if owns_process:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda number, _frame: stop.set())
     pipelines = [Supervised(ops.instrument(plan)) for plan in plans]
@@ -202,7 +206,8 @@ def run_service(
     ops.stopping()
     now = time.monotonic()
     log.info("stopping: letting micro-batches in flight finish (up to %.0f s)", stop_timeout_s)
-    _exit_at(now + stop_timeout_s)
+    if owns_process:
+        _exit_at(now + stop_timeout_s)
     # Half the time for batches in flight, the rest for stopping queries and Spark; this
     # bounds each query.stop(), which raises rather than wait longer.
     spark.conf.set("spark.sql.streaming.stopTimeout", str(int(stop_timeout_s * 250)))
@@ -215,7 +220,11 @@ def run_service(
 
 
 def _exit_at(deadline: float) -> None:
-    """Exit 0 at ``deadline`` even if Spark does not shut down by then."""
+    """Exit 0 at ``deadline`` even if Spark does not shut down by then.
+
+    The timer outlives :func:`run_service`: the process may still hang on its way out after
+    Spark stopped (the JVM gateway, a client's threads), and ``daemon run`` must exit in time.
+    """
 
     def force() -> None:
         log.warning("stop timeout reached; exiting without waiting for Spark")

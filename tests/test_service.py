@@ -134,3 +134,48 @@ def test_a_failed_query_is_logged_and_restarted_with_backoff(
         "pipeline views failed: boom; restarting in 1 s",
         "pipeline views failed: boom again; restarting in 2 s",
     ]
+
+
+EMBEDDING = """\
+import sys, threading, time
+from pathlib import Path
+
+from daemon.config import load_pipeline_file
+from daemon.service import run_service
+
+file = load_pipeline_file(Path(sys.argv[1]))
+commits = Path(file.pipeline[0].checkpoint) / "commits"
+stop = threading.Event()
+service = threading.Thread(
+    target=run_service, args=(file,), kwargs={"stop": stop, "stop_timeout_s": 2.0}
+)
+service.start()
+deadline = time.monotonic() + 120
+while not (commits / "0").exists():
+    assert service.is_alive() and time.monotonic() < deadline, "no micro-batch committed"
+    time.sleep(0.2)
+stop.set()
+service.join(60)
+assert not service.is_alive(), "the service did not stop"
+time.sleep(3)  # past the stop timeout, where `daemon run` exits by force
+print("running 3 s past the stop timeout", flush=True)
+"""
+
+
+def test_a_service_in_a_thread_runs_its_pipeline_and_stops_without_ending_the_process(
+    broker: EmbeddedBroker, fresh_topic: Any, tmp_path: Path
+) -> None:
+    from tests.test_crash_recovery import Scenario
+
+    run = Scenario(broker, fresh_topic, tmp_path)
+    run.produce_tweets(range(3))
+    done = subprocess.run(
+        [sys.executable, "-c", EMBEDDING, str(run.path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1:] == ["running 3 s past the stop timeout"]
+    assert run.views() == {0: 1, 1: 1, 2: 1}
