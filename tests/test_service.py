@@ -144,10 +144,14 @@ from daemon.config import load_pipeline_file
 from daemon.service import run_service
 
 file = load_pipeline_file(Path(sys.argv[1]))
+if sys.argv[2] == "caller":  # a program that uses Spark itself starts the session first
+    from daemon.engine.session import spark_session
+
+    spark_session(file.spark)
 commits = Path(file.pipeline[0].checkpoint) / "commits"
 stop = threading.Event()
-service = threading.Thread(
-    target=run_service, args=(file,), kwargs={"stop": stop, "stop_timeout_s": 2.0}
+service = threading.Thread(  # a daemon thread: a failed assertion ends the script at once
+    target=run_service, args=(file,), kwargs={"stop": stop, "stop_timeout_s": 2.0}, daemon=True
 )
 service.start()
 deadline = time.monotonic() + 120
@@ -162,15 +166,17 @@ print("running 3 s past the stop timeout", flush=True)
 """
 
 
+@pytest.mark.parametrize("session_from", ["service", "caller"])
 def test_a_service_in_a_thread_runs_its_pipeline_and_stops_without_ending_the_process(
-    broker: EmbeddedBroker, fresh_topic: Any, tmp_path: Path
+    broker: EmbeddedBroker, fresh_topic: Any, tmp_path: Path, session_from: str
 ) -> None:
+    """Embedded in a thread, whether it starts the Spark session or the program did."""
     from tests.test_crash_recovery import Scenario
 
     run = Scenario(broker, fresh_topic, tmp_path)
     run.produce_tweets(range(3))
     done = subprocess.run(
-        [sys.executable, "-c", EMBEDDING, str(run.path)],
+        [sys.executable, "-c", EMBEDDING, str(run.path), session_from],
         capture_output=True,
         text=True,
         timeout=300,

@@ -67,6 +67,12 @@ def spark_session(config: SparkConfig) -> SparkSession:
     for key, value in {**_DEFAULTS, **config.conf}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    # getOrCreate() makes the session active only in the thread that first created it, and
+    # Spark finds a Python data sink through the calling thread's active session: started
+    # in a thread of a program whose session already ran, the service's queries failed
+    # with DATA_SOURCE_NOT_FOUND for enrichd-kafka-sink. PySpark's createDataFrame sets it
+    # the same way.
+    SparkSession._get_j_spark_session_class(session._jvm).setActiveSession(session._jsparkSession)
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(KafkaSource)
     session.dataSource.register(KafkaSink)
