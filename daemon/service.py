@@ -83,7 +83,7 @@ class Supervised:
         try:
             self.query = start_query(spark, self.plan)
         except Exception as exc:
-            self.failed(f"could not start: {exc}", now)
+            self.failed(f"could not start: {_reason(exc)}", now)
             return
         log.info(
             "pipeline %s %s: joiner %s, checkpoint %s",
@@ -134,6 +134,21 @@ class Supervised:
             self.restarts,
             extra={"pipeline": self.name},
         )
+
+
+def _reason(exc: Exception) -> str:
+    """What went wrong: a JVM error's own class and message, where Py4J wraps one.
+
+    Py4J's text starts "An error occurred while calling o131.start.", which is all the
+    service's one-line log would keep; the JVM exception's text names the problem.
+    """
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return str(exc)
+    try:
+        return str(java.toString())
+    except Exception:  # the JVM is gone: Py4J's own text is all there is
+        return str(exc)
 
 
 def _last_batch(query: Any) -> int:

@@ -136,6 +136,32 @@ def test_a_failed_query_is_logged_and_restarted_with_backoff(
     ]
 
 
+class JavaError(Exception):
+    """What Py4J raises for a JVM exception: its text names only the call that failed."""
+
+    def __init__(self, java_text: str) -> None:
+        super().__init__("An error occurred while calling o131.start.")
+        self.java_exception = SimpleNamespace(toString=lambda: java_text)
+
+
+def test_a_query_that_cannot_start_is_logged_with_the_jvm_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def start_query(spark: Any, plan: Any) -> None:
+        raise JavaError("org.apache.spark.SparkClassNotFoundException: [DATA_SOURCE_NOT_FOUND] x")
+
+    monkeypatch.setattr(service, "start_query", start_query)
+    pipeline = SimpleNamespace(name="views", joiner="comap", checkpoint="state/views")
+    pipe = Supervised(SimpleNamespace(config=pipeline))  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="enrichd.service"):
+        pipe.start(None, "started", now=10.0)  # type: ignore[arg-type]
+    assert pipe.restart_at == 11.0
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline views failed: could not start: org.apache.spark.SparkClassNotFoundException: "
+        "[DATA_SOURCE_NOT_FOUND] x; restarting in 1 s"
+    ]
+
+
 EMBEDDING = """\
 import sys, threading, time
 from pathlib import Path
