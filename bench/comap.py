@@ -39,6 +39,7 @@ from bench.quix import QuixResult, run_quix
 from bench.raw import run_ceiling
 from bench.report import (
     PEER_TARGET,
+    SERVICE_LINE,
     TARGET_RATIO,
     Section,
     batches_lines,
@@ -139,7 +140,7 @@ def _rows(
             spark.end_to_end_rate,
             end_s,
             spark.end_to_end_rate / two.rate,
-            "from start_query, incl. first batch",
+            "from the service's start, incl. first batch",
         ),
         (
             "raw ceiling, 2 processes, again",
@@ -265,8 +266,8 @@ def _analysis(
         f"commitOffsets {commits:,.0f} ms, queryPlanning + getBatch {planning:,.0f} ms, "
         f"other {other:,.0f} ms: {trigger - add:,.0f} ms in all, "
         f"{(trigger - add) / trigger:.0%} of the batch.",
-        f"- First batch: {first.rows:,} records, ended {spark.first_batch_s:.1f} s after "
-        f"start_query (its triggerExecution {first.durations_ms.get('triggerExecution', 0):,} "
+        f"- First batch: {first.rows:,} records, ended {spark.first_batch_s:.1f} s after the "
+        f"service started (its triggerExecution {first.durations_ms.get('triggerExecution', 0):,} "
         f"ms; addBatch {first.durations_ms.get('addBatch', 0):,} ms); the Spark session took "
         f"{spark.session_start_s:.1f} s to start before that (not counted anywhere above).",
     ]
@@ -332,6 +333,7 @@ def _lines(
         "- *raw ceiling*: confluent-kafka `assign()` + fastavro + dicts + batching producer, "
         "timed from the first record consumed to the last output delivered; two processes "
         "each read every user and one tweet partition.",
+        SERVICE_LINE,
         "- *enrichd sustained*: input records after the first micro-batch over the time "
         "from the end of the first batch to the end of the last (from the query's progress "
         "reports); *end to end* also counts the first batch and query start-up, but not "

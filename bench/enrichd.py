@@ -1,8 +1,10 @@
-"""enrichd's side: the ``comap`` pipeline of ``examples/tweet-views.toml`` through the engine.
+"""enrichd's side: the ``comap`` pipeline of ``examples/tweet-views.toml`` through the service.
 
 The pipeline file is loaded as users would write it, pointed at the benchmark's broker and
-topics, given a fresh checkpoint and unique output names, then planned and started with
-:func:`daemon.engine.pipeline.plan_pipeline` and :func:`~daemon.engine.pipeline.start_query`.
+topics, given a fresh checkpoint and unique output names, then run by the service behind
+``daemon run`` (:func:`daemon.service.run_service`: planning, its queries on one Spark
+session, the progress listener, metrics, lag sampling, supervision) in a thread of this
+process (:func:`serving`), which can then read the queries' progress reports.
 The run ends when the query's last progress report says its source reached every produced
 partition end. Timing comes from the progress reports themselves: each batch's trigger start
 (``timestamp``) plus its ``durationMs.triggerExecution`` is when it ended.
@@ -11,8 +13,11 @@ partition end. Timing comes from the progress reports themselves: each batch's t
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -62,7 +67,7 @@ class EnrichdResult:
     input_records: int
     session_start_s: float
     query_started: float
-    """Epoch seconds when ``start_query`` was called (after the session was up)."""
+    """Epoch seconds when the service was started (after the session was up)."""
     batches: list[Batch] = field(default_factory=list)
     output_topic: str = ""
     dead_letter_topic: str = ""
@@ -76,12 +81,12 @@ class EnrichdResult:
 
     @property
     def first_batch_s(self) -> float:
-        """From ``start_query`` to the end of the first batch that read records."""
+        """From the service's start to the end of the first batch that read records."""
         return self.batches[0].ended - self.query_started
 
     @property
     def end_to_end_rate(self) -> float:
-        """Input records / (start_query to the end of the last batch)."""
+        """Input records / (the service's start to the end of the last batch)."""
         return self.input_records / (self.batches[-1].ended - self.query_started)
 
     @property
@@ -169,22 +174,23 @@ def run_pipeline(
     timeout_s: float = 900.0,
     stages: bool = False,
 ) -> EnrichdResult:
-    """Plan and run one pipeline (``PipelineConfig`` of ``file``) until it consumed ``ends``.
+    """Serve one pipeline (``PipelineConfig`` of ``file``) until it consumed ``ends``.
 
     The pipeline's checkpoint must be a fresh folder the caller removes afterwards; its state
-    folder is measured when the query has stopped. Peak memory is sampled from the session's
-    start to the query's stop. With ``stages``, a joiner's later stages (its downstream
-    queries) run afterwards, one by one, each over everything the one before wrote; their
-    batches go to ``stage_batches`` and do not count in the first stage's rates.
+    folder is measured when the service has stopped. Peak memory is sampled from the
+    session's start to the service's stop. With ``stages``, a joiner's later stages (its
+    downstream queries, which the service runs beside the first) are awaited too, each until
+    it read everything the one before wrote; their batches go to ``stage_batches`` and do not
+    count in the first stage's rates.
 
     Raises:
-        RuntimeError: a query failed or did not consume everything within ``timeout_s``.
+        RuntimeError: the service or a query failed, or did not consume everything within
+            ``timeout_s``.
     """
-    from daemon.engine.pipeline import client_conf, plan_pipeline, start_query
+    from daemon.engine.pipeline import client_conf
     from daemon.engine.session import spark_session
 
     conf = client_conf(file)
-    plan = plan_pipeline(file, pipe, conf)
     with PeakMemory() as memory:
         began = time.monotonic()
         spark = spark_session(file.spark)
@@ -196,21 +202,66 @@ def run_pipeline(
             dead_letter_topic=pipe.dead_letters,
             max_records_per_batch=pipe.max_records_per_batch,
         )
-        query = start_query(spark, plan)
-        try:
-            result.batches = await_consumed(query, ends, timeout_s)
-        finally:
-            query.stop()
-        for stage in plan.stages()[1:] if stages else []:
-            stage_ends = committed_ends(conf, stage.source.inputs[0].topic)
-            query = start_query(spark, stage)
-            try:
-                result.stage_batches.append(await_consumed(query, stage_ends, timeout_s))
-            finally:
-                query.stop()
+        with serving(file, pipe, spark, timeout_s) as query:
+            result.batches = await_consumed(query(pipe.name), ends, timeout_s)
+            for output in pipe.outputs if stages else ():
+                # The stage of output NAME reads the pipeline's output topic, now complete.
+                stage_ends = committed_ends(conf, pipe.output.topic)
+                stage = query(f"{pipe.name}.{output}")
+                result.stage_batches.append(await_consumed(stage, stage_ends, timeout_s))
     result.peaks = memory.result
     result.state_bytes = state_bytes(Path(pipe.checkpoint))
     return result
+
+
+@contextmanager
+def serving(
+    file: Any, pipe: Any, spark: Any, timeout_s: float = 120.0
+) -> Iterator[Callable[[str], Any]]:
+    """``daemon run``'s service over ``pipe`` alone, in a thread; yields ``query(name)``.
+
+    ``spark`` is the process's session (:func:`daemon.engine.session.spark_session`), which
+    the service reuses: started by the caller, its start-up is timed apart from the run's.
+    ``query(name)`` waits until the service runs the query of that name (the pipeline's, or
+    ``PIPELINE.OUTPUT`` for a joiner's later stage) and returns it. On leaving, the service
+    is stopped as SIGTERM stops ``daemon run``: batches in flight finish, then the queries
+    and the session stop.
+
+    Raises:
+        RuntimeError: the service failed, or a query did not start within ``timeout_s``.
+    """
+    from daemon.service import run_service
+
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            run_service(file.model_copy(update={"pipeline": [pipe]}), stop=stop)
+        except BaseException as exc:  # noqa: BLE001 - handed to the benchmark's thread
+            failures.append(exc)
+
+    def query(name: str) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if failures or not service.is_alive():
+                raise RuntimeError(f"the service stopped: {failures[0] if failures else '?'}")
+            running = [q for q in spark.streams.active if q.name == name]
+            if running:
+                return running[0]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the service started no query {name!r} in {timeout_s:.0f}s")
+            time.sleep(0.1)
+
+    service = threading.Thread(target=serve, name="enrichd-service", daemon=True)
+    service.start()
+    try:
+        yield query
+    finally:
+        stop.set()
+        service.join(120)
+    if failures:
+        raise RuntimeError(f"the service failed: {failures[0]}")
 
 
 def await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[Batch]:

@@ -35,7 +35,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.enrichd import Batch, await_consumed
+from bench.enrichd import Batch, await_consumed, serving
 
 LATENCY_TARGET_MS = 2_000
 """The issue's target: p99 end-to-end latency under 2 s at 5,000 records/s offered."""
@@ -322,27 +322,28 @@ def run_latency(
 ) -> LatencyResult:
     """Measure ``workload``'s pipeline's latency at ``rate`` records/s offered for ``seconds``.
 
-    Uses the process's Spark session (started on first use). A pipeline that fails or falls
-    too far behind comes back as a result with ``reason`` set, not an exception.
+    The pipeline runs through ``daemon run``'s service (:func:`bench.enrichd.serving`) on the
+    process's Spark session. A pipeline that fails or falls too far behind comes back as a
+    result with ``reason`` set, not an exception.
     """
-    from daemon.engine.pipeline import client_conf, plan_pipeline, start_query
+    from daemon.engine.pipeline import client_conf, plan_pipeline
     from daemon.engine.session import spark_session
 
     conf = {"bootstrap.servers": servers}
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-latency-") as tmp:
         offer = workload.prepare(Path(tmp) / "checkpoint", trigger_ms)
-        # Planning creates the output topic, which the watcher needs before the first output.
-        plan = plan_pipeline(offer.file, offer.pipe, client_conf(offer.file))
+        # Planned here only for its output topic, which the watcher needs before the first
+        # output; the service plans the pipeline again when it starts.
+        plan_pipeline(offer.file, offer.pipe, client_conf(offer.file))
         watcher = _Watcher(conf, offer.pipe.output.topic, offer.topics)
         try:
             watcher.start_watching()
-            query = start_query(spark_session(offer.file.spark), plan)
-            try:
-                first = await_consumed(query, offer.loaded, timeout_s)
+            spark = spark_session(offer.file.spark)
+            with serving(offer.file, offer.pipe, spark, timeout_s) as query:
+                running = query(offer.pipe.name)
+                first = await_consumed(running, offer.loaded, timeout_s)
                 stamps, offered_from, offered_until = _offer(conf, offer, rate, seconds, seed)
-                batches = await_consumed(query, {**offer.loaded, **stamps.ends}, timeout_s)
-            finally:
-                query.stop()
+                batches = await_consumed(running, {**offer.loaded, **stamps.ends}, timeout_s)
             watcher.finish(timeout_s)
         except RuntimeError as exc:
             return LatencyResult(rate, seconds, trigger_ms, reason=str(exc))

@@ -62,6 +62,16 @@ class Section:
     """Whether the outputs checked out (counts as expected, no unexpected dead letters)."""
 
 
+SERVICE_LINE = (
+    "- *enrichd* runs its pipeline through the service of `daemon run` "
+    "(`daemon.service.run_service`, in a thread of the benchmark's process, which reads the "
+    "queries' progress reports): planning, the streaming queries, the progress listener, "
+    "metrics and input-lag sampling, as a deployed daemon runs them (with no HTTP endpoint, "
+    "as `daemon run` without `--http`)."
+)
+"""The report line saying how an enrichd pipeline runs (:func:`bench.enrichd.serving`)."""
+
+
 def markers(name: str) -> tuple[str, str]:
     """The opening and closing markers of section ``name``."""
     return f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
@@ -209,7 +219,7 @@ def throughput_table(
 
 
 def enrichd_contenders(
-    name: str, spark: EnrichdResult, end_note: str = "from start_query, incl. first batch"
+    name: str, spark: EnrichdResult, end_note: str = "from the service's start, incl. first batch"
 ) -> list[Contender]:
     """The rows of the enrichd run ``name``: sustained (after the first batch) and end to end."""
     steady = spark.steady()

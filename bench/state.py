@@ -24,6 +24,7 @@ from rich.console import Console
 from bench import lookup
 from bench.enrichd import batch_table
 from bench.report import (
+    SERVICE_LINE,
     Contender,
     Section,
     batches_lines,
@@ -122,6 +123,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         "",
         *markdown_table(table_rows, left=(0, 5)),
         "",
+        SERVICE_LINE,
         _memory_verdict(peaks.total, args.keys),
         f"- enrichd's memory (sampled every second from the Spark session's start to the "
         f"query's stop): {peaks.describe()}. Spark's part (JVM + Python workers, each at its "
