@@ -50,11 +50,13 @@ from bench.report import (
     load_line,
     machine,
     markdown_table,
+    needs,
     progress_check,
     quix_option,
     quix_status,
     run_header,
     scaling_caveat,
+    short_of,
 )
 from bench.workloads import (
     Topics,
@@ -218,10 +220,11 @@ def _peer_line(quix: QuixResult, spark: EnrichdResult) -> str:
     verdict = "meets" if versus >= PEER_TARGET else "misses"
     return (
         f"- Target: enrichd sustained >= {PEER_TARGET:.0f}x Quix Streams. This run {verdict} "
-        f"it: enrichd sustained is {versus:.2f}x Quix ({_rate(spark.sustained_rate)} against "
-        f"{_rate(quix.rate)} records/s; end to end {spark.end_to_end_rate / quix.rate:.2f}x)"
+        f"it: enrichd sustained is {short_of(versus, PEER_TARGET)}x Quix "
+        f"({_rate(spark.sustained_rate)} against {_rate(quix.rate)} records/s; "
+        f"end to end {spark.end_to_end_rate / quix.rate:.2f}x)"
         + (
-            f"; reaching it needs {PEER_TARGET / versus:.1f}x the measured sustained rate."
+            f"; reaching it needs {needs(PEER_TARGET / versus)} the measured sustained rate."
             if versus < PEER_TARGET
             else "."
         )
@@ -248,9 +251,9 @@ def _analysis(
     first = spark.batches[0]
     lines = [
         f"- Target: enrichd sustained >= {TARGET_RATIO:.0%} of the two-process raw ceiling. "
-        f"This run {verdict} it: {ratio:.2f} of the ceiling"
+        f"This run {verdict} it: {short_of(ratio, TARGET_RATIO)} of the ceiling"
         + (
-            f"; reaching the target needs {needed:.1f}x the measured sustained rate."
+            f"; reaching the target needs {needs(needed)} the measured sustained rate."
             if ratio < TARGET_RATIO
             else "."
         )

@@ -47,10 +47,12 @@ from bench.report import (
     load_line,
     machine,
     markdown_table,
+    needs,
     plot_of,
     quix_option,
     rate,
     run_header,
+    short_of,
     throughput_table,
 )
 from bench.resources import PeakMemory, state_bytes
@@ -426,6 +428,6 @@ def _issue3_line(enrichd: float, one: float) -> str:
     verdict = "meets" if ratio >= 0.5 else "misses"
     line = (
         f"- Issue #3's target (the pipeline >= half of the raw loop, read as the 1-process "
-        f"loop): this run {verdict} it, {ratio:.2f} of it"
+        f"loop): this run {verdict} it, {short_of(ratio, 0.5)} of it"
     )
-    return line + ("." if ratio >= 0.5 else f"; reaching it needs {0.5 / ratio:.1f}x.")
+    return line + ("." if ratio >= 0.5 else f"; reaching it needs {needs(0.5 / ratio)}.")

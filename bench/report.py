@@ -244,6 +244,17 @@ def plot_of(contenders: list[Contender]) -> dict[str, float]:
     return {c.name: c.rate for c in contenders if c.rate is not None}
 
 
+def short_of(ratio: float, target: float) -> str:
+    """``ratio``, with a third digit when two would round a miss up to ``target`` (0.496)."""
+    text = f"{ratio:.2f}"
+    return f"{ratio:.3f}" if ratio < target <= float(text) else text
+
+
+def needs(factor: float) -> str:
+    """How many times the measured rate a missed target needs: 1.01x or 1.002x, never 1.0x."""
+    return f"{factor:.3f}x" if factor < 1.01 else f"{factor:.2f}x"
+
+
 def ceiling_verdict(enrichd: float, ceiling: float, why: str = "", *, one: float = 0.0) -> str:
     """Issue #9's ceiling target, met or missed by how much; ``why`` explains a miss.
 
@@ -253,13 +264,13 @@ def ceiling_verdict(enrichd: float, ceiling: float, why: str = "", *, one: float
     verdict = "meets" if ratio >= TARGET_RATIO else "misses"
     line = (
         f"- Target: enrichd sustained >= {TARGET_RATIO:.0%} of the two-process raw ceiling. "
-        f"This run {verdict} it: {ratio:.2f} of the ceiling ({rate(enrichd)} against "
-        f"{rate(ceiling)} records/s)"
+        f"This run {verdict} it: {short_of(ratio, TARGET_RATIO)} of the ceiling "
+        f"({rate(enrichd)} against {rate(ceiling)} records/s)"
     )
     if ratio >= TARGET_RATIO:
         line += "."
     else:
-        line += f"; reaching it needs {TARGET_RATIO * ceiling / enrichd:.1f}x the measured rate."
+        line += f"; reaching it needs {needs(TARGET_RATIO * ceiling / enrichd)} the measured rate."
         line += f" {why}" if why else ""
     return line + scaling_caveat(enrichd, one, ceiling)
 
@@ -304,11 +315,11 @@ def peer_verdict(enrichd: float, peer: float | None, peer_name: str, reason: str
     versus = enrichd / peer
     verdict = "meets" if versus >= PEER_TARGET else "misses"
     line = (
-        f"{head} This run {verdict} it: {versus:.2f}x ({rate(enrichd)} against "
+        f"{head} This run {verdict} it: {short_of(versus, PEER_TARGET)}x ({rate(enrichd)} against "
         f"{rate(peer)} records/s)"
     )
     if versus < PEER_TARGET:
-        return line + f"; reaching it needs {PEER_TARGET / versus:.1f}x the measured rate."
+        return line + f"; reaching it needs {needs(PEER_TARGET / versus)} the measured rate."
     return line + "."
 
 
