@@ -157,6 +157,9 @@ def replay(
 ) -> ReplayResult:
     """Run one pipeline over recorded inputs and return what it wrote.
 
+    Runs on the process's Spark session if one is running, and leaves it running; otherwise
+    it starts one and stops it before returning.
+
     Args:
         file: the pipeline file.
         files: an input file per role.
@@ -171,7 +174,6 @@ def replay(
         ReplayInputError: a malformed input file (naming file and line).
     """
     from daemon.engine.pipeline import client_conf, codec_for, plan_pipeline, start_query
-    from daemon.engine.session import spark_session
 
     pipe = pick_pipeline(file, pipeline)
     unknown = sorted(set(files) - set(pipe.inputs))
@@ -199,7 +201,7 @@ def replay(
         records = arrival_order(inputs)
         plan = plan_pipeline(file, fresh, conf)
         ends = _produce(conf, fresh, codecs, records, _join_keys(plan, records))
-        spark = spark_session(file.spark)
+        spark = _session_until_done(file, stack)
         batches = 0
         for stage in plan.stages():
             if stage is not plan:  # a later stage reads everything the one before wrote
@@ -218,6 +220,26 @@ def replay(
             for name, (topic, codec) in (plan.operator.outputs or {}).items()
         }
     return ReplayResult(outputs, dead, len(records), batches, extra)
+
+
+def _session_until_done(file: PipelineFile, stack: ExitStack) -> Any:
+    """The process's Spark session; one that replay starts is stopped when it is done.
+
+    Stopped before the embedded broker (``stack`` unwinds in reverse): Spark's Python
+    workers keep Kafka clients between micro-batches, and with the broker gone they printed
+    a "Connection refused" line each until the process ended, after ``daemon demo``'s
+    results. A session that already ran (a test suite's, a notebook's) is left running.
+    """
+    from pyspark import SparkContext
+
+    from daemon.engine.session import spark_session
+
+    # The context, not SparkSession.getActiveSession(): that one is per thread.
+    running = SparkContext._active_spark_context is not None
+    spark = spark_session(file.spark)
+    if not running:
+        stack.callback(spark.stop)
+    return spark
 
 
 def _join_keys(plan: Any, records: list[ReplayRecord]) -> list[str]:

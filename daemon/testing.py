@@ -491,8 +491,9 @@ def replay_joiner(
     """Run an installed joiner over ``inputs`` through the real broker and Spark engine.
 
     Takes the same arguments as :func:`run_joiner` (``max_batch`` for ``batch_size``), so a
-    test can check that both give the same :func:`by_key` outputs. Needs Java; starts (or
-    reuses) the process's Spark session.
+    test can check that both give the same :func:`by_key` outputs. Needs Java; reuses the
+    process's Spark session (a session-scoped fixture keeps one for a test run), or starts
+    one for the call and stops it after.
 
     Args:
         joiner: the joiner's name, or its class (its ``name`` is used).
