@@ -97,12 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     console.rule(args.command)
     try:
         with EmbeddedBroker() as broker:
-            section = module.run(args, broker)
+            try:
+                section = module.run(args, broker)
+            finally:
+                _stop_spark()  # before the broker: Spark's workers hold Kafka clients
     except Exception:  # noqa: BLE001 - say what failed, as a workload of `all` would
         console.print(f"[bold red]{args.command} failed[/]\n{traceback.format_exc()}")
         return 1
-    finally:
-        _stop_spark()
     print_section(console, section)
     if not args.no_write:
         write_section(args.output, section)
