@@ -17,8 +17,8 @@ import json
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,18 +128,6 @@ def pick_pipeline(file: PipelineFile, name: str | None) -> PipelineConfig:
     raise ConfigError(f"no pipeline {name!r} in {file.source}; pipelines: {names}")
 
 
-@contextmanager
-def kafka_for(file: PipelineFile) -> Iterator[str]:
-    """The configured bootstrap servers, or a freshly started embedded broker's."""
-    if file.kafka.bootstrap_servers is not None:
-        yield file.kafka.bootstrap_servers
-        return
-    from daemon.broker import EmbeddedBroker
-
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap_servers
-
-
 Progress = Callable[[int, int], None]
 """Called with (input records read so far, in total) while the pipeline runs; the inputs'
 end-of-input markers (and a later stage's transaction markers) count as records."""
@@ -191,8 +179,12 @@ def replay(
         if role in files
     }
     with ExitStack() as stack:
-        embedded = bootstrap_servers is None and file.kafka.bootstrap_servers is None
-        servers = bootstrap_servers or stack.enter_context(kafka_for(file))
+        servers = bootstrap_servers or file.kafka.bootstrap_servers
+        embedded = servers is None
+        if embedded:
+            from daemon.broker import EmbeddedBroker
+
+            servers = stack.enter_context(EmbeddedBroker()).bootstrap_servers
         checkpoint = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="enrichd-")))
         fresh = _fresh_pipeline(pipe, checkpoint / "checkpoint", max_batch)
         conf = client_conf(file, servers)
