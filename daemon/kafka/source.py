@@ -393,7 +393,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         keeps a capped micro-batch a prefix of the input in time order, so the cap cannot
         change the order in which a key's records from different topics are applied.
         """
-        ranks: dict[str, int] = {}  # the input's place in the pipeline: the earlier first
+        ranks: dict[str, int] = {}  # the inputs come in the joiner's role order
         for i, spec in enumerate(self.spec.inputs):
             ranks.setdefault(spec.topic, i)
         heads = self._heads_for(start, planned, budget)
@@ -521,11 +521,15 @@ def admit_earliest(heads: dict[str, Heads], ranks: dict[str, int], budget: int) 
     """Where a capped batch ends in each partition: its ``budget`` earliest records.
 
     Earliest in the order of a k-way merge that always takes the partition whose next record
-    has the smallest (timestamp, input rank, partition name, offset), so that each partition
-    is admitted as a prefix of its own order. Such a merge takes a record only after every
-    record before it in its partition: that is the order of each record's *running maximum*
-    timestamp in its partition (then rank, name, offset). So one sort finds the cut, where a
-    merge record by record in Python took 200-500 ms per batch of 500,000.
+    is smallest by (timestamp, rank, partition number, offset), so that each partition is
+    admitted as a prefix of its own order. A record's rank is its input's (``ranks``: the
+    joiner's role order); an end-of-input marker ranks after every input, so at a tied
+    timestamp the end of input comes after the records of every input (docs/semantics.md).
+
+    Such a merge takes a record only after every record before it in its partition: that is
+    the order of each record's *running maximum* (timestamp, rank) in its partition, then
+    partition and offset. So one sort finds the cut, where a merge record by record in
+    Python took 200-500 ms per batch of 500,000.
 
     End-of-input markers are not records to join: they ride along free, taken as they come
     up to the ``budget``-th record and right after it, so a cap spends no batch on them.
@@ -533,16 +537,27 @@ def admit_earliest(heads: dict[str, Heads], ranks: dict[str, int], budget: int) 
     Returns:
         The admitted end offset of each partition that admits any record.
     """
-    names = sorted(name for name in heads if heads[name].offsets)
+    names = sorted(
+        (name for name in heads if heads[name].offsets), key=lambda n: (ranks[n], _split(n))
+    )
     if not names:
         return {}
     parts = [heads[name] for name in names]
-    times = np.concatenate([np.maximum.accumulate(np.asarray(p.timestamps)) for p in parts])
+    marker_rank = max(ranks.values()) + 1
+    levels = marker_rank + 1
+    # (timestamp, rank) as one number, so that a running maximum orders by both.
+    keys = [
+        np.maximum.accumulate(
+            np.asarray(p.timestamps, dtype=np.int64) * levels
+            + np.where(np.asarray(p.markers, dtype=bool), marker_rank, ranks[name])
+        )
+        for name, p in zip(names, parts, strict=True)
+    ]
+    times = np.concatenate(keys)
     offsets = np.concatenate([np.asarray(p.offsets, dtype=np.int64) for p in parts])
     markers = np.concatenate([np.asarray(p.markers, dtype=bool) for p in parts])
     which = np.repeat(np.arange(len(parts)), [len(p.offsets) for p in parts])
-    rank = np.asarray([ranks[name] for name in names])[which]
-    order = np.lexsort((offsets, which, rank, times))  # the last key sorts first
+    order = np.lexsort((offsets, which, times))  # the last key sorts first
     is_marker = markers[order]
     records = np.cumsum(~is_marker)
     taken = int(np.searchsorted(records, budget))  # the budget-th record's place
