@@ -164,7 +164,9 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
                 codecs[role],
                 keyed_tombstones=role in joiner.keyed_tombstones,
             )
-            for role, spec in pipe.inputs.items()
+            # In the joiner's role order, whatever the file's: the source admits records of
+            # equal timestamp in this order, as apply_order applies them.
+            for role, spec in ((role, pipe.inputs[role]) for role in joiner.roles)
         ),
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
