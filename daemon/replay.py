@@ -325,7 +325,9 @@ def _produce(
             on_delivery=deliveries,
         )
         producer.poll(0)
-    # Markers go last, so they come after every record in the engine's arrival order too.
+    # Markers go last, with the newest timestamp: the source admits a marker after every
+    # record of its timestamp, so each key's end of input comes after all of its records,
+    # however the micro-batches fall (daemon.kafka.source.admit_earliest).
     marker_time = max((record.timestamp for record in records), default=1)
     marker_topic = next(iter(pipe.inputs.values())).topic
     for key in join_keys:
