@@ -2,35 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from daemon.errors import KafkaUnavailableError
-
-
-def admin_client(client_conf: dict[str, str]) -> Any:
-    """An AdminClient for the configured cluster.
-
-    Its own log is off: librdkafka logs every failed connection attempt (about twenty a
-    second), which would bury the one-line error enrichd gives when the broker is away.
-    """
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({**client_conf, "log_level": 0})
+from daemon.kafka.connect import ClientErrors, admin, connection_failure
 
 
 def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[str, int]:
     """Every topic of the cluster and its partition count.
 
     Raises:
-        KafkaUnavailableError: the broker did not answer in time.
+        KafkaUnavailableError: the broker did not answer in time, refused the credentials
+            or failed the TLS handshake (the message says which).
     """
+    errors = ClientErrors()
+    client = admin(client_conf, errors)
     try:
-        metadata = admin_client(client_conf).list_topics(timeout=timeout)
+        metadata = client.list_topics(timeout=timeout)
     except Exception as exc:
-        raise KafkaUnavailableError(
-            f"cannot reach Kafka at {client_conf.get('bootstrap.servers')!r} ({exc}); "
-            "check [kafka] bootstrap_servers and that the broker is running"
-        ) from None
+        client.poll(0)  # serves the error callbacks: why the connection failed
+        servers = str(client_conf.get("bootstrap.servers"))
+        raise KafkaUnavailableError(connection_failure(servers, errors, exc)) from None
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 
@@ -44,8 +34,8 @@ def create_topics(client_conf: dict[str, str], topics: dict[str, int]) -> None:
     ]
     if not wanted:
         return
-    admin = admin_client(client_conf)  # must outlive the futures it answers
-    for name, future in admin.create_topics(wanted).items():
+    client = admin(client_conf)  # must outlive the futures it answers
+    for name, future in client.create_topics(wanted).items():
         try:
             future.result(timeout=30)
         except Exception as exc:
