@@ -71,5 +71,7 @@ def configure_logging(log_format: LogFormat = "text", level: int = logging.INFO)
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    # py4j logs every connection of Spark's callback server at INFO: noise to an operator.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # py4j logs every connection of Spark's callback server at INFO, and the registry
+    # client's HTTP library every request: noise to an operator.
+    for noisy in ("py4j", "httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

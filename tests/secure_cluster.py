@@ -27,7 +27,10 @@ from daemon.broker import broker_binary, free_port
 
 @dataclass(frozen=True)
 class Pki:
-    """PEM files: ``ca``, ``server``/``server_key``, ``client``/``client_key``, ``other_ca``."""
+    """PEM files: ``ca``, ``server``/``server_key``, ``client``/``client_key``, ``other_ca``.
+
+    The client's key is encrypted with ``key_password``, as ``ssl.key.password`` opens it.
+    """
 
     ca: Path
     server: Path
@@ -35,10 +38,13 @@ class Pki:
     client: Path
     client_key: Path
     other_ca: Path
+    key_password: str
 
 
 def make_pki(folder: Path) -> Pki:
     """Make a CA, a server and a client certificate signed by it, and an unrelated CA."""
+    import secrets
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -49,12 +55,17 @@ def make_pki(folder: Path) -> Pki:
     def name(common: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
-    def write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
+    key_password = secrets.token_urlsafe(12)
+
+    def write_key(key: ec.EllipticCurvePrivateKey, path: Path, encrypted: bool) -> Path:
+        encryption = (
+            serialization.BestAvailableEncryption(key_password.encode())
+            if encrypted
+            else serialization.NoEncryption()
+        )
         path.write_bytes(
             key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
             )
         )
         return path
@@ -122,7 +133,9 @@ def make_pki(folder: Path) -> Pki:
                 critical=False,
             )
         cert = builder.sign(ca_key, hashes.SHA256())
-        return write_cert(cert, folder / f"{common}.pem"), write_key(key, folder / f"{common}.key")
+        encrypted = usage == ExtendedKeyUsageOID.CLIENT_AUTH
+        key_path = write_key(key, folder / f"{common}.key", encrypted)
+        return write_cert(cert, folder / f"{common}.pem"), key_path
 
     server, server_key = leaf("server", ExtendedKeyUsageOID.SERVER_AUTH)
     client, client_key = leaf("client", ExtendedKeyUsageOID.CLIENT_AUTH)
@@ -133,6 +146,7 @@ def make_pki(folder: Path) -> Pki:
         client=client,
         client_key=client_key,
         other_ca=write_cert(other_cert, folder / "other-ca.pem"),
+        key_password=key_password,
     )
 
 
@@ -149,9 +163,8 @@ def _await_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
     raise RuntimeError(f"{what} did not listen on port {port}")
 
 
-def start_tansu(advertised_port: int, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
-    """A Tansu process on a free loopback port that advertises ``advertised_port``."""
-    port = free_port()
+def start_tansu(port: int, advertised_port: int, *extra: str) -> subprocess.Popen[bytes]:
+    """A Tansu process listening on loopback ``port`` that advertises ``advertised_port``."""
     process = subprocess.Popen(  # noqa: S603 - fixed arguments
         [
             broker_binary(),
@@ -167,7 +180,7 @@ def start_tansu(advertised_port: int, *extra: str) -> tuple[subprocess.Popen[byt
         start_new_session=True,
     )
     _await_port(port, process, "tansu")
-    return process, port
+    return process
 
 
 def stunnel_binary() -> str:
@@ -188,7 +201,8 @@ class TlsBroker:
         self.pki = pki
         self.port = free_port()
         self.bootstrap_servers = f"127.0.0.1:{self.port}"
-        self.tansu, tansu_port = start_tansu(self.port)
+        tansu_port = free_port()
+        self.tansu = start_tansu(tansu_port, self.port)
         config = folder / f"stunnel-{self.port}.conf"
         lines = [
             "foreground = yes",
@@ -221,6 +235,7 @@ class TlsBroker:
         if client_cert:
             conf["ssl.certificate.location"] = str(self.pki.client)
             conf["ssl.key.location"] = str(self.pki.client_key)
+            conf["ssl.key.password"] = self.pki.key_password
         return conf
 
     def stop(self) -> None:
