@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from daemon.broker import EmbeddedBroker, free_port
+from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_process
 
 
@@ -75,4 +76,17 @@ def sasl_broker() -> Iterator[str]:
     port = free_port()
     process = start_tansu(port, port, "--authentication")
     yield f"127.0.0.1:{port}"
+    stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def scram_broker() -> Iterator[ScramGate]:
+    """A broker reached only through SASL/SCRAM-SHA-512 (tests/scram_proxy.py says how)."""
+    import secrets
+
+    gate_port, tansu_port = free_port(), free_port()
+    process = start_tansu(tansu_port, gate_port)
+    gate = ScramGate(gate_port, tansu_port, "enrichd", secrets.token_urlsafe(12))
+    yield gate
+    gate.close()
     stop_process(process)

@@ -21,10 +21,13 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from daemon.avro import AvroCodec
 from daemon.broker import EmbeddedBroker
 from daemon.config import load_pipeline_file
+from daemon.demos import latest_by_key
 from daemon.engine.pipeline import plan_pipeline, start_query
 from daemon.kafka.connect import client_conf
+from daemon.replay import replay
 from tests.kafka_helpers import SCHEMAS, In, create_topic, process_all, produce, read_topic
 from tests.registry import RegistryServer
+from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, TlsBroker
 
 ADA = {"id": 1, "name": "ada", "avatar": None, "updated_at": 1}
@@ -181,6 +184,44 @@ def test_kafka_refusing_the_credentials_is_one_line_for_run_and_replay(
             "sasl.mechanism, sasl.username and sasl.password in [kafka] client_conf"
         )
         assert password not in done.stdout + done.stderr
+
+
+def test_scram_sha_512_reaches_every_client_of_a_replay(
+    scram_broker: ScramGate, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every connection to this broker must log in with SCRAM-SHA-512 first: a client made
+    without the file's SASL settings would be cut off, and the replay could not finish."""
+    monkeypatch.setenv("ENRICHD_TEST_SCRAM_PASSWORD", scram_broker.password)
+    kafka = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": scram_broker.user,
+        "sasl.password": "${ENRICHD_TEST_SCRAM_PASSWORD}",
+    }
+    path = write_pipeline(tmp_path, scram_broker.bootstrap_servers, kafka=kafka)
+    replay_args(path)  # writes the input files
+    refused_before = scram_broker.refused
+    result = replay(
+        load_pipeline_file(path), {"one": tmp_path / "u.jsonl", "many": tmp_path / "t.jsonl"}
+    )
+    assert latest_by_key(result.outputs) == {"9": {"id": 9, "tweet": TWEET, "author": ADA}}
+    assert scram_broker.refused == refused_before
+    assert scram_broker.authenticated > 0
+
+
+def test_wrong_scram_credentials_are_one_line(scram_broker: ScramGate, tmp_path: Path) -> None:
+    kafka = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": scram_broker.user,
+        "sasl.password": "not-the-password",
+    }
+    path = write_pipeline(tmp_path, scram_broker.bootstrap_servers, kafka=kafka)
+    assert one_error_line(daemon(*replay_args(path))) == (
+        f"error: Kafka at {scram_broker.bootstrap_servers} refused the credentials "
+        "(Authentication failed: invalid credentials); check security.protocol, "
+        "sasl.mechanism, sasl.username and sasl.password in [kafka] client_conf"
+    )
 
 
 def test_an_untrusted_broker_certificate_is_one_line_for_run_and_replay(

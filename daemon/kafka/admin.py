@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from daemon.errors import KafkaUnavailableError
 from daemon.kafka.connect import ClientErrors, admin, connection_failure
 
@@ -15,12 +17,18 @@ def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[
     """
     errors = ClientErrors()
     client = admin(client_conf, errors)
-    try:
-        metadata = client.list_topics(timeout=timeout)
-    except Exception as exc:
-        client.poll(0)  # serves the error callbacks: why the connection failed
-        servers = str(client_conf.get("bootstrap.servers"))
-        raise KafkaUnavailableError(connection_failure(servers, errors, exc)) from None
+    deadline = time.monotonic() + timeout
+    while True:
+        # Asked a second at a time: refused credentials or a failed TLS handshake end the
+        # wait at once, where librdkafka would go on trying until the timeout.
+        try:
+            metadata = client.list_topics(timeout=max(min(1.0, deadline - time.monotonic()), 0.1))
+            break
+        except Exception as exc:
+            client.poll(0)  # serves the error callbacks: why the connection failed
+            if errors.refused() or time.monotonic() >= deadline:
+                servers = str(client_conf.get("bootstrap.servers"))
+                raise KafkaUnavailableError(connection_failure(servers, errors, exc)) from None
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 

@@ -87,6 +87,19 @@ class ClientErrors:
         return None
 
 
+    def refused(self) -> bool:
+        """Whether the cluster refused the credentials or the TLS handshake failed."""
+        return _refused_credentials(self) is not None or _failed_handshake(self) is not None
+
+
+def _refused_credentials(errors: ClientErrors) -> str | None:
+    return errors.first(_AUTHENTICATION)
+
+
+def _failed_handshake(errors: ClientErrors) -> str | None:
+    return errors.first(_SSL) or errors.first(_TRANSPORT, "SSL routines")
+
+
 def _reason(text: str) -> str:
     """A librdkafka error's text without the broker's name before and the timing after."""
     text = re.sub(r"^\S+://\S+?: ", "", text)
@@ -97,14 +110,14 @@ def _reason(text: str) -> str:
 
 def connection_failure(servers: str, errors: ClientErrors, exc: BaseException) -> str:
     """One line saying why the cluster at ``servers`` did not answer, and what to check."""
-    refused = errors.first(_AUTHENTICATION)
+    refused = _refused_credentials(errors)
     if refused is not None:
         return redact(
             f"Kafka at {servers} refused the credentials ({refused}); check "
             "security.protocol, sasl.mechanism, sasl.username and sasl.password in "
             "[kafka] client_conf"
         )
-    handshake = errors.first(_SSL) or errors.first(_TRANSPORT, "SSL routines")
+    handshake = _failed_handshake(errors)
     if handshake is not None:
         return redact(
             f"Kafka at {servers}: the TLS handshake failed ({handshake}); check ssl.ca.location "
