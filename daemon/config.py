@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -108,10 +108,10 @@ class SchemaRegistryConfig(BaseModel):
             if not isinstance(value, ClientValue):
                 raise ValueError(f"{key!r} must be a string, number or boolean")
         source = self.settings.get("basic.auth.credentials.source", "USER_INFO")
-        if source not in ("USER_INFO", "URL", "SASL_INHERIT"):
+        choices = get_args(CredentialsSource)
+        if source not in choices:
             raise ValueError(
-                f"basic.auth.credentials.source {source!r} is not one of USER_INFO, URL, "
-                "SASL_INHERIT"
+                f"basic.auth.credentials.source {source!r} is not one of {', '.join(choices)}"
             )
         return self
 

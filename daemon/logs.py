@@ -63,9 +63,7 @@ class TextFormatter(logging.Formatter):
 def configure_logging(log_format: LogFormat = "text", level: int = logging.INFO) -> None:
     """Send the process's log records to stderr in ``log_format``, replacing earlier handlers."""
     handler = logging.StreamHandler()
-    handler.setFormatter(
-        JsonFormatter() if log_format == "json" else TextFormatter()
-    )
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -83,7 +83,7 @@ class LogOffsets:
 
         if self._consumer is None:
             self._consumer = connect.consumer(
-                self.client_conf, **{"group.id": "enrichd.metrics", "enable.auto.commit": False}
+                self.client_conf, {"group.id": "enrichd.metrics", "enable.auto.commit": False}
             )
         found: dict[str, tuple[int, int]] = {}
         for name in names:

@@ -311,7 +311,7 @@ def _produce(
     """Produce the records, then an end-of-input marker per join key; return partition ends."""
     from daemon.kafka.records import CONTROL_HEADER, END_OF_INPUT
 
-    producer = connect.producer(conf, **{"linger.ms": 5, "partitioner": "murmur2_random"})
+    producer = connect.producer(conf, {"linger.ms": 5, "partitioner": "murmur2_random"})
     deliveries = Deliveries()
     for record in records:
         value = None if record.value is None else codecs[record.role].encode(record.value)
@@ -359,7 +359,7 @@ def committed_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
     """
     from confluent_kafka import TopicPartition
 
-    consumer = connect.consumer(conf, **_READER)
+    consumer = connect.consumer(conf, _READER)
     ends: dict[str, int] = {}
     try:
         for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
@@ -413,7 +413,7 @@ def _read_topic(conf: dict[str, str], topic: str, codec: AvroCodec | None) -> li
     """Every committed record of ``topic``, partition by partition, as JSON-ready dicts."""
     from confluent_kafka import TopicPartition
 
-    consumer = connect.consumer(conf, **_READER)
+    consumer = connect.consumer(conf, _READER)
     results: list[dict[str, Any]] = []
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]

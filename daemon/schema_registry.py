@@ -36,7 +36,7 @@ def client_settings(registry: SchemaRegistryConfig, kafka: KafkaConfig) -> dict[
         user, password = (kafka.client_conf.get(k) for k in ("sasl.username", "sasl.password"))
         if not user or not password:
             raise ConfigError(
-                "[schema_registry] basic.auth.credentials.source = \"SASL_INHERIT\" needs "
+                '[schema_registry] basic.auth.credentials.source = "SASL_INHERIT" needs '
                 "sasl.username and sasl.password in [kafka] client_conf"
             )
         settings["basic.auth.user.info"] = f"{user}:{password}"

@@ -88,9 +88,7 @@ class ScramSession:
         attributes = dict(part.split("=", 1) for part in without_proof.split(",") if "=" in part)
         if attributes.get("r") != self._nonce:
             return None
-        salted = hashlib.pbkdf2_hmac(
-            "sha512", self.password.encode(), self.salt, self.iterations
-        )
+        salted = hashlib.pbkdf2_hmac("sha512", self.password.encode(), self.salt, self.iterations)
         client_key = _hmac(salted, b"Client Key")
         auth = f"{self._first_bare},{self._server_first},{without_proof}".encode()
         signature = _hmac(hashlib.sha512(client_key).digest(), auth)

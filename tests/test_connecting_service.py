@@ -175,8 +175,10 @@ def test_a_registry_refusing_mid_run_fails_the_batch_which_is_retried_until_it_p
     )
     secured.daemon.wait_until(
         "the refusal on /readyz",
-        lambda: secured.daemon.get("/readyz")
-        == (503, f"{secured.name}: not running (failed: {refused}; waiting for its restart)\n"),
+        lambda: (
+            secured.daemon.get("/readyz")
+            == (503, f"{secured.name}: not running (failed: {refused}; waiting for its restart)\n")
+        ),
         timeout_s=120,
     )
     failures = [

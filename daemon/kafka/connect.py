@@ -14,6 +14,7 @@ that failed, or no answer at all.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from daemon.errors import ConfigError
@@ -47,18 +48,18 @@ def _setting_text(value: str | bool | int | float) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def consumer(conf: dict[str, str], **settings: Any) -> Any:
-    """A Consumer with the cluster's settings and ``settings`` of its own job."""
+def consumer(conf: dict[str, str], own: Mapping[str, Any] | None = None) -> Any:
+    """A Consumer with the cluster's settings and ``own`` settings of its job."""
     from confluent_kafka import Consumer
 
-    return Consumer({**conf, **settings})
+    return Consumer({**conf, **(own or {})})
 
 
-def producer(conf: dict[str, str], **settings: Any) -> Any:
-    """A Producer with the cluster's settings and ``settings`` of its own job."""
+def producer(conf: dict[str, str], own: Mapping[str, Any] | None = None) -> Any:
+    """A Producer with the cluster's settings and ``own`` settings of its job."""
     from confluent_kafka import Producer
 
-    return Producer({**conf, **settings})
+    return Producer({**conf, **(own or {})})
 
 
 def admin(conf: dict[str, str], errors: ClientErrors | None = None) -> Any:
@@ -85,7 +86,6 @@ class ClientErrors:
             if error.code() == code and containing in str(error.str()):
                 return _reason(str(error.str()))
         return None
-
 
     def refused(self) -> bool:
         """Whether the cluster refused the credentials or the TLS handshake failed."""

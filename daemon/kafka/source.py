@@ -243,7 +243,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self._probe is None:
             self._probe = connect.consumer(
                 self._consumer_conf(),
-                **{
+                {
                     "fetch.wait.max.ms": 100,
                     **_PROBE_QUEUE,
                     # After its queue was full, fetch again soon after it is drained (the
@@ -428,7 +428,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         cached.drop_before(first)
         if cached.end < stop:
             if self._reader is None:
-                self._reader = connect.consumer(self._consumer_conf(), **_RANGE_FETCH)
+                self._reader = connect.consumer(self._consumer_conf(), _RANGE_FETCH)
             tp = TopicPartition(*_split(name), cached.end)
             read = [m for records in read_partition(self._reader, tp, stop) for m in records]
             # Only a complete read joins the cache: a failed one is read again next time.
@@ -482,7 +482,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         )
         buckets = self.spec.state_buckets
         number = kafka_range.partition
-        consumer = connect.consumer(self._consumer_conf(), **_RANGE_FETCH)
+        consumer = connect.consumer(self._consumer_conf(), _RANGE_FETCH)
         tp = TopicPartition(kafka_range.topic, number, kafka_range.start)
         pending: list[Any] = []
         try:

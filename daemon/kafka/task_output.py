@@ -339,7 +339,7 @@ class TaskOutput:
         reader = _MARKER_READERS.get(group)
         if reader is None:
             reader = _MARKER_READERS[group] = connect.consumer(
-                self.spec.client_conf, **{"group.id": group, "isolation.level": "read_uncommitted"}
+                self.spec.client_conf, {"group.id": group, "isolation.level": "read_uncommitted"}
             )
         committed = reader.committed([marker], timeout=30)[0].offset
         return committed - 1 if committed >= 0 else -1
@@ -349,7 +349,7 @@ def _transactional_producer(spec: OutputSpec, txn_id: str) -> Any:
     """A producer of the id, not yet initialised (creating it fences nothing)."""
     return connect.producer(
         spec.client_conf,
-        **{
+        {
             "transactional.id": txn_id,
             "enable.idempotence": True,
             "linger.ms": 5,
@@ -365,7 +365,7 @@ def _idempotent_producer(spec: OutputSpec) -> Any:
     if producer is None:
         producer = _PRODUCERS[key] = connect.producer(
             spec.client_conf,
-            **{
+            {
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "partitioner": "murmur2_random",
@@ -378,7 +378,7 @@ def _idempotent_producer(spec: OutputSpec) -> Any:
 def _group_metadata(spec: OutputSpec, group: str) -> Any:
     metadata = _GROUPS.get(group)
     if metadata is None:
-        consumer = connect.consumer(spec.client_conf, **{"group.id": group})
+        consumer = connect.consumer(spec.client_conf, {"group.id": group})
         try:
             metadata = _GROUPS[group] = consumer.consumer_group_metadata()
         finally:

@@ -29,9 +29,7 @@ def test_every_kafka_client_is_made_in_connect_py() -> None:
     assert made_elsewhere == []
 
 
-def pipeline_file(
-    tmp_path: Path, kafka: dict[str, Any], registry: dict[str, Any] | None
-) -> Any:
+def pipeline_file(tmp_path: Path, kafka: dict[str, Any], registry: dict[str, Any] | None) -> Any:
     data = {
         "kafka": {"bootstrap_servers": "b:9093", "client_conf": kafka},
         **({"schema_registry": registry} if registry is not None else {}),

@@ -109,7 +109,7 @@ def test_a_registry_that_does_not_know_a_schema_is_not_a_connection_problem() ->
 def test_the_reason_of_a_failed_query_is_enrichd_s_own_line_inside_sparks_text() -> None:
     spark_text = (
         "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted\n"
-        "  File \"source.py\", line 9, in _route\n"
+        '  File "source.py", line 9, in _route\n'
         "daemon.errors.SchemaRegistryUnavailableError: schema registry http://h refused the "
         "credentials (401); check it\n"
         "\tat org.apache.spark.api.python.BasePythonRunner"
