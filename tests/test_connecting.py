@@ -161,6 +161,16 @@ def test_variables_and_defaults_fill_any_string_of_the_file(
     assert file.pipeline[0].inputs["one"].topic == "people"
 
 
+def scram(user: str, password: str) -> dict[str, str]:
+    """``[kafka] client_conf`` of a SCRAM-SHA-512 login without TLS."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
 # -- Kafka refusing the connection --------------------------------------------------------------
 
 
@@ -168,13 +178,9 @@ def test_kafka_refusing_the_credentials_is_one_line_for_run_and_replay(
     sasl_broker: str, tmp_path: Path
 ) -> None:
     """Tansu 0.6 stores no SCRAM credentials in memory, so it refuses every SCRAM login."""
-    kafka = {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": "enrichd",
-        "sasl.password": "${ENRICHD_TEST_KAFKA_PASSWORD}",
-    }
-    path = write_pipeline(tmp_path, sasl_broker, kafka=kafka)
+    path = write_pipeline(
+        tmp_path, sasl_broker, kafka=scram("enrichd", "${ENRICHD_TEST_KAFKA_PASSWORD}")
+    )
     password = "correct-horse-battery"  # noqa: S105 - planted, to look for in the output
     for command in (["run", str(path)], replay_args(path)):
         done = daemon(*command, ENRICHD_TEST_KAFKA_PASSWORD=password)
@@ -192,12 +198,7 @@ def test_scram_sha_512_reaches_every_client_of_a_replay(
     """Every connection to this broker must log in with SCRAM-SHA-512 first: a client made
     without the file's SASL settings would be cut off, and the replay could not finish."""
     monkeypatch.setenv("ENRICHD_TEST_SCRAM_PASSWORD", scram_broker.password)
-    kafka = {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": scram_broker.user,
-        "sasl.password": "${ENRICHD_TEST_SCRAM_PASSWORD}",
-    }
+    kafka = scram(scram_broker.user, "${ENRICHD_TEST_SCRAM_PASSWORD}")
     path = write_pipeline(tmp_path, scram_broker.bootstrap_servers, kafka=kafka)
     replay_args(path)  # writes the input files
     refused_before = scram_broker.refused
@@ -210,12 +211,7 @@ def test_scram_sha_512_reaches_every_client_of_a_replay(
 
 
 def test_wrong_scram_credentials_are_one_line(scram_broker: ScramGate, tmp_path: Path) -> None:
-    kafka = {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": scram_broker.user,
-        "sasl.password": "not-the-password",
-    }
+    kafka = scram(scram_broker.user, "not-the-password")
     path = write_pipeline(tmp_path, scram_broker.bootstrap_servers, kafka=kafka)
     assert one_error_line(daemon(*replay_args(path))) == (
         f"error: Kafka at {scram_broker.bootstrap_servers} refused the credentials "
