@@ -81,10 +81,10 @@ class EmbeddedBroker:
         raise BrokerError(f"the embedded broker did not answer on {self.bootstrap_servers}")
 
     def _answers(self) -> bool:
-        from confluent_kafka.admin import AdminClient
+        from daemon.kafka.connect import admin
 
         try:
-            AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=1)
+            admin({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=1)
         except Exception:
             return False
         return True

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 import typer
 
 from daemon.cli import broker, demo, plugins, replay, run, validate
 from daemon.errors import EnrichdError
+from daemon.secrets import redact
 
 app = typer.Typer(
     name="daemon",
@@ -36,23 +38,35 @@ def debug() -> bool:
 
 
 def main() -> None:
-    """Run the command line, turning operator errors into one line and exit code 1."""
+    """Run the command line, turning operator errors into one line and exit code 1.
+
+    Everything printed here passes through :func:`daemon.secrets.redact`, the traceback
+    under ``ENRICHD_DEBUG`` too.
+    """
     try:
         app()  # usage errors are reported by Typer itself, with exit code 2
     except EnrichdError as exc:
         if debug():
-            raise
+            _print_traceback(exc)
+            sys.exit(1)
         for line in str(exc).splitlines() or [type(exc).__name__]:
-            typer.echo(f"error: {line}", err=True)
+            typer.echo(redact(f"error: {line}"), err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:
         if debug():
-            raise
+            _print_traceback(exc)
+            sys.exit(1)
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         typer.echo(
-            f"error: {type(exc).__name__}: {message} (ENRICHD_DEBUG=1 shows where)", err=True
+            redact(f"error: {type(exc).__name__}: {message} (ENRICHD_DEBUG=1 shows where)"),
+            err=True,
         )
         sys.exit(1)
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback of ``exc`` on stderr, secrets masked: Python's own would print them."""
+    sys.stderr.write(redact("".join(traceback.format_exception(exc))))

@@ -62,6 +62,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from daemon.avro import AvroCodec
 from daemon.engine import blobs
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
+from daemon.errors import SchemaRegistryUnavailableError
 from daemon.joiners.base import (
     END_OF_TIME,
     DeadLetter,
@@ -247,6 +248,8 @@ class JoinerProcessor(StatefulProcessor):
             role, topic = inputs[row.input]
             try:
                 value = None if row.value is None else codecs[role].decode(row.value)
+            except SchemaRegistryUnavailableError:
+                raise  # the record is fine: fail the batch, which is retried, not the record
             except Exception as exc:  # the source read only the key and time fields
                 send(self._dead_letter(row, "UndecodableRecord", str(exc)))
                 continue

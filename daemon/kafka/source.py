@@ -37,7 +37,9 @@ from pyspark.sql.types import StructType
 
 from daemon.avro import AvroCodec
 from daemon.config import DEFAULT_STATE_BUCKETS
+from daemon.errors import SchemaRegistryUnavailableError
 from daemon.joiners.base import END_OF_TIME
+from daemon.kafka import connect
 from daemon.kafka.clients import read_partition
 from daemon.kafka.records import (
     CONTROL_HEADER,
@@ -238,19 +240,17 @@ class KafkaStreamReader(DataSourceStreamReader):
         }
 
     def _partitions(self) -> list[tuple[str, int]]:
-        from confluent_kafka import Consumer
-
         if self._probe is None:
-            self._probe = Consumer(
+            self._probe = connect.consumer(
+                self._consumer_conf(),
                 {
-                    **self._consumer_conf(),
                     "fetch.wait.max.ms": 100,
                     **_PROBE_QUEUE,
                     # After its queue was full, fetch again soon after it is drained (the
                     # default waits a second).
                     "fetch.queue.backoff.ms": 10,
                     "max.partition.fetch.bytes": 65536,
-                }
+                },
             )
         metadata = self._probe.list_topics(timeout=10)
         found: list[tuple[str, int]] = []
@@ -420,7 +420,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         Planning reads ahead of each batch, so what one plan read is most of the next one's
         range: the heads stay cached, and each record is read once, not once per plan.
         """
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         cached = self._head_cache.get(name)
         if cached is None or not cached.start <= first <= cached.end:
@@ -428,7 +428,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         cached.drop_before(first)
         if cached.end < stop:
             if self._reader is None:
-                self._reader = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
+                self._reader = connect.consumer(self._consumer_conf(), _RANGE_FETCH)
             tp = TopicPartition(*_split(name), cached.end)
             read = [m for records in read_partition(self._reader, tp, stop) for m in records]
             # Only a complete read joins the cache: a failed one is read again next time.
@@ -475,14 +475,14 @@ class KafkaStreamReader(DataSourceStreamReader):
             yield from self._read_range(kafka_range)
 
     def _read_range(self, kafka_range: KafkaRange) -> Iterator[pa.RecordBatch]:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         index, spec = next(
             (i, s) for i, s in enumerate(self.spec.inputs) if s.topic == kafka_range.topic
         )
         buckets = self.spec.state_buckets
         number = kafka_range.partition
-        consumer = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
+        consumer = connect.consumer(self._consumer_conf(), _RANGE_FETCH)
         tp = TopicPartition(kafka_range.topic, number, kafka_range.start)
         pending: list[Any] = []
         try:
@@ -621,13 +621,17 @@ def _route(
     if value is not None:
         try:
             fields = spec.codec.read_fields(value, spec.routed_fields, spec.millis_fields)
-        except Exception:  # noqa: BLE001 - bad bytes, or a registry that cannot say the schema
+        except SchemaRegistryUnavailableError:
+            raise  # the record is fine: fail the batch, which is retried, not the record
+        except Exception:  # noqa: BLE001 - bad bytes, or a registry that does not know the id
             fields = None  # the decode below fails too, and says why in its own words
         if fields is not None:
             raw_time = fields[1] if spec.time_field is not None else None
             return route_fields(fields[0], raw_time, timestamp, spec.key_field, spec.time_field)
     try:
         record = None if value is None else spec.codec.decode(value)
+    except SchemaRegistryUnavailableError:
+        raise
     except Exception as exc:
         return Routing(None, timestamp, f"UndecodableRecord: {type(exc).__name__}: {exc}")
     return route(
