@@ -68,3 +68,36 @@ def test_an_older_state_layout_is_refused_as_an_upgrade(tmp_path: Path) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), "state": "one value per key"}))
     with pytest.raises(IncompatibleCheckpointError, match="an enrichd upgrade"):
         check_checkpoint(pipeline(tmp_path))
+
+
+def test_a_composite_key_and_its_key_format_are_recorded_and_checked(tmp_path: Path) -> None:
+    import json
+
+    composite = {
+        "one": {
+            "topic": "users",
+            "schema": "user.avsc",
+            "key": ["kafka_key.tenant", "kafka_key.id"],
+            "key_format": "json",
+        },
+        "many": {"topic": "tweets", "schema": "tweet.avsc", "key": ["tenant", "author_id"]},
+    }
+    check_checkpoint(pipeline(tmp_path, inputs=composite))
+    shape = json.loads((tmp_path / "checkpoint" / SHAPE_FILE).read_text())
+    assert shape["inputs"]["one"] == {
+        "topic": "users",
+        "key": ["kafka_key.tenant", "kafka_key.id"],
+        "time": None,
+        "key_format": "json",
+    }
+    assert "key_format" not in shape["inputs"]["many"]  # the default is not written
+    check_checkpoint(pipeline(tmp_path, inputs=composite))
+    as_avro = {**composite, "one": {**composite["one"], "key_format": "avro"}}
+    with pytest.raises(IncompatibleCheckpointError, match="input 'one' key_format 'json' is now"):
+        check_checkpoint(pipeline(tmp_path, inputs=as_avro))
+    reordered = {**composite, "many": {**composite["many"], "key": ["author_id", "tenant"]}}
+    with pytest.raises(IncompatibleCheckpointError, match="input 'many' key"):
+        check_checkpoint(pipeline(tmp_path, inputs=reordered))
+    debezium = {**composite, "many": {**composite["many"], "envelope": "debezium"}}
+    with pytest.raises(IncompatibleCheckpointError, match="envelope None is now 'debezium'"):
+        check_checkpoint(pipeline(tmp_path, inputs=debezium))
