@@ -351,6 +351,7 @@ def test_replay_on_the_broker_it_starts_runs_the_joiner_in_one_task(
     assert before == "2"  # enrichd's own default: the setting above was not already 1
     assert spark.conf.get("spark.sql.shuffle.partitions") == before
 
+
 def test_state_ttl_forgets_a_key_between_micro_batches(
     broker: Any, spark: Any, tmp_path: Path
 ) -> None:
