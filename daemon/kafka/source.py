@@ -684,13 +684,7 @@ def _route(
         if fields is not None:
             raw_time = fields[1] if spec.time_field is not None else None
             return route_fields(fields[0], raw_time, timestamp, spec.key_field, spec.time_field)
-    try:
-        record = None if value is None else spec.codec.decode(value)
-    except SchemaRegistryUnavailableError:
-        raise
-    except Exception as exc:
-        return Routing(None, timestamp, f"UndecodableRecord: {type(exc).__name__}: {exc}")
-    return spec.route_decoded(record, kafka_key, timestamp)
+    return _route_by_decode(spec, value, kafka_key, timestamp)
 
 
 def _route_by_router(
@@ -699,7 +693,8 @@ def _route_by_router(
     """:func:`_route` for an input with a :attr:`SourceInput.router`.
 
     The value's key parts and event time are read from the bytes where the schema allows,
-    as :func:`_route` does; an envelope or a nested field needs a decode.
+    as :func:`_route` does (which keeps that read inline: a call per record costs); an
+    envelope or a nested field needs a decode.
     """
     router = spec.router
     assert router is not None  # noqa: S101 - chosen for inputs with a router
@@ -713,13 +708,20 @@ def _route_by_router(
             fields = None
         if fields is not None:
             return router.route_scanned(fields, kafka_key, timestamp)
+    return _route_by_decode(spec, value, kafka_key, timestamp)
+
+
+def _route_by_decode(
+    spec: SourceInput, value: bytes | None, kafka_key: bytes | None, timestamp: int
+) -> Routing:
+    """Route a record by decoding it whole: what reading its fields from the bytes cannot."""
     try:
         record = None if value is None else spec.codec.decode(value)
     except SchemaRegistryUnavailableError:
         raise
     except Exception as exc:
         return Routing(None, timestamp, f"UndecodableRecord: {type(exc).__name__}: {exc}")
-    return router.route(record, kafka_key, timestamp)
+    return spec.route_decoded(record, kafka_key, timestamp)
 
 
 def _is_end_of_input(message: Any) -> bool:
