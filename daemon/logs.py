@@ -58,3 +58,12 @@ def configure_logging(log_format: LogFormat = "text", level: int = logging.INFO)
     root.setLevel(level)
     # py4j logs every connection of Spark's callback server at INFO: noise to an operator.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def json_lines_configured() -> bool:
+    """Whether :func:`configure_logging` set the process up for JSON lines.
+
+    The command line's one-line errors then go out as JSON lines too, so that a log shipper
+    reading a container's output sees why it stopped.
+    """
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)

@@ -2,11 +2,14 @@
 
 Errors a user can fix (:class:`daemon.errors.EnrichdError`) become one line on stderr and exit
 code 1 in :func:`main`, and nowhere else; ``ENRICHD_DEBUG=1`` shows the traceback instead.
+Once a command has set up JSON logs (``daemon run --log-format json``), the line is a JSON
+log line, like the rest of the process's output.
 Importing this package starts no JVM: commands import Spark only when they run.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -14,6 +17,7 @@ import typer
 
 from daemon.cli import broker, demo, plugins, replay, run, validate
 from daemon.errors import EnrichdError
+from daemon.logs import json_lines_configured
 
 app = typer.Typer(
     name="daemon",
@@ -35,6 +39,15 @@ def debug() -> bool:
     return os.environ.get("ENRICHD_DEBUG", "") not in ("", "0")
 
 
+def report(lines: list[str]) -> None:
+    """Write an error's lines to stderr: ``error: LINE``, or JSON lines where logs are JSON."""
+    for line in lines:
+        if json_lines_configured():
+            logging.getLogger("enrichd").error(line)
+        else:
+            typer.echo(f"error: {line}", err=True)
+
+
 def main() -> None:
     """Run the command line, turning operator errors into one line and exit code 1."""
     try:
@@ -42,8 +55,7 @@ def main() -> None:
     except EnrichdError as exc:
         if debug():
             raise
-        for line in str(exc).splitlines() or [type(exc).__name__]:
-            typer.echo(f"error: {line}", err=True)
+        report(str(exc).splitlines() or [type(exc).__name__])
         sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
@@ -52,7 +64,5 @@ def main() -> None:
         if debug():
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        typer.echo(
-            f"error: {type(exc).__name__}: {message} (ENRICHD_DEBUG=1 shows where)", err=True
-        )
+        report([f"{type(exc).__name__}: {message} (ENRICHD_DEBUG=1 shows where)"])
         sys.exit(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.errors import KafkaUnavailableError
+from daemon.errors import KafkaUnavailableError, KafkaUnreachableError
 
 
 def admin_client(client_conf: dict[str, str]) -> Any:
@@ -22,12 +22,12 @@ def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[
     """Every topic of the cluster and its partition count.
 
     Raises:
-        KafkaUnavailableError: the broker did not answer in time.
+        KafkaUnreachableError: the broker did not answer in time.
     """
     try:
         metadata = admin_client(client_conf).list_topics(timeout=timeout)
     except Exception as exc:
-        raise KafkaUnavailableError(
+        raise KafkaUnreachableError(
             f"cannot reach Kafka at {client_conf.get('bootstrap.servers')!r} ({exc}); "
             "check [kafka] bootstrap_servers and that the broker is running"
         ) from None
