@@ -68,6 +68,7 @@ def test_compose_has_the_stack_of_the_spec() -> None:
         assert services[name]["build"] == ".", name  # one image: executors run our joiners
         assert services[name]["image"] == "enrichd:latest", name
     assert not any("zookeeper" in name for name in services)
+    assert services["sample-data"]["entrypoint"][-2:] == ["-m", "daemon.demos.sample_data"]
 
 
 def test_kafka_runs_in_kraft_mode_as_broker_and_controller() -> None:
@@ -218,11 +219,10 @@ def test_sample_data_creates_the_topics_and_produces_users_and_tweets(
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "deploy" / "compose" / "sample_data.py"),
+            "-m",
+            "daemon.demos.sample_data",
             "--bootstrap-servers",
             broker.bootstrap_servers,
-            "--schemas",
-            str(ROOT / "schemas"),
             "--users-topic",
             users,
             "--tweets-topic",
