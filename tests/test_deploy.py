@@ -1,10 +1,12 @@
-"""The deployment files: docker-compose.yml, the Dockerfile, the systemd unit, sample data.
+"""The deployment files: the compose files, the Dockerfile, the systemd unit, sample data.
 
-No Docker engine here (docs: ../shared/ENVIRONMENT.md), so the compose file is checked for
-structure: the services it must have, what each runs, what it waits for, its ports, and that
-what it mounts into the daemon exists and makes a valid pipeline at the container's paths.
-The systemd unit is checked by ``systemd-analyze verify``. The sample-data script runs for
-real against the session broker.
+The full stack's images (Apache Kafka, a Schema Registry) cannot be pulled here (see
+../shared/ENVIRONMENT.md), so docker-compose.yml is checked for structure: the services it
+must have, what each runs, what it waits for, its ports, and that what it mounts into the
+daemon exists and makes a valid pipeline at the container's paths. The image and the
+embedded compose file are built and run for real by the deployment tests (test_image.py,
+test_compose_embedded.py). The systemd unit is checked by ``systemd-analyze verify``. The
+sample data runs against the session broker.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from tests.kafka_helpers import client_conf, read_topic
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
+EMBEDDED = ROOT / "docker-compose.embedded.yml"
 UNIT = ROOT / "deploy" / "enrichd.service"
 
 
-def compose() -> dict[str, Any]:
-    return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+def compose(path: Path = COMPOSE) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
 
 
 def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
@@ -117,7 +120,7 @@ def test_spark_master_and_worker_are_started_with_spark_class() -> None:
 def test_the_daemon_runs_the_mounted_demo_pipeline_against_the_stack() -> None:
     services = compose()["services"]
     daemon = services["enrichd"]
-    assert daemon["command"][0] == "/etc/enrichd/pipelines.toml"
+    assert daemon["command"][:2] == ["run", "/etc/enrichd/pipelines.toml"]
     http = daemon["command"][daemon["command"].index("--http") + 1]
     assert http == "0.0.0.0:9464" and "9464:9464" in daemon["ports"]
     assert "/healthz" in " ".join(daemon["healthcheck"]["test"])
@@ -154,30 +157,59 @@ def test_the_mounted_pipeline_is_valid_at_the_containers_paths(tmp_path: Path) -
     assert parsed is not None
 
 
-def test_the_dockerfile_has_java_17_the_package_and_a_non_root_user() -> None:
-    lines = [
-        line.strip()
-        for line in (ROOT / "Dockerfile")
-        .read_text(encoding="utf-8")
-        .replace("\\\n", " ")
-        .splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's instructions (continuations joined, comments dropped), by stage."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+    stages: list[list[tuple[str, str]]] = [[]]
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        op, _, args = line.strip().partition(" ")
+        if op == "FROM":
+            stages.append([])
+        stages[-1].append((op, args.strip()))
+    return stages
+
+
+def test_the_dockerfile_takes_its_base_as_a_build_argument() -> None:
+    preamble, *stages = dockerfile_stages()
+    assert preamble == [("ARG", "BASE_IMAGE=python:3.11-slim-bookworm")]
+    assert [stage[0] for stage in stages] == [
+        ("FROM", "${BASE_IMAGE} AS build"),
+        ("FROM", "${BASE_IMAGE}"),
     ]
-    instructions = [(line.split()[0], line.partition(" ")[2]) for line in lines]
-    assert instructions[0] == ("FROM", "python:3.11-slim-bookworm")
-    runs = " ".join(args for op, args in instructions if op == "RUN")
-    assert "openjdk-17-jre-headless" in runs
-    assert "pip install --no-cache-dir ." in runs
-    copied = [args.split()[0] for op, args in instructions if op == "COPY"]
-    for source in copied:
-        assert (ROOT / source).exists(), source
-    users = [args for op, args in instructions if op == "USER"]
-    assert users == ["enrichd"]
+
+
+def test_the_final_stage_has_java_17_the_virtualenv_and_a_non_root_user() -> None:
+    """The build stage installs into /opt/enrichd (the systemd unit's path); only that is copied."""
+    _, build, final = dockerfile_stages()
+    assert ("RUN", "python3 -m venv /opt/enrichd") in build
+    runs = " ".join(args for op, args in final if op == "RUN")
+    assert "openjdk-17-jre-headless" in runs and "apt-get clean" in runs
+    assert not any(word in runs for word in ("gcc", "build-essential", "-dev ", "pip install"))
+    assert ("COPY", "--from=build /opt/enrichd /opt/enrichd") in final
+    for op, args in build + final:
+        if op == "COPY" and not args.startswith("--from"):
+            assert (ROOT / args.split()[0]).exists(), args
+    assert [args for op, args in final if op == "USER"] == ["enrichd"]
     assert "useradd --system --uid 10001" in runs
-    assert ("ENTRYPOINT", '["tini", "--", "daemon", "run"]') in instructions
-    assert ("CMD", '["/etc/enrichd/pipelines.toml"]') in instructions
+    assert ("ENTRYPOINT", '["tini", "--", "daemon"]') in final
+    assert ("CMD", '["run", "/etc/enrichd/pipelines.toml"]') in final
     ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
     assert ".venv" in ignored and "tests" in ignored
+    assert "examples" not in ignored and "schemas" not in ignored  # the package data
+
+
+def test_the_embedded_compose_file_needs_no_image_but_enrichds() -> None:
+    services = compose(EMBEDDED)["services"]
+    assert set(services) == {"broker", "sample-data", "enrichd", "views"}
+    for name, service in services.items():
+        assert (service["build"], service["image"]) == (".", "enrichd:latest"), name
+    assert services["broker"]["command"][0] == "broker"
+    assert "command" not in services["enrichd"]  # the image's own: daemon run
+    mounts = bind_mounts(services["enrichd"])
+    file = load_pipeline_file(mounts["/etc/enrichd/pipelines.toml"])
+    assert file.kafka.bootstrap_servers == "broker:9092"
 
 
 def test_the_systemd_unit_is_a_notify_service_with_a_watchdog() -> None:
