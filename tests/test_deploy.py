@@ -5,8 +5,8 @@ The full stack's images (Apache Kafka, a Schema Registry) cannot be pulled here 
 must have, what each runs, what it waits for, its ports, and that what it mounts into the
 daemon exists and makes a valid pipeline at the container's paths. The image and the
 embedded compose file are built and run for real by the deployment tests (test_image.py,
-test_compose_embedded.py). The systemd unit is checked by ``systemd-analyze verify``. The
-sample data runs against the session broker.
+test_compose_embedded.py). The systemd unit is checked by ``systemd-analyze verify`` as
+installed by the steps of docs/operations.md. The sample data runs against the session broker.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 EMBEDDED = ROOT / "docker-compose.embedded.yml"
 UNIT = ROOT / "deploy" / "enrichd.service"
+OPERATIONS = ROOT / "docs" / "operations.md"
 
 
 def compose(path: Path = COMPOSE) -> dict[str, Any]:
@@ -231,15 +232,57 @@ def test_the_systemd_unit_is_a_notify_service_with_a_watchdog() -> None:
     assert unit["Install"]["WantedBy"] == "multi-user.target"
 
 
-def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
-    """``systemd-analyze verify`` with ExecStart pointed at this checkout's `daemon`."""
+def install_steps() -> list[list[str]]:
+    """The commands of the install block in docs/operations.md's systemd section."""
+    section = OPERATIONS.read_text(encoding="utf-8").split("## systemd", 1)[1]
+    block = section.split("Install:", 1)[1].split("\n\n", 2)[1]
+    commands = []
+    for line in block.splitlines():
+        for command in line.split("#", 1)[0].split("&&"):
+            words = shlex.split(command)
+            commands.append(words[1:] if words[:1] == ["sudo"] else words)
+    return commands
+
+
+def test_the_documented_install_steps_match_the_unit() -> None:
+    unit = ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(UNIT, encoding="utf-8")
+    service = unit["Service"]
+    binary, _, pipeline = shlex.split(service["ExecStart"].replace("\\\n", " "))[:3]
+    steps = install_steps()
+    useradd = next(step for step in steps if step[0] == "useradd")
+    assert useradd[-1] == service["User"] == service["Group"]
+    assert useradd[useradd.index("--home-dir") + 1] == f"/var/lib/{service['StateDirectory']}"
+    venv = next(step for step in steps if step[1:3] == ["-m", "venv"])[3]
+    assert binary == f"{venv}/bin/daemon"
+    assert any(step[0] == f"{venv}/bin/pip" and step[1] == "install" for step in steps)
+    assert ["cp", "pipelines.toml", str(Path(pipeline).parent) + "/"] in steps
+    assert ["cp", "deploy/enrichd.service", "/etc/systemd/system/"] in steps
+    assert ["systemctl", "enable", "--now", "enrichd"] in steps
+
+
+def test_systemd_accepts_the_unit_as_installed(tmp_path: Path) -> None:
+    """``systemd-analyze verify --root``: the unit in /etc/systemd/system, its binary in place.
+
+    The root holds a copy of the system's units (the targets the unit names) and a stub at
+    the unit's ExecStart path, where the install steps put the virtualenv's `daemon`.
+    """
     analyze = shutil.which("systemd-analyze")
     assert analyze is not None, "systemd-analyze is needed to verify the unit"
-    here = Path(sys.executable).parent / "daemon"
-    unit = tmp_path / "enrichd.service"
-    unit.write_text(UNIT.read_text(encoding="utf-8").replace("/opt/enrichd/bin/daemon", str(here)))
+    root = tmp_path / "root"
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    shutil.copy(UNIT, root / "etc/systemd/system/enrichd.service")
+    binary = root / "opt/enrichd/bin/daemon"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
     done = subprocess.run(
-        [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60
+        [analyze, "verify", f"--root={root}", "/etc/systemd/system/enrichd.service"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
 
