@@ -36,3 +36,11 @@ def spark():  # type: ignore[no-untyped-def]
     session = spark_session(SparkConfig(master="local[2]"))
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The Dockerfile of this checkout built under podman (the deployment tests' image)."""
+    from tests.podman import build_image
+
+    return build_image()
