@@ -235,7 +235,9 @@ def test_podman_stop_ends_it_with_exit_0_within_the_stop_timeout(served: Served)
     """SIGTERM: the micro-batch in flight finishes, exit 0; SIGKILL past the timeout gives 137."""
     assert served.first_exit == 0, served.first.logs()[-3000:]
     assert served.second_exit == 0
-    assert "stopped" in [str(line["message"]) for line in json_lines(served.first.logs())]
+    messages = [str(line["message"]) for line in json_lines(served.first.logs())]
+    assert "stopped" in messages  # stopped in time, not forced out at the daemon's own timeout
+    assert "stop timeout reached; exiting without waiting for Spark" not in messages
 
 
 def test_a_restart_on_the_same_state_volume_adds_no_duplicate(served: Served) -> None:
