@@ -23,6 +23,8 @@ from daemon.avro_fields import FieldScanner
 from daemon.avro_reader import compile_reader
 from daemon.avro_writer import compile_writer
 from daemon.errors import SchemaError
+from daemon.schema_registry import access_failure, new_client
+from daemon.secrets import redact
 
 _MAGIC = 0
 _HEADER = struct.Struct(">bI")
@@ -76,12 +78,16 @@ class AvroCodec:
         writer_schema: plain format only: the schema the data was written with, if different.
         registry_url: Confluent format: the Schema Registry; None means plain format.
         schema_id: Confluent format: the id written in front of encoded records.
+        registry_settings: Confluent format: the registry client's settings (credentials,
+            TLS), from :func:`daemon.schema_registry.client_settings`; None: the URL alone.
+            Never printed: the codec's repr leaves it out.
     """
 
     schema: Schema
     writer_schema: Schema | None = None
     registry_url: str | None = None
     schema_id: int | None = None
+    registry_settings: dict[str, Any] | None = field(default=None, repr=False)
     _writers: dict[int, Schema] = field(default_factory=dict, repr=False)
     _client: Any = field(default=None, repr=False)
     _scanners: dict[tuple[int, tuple[str, ...], tuple[str, ...]], FieldScanner | None] = field(
@@ -176,18 +182,29 @@ class AvroCodec:
         return buffer.getvalue()
 
     def _writer(self, schema_id: int) -> Schema:
+        """The writer schema of ``schema_id``, from the registry on first use.
+
+        Raises:
+            SchemaRegistryUnavailableError: the registry refused or did not answer: the
+                record is fine, so it must not be taken for an undecodable one.
+            ValueError: the registry does not know the id.
+        """
         schema = self._writers.get(schema_id)
         if schema is None:
-            schema = parse_schema_text(self.registry().get_schema(schema_id).schema_str)
-            self._writers[schema_id] = schema
+            try:
+                text = self.registry().get_schema(schema_id).schema_str
+            except Exception as exc:
+                unavailable = access_failure(str(self.registry_url), exc)
+                if unavailable is not None:
+                    raise unavailable from None
+                raise ValueError(f"schema id {schema_id}: {redact(str(exc))}") from None
+            schema = self._writers[schema_id] = parse_schema_text(text)
         return schema
 
     def registry(self) -> Any:
         """The Schema Registry client, created on first use in this process."""
         if self._client is None:
-            from confluent_kafka.schema_registry import SchemaRegistryClient
-
-            self._client = SchemaRegistryClient({"url": self.registry_url})
+            self._client = new_client(self.registry_settings or {"url": self.registry_url})
         return self._client
 
 

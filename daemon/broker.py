@@ -101,12 +101,12 @@ class EmbeddedBroker:
         raise BrokerError(f"the embedded broker did not answer on {self.bootstrap_servers}")
 
     def _answers(self) -> bool:
-        from confluent_kafka.admin import AdminClient
+        from daemon.kafka.connect import admin
 
         # Asked where it listens: the advertised name may resolve only for its clients.
         here = LOOPBACK if self.host in _WILDCARDS else self.host
         try:
-            AdminClient({"bootstrap.servers": f"{here}:{self.port}"}).list_topics(timeout=1)
+            admin({"bootstrap.servers": f"{here}:{self.port}"}).list_topics(timeout=1)
         except Exception:
             return False
         return True

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from daemon import secrets
 from daemon.durations import DurationMs
+from daemon.environment import expand_environment
 from daemon.errors import ConfigError
 
 Delivery = Literal["exactly_once", "at_least_once"]
@@ -24,17 +26,99 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
+ClientValue = str | bool | int | float
+"""A client setting's value, as TOML gives it."""
+
+PATH_SETTINGS = frozenset(
+    {
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.crl.location",
+        "ssl.keystore.location",
+        "sasl.kerberos.keytab",
+    }
+)
+"""Client settings that name a file: a relative path is taken from the pipeline file's folder."""
+
+
 class KafkaConfig(_Strict):
-    """``[kafka]``: where the broker is; omitted bootstrap means the embedded broker."""
+    """``[kafka]``: where the broker is and how to connect; omitted bootstrap: the embedded one.
+
+    ``client_conf`` holds librdkafka settings (``security.protocol``, ``sasl.*``, ``ssl.*``,
+    ...) given to every Kafka client enrichd makes, on the driver and on every executor.
+    """
 
     bootstrap_servers: str | None = None
-    client_conf: dict[str, str] = Field(default_factory=dict)
+    client_conf: dict[str, ClientValue] = Field(default_factory=dict)
 
 
-class SchemaRegistryConfig(_Strict):
-    """``[schema_registry]``: a Confluent Schema Registry, for inputs and outputs by subject."""
+REGISTRY_SETTINGS = (
+    "basic.auth.user.info",
+    "basic.auth.credentials.source",
+    "bearer.auth.credentials.source",
+    "bearer.auth.token",
+    "bearer.auth.logical.cluster",
+    "bearer.auth.identity.pool.id",
+    "bearer.auth.client.id",
+    "bearer.auth.client.secret",
+    "bearer.auth.scope",
+    "bearer.auth.issuer.endpoint.url",
+    "bearer.auth.issuer.endpoint.query",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "proxy",
+    "timeout",
+    "cache.capacity",
+    "cache.latest.ttl.sec",
+    "max.retries",
+    "retries.wait.ms",
+    "retries.max.wait.ms",
+)
+"""The Confluent Schema Registry client's settings that ``[schema_registry]`` takes beside
+``url``."""
+
+CredentialsSource = Literal["USER_INFO", "URL", "SASL_INHERIT"]
+"""Where basic auth credentials come from, as Confluent's clients name it: ``USER_INFO``
+(``basic.auth.user.info``), ``URL`` (the URL's ``user:password@``), ``SASL_INHERIT``
+(``[kafka] client_conf``'s ``sasl.username`` and ``sasl.password``)."""
+
+
+class SchemaRegistryConfig(BaseModel):
+    """``[schema_registry]``: a Confluent Schema Registry, for inputs and outputs by subject.
+
+    Beside ``url`` it takes the registry client's settings by their Confluent names
+    (:data:`REGISTRY_SETTINGS`): basic auth, bearer auth, TLS, timeouts.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     url: str
+
+    @model_validator(mode="after")
+    def _known_settings(self) -> SchemaRegistryConfig:
+        for key, value in self.settings.items():
+            if key not in REGISTRY_SETTINGS:
+                raise ValueError(
+                    f"unknown setting {key!r}; the registry client's settings: url, "
+                    + ", ".join(REGISTRY_SETTINGS)
+                )
+            if not isinstance(value, ClientValue):
+                raise ValueError(f"{key!r} must be a string, number or boolean")
+        source = self.settings.get("basic.auth.credentials.source", "USER_INFO")
+        choices = get_args(CredentialsSource)
+        if source not in choices:
+            raise ValueError(
+                f"basic.auth.credentials.source {source!r} is not one of {', '.join(choices)}"
+            )
+        return self
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The client settings given beside ``url``."""
+        return dict(self.model_extra or {})
 
 
 class ServiceConfig(_Strict):
@@ -177,6 +261,9 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
     Raises:
         ConfigProblems: every shape problem, one line each, naming file and field.
     """
+    data, missing = expand_environment(path, data)
+    if missing:
+        raise ConfigProblems(missing)
     try:
         parsed = PipelineFile.model_validate(data)
     except ValidationError as exc:
@@ -214,7 +301,39 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
                 }
             )
         )
-    return parsed.model_copy(update={"pipeline": pipelines, "source": path})
+    kafka = parsed.kafka.model_copy(
+        update={"client_conf": _resolve_settings(parsed.kafka.client_conf, base)}
+    )
+    registry = parsed.schema_registry
+    if registry is not None:
+        registry = SchemaRegistryConfig.model_validate(
+            {"url": registry.url, **_resolve_settings(registry.settings, base)}
+        )
+        secrets.remember(registry.settings, url=registry.url)
+    secrets.remember(kafka.client_conf)
+    return parsed.model_copy(
+        update={
+            "pipeline": pipelines,
+            "source": path,
+            "kafka": kafka,
+            "schema_registry": registry,
+        }
+    )
+
+
+def _resolve_settings(settings: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Client settings with the relative paths of file settings resolved against ``base``."""
+    return {
+        key: (
+            str(base / value)
+            if key in PATH_SETTINGS
+            and isinstance(value, str)
+            and value not in ("", "probe")
+            and not Path(value).is_absolute()
+            else value
+        )
+        for key, value in settings.items()
+    }
 
 
 def load_pipeline_file(path: Path) -> PipelineFile:

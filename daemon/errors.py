@@ -7,6 +7,10 @@ that line and exit code 1 in exactly one place (``daemon.cli.main``).
 
 from __future__ import annotations
 
+import re
+
+from daemon.secrets import redact
+
 
 class EnrichdError(Exception):
     """Something the operator can fix; the message says what and how."""
@@ -42,3 +46,39 @@ class ReplayInputError(EnrichdError):
 
 class BrokerError(EnrichdError):
     """The embedded development broker could not start."""
+
+
+class SchemaRegistryUnavailableError(EnrichdError):
+    """The Schema Registry refused the credentials, failed the TLS handshake or did not answer.
+
+    Check `[schema_registry]`: its url, credentials and `ssl.*` settings. A running pipeline
+    fails its micro-batch instead of dead-lettering records it could not decode, and the
+    service retries it with backoff.
+    """
+
+
+def failure_reason(text: str) -> str:
+    """The one line that says why a query failed, from the text of its exception.
+
+    A failure that enrichd raised in a Spark task (a registry that refused the credentials,
+    ...) arrives wrapped in Spark's and the Python worker's text, its own line deep inside:
+    that line is the reason. Otherwise the text's first line is.
+    """
+    match = _enrichd_error().search(text)
+    if match is not None:
+        return redact(match.group("message").strip())
+    first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    return redact(first)
+
+
+def _error_names(root: type[BaseException]) -> set[str]:
+    return {root.__name__}.union(*(_error_names(sub) for sub in root.__subclasses__()))
+
+
+def _enrichd_error() -> re.Pattern[str]:
+    """Where an enrichd error's message starts in a traceback, by the error's class name.
+
+    Made when asked, not at import: the subclasses of other modules exist only by then.
+    """
+    names = "|".join(sorted(_error_names(EnrichdError)))
+    return re.compile(rf"(?:^|[\s.])(?:{names}): (?P<message>[^\n]+)", re.MULTILINE)

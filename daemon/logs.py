@@ -1,5 +1,7 @@
 """Log output of ``daemon run``: human text by default, one JSON object a line on request.
 
+Secrets never reach a line: both formats pass it through :func:`daemon.secrets.redact`.
+
 JSON lines are for log shippers (journald's JSON export, Loki, Elasticsearch): every line has
 ``time`` (UTC, ISO 8601), ``level``, ``logger`` and ``message``, plus ``pipeline`` when the
 line is about one pipeline (the service passes it with ``extra={"pipeline": name}``) and
@@ -20,6 +22,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Literal
 
+from daemon.secrets import redact
+
 LogFormat = Literal["text", "json"]
 """``text``: ``time level logger: message`` for people; ``json``: one object a line."""
 
@@ -35,29 +39,40 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact(record.getMessage()),
         }
         pipeline = getattr(record, "pipeline", None)
         if pipeline is not None:
             line["pipeline"] = pipeline
         if record.exc_info:
-            line["error"] = self.formatException(record.exc_info)
+            line["error"] = redact(self.formatException(record.exc_info))
         return json.dumps(line, ensure_ascii=False, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``time level logger: message``, with secrets masked (:func:`daemon.secrets.redact`)."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as text, a traceback included, secrets masked."""
+        return redact(super().format(record))
 
 
 def configure_logging(log_format: LogFormat = "text", level: int = logging.INFO) -> None:
     """Send the process's log records to stderr in ``log_format``, replacing earlier handlers."""
     handler = logging.StreamHandler()
-    handler.setFormatter(
-        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
-    )
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    # py4j logs every connection of Spark's callback server at INFO: noise to an operator.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # py4j logs every connection of Spark's callback server at INFO, and the registry
+    # client's HTTP library every request: noise to an operator.
+    for noisy in ("py4j", "httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def json_lines_configured() -> bool:

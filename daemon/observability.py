@@ -227,6 +227,8 @@ class QueryHealth:
     started_at: float | None = None
     last_progress_at: float | None = None
     running: bool = False
+    last_failure: str | None = None
+    """Why the query last failed, as the supervisor logged it."""
 
 
 @dataclass
@@ -274,7 +276,8 @@ class Health:
         reasons: dict[str, str] = {}
         for name, query in self.queries.items():
             if not query.running:
-                reasons[name] = "not running (failed; waiting for its restart)"
+                why = f": {query.last_failure}" if query.last_failure else ""
+                reasons[name] = f"not running (failed{why}; waiting for its restart)"
             elif query.last_progress_at is None:
                 reasons[name] = "started; no micro-batch or idle report yet"
             elif now - query.last_progress_at > self.stall_after_s:

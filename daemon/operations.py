@@ -27,6 +27,7 @@ from daemon.http_endpoint import MetricsServer, serve_http
 from daemon.metrics_relay import MetricsRelay
 from daemon.notify import Notifier
 from daemon.observability import Health, Metrics, PipelineView
+from daemon.secrets import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,6 +52,7 @@ class SupervisedQuery(Protocol):
     restarts: int
     failures: int
     restart_at: float | None
+    last_failure: str | None
 
 
 def view_of(plan: PipelinePlan) -> PipelineView:
@@ -75,11 +77,13 @@ class LogOffsets:
         self._consumer: Any = None
 
     def _watermarks(self, names: Sequence[str]) -> dict[str, tuple[int, int]]:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
+
+        from daemon.kafka import connect
 
         if self._consumer is None:
-            self._consumer = Consumer(
-                {**self.client_conf, "group.id": "enrichd.metrics", "enable.auto.commit": False}
+            self._consumer = connect.consumer(
+                self.client_conf, {"group.id": "enrichd.metrics", "enable.auto.commit": False}
             )
         found: dict[str, tuple[int, int]] = {}
         for name in names:
@@ -252,7 +256,8 @@ class Operations:
                 except Exception:  # noqa: S110 - no run id: only idle reports go unheard
                     pass
             is_running = bool(pipe.restart_at is None and query is not None and query.isActive)
-            self.health.of(pipe.name).running = is_running
+            health = self.health.of(pipe.name)
+            health.running, health.last_failure = is_running, pipe.last_failure
             self.metrics.supervision(
                 pipe.name, running=is_running, failures=pipe.failures, restarts=pipe.restarts
             )
@@ -309,7 +314,7 @@ class Operations:
             lines = [f"{name}: progressing" for name in sorted(self.health.queries)]
         elif not self.health.queries:
             lines = ["; ".join(filter(None, ["no pipeline has started yet", self._waiting]))]
-        return ready, "\n".join(lines)
+        return ready, redact("\n".join(lines))
 
     # -- shutdown ----------------------------------------------------------------------------
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from daemon.avro import AvroCodec
 from daemon.config import PipelineConfig, PipelineFile
-from daemon.errors import ConfigError, EnrichdError, ReplayInputError
+from daemon.errors import ConfigError, EnrichdError, ReplayInputError, failure_reason
+from daemon.kafka import connect
 from daemon.kafka.clients import Deliveries, produce, read_partition
 from daemon.observability import parse_offsets
 
@@ -308,11 +309,9 @@ def _produce(
     join_keys: list[str],
 ) -> dict[str, int]:
     """Produce the records, then an end-of-input marker per join key; return partition ends."""
-    from confluent_kafka import Producer
-
     from daemon.kafka.records import CONTROL_HEADER, END_OF_INPUT
 
-    producer = Producer({**conf, "linger.ms": 5, "partitioner": "murmur2_random"})
+    producer = connect.producer(conf, {"linger.ms": 5, "partitioner": "murmur2_random"})
     deliveries = Deliveries()
     for record in records:
         value = None if record.value is None else codecs[record.role].encode(record.value)
@@ -325,7 +324,9 @@ def _produce(
             on_delivery=deliveries,
         )
         producer.poll(0)
-    # Markers go last, so they come after every record in the engine's arrival order too.
+    # Markers go last, with the newest timestamp: the source admits a marker after every
+    # record of its timestamp, so each key's end of input comes after all of its records,
+    # however the micro-batches fall (daemon.kafka.source.admit_earliest).
     marker_time = max((record.timestamp for record in records), default=1)
     marker_topic = next(iter(pipe.inputs.values())).topic
     for key in join_keys:
@@ -345,21 +346,22 @@ def _produce(
     return deliveries.ends
 
 
+_READER = {
+    "group.id": "enrichd-replay",  # required by the client; never joined or committed
+    "enable.auto.commit": False,
+    "isolation.level": "read_committed",
+}
+"""Settings of replay's consumers, which read committed records by partition."""
+
+
 def committed_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
     """Past each partition's last committed record (``"topic/partition"`` -> offset).
 
     Read rather than asked for: some brokers' ListOffsets under-report the end (source.py).
     """
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "enrichd-replay",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
+    consumer = connect.consumer(conf, _READER)
     ends: dict[str, int] = {}
     try:
         for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
@@ -394,7 +396,7 @@ def _await_consumed(
     read = 0
     while True:
         if query.exception() is not None:
-            raise EnrichdError(f"the pipeline failed: {query.exception()}")
+            raise EnrichdError(f"the pipeline failed: {failure_reason(str(query.exception()))}")
         reports = query.recentProgress
         seen_batches.update(report.batchId for report in reports if report.numInputRows)
         if reports and reports[-1].sources:
@@ -411,16 +413,9 @@ def _await_consumed(
 
 def _read_topic(conf: dict[str, str], topic: str, codec: AvroCodec | None) -> list[dict[str, Any]]:
     """Every committed record of ``topic``, partition by partition, as JSON-ready dicts."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "enrichd-replay",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
+    consumer = connect.consumer(conf, _READER)
     results: list[dict[str, Any]] = []
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]

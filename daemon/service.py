@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.config import PipelineFile
 from daemon.engine.pipeline import PipelinePlan, client_conf, plan_pipeline, start_query
-from daemon.errors import KafkaUnreachableError
+from daemon.errors import KafkaUnreachableError, failure_reason
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,6 +64,8 @@ class Supervised:
     failures_in_row: int = 0
     failures: int = 0
     restart_at: float | None = None
+    last_failure: str | None = None
+    """The one-line reason of the last failure (for ``/readyz``)."""
 
     @property
     def name(self) -> str:
@@ -105,7 +107,8 @@ class Supervised:
         self.failures_in_row += 1
         self.failures += 1
         delay = restart_delay(self.failures_in_row)
-        first_line = reason.strip().splitlines()[0] if reason.strip() else "unknown error"
+        first_line = failure_reason(reason)
+        self.last_failure = first_line
         log.error(
             "pipeline %s failed: %s; restarting in %.0f s",
             self.name,

@@ -511,8 +511,6 @@ def replay_joiner(
         The outputs and dead letters as JSON-ready dicts (see :class:`ReplayResult`).
     """
     cls = registry().get(joiner).cls if isinstance(joiner, str) else joiner
-    # Inputs in role order, as run_joiner takes them: it decides which of two inputs' records
-    # with the same timestamp the engine reads first.
     schemas = {role: schemas[role] for role in cls.roles if role in schemas}
     with tempfile.TemporaryDirectory(prefix="enrichd-test-") as folder:
         work = Path(folder)

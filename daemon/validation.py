@@ -33,7 +33,7 @@ from daemon.config import (
     PipelineFile,
     load_pipeline_file,
 )
-from daemon.errors import SchemaError, UnknownJoinerError
+from daemon.errors import ConfigError, SchemaError, UnknownJoinerError
 from daemon.joiner_info import describe_joiner
 from daemon.joiners.base import Joiner, JoinerContext
 from daemon.plugins import JoinerRegistry, registry
@@ -75,9 +75,23 @@ def validate_pipeline_file(
             )
         seen.setdefault(pipeline.name, index)
         problems += _pipeline_problems(parsed, pipeline, where, joiners)
+    problems += _registry_problems(parsed, path)
     if check_topics:
         problems += _topic_problems(parsed, path)
     return parsed, problems
+
+
+def _registry_problems(parsed: PipelineFile, path: Path) -> list[str]:
+    """Whether the registry client takes ``[schema_registry]``'s settings (no request made)."""
+    if parsed.schema_registry is None:
+        return []
+    from daemon.schema_registry import client_settings, new_client
+
+    try:
+        new_client(client_settings(parsed.schema_registry, parsed.kafka))
+    except ConfigError as exc:
+        return [f"{path}: schema_registry: {str(exc).removeprefix('[schema_registry]: ')}"]
+    return []
 
 
 def summary(parsed: PipelineFile) -> str:
@@ -228,16 +242,14 @@ def _topic_problems(parsed: PipelineFile, path: Path) -> list[str]:
             f"{path}: kafka.bootstrap_servers: checking topics needs a broker address; "
             "set [kafka] bootstrap_servers or leave out --check-topics"
         ]
-    from confluent_kafka.admin import AdminClient
+    from daemon.errors import KafkaUnavailableError
+    from daemon.kafka.admin import existing_topics
+    from daemon.kafka.connect import client_conf
 
-    conf: dict[str, str | int | float | bool] = {
-        **parsed.kafka.client_conf,
-        "bootstrap.servers": servers,
-    }
     try:
-        existing = set(AdminClient(conf).list_topics(timeout=_TOPIC_TIMEOUT_S).topics)
-    except Exception as exc:  # librdkafka raises KafkaException for an unreachable broker
-        return [f"{path}: kafka.bootstrap_servers: cannot list topics on {servers}: {exc}"]
+        existing = set(existing_topics(client_conf(parsed), timeout=_TOPIC_TIMEOUT_S))
+    except KafkaUnavailableError as exc:  # unreachable, credentials refused, TLS failed
+        return [f"{path}: kafka.bootstrap_servers: cannot list topics: {exc}"]
     return [
         f"{path}: pipeline[{index}] ({pipe.name}).inputs.{role}.topic: "
         f"topic {spec.topic!r} does not exist on {servers}"

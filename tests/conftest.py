@@ -1,4 +1,8 @@
-"""Session fixtures: one real broker and one real Spark session for the whole test run."""
+"""Session fixtures: one real broker and one real Spark session for the whole test run.
+
+The secured brokers (TLS, mutual TLS, SASL) are Tansu processes of their own, started only
+when a test asks for them (tests/secure_cluster.py says why they cannot be the session's).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from daemon.broker import EmbeddedBroker
+from daemon.broker import EmbeddedBroker, free_port
+from tests.scram_proxy import ScramGate
+from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_process
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +42,54 @@ def spark():  # type: ignore[no-untyped-def]
     session = spark_session(SparkConfig(master="local[2]"))
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA made for this session, with server and client certificates it signed."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def tls_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
+    """A broker that clients reach only through TLS (server authentication)."""
+    running = TlsBroker(pki, tmp_path_factory.mktemp("tls"), mutual=False)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def mtls_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
+    """A broker that clients reach only through TLS with a client certificate of the CA."""
+    running = TlsBroker(pki, tmp_path_factory.mktemp("mtls"), mutual=True)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def sasl_broker() -> Iterator[str]:
+    """A broker that requires SASL authentication (``tansu broker --authentication``).
+
+    Tansu 0.6 authenticates nobody here (docs/connecting.md says why): it serves the tests
+    of a refused handshake.
+    """
+    port = free_port()
+    process = start_tansu(port, port, "--authentication")
+    yield f"127.0.0.1:{port}"
+    stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def scram_broker() -> Iterator[ScramGate]:
+    """A broker reached only through SASL/SCRAM-SHA-512 (tests/scram_proxy.py says how)."""
+    import secrets
+
+    gate_port, tansu_port = free_port(), free_port()
+    process = start_tansu(tansu_port, gate_port)
+    gate = ScramGate(gate_port, tansu_port, "enrichd", secrets.token_urlsafe(12))
+    yield gate
+    gate.close()
+    stop_process(process)
 
 
 @pytest.fixture(scope="session")

@@ -5,13 +5,23 @@ outside the package registries), so this serves the endpoints over real HTTP on 
 for the real confluent-kafka client: register a schema under a subject, fetch a subject's
 latest version, fetch a schema by id. Ids are global and a re-registered identical schema
 keeps its id, as the real registry does.
+
+Like a registry behind basic auth (Confluent Cloud's, or one with an HTTP basic auth realm),
+it answers 401 to a request without the right ``Authorization`` header and 403 to a known
+user it is told to deny, and serves HTTPS when given a certificate. It records who asked
+for what, so a test can tell the driver's requests (a subject's latest version) from the
+executors' (a writer schema by id).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import secrets
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -23,6 +33,24 @@ class Registry:
         self.schemas: list[str] = []
         self.subjects: dict[str, list[int]] = {}
         self.lock = threading.Lock()
+        self.user = "enrichd"
+        self.password = secrets.token_urlsafe(12)
+        """The one password the registry takes; a test may change it while it runs."""
+        self.denied: set[str] = set()
+        """Users whose right password gets 403."""
+        self.requests: list[tuple[str, str]] = []
+        """(path, outcome) of every request: ``ok``, ``401`` or ``403``."""
+
+    def check(self, authorization: str | None) -> int:
+        """200, 401 or 403 for a request with this ``Authorization`` header."""
+        expected = f"{self.user}:{self.password}"
+        given = ""
+        if authorization and authorization.startswith("Basic "):
+            given = base64.b64decode(authorization[6:]).decode("utf-8", "replace")
+        user, _, password = given.partition(":")
+        if user in self.denied and password == self.password:
+            return 403
+        return 200 if given == expected else 401
 
     def register(self, subject: str, schema: str) -> int:
         with self.lock:
@@ -52,7 +80,19 @@ class _Handler(BaseHTTPRequestHandler):
     def _parts(self) -> list[str]:
         return [unquote(p) for p in urlparse(self.path).path.strip("/").split("/")]
 
+    def _allowed(self) -> bool:
+        status = self.registry.check(self.headers.get("Authorization"))
+        with self.registry.lock:
+            self.registry.requests.append((self.path, "ok" if status == 200 else str(status)))
+        if status == 401:
+            self._send(401, {"error_code": 401, "message": "Unauthorized"})
+        elif status == 403:
+            self._send(403, {"error_code": 40301, "message": "User is denied operation"})
+        return status == 200
+
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        if not self._allowed():
+            return
         parts = self._parts()
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
@@ -61,6 +101,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"error_code": 404, "message": f"not served: {self.path}"})
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if not self._allowed():
+            return
         parts = self._parts()
         registry = self.registry
         if len(parts) == 3 and parts[:2] == ["schemas", "ids"]:
@@ -89,17 +131,41 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class RegistryServer:
-    """The stand-in on a free loopback port, in a background thread."""
+    """The stand-in on a free loopback port, in a background thread; HTTPS with ``tls``."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: tuple[Path, Path] | None = None) -> None:
         self.registry = Registry()
         handler = type("Handler", (_Handler,), {"registry": self.registry})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(certfile=str(tls[0]), keyfile=str(tls[1]))
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def user_info(self) -> str:
+        """``user:password`` as ``basic.auth.user.info`` takes it."""
+        return f"{self.registry.user}:{self.registry.password}"
+
+    def client_settings(self, **extra: Any) -> dict[str, Any]:
+        """Settings of a ``SchemaRegistryClient`` that the registry lets in."""
+        return {"url": self.url, "basic.auth.user.info": self.user_info, **extra}
+
+    def asked_by_id(self) -> set[tuple[int, str]]:
+        """(schema id, outcome) of the requests for a schema by id: readers of records ask."""
+        with self.registry.lock:
+            return {
+                (int(urlparse(path).path.rstrip("/").rpartition("/")[2]), outcome)
+                for path, outcome in self.registry.requests
+                if "/schemas/ids/" in path
+            }
 
     def __enter__(self) -> RegistryServer:
         self.thread.start()

@@ -17,16 +17,14 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from daemon.broker import EmbeddedBroker, free_port
+from daemon.broker import EmbeddedBroker
 from daemon.config import load_pipeline_file
+from tests.daemon_process import DaemonProcess
 from tests.kafka_helpers import In, read_topic
 from tests.test_crash_recovery import Scenario, crash
 
@@ -62,74 +60,28 @@ class SystemdSocket:
         self._socket.close()
 
 
-class Service:
+class Service(DaemonProcess):
     """The running `daemon run` under test, its notification socket and its HTTP address."""
 
     def __init__(self, run: Scenario, tmp: Path) -> None:
         self.run = run
         self.user_topic = load_pipeline_file(run.path).pipeline[0].inputs["one"].topic
         self.systemd = SystemdSocket(tmp / "notify.sock")
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = tmp / "daemon.log"
         env = {
-            **os.environ,
-            "PYSPARK_PYTHON": sys.executable,
             "NOTIFY_SOCKET": str(self.systemd.path),
             "WATCHDOG_USEC": "2000000",  # a ping due every second
         }
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "daemon",
-                    "run",
-                    str(run.path),
-                    "--http",
-                    self.url.removeprefix("http://"),
-                    "--log-format",
-                    "json",
-                    "--stop-timeout",
-                    str(STOP_TIMEOUT_S),
-                    "--stall-timeout",
-                    str(STALL_TIMEOUT_S),
-                ],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def log_text(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as reply:  # noqa: S310
-                return reply.status, reply.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def wait_until(self, what: str, done: Callable[[], bool], timeout_s: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not done():
-            assert self.process.poll() is None, f"daemon run exited:\n{self.log_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no {what}:\n{self.log_text()[-3000:]}"
-            time.sleep(0.5)
-
-    def metric(self, name: str, **labels: str) -> float | None:
-        """One sample of /metrics, or None if it is not there."""
-        _, text = self.get("/metrics")
-        wanted = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
-        for line in text.splitlines():
-            if line.startswith("#"):
-                continue
-            series, _, value = line.rpartition(" ")
-            metric, _, label_text = series.partition("{")
-            got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
-            if metric == name and got == wanted:
-                return float(value)
-        return None
+        super().__init__(
+            run.path,
+            tmp / "daemon.log",
+            "--log-format",
+            "json",
+            "--stop-timeout",
+            str(STOP_TIMEOUT_S),
+            "--stall-timeout",
+            str(STALL_TIMEOUT_S),
+            env=env,
+        )
 
 
 @pytest.fixture(scope="module")

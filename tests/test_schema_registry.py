@@ -1,5 +1,6 @@
 """Confluent Schema Registry framing through the real engine, against a stand-in registry
-(tests/registry.py) served over HTTP to the real confluent-kafka client."""
+(tests/registry.py) served over HTTP to the real confluent-kafka client. The registry takes
+basic auth only, so every test here also shows the credentials reach whoever asks it."""
 
 from __future__ import annotations
 
@@ -30,18 +31,21 @@ def registry() -> Iterator[RegistryServer]:
         yield server
 
 
-def register(url: str, subject: str, schema: str) -> int:
-    return SchemaRegistryClient({"url": url}).register_schema(subject, Schema(schema, "AVRO"))
+def register(server: RegistryServer, subject: str, schema: str) -> int:
+    client = SchemaRegistryClient(server.client_settings())
+    return client.register_schema(subject, Schema(schema, "AVRO"))
 
 
 def text(name: str) -> str:
     return (SCHEMAS / name).read_text()
 
 
-def pipeline_data(folder: Path, url: str, topics: dict[str, str], **kafka: Any) -> dict:
+def pipeline_data(
+    folder: Path, server: RegistryServer, topics: dict[str, str], **kafka: Any
+) -> dict:
     return {
         "kafka": kafka,
-        "schema_registry": {"url": url},
+        "schema_registry": {"url": server.url, "basic.auth.user.info": server.user_info},
         "pipeline": [
             {
                 "name": topics["output"].replace("/", "-"),
@@ -71,14 +75,16 @@ def pipeline_data(folder: Path, url: str, topics: dict[str, str], **kafka: Any) 
 def test_replay_reads_and_writes_confluent_framing(
     registry: RegistryServer, broker: EmbeddedBroker, spark: Any, tmp_path: Path
 ) -> None:
-    for subject, name in (
-        ("users-value", "user.avsc"),
-        ("tweets-value", "tweet.avsc"),
-        ("views-value", "tweet_view.avsc"),
-    ):
-        register(registry.url, subject, text(name))
+    ids = {
+        subject: register(registry, subject, text(name))
+        for subject, name in (
+            ("users-value", "user.avsc"),
+            ("tweets-value", "tweet.avsc"),
+            ("views-value", "tweet_view.avsc"),
+        )
+    }
     topics = {"users": "users", "tweets": "tweets", "output": "views"}
-    file = parse_pipeline_file(tmp_path / "p.toml", pipeline_data(tmp_path, registry.url, topics))
+    file = parse_pipeline_file(tmp_path / "p.toml", pipeline_data(tmp_path, registry, topics))
     ada = {"id": 1, "name": "ada", "avatar": None, "updated_at": 1}
     (tmp_path / "u.jsonl").write_text(json.dumps({"key": 1, "value": ada, "timestamp": 5}))
     tweet = {"id": 9, "author_id": 1, "content": "hi"}
@@ -94,6 +100,11 @@ def test_replay_reads_and_writes_confluent_framing(
     # and a registered id: a plainly encoded output would not have come back.
     assert latest_by_key(result.outputs) == {"9": {"id": 9, "tweet": tweet, "author": ada}}
     assert result.dead_letters == []
+    # Only the executors read the input records, so only they ask for their writer schemas
+    # by id: they did, with the file's credentials.
+    asked = registry.asked_by_id()
+    assert {(ids["users-value"], "ok"), (ids["tweets-value"], "ok")} <= asked
+    assert {outcome for _, outcome in asked} == {"ok"}
 
 
 def test_schema_evolution_both_ways_through_the_engine(
@@ -109,10 +120,10 @@ def test_schema_evolution_both_ways_through_the_engine(
     reader schema are read with the old one, the added field dropped."""
     full_user = json.loads(text("user.avsc"))
     old_user = {**full_user, "fields": full_user["fields"][:2]}
-    old_user_id = register(registry.url, "users-value", json.dumps(old_user))
-    register(registry.url, "users-value", text("user.avsc"))
-    register(registry.url, "tweets-value", text("tweet.avsc"))
-    register(registry.url, "views-value", text("tweet_view.avsc"))
+    old_user_id = register(registry, "users-value", json.dumps(old_user))
+    register(registry, "users-value", text("user.avsc"))
+    register(registry, "tweets-value", text("tweet.avsc"))
+    register(registry, "views-value", text("tweet_view.avsc"))
     topics = {
         "users": fresh_topic("users"),
         "tweets": fresh_topic("tweets"),
@@ -121,13 +132,13 @@ def test_schema_evolution_both_ways_through_the_engine(
     conf = client_conf(broker.bootstrap_servers)
     for topic in (topics["users"], topics["tweets"]):
         create_topic(conf, topic)
-    data = pipeline_data(tmp_path, registry.url, topics, bootstrap_servers=broker.bootstrap_servers)
+    data = pipeline_data(tmp_path, registry, topics, bootstrap_servers=broker.bootstrap_servers)
     file = parse_pipeline_file(tmp_path / "p.toml", data)
     plan = plan_pipeline(file, file.pipeline[0], conf)  # readers: the latest versions now
 
     newer_tweet = json.loads(text("tweet.avsc"))
     newer_tweet["fields"].append({"name": "lang", "type": "string", "default": "en"})
-    newer_tweet_id = register(registry.url, "tweets-value", json.dumps(newer_tweet))
+    newer_tweet_id = register(registry, "tweets-value", json.dumps(newer_tweet))
     old_writer = AvroCodec(
         parse_schema_text(json.dumps(old_user)), registry_url=registry.url, schema_id=old_user_id
     )
@@ -157,9 +168,9 @@ def test_schema_evolution_both_ways_through_the_engine(
 def test_missing_subject_stops_start_up_with_one_line(
     registry: RegistryServer, broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    register(registry.url, "tweets-value", text("tweet.avsc"))
+    register(registry, "tweets-value", text("tweet.avsc"))
     topics = {"users": "u", "tweets": "t", "output": "v"}
-    file = parse_pipeline_file(tmp_path / "p.toml", pipeline_data(tmp_path, registry.url, topics))
+    file = parse_pipeline_file(tmp_path / "p.toml", pipeline_data(tmp_path, registry, topics))
     with pytest.raises(ConfigError) as error:
         plan_pipeline(file, file.pipeline[0], client_conf(broker.bootstrap_servers))
     message = str(error.value)

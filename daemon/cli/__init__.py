@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 
 import typer
 
 from daemon.cli import broker, demo, plugins, replay, run, validate
 from daemon.errors import EnrichdError
 from daemon.logs import json_lines_configured
+from daemon.secrets import redact
 
 app = typer.Typer(
     name="daemon",
@@ -40,21 +42,29 @@ def debug() -> bool:
 
 
 def report(lines: list[str]) -> None:
-    """Write an error's lines to stderr: ``error: LINE``, or JSON lines where logs are JSON."""
+    """Write an error's lines to stderr: ``error: LINE``, or JSON lines where logs are JSON.
+
+    Both pass through :func:`daemon.secrets.redact` (the JSON formatter redacts its lines).
+    """
     for line in lines:
         if json_lines_configured():
             logging.getLogger("enrichd").error(line)
         else:
-            typer.echo(f"error: {line}", err=True)
+            typer.echo(redact(f"error: {line}"), err=True)
 
 
 def main() -> None:
-    """Run the command line, turning operator errors into one line and exit code 1."""
+    """Run the command line, turning operator errors into one line and exit code 1.
+
+    Everything printed here passes through :func:`daemon.secrets.redact`, the traceback
+    under ``ENRICHD_DEBUG`` too.
+    """
     try:
         app()  # usage errors are reported by Typer itself, with exit code 2
     except EnrichdError as exc:
         if debug():
-            raise
+            _print_traceback(exc)
+            sys.exit(1)
         report(str(exc).splitlines() or [type(exc).__name__])
         sys.exit(1)
     except KeyboardInterrupt:
@@ -62,7 +72,13 @@ def main() -> None:
         sys.exit(130)
     except Exception as exc:
         if debug():
-            raise
+            _print_traceback(exc)
+            sys.exit(1)
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         report([f"{type(exc).__name__}: {message} (ENRICHD_DEBUG=1 shows where)"])
         sys.exit(1)
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback of ``exc`` on stderr, secrets masked: Python's own would print them."""
+    sys.stderr.write(redact("".join(traceback.format_exception(exc))))

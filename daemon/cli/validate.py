@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from daemon.config import ConfigProblems
+from daemon.secrets import redact
 from daemon.validation import summary, validate_pipeline_file
 
 PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
@@ -29,4 +30,4 @@ def validate(pipeline_file: PipelinePath, check_topics: CheckTopics = False) -> 
     parsed, problems = validate_pipeline_file(pipeline_file, check_topics=check_topics)
     if problems or parsed is None:
         raise ConfigProblems(problems)
-    typer.echo(summary(parsed))
+    typer.echo(redact(summary(parsed)))

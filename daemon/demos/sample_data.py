@@ -23,6 +23,7 @@ from daemon.avro import AvroCodec, load_schema_file
 from daemon.demos import EXAMPLES
 from daemon.errors import KafkaUnavailableError
 from daemon.kafka.admin import create_topics
+from daemon.kafka.connect import producer
 
 SCHEMAS = EXAMPLES.parent / "schemas"
 UPDATE_EVERY = 5
@@ -50,13 +51,11 @@ class Sample:
     """Produces the sample's users and tweets to the two topics."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from confluent_kafka import Producer
-
         self.args = args
         self.users = AvroCodec(load_schema_file(args.schemas / "user.avsc"))
         self.tweets = AvroCodec(load_schema_file(args.schemas / "tweet.avsc"))
-        self.producer: Any = Producer(
-            {"bootstrap.servers": args.bootstrap_servers, "linger.ms": 20}
+        self.producer: Any = producer(
+            {"bootstrap.servers": args.bootstrap_servers}, {"linger.ms": 20}
         )
 
     def user(self, author: int, name: str) -> None:

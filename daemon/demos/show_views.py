@@ -16,6 +16,7 @@ from typing import Any
 
 from daemon.avro import AvroCodec, load_schema_file
 from daemon.demos.sample_data import SCHEMAS
+from daemon.kafka import connect
 
 _POLL_S = 1.0
 
@@ -44,7 +45,7 @@ def wait_for_partitions(consumer: Any, topic: str, stop: threading.Event) -> lis
 
 def main(argv: list[str] | None = None) -> None:
     """Print every view of the topic, from its beginning, until SIGTERM or SIGINT."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap-servers", default="broker:9092")
@@ -56,13 +57,13 @@ def main(argv: list[str] | None = None) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):  # as a container's PID 1, too
         signal.signal(signum, lambda number, frame: stop.set())
     codec = AvroCodec(load_schema_file(args.schema))
-    consumer = Consumer(
+    consumer = connect.consumer(
+        {"bootstrap.servers": args.bootstrap_servers},
         {
-            "bootstrap.servers": args.bootstrap_servers,
             "group.id": "enrichd-show-views",  # required by the client; assign() joins no group
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
-        }
+        },
     )
     try:
         partitions = wait_for_partitions(consumer, args.topic, stop)

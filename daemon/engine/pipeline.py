@@ -10,10 +10,13 @@ from daemon.config import InputConfig, OutputConfig, PipelineConfig, PipelineFil
 from daemon.errors import ConfigError, KafkaUnavailableError
 from daemon.joiners.base import Joiner, JoinerContext
 from daemon.kafka.admin import create_topics, existing_topics
+from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
 from daemon.kafka.records import SINK_DDL
 from daemon.kafka.source import SourceInput, SourceSpec
 from daemon.kafka.task_output import OutputSpec
 from daemon.plugins import registry
+from daemon.schema_registry import access_failure, client_settings, new_client
+from daemon.secrets import display_url, redact
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,17 +50,6 @@ class PipelinePlan:
         return [self, *(self.downstream.stages() if self.downstream else [])]
 
 
-def client_conf(file: PipelineFile, bootstrap_servers: str | None = None) -> dict[str, str]:
-    """The confluent-kafka settings shared by every client of the pipelines in ``file``."""
-    servers = bootstrap_servers or file.kafka.bootstrap_servers
-    if servers is None:
-        raise ConfigError(
-            f"{file.source}: [kafka] bootstrap_servers is not set; set it, or use "
-            "`daemon replay`/`daemon demo`, which start the embedded broker"
-        )
-    return {"bootstrap.servers": servers, **file.kafka.client_conf}
-
-
 def codec_for(file: PipelineFile, spec: InputConfig | OutputConfig, *, writing: bool) -> AvroCodec:
     """The codec of one input or output, from its .avsc file or its registry subject.
 
@@ -66,6 +58,8 @@ def codec_for(file: PipelineFile, spec: InputConfig | OutputConfig, *, writing: 
     Raises:
         SchemaError: the .avsc file is missing or invalid.
         ConfigError: the subject has no registry configured or is not registered.
+        SchemaRegistryUnavailableError: the registry refused the credentials, failed the TLS
+            handshake or did not answer.
     """
     if spec.schema_file is not None:
         writer = (
@@ -76,21 +70,24 @@ def codec_for(file: PipelineFile, spec: InputConfig | OutputConfig, *, writing: 
         return AvroCodec(load_schema_file(spec.schema_file), writer_schema=writer)
     if file.schema_registry is None:
         raise ConfigError(f"{file.source}: subject {spec.subject!r} needs a [schema_registry]")
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-    client = SchemaRegistryClient({"url": file.schema_registry.url})
-    subject = str(spec.subject)
+    url = file.schema_registry.url
+    settings = client_settings(file.schema_registry, file.kafka)
+    client = new_client(settings)
     try:
-        latest = client.get_latest_version(subject)
+        latest = client.get_latest_version(str(spec.subject))
     except Exception as exc:
+        unavailable = access_failure(url, exc)
+        if unavailable is not None:
+            raise unavailable from None
         raise ConfigError(
-            f"schema registry subject {spec.subject!r} not found at "
-            f"{file.schema_registry.url} ({exc}); register it first"
+            f"schema registry subject {spec.subject!r} not found at {display_url(url)} "
+            f"({redact(str(exc))}); register it first"
         ) from None
     return AvroCodec(
         parse_schema_text(str(latest.schema.schema_str)),
-        registry_url=file.schema_registry.url,
+        registry_url=url,
         schema_id=latest.schema_id if writing else None,
+        registry_settings=settings,
     )
 
 
@@ -164,7 +161,9 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
                 codecs[role],
                 keyed_tombstones=role in joiner.keyed_tombstones,
             )
-            for role, spec in pipe.inputs.items()
+            # In the joiner's role order, whatever the file's: the source admits records of
+            # equal timestamp in this order, as apply_order applies them.
+            for role, spec in ((role, pipe.inputs[role]) for role in joiner.roles)
         ),
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,

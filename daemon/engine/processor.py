@@ -40,7 +40,9 @@ and the processing time of its last record. When the joiner wants a wake-up
 due, and keeps one processing-time timer at or before its earliest due key. When it fires,
 each due key's :meth:`Joiner.advance` gets the latest event time plus the processing time
 that passed (or, past its TTL, the key is dropped); an end-of-input marker row (see
-:data:`daemon.kafka.records.CONTROL_INPUT`) advances the key to :data:`END_OF_TIME`.
+:data:`daemon.kafka.records.CONTROL_INPUT`) advances the key to :data:`END_OF_TIME`, after
+the records of its micro-batch, and for good: a record that reaches the key in a later
+micro-batch is applied and flushed at once.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from daemon.avro import AvroCodec
 from daemon.engine import blobs
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
+from daemon.errors import SchemaRegistryUnavailableError
 from daemon.joiners.base import (
     END_OF_TIME,
     DeadLetter,
@@ -74,6 +77,10 @@ from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, unpack
 from daemon.kafka.task_output import OutputSpec, TaskOutput
 from daemon.metrics_relay import COUNTS_TOPIC
 from daemon.worker_gc import freeze_loaded
+
+AFTER_END_OF_INPUT = "after_end_of_input"
+"""The event counted (``enrichd_joiner_events``) for each record that reaches its key after
+the key's end of input."""
 
 BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
 """Schema of the bucket's value state (a StructType: a DDL string would cost a call to the JVM
@@ -241,6 +248,8 @@ class JoinerProcessor(StatefulProcessor):
             role, topic = inputs[row.input]
             try:
                 value = None if row.value is None else codecs[role].decode(row.value)
+            except SchemaRegistryUnavailableError:
+                raise  # the record is fine: fail the batch, which is retried, not the record
             except Exception as exc:  # the source read only the key and time fields
                 send(self._dead_letter(row, "UndecodableRecord", str(exc)))
                 continue
@@ -260,7 +269,12 @@ class JoinerProcessor(StatefulProcessor):
         raw = _Originals(rows, inputs)
         joiner = self.plan.joiner
         clock, state = self._load(bucket, log, group, now)
+        # A key's end of input is final: a record that comes after it is applied and flushed
+        # at once, since no later marker would flush what the joiner holds back.
+        ended = clock.stream_time == END_OF_TIME
         if records:
+            if ended:
+                joiner.context.count(AFTER_END_OF_INPUT, len(records))
             ordered = apply_order(records, joiner.roles, joiner.order)
             if self.wakes:
                 clock.stream_time = max(clock.stream_time, max(map(_EVENT_TIME_OF, records)))
@@ -268,7 +282,7 @@ class JoinerProcessor(StatefulProcessor):
             state = self._step(joiner.process, group, state, ordered, raw, records, send)
             if state is None:
                 return
-        if end_of_input:
+        if end_of_input or (ended and records):
             clock.stream_time = END_OF_TIME
             state = self._step(joiner.advance, group, state, END_OF_TIME, raw, records, send)
             if state is None:
@@ -389,7 +403,8 @@ class JoinerProcessor(StatefulProcessor):
         self, bucket: Bucket, log: StashLog, group: str, clock: KeyClock, state: Any, now: int
     ) -> None:
         joiner = self.plan.joiner
-        if joiner.is_empty(state):
+        # An ended key with nothing left stays, as its clock, so that its end stays final.
+        if joiner.is_empty(state) and clock.stream_time != END_OF_TIME:
             log.forget(group)
             bucket.keys.pop(group, None)
             bucket.due.pop(group, None)

@@ -52,28 +52,41 @@ _DEFAULTS = {
 def spark_session(config: SparkConfig) -> SparkSession:
     """The process's Spark session, started on first use, with enrichd's data sources.
 
-    A session that is already running is reused: its master cannot change in-process.
+    A session that is already running is reused as it is: its master cannot change
+    in-process, and its settings, applied when it started, are not set again under the
+    queries it may be running (a replay in a test session or a notebook).
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from daemon.kafka.sink import KafkaSink
-    from daemon.kafka.source import KafkaSource
-
-    # Python workers must run the interpreter that has enrichd installed, not the first
-    # python3 on PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(config.master).appName("enrichd")
-    for key, value in {**_DEFAULTS, **config.conf}.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    if SparkContext._active_spark_context is None:
+        # Python workers must run the interpreter that has enrichd installed, not the first
+        # python3 on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        builder = SparkSession.builder.master(config.master).appName("enrichd")
+        for key, value in {**_DEFAULTS, **config.conf}.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+    else:
+        session = SparkSession.builder.getOrCreate()
     # getOrCreate() makes the session active only in the thread that first created it, and
     # Spark finds a Python data sink through the calling thread's active session: started
     # in a thread of a program whose session already ran, the service's queries failed
     # with DATA_SOURCE_NOT_FOUND for enrichd-kafka-sink. PySpark's createDataFrame sets it
     # the same way.
     SparkSession._get_j_spark_session_class(session._jvm).setActiveSession(session._jsparkSession)
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(KafkaSource)
-    session.dataSource.register(KafkaSink)
+    _register_data_sources(session)
     return session
+
+
+def _register_data_sources(session: SparkSession) -> None:
+    """Register the Kafka source and sink with ``session`` unless they are already."""
+    from daemon.kafka.sink import KafkaSink
+    from daemon.kafka.source import KafkaSource
+
+    registered = session._jsparkSession.sessionState().dataSourceManager()
+    for source in (KafkaSource, KafkaSink):
+        if not registered.dataSourceExists(source.name()):
+            session.dataSource.register(source)

@@ -228,11 +228,11 @@ class Joiner(ABC):
     """False for a registered joiner whose logic has not landed yet; pipelines refuse it."""
     order: ClassVar[Order] = "event_time"
     """Apply order of a key's records within a micro-batch. ``"event_time"``: event time,
-    then role order, then offset (the common rule; right for joiners whose results depend on
-    event times only). ``"arrival"``: Kafka timestamp, then role order, then offset, for
-    joiners whose output depends on what was known when (revisions, late records): the
-    source admits records oldest-first by Kafka timestamp, so this order, and with it the
-    output, is the same however the input falls into micro-batches."""
+    then role order, then partition and offset (the common rule; right for joiners whose
+    results depend on event times only). ``"arrival"``: Kafka timestamp, then role order,
+    then partition and offset, for joiners whose output depends on what was known when
+    (revisions, late records): the source admits records to micro-batches in this order, so
+    it, and with it the output, is the same however the input falls into micro-batches."""
     outputs: ClassVar[tuple[str, ...]] = ()
     """Names of secondary outputs the joiner can write (``Emit(output=NAME)``); a pipeline
     configures each it uses as ``[pipeline.outputs.NAME]`` with a topic and a schema."""
@@ -311,11 +311,22 @@ class Joiner(ABC):
 def apply_order(
     records: Iterable[InputRecord], roles: Sequence[str], order: Order = "event_time"
 ) -> list[InputRecord]:
-    """Sort into apply order: event time (Kafka timestamp if ``"arrival"``), role, offset."""
+    """Sort into apply order: time, then role, partition and offset.
+
+    Time is the event time, or with ``"arrival"`` the Kafka timestamp: then this is the order
+    in which the source admits records to capped micro-batches
+    (:func:`daemon.kafka.source.admit_earliest`), so the cut between two micro-batches never
+    falls against it.
+    """
     records = list(records)
     if len(records) < 2:  # most keys of a micro-batch have one record: nothing to sort
         return records
     rank = {role: i for i, role in enumerate(roles)}
     if order == "arrival":
-        return sorted(records, key=lambda r: (r.timestamp, rank.get(r.role, len(rank)), r.offset))
-    return sorted(records, key=lambda r: (r.event_time, rank.get(r.role, len(rank)), r.offset))
+        return sorted(
+            records,
+            key=lambda r: (r.timestamp, rank.get(r.role, len(rank)), r.partition, r.offset),
+        )
+    return sorted(
+        records, key=lambda r: (r.event_time, rank.get(r.role, len(rank)), r.partition, r.offset)
+    )

@@ -2,35 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
 
 from daemon.errors import KafkaUnavailableError, KafkaUnreachableError
-
-
-def admin_client(client_conf: dict[str, str]) -> Any:
-    """An AdminClient for the configured cluster.
-
-    Its own log is off: librdkafka logs every failed connection attempt (about twenty a
-    second), which would bury the one-line error enrichd gives when the broker is away.
-    """
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({**client_conf, "log_level": 0})
+from daemon.kafka.connect import ClientErrors, admin, connection_failure
 
 
 def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[str, int]:
     """Every topic of the cluster and its partition count.
 
     Raises:
-        KafkaUnreachableError: the broker did not answer in time.
+        KafkaUnreachableError: the broker did not answer in time (it may yet: the service
+            tries again).
+        KafkaUnavailableError: the broker refused the credentials or failed the TLS
+            handshake (the message says which): only the operator can fix that.
     """
-    try:
-        metadata = admin_client(client_conf).list_topics(timeout=timeout)
-    except Exception as exc:
-        raise KafkaUnreachableError(
-            f"cannot reach Kafka at {client_conf.get('bootstrap.servers')!r} ({exc}); "
-            "check [kafka] bootstrap_servers and that the broker is running"
-        ) from None
+    errors = ClientErrors()
+    client = admin(client_conf, errors)
+    deadline = time.monotonic() + timeout
+    while True:
+        # Asked a second at a time: refused credentials or a failed TLS handshake end the
+        # wait at once, where librdkafka would go on trying until the timeout.
+        try:
+            metadata = client.list_topics(timeout=max(min(1.0, deadline - time.monotonic()), 0.1))
+            break
+        except Exception as exc:
+            client.poll(0)  # serves the error callbacks: why the connection failed
+            if errors.refused() or time.monotonic() >= deadline:
+                servers = str(client_conf.get("bootstrap.servers"))
+                failure = connection_failure(servers, errors, exc)
+                if errors.refused():
+                    raise KafkaUnavailableError(failure) from None
+                raise KafkaUnreachableError(failure) from None
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 
@@ -44,8 +47,8 @@ def create_topics(client_conf: dict[str, str], topics: dict[str, int]) -> None:
     ]
     if not wanted:
         return
-    admin = admin_client(client_conf)  # must outlive the futures it answers
-    for name, future in admin.create_topics(wanted).items():
+    client = admin(client_conf)  # must outlive the futures it answers
+    for name, future in client.create_topics(wanted).items():
         try:
             future.result(timeout=30)
         except Exception as exc:

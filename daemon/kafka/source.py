@@ -37,7 +37,9 @@ from pyspark.sql.types import StructType
 
 from daemon.avro import AvroCodec
 from daemon.config import DEFAULT_STATE_BUCKETS
+from daemon.errors import SchemaRegistryUnavailableError
 from daemon.joiners.base import END_OF_TIME
+from daemon.kafka import connect
 from daemon.kafka.clients import read_partition
 from daemon.kafka.records import (
     CONTROL_HEADER,
@@ -238,19 +240,17 @@ class KafkaStreamReader(DataSourceStreamReader):
         }
 
     def _partitions(self) -> list[tuple[str, int]]:
-        from confluent_kafka import Consumer
-
         if self._probe is None:
-            self._probe = Consumer(
+            self._probe = connect.consumer(
+                self._consumer_conf(),
                 {
-                    **self._consumer_conf(),
                     "fetch.wait.max.ms": 100,
                     **_PROBE_QUEUE,
                     # After its queue was full, fetch again soon after it is drained (the
                     # default waits a second).
                     "fetch.queue.backoff.ms": 10,
                     "max.partition.fetch.bytes": 65536,
-                }
+                },
             )
         metadata = self._probe.list_topics(timeout=10)
         found: list[tuple[str, int]] = []
@@ -393,7 +393,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         keeps a capped micro-batch a prefix of the input in time order, so the cap cannot
         change the order in which a key's records from different topics are applied.
         """
-        ranks: dict[str, int] = {}  # the input's place in the pipeline: the earlier first
+        ranks: dict[str, int] = {}  # the inputs come in the joiner's role order
         for i, spec in enumerate(self.spec.inputs):
             ranks.setdefault(spec.topic, i)
         heads = self._heads_for(start, planned, budget)
@@ -404,11 +404,15 @@ class KafkaStreamReader(DataSourceStreamReader):
         self, start: dict[str, int], planned: dict[str, int], budget: int
     ) -> dict[str, Heads]:
         """The heads a capped plan from ``start`` needs, per partition with records to read."""
-        # Read a little past the budget: end-of-input markers there ride along free.
-        lookahead = min(budget, _MARKER_LOOKAHEAD)
+        # Read past the budget: end-of-input markers there ride along free. As many as
+        # :data:`_MARKER_LOOKAHEAD` whatever the budget: replay writes a marker per key after
+        # every record, and with a cap of one, a lookahead of one left a marker a batch of its
+        # own.
         return {
             name: self._heads(
-                name, start.get(name, 0), min(end, start.get(name, 0) + budget + lookahead)
+                name,
+                start.get(name, 0),
+                min(end, start.get(name, 0) + budget + _MARKER_LOOKAHEAD),
             )
             for name, end in planned.items()
             if end > start.get(name, 0)
@@ -420,7 +424,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         Planning reads ahead of each batch, so what one plan read is most of the next one's
         range: the heads stay cached, and each record is read once, not once per plan.
         """
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         cached = self._head_cache.get(name)
         if cached is None or not cached.start <= first <= cached.end:
@@ -428,7 +432,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         cached.drop_before(first)
         if cached.end < stop:
             if self._reader is None:
-                self._reader = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
+                self._reader = connect.consumer(self._consumer_conf(), _RANGE_FETCH)
             tp = TopicPartition(*_split(name), cached.end)
             read = [m for records in read_partition(self._reader, tp, stop) for m in records]
             # Only a complete read joins the cache: a failed one is read again next time.
@@ -475,14 +479,14 @@ class KafkaStreamReader(DataSourceStreamReader):
             yield from self._read_range(kafka_range)
 
     def _read_range(self, kafka_range: KafkaRange) -> Iterator[pa.RecordBatch]:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         index, spec = next(
             (i, s) for i, s in enumerate(self.spec.inputs) if s.topic == kafka_range.topic
         )
         buckets = self.spec.state_buckets
         number = kafka_range.partition
-        consumer = Consumer({**self._consumer_conf(), **_RANGE_FETCH})
+        consumer = connect.consumer(self._consumer_conf(), _RANGE_FETCH)
         tp = TopicPartition(kafka_range.topic, number, kafka_range.start)
         pending: list[Any] = []
         try:
@@ -521,11 +525,15 @@ def admit_earliest(heads: dict[str, Heads], ranks: dict[str, int], budget: int) 
     """Where a capped batch ends in each partition: its ``budget`` earliest records.
 
     Earliest in the order of a k-way merge that always takes the partition whose next record
-    has the smallest (timestamp, input rank, partition name, offset), so that each partition
-    is admitted as a prefix of its own order. Such a merge takes a record only after every
-    record before it in its partition: that is the order of each record's *running maximum*
-    timestamp in its partition (then rank, name, offset). So one sort finds the cut, where a
-    merge record by record in Python took 200-500 ms per batch of 500,000.
+    is smallest by (timestamp, rank, partition number, offset), so that each partition is
+    admitted as a prefix of its own order. A record's rank is its input's (``ranks``: the
+    joiner's role order); an end-of-input marker ranks after every input, so at a tied
+    timestamp the end of input comes after the records of every input (docs/semantics.md).
+
+    Such a merge takes a record only after every record before it in its partition: that is
+    the order of each record's *running maximum* (timestamp, rank) in its partition, then
+    partition and offset. So one sort finds the cut, where a merge record by record in
+    Python took 200-500 ms per batch of 500,000.
 
     End-of-input markers are not records to join: they ride along free, taken as they come
     up to the ``budget``-th record and right after it, so a cap spends no batch on them.
@@ -533,16 +541,27 @@ def admit_earliest(heads: dict[str, Heads], ranks: dict[str, int], budget: int) 
     Returns:
         The admitted end offset of each partition that admits any record.
     """
-    names = sorted(name for name in heads if heads[name].offsets)
+    names = sorted(
+        (name for name in heads if heads[name].offsets), key=lambda n: (ranks[n], _split(n))
+    )
     if not names:
         return {}
     parts = [heads[name] for name in names]
-    times = np.concatenate([np.maximum.accumulate(np.asarray(p.timestamps)) for p in parts])
+    marker_rank = max(ranks.values()) + 1
+    levels = marker_rank + 1
+    # (timestamp, rank) as one number, so that a running maximum orders by both.
+    keys = [
+        np.maximum.accumulate(
+            np.asarray(p.timestamps, dtype=np.int64) * levels
+            + np.where(np.asarray(p.markers, dtype=bool), marker_rank, ranks[name])
+        )
+        for name, p in zip(names, parts, strict=True)
+    ]
+    times = np.concatenate(keys)
     offsets = np.concatenate([np.asarray(p.offsets, dtype=np.int64) for p in parts])
     markers = np.concatenate([np.asarray(p.markers, dtype=bool) for p in parts])
     which = np.repeat(np.arange(len(parts)), [len(p.offsets) for p in parts])
-    rank = np.asarray([ranks[name] for name in names])[which]
-    order = np.lexsort((offsets, which, rank, times))  # the last key sorts first
+    order = np.lexsort((offsets, which, times))  # the last key sorts first
     is_marker = markers[order]
     records = np.cumsum(~is_marker)
     taken = int(np.searchsorted(records, budget))  # the budget-th record's place
@@ -606,13 +625,17 @@ def _route(
     if value is not None:
         try:
             fields = spec.codec.read_fields(value, spec.routed_fields, spec.millis_fields)
-        except Exception:  # noqa: BLE001 - bad bytes, or a registry that cannot say the schema
+        except SchemaRegistryUnavailableError:
+            raise  # the record is fine: fail the batch, which is retried, not the record
+        except Exception:  # noqa: BLE001 - bad bytes, or a registry that does not know the id
             fields = None  # the decode below fails too, and says why in its own words
         if fields is not None:
             raw_time = fields[1] if spec.time_field is not None else None
             return route_fields(fields[0], raw_time, timestamp, spec.key_field, spec.time_field)
     try:
         record = None if value is None else spec.codec.decode(value)
+    except SchemaRegistryUnavailableError:
+        raise
     except Exception as exc:
         return Routing(None, timestamp, f"UndecodableRecord: {type(exc).__name__}: {exc}")
     return route(

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.config import Delivery
+from daemon.kafka import connect
 from daemon.kafka.clients import Deliveries, produce
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
@@ -337,10 +338,8 @@ class TaskOutput:
         """
         reader = _MARKER_READERS.get(group)
         if reader is None:
-            from confluent_kafka import Consumer
-
-            reader = _MARKER_READERS[group] = Consumer(
-                {**self.spec.client_conf, "group.id": group, "isolation.level": "read_uncommitted"}
+            reader = _MARKER_READERS[group] = connect.consumer(
+                self.spec.client_conf, {"group.id": group, "isolation.level": "read_uncommitted"}
             )
         committed = reader.committed([marker], timeout=30)[0].offset
         return committed - 1 if committed >= 0 else -1
@@ -348,34 +347,30 @@ class TaskOutput:
 
 def _transactional_producer(spec: OutputSpec, txn_id: str) -> Any:
     """A producer of the id, not yet initialised (creating it fences nothing)."""
-    from confluent_kafka import Producer
-
-    return Producer(
+    return connect.producer(
+        spec.client_conf,
         {
-            **spec.client_conf,
             "transactional.id": txn_id,
             "enable.idempotence": True,
             "linger.ms": 5,
             "partitioner": "murmur2_random",  # the Java client's, so keys land alike
             **_DELIVERY_REPORTS,
-        }
+        },
     )
 
 
 def _idempotent_producer(spec: OutputSpec) -> Any:
-    from confluent_kafka import Producer
-
     key = f"idempotent.{spec.pipeline}"
     producer = _PRODUCERS.get(key)
     if producer is None:
-        producer = _PRODUCERS[key] = Producer(
+        producer = _PRODUCERS[key] = connect.producer(
+            spec.client_conf,
             {
-                **spec.client_conf,
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "partitioner": "murmur2_random",
                 **_DELIVERY_REPORTS,
-            }
+            },
         )
     return producer
 
@@ -383,9 +378,7 @@ def _idempotent_producer(spec: OutputSpec) -> Any:
 def _group_metadata(spec: OutputSpec, group: str) -> Any:
     metadata = _GROUPS.get(group)
     if metadata is None:
-        from confluent_kafka import Consumer
-
-        consumer = Consumer({**spec.client_conf, "group.id": group})
+        consumer = connect.consumer(spec.client_conf, {"group.id": group})
         try:
             metadata = _GROUPS[group] = consumer.consumer_group_metadata()
         finally:

@@ -1,4 +1,4 @@
-"""``apply_order``: time, then role rank, then offset, and input order among equals."""
+"""``apply_order``: time, then role rank, partition and offset; input order among equals."""
 
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ records = st.lists(
 )
 
 
-def sort_key(record: InputRecord, order: str) -> tuple[int, int, int]:
+def sort_key(record: InputRecord, order: str) -> tuple[int, int, int, int]:
     time = record.timestamp if order == "arrival" else record.event_time
     rank = ROLES.index(record.role) if record.role in ROLES else len(ROLES)
-    return (time, rank, record.offset)
+    return (time, rank, record.partition, record.offset)
 
 
 @settings(max_examples=400, deadline=None)
 @given(recs=records, order=st.sampled_from(["event_time", "arrival"]))
-def test_apply_order_is_the_stable_sort_by_time_role_and_offset(
+def test_apply_order_is_the_stable_sort_by_time_role_partition_and_offset(
     recs: list[InputRecord], order: str
 ) -> None:
     ordered = apply_order(recs, ROLES, order)  # type: ignore[arg-type]

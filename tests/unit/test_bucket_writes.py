@@ -241,3 +241,29 @@ def test_a_key_due_earlier_than_the_timer_moves_it_earlier() -> None:
         ("delete", NOW + 60_000),
         ("register", NOW + 11_000),
     ]
+
+
+def test_data_and_an_expired_timer_in_one_micro_batch_apply_the_data_first() -> None:
+    """Spark's Python runner hands a task's data to the processor before its expired timers
+    (pyspark.sql.streaming.stateful_processor_util: PROCESS_TIMER after PROCESS_DATA). A key
+    quiet past its idle timeout that gets a record in the same micro-batch as the timer is
+    then not woken: the record joins as it would have in an earlier micro-batch, where the
+    timer would not have fired at all."""
+    context = JoinerContext(pipeline="p", fields={"left": "left", "right": "right"})
+    joiner = Window(WindowOptions(window=10_000, idle_timeout=60_000, mode="left"), context)
+    codecs = {"left": "left_event", "right": "right_event"}
+    processor, _ = _processor(
+        _plan(joiner, codecs, "joined_pair", (("left", "lefts"), ("right", "rights")))
+    )
+    _call(processor, [_event(0, 1, 1_000)])
+
+    later = NOW + 61_000  # the key's timer is due
+    joined = _call(processor, [_event(1, 1, 1_500)], now=later)
+    woken: list[tuple[Any, ...]] = []
+    processor._wake_up(_Clock(later), woken.append)
+
+    pairs = _codec("joined_pair")
+    assert [pairs.decode(row[2]) for row in joined] == [
+        {"left": {"k": 1, "v": "e", "at": 1_000}, "right": {"k": 1, "v": "e", "at": 1_500}}
+    ]
+    assert woken == []  # not a null result for the left record, nor the right one late

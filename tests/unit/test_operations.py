@@ -28,6 +28,7 @@ class FakePipeline:
     restarts: int = 0
     failures: int = 0
     restart_at: float | None = None
+    last_failure: str | None = None
 
 
 class Systemd:

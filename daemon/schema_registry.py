@@ -1,0 +1,94 @@
+"""The Confluent Schema Registry client of the pipeline file's ``[schema_registry]``.
+
+How it works: :func:`client_settings` turns the section into the settings of confluent-kafka's
+``SchemaRegistryClient`` (the ``basic.auth.credentials.source`` of Confluent's Java clients
+is translated here, since the Python client knows only ``basic.auth.user.info`` and user info
+in the URL). The settings travel with each codec to Spark's executors, which make their own
+client from them (:meth:`daemon.avro.AvroCodec.registry`).
+
+:func:`access_failure` tells a registry that cannot be used (credentials refused, access
+denied, TLS handshake failed, no answer) from one that answered "not found": the first is an
+operator's problem, one line naming the registry and the reason; the second is about the
+record or the subject.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from daemon.errors import ConfigError, SchemaRegistryUnavailableError
+from daemon.secrets import display_url, redact
+
+if TYPE_CHECKING:
+    from daemon.config import KafkaConfig, SchemaRegistryConfig
+
+
+def client_settings(registry: SchemaRegistryConfig, kafka: KafkaConfig) -> dict[str, Any]:
+    """The settings of a ``SchemaRegistryClient`` for ``registry``.
+
+    Raises:
+        ConfigError: ``SASL_INHERIT`` without ``sasl.username`` and ``sasl.password`` in
+            ``[kafka] client_conf``.
+    """
+    settings = registry.settings
+    source = settings.pop("basic.auth.credentials.source", "USER_INFO")
+    if source == "SASL_INHERIT":
+        user, password = (kafka.client_conf.get(k) for k in ("sasl.username", "sasl.password"))
+        if not user or not password:
+            raise ConfigError(
+                '[schema_registry] basic.auth.credentials.source = "SASL_INHERIT" needs '
+                "sasl.username and sasl.password in [kafka] client_conf"
+            )
+        settings["basic.auth.user.info"] = f"{user}:{password}"
+    return {"url": registry.url, **settings}
+
+
+def new_client(settings: dict[str, Any]) -> Any:
+    """A ``SchemaRegistryClient`` with ``settings`` (no request is made yet).
+
+    Raises:
+        ConfigError: the settings are not the client's (a malformed ``basic.auth.user.info``,
+            a certificate file that cannot be read, ...).
+    """
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    try:
+        return SchemaRegistryClient(settings)
+    except (ValueError, TypeError, OSError) as exc:
+        raise ConfigError(f"[schema_registry]: {redact(str(exc))}") from None
+
+
+def access_failure(url: str, exc: BaseException) -> SchemaRegistryUnavailableError | None:
+    """The error to raise when ``exc`` says the registry at ``url`` cannot be used, else None.
+
+    None means the registry answered, with something other than a refusal or a server error
+    (a subject or schema id it does not know): a problem of the data, not of the connection.
+    """
+    shown = display_url(url)
+    status = getattr(exc, "http_status_code", None)
+    text = redact(" ".join(str(exc).split()))
+    if status == 401:
+        message = (
+            f"schema registry {shown} refused the credentials (401); check "
+            "basic.auth.user.info or bearer.auth.* in [schema_registry]"
+        )
+    elif status == 403:
+        message = (
+            f"schema registry {shown} denied access (403); the credentials lack permission "
+            "to read this subject or schema"
+        )
+    elif isinstance(status, int) and status >= 500:
+        message = f"schema registry {shown} failed ({text})"
+    elif status is not None:
+        return None
+    elif "CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text or "TLS" in text:
+        message = (
+            f"schema registry {shown}: the TLS handshake failed ({text}); check "
+            "ssl.ca.location (the CA that signed the registry's certificate) and, for mutual "
+            "TLS, ssl.certificate.location and ssl.key.location in [schema_registry]"
+        )
+    elif isinstance(exc, OSError) or type(exc).__module__.split(".")[0].startswith("http"):
+        message = f"cannot reach schema registry {shown} ({text}); check [schema_registry] url"
+    else:
+        return None
+    return SchemaRegistryUnavailableError(message)

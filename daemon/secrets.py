@@ -1,0 +1,87 @@
+"""Keeping secrets out of everything enrichd prints.
+
+How it works: when a pipeline file is loaded, the values of its secret settings (any key
+that names a password, secret, token, private key or user info, in ``[kafka] client_conf``
+and ``[schema_registry]``) are remembered here with :func:`remember`. Every way out of the
+process (error lines, text and JSON logs, ``/readyz``, tracebacks under ``ENRICHD_DEBUG``,
+``daemon validate``) passes its text through :func:`redact`, which replaces each remembered
+value with ``***`` and the user info of any URL (``https://user:pass@host``) likewise.
+
+Spark's Python workers get the settings in pickled specs and never print them: their
+errors are made of messages composed here and passed through :func:`redact` where they are
+printed.
+
+Example:
+    >>> remember({"sasl.password": "hunter2", "sasl.username": "ada"})
+    >>> redact("login with hunter2 at https://ada:pw@sr.example:8081 failed")
+    'login with *** at https://***@sr.example:8081 failed'
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+MASK = "***"
+
+_SECRET_KEY = re.compile(
+    r"password|secret|token|passphrase|user\.info|oauthbearer\.config|\.pem$", re.IGNORECASE
+)
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+_SHORTEST = 3
+"""Values shorter than this are not masked: masking every "1" or "ab" in a log would mangle
+it and hide nothing worth hiding."""
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a client setting's name says its value is a secret (``sasl.password``, ...)."""
+    return bool(_SECRET_KEY.search(key))
+
+
+def secret_values(settings: Mapping[str, Any]) -> list[str]:
+    """The secret values among ``settings``, with the password half of ``user:password``."""
+    found: list[str] = []
+    for key, value in settings.items():
+        if not isinstance(value, str) or not is_secret_key(key):
+            continue
+        found.append(value)
+        if key.endswith("user.info") and ":" in value:
+            found.append(value.split(":", 1)[1])
+    return found
+
+
+def remember(settings: Mapping[str, Any], *, url: str | None = None) -> None:
+    """Remember the secret values of ``settings`` (and of ``url``'s user info) for redaction."""
+    values = secret_values(settings)
+    if url is not None:
+        userinfo = url_userinfo(url)
+        if userinfo:
+            values += [userinfo, userinfo.split(":", 1)[-1]]
+    with _lock:
+        _secrets.update(v for v in values if len(v) >= _SHORTEST)
+
+
+def url_userinfo(url: str) -> str:
+    """The ``user:password`` part of a URL, or empty."""
+    match = _URL_USERINFO.match(url)
+    return "" if match is None else match.group(0)[len(match.group("scheme")) : -1]
+
+
+def redact(text: str) -> str:
+    """``text`` with every remembered secret and every URL's user info masked."""
+    with _lock:
+        secrets = sorted(_secrets, key=len, reverse=True)  # a longer one may contain a shorter
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+
+
+def display_url(url: str) -> str:
+    """A URL fit to print: its user info masked."""
+    return _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", url)

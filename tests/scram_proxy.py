@@ -1,0 +1,207 @@
+"""A SASL/SCRAM-SHA-512 gate in front of Tansu, because Tansu 0.6 authenticates nobody here.
+
+Tansu's ``--authentication`` refuses every login on this build (docs/connecting.md says why),
+so this stand-in does the broker's side of SASL instead, the way tests/registry.py stands in
+for a Schema Registry: it answers a connection's ``SaslHandshake`` and ``SaslAuthenticate``
+requests itself, checks the client's SCRAM proof against one user's password (RFC 5802,
+SHA-512), and only then passes the connection's bytes through to Tansu, which advertises
+the gate's port. ``ApiVersions`` is passed through before authentication, as brokers allow;
+any other request before it closes the connection, as a broker does. The clients are the
+real librdkafka SCRAM clients enrichd makes, so a client made without the SASL settings
+could not read or write anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import socket
+import struct
+import threading
+from dataclasses import dataclass, field
+
+_API_VERSIONS, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 18, 17, 36
+_UNSUPPORTED_SASL_MECHANISM, _SASL_AUTHENTICATION_FAILED = 33, 58
+MECHANISM = "SCRAM-SHA-512"
+
+
+def _read_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    (size,) = struct.unpack(">i", _read_exact(sock, 4))
+    return _read_exact(sock, size)
+
+
+def _frame(correlation_id: int, body: bytes) -> bytes:
+    payload = struct.pack(">i", correlation_id) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _string(text: str | None) -> bytes:
+    if text is None:
+        return struct.pack(">h", -1)
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _hmac(key: bytes, message: bytes) -> bytes:
+    return hmac.new(key, message, hashlib.sha512).digest()
+
+
+@dataclass
+class ScramSession:
+    """The server side of one SCRAM-SHA-512 exchange (RFC 5802) for one user."""
+
+    user: str
+    password: str
+    iterations: int = 4096
+    salt: bytes = field(default_factory=lambda: os.urandom(16))
+    _first_bare: str = ""
+    _server_first: str = ""
+    _nonce: str = ""
+
+    def first(self, message: str) -> str | None:
+        """The server-first message, or None for another user or a malformed message."""
+        _, _, bare = message.partition(",,")  # after the GS2 header "n,,"
+        attributes = dict(part.split("=", 1) for part in bare.split(",") if "=" in part)
+        if attributes.get("n") != self.user or "r" not in attributes:
+            return None
+        self._first_bare = bare
+        self._nonce = attributes["r"] + base64.b64encode(os.urandom(18)).decode()
+        salt = base64.b64encode(self.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={self.iterations}"
+        return self._server_first
+
+    def final(self, message: str) -> str | None:
+        """The server-final message, or None when the client's proof is wrong."""
+        without_proof, _, proof = message.rpartition(",p=")
+        attributes = dict(part.split("=", 1) for part in without_proof.split(",") if "=" in part)
+        if attributes.get("r") != self._nonce:
+            return None
+        salted = hashlib.pbkdf2_hmac("sha512", self.password.encode(), self.salt, self.iterations)
+        client_key = _hmac(salted, b"Client Key")
+        auth = f"{self._first_bare},{self._server_first},{without_proof}".encode()
+        signature = _hmac(hashlib.sha512(client_key).digest(), auth)
+        expected = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        if not hmac.compare_digest(base64.b64decode(proof), expected):
+            return None
+        return "v=" + base64.b64encode(_hmac(_hmac(salted, b"Server Key"), auth)).decode()
+
+
+class ScramGate:
+    """Listens on ``port``; passes authenticated connections through to ``upstream_port``."""
+
+    def __init__(self, port: int, upstream_port: int, user: str, password: str) -> None:
+        self.bootstrap_servers = f"127.0.0.1:{port}"
+        self.upstream_port = upstream_port
+        self.user, self.password = user, password
+        self.authenticated = 0
+        self.refused = 0
+        """Connections that failed the exchange or sent a request before authenticating."""
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _count(self, authenticated: bool) -> None:
+        with self._lock:
+            if authenticated:
+                self.authenticated += 1
+            else:
+                self.refused += 1
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        except OSError:  # the broker is gone: the test is over
+            client.close()
+            return
+        for sock in (client, upstream):  # pass small requests on at once, as a broker answers
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            if self._authenticate(client, upstream):
+                self._count(True)
+                threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+                _pipe(client, upstream)
+            else:
+                self._count(False)
+        except (ConnectionError, OSError, struct.error, ValueError):
+            pass
+        finally:
+            for sock in (client, upstream):
+                sock.close()
+
+    def _authenticate(self, client: socket.socket, upstream: socket.socket) -> bool:
+        session = ScramSession(self.user, self.password)
+        step = 0
+        while True:
+            request = _read_frame(client)
+            api_key, version, correlation_id = struct.unpack(">hhi", request[:8])
+            (client_id_size,) = struct.unpack(">h", request[8:10])
+            body = request[10 + max(client_id_size, 0) :]
+            if api_key == _API_VERSIONS:
+                upstream.sendall(struct.pack(">i", len(request)) + request)
+                response = _read_frame(upstream)
+                client.sendall(struct.pack(">i", len(response)) + response)
+            elif api_key == _SASL_HANDSHAKE:
+                (size,) = struct.unpack(">h", body[:2])
+                mechanism = body[2 : 2 + size].decode()
+                error = 0 if mechanism == MECHANISM else _UNSUPPORTED_SASL_MECHANISM
+                answer = struct.pack(">hi", error, 1) + _string(MECHANISM)
+                client.sendall(_frame(correlation_id, answer))
+                if error:
+                    return False
+            elif api_key == _SASL_AUTHENTICATE and version in (0, 1):
+                (size,) = struct.unpack(">i", body[:4])
+                message = body[4 : 4 + size].decode()
+                step += 1
+                reply = session.first(message) if step == 1 else session.final(message)
+                error = 0 if reply is not None else _SASL_AUTHENTICATION_FAILED
+                text = None if reply is not None else "Authentication failed: invalid credentials"
+                raw = (reply or "").encode()
+                answer = struct.pack(">h", error) + _string(text)
+                answer += struct.pack(">i", len(raw)) + raw
+                if version == 1:
+                    answer += struct.pack(">q", 0)  # no session lifetime
+                client.sendall(_frame(correlation_id, answer))
+                if reply is None:
+                    return False
+                if step == 2:
+                    return True
+            else:
+                return False  # a request before authenticating: closed, as a broker does
+
+    def close(self) -> None:
+        """Stop accepting connections (open ones end with their clients)."""
+        self._server.close()
+
+
+def _pipe(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while chunk := source.recv(65536):
+            target.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, target):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

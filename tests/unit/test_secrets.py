@@ -1,0 +1,120 @@
+"""Secrets: which settings are secret, masking them in text and in both log formats, and
+the one-line reasons of a failed connection."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from daemon.environment import expand_environment, expand_text
+from daemon.errors import SchemaRegistryUnavailableError, failure_reason
+from daemon.logs import JsonFormatter, TextFormatter
+from daemon.schema_registry import access_failure
+from daemon.secrets import is_secret_key, redact, remember
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sasl.password",
+        "ssl.key.password",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.config",
+        "basic.auth.user.info",
+        "bearer.auth.token",
+        "bearer.auth.client.secret",
+        "ssl.key.pem",
+    ],
+)
+def test_secret_settings_are_known_by_name(key: str) -> None:
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize("key", ["sasl.username", "security.protocol", "ssl.ca.location", "url"])
+def test_other_settings_are_not_secret(key: str) -> None:
+    assert not is_secret_key(key)
+
+
+def test_remembered_secrets_and_url_user_info_are_masked() -> None:
+    remember({"sasl.password": "pw-planted-1", "basic.auth.user.info": "ada:pw-planted-2"})
+    text = "pw-planted-1, ada:pw-planted-2, pw-planted-2 and https://bob:pw3@sr.example:8081/x"
+    assert redact(text) == "***, ***, *** and https://***@sr.example:8081/x"
+
+
+def test_both_log_formats_mask_secrets_in_message_and_traceback() -> None:
+    remember({"sasl.password": "pw-planted-log"})
+    try:
+        raise RuntimeError("login with pw-planted-log failed")
+    except RuntimeError:
+        record = logging.LogRecord(
+            "enrichd.service", logging.ERROR, __file__, 1, "tried %s", ("pw-planted-log",), None
+        )
+        record.exc_info = sys.exc_info()
+    text = TextFormatter().format(record)
+    line = json.loads(JsonFormatter().format(record))
+    for shown in (text, line["message"], line["error"]):
+        assert "pw-planted-log" not in shown
+    assert "tried ***" in text and "login with *** failed" in line["error"]
+
+
+def test_expansion_fills_defaults_escapes_and_reports_each_missing_variable() -> None:
+    env = {"SET": "v", "EMPTY": ""}
+    assert expand_text("${SET}-${EMPTY:-d}-${UNSET:-}-$${SET}", env) == ("v-d--${SET}", [])
+    data = {"kafka": {"client_conf": {"sasl.password": "${NOPE}"}}, "pipeline": [{"name": "${X}"}]}
+    expanded, problems = expand_environment(Path("p.toml"), data, env)
+    assert expanded["kafka"]["client_conf"]["sasl.password"] == ""
+    assert problems == [
+        "p.toml: kafka.client_conf.sasl.password: environment variable NOPE is not set; set "
+        "it, or give a default as ${NOPE:-default}",
+        "p.toml: pipeline[0].name: environment variable X is not set; set it, or give a "
+        "default as ${X:-default}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            SchemaRegistryError(401, 401, "Unauthorized"),
+            "schema registry https://***@sr.example refused the credentials (401); check "
+            "basic.auth.user.info or bearer.auth.* in [schema_registry]",
+        ),
+        (
+            SchemaRegistryError(403, 40301, "denied"),
+            "schema registry https://***@sr.example denied access (403); the credentials "
+            "lack permission to read this subject or schema",
+        ),
+        (
+            ConnectionRefusedError(111, "Connection refused"),
+            "cannot reach schema registry https://***@sr.example ([Errno 111] Connection "
+            "refused); check [schema_registry] url",
+        ),
+    ],
+)
+def test_a_registry_that_cannot_be_used_gets_one_line(error: Exception, expected: str) -> None:
+    failure = access_failure("https://ada:pw@sr.example", error)
+    assert isinstance(failure, SchemaRegistryUnavailableError)
+    assert str(failure) == expected
+
+
+def test_a_registry_that_does_not_know_a_schema_is_not_a_connection_problem() -> None:
+    assert access_failure("https://sr.example", SchemaRegistryError(404, 40403, "nf")) is None
+
+
+def test_the_reason_of_a_failed_query_is_enrichd_s_own_line_inside_sparks_text() -> None:
+    spark_text = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted\n"
+        '  File "source.py", line 9, in _route\n'
+        "daemon.errors.SchemaRegistryUnavailableError: schema registry http://h refused the "
+        "credentials (401); check it\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner"
+    )
+    assert failure_reason(spark_text) == (
+        "schema registry http://h refused the credentials (401); check it"
+    )
+    assert failure_reason("boom\nat line 3") == "boom"
