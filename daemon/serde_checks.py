@@ -26,7 +26,6 @@ from daemon.config import InputConfig, OutputConfig, PipelineFile
 from daemon.envelope import row_schema
 from daemon.errors import ConfigError, SchemaError, SchemaRegistryUnavailableError
 from daemon.keys import key_parts
-from daemon.secrets import display_url
 from daemon.subjects import key_subject, value_subject
 
 if TYPE_CHECKING:
@@ -154,15 +153,9 @@ def _registered(
     """Check ``subject`` as a start would use it; the schema it gives, if it gives one."""
     from daemon.serdes import compatibility_problems, latest_schema, schema_id
 
-    shown = display_url(registry.url)
     if schema_file is None:
         latest, found = registry.ask(where, latest_schema, subject)
         problems += found
-        if latest is None and not found and registry.unavailable is None:
-            problems.append(
-                f"{where}: schema registry subject {subject!r} not found at {shown}; register "
-                "it first"
-            )
         return latest  # type: ignore[no-any-return]
     if not isinstance(spec, OutputConfig):
         return None  # an input's schema file is its reader schema: no subject is read

@@ -91,12 +91,7 @@ def registry_codec(
     """
     client, url, settings = registry_client(file, subject)
     if schema_file is None:
-        latest = ask(url, f"subject {subject!r}", client.get_latest_version, subject)
-        if latest is None:
-            raise ConfigError(
-                f"schema registry subject {subject!r} not found at {display_url(url)}; "
-                "register it first"
-            )
+        latest = latest_version(client, url, subject)
         return AvroCodec(
             parse_schema_text(str(latest.schema.schema_str)),
             registry_url=url,
@@ -151,23 +146,47 @@ def schema_id(client: Any, url: str, subject: str, schema_file: Path, *, registe
                 f"schema registry {display_url(url)} refused to register {schema_file} under "
                 f"subject {subject!r}: {reason(exc)}"
             ) from None
-    found = ask(
-        url, f"{schema_file} under subject {subject!r}", client.lookup_schema, subject, schema
-    )
-    if found is None:
+    try:
+        found = ask(url, f"subject {subject!r}", client.lookup_schema, subject, schema)
+    except NotFound as missing:
         raise ConfigError(
-            f"{schema_file} is not registered under subject {subject!r} at {display_url(url)}; "
-            "register it, or set auto_register = true"
-        )
+            f"{schema_file} is not registered under subject {subject!r} at {display_url(url)} "
+            f"({missing.reason}); register it, or set auto_register = true"
+        ) from None
     return int(found.schema_id)
 
 
+def latest_version(client: Any, url: str, subject: str) -> Any:
+    """The latest version of ``subject`` (a ``RegisteredSchema``).
+
+    Raises:
+        ConfigError: the subject is not registered, or another answer.
+        SchemaRegistryUnavailableError: the registry cannot be used.
+    """
+    try:
+        return ask(url, f"subject {subject!r}", client.get_latest_version, subject)
+    except NotFound as missing:
+        raise ConfigError(
+            f"schema registry subject {subject!r} not found at {display_url(url)} "
+            f"({missing.reason}); register it first"
+        ) from None
+
+
+class NotFound(ConfigError):
+    """The registry answered "not found" (404): ``reason`` holds its words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def ask(url: str, what: str, call: Any, *args: Any) -> Any:
-    """``call(*args)`` on the registry client; None when the registry answers "not found".
+    """``call(*args)`` on the registry client, its failures sorted out.
 
     Raises:
         SchemaRegistryUnavailableError: the registry cannot be used.
-        ConfigError: any other answer but "not found", naming ``what``.
+        NotFound: the registry answered "not found".
+        ConfigError: any other answer, naming ``what``.
     """
     try:
         return call(*args)
@@ -176,7 +195,7 @@ def ask(url: str, what: str, call: Any, *args: Any) -> Any:
         if unavailable is not None:
             raise unavailable from None
         if getattr(exc, "http_status_code", None) == 404:
-            return None
+            raise NotFound(redact(" ".join(str(exc).split()))) from None
         raise ConfigError(f"schema registry {display_url(url)}: {what}: {reason(exc)}") from None
 
 
@@ -194,22 +213,25 @@ def compatibility_problems(client: Any, url: str, subject: str, schema_file: Pat
     body = {"schema": Path(schema_file).read_text(encoding="utf-8"), "schemaType": "AVRO"}
     path = f"compatibility/subjects/{quote(subject, safe='')}/versions/latest?verbose=true"
     # The client's REST client: its test_compatibility returns the verdict without reasons.
-    answer = ask(url, f"subject {subject!r}", client._rest_client.post, path, body)
-    if answer is None or answer.get("is_compatible", True):
+    try:
+        answer = ask(url, f"subject {subject!r}", client._rest_client.post, path, body)
+    except NotFound:
+        return []  # no such subject yet: the schema will be its first version
+    if answer.get("is_compatible", True):
         return []
     messages = "; ".join(str(m) for m in answer.get("messages") or []) or "no reason given"
     return [f"{schema_file} is incompatible with subject {subject!r}: {redact(messages)}"]
 
 
-def latest_schema(client: Any, url: str, subject: str) -> Schema | None:
-    """The latest schema of ``subject``, parsed; None when the subject is not registered.
+def latest_schema(client: Any, url: str, subject: str) -> Schema:
+    """The latest schema of ``subject``, parsed.
 
     Raises:
         SchemaRegistryUnavailableError: the registry cannot be used.
-        ConfigError: the registry's schema is not valid Avro, or another answer.
+        ConfigError: the subject is not registered, its schema is not valid Avro, or another
+            answer.
     """
-    latest = ask(url, f"subject {subject!r}", client.get_latest_version, subject)
-    return None if latest is None else parse_schema_text(str(latest.schema.schema_str))
+    return parse_schema_text(str(latest_version(client, url, subject).schema.schema_str))
 
 
 def reason(exc: BaseException) -> str:

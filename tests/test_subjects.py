@@ -197,11 +197,12 @@ def test_validate_checks_the_example_against_the_registry(
     where = f"{path}: pipeline[0] (registry-tweet-views)"
 
     assert validate_pipeline_file(path, check_registry=False)[1] == []
+    shown = registry.url.replace("://", "://***@")
     assert validate_pipeline_file(path)[1] == [
-        f"{where}.inputs.one: schema registry subject 'users-value' not found at "
-        f"{registry.url.replace('://', '://***@')}; register it first",
-        f"{where}.inputs.many: schema registry subject 'tweets-value' not found at "
-        f"{registry.url.replace('://', '://***@')}; register it first",
+        f"{where}.inputs.one: schema registry subject 'users-value' not found at {shown} "
+        "(Subject not found (HTTP status code 404, SR code 40401)); register it first",
+        f"{where}.inputs.many: schema registry subject 'tweets-value' not found at {shown} "
+        "(Subject not found (HTTP status code 404, SR code 40401)); register it first",
     ]
 
     registry.add("users-value", text("user.avsc"))
@@ -265,8 +266,8 @@ def test_an_output_schema_file_must_be_registered_unless_auto_registered(
     (problem,) = validate_pipeline_file(path)[1]
     assert problem == (
         f"{path}: pipeline[0] (registry-tweet-views).output: {SCHEMAS / 'tweet_view.avsc'} "
-        f"is not registered under subject 'tweet-views-value' at {registry.url}; register "
-        "it, or set auto_register = true"
+        f"is not registered under subject 'tweet-views-value' at {registry.url} (Subject not "
+        "found (HTTP status code 404, SR code 40401)); register it, or set auto_register = true"
     )
     registry.add("tweet-views-value", text("tweet_view.avsc"))
     assert validate_pipeline_file(path)[1] == []
