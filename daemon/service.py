@@ -195,10 +195,11 @@ def run_service(
     # Held until the process ends: a second daemon on these checkpoints is refused.
     locks = lock_checkpoints(file)
     try:
-        for config in file.pipeline:
-            check_checkpoint(config)
         # A pipeline whose joiner has a second stage runs it as a query of its own.
         plans = [s for pipe in file.pipeline for s in plan_pipeline(file, pipe, conf).stages()]
+        # Only a pipeline that planned without fault leaves its shape in its checkpoint.
+        for config in file.pipeline:
+            check_checkpoint(config)
     except BaseException:
         locks.release()  # a caller that goes on (a test, an embedding) may start again
         raise
