@@ -187,6 +187,7 @@ def run_service(
         IncompatibleCheckpointError: a checkpoint was written by a pipeline of another shape.
     """
     from daemon.checkpoint import check_checkpoint
+    from daemon.engine import spark_output
     from daemon.engine.session import spark_session
     from daemon.lock import lock_checkpoints
     from daemon.operations import Operations
@@ -206,6 +207,8 @@ def run_service(
     http = http or file.service.http
     ops = Operations(conf, http=http, stall_after_s=stall_timeout_s)
     spark = spark_session(file.spark)
+    if not spark_output.verbose():
+        log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_path())
     ops.attach(spark)
     stop = stop or threading.Event()
     # In the main thread the service owns the process: signals stop it, and it exits by force

@@ -212,9 +212,12 @@ def test_an_idle_query_stays_ready_on_sparks_idle_reports(service: Service) -> N
 
 
 def test_logs_are_json_lines_naming_the_pipeline(service: Service) -> None:
-    ours = [
-        json.loads(line) for line in service.log_text().splitlines() if line.startswith('{"time"')
-    ]
+    """Every line the daemon printed is one of its own, as JSON: Spark's own output went to
+    the file whose path the daemon logged once."""
+    lines = [line for line in service.log_text().splitlines() if line.strip()]
+    ours = [json.loads(line) for line in lines]  # each line is JSON
+    (spark_log,) = [line for line in ours if line["message"].startswith("Spark's own log: ")]
+    assert Path(spark_log["message"].split()[3]).stat().st_size > 0
     started = [
         line for line in ours if line["message"].startswith(f"pipeline {service.run.name} started")
     ]
