@@ -333,6 +333,9 @@ _READER = {
     "group.id": "enrichd-replay",  # required by the client; never joined or committed
     "enable.auto.commit": False,
     "isolation.level": "read_committed",
+    # A fetch of an empty partition (the dead letters, most often) waited the broker's
+    # default 500 ms for records that do not come: half a second per replay and topic.
+    "fetch.wait.max.ms": 10,
 }
 """Settings of replay's consumers, which read committed records by partition."""
 
