@@ -179,6 +179,7 @@ class Operations:
         self._last_ping = 0.0
         self._status = ""
         self._stalled: set[str] = set()
+        self._waiting = ""
         self._listener: Any = None
         self._spark: SparkSession | None = None
         self.relay = MetricsRelay(self._batch_written)
@@ -351,6 +352,17 @@ class Operations:
                 self._last_ping = now
                 self.notifier.send(WATCHDOG="1")
 
+    def waiting(self, why: str, for_s: float) -> None:
+        """Start-up is held up (no broker answers yet): say why in ``/readyz`` and to systemd.
+
+        Args:
+            why: the reason, for ``/readyz`` and ``systemctl status``.
+            for_s: how long until the next try is over; systemd's start timeout is extended
+                by that much, so that it does not kill a daemon that is waiting on purpose.
+        """
+        self._waiting = why
+        self.notifier.send(STATUS=why, EXTEND_TIMEOUT_USEC=str(int(for_s * 1_000_000)))
+
     def readiness(self) -> tuple[bool, str]:
         """For ``/readyz``: whether every query has progressed recently, and the details."""
         now = time.monotonic()
@@ -360,7 +372,7 @@ class Operations:
         if ready:
             lines = [f"{name}: progressing" for name in sorted(self.health.queries)]
         elif not self.health.queries:
-            lines = ["no pipeline has started yet"]
+            lines = ["; ".join(filter(None, ["no pipeline has started yet", self._waiting]))]
         return ready, redact("\n".join(lines))
 
     # -- shutdown ----------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from typing import Any
 
 from daemon.errors import EnrichdError
 
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+"""The example pipelines, package data of ``daemon`` (in a checkout, a link to ``examples/``)."""
 
 DEMOS = {
     "comap": "tweets and users become tweet views (co-map with state)",
@@ -22,10 +23,10 @@ DEMOS = {
 
 
 def example_file(name: str) -> Path:
-    """A demo's pipeline file from ``examples/``."""
+    """A demo's pipeline file from the installed examples."""
     path = EXAMPLES / name
     if not path.exists():
-        raise EnrichdError(f"{path} is missing; run the demo from a source checkout")
+        raise EnrichdError(f"{path} is missing; reinstall enrichd (its package data is incomplete)")
     return path
 
 
