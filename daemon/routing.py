@@ -178,4 +178,11 @@ def _key_part(decoded: Any, part: KeyPart, *, whole: bool = False) -> Any:
         return Routing(None, 0, "MissingKey: the Kafka key is a list, not one value")
     if not path or (whole and not part.from_kafka_key):
         return decoded
+    if part.from_kafka_key and decoded is not None:
+        return Routing(
+            None,
+            0,
+            f"MissingKey: no join key field {part.name!r}: the Kafka key is one value, "
+            "not a record",
+        )
     return None

@@ -268,6 +268,123 @@ def test_whole_kafka_keys_as_bytes_and_as_text(
     assert latest_by_key(result.outputs)[device] == {"stream": {"page": "/b"}, "table": None}
 
 
+TENANT_CLICK = {
+    "type": "record",
+    "name": "Click",
+    "namespace": "enrichd.tests",
+    "fields": [
+        {"name": "tenant", "type": "string"},
+        {"name": "user", "type": "long"},
+        {"name": "at", "type": "long"},
+    ],
+}
+SIGNUP = {
+    "type": "record",
+    "name": "Signup",
+    "namespace": "enrichd.tests",
+    "fields": [{"name": "plan", "type": "string"}, {"name": "at", "type": "long"}],
+}
+CLICK_SIGNUP = {
+    "type": "record",
+    "name": "ClickSignup",
+    "namespace": "enrichd.tests",
+    "fields": [
+        {"name": "left", "type": ["null", TENANT_CLICK], "default": None},
+        {"name": "right", "type": ["null", SIGNUP], "default": None},
+    ],
+}
+
+
+def test_a_window_join_on_a_composite_key_from_value_and_json_key_writes_json_keys(
+    broker: EmbeddedBroker, spark: Any, tmp_path: Path
+) -> None:
+    """`window` on (tenant, user): clicks name both in their value, signups in their JSON
+    Kafka key. Only the same user of the same tenant pairs; the output's JSON key is the
+    array of the parts. A signup key without its tenant, and one that is not an object, go
+    to the dead-letter topic as MissingKey, naming what is missing."""
+    schemas = {
+        name: write_json(tmp_path / f"{name}.avsc", schema)
+        for name, schema in (("click", TENANT_CLICK), ("signup", SIGNUP), ("out", CLICK_SIGNUP))
+    }
+    file = parse_pipeline_file(
+        tmp_path / "p.toml",
+        {
+            "pipeline": [
+                {
+                    "name": "clicks",
+                    "joiner": "window",
+                    "checkpoint": str(tmp_path / "checkpoint"),
+                    "inputs": {
+                        "left": {
+                            "topic": "clicks",
+                            "schema": str(schemas["click"]),
+                            "key": ["tenant", "user"],
+                            "time": "at",
+                        },
+                        "right": {
+                            "topic": "signups",
+                            "schema": str(schemas["signup"]),
+                            "key": ["kafka_key.tenant", "kafka_key.user"],
+                            "key_format": "json",
+                            "time": "at",
+                        },
+                    },
+                    "output": {
+                        "topic": "click-signups",
+                        "schema": str(schemas["out"]),
+                        "key_format": "json",
+                    },
+                    "options": {"window": "10ms", "grace": "5ms", "idle_timeout": "1h"},
+                }
+            ]
+        },
+    )
+
+    def lines(path: Path, records: list[tuple[Any, dict[str, Any]]]) -> Path:
+        path.write_text(
+            "".join(
+                json.dumps({"key": key, "value": value, "timestamp": value["at"]}) + "\n"
+                for key, value in records
+            )
+        )
+        return path
+
+    acme = {"tenant": "acme", "user": 7, "at": 100}
+    clicks = lines(
+        tmp_path / "clicks.jsonl",
+        [("c1", acme), ("c2", {"tenant": "globex", "user": 7, "at": 101})],
+    )
+    signups = lines(
+        tmp_path / "signups.jsonl",
+        [
+            ({"tenant": "acme", "user": 7}, {"plan": "pro", "at": 103}),
+            ({"tenant": "initech", "user": 7}, {"plan": "free", "at": 104}),
+            ({"user": 7}, {"plan": "free", "at": 105}),  # no tenant
+            (7, {"plan": "free", "at": 106}),  # a JSON number, not an object
+        ],
+    )
+
+    result = replay(
+        file, {"left": clicks, "right": signups}, bootstrap_servers=broker.bootstrap_servers
+    )
+
+    assert [(r["key"], r["value"]) for r in result.outputs] == [
+        (["acme", "7"], {"left": acme, "right": {"plan": "pro", "at": 103}})
+    ]
+    dead = sorted(
+        (d["key"], d["headers"]["enrichd.error.class"], d["headers"]["enrichd.error.message"])
+        for d in result.dead_letters
+    )
+    assert dead == [
+        (
+            "7",
+            "MissingKey",
+            "no join key field 'kafka_key.tenant': the Kafka key is one value, not a record",
+        ),
+        ('{"user":7}', "MissingKey", "no join key field 'kafka_key.tenant'"),
+    ]
+
+
 def test_a_replay_key_that_does_not_fit_its_key_format_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "devices.jsonl"
     path.write_text(json.dumps({"key": "zz", "value": {"model": "x"}, "timestamp": 1}) + "\n")

@@ -65,6 +65,12 @@ def test_bad_kafka_keys_go_to_dead_letters_with_the_reason() -> None:
     assert missing.error == "MissingKey: the record has no Kafka key"
     record = router("kafka_key", kafka_keys=avro).route({}, avro.encode_value({"id": 3}), 1)
     assert record.error is not None and "name its field, e.g. 'kafka_key.id'" in record.error
+    one_value = router("kafka_key.id", kafka_keys=KafkaKeyCodec("json")).route({}, b"3", 1)
+    assert one_value.error == (
+        "MissingKey: no join key field 'kafka_key.id': the Kafka key is one value, not a record"
+    )
+    no_field = router("kafka_key.id", kafka_keys=KafkaKeyCodec("json")).route({}, b"{}", 1)
+    assert no_field.error == "MissingKey: no join key field 'kafka_key.id'"
 
 
 def test_a_tombstone_routes_by_its_decoded_key() -> None:
