@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
-from daemon.config import load_pipeline_file, parse_pipeline_file
+from daemon.config import load_pipeline_file
 from daemon.demos import latest_by_key
-from daemon.replay import ReplayResult, replay
+from daemon.replay import replay
+from tests.kafka_helpers import replay_files
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "schemas"
@@ -77,29 +78,6 @@ def change(
 ) -> dict[str, Any]:
     value = {"before": before, "after": after, "op": op, "ts_ms": t}
     return {"key": key, "value": value, "timestamp": t}
-
-
-def replay_files(
-    folder: Path,
-    broker: EmbeddedBroker,
-    pipeline: dict[str, Any],
-    schemas: dict[str, Any],
-    inputs: dict[str, list[dict[str, Any]]],
-) -> ReplayResult:
-    """Replay ``pipeline`` with ``schemas`` written to files (``{name}`` paths in it filled)."""
-    paths = {}
-    for name, schema in schemas.items():
-        paths[name] = folder / f"{name}.avsc"
-        paths[name].write_text(json.dumps(schema), encoding="utf-8")
-    text = json.dumps(pipeline)
-    for name, path in paths.items():
-        text = text.replace(f'"{{{name}}}"', json.dumps(str(path)))
-    file = parse_pipeline_file(folder / "p.toml", {"pipeline": [json.loads(text)]})
-    files = {}
-    for role, lines in inputs.items():
-        files[role] = folder / f"{role}.jsonl"
-        files[role].write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return replay(file, files, bootstrap_servers=broker.bootstrap_servers)
 
 
 def test_a_table_join_of_two_cdc_tables_and_events_that_are_no_changes(

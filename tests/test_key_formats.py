@@ -19,7 +19,15 @@ from daemon.engine.pipeline import plan_pipeline
 from daemon.errors import ReplayInputError
 from daemon.keys import KafkaKeyCodec
 from daemon.replay import read_input_file, replay
-from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic, run_pipeline
+from tests.kafka_helpers import (
+    In,
+    client_conf,
+    create_topic,
+    produce,
+    read_topic,
+    replay_files,
+    run_pipeline,
+)
 from tests.registry import RegistryServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,57 +216,37 @@ def test_whole_kafka_keys_as_bytes_and_as_text(
     """A devices table keyed by the device id's raw bytes (`key_format = "bytes"`), looked up
     by visits keyed by the id in hex text (`key = "kafka_key"`, text keys): a bytes key's
     text is its hex digits, so they meet; the table's tombstone deletes by its bytes key."""
-    schemas = {
-        name: write_json(tmp_path / f"{name}.avsc", schema)
-        for name, schema in (("device", DEVICE), ("visit", VISIT), ("out", DEVICE_VISIT))
-    }
-    file = parse_pipeline_file(
-        tmp_path / "p.toml",
-        {
-            "pipeline": [
-                {
-                    "name": "visits",
-                    "joiner": "lookup",
-                    "checkpoint": str(tmp_path / "checkpoint"),
-                    "inputs": {
-                        "stream": {
-                            "topic": "visits",
-                            "schema": str(schemas["visit"]),
-                            "key": "kafka_key",
-                        },
-                        "table": {
-                            "topic": "devices",
-                            "schema": str(schemas["device"]),
-                            "key": "kafka_key",
-                            "key_format": "bytes",
-                        },
-                    },
-                    "output": {"topic": "device-visits", "schema": str(schemas["out"])},
-                    "options": {"mode": "left"},
-                }
-            ]
-        },
-    )
     device = "0a0bff"  # in replay files a bytes key is written as hex
-    devices = tmp_path / "devices.jsonl"
-    devices.write_text(
-        json.dumps({"key": device, "value": {"model": "phone"}, "timestamp": 1})
-        + "\n"
-        + json.dumps({"key": device, "value": None, "timestamp": 3})
-        + "\n"
-    )
-    visits = tmp_path / "visits.jsonl"
-    visits.write_text(
-        "".join(
-            json.dumps({"key": device, "value": {"page": page}, "timestamp": t}) + "\n"
-            for page, t in (("/a", 2), ("/b", 4))
-        )
-    )
-
-    result = replay(
-        file,
-        {"table": devices, "stream": visits},
-        bootstrap_servers=broker.bootstrap_servers,
+    result = replay_files(
+        tmp_path,
+        broker,
+        {
+            "name": "visits",
+            "joiner": "lookup",
+            "checkpoint": str(tmp_path / "checkpoint"),
+            "inputs": {
+                "stream": {"topic": "visits", "schema": "{visit}", "key": "kafka_key"},
+                "table": {
+                    "topic": "devices",
+                    "schema": "{device}",
+                    "key": "kafka_key",
+                    "key_format": "bytes",
+                },
+            },
+            "output": {"topic": "device-visits", "schema": "{out}"},
+            "options": {"mode": "left"},
+        },
+        {"device": DEVICE, "visit": VISIT, "out": DEVICE_VISIT},
+        {
+            "table": [
+                {"key": device, "value": {"model": "phone"}, "timestamp": 1},
+                {"key": device, "value": None, "timestamp": 3},
+            ],
+            "stream": [
+                {"key": device, "value": {"page": page}, "timestamp": t}
+                for page, t in (("/a", 2), ("/b", 4))
+            ],
+        },
     )
 
     pages = {r["value"]["stream"]["page"]: r["value"]["table"] for r in result.outputs}
@@ -302,70 +290,46 @@ def test_a_window_join_on_a_composite_key_from_value_and_json_key_writes_json_ke
     Kafka key. Only the same user of the same tenant pairs; the output's JSON key is the
     array of the parts. A signup key without its tenant, and one that is not an object, go
     to the dead-letter topic as MissingKey, naming what is missing."""
-    schemas = {
-        name: write_json(tmp_path / f"{name}.avsc", schema)
-        for name, schema in (("click", TENANT_CLICK), ("signup", SIGNUP), ("out", CLICK_SIGNUP))
-    }
-    file = parse_pipeline_file(
-        tmp_path / "p.toml",
-        {
-            "pipeline": [
-                {
-                    "name": "clicks",
-                    "joiner": "window",
-                    "checkpoint": str(tmp_path / "checkpoint"),
-                    "inputs": {
-                        "left": {
-                            "topic": "clicks",
-                            "schema": str(schemas["click"]),
-                            "key": ["tenant", "user"],
-                            "time": "at",
-                        },
-                        "right": {
-                            "topic": "signups",
-                            "schema": str(schemas["signup"]),
-                            "key": ["kafka_key.tenant", "kafka_key.user"],
-                            "key_format": "json",
-                            "time": "at",
-                        },
-                    },
-                    "output": {
-                        "topic": "click-signups",
-                        "schema": str(schemas["out"]),
-                        "key_format": "json",
-                    },
-                    "options": {"window": "10ms", "grace": "5ms", "idle_timeout": "1h"},
-                }
-            ]
-        },
-    )
 
-    def lines(path: Path, records: list[tuple[Any, dict[str, Any]]]) -> Path:
-        path.write_text(
-            "".join(
-                json.dumps({"key": key, "value": value, "timestamp": value["at"]}) + "\n"
-                for key, value in records
-            )
-        )
-        return path
+    def line(key: Any, value: dict[str, Any]) -> dict[str, Any]:
+        return {"key": key, "value": value, "timestamp": value["at"]}
 
     acme = {"tenant": "acme", "user": 7, "at": 100}
-    clicks = lines(
-        tmp_path / "clicks.jsonl",
-        [("c1", acme), ("c2", {"tenant": "globex", "user": 7, "at": 101})],
-    )
-    signups = lines(
-        tmp_path / "signups.jsonl",
-        [
-            ({"tenant": "acme", "user": 7}, {"plan": "pro", "at": 103}),
-            ({"tenant": "initech", "user": 7}, {"plan": "free", "at": 104}),
-            ({"user": 7}, {"plan": "free", "at": 105}),  # no tenant
-            (7, {"plan": "free", "at": 106}),  # a JSON number, not an object
-        ],
-    )
-
-    result = replay(
-        file, {"left": clicks, "right": signups}, bootstrap_servers=broker.bootstrap_servers
+    result = replay_files(
+        tmp_path,
+        broker,
+        {
+            "name": "clicks",
+            "joiner": "window",
+            "checkpoint": str(tmp_path / "checkpoint"),
+            "inputs": {
+                "left": {
+                    "topic": "clicks",
+                    "schema": "{click}",
+                    "key": ["tenant", "user"],
+                    "time": "at",
+                },
+                "right": {
+                    "topic": "signups",
+                    "schema": "{signup}",
+                    "key": ["kafka_key.tenant", "kafka_key.user"],
+                    "key_format": "json",
+                    "time": "at",
+                },
+            },
+            "output": {"topic": "click-signups", "schema": "{out}", "key_format": "json"},
+            "options": {"window": "10ms", "grace": "5ms", "idle_timeout": "1h"},
+        },
+        {"click": TENANT_CLICK, "signup": SIGNUP, "out": CLICK_SIGNUP},
+        {
+            "left": [line("c1", acme), line("c2", {"tenant": "globex", "user": 7, "at": 101})],
+            "right": [
+                line({"tenant": "acme", "user": 7}, {"plan": "pro", "at": 103}),
+                line({"tenant": "initech", "user": 7}, {"plan": "free", "at": 104}),
+                line({"user": 7}, {"plan": "free", "at": 105}),  # no tenant
+                line(7, {"plan": "free", "at": 106}),  # a JSON number, not an object
+            ],
+        },
     )
 
     assert [(r["key"], r["value"]) for r in result.outputs] == [
