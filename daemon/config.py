@@ -239,6 +239,13 @@ class OutputConfig(_Serde):
                 "auto_register registers the `schema` (and `key_schema`) .avsc file under its "
                 "subject; give one"
             )
+        if self.key_format == "bytes":
+            # An output key is a text (the join key, whose bytes parts are hex digits): writing
+            # it "as bytes" could only mean its UTF-8, which is key_format "string".
+            raise ValueError(
+                'key_format "bytes" is for reading keys: an output key is the join key\'s text '
+                '(a bytes key part is its hex digits); write it as "string", "json" or "avro"'
+            )
         return self
 
     @property

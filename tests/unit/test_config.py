@@ -139,6 +139,14 @@ def test_auto_register_needs_a_schema_file(tmp_path: Path) -> None:
     assert "output" in problem and "auto_register registers the `schema`" in problem
 
 
+def test_an_output_does_not_write_bytes_keys(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'schema = "/abs/out.avsc"', 'schema = "/abs/out.avsc"\nkey_format = "bytes"'
+    )
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "output" in problem and 'key_format "bytes" is for reading keys' in problem, problem
+
+
 def test_composite_keys_and_key_schemas_are_read(tmp_path: Path) -> None:
     text = MINIMAL.replace(
         'key = "id"',
