@@ -4,7 +4,7 @@ Records of a micro-batch arrive grouped by state bucket (a hash of the join key 
 pipeline's ``state_buckets``), packed many to a row by the source
 (:data:`~daemon.kafka.records.SOURCE_DDL`), and within a bucket the processor takes them key
 by key: it decodes a key's records, puts them in apply order, loads the key's state (one
-pickled object), lets the joiner process them, keeps the new state, and writes what the joiner
+Python object), lets the joiner process them, keeps the new state, and writes what the joiner
 yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters with
 their original bytes and the reason. A joiner that raises does not stop the pipeline: that
 key's records go to the dead-letter topic with the exception, and the key's state stays as
@@ -29,8 +29,9 @@ Why buckets: every state-store call is a round trip between the Python worker an
 and per-key calls (set the key, read, write) cost about a millisecond per key and
 micro-batch, more than the joining. A bucket is one value holding its keys' states, each
 pickled on its own, so a micro-batch reads and writes each touched bucket once and unpickles
-only the keys it has rows for; the bucket's pickle is stored compressed
-(:mod:`daemon.engine.blobs`). Values a joiner keeps in a
+only the keys it has rows for; the bucket is stored as plain data in enrichd's state format
+(:mod:`daemon.engine.state_format`), compressed (:mod:`daemon.engine.blobs`). Values a joiner
+keeps in a
 :class:`~daemon.joiners.stash.Stash` are not in the bucket: they are appended to the bucket's
 stash log once, and read only when looked at (:mod:`daemon.engine.stash_log`).
 
@@ -48,9 +49,8 @@ micro-batch is applied and flushed at once.
 from __future__ import annotations
 
 import json
-import pickle  # noqa: S403 - the state store holds only what this processor wrote
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -62,6 +62,16 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from daemon.avro import AvroCodec
 from daemon.engine import blobs
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
+from daemon.engine.state_format import (
+    EVENT_TIME,
+    LAST_MS,
+    STATE,
+    STREAM_TIME,
+    UPDATED_MS,
+    Bucket,
+    decode_bucket,
+    encode_bucket,
+)
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.joiners.base import (
     END_OF_TIME,
@@ -139,7 +149,7 @@ class OperatorPlan:
 
 @dataclass
 class KeyClock:
-    """A key's time, stored with its state (as its three fields): see the module docstring.
+    """A key's time, stored with its state (as fields of its entry): see the module docstring.
 
     Only what the pipeline uses is kept up to date: ``stream_time`` and ``last_ms`` when its
     joiner wakes up, ``updated_ms`` when it has a state TTL. Otherwise they stay as they
@@ -154,42 +164,6 @@ class KeyClock:
     """Processing time of the key's last state change, for ``state_ttl``; 0: not known."""
 
 
-def pack_key_state(clock: KeyClock, state: Any) -> tuple[Any, ...]:
-    """What a key's blob pickles: the clock's fields and the state.
-
-    The fields, not the dataclass: pickling a dataclass costs Python calls each way, which
-    took more than half of the time a small state's blob took to pickle and load.
-    """
-    return (clock.stream_time, clock.last_ms, clock.updated_ms, state)
-
-
-def unpack_key_state(stored: tuple[Any, ...]) -> tuple[KeyClock, Any]:
-    """A key's clock and state from its unpickled blob."""
-    if len(stored) == 2:  # (KeyClock, state), as earlier builds stored it
-        return stored[0], stored[1]
-    return KeyClock(*stored[:3]), stored[3]
-
-
-@dataclass
-class Bucket:
-    """The state of one bucket of join keys: see the module docstring."""
-
-    keys: dict[str, bytes] = field(default_factory=dict)
-    """Each key's clock and joiner state, pickled apart so an untouched key costs a copy."""
-    due: dict[str, int] = field(default_factory=dict)
-    """When each key that waits for time wants waking (wake-up or TTL), processing time."""
-    timer_ms: int | None = None
-    """The bucket's registered timer: at or before the earliest ``due``."""
-    stash_seq: int = 0
-    """The sequence number the next stashed value is stored under (see :mod:`stash_log`)."""
-    stash_entries: int = 0
-    """Values in the bucket's stash log, live or dead."""
-    stash_live: int = 0
-    """Values in the bucket's stash log that some key's stash still holds."""
-    stash_chunks: int = 0
-    """Chunks in the bucket's stash log."""
-
-
 class JoinerProcessor(StatefulProcessor):
     """Runs a joiner over the records of one state bucket per call (see the module docstring)."""
 
@@ -201,7 +175,7 @@ class JoinerProcessor(StatefulProcessor):
         self.wakes = plan.joiner.wakes_up()
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variables: the bucket, pickled, and its stash log."""
+        """Declare the state variables: the bucket and its stash log."""
         freeze_loaded()
         self.handle = handle
         self.output: TaskOutput | None = None  # opened at the task's first call
@@ -272,12 +246,14 @@ class JoinerProcessor(StatefulProcessor):
         # A key's end of input is final: a record that comes after it is applied and flushed
         # at once, since no later marker would flush what the joiner holds back.
         ended = clock.stream_time == END_OF_TIME
+        newest = None
         if records:
             if ended:
                 joiner.context.count(AFTER_END_OF_INPUT, len(records))
             ordered = apply_order(records, joiner.roles, joiner.order)
+            newest = max(map(_EVENT_TIME_OF, records))
             if self.wakes:
-                clock.stream_time = max(clock.stream_time, max(map(_EVENT_TIME_OF, records)))
+                clock.stream_time = max(clock.stream_time, newest)
                 clock.last_ms = now
             state = self._step(joiner.process, group, state, ordered, raw, records, send)
             if state is None:
@@ -287,7 +263,7 @@ class JoinerProcessor(StatefulProcessor):
             state = self._step(joiner.advance, group, state, END_OF_TIME, raw, records, send)
             if state is None:
                 return
-        self._store(bucket, log, group, clock, state, now)
+        self._store(bucket, log, group, clock, state, now, newest)
 
     def handleExpiredTimer(  # noqa: N802
         self,
@@ -351,10 +327,10 @@ class JoinerProcessor(StatefulProcessor):
             yield SparkRow(**row._asdict())
 
     def _load_bucket(self) -> tuple[Bucket, StashLog, bytes | None]:
-        """The bucket, its stash log for this call, and its stored pickle (None: none yet)."""
+        """The bucket, its stash log for this call, and its stored bytes (None: none yet)."""
         blob = self.state.get()
         stored = blobs.decompress(blob[0]) if blob else None
-        bucket: Bucket = pickle.loads(stored) if stored else Bucket()  # noqa: S301
+        bucket = decode_bucket(stored) if stored else Bucket()
         return bucket, StashLog(self.stash_chunks, bucket), stored
 
     def _store_bucket(self, bucket: Bucket, log: StashLog, stored: bytes | None) -> None:
@@ -367,7 +343,7 @@ class JoinerProcessor(StatefulProcessor):
         before any key is due costs a read of the bucket and a new timer, once in a while.
 
         A call that changed no key (a lookup's stream records read the table value and leave
-        it) pickles the bucket into the bytes it loaded: writing them again would cost a round
+        it) encodes the bucket into the bytes it loaded: writing them again would cost a round
         trip to the JVM with the whole blob, and the state store a changelog entry.
         """
         log.flush()
@@ -379,7 +355,7 @@ class JoinerProcessor(StatefulProcessor):
             self.handle.registerTimer(earliest)
             bucket.timer_ms = earliest
         if bucket.keys:
-            blob = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = encode_bucket(bucket)
             if blob != stored:
                 self.state.update((blobs.compress(blob),))
         elif stored is not None:
@@ -387,9 +363,10 @@ class JoinerProcessor(StatefulProcessor):
 
     def _load(self, bucket: Bucket, log: StashLog, group: str, now: int) -> tuple[KeyClock, Any]:
         """A key's clock and state; a fresh start when it has none or it outlived its TTL."""
-        blob = bucket.keys.get(group)
-        if blob is not None:
-            clock, state = unpack_key_state(log.loads(group, blob))
+        entry = bucket.keys.get(group)
+        if entry is not None:
+            clock = KeyClock(entry[STREAM_TIME], entry[LAST_MS], entry[UPDATED_MS])
+            state = log.loads(group, entry[STATE])
             # updated_ms 0: stored while the pipeline had no state_ttl, so unknown. The TTL
             # counts from this key's next update rather than dropping it unseen.
             if self.ttl_ms is None or not clock.updated_ms or now - clock.updated_ms < self.ttl_ms:
@@ -400,8 +377,21 @@ class JoinerProcessor(StatefulProcessor):
         return KeyClock(), self.plan.joiner.initial_state()
 
     def _store(
-        self, bucket: Bucket, log: StashLog, group: str, clock: KeyClock, state: Any, now: int
+        self,
+        bucket: Bucket,
+        log: StashLog,
+        group: str,
+        clock: KeyClock,
+        state: Any,
+        now: int,
+        newest: int | None = None,
     ) -> None:
+        """Keep a key's new state and clock (``newest``: its records' newest event time).
+
+        The key's ``event_time`` moves to ``newest`` only if the state changed: a record that
+        leaves the state as it was (a lookup's stream record) leaves the entry, and so the
+        bucket's bytes, as they were.
+        """
         joiner = self.plan.joiner
         # An ended key with nothing left stays, as its clock, so that its end stays final.
         if joiner.is_empty(state) and clock.stream_time != END_OF_TIME:
@@ -420,7 +410,18 @@ class JoinerProcessor(StatefulProcessor):
             bucket.due[group] = min(due)
         elif bucket.due:
             bucket.due.pop(group, None)
-        bucket.keys[group] = log.dumps(pack_key_state(clock, state))
+        pickled = log.dumps(state)
+        before = bucket.keys.get(group)
+        event_time = 0 if before is None else before[EVENT_TIME]
+        if newest is not None and (before is None or before[STATE] != pickled):
+            event_time = max(event_time, newest)
+        bucket.keys[group] = (
+            clock.stream_time,
+            clock.last_ms,
+            clock.updated_ms,
+            event_time,
+            pickled,
+        )
 
     def _step(
         self,
