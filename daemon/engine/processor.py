@@ -70,6 +70,7 @@ from daemon.engine.state_format import (
     UPDATED_MS,
     Bucket,
     decode_bucket,
+    decode_portable,
     encode_bucket,
 )
 from daemon.errors import SchemaRegistryUnavailableError
@@ -264,6 +265,28 @@ class JoinerProcessor(StatefulProcessor):
             if state is None:
                 return
         self._store(bucket, log, group, clock, state, now, newest)
+
+    def handleInitialState(  # noqa: N802
+        self,
+        key: Any,
+        initialState: SparkRow,  # noqa: N803
+        timerValues: Any,  # noqa: N803
+    ) -> None:
+        """Take in a bucket's keys moved from another checkpoint (``daemon.state.seed``).
+
+        Spark calls this in a new checkpoint's first micro-batch only, before that batch's
+        records, with one row per bucket: its keys and each key's portable entry
+        (:func:`~daemon.engine.state_format.encode_portable`). Each key's state is stored
+        anew, its stashes' values in this bucket's log.
+        """
+        bucket, log, stored = self._load_bucket()
+        for item in initialState.keys:  # PySpark gives the structs as dicts
+            key = item["key"]
+            clock, due, state = decode_portable(bytes(item["entry"]))
+            bucket.keys[key] = (*clock, log.dumps(state))
+            if due is not None:
+                bucket.due[key] = due
+        self._store_bucket(bucket, log, stored)
 
     def handleExpiredTimer(  # noqa: N802
         self,

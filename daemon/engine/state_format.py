@@ -208,6 +208,30 @@ def dump_portable(state: Any) -> bytes:
     return _dumps(state, _PORTABLE)
 
 
+def encode_portable(entry: KeyEntry, due: int | None, state: Any) -> bytes:
+    """A key's entry, its due time and its loaded state, to move to another checkpoint.
+
+    ``(format, stream_time, last_ms, updated_ms, event_time, due, portable state)``.
+    """
+    clock = entry[STREAM_TIME], entry[LAST_MS], entry[UPDATED_MS], entry[EVENT_TIME]
+    return pickle.dumps((STATE_FORMAT, *clock, due, dump_portable(state)), protocol=PROTOCOL)
+
+
+def decode_portable(pickled: bytes) -> tuple[tuple[int, int, int, int], int | None, Any]:
+    """The clock fields, due time and state of :func:`encode_portable`'s bytes.
+
+    Raises:
+        UnknownStateFormatError: they were written in a format this enrichd does not know.
+    """
+    version, stream_time, last_ms, updated_ms, event_time, due, state = pickle.loads(pickled)  # noqa: S301
+    if version != STATE_FORMAT:
+        raise UnknownStateFormatError(
+            f"a moved key state in state format {version!r}, which this enrichd (state format "
+            f"{STATE_FORMAT}) cannot read; run the enrichd that moved it"
+        )
+    return (stream_time, last_ms, updated_ms, event_time), due, load_state(state, None)
+
+
 def _dumps(value: Any, table: dict[type, Callable[[Any], tuple[Any, ...]]]) -> bytes:
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, protocol=PROTOCOL)
