@@ -242,6 +242,44 @@ def test_a_second_daemon_on_the_same_checkpoint_is_refused(service: Service) -> 
     assert service.process.poll() is None
 
 
+def test_end_to_end_latency_and_event_time_lag_on_metrics(service: Service) -> None:
+    """Every view is in the latency histogram, measured from its tweet's Kafka timestamp:
+    the fixture's tweets are stamped 10 s after the epoch, so each took decades (the +Inf
+    bucket). One tweet stamped now then lands in a finite bucket, and the event-time lag of
+    the tweets input drops from decades to the time since it."""
+    import time
+
+    from tests.test_crash_recovery import TWEETS as TWEET_CODEC
+
+    name = service.run.name
+    labels = {"pipeline": name, "output": "output"}
+    histogram = "enrichd_end_to_end_latency_seconds"
+
+    def count() -> float:
+        return service.metric(f"{histogram}_count", **labels) or 0
+
+    service.wait_until("every view's latency", lambda: count() == TWEETS)
+    assert service.metric(f"{histogram}_bucket", **labels, le="3600.0") == 0
+    total = service.metric(f"{histogram}_sum", **labels)
+    assert total is not None and total / TWEETS > 50 * 365 * 86400
+    lag = "enrichd_event_time_lag_seconds"
+    assert (service.metric(lag, pipeline=name, input="one") or 0) > 50 * 365 * 86400
+
+    now_ms = int(time.time() * 1000)
+    from tests.kafka_helpers import produce
+
+    # User 1 is in the state since the fixture's start: the new tweet is viewed at once.
+    produce(
+        service.run.conf,
+        service.run.tweet_topic,
+        [In(TWEET_CODEC.encode({"id": 999, "author_id": 1, "content": "now"}), b"999", now_ms)],
+    )
+    service.wait_until("the new view's latency", lambda: count() == TWEETS + 1)
+    assert service.metric(f"{histogram}_bucket", **labels, le="3600.0") == 1
+    many = service.metric(lag, pipeline=name, input="many")
+    assert many is not None and many < 3600
+
+
 def test_sigterm_tells_systemd_stopping_and_exits_0(service: Service) -> None:
     service.process.send_signal(signal.SIGTERM)
     assert service.process.wait(STOP_TIMEOUT_S + 10) == 0

@@ -55,6 +55,8 @@ from functools import partial
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Row as SparkRow
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
@@ -86,6 +88,7 @@ from daemon.joiners.base import (
 )
 from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, unpack
 from daemon.kafka.task_output import OutputSpec, TaskOutput
+from daemon.latency import compact
 from daemon.metrics_relay import COUNTS_TOPIC
 from daemon.worker_gc import freeze_loaded
 
@@ -180,6 +183,10 @@ class JoinerProcessor(StatefulProcessor):
         freeze_loaded()
         self.handle = handle
         self.output: TaskOutput | None = None  # opened at the task's first call
+        self._stamps: dict[str, list[int]] = {}
+        """Source timestamps of the call's output records, by topic (``daemon.latency``)."""
+        self._newest: dict[int, int] = {}
+        """The newest event time of the call's records, by input (event-time lag)."""
         self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
         self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
 
@@ -195,7 +202,7 @@ class JoinerProcessor(StatefulProcessor):
 
     def _input_rows(self, packs: Iterator[SparkRow], timer_values: Any, send: Send) -> None:
         by_key: dict[str, list[Row]] = {}
-        for row in _rows_of(packs):
+        for row in _rows_of(packs, self._newest):
             if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
                 send(self._dead_letter(row, kind, reason))
@@ -335,16 +342,25 @@ class JoinerProcessor(StatefulProcessor):
     def _counts(self) -> Iterator[SparkRow]:
         """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.
 
-        A replay that writes nothing counts nothing: its counts were reported the first time.
+        With them go the source timestamps of its output records (:mod:`daemon.latency`)
+        and its inputs' newest event times. A replay that writes nothing counts nothing: its
+        counts were reported the first time.
         """
         output = self.output
         metrics = self.plan.joiner.context.metrics
-        counts = {"joiner": dict(metrics)}
+        counts: dict[str, Any] = {"joiner": dict(metrics)}
         metrics.clear()
+        stamps, newest = self._stamps, self._newest
+        self._stamps, self._newest = {}, {}
         if output is None or output.skipped:
             return
         counts.update(records=output.records, dead_letters=output.dead_letters)
         output.records, output.dead_letters = {}, {}
+        if stamps:
+            counts["stamps"] = {topic: compact(times) for topic, times in stamps.items()}
+        if newest:
+            inputs = self.plan.inputs
+            counts["event_time"] = {inputs[index][0]: ms for index, ms in newest.items()}
         if any(counts.values()):
             row = Output(COUNTS_TOPIC, None, json.dumps(counts).encode("utf-8"), None)
             yield SparkRow(**row._asdict())
@@ -497,6 +513,11 @@ class JoinerProcessor(StatefulProcessor):
         source = emit.source
         if source is None:
             return (topic, key, value, None, None, None, None, None, None)
+        if source.timestamp:
+            stamps = self._stamps.get(topic)
+            if stamps is None:
+                stamps = self._stamps[topic] = []
+            stamps.append(source.timestamp)
         return (
             topic,
             key,
@@ -584,12 +605,28 @@ class _Originals:
         return row
 
 
-def _rows_of(packs: Iterator[SparkRow]) -> Iterator[Row]:
-    """The records of the call's packs (:func:`~daemon.kafka.records.unpack`), by columns."""
+def _rows_of(packs: Iterator[SparkRow], newest: dict[int, int]) -> Iterator[Row]:
+    """The records of the call's packs (:func:`~daemon.kafka.records.unpack`), by columns.
+
+    Notes in ``newest`` each input's newest event time, a pack at a time (a pack's records
+    come from one Kafka partition), leaving out end-of-input markers and unroutable records.
+    """
     for pack in packs:
         records = unpack(pack.records)
+        _note_newest(records, newest)
         columns = [records.column(name).to_pylist() for name in Row._fields]
         yield from map(_MAKE_ROW, zip(*columns, strict=True))
+
+
+def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
+    inputs = records.column("input")
+    routed = pc.and_(pc.greater_equal(inputs, 0), pc.is_null(records.column("error")))
+    times = pc.filter(records.column("event_time"), routed)
+    if len(times):
+        index = pc.filter(inputs, routed)[0].as_py()
+        latest = pc.max(times).as_py()
+        if latest > newest.get(index, latest - 1):
+            newest[index] = latest
 
 
 _MAKE_ROW = partial(tuple.__new__, Row)
