@@ -195,6 +195,7 @@ def run_service(
         IncompatibleCheckpointError: a checkpoint was written by a pipeline of another shape.
     """
     from daemon.checkpoint import check_checkpoint
+    from daemon.engine import spark_output
     from daemon.engine.session import spark_session
     from daemon.lock import lock_checkpoints
     from daemon.operations import Operations
@@ -202,12 +203,6 @@ def run_service(
     conf = client_conf(file)
     # Held until the process ends: a second daemon on these checkpoints is refused.
     locks = lock_checkpoints(file)
-    try:
-        for config in file.pipeline:
-            check_checkpoint(config)
-    except BaseException:
-        locks.release()  # a caller that goes on (a test, an embedding) may start again
-        raise
     stop = stop or threading.Event()
     # In the main thread the service owns the process: signals stop it, and it exits by force
     # past the stop timeout. Run in another thread, it leaves both to the program around it.
@@ -218,9 +213,12 @@ def run_service(
     ops = Operations(conf, http=http or file.service.http, stall_after_s=stall_timeout_s)
     try:
         plans = _plan_when_kafka_answers(file, conf, stop, ops)
+        # Only a pipeline that planned without fault leaves its shape in its checkpoint.
+        for config in file.pipeline if plans is not None else ():
+            check_checkpoint(config)
     except BaseException:
         ops.close()
-        locks.release()
+        locks.release()  # a caller that goes on (a test, an embedding) may start again
         raise
     if plans is None:  # stopped while waiting for the broker
         ops.close()
@@ -228,6 +226,8 @@ def run_service(
         log.info("stopped before any pipeline started")
         return
     spark = spark_session(file.spark)
+    if not spark_output.verbose():
+        log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_path())
     ops.attach(spark)
     if owns_process:
         _stop_on_signals(stop)  # again: PySpark installs its own SIGINT handler as it starts

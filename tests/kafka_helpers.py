@@ -156,6 +156,20 @@ def comap_file(
     return parse_pipeline_file(folder / "pipeline.toml", data)
 
 
+def on_topics(pipe: Any, inputs: dict[str, str], output: str, **update: Any) -> Any:
+    """``pipe`` (a PipelineConfig) reading ``inputs`` (role -> topic), writing ``output``."""
+    return pipe.model_copy(
+        update={
+            "inputs": {
+                role: spec.model_copy(update={"topic": inputs[role]})
+                for role, spec in pipe.inputs.items()
+            },
+            "output": pipe.output.model_copy(update={"topic": output}),
+            **update,
+        }
+    )
+
+
 def process_all(query: Any, timeout_s: float = 120.0) -> None:
     """``query.processAllAvailable()``, failing instead of hanging after ``timeout_s``."""
     failure: list[BaseException] = []

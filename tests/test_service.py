@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -40,6 +41,19 @@ def example_against(folder: Path, servers: str) -> Path:
     path.write_text(f'[kafka]\nbootstrap_servers = "{servers}"\n\n{text}')
     (folder / "schemas").symlink_to(FIXTURES.parent.parent / "schemas")
     return path
+
+
+def with_fresh_topics(path: Path, broker: EmbeddedBroker, *topics: str) -> str:
+    """Give the file's topics names of this test alone, create them; the file's new text."""
+    from tests.kafka_helpers import create_topic
+
+    text = path.read_text()
+    for topic in topics:
+        fresh = f"{topic}-{uuid.uuid4().hex[:8]}"
+        text = text.replace(f'topic = "{topic}"', f'topic = "{fresh}"')
+        create_topic({"bootstrap.servers": broker.bootstrap_servers}, fresh)
+    path.write_text(text)
+    return text
 
 
 def test_run_without_bootstrap_servers_is_a_one_line_error() -> None:
@@ -84,14 +98,59 @@ def test_run_on_a_checkpoint_of_another_pipeline_shape_is_a_one_line_error(
     from daemon.config import load_pipeline_file
 
     path = example_against(tmp_path, broker.bootstrap_servers)
+    with_fresh_topics(path, broker, "users", "tweets")
     (pipe,) = load_pipeline_file(path).pipeline
-    check_checkpoint(pipe)  # as the first run of this pipeline left it
-    path.write_text(path.read_text().replace('topic = "users"', 'topic = "people"'))
+    check_checkpoint(pipe)  # as the first run of this pipeline left it, after a batch:
+    (pipe.checkpoint / "offsets").mkdir()
+    (pipe.checkpoint / "offsets" / "0").write_text("v1\n")
+    users = pipe.inputs["one"].topic
+    with_fresh_topics(path, broker, users)
+    people = load_pipeline_file(path).pipeline[0].inputs["one"].topic
     done = daemon_run(path)
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"error: pipeline 'tweet-views': checkpoint {pipe.checkpoint} was")
-    assert "input 'one' topic 'users' is now 'people'" in line
+    assert f"input 'one' topic {users!r} is now {people!r}" in line
+
+
+def test_a_start_refused_for_a_typo_leaves_the_checkpoint_to_the_fixed_pipeline(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A joiner name with a typo is refused with one line and leaves no shape in the
+    checkpoint; the fixed file then starts on the same checkpoint."""
+    import urllib.error
+
+    from daemon.checkpoint import SHAPE_FILE
+    from daemon.config import load_pipeline_file
+    from tests.daemon_process import DaemonProcess
+
+    path = example_against(tmp_path, broker.bootstrap_servers)
+    fixed = with_fresh_topics(path, broker, "users", "tweets", "tweet-views")
+    (pipe,) = load_pipeline_file(path).pipeline
+    path.write_text(fixed.replace('joiner = "comap"', 'joiner = "comapp"'))
+
+    done = daemon_run(path)
+
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "unknown joiner 'comapp'" in line, line
+    assert not (pipe.checkpoint / SHAPE_FILE).exists()
+
+    path.write_text(fixed)
+    service = DaemonProcess(path, tmp_path / "daemon.log", env={})
+
+    def ready() -> bool:
+        try:
+            return service.get("/readyz")[0] == 200
+        except urllib.error.URLError:  # not serving yet
+            return False
+
+    try:
+        service.wait_until("/readyz", ready, timeout_s=180)
+        assert '"joiner": "comap"' in (pipe.checkpoint / SHAPE_FILE).read_text()
+    finally:
+        service.process.send_signal(signal.SIGTERM)
+        assert service.process.wait(60) == 0, service.log_text()[-2000:]
 
 
 def unused_port() -> int:

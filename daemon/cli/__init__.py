@@ -13,10 +13,12 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 
 import typer
 
 from daemon.cli import broker, demo, plugins, replay, reset, run, state, validate
+from daemon.engine import spark_output
 from daemon.errors import EnrichdError
 from daemon.logs import json_lines_configured
 from daemon.secrets import redact
@@ -62,6 +64,12 @@ def main() -> None:
     Everything printed here passes through :func:`daemon.secrets.redact`, the traceback
     under ``ENRICHD_DEBUG`` too.
     """
+    if not spark_output.verbose():
+        # PySpark 4.3 warns on every start that it does not fully support pandas 3: chatter
+        # to a user, who can do nothing about it (the Spark log has PySpark's own warnings).
+        warnings.filterwarnings(
+            "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+        )
     try:
         app()  # usage errors are reported by Typer itself, with exit code 2
     except EnrichdError as exc:

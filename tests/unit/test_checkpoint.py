@@ -34,6 +34,13 @@ def pipeline(tmp_path: Path, **changes: object) -> PipelineConfig:
     return PipelineConfig.model_validate({**base, **changes})
 
 
+def first_start(tmp_path: Path, **changes: object) -> None:
+    """A start that records its shape and runs a micro-batch: Spark's offset log has entry 0."""
+    check_checkpoint(pipeline(tmp_path, **changes))
+    (tmp_path / "checkpoint" / "offsets").mkdir()
+    (tmp_path / "checkpoint" / "offsets" / "0").write_text("v1\n")
+
+
 def test_the_first_start_records_the_shape_and_the_same_shape_resumes(tmp_path: Path) -> None:
     check_checkpoint(pipeline(tmp_path))
     assert (tmp_path / "checkpoint" / SHAPE_FILE).exists()
@@ -42,7 +49,7 @@ def test_the_first_start_records_the_shape_and_the_same_shape_resumes(tmp_path: 
 
 
 def test_another_joiner_topic_or_key_is_refused_saying_what_changed(tmp_path: Path) -> None:
-    check_checkpoint(pipeline(tmp_path))
+    first_start(tmp_path)
     inputs = {
         "one": {"topic": "people", "schema": "user.avsc", "key": "id"},
         "many": {"topic": "tweets", "schema": "tweet.avsc", "key": "user_id"},
@@ -60,7 +67,7 @@ def test_another_joiner_topic_or_key_is_refused_saying_what_changed(tmp_path: Pa
 def test_the_shape_records_the_state_format_and_another_bucket_count_is_refused(
     tmp_path: Path,
 ) -> None:
-    check_checkpoint(pipeline(tmp_path))
+    first_start(tmp_path)
     shape = json.loads((tmp_path / "checkpoint" / SHAPE_FILE).read_text())
     assert shape["state"] == {"format": STATE_FORMAT, "buckets": 32}
     check_checkpoint(pipeline(tmp_path, state_buckets=32))
@@ -70,7 +77,7 @@ def test_the_shape_records_the_state_format_and_another_bucket_count_is_refused(
 
 
 def test_state_of_a_pre_release_layout_is_refused(tmp_path: Path) -> None:
-    check_checkpoint(pipeline(tmp_path))
+    first_start(tmp_path)
     path = tmp_path / "checkpoint" / SHAPE_FILE
     layout = "pickled keys in 32 buckets, stashes in a log per bucket"
     path.write_text(json.dumps({**json.loads(path.read_text()), "state": layout}))
@@ -79,7 +86,7 @@ def test_state_of_a_pre_release_layout_is_refused(tmp_path: Path) -> None:
 
 
 def test_state_of_a_newer_format_is_refused_with_one_line(tmp_path: Path) -> None:
-    check_checkpoint(pipeline(tmp_path))
+    first_start(tmp_path)
     path = tmp_path / "checkpoint" / SHAPE_FILE
     newer = {"format": STATE_FORMAT + 1, "buckets": 32}
     path.write_text(json.dumps({**json.loads(path.read_text()), "state": newer}))
@@ -94,3 +101,12 @@ def test_verifying_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(NoCheckpointError, match="holds nothing yet"):
         verify_checkpoint(pipeline(tmp_path))
     assert not (tmp_path / "checkpoint").exists()
+
+
+def test_a_shape_from_a_start_that_ran_no_batch_is_replaced(tmp_path: Path) -> None:
+    """A start that recorded its shape and then failed before its first micro-batch (the
+    broker went away, say) left no offsets and no state: the next start, of any shape, takes
+    the checkpoint, and its own shape counts from then on."""
+    check_checkpoint(pipeline(tmp_path, joiner="asof"))
+    check_checkpoint(pipeline(tmp_path))
+    assert '"joiner": "comap"' in (tmp_path / "checkpoint" / SHAPE_FILE).read_text()
