@@ -74,14 +74,19 @@ def check_checkpoint(pipe: PipelineConfig) -> None:
 
     Called once the pipeline is fully planned, just before its query starts. A checkpoint in
     which no micro-batch ran holds no offsets and no state, whatever shape it recorded (a
-    start that failed before its first batch): it takes the new shape.
+    start that failed before its first batch): it takes the new shape. A seed left by
+    ``daemon reset`` or ``daemon rescale`` counts as a batch: it holds offsets and may hold
+    state laid out for the shape it recorded.
 
     Raises:
         IncompatibleCheckpointError: the checkpoint was written by a pipeline of another shape.
     """
     path = Path(pipe.checkpoint) / SHAPE_FILE
     shape = shape_of(pipe)
-    if not path.exists() or not ran_a_batch(pipe.checkpoint):
+    from daemon.state.seed import seed_of
+
+    started = ran_a_batch(pipe.checkpoint) or seed_of(pipe.checkpoint) is not None
+    if not path.exists() or not started:
         write_shape(pipe)
         return
     try:

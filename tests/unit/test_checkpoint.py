@@ -110,3 +110,14 @@ def test_a_shape_from_a_start_that_ran_no_batch_is_replaced(tmp_path: Path) -> N
     check_checkpoint(pipeline(tmp_path, joiner="asof"))
     check_checkpoint(pipeline(tmp_path))
     assert '"joiner": "comap"' in (tmp_path / "checkpoint" / SHAPE_FILE).read_text()
+
+
+def test_a_seeded_checkpoint_keeps_its_shape_before_its_first_batch(tmp_path: Path) -> None:
+    """``daemon reset`` and ``daemon rescale`` leave a seed and no offsets: its state is laid
+    out for the shape recorded, so a start of another shape is refused, as after a batch."""
+    from daemon.state.seed import SEED, write_seed
+
+    check_checkpoint(pipeline(tmp_path))
+    write_seed(tmp_path / "checkpoint" / SEED, {"users/0": 5}, "reset")
+    with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
+        check_checkpoint(pipeline(tmp_path, state_buckets=64))
