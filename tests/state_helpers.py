@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,13 @@ from typing import Any
 import pytest
 
 from daemon.avro import AvroCodec, load_schema_file
-from tests.kafka_helpers import SCHEMAS
+from daemon.broker import EmbeddedBroker
+from daemon.checkpoint import check_checkpoint
+from daemon.config import load_pipeline_file
+from daemon.joiners.comap import CoMap
+from daemon.testing import run_joiner
+from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, produce, read_topic
+from tests.kafka_helpers import run_pipeline as run_query
 
 USERS = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
 TWEETS = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))
@@ -125,3 +132,83 @@ def listing(folder: Path) -> dict[str, tuple[int, int]]:
         for path in sorted(folder.rglob("*"))
         if path.is_file() and path.name != "enrichd.lock"
     }
+
+
+def user(i: int, at: int, name: str | None = None) -> dict[str, Any]:
+    return {"key": str(i), "value": {"id": i, "name": name or f"user {i}"}, "timestamp": at}
+
+
+def tweet(t: int, author: int, at: int) -> dict[str, Any]:
+    return {
+        "key": str(t),
+        "value": {"id": t, "author_id": author, "content": f"tweet {t}"},
+        "timestamp": at,
+    }
+
+
+class Tweets:
+    """Fresh users and tweets topics, a comap pipeline file on them, and its checkpoint."""
+
+    def __init__(
+        self, broker: EmbeddedBroker, folder: Path, *, stem: str | None = None, **file: Any
+    ) -> None:
+        """Topics named after ``stem`` (a fresh one if None), the file's ``file`` settings."""
+        self.conf = client_conf(broker.bootstrap_servers)
+        stem = stem or uuid.uuid4().hex[:8]
+        self.users, self.tweets = f"users-{stem}", f"tweets-{stem}"
+        self.output = f"views-{stem}"
+        for topic in (self.users, self.tweets):
+            create_topic(self.conf, topic, 2)
+        self.checkpoint = folder / "checkpoint"
+        self.servers = broker.bootstrap_servers
+        self.path = folder / "pipeline.toml"
+        self.name = f"views-{stem}"
+        self.write(**file)
+        self.records: dict[str, list[dict[str, Any]]] = {"one": [], "many": []}
+
+    def write(self, **file: Any) -> None:
+        comap_toml(
+            self.path,
+            self.servers,
+            name=self.name,
+            users=self.users,
+            tweets=self.tweets,
+            output=self.output,
+            checkpoint=self.checkpoint,
+            **file,
+        )
+
+    def produce(
+        self, users: list[dict[str, Any]] | None = None, tweets: list[dict[str, Any]] | None = None
+    ) -> None:
+        for topic, codec, role, records in (
+            (self.users, USERS, "one", users or []),
+            (self.tweets, TWEETS, "many", tweets or []),
+        ):
+            produce(
+                self.conf,
+                topic,
+                [In(codec.encode(r["value"]), r["key"].encode(), r["timestamp"]) for r in records],
+            )
+            self.records[role].extend(records)
+
+    def run(self, spark: Any) -> list[int]:
+        """Run the pipeline until it has read everything, as ``daemon run`` would start it."""
+        file = load_pipeline_file(self.path)
+        check_checkpoint(file.pipeline[0])
+        return run_query(spark, file)
+
+    def views(self) -> list[dict[str, Any]]:
+        return [VIEWS.decode(r.value or b"") for r in read_topic(self.conf, self.output)]
+
+
+def joined(tweets: Tweets) -> Any:
+    """What the comap joiner holds after these inputs, run in plain Python (daemon.testing)."""
+    return run_joiner(
+        CoMap,
+        tweets.records,
+        keys={"one": "id", "many": "author_id"},
+        options={"many_id": "id"},
+        fields={"one": "author", "many": "tweet"},
+        schemas={"one": SCHEMAS / "user.avsc", "many": SCHEMAS / "tweet.avsc"},
+    )
