@@ -37,6 +37,7 @@ joiner = "comap"
 checkpoint = "{checkpoint}"
 dead_letter_topic = "{name}.dlq"
 state_buckets = {buckets}
+{settings}
 
 [pipeline.inputs.one]
 topic = "{users}"
@@ -70,8 +71,12 @@ def comap_toml(
     checkpoint: Path,
     buckets: int = 32,
     partitions: int | None = None,
+    settings: dict[str, int] | None = None,
 ) -> Path:
-    """Write the tweet-views ``comap`` pipeline on the given topics to ``path``; return it."""
+    """Write the tweet-views ``comap`` pipeline on the given topics to ``path``; return it.
+
+    ``settings``: more of the pipeline's numeric settings (``max_records_per_batch``, ...).
+    """
     setting = f'"spark.sql.shuffle.partitions" = "{partitions}"'
     conf = "" if partitions is None else f"conf = {{ {setting} }}\n"
     path.write_text(
@@ -81,6 +86,7 @@ def comap_toml(
             name=name,
             checkpoint=checkpoint,
             buckets=buckets,
+            settings="".join(f"{key} = {value}\n" for key, value in (settings or {}).items()),
             users=users,
             tweets=tweets,
             output=output,

@@ -118,12 +118,17 @@ def test_provenance_and_error_columns_become_the_records_headers() -> None:
     ]
 
 
-def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
+def daemon_listening(tmp_path: Path) -> tuple[socket.socket, OutputSpec]:
+    """The daemon's end of the metrics socket, and an output spec that sends to it."""
     daemon_end = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     address = str(tmp_path / "metrics.sock")
     daemon_end.bind(address)
     daemon_end.settimeout(5)
-    spec = OutputSpec("views", {}, "exactly_once", "views", metrics_address=address)
+    return daemon_end, OutputSpec("views", {}, "exactly_once", "views", metrics_address=address)
+
+
+def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
+    daemon_end, spec = daemon_listening(tmp_path)
     writer = KafkaStreamWriter(spec)
     writer.commit(
         [
@@ -174,11 +179,7 @@ def test_the_stamps_of_counts_rows_become_a_latency_tally_at_the_end_of_the_task
 
 
 def test_commit_adds_up_the_tasks_latency_tallies(tmp_path: Path) -> None:
-    daemon_end = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    address = str(tmp_path / "metrics.sock")
-    daemon_end.bind(address)
-    daemon_end.settimeout(5)
-    spec = OutputSpec("views", {}, "exactly_once", "views", metrics_address=address)
+    daemon_end, spec = daemon_listening(tmp_path)
     zeros = [0] * 13
     one = [1 if i == 3 else 0 for i in range(13)]
     KafkaStreamWriter(spec).commit(
