@@ -127,6 +127,14 @@ def daemon(capsys: pytest.CaptureFixture[str], *args: str, answer: str = "") -> 
     return Done(int(code or 0), captured.out, captured.err)
 
 
+def one_error_line(done: Done) -> str:
+    """The one ``error:`` line of a command that failed with exit code 1."""
+    assert done.code == 1, (done.out, done.err)
+    (line,) = done.err.strip().splitlines()
+    assert line.startswith("error: "), line
+    return line
+
+
 def listing(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file under ``folder`` with its size and modification time, to show nothing moved.
 

@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -242,6 +243,29 @@ def test_a_second_daemon_on_the_same_checkpoint_is_refused(service: Service) -> 
         f"daemon (pid {service.process.pid}, lock {checkpoint / 'enrichd.lock'}); stop that one "
         "first, or give this pipeline another checkpoint"
     ]
+    assert service.process.poll() is None
+
+
+def test_state_reads_the_running_daemons_checkpoint_and_reset_and_rescale_refuse_it(
+    service: Service, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``daemon state`` beside the running daemon shows the last committed state (author 1
+    and the ten tweets whose author is 1); ``daemon reset`` and ``daemon rescale`` are refused
+    with one line while the daemon holds the checkpoint, and change nothing."""
+    from tests.state_helpers import daemon, listing, one_error_line
+
+    path, checkpoint = str(service.run.path), service.run.folder / "checkpoint"
+    before = listing(checkpoint / "commits")
+    done = daemon(capsys, "state", path, "--key", "1")
+    assert done.code == 0, done.err
+    shown = json.loads(done.out)
+    assert shown["state"]["one"]["id"] == 1
+    assert sorted(shown["state"]["many"], key=int) == [str(i) for i in range(0, TWEETS, 10)]
+    for command in (["reset", path, "--to", "earliest", "--yes"], ["rescale", path, "--yes"]):
+        line = one_error_line(daemon(capsys, *command))
+        assert f"checkpoint {checkpoint} is in use by another daemon" in line, line
+    assert set(before) <= set(listing(checkpoint / "commits"))
+    assert not list(service.run.folder.glob("checkpoint.before-*"))
     assert service.process.poll() is None
 
 

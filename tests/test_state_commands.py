@@ -1,37 +1,64 @@
 """``daemon state``, ``daemon reset`` and ``daemon rescale`` on real checkpoints.
 
 Every checkpoint here is made by the real engine (the session's broker and Spark) running the
-tweet-views ``comap`` pipeline; the commands run through the command line's own entry, in
-this process, so that they read state with the session's Spark.
+tweet-views ``comap`` pipeline: here, or once for the kept checkpoint of state format 1
+(``tests/fixtures/checkpoint_format_1.py``). The commands run through the command line's own
+entry, in this process, so that they read state with the session's Spark.
 """
 
 from __future__ import annotations
 
 import json
-import signal
+import shutil
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint import SHAPE_FILE, check_checkpoint
+from daemon.config import load_pipeline_file
 from daemon.kafka.records import bucket_labels
 from daemon.state.render import iso_ms, to_json
-from tests.state_helpers import Tweets, daemon, joined, listing, tweet, user
+from tests.fixtures.checkpoint_format_1 import FIXTURE, kept_copy, moved_to
+from tests.kafka_helpers import In, produce, run_pipeline
+from tests.state_helpers import TWEETS, Tweets, daemon, joined, listing, one_error_line, tweet, user
 
 
 @pytest.fixture(scope="module")
-def ran(broker: EmbeddedBroker, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Tweets:
-    """A pipeline that joined five users (one renamed) and twelve tweets, then stopped."""
-    tweets = Tweets(broker, tmp_path_factory.mktemp("ran"))
-    tweets.produce(
-        users=[user(i, 1000 + i) for i in range(1, 6)] + [user(2, 3000, "renamed")],
-        tweets=[tweet(t, 1 + t % 4, 2000 + t) for t in range(12)],
-    )
-    assert tweets.run(spark) == [0]
-    return tweets
+def ran(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Tweets:
+    """A pipeline that joined five users (one renamed) and twelve tweets, then stopped: a copy
+    of the checkpoint of state format 1 kept in tests/fixtures, which the engine made."""
+    return kept_copy(broker, tmp_path_factory.mktemp("ran"))
+
+
+def copy_of(ran: Tweets, folder: Path) -> Path:
+    """A pipeline file like ``ran``'s on a copy of its checkpoint in ``folder``."""
+    checkpoint = folder / "checkpoint"
+    shutil.copytree(ran.checkpoint, checkpoint)
+    moved_to(checkpoint)
+    path = folder / "copy.toml"
+    path.write_text(ran.path.read_text().replace(str(ran.checkpoint), str(checkpoint)))
+    return path
+
+
+def test_the_kept_checkpoint_is_small_of_format_1_and_the_engine_reads_on_from_it(
+    ran: Tweets, spark: Any, tmp_path: Path
+) -> None:
+    """A new tweet by user 2, run by the engine on (a copy of) the kept checkpoint, is viewed
+    with the name its state kept (user 2 was renamed), and nothing else is read."""
+    size = sum(path.stat().st_size for path in FIXTURE.rglob("*") if path.is_file())
+    assert size < 1_000_000
+    shape = json.loads((ran.checkpoint / SHAPE_FILE).read_text())
+    assert shape["state"] == {"format": 1, "buckets": 4}
+    path = copy_of(ran, tmp_path)
+    produce(ran.conf, ran.tweets, [In(TWEETS.encode(tweet(100, 2, 4000)["value"]), b"100", 4000)])
+    file = load_pipeline_file(path)
+    check_checkpoint(file.pipeline[0])
+    assert run_pipeline(spark, file) == [1]
+    views = ran.views()
+    assert [(view["id"], view["author"]["name"]) for view in views] == [(100, "renamed")]
 
 
 def test_state_of_a_key_is_what_the_joiner_holds_after_a_replay(
@@ -66,17 +93,10 @@ def test_the_summary_counts_keys_bytes_and_event_times_per_bucket(
     assert shown["oldest_event_time"] == iso_ms(min(newest.values()))
     assert shown["newest_event_time"] == iso_ms(3000)
     assert sum(bucket["keys"] for bucket in shown["buckets"]) == 5
-    assert {bucket["bucket"] for bucket in shown["buckets"]} <= set(bucket_labels(32))
+    assert {bucket["bucket"] for bucket in shown["buckets"]} <= set(bucket_labels(4))
     assert all(bucket["bytes"] > 0 for bucket in shown["buckets"])
     assert sum(bucket["stashed_values"] for bucket in shown["buckets"]) == 12
     assert shown["bytes"] == sum(bucket["bytes"] for bucket in shown["buckets"])
-
-
-def one_error_line(done: Any) -> str:
-    assert done.code == 1, (done.out, done.err)
-    (line,) = done.err.strip().splitlines()
-    assert line.startswith("error: "), line
-    return str(line)
 
 
 def test_bad_requests_get_one_line_and_change_nothing(
@@ -157,12 +177,7 @@ def test_a_reset_keeping_state_shows_the_state_before_the_next_start(
     ran: Tweets, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """State kept by a reset waits in the checkpoint's seed; daemon state reads it there."""
-    copy = tmp_path / "copy.toml"
-    checkpoint = tmp_path / "checkpoint"
-    import shutil
-
-    shutil.copytree(ran.checkpoint, checkpoint)
-    copy.write_text(ran.path.read_text().replace(str(ran.checkpoint), str(checkpoint)))
+    copy = copy_of(ran, tmp_path)
     done = daemon(capsys, "reset", str(copy), "--to", "latest", "--keep-state", "--yes")
     assert done.code == 0, done.err
     shown = json.loads(daemon(capsys, "state", str(copy), "--key", "2").out)
@@ -213,34 +228,3 @@ def test_rescale_moves_the_state_into_other_buckets_and_partitions(
 
     done = daemon(capsys, "rescale", str(tweets.path), "--yes")
     assert done.code == 0 and "nothing to rescale" in done.out
-
-
-def test_state_reads_a_running_pipeline_and_reset_refuses_it(
-    broker: EmbeddedBroker,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    spark: Any,
-) -> None:
-    from tests.daemon_process import DaemonProcess
-
-    tweets = Tweets(broker, tmp_path)
-    tweets.produce(users=[user(1, 1000)], tweets=[tweet(1, 1, 2000), tweet(2, 1, 2001)])
-    service = DaemonProcess(tweets.path, tmp_path / "daemon.log", env={})
-    try:
-        service.wait_until("a committed micro-batch", _committed(tweets.checkpoint))
-        before = listing(tweets.checkpoint / "commits")
-        shown = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "1").out)
-        assert sorted(shown["state"]["many"]) == ["1", "2"]
-        line = one_error_line(daemon(capsys, "reset", str(tweets.path), "--to", "earliest", "-y"))
-        assert "is in use by another daemon" in line
-        line = one_error_line(daemon(capsys, "rescale", str(tweets.path), "-y"))
-        assert "is in use by another daemon" in line
-        assert set(before) <= set(listing(tweets.checkpoint / "commits"))
-        assert not list(tmp_path.glob("checkpoint.before-*"))
-    finally:
-        service.process.send_signal(signal.SIGTERM)
-        assert service.process.wait(60) == 0, service.log_text()[-2000:]
-
-
-def _committed(checkpoint: Path) -> Callable[[], bool]:
-    return lambda: (checkpoint / "commits" / "0").exists()
