@@ -177,6 +177,9 @@ class SourceSpec:
     wake_ms: int = 0
     """How often the plan's :data:`CLOCK` moves, for a joiner that wakes quiet keys; 0: no
     clock."""
+    start: dict[str, int] | None = None
+    """Where a new checkpoint starts reading (``"topic/partition"`` -> offset), from its seed
+    (:mod:`daemon.state.seed`); None, and for partitions it leaves out: the earliest."""
 
     def encode(self) -> str:
         """The spec as an option string."""
@@ -316,13 +319,19 @@ class KafkaStreamReader(DataSourceStreamReader):
         return found
 
     def initialOffset(self) -> dict[str, int]:
-        """Start every partition at its earliest offset, as Kafka's ``earliest`` reset does."""
+        """Start every partition at its earliest offset, as Kafka's ``earliest`` reset does.
+
+        A seeded checkpoint starts where its seed says (``spec.start``), but never before the
+        earliest offset still there.
+        """
         from confluent_kafka import TopicPartition
 
         offsets = {}
+        start = self.spec.start or {}
         for topic, partition in self._partitions():
             low, _ = self._probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            offsets[_name(topic, partition)] = max(low, 0)
+            name = _name(topic, partition)
+            offsets[name] = max(low, start.get(name, 0), 0)
         return offsets
 
     def _log_ends(self, start: dict[str, int]) -> dict[str, int]:
