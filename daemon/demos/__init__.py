@@ -17,6 +17,7 @@ DEMOS = {
     "comap": "tweets and users become tweet views (co-map with state)",
     "lookup": "clicks get their user's region; clicks per region add up (stream-table lookup)",
     "asof": "recommendations with the mood of the moment, corrected when a mood is late",
+    "versioned": "a late region change repairs clicks already enriched (versioned lookup)",
 }
 """Demo name -> what it shows; the module ``daemon.demos.NAME`` implements it."""
 
