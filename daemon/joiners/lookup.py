@@ -175,7 +175,8 @@ class Lookup(Joiner):
     ``versioned = true``: the table keeps each key's history for ``history_retention``
     behind the key's stream time (the greatest event time of its records), and a stream
     record joins the version valid at its own event time: the latest table record at or
-    before it (of equal times, the last to arrive); a tombstone ends a version. Records
+    before it (of equal times, the last to arrive); a tombstone ends a version (it has no
+    fields, so its time is its Kafka timestamp). Records
     apply in arrival order, since what is emitted depends on what was known when. A record
     older than stream time - ``history_retention`` goes to the dead-letter topic as
     ``LateRecord``. ``grace``: a stream record is held until its key's stream time reaches
@@ -227,7 +228,10 @@ class Lookup(Joiner):
     """
 
     name = "lookup"
-    description = "Stream-table enrichment: each stream record joins the table's current value."
+    description = (
+        "Stream-table enrichment: each stream record joins the table's value, current or, "
+        "versioned, as of its time (revised when the table is late)."
+    )
     roles = ("stream", "table")
     Options = LookupOptions
     keyed_tombstones = frozenset({"table"})
