@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.config import PipelineFile, parse_pipeline_file
+from daemon.config import PipelineConfig, PipelineFile, parse_pipeline_file
 from daemon.kafka.clients import Deliveries, read_partition
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -154,6 +154,23 @@ def comap_file(
         ],
     }
     return parse_pipeline_file(folder / "pipeline.toml", data)
+
+
+def on_topics(
+    pipe: PipelineConfig, inputs: dict[str, str], output: str, **update: Any
+) -> PipelineConfig:
+    """``pipe`` reading the topic ``inputs`` names per role and writing ``output``; other
+    fields replaced by ``update``."""
+    return pipe.model_copy(
+        update={
+            "inputs": {
+                role: spec.model_copy(update={"topic": inputs[role]})
+                for role, spec in pipe.inputs.items()
+            },
+            "output": pipe.output.model_copy(update={"topic": output}),
+            **update,
+        }
+    )
 
 
 def process_all(query: Any, timeout_s: float = 120.0) -> None:

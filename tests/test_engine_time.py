@@ -18,7 +18,7 @@ import pytest
 from daemon.avro import AvroCodec, load_schema_file
 from daemon.broker import EmbeddedBroker
 from daemon.testing import pipeline_file
-from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic
+from tests.kafka_helpers import In, client_conf, create_topic, on_topics, produce, read_topic
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = {"left": ROOT / "schemas/left_event.avsc", "right": ROOT / "schemas/right_event.avsc"}
@@ -49,17 +49,7 @@ def test_a_quiet_keys_window_closes_after_the_idle_timeout(
         bootstrap_servers=broker.bootstrap_servers,
     )
     names = {"left": fresh_topic("left"), "right": fresh_topic("right")}
-    pipe = file.pipeline[0]
-    pipe = pipe.model_copy(
-        update={
-            "inputs": {
-                role: spec.model_copy(update={"topic": names[role]})
-                for role, spec in pipe.inputs.items()
-            },
-            "output": pipe.output.model_copy(update={"topic": fresh_topic("pairs")}),
-            "trigger": trigger,
-        }
-    )
+    pipe = on_topics(file.pipeline[0], names, fresh_topic("pairs"), trigger=trigger)
     for topic in names.values():
         create_topic(conf, topic)
     left = AvroCodec(load_schema_file(SCHEMAS["left"]))

@@ -14,18 +14,15 @@ Bootstrap: tables whose records all reached Kafka after the stream's, with and w
 
 from __future__ import annotations
 
-import functools
-import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from daemon.demos import latest_by_key
 from daemon.joiners.lookup import Lookup
-from daemon.replay import ReplayResult, replay
+from daemon.replay import ReplayResult
 from daemon.testing import by_key, replay_joiner, run_joiner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,37 +175,6 @@ def test_totals_count_a_revised_click_once_in_its_latest_region(
         assert [v["clicks"] for v in by_key(totals)["us"]] == [1, 3, 11, 15]
 
 
-def test_the_demo_shows_a_late_row_repairing_a_click(
-    broker: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import daemon.replay
-    from daemon.demos import DEMOS
-    from daemon.demos.versioned import show
-
-    # The demo starts its own embedded broker; here it uses the session's.
-    monkeypatch.setattr(
-        daemon.replay,
-        "replay",
-        functools.partial(replay, bootstrap_servers=broker.bootstrap_servers),
-    )
-    out = io.StringIO()
-    show(Console(file=out, width=200))
-    text = out.getvalue()
-    assert "versioned" in DEMOS
-    c7 = [line.split("│")[5].strip() for line in text.splitlines() if "│ c7 " in line]
-    assert c7 == ["us", "eu"]  # answered us, revised to eu when bob's late move arrived
-    c5 = [line.split("│")[5].strip() for line in text.splitlines() if "│ c5 " in line]
-    assert c5 == ["us"]  # ada's move was late within the grace: no revision needed
-    now = text[text.rindex("┃ region") :]
-    rows = {
-        line.split("│")[1].strip(): line.split("│")[2].strip()
-        for line in now.splitlines()
-        if "│" in line
-    }
-    assert rows == {"UNKNOWN": "4", "eu": "8", "us": "7"}
-    assert "0 dead letters" in text
-
-
 # -- bootstrap --------------------------------------------------------------------------------
 
 
@@ -307,7 +273,15 @@ def test_a_restart_from_the_checkpoint_does_not_bootstrap_again(
 ) -> None:
     from daemon.avro import AvroCodec, load_schema_file
     from daemon.testing import pipeline_file
-    from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic, run_pipeline
+    from tests.kafka_helpers import (
+        In,
+        client_conf,
+        create_topic,
+        on_topics,
+        produce,
+        read_topic,
+        run_pipeline,
+    )
 
     conf = client_conf(broker.bootstrap_servers)
     topics = {"stream": fresh_topic("clicks"), "table": fresh_topic("regions")}
@@ -324,16 +298,7 @@ def test_a_restart_from_the_checkpoint_does_not_bootstrap_again(
         checkpoint=tmp_path / "checkpoint",
         bootstrap_servers=broker.bootstrap_servers,
     )
-    (pipe,) = file.pipeline
-    pipe = pipe.model_copy(
-        update={
-            "inputs": {
-                role: spec.model_copy(update={"topic": topics[role]})
-                for role, spec in pipe.inputs.items()
-            },
-            "output": pipe.output.model_copy(update={"topic": fresh_topic("enriched")}),
-        }
-    )
+    pipe = on_topics(file.pipeline[0], topics, fresh_topic("enriched"))
     file = file.model_copy(update={"pipeline": [pipe]})
     click_codec, region_codec = (
         AvroCodec(load_schema_file(schemas[r])) for r in ("stream", "table")

@@ -382,6 +382,7 @@ def test_a_record_after_its_keys_end_of_input_is_flushed_at_once(
         In,
         client_conf,
         create_topic,
+        on_topics,
         produce,
         read_topic,
         run_pipeline,
@@ -403,16 +404,7 @@ def test_a_record_after_its_keys_end_of_input_is_flushed_at_once(
         bootstrap_servers=broker.bootstrap_servers,
     )
     (pipe,) = file.pipeline
-    pipe = pipe.model_copy(
-        update={
-            "inputs": {
-                role: spec.model_copy(update={"topic": topics[role]})
-                for role, spec in pipe.inputs.items()
-            },
-            "output": pipe.output.model_copy(update={"topic": fresh_topic("pairs")}),
-            "max_records_per_batch": 1,
-        }
-    )
+    pipe = on_topics(pipe, topics, fresh_topic("pairs"), max_records_per_batch=1)
     left, right = (AvroCodec(load_schema_file(schemas[role])) for role in ("left", "right"))
     produce(conf, topics["left"], [In(left.encode({"k": 1, "v": "N", "at": 1000}), b"1", 1000)])
     marker = Producer(conf)

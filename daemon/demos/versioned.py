@@ -10,12 +10,10 @@ the eu total.
 
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from daemon.demos import example_file, latest_by_key
+from daemon.demos import replay_sample
+from daemon.demos.lookup import print_totals
 
 # (user, region, valid since, reached Kafka at), in milliseconds.
 REGIONS = [
@@ -38,8 +36,11 @@ CLICKS = [
 ]
 
 
-def write_sample(folder: Path) -> dict[str, Path]:
-    """Write the sample inputs as replay files (Kafka timestamp = when it reached Kafka)."""
+def sample() -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """The sample inputs as replay lines, with their files' names, by role.
+
+    A record's Kafka timestamp is when it reached Kafka.
+    """
     clicks = [
         {"key": cid, "value": {"id": cid, "user": user, "clicks": n, "at": t}, "timestamp": t}
         for cid, user, n, t in CLICKS
@@ -48,25 +49,19 @@ def write_sample(folder: Path) -> dict[str, Path]:
         {"key": user, "value": {"user": user, "region": name, "since": since}, "timestamp": t}
         for user, name, since, t in REGIONS
     ]
-    files = {"stream": folder / "timed-clicks.jsonl", "table": folder / "region-changes.jsonl"}
-    for role, lines in (("stream", clicks), ("table", regions)):
-        files[role].write_text("".join(json.dumps(line) + "\n" for line in lines), "utf-8")
-    return files
+    return {
+        "stream": ("timed-clicks.jsonl", clicks),
+        "table": ("region-changes.jsonl", regions),
+    }
 
 
 def show(console: Any) -> None:
     """Replay the sample through the versioned ``lookup`` example and print what it wrote."""
     from rich.table import Table
 
-    from daemon.config import load_pipeline_file
-    from daemon.replay import replay
-
-    path = example_file("clicks-per-region-versioned.toml")
-    file = load_pipeline_file(path)
-    with tempfile.TemporaryDirectory(prefix="enrichd-demo-") as folder:
-        files = write_sample(Path(folder))
-        with console.status("embedded broker, Spark and the versioned lookup at work..."):
-            result = replay(file, files)
+    path, result = replay_sample(
+        console, "clicks-per-region-versioned.toml", sample(), "the versioned lookup"
+    )
 
     def order(record: dict[str, Any]) -> tuple[int, int]:
         return record["value"]["click"]["at"], record["value"]["revision"]
@@ -89,18 +84,7 @@ def show(console: Any) -> None:
         )
     console.print(log)
     totals = result.extra.get("totals", [])
-    updates = Table(title="Every change of a region's total (clicks-per-region-revised)")
-    for column in ("region", "clicks so far", "at"):
-        updates.add_column(column)
-    for record in sorted(totals, key=lambda r: r["timestamp"]):
-        updates.add_row(record["key"], str(record["value"]["clicks"]), str(record["timestamp"]))
-    console.print(updates)
-    final = Table(title="Clicks per region now (what a compacted topic holds)")
-    for column in ("region", "clicks"):
-        final.add_column(column)
-    for region_name, value in sorted(latest_by_key(totals).items()):
-        final.add_row(region_name, str((value or {}).get("clicks", "-")))
-    console.print(final)
+    print_totals(console, totals, "clicks-per-region-revised", when=True)
     console.print(
         f"{result.input_records} input records, {len(result.outputs)} answers, "
         f"{len(totals)} total updates, {len(result.dead_letters)} dead letters. Ada's move to "

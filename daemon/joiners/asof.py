@@ -19,7 +19,7 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
-from daemon.joiners.versions import Kept, Versions, rejoin
+from daemon.joiners.versions import Kept, Versions, rejoin, too_old
 
 RejoinOn = Literal["event_time", "processing_time"]
 """What drives the re-join timer. ``"event_time"``: the key's stream time crossing a multiple of
@@ -209,18 +209,10 @@ class AsOf(Joiner):
         """Add one record to the key's state; a left event gets its immediate answer."""
         options = self._options
         event_time = record.event_time
-        if state.stream_time is not None:
-            cutoff = state.stream_time - options.history_retention
-            if event_time < cutoff:
-                ctx.count(f"late_{record.role}")
-                yield DeadLetter(
-                    record,
-                    f"{record.role} record of key {key!r} at event time {event_time} is older "
-                    f"than the right history kept (stream time {state.stream_time} - "
-                    f"history_retention {options.history_retention} ms = {cutoff})",
-                    "LateRecord",
-                )
-                return
+        late = too_old(record, key, state.stream_time, options.history_retention, "right", ctx)
+        if late is not None:
+            yield late
+            return
         stream_time = max(state.stream_time or event_time, event_time)
         state.stream_time = stream_time
         if record.value is None:  # not routed here: asof has no keyed tombstones

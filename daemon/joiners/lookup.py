@@ -27,7 +27,7 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
-from daemon.joiners.versions import Kept, Versions, rejoin
+from daemon.joiners.versions import Kept, Versions, rejoin, too_old
 
 LookupMode = Literal["inner", "left"]
 """``inner``: a stream record whose key has no table value emits nothing; ``left``: it emits
@@ -360,21 +360,12 @@ class Lookup(Joiner):
         """
         options = self._options
         event_time = record.event_time
-        if state.stream_time is not None:
-            cutoff = state.stream_time - options.history_retention
-            if event_time < cutoff:
-                ctx.count(f"late_{record.role}")
-                yield DeadLetter(
-                    record,
-                    f"{record.role} record of key {key!r} at event time {event_time} is older "
-                    f"than the table history kept (stream time {state.stream_time} - "
-                    f"history_retention {options.history_retention} ms = {cutoff})",
-                    "LateRecord",
-                )
-                return
-            state.stream_time = max(state.stream_time, event_time)
-        else:
-            state.stream_time = event_time
+        late = too_old(record, key, state.stream_time, options.history_retention, "table", ctx)
+        if late is not None:
+            yield late
+            return
+        stream_time = state.stream_time
+        state.stream_time = event_time if stream_time is None else max(stream_time, event_time)
         if record.role == "table":
             state.versions.add(event_time, record.value)  # a tombstone ends a version
             if options.revisions:

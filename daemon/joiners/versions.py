@@ -24,6 +24,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.joiners.base import DeadLetter, InputRecord, JoinerContext
+
 
 @dataclass(slots=True)
 class Versions:
@@ -107,3 +109,30 @@ def rejoin(kept: Kept, versions: Versions, *, changed_from: int, inclusive: bool
         return False
     kept.answer, kept.revision = answer, kept.revision + 1
     return True
+
+
+def too_old(
+    record: InputRecord,
+    key: str,
+    stream_time: int | None,
+    retention: int,
+    history: str,
+    ctx: JoinerContext,
+) -> DeadLetter | None:
+    """A ``LateRecord`` dead letter for a record older than the history kept, else None.
+
+    A record before ``stream_time - retention`` needs, or would change, history that is gone;
+    it is counted as ``late_ROLE``. ``history`` names that history in the reason (``right``,
+    ``table``).
+    """
+    if stream_time is None or record.event_time >= stream_time - retention:
+        return None
+    cutoff = stream_time - retention
+    ctx.count(f"late_{record.role}")
+    return DeadLetter(
+        record,
+        f"{record.role} record of key {key!r} at event time {record.event_time} is older than "
+        f"the {history} history kept (stream time {stream_time} - history_retention "
+        f"{retention} ms = {cutoff})",
+        "LateRecord",
+    )
