@@ -461,11 +461,15 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def _heads_for(self, start: Offsets, planned: dict[str, int], budget: int) -> dict[str, Heads]:
         """The heads a capped plan from ``start`` needs, per partition with records to read."""
-        # Read a little past the budget: end-of-input markers there ride along free.
-        lookahead = min(budget, _MARKER_LOOKAHEAD)
+        # Read past the budget: end-of-input markers there ride along free. As many as
+        # :data:`_MARKER_LOOKAHEAD` whatever the budget: replay writes a marker per key after
+        # every record, and with a cap of one, a lookahead of one left a marker a batch of its
+        # own.
         return {
             name: self._heads(
-                name, start.get(name, 0), min(end, start.get(name, 0) + budget + lookahead)
+                name,
+                start.get(name, 0),
+                min(end, start.get(name, 0) + budget + _MARKER_LOOKAHEAD),
             )
             for name, end in planned.items()
             if end > start.get(name, 0)
