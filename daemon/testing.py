@@ -175,6 +175,11 @@ class JoinerHarness:
         """Processing time, in milliseconds since the harness started; moved by :meth:`wait`."""
         self._clocks: dict[str, _KeyClock] = {}
         self._lines: dict[str, int] = {}
+        stage = self.joiner.downstream()
+        retractions = stage.retractions if stage is not None else None
+        self._outputs = (*joiner_cls.outputs, *([retractions] if retractions else []))
+        """The secondary outputs the joiner may write: its own and the engine-made one of
+        retractions a revising joiner writes for its second stage."""
 
     def feed(self, inputs: Inputs) -> None:
         """Run one micro-batch of ``inputs`` (records per role, as :func:`run_joiner` takes)."""
@@ -253,11 +258,10 @@ class JoinerHarness:
         clock.due = None if wakeup is None else self.clock_ms + max(wakeup, 1)
 
     def _write(self, emit: Emit) -> None:
-        stage = self.joiner.downstream()
-        known = (*self.cls.outputs, *([stage.retractions] if stage and stage.retractions else []))
-        if emit.output is not None and emit.output not in known:
+        if emit.output is not None and emit.output not in self._outputs:
             raise ValueError(
-                f"{self.cls.name!r} emitted to output {emit.output!r}, not in its outputs {known}"
+                f"{self.cls.name!r} emitted to output {emit.output!r}, not in its outputs "
+                f"{self._outputs}"
             )
         codec = self.output_codecs.get(emit.output)
         if codec is None or emit.value is None:
