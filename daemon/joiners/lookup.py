@@ -371,6 +371,10 @@ class Lookup(Joiner):
             if options.revisions:
                 yield from self._revise(state, record, ctx)
         elif record.value is not None:  # stream tombstones are dead-lettered before this
+            if not state.held and event_time <= state.stream_time - options.grace:
+                # Due at once, and nothing older waits: answer it without holding it.
+                yield from self._answer(state, (record,), ctx)
+                return
             insort(state.held, record, key=_EVENT_TIME)
         yield from self._release(state, state.stream_time - options.grace, ctx)
 
@@ -381,8 +385,14 @@ class Lookup(Joiner):
             return
         released = state.held[:due]
         del state.held[:due]
+        yield from self._answer(state, released, ctx)
+
+    def _answer(
+        self, state: VersionedState, records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """Answer stream records that are due, with the versions valid at their times."""
         versions = state.versions
-        for record in released:
+        for record in records:
             answer = versions.at(record.event_time, inclusive=True)
             ctx.count("matched" if answer is not None else "unmatched")
             revision = 0
