@@ -177,6 +177,29 @@ def test_a_row_after_the_grace_revises_the_first_answer() -> None:
     assert all(o.output is None for o in run.outputs)
 
 
+def test_key_form_revises_each_stream_record_of_a_shared_kafka_key() -> None:
+    # Clicks keyed in Kafka by their user, the join key: the two clicks share an output key,
+    # and each is still revised on its own (a compacted topic would keep only the last).
+    clicks = [
+        {**click("c1", "ada", 12, 12), "key": "ada"},
+        {**click("c2", "ada", 14, 14), "key": "ada"},
+        {**click("c3", "ada", 30, 30), "key": "ada"},
+    ]
+    changes = [change("ada", "eu", 1, 1), change("ada", "us", 13, 31)]
+    run = lookup(clicks, changes)
+    assert [
+        (o.key, o.value["click"]["id"], o.value["region"]["region"], o.value["revision"])  # type: ignore[index]
+        for o in run.outputs
+    ] == [
+        (b"ada", "c1", "eu", 0),
+        (b"ada", "c2", "eu", 0),
+        (b"ada", "c3", "eu", 0),
+        # us is valid from 13, and arrives last: c2 (14) and c3 (30) are revised, c1 not.
+        (b"ada", "c2", "us", 1),
+        (b"ada", "c3", "us", 1),
+    ]
+
+
 def test_an_unchanged_answer_is_not_revised() -> None:
     # The same row again, late: the version it makes equals the one the click joined.
     clicks = [click("c1", "ada", 12, 12)]
