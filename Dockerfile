@@ -2,16 +2,37 @@
 #
 #   docker build -t enrichd .
 #   docker run --rm -v $PWD/my-pipelines.toml:/etc/enrichd/pipelines.toml:ro enrichd
+#   docker run --rm enrichd demo                  # any other `daemon` command, the same way
 #
 # The same image runs a Spark standalone master and worker (docker-compose.yml starts them
 # with `spark-class`), so executors import the same enrichd and joiners as the driver.
+#
+# BASE_IMAGE: any Debian 12 image with Python 3.11 and its venv module (CI, which reaches no
+# container registry, builds one with debootstrap: .ci/containers).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 
-FROM python:3.11-slim-bookworm
+# Build stage: enrichd and its dependencies in a virtual environment at /opt/enrichd, the
+# path the systemd unit uses too. Only that folder reaches the final image, so pip's cache
+# and anything else the installation leaves behind stay here.
+FROM ${BASE_IMAGE} AS build
+RUN python3 -m venv /opt/enrichd
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY daemon ./daemon
+COPY examples ./examples
+COPY schemas ./schemas
+# pandas' and pyarrow's test suites and pyarrow's C++ headers are never used at run time.
+RUN /opt/enrichd/bin/pip install . \
+    && cd /opt/enrichd/lib/python3*/site-packages \
+    && rm -rf pandas/tests pyarrow/tests pyarrow/include
+
+FROM ${BASE_IMAGE}
 
 # procps: Spark's launch scripts call `ps`. tini: PID 1 that forwards SIGTERM and reaps
-# Spark's child processes.
+# Spark's child processes. `apt-get clean`: the base image may keep downloaded packages.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini \
+    && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/enrichd --create-home \
@@ -20,22 +41,20 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/enrichd --crea
     && chown -R enrichd:enrichd /var/lib/enrichd
 # (A named volume mounted on /var/lib/enrichd/state starts with this owner: writable.)
 
-WORKDIR /opt/enrichd
-COPY pyproject.toml README.md ./
-COPY daemon ./daemon
-RUN pip install --no-cache-dir . && rm -rf /opt/enrichd/daemon /opt/enrichd/build
-
+COPY --from=build /opt/enrichd /opt/enrichd
+# Relative schema paths in a pipeline file mounted at /etc/enrichd/pipelines.toml resolve here.
 COPY schemas /etc/enrichd/schemas
 
 USER enrichd
 WORKDIR /var/lib/enrichd
-ENV HOME=/var/lib/enrichd \
+ENV PATH=/opt/enrichd/bin:$PATH \
+    HOME=/var/lib/enrichd \
     PYTHONUNBUFFERED=1 \
     ENRICHD_HTTP=0.0.0.0:9464 \
     ENRICHD_LOG_FORMAT=json
-# /healthz, /readyz, /metrics (the health check is in docker-compose.yml: the image also
+# /healthz, /readyz, /metrics (the health check is in the compose files: the image also
 # runs Spark's master and worker, which do not serve it).
 EXPOSE 9464
 
-ENTRYPOINT ["tini", "--", "daemon", "run"]
-CMD ["/etc/enrichd/pipelines.toml"]
+ENTRYPOINT ["tini", "--", "daemon"]
+CMD ["run", "/etc/enrichd/pipelines.toml"]

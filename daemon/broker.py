@@ -15,6 +15,8 @@ from types import TracebackType
 from daemon.errors import BrokerError
 
 _START_TIMEOUT_S = 30.0
+LOOPBACK = "127.0.0.1"
+_WILDCARDS = ("0.0.0.0", "::")  # noqa: S104 - names of the wildcard address, bound by choice
 
 
 def free_port() -> int:
@@ -40,7 +42,13 @@ def broker_binary() -> str:
 
 
 class EmbeddedBroker:
-    """A Tansu broker process on a free loopback port, stopped on exit.
+    """A Tansu broker process on a free loopback port (or the given address), stopped on exit.
+
+    Args:
+        port: the port to listen on; None: a free one.
+        host: the address to listen on; ``0.0.0.0`` serves other hosts (or containers).
+        advertised_host: the name clients are told to connect to; None: ``host``, or
+            127.0.0.1 when ``host`` is a wildcard address.
 
     Example:
         >>> with EmbeddedBroker() as broker:  # doctest: +SKIP
@@ -48,14 +56,18 @@ class EmbeddedBroker:
         127.0.0.1:40123
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, *, host: str = LOOPBACK, advertised_host: str | None = None
+    ) -> None:
         self.port = port or free_port()
+        self.host = host
+        self.advertised_host = advertised_host or (LOOPBACK if host in _WILDCARDS else host)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         """The ``host:port`` clients connect to."""
-        return f"127.0.0.1:{self.port}"
+        return f"{self.advertised_host}:{self.port}"
 
     def start(self) -> EmbeddedBroker:
         """Start the process and wait until it accepts Kafka requests.
@@ -63,9 +75,17 @@ class EmbeddedBroker:
         Raises:
             BrokerError: it exited or did not answer within 30 seconds.
         """
-        url = f"tcp://127.0.0.1:{self.port}"
+        listener = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.advertised_host}:{self.port}"
         self.process = subprocess.Popen(  # noqa: S603 - fixed arguments, no shell
-            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+            [
+                broker_binary(),
+                "broker",
+                "--listener-url",
+                listener,
+                "--advertised-listener-url",
+                advertised,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in a terminal goes to us; we stop it ourselves
@@ -83,8 +103,10 @@ class EmbeddedBroker:
     def _answers(self) -> bool:
         from daemon.kafka.connect import admin
 
+        # Asked where it listens: the advertised name may resolve only for its clients.
+        here = LOOPBACK if self.host in _WILDCARDS else self.host
         try:
-            admin({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=1)
+            admin({"bootstrap.servers": f"{here}:{self.port}"}).list_topics(timeout=1)
         except Exception:
             return False
         return True

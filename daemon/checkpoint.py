@@ -3,10 +3,11 @@
 Spark's checkpoint holds per-partition offsets of the input topics and the joiner's keyed
 state. Resumed by a pipeline with another joiner, other topics or other key fields, Spark
 either fails deep inside the state store or, worse, carries on with offsets and state that
-mean something else. So the first start writes ``<checkpoint>/enrichd-pipeline.json``: the
-joiner, per role the topic and the key and time fields, and how the state is laid out
-(:data:`STATE_LAYOUT`); every later start compares and
-refuses a mismatch with one line saying what changed and how to start over. Options are left
+mean something else. So a start writes ``<checkpoint>/enrichd-pipeline.json``, once the
+pipeline has planned without fault: the joiner, per role the topic and the key and time
+fields, and how the state is laid out (:func:`state_layout`); every later start compares and
+refuses a mismatch with one line saying what changed and how to start over, unless no
+micro-batch ever ran in the checkpoint (:func:`ran_a_batch`). Options are left
 out: most can change between runs (a cap, a timeout), and the joiner's own state carries
 what it needs.
 """
@@ -53,15 +54,25 @@ def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
     }
 
 
+def ran_a_batch(checkpoint: Path) -> bool:
+    """Whether Spark planned a micro-batch in ``checkpoint`` (its offset log has an entry)."""
+    offsets = Path(checkpoint) / "offsets"
+    return offsets.is_dir() and any(entry.name.isdigit() for entry in offsets.iterdir())
+
+
 def check_checkpoint(pipe: PipelineConfig) -> None:
     """Record the pipeline's shape in a new checkpoint, or check it against an existing one.
+
+    Called once the pipeline is fully planned, just before its query starts. A checkpoint in
+    which no micro-batch ran holds no offsets and no state, whatever shape it recorded (a
+    start that failed before its first batch): it takes the new shape.
 
     Raises:
         IncompatibleCheckpointError: the checkpoint was written by a pipeline of another shape.
     """
     path = Path(pipe.checkpoint) / SHAPE_FILE
     shape = shape_of(pipe)
-    if not path.exists():
+    if not path.exists() or not ran_a_batch(pipe.checkpoint):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(shape, indent=2) + "\n", encoding="utf-8")
         return

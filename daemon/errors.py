@@ -36,6 +36,10 @@ class KafkaUnavailableError(EnrichdError):
     """The broker cannot be reached or lacks a topic: check `[kafka] bootstrap_servers`."""
 
 
+class KafkaUnreachableError(KafkaUnavailableError):
+    """No broker answered: check `[kafka] bootstrap_servers`; `daemon run` keeps retrying."""
+
+
 class ReplayInputError(EnrichdError):
     """A replay input file is malformed: fix the named line."""
 

@@ -26,6 +26,10 @@ class CheckpointInUseError(EnrichdError):
     """Another daemon runs on the checkpoint: stop it, or give this pipeline its own."""
 
 
+class CheckpointUnwritableError(EnrichdError):
+    """The daemon's user cannot write the checkpoint folder: give it access, or another folder."""
+
+
 class CheckpointLocks:
     """The lock files held by this process; :meth:`release` lets them go."""
 
@@ -37,6 +41,7 @@ class CheckpointLocks:
 
         Raises:
             CheckpointInUseError: another process, or another pipeline of this file, holds it.
+            CheckpointUnwritableError: the folder or its lock file cannot be written.
         """
         folder = checkpoint.resolve()
         if folder in self._held:
@@ -44,9 +49,16 @@ class CheckpointLocks:
                 f"pipeline {pipeline!r}: checkpoint {checkpoint} is also used by another "
                 "pipeline of this file; give each pipeline its own checkpoint"
             )
-        folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOCK_NAME
-        handle = path.open("a+", encoding="utf-8")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            handle = path.open("a+", encoding="utf-8")
+        except OSError as exc:
+            raise CheckpointUnwritableError(
+                f"pipeline {pipeline!r}: cannot write checkpoint {checkpoint} "
+                f"({exc.strerror}: {exc.filename}); give the user the daemon runs as "
+                f"(uid {os.getuid()}) write access to it, or point `checkpoint` elsewhere"
+            ) from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -76,6 +88,7 @@ def lock_checkpoints(file: PipelineFile) -> CheckpointLocks:
 
     Raises:
         CheckpointInUseError: a checkpoint is held by another daemon or shared in the file.
+        CheckpointUnwritableError: a checkpoint cannot be written by this process's user.
     """
     locks = CheckpointLocks()
     try:

@@ -73,3 +73,12 @@ def configure_logging(log_format: LogFormat = "text", level: int = logging.INFO)
     # client's HTTP library every request: noise to an operator.
     for noisy in ("py4j", "httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def json_lines_configured() -> bool:
+    """Whether :func:`configure_logging` set the process up for JSON lines.
+
+    The command line's one-line errors then go out as JSON lines too, so that a log shipper
+    reading a container's output sees why it stopped.
+    """
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)

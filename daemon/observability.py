@@ -229,6 +229,9 @@ class QueryHealth:
     running: bool = False
     last_failure: str | None = None
     """Why the query last failed, as the supervisor logged it."""
+    hidden_output: str | None = None
+    """Why what the query commits does not reach ``read_committed`` readers, if it does not
+    (:class:`OutputVisibility`)."""
 
 
 @dataclass
@@ -283,8 +286,64 @@ class Health:
             elif now - query.last_progress_at > self.stall_after_s:
                 ago = now - query.last_progress_at
                 reasons[name] = f"no progress for {ago:.0f} s"
+            elif query.hidden_output is not None:
+                reasons[name] = query.hidden_output
         return reasons
 
     def ready(self, now: float) -> bool:
         """Whether there is at least one query and every query has progressed recently."""
         return bool(self.queries) and not self.not_ready(now)
+
+
+@dataclass
+class OutputVisibility:
+    """Whether the output a query commits becomes visible to ``read_committed`` readers.
+
+    Each sample compares an output partition's last stable offset (where ``read_committed``
+    readers stop: ListOffsets, latest, read committed) with its log end. A partition whose
+    last stable offset stays behind its log end, not moving for ``after_s`` while the query
+    completes micro-batches, holds their commits back from every such reader: the query
+    "succeeds" and nobody downstream sees it. A transaction that is merely open moves on
+    within the broker's transaction timeout (a minute by default), committed or aborted.
+
+    Args:
+        after_s: how long a last stable offset may stand still behind the log end.
+    """
+
+    after_s: float
+    _behind: dict[str, tuple[int, float, int]] = field(default_factory=dict)
+    """Per partition behind its log end: its last stable offset, since when it stands
+    there, and the query's completed micro-batches then."""
+
+    def sample(
+        self, stable: Mapping[str, int], ends: Mapping[str, int], batches: int, now: float
+    ) -> str | None:
+        """Take one sample; why the output is held back, or None when it is not.
+
+        Args:
+            stable: each ``topic/partition``'s last stable offset.
+            ends: each ``topic/partition``'s log end.
+            batches: micro-batches the query has completed so far.
+            now: monotonic seconds.
+        """
+        held: list[tuple[float, str]] = []
+        for name, end in ends.items():
+            offset = stable.get(name)
+            if offset is None or offset >= end:
+                self._behind.pop(name, None)
+                continue
+            seen = self._behind.get(name)
+            if seen is None or seen[0] != offset:
+                self._behind[name] = (offset, now, batches)
+                continue
+            _, since, batches_then = seen
+            if now - since >= self.after_s and batches > batches_then:
+                held.append(
+                    (
+                        now - since,
+                        f"output {name} held back: read_committed readers stop at offset "
+                        f"{offset} of {end} for {now - since:.0f} s, while "
+                        f"{batches - batches_then} micro-batches committed",
+                    )
+                )
+        return max(held)[1] if held else None

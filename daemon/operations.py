@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from daemon.http_endpoint import MetricsServer, serve_http
 from daemon.metrics_relay import MetricsRelay
 from daemon.notify import Notifier
-from daemon.observability import Health, Metrics, PipelineView
+from daemon.observability import Health, Metrics, OutputVisibility, PipelineView
 from daemon.secrets import redact
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class LogOffsets:
     def __init__(self, client_conf: dict[str, str]) -> None:
         self.client_conf = client_conf
         self._consumer: Any = None
+        self._admin: Any = None
 
     def _watermarks(self, names: Sequence[str]) -> dict[str, tuple[int, int]]:
         from confluent_kafka import TopicPartition
@@ -106,11 +107,41 @@ class LogOffsets:
         """Each ``topic/partition``'s log end, as ListOffsets reports it."""
         return {name: high for name, (_, high) in self._watermarks(names).items() if high >= 0}
 
+    def stable_and_ends(self, topics: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
+        """Each partition of ``topics``: its last stable offset and its log end.
+
+        Both by ListOffsets (latest), read committed and read uncommitted.
+        """
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        from daemon.kafka import connect
+
+        if self._admin is None:
+            self._admin = connect.admin(self.client_conf)
+        metadata = self._admin.list_topics(timeout=5).topics
+        latest = {
+            TopicPartition(topic, partition): OffsetSpec.latest()
+            for topic in topics
+            if topic in metadata
+            for partition in metadata[topic].partitions
+        }
+        if not latest:
+            return {}, {}
+        found = []
+        for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+            answers = self._admin.list_offsets(latest, isolation_level=level, request_timeout=5)
+            found.append(
+                {f"{tp.topic}/{tp.partition}": a.result().offset for tp, a in answers.items()}
+            )
+        return found[0], found[1]
+
     def close(self) -> None:
         """Close the consumer."""
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        self._admin = None  # an admin client has nothing to close
 
 
 class Operations:
@@ -139,12 +170,16 @@ class Operations:
         self._reports: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._offsets = LogOffsets(client_conf)
         self._ends: dict[str, dict[str, int]] = {}
+        self._batches: dict[str, int] = {}
+        """Micro-batches completed per query, for :class:`OutputVisibility`."""
+        self._visibility: dict[str, OutputVisibility] = {}
         self._seen: dict[str, Any] = {}
         self._run_ids: dict[str, str] = {}
         self._ready_sent = False
         self._last_ping = 0.0
         self._status = ""
         self._stalled: set[str] = set()
+        self._waiting = ""
         self._listener: Any = None
         self._spark: SparkSession | None = None
         self.relay = MetricsRelay(self._batch_written)
@@ -228,12 +263,37 @@ class Operations:
         ends = self.metrics.batch_done(view, progress, self._offsets.first)
         with self._lock:
             self._ends[view.name] = ends
+            self._batches[view.name] = self._batches.get(view.name, 0) + 1
 
     def _sample_lag(self) -> None:
         with self._lock:
             ends = {name: dict(offsets) for name, offsets in self._ends.items()}
         for name, offsets in ends.items():
             self.metrics.lag(self.views[name], offsets, self._offsets.ends(list(offsets)))
+        self._sample_visibility()
+
+    def _sample_visibility(self) -> None:
+        """Check that each query's committed output reaches ``read_committed`` readers."""
+        now = time.monotonic()
+        for name, view in self.views.items():
+            with self._lock:
+                batches = self._batches.get(name, 0)
+            if not batches:
+                continue
+            topics = [*view.outputs, view.dead_letter_topic]
+            try:
+                stable, ends = self._offsets.stable_and_ends(topics)
+            except Exception as exc:  # a check is skipped, never the service stopped
+                log.debug("no last stable offsets for %s: %s", name, exc)
+                continue
+            check = self._visibility.setdefault(name, OutputVisibility(self.health.stall_after_s))
+            hidden = check.sample(stable, ends, batches, now)
+            health = self.health.of(name)
+            if hidden is not None and health.hidden_output is None:
+                log.error("pipeline %s: %s", name, hidden, extra={"pipeline": name})
+            elif hidden is None and health.hidden_output is not None:
+                log.info("pipeline %s: its output is visible again", name, extra={"pipeline": name})
+            health.hidden_output = hidden
 
     def _batch_written(self, message: dict[str, Any]) -> None:
         view = self.views.get(str(message.get("pipeline")))
@@ -292,6 +352,17 @@ class Operations:
                 self._last_ping = now
                 self.notifier.send(WATCHDOG="1")
 
+    def waiting(self, why: str, for_s: float) -> None:
+        """Start-up is held up (no broker answers yet): say why in ``/readyz`` and to systemd.
+
+        Args:
+            why: the reason, for ``/readyz`` and ``systemctl status``.
+            for_s: how long until the next try is over; systemd's start timeout is extended
+                by that much, so that it does not kill a daemon that is waiting on purpose.
+        """
+        self._waiting = why
+        self.notifier.send(STATUS=why, EXTEND_TIMEOUT_USEC=str(int(for_s * 1_000_000)))
+
     def readiness(self) -> tuple[bool, str]:
         """For ``/readyz``: whether every query has progressed recently, and the details."""
         now = time.monotonic()
@@ -301,7 +372,7 @@ class Operations:
         if ready:
             lines = [f"{name}: progressing" for name in sorted(self.health.queries)]
         elif not self.health.queries:
-            lines = ["no pipeline has started yet"]
+            lines = ["; ".join(filter(None, ["no pipeline has started yet", self._waiting]))]
         return ready, redact("\n".join(lines))
 
     # -- shutdown ----------------------------------------------------------------------------

@@ -181,8 +181,7 @@ def replay(
     }
     with ExitStack() as stack:
         servers = bootstrap_servers or file.kafka.bootstrap_servers
-        embedded = servers is None
-        if embedded:
+        if servers is None:
             from daemon.broker import EmbeddedBroker
 
             servers = stack.enter_context(EmbeddedBroker()).bootstrap_servers
@@ -196,8 +195,6 @@ def replay(
         plan = plan_pipeline(file, fresh, conf)
         ends = _produce(conf, plan, codecs, records, _join_keys(plan, records))
         spark = _session_until_done(file, stack)
-        if embedded:
-            _one_task_until_done(spark, stack)
         batches = 0
         for stage in plan.stages():
             if stage is not plan:  # a later stage reads everything the one before wrote
@@ -240,20 +237,6 @@ def _session_until_done(file: PipelineFile, stack: ExitStack) -> Any:
     if not running:
         stack.callback(spark.stop)
     return spark
-
-
-def _one_task_until_done(spark: Any, stack: ExitStack) -> None:
-    """Run the joiner in one task on the embedded broker; the session's setting comes back after.
-
-    Tansu 0.6 can leave a transaction unresolved for good when two transactions that wrote
-    the same partitions end at the same moment: a ``read_committed`` read of the output then
-    stops at it (docs/semantics.md). Each task commits a transaction per micro-batch, so one
-    task makes one transaction at a time; the small inputs replay is for lose nothing by it.
-    """
-    setting = "spark.sql.shuffle.partitions"
-    before = spark.conf.get(setting)
-    spark.conf.set(setting, "1")  # read by each query as it starts on a fresh checkpoint
-    stack.callback(spark.conf.set, setting, before)
 
 
 def _join_keys(plan: Any, records: list[ReplayRecord]) -> list[str]:
@@ -360,6 +343,9 @@ _READER = {
     "group.id": "enrichd-replay",  # required by the client; never joined or committed
     "enable.auto.commit": False,
     "isolation.level": "read_committed",
+    # A fetch of an empty partition (the dead letters, most often) waited the broker's
+    # default 500 ms for records that do not come: half a second per replay and topic.
+    "fetch.wait.max.ms": 10,
 }
 """Settings of replay's consumers, which read committed records by partition."""
 

@@ -1,11 +1,12 @@
 """The service behind ``daemon run``: every pipeline of a file, supervised until a signal.
 
 How it works: the file is checked and every pipeline planned (joiner, schemas, topics) before
-Spark starts, so a configuration problem ends the process at once with one line and exit
-code 1. Then one Spark session runs one streaming query per pipeline. A query that fails is
-logged with its pipeline's name and started again from its checkpoint after a delay that
-doubles from 1 s to 60 s, and goes back to 1 s once a restarted query completes a
-micro-batch. Failures after start-up never end the process.
+Spark starts, so a configuration problem ends the process at once with one line and exit code
+1; a broker that does not answer yet is waited for, with backoff. Then one Spark session runs
+one streaming query per pipeline. A query that fails is logged with its pipeline's name and
+started again from its checkpoint after a delay that doubles from 1 s to 60 s, and goes back
+to 1 s once a restarted query completes a micro-batch. Failures after start-up never end the
+process.
 
 Stopping (SIGTERM or SIGINT): Structured Streaming has no "finish the batch, then stop";
 ``query.stop()`` interrupts whatever micro-batch is running. So each query is first given
@@ -33,15 +34,19 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.config import PipelineFile
 from daemon.engine.pipeline import PipelinePlan, client_conf, plan_pipeline, start_query
-from daemon.errors import failure_reason
+from daemon.errors import KafkaUnreachableError, failure_reason
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from daemon.operations import Operations
 
 log = logging.getLogger("enrichd.service")
 
 MAX_RESTART_DELAY_S = 60.0
 _POLL_S = 0.5
+_KAFKA_TRY_S = 30.0
+"""Ample time for one try to reach Kafka (a metadata request waits up to 10 s)."""
 
 
 def restart_delay(failures: int) -> float:
@@ -180,13 +185,17 @@ def run_service(
         stall_timeout_s: a query without a progress report for this long is stalled: not
             ready, and the systemd watchdog is no longer fed (``daemon.operations``).
 
+    A broker that does not answer at start-up is waited for: one log line per try, with the
+    delays of :func:`restart_delay` between tries, until it answers or the service is stopped.
+
     Raises:
         ConfigError: ``[kafka] bootstrap_servers`` is missing, or a pipeline is wrong.
-        KafkaUnavailableError: the broker is unreachable or an input topic is missing.
+        KafkaUnavailableError: an input topic is missing.
         CheckpointInUseError: another daemon runs on one of the checkpoints.
         IncompatibleCheckpointError: a checkpoint was written by a pipeline of another shape.
     """
     from daemon.checkpoint import check_checkpoint
+    from daemon.engine import spark_output
     from daemon.engine.session import spark_session
     from daemon.lock import lock_checkpoints
     from daemon.operations import Operations
@@ -194,26 +203,34 @@ def run_service(
     conf = client_conf(file)
     # Held until the process ends: a second daemon on these checkpoints is refused.
     locks = lock_checkpoints(file)
-    try:
-        for config in file.pipeline:
-            check_checkpoint(config)
-        # A pipeline whose joiner has a second stage runs it as a query of its own.
-        plans = [s for pipe in file.pipeline for s in plan_pipeline(file, pipe, conf).stages()]
-    except BaseException:
-        locks.release()  # a caller that goes on (a test, an embedding) may start again
-        raise
-    http = http or file.service.http
-    ops = Operations(conf, http=http, stall_after_s=stall_timeout_s)
-    spark = spark_session(file.spark)
-    ops.attach(spark)
     stop = stop or threading.Event()
     # In the main thread the service owns the process: signals stop it, and it exits by force
     # past the stop timeout. Run in another thread, it leaves both to the program around it.
     owns_process = threading.current_thread() is threading.main_thread()
-    # After the session starts: PySpark installs its own SIGINT handler when it does.
     if owns_process:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda number, _frame: stop.set())
+        _stop_on_signals(stop)
+    # Up before planning, so that /healthz answers while the broker is waited for.
+    ops = Operations(conf, http=http or file.service.http, stall_after_s=stall_timeout_s)
+    try:
+        plans = _plan_when_kafka_answers(file, conf, stop, ops)
+        # Only a pipeline that planned without fault leaves its shape in its checkpoint.
+        for config in file.pipeline if plans is not None else ():
+            check_checkpoint(config)
+    except BaseException:
+        ops.close()
+        locks.release()  # a caller that goes on (a test, an embedding) may start again
+        raise
+    if plans is None:  # stopped while waiting for the broker
+        ops.close()
+        locks.release()
+        log.info("stopped before any pipeline started")
+        return
+    spark = spark_session(file.spark)
+    if not spark_output.verbose():
+        log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_path())
+    ops.attach(spark)
+    if owns_process:
+        _stop_on_signals(stop)  # again: PySpark installs its own SIGINT handler as it starts
     pipelines = [Supervised(ops.instrument(plan)) for plan in plans]
     for pipe in pipelines:
         pipe.start(spark, "started", time.monotonic())
@@ -236,6 +253,43 @@ def run_service(
     spark.stop()
     locks.release()
     log.info("stopped")
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """Let SIGTERM and SIGINT set ``stop``."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: stop.set())
+
+
+def _plan_when_kafka_answers(
+    file: PipelineFile, conf: dict[str, str], stop: threading.Event, ops: Operations
+) -> list[PipelinePlan] | None:
+    """Plan every pipeline, retrying with backoff while no broker answers.
+
+    A broker that is down or still starting is a normal state of a service's surroundings
+    (Kafka's own clients reconnect for ever), not a start-up error: each failed try logs one
+    line, and the next comes after the delay of :func:`restart_delay`.
+
+    Returns:
+        The plans of every pipeline's queries; None if ``stop`` was set meanwhile.
+
+    Raises:
+        ConfigError: a pipeline is wrong.
+        KafkaUnavailableError: the broker answers, but an input topic is missing.
+    """
+    failures = 0
+    while not stop.is_set():
+        try:
+            # A pipeline whose joiner has a second stage runs it as a query of its own.
+            return [s for pipe in file.pipeline for s in plan_pipeline(file, pipe, conf).stages()]
+        except KafkaUnreachableError as exc:
+            failures += 1
+            delay = restart_delay(failures)
+            log.error("%s; retrying in %.0f s", exc, delay)
+            why = f"waiting for Kafka: try {failures} failed, the next in {delay:.0f} s"
+            ops.waiting(why, for_s=delay + _KAFKA_TRY_S)
+            stop.wait(delay)
+    return None
 
 
 def _exit_at(deadline: float) -> None:

@@ -90,3 +90,11 @@ def scram_broker() -> Iterator[ScramGate]:
     yield gate
     gate.close()
     stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The Dockerfile of this checkout built under podman (the deployment tests' image)."""
+    from tests.podman import build_image
+
+    return build_image()

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from daemon.broker import free_port
 
-ADDRESS = re.compile(r'^bootstrap_servers = "(127\.0\.0\.1:\d+)"$')
+ADDRESS = re.compile(r'^bootstrap_servers = "([\w.]+:\d+)"$')
 
 
 def start(*args: str) -> subprocess.Popen[str]:
@@ -61,5 +61,20 @@ def test_broker_listens_on_the_given_port() -> None:
         assert address_of(process) == f"127.0.0.1:{port}"
     finally:
         os.kill(process.pid, signal.SIGINT)
+        process.communicate(timeout=30)
+    assert process.returncode == 0
+
+
+def test_broker_on_all_addresses_advertises_the_given_host_name() -> None:
+    """As in a compose stack: listening on 0.0.0.0, clients told to use the service's name."""
+    port = free_port()
+    everywhere = "0.0.0.0"  # noqa: S104 - the option under test; clients use loopback only
+    process = start("--port", str(port), "--host", everywhere, "--advertised-host", "localhost")
+    try:
+        assert address_of(process) == f"localhost:{port}"
+        metadata = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10)
+        assert [(b.host, b.port) for b in metadata.brokers.values()] == [("localhost", port)]
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
         process.communicate(timeout=30)
     assert process.returncode == 0

@@ -304,53 +304,6 @@ def test_replay_command_reports_bad_input_in_one_line_and_exits_1(
     assert done.stdout == ""
 
 
-def test_replay_on_the_broker_it_starts_runs_the_joiner_in_one_task(
-    spark: Any, tmp_path: Path
-) -> None:
-    """Tansu 0.6 can strand two transactions that end at once (docs/semantics.md): on the
-    embedded broker replay starts itself, one task writes each micro-batch, and the session
-    gets its own setting back afterwards."""
-    import time
-
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    reports: list[dict[str, Any]] = []
-
-    class Progress(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
-
-        def onQueryProgress(self, event: Any) -> None:
-            reports.append(json.loads(event.progress.json))
-
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
-
-    users, tweets = interleave(0, [True, False] * 4, 1)
-    files = {
-        "one": write_jsonl(tmp_path / "users.jsonl", users),
-        "many": write_jsonl(tmp_path / "tweets.jsonl", tweets),
-    }
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    listener = Progress()
-    spark.streams.addListener(listener)
-    try:
-        result = replay(load_pipeline_file(EXAMPLE), files)  # no broker given: its own
-        deadline = time.monotonic() + 30
-        while not reports and time.monotonic() < deadline:  # the listener bus is asynchronous
-            time.sleep(0.1)
-    finally:
-        spark.streams.removeListener(listener)
-
-    assert latest_by_key(result.outputs) == batch_join(users, tweets)
-    tasks = {op["numShufflePartitions"] for report in reports for op in report["stateOperators"]}
-    assert tasks == {1}
-    assert before == "2"  # enrichd's own default: the setting above was not already 1
-    assert spark.conf.get("spark.sql.shuffle.partitions") == before
-
 def test_state_ttl_forgets_a_key_between_micro_batches(
     broker: Any, spark: Any, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from typer.testing import CliRunner
 
 from daemon.cli import app
 from daemon.replay import replay
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def shown(name: str, broker: Any, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -97,19 +100,49 @@ def test_an_unknown_demo_lists_the_demos() -> None:
         assert name in str(result.exception)
 
 
-def test_the_demo_command_prints_its_results_and_leaves_no_client_behind() -> None:
-    """The README's first command as a newcomer runs it: its own broker and Spark, exit 0.
+def test_the_demo_command_prints_its_results_and_nothing_of_sparks(tmp_path: Path) -> None:
+    """The README's first command as a newcomer runs it: its own broker and Spark, exit 0,
+    and nothing on stderr: Spark's own output goes to its log file.
 
     Spark's Python workers keep Kafka clients between micro-batches; had Spark outlived the
     demo's broker, each would print "Connection refused" after the results.
     """
+    spark_log = tmp_path / "spark.log"
     done = subprocess.run(
         [sys.executable, "-m", "daemon", "demo"],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "ENRICHD_SPARK_LOG": str(spark_log)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "7 input records, 5 views, 0 dead letters." in " ".join(done.stdout.split())
-    assert "Connection refused" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr == ""
+    assert "Streaming TransformWithStateInPandas Python worker" in spark_log.read_text()
+
+
+def test_verbose_shows_sparks_own_output(tmp_path: Path) -> None:
+    """``--verbose`` lets Spark's and its workers' lines through, as Spark prints them."""
+    users, tweets = tmp_path / "users.jsonl", tmp_path / "tweets.jsonl"
+    users.write_text(
+        '{"key": 1, "value": {"id": 1, "name": "ada", "avatar": null, "updated_at": 1}, '
+        '"timestamp": 1}\n'
+    )
+    tweets.write_text(
+        '{"key": 7, "value": {"id": 7, "author_id": 1, "content": "hi"}, "timestamp": 2}\n'
+    )
+    spark_log = tmp_path / "spark.log"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "daemon", "replay", str(EXAMPLES / "tweet-views.toml")),
+            *("--input", f"one={users}", "--input", f"many={tweets}", "--verbose"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "ENRICHD_SPARK_LOG": str(spark_log)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert '"content": "hi"' in done.stdout
+    assert "Streaming TransformWithStateInPandas Python worker" in done.stderr
+    assert not spark_log.exists()

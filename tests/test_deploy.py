@@ -1,10 +1,12 @@
-"""The deployment files: docker-compose.yml, the Dockerfile, the systemd unit, sample data.
+"""The deployment files: the compose files, the Dockerfile, the systemd unit, sample data.
 
-No Docker engine here (docs: ../shared/ENVIRONMENT.md), so the compose file is checked for
-structure: the services it must have, what each runs, what it waits for, its ports, and that
-what it mounts into the daemon exists and makes a valid pipeline at the container's paths.
-The systemd unit is checked by ``systemd-analyze verify``. The sample-data script runs for
-real against the session broker.
+The full stack's images (Apache Kafka, a Schema Registry) cannot be pulled here (see
+../shared/ENVIRONMENT.md), so docker-compose.yml is checked for structure: the services it
+must have, what each runs, what it waits for, its ports, and that what it mounts into the
+daemon exists and makes a valid pipeline at the container's paths. The image and the
+embedded compose file are built and run for real by the deployment tests (test_image.py,
+test_compose_embedded.py). The systemd unit is checked by ``systemd-analyze verify`` as
+installed by the steps of docs/operations.md. The sample data runs against the session broker.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from tests.kafka_helpers import client_conf, read_topic
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
+EMBEDDED = ROOT / "docker-compose.embedded.yml"
 UNIT = ROOT / "deploy" / "enrichd.service"
+OPERATIONS = ROOT / "docs" / "operations.md"
 
 
-def compose() -> dict[str, Any]:
-    return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+def compose(path: Path = COMPOSE) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
 
 
 def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
@@ -68,6 +72,7 @@ def test_compose_has_the_stack_of_the_spec() -> None:
         assert services[name]["build"] == ".", name  # one image: executors run our joiners
         assert services[name]["image"] == "enrichd:latest", name
     assert not any("zookeeper" in name for name in services)
+    assert services["sample-data"]["entrypoint"][-2:] == ["-m", "daemon.demos.sample_data"]
 
 
 def test_kafka_runs_in_kraft_mode_as_broker_and_controller() -> None:
@@ -116,7 +121,7 @@ def test_spark_master_and_worker_are_started_with_spark_class() -> None:
 def test_the_daemon_runs_the_mounted_demo_pipeline_against_the_stack() -> None:
     services = compose()["services"]
     daemon = services["enrichd"]
-    assert daemon["command"][0] == "/etc/enrichd/pipelines.toml"
+    assert daemon["command"][:2] == ["run", "/etc/enrichd/pipelines.toml"]
     http = daemon["command"][daemon["command"].index("--http") + 1]
     assert http == "0.0.0.0:9464" and "9464:9464" in daemon["ports"]
     assert "/healthz" in " ".join(daemon["healthcheck"]["test"])
@@ -153,30 +158,59 @@ def test_the_mounted_pipeline_is_valid_at_the_containers_paths(tmp_path: Path) -
     assert parsed is not None
 
 
-def test_the_dockerfile_has_java_17_the_package_and_a_non_root_user() -> None:
-    lines = [
-        line.strip()
-        for line in (ROOT / "Dockerfile")
-        .read_text(encoding="utf-8")
-        .replace("\\\n", " ")
-        .splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's instructions (continuations joined, comments dropped), by stage."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+    stages: list[list[tuple[str, str]]] = [[]]
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        op, _, args = line.strip().partition(" ")
+        if op == "FROM":
+            stages.append([])
+        stages[-1].append((op, args.strip()))
+    return stages
+
+
+def test_the_dockerfile_takes_its_base_as_a_build_argument() -> None:
+    preamble, *stages = dockerfile_stages()
+    assert preamble == [("ARG", "BASE_IMAGE=python:3.11-slim-bookworm")]
+    assert [stage[0] for stage in stages] == [
+        ("FROM", "${BASE_IMAGE} AS build"),
+        ("FROM", "${BASE_IMAGE}"),
     ]
-    instructions = [(line.split()[0], line.partition(" ")[2]) for line in lines]
-    assert instructions[0] == ("FROM", "python:3.11-slim-bookworm")
-    runs = " ".join(args for op, args in instructions if op == "RUN")
-    assert "openjdk-17-jre-headless" in runs
-    assert "pip install --no-cache-dir ." in runs
-    copied = [args.split()[0] for op, args in instructions if op == "COPY"]
-    for source in copied:
-        assert (ROOT / source).exists(), source
-    users = [args for op, args in instructions if op == "USER"]
-    assert users == ["enrichd"]
+
+
+def test_the_final_stage_has_java_17_the_virtualenv_and_a_non_root_user() -> None:
+    """The build stage installs into /opt/enrichd (the systemd unit's path); only that is copied."""
+    _, build, final = dockerfile_stages()
+    assert ("RUN", "python3 -m venv /opt/enrichd") in build
+    runs = " ".join(args for op, args in final if op == "RUN")
+    assert "openjdk-17-jre-headless" in runs and "apt-get clean" in runs
+    assert not any(word in runs for word in ("gcc", "build-essential", "-dev ", "pip install"))
+    assert ("COPY", "--from=build /opt/enrichd /opt/enrichd") in final
+    for op, args in build + final:
+        if op == "COPY" and not args.startswith("--from"):
+            assert (ROOT / args.split()[0]).exists(), args
+    assert [args for op, args in final if op == "USER"] == ["enrichd"]
     assert "useradd --system --uid 10001" in runs
-    assert ("ENTRYPOINT", '["tini", "--", "daemon", "run"]') in instructions
-    assert ("CMD", '["/etc/enrichd/pipelines.toml"]') in instructions
+    assert ("ENTRYPOINT", '["tini", "--", "daemon"]') in final
+    assert ("CMD", '["run", "/etc/enrichd/pipelines.toml"]') in final
     ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
     assert ".venv" in ignored and "tests" in ignored
+    assert "examples" not in ignored and "schemas" not in ignored  # the package data
+
+
+def test_the_embedded_compose_file_needs_no_image_but_enrichds() -> None:
+    services = compose(EMBEDDED)["services"]
+    assert set(services) == {"broker", "sample-data", "enrichd", "views"}
+    for name, service in services.items():
+        assert (service["build"], service["image"]) == (".", "enrichd:latest"), name
+    assert services["broker"]["command"][0] == "broker"
+    assert "command" not in services["enrichd"]  # the image's own: daemon run
+    mounts = bind_mounts(services["enrichd"])
+    file = load_pipeline_file(mounts["/etc/enrichd/pipelines.toml"])
+    assert file.kafka.bootstrap_servers == "broker:9092"
 
 
 def test_the_systemd_unit_is_a_notify_service_with_a_watchdog() -> None:
@@ -198,15 +232,57 @@ def test_the_systemd_unit_is_a_notify_service_with_a_watchdog() -> None:
     assert unit["Install"]["WantedBy"] == "multi-user.target"
 
 
-def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
-    """``systemd-analyze verify`` with ExecStart pointed at this checkout's `daemon`."""
+def install_steps() -> list[list[str]]:
+    """The commands of the install block in docs/operations.md's systemd section."""
+    section = OPERATIONS.read_text(encoding="utf-8").split("## systemd", 1)[1]
+    block = section.split("Install:", 1)[1].split("\n\n", 2)[1]
+    commands = []
+    for line in block.splitlines():
+        for command in line.split("#", 1)[0].split("&&"):
+            words = shlex.split(command)
+            commands.append(words[1:] if words[:1] == ["sudo"] else words)
+    return commands
+
+
+def test_the_documented_install_steps_match_the_unit() -> None:
+    unit = ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(UNIT, encoding="utf-8")
+    service = unit["Service"]
+    binary, _, pipeline = shlex.split(service["ExecStart"].replace("\\\n", " "))[:3]
+    steps = install_steps()
+    useradd = next(step for step in steps if step[0] == "useradd")
+    assert useradd[-1] == service["User"] == service["Group"]
+    assert useradd[useradd.index("--home-dir") + 1] == f"/var/lib/{service['StateDirectory']}"
+    venv = next(step for step in steps if step[1:3] == ["-m", "venv"])[3]
+    assert binary == f"{venv}/bin/daemon"
+    assert any(step[0] == f"{venv}/bin/pip" and step[1] == "install" for step in steps)
+    assert ["cp", "pipelines.toml", str(Path(pipeline).parent) + "/"] in steps
+    assert ["cp", "deploy/enrichd.service", "/etc/systemd/system/"] in steps
+    assert ["systemctl", "enable", "--now", "enrichd"] in steps
+
+
+def test_systemd_accepts_the_unit_as_installed(tmp_path: Path) -> None:
+    """``systemd-analyze verify --root``: the unit in /etc/systemd/system, its binary in place.
+
+    The root holds a copy of the system's units (the targets the unit names) and a stub at
+    the unit's ExecStart path, where the install steps put the virtualenv's `daemon`.
+    """
     analyze = shutil.which("systemd-analyze")
     assert analyze is not None, "systemd-analyze is needed to verify the unit"
-    here = Path(sys.executable).parent / "daemon"
-    unit = tmp_path / "enrichd.service"
-    unit.write_text(UNIT.read_text(encoding="utf-8").replace("/opt/enrichd/bin/daemon", str(here)))
+    root = tmp_path / "root"
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    shutil.copy(UNIT, root / "etc/systemd/system/enrichd.service")
+    binary = root / "opt/enrichd/bin/daemon"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
     done = subprocess.run(
-        [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60
+        [analyze, "verify", f"--root={root}", "/etc/systemd/system/enrichd.service"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
 
@@ -218,11 +294,10 @@ def test_sample_data_creates_the_topics_and_produces_users_and_tweets(
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "deploy" / "compose" / "sample_data.py"),
+            "-m",
+            "daemon.demos.sample_data",
             "--bootstrap-servers",
             broker.bootstrap_servers,
-            "--schemas",
-            str(ROOT / "schemas"),
             "--users-topic",
             users,
             "--tweets-topic",

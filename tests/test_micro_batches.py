@@ -403,8 +403,7 @@ def test_a_record_after_its_keys_end_of_input_is_flushed_at_once(
         checkpoint=tmp_path / "checkpoint",
         bootstrap_servers=broker.bootstrap_servers,
     )
-    (pipe,) = file.pipeline
-    pipe = on_topics(pipe, topics, fresh_topic("pairs"), max_records_per_batch=1)
+    pipe = on_topics(file.pipeline[0], topics, fresh_topic("pairs"), max_records_per_batch=1)
     left, right = (AvroCodec(load_schema_file(schemas[role])) for role in ("left", "right"))
     produce(conf, topics["left"], [In(left.encode({"k": 1, "v": "N", "at": 1000}), b"1", 1000)])
     marker = Producer(conf)

@@ -212,9 +212,12 @@ def test_an_idle_query_stays_ready_on_sparks_idle_reports(service: Service) -> N
 
 
 def test_logs_are_json_lines_naming_the_pipeline(service: Service) -> None:
-    ours = [
-        json.loads(line) for line in service.log_text().splitlines() if line.startswith('{"time"')
-    ]
+    """Every line the daemon printed is one of its own, as JSON: Spark's own output went to
+    the file whose path the daemon logged once."""
+    lines = [line for line in service.log_text().splitlines() if line.strip()]
+    ours = [json.loads(line) for line in lines]  # each line is JSON
+    (spark_log,) = [line for line in ours if line["message"].startswith("Spark's own log: ")]
+    assert Path(spark_log["message"].split()[3]).stat().st_size > 0
     started = [
         line for line in ours if line["message"].startswith(f"pipeline {service.run.name} started")
     ]
@@ -240,6 +243,49 @@ def test_a_second_daemon_on_the_same_checkpoint_is_refused(service: Service) -> 
         "first, or give this pipeline another checkpoint"
     ]
     assert service.process.poll() is None
+
+
+def test_output_held_back_from_read_committed_readers_makes_it_not_ready(
+    service: Service,
+) -> None:
+    """Another writer's transaction left open on the dead-letter topic holds every later
+    commit there back from read_committed readers, while the daemon's batches succeed:
+    /readyz and the log say so once that lasts the stall timeout, and the daemon is ready
+    again when the transaction ends."""
+    from confluent_kafka import Producer
+
+    from tests.kafka_helpers import produce
+
+    name = service.run.name
+    dead_letters = load_pipeline_file(service.run.path).pipeline[0].dead_letters
+    blocker = Producer(
+        {
+            **service.run.conf,
+            "transactional.id": f"blocker-{name}",
+            "transaction.timeout.ms": 600_000,
+        }
+    )
+    blocker.init_transactions(30)
+    blocker.begin_transaction()
+    blocker.produce(dead_letters, b"held open", partition=0)
+    assert blocker.flush(30) == 0
+
+    def readiness() -> tuple[int, str]:
+        # A tweet that is not Avro: a dead letter, committed behind the open transaction.
+        produce(service.run.conf, service.run.tweet_topic, [In(b"\x01", b"bad")])
+        return service.get("/readyz")
+
+    def held_back() -> bool:
+        status, text = readiness()
+        return status == 503 and f"{name}: output {dead_letters}/0 held back" in text
+
+    try:
+        service.wait_until("/readyz saying the output is held back", held_back, timeout_s=180)
+    finally:
+        blocker.commit_transaction(30)
+    assert f"pipeline {name}: output {dead_letters}/0 held back" in service.log_text()
+    service.wait_until("ready again", lambda: readiness()[0] == 200, timeout_s=90)
+    assert f"pipeline {name}: its output is visible again" in service.log_text()
 
 
 def test_sigterm_tells_systemd_stopping_and_exits_0(service: Service) -> None:

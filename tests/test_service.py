@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -39,6 +43,19 @@ def example_against(folder: Path, servers: str) -> Path:
     return path
 
 
+def with_fresh_topics(path: Path, broker: EmbeddedBroker, *topics: str) -> str:
+    """Give the file's topics names of this test alone, create them; the file's new text."""
+    from tests.kafka_helpers import create_topic
+
+    text = path.read_text()
+    for topic in topics:
+        fresh = f"{topic}-{uuid.uuid4().hex[:8]}"
+        text = text.replace(f'topic = "{topic}"', f'topic = "{fresh}"')
+        create_topic({"bootstrap.servers": broker.bootstrap_servers}, fresh)
+    path.write_text(text)
+    return text
+
+
 def test_run_without_bootstrap_servers_is_a_one_line_error() -> None:
     done = daemon_run(EXAMPLE)
     assert done.returncode == 1
@@ -46,6 +63,22 @@ def test_run_without_bootstrap_servers_is_a_one_line_error() -> None:
         f"error: {EXAMPLE}: [kafka] bootstrap_servers is not set; set it, or use "
         "`daemon replay`/`daemon demo`, which start the embedded broker"
     ]
+
+
+def test_run_with_json_logs_gives_its_error_as_one_json_line(tmp_path: Path) -> None:
+    """What a container's log shows (the image logs JSON): one line a log shipper can parse."""
+    missing = tmp_path / "pipelines.toml"
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "run", str(missing), "--log-format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["logger"]) == ("ERROR", "enrichd")
+    assert record["message"] == f"{missing}: no such file"
 
 
 def test_run_with_a_missing_input_topic_is_a_one_line_error(
@@ -65,28 +98,138 @@ def test_run_on_a_checkpoint_of_another_pipeline_shape_is_a_one_line_error(
     from daemon.config import load_pipeline_file
 
     path = example_against(tmp_path, broker.bootstrap_servers)
+    with_fresh_topics(path, broker, "users", "tweets")
     (pipe,) = load_pipeline_file(path).pipeline
-    check_checkpoint(pipe)  # as the first run of this pipeline left it
-    path.write_text(path.read_text().replace('topic = "users"', 'topic = "people"'))
+    check_checkpoint(pipe)  # as the first run of this pipeline left it, after a batch:
+    (pipe.checkpoint / "offsets").mkdir()
+    (pipe.checkpoint / "offsets" / "0").write_text("v1\n")
+    users = pipe.inputs["one"].topic
+    with_fresh_topics(path, broker, users)
+    people = load_pipeline_file(path).pipeline[0].inputs["one"].topic
     done = daemon_run(path)
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"error: pipeline 'tweet-views': checkpoint {pipe.checkpoint} was")
-    assert "input 'one' topic 'users' is now 'people'" in line
+    assert f"input 'one' topic {users!r} is now {people!r}" in line
 
 
-def test_run_against_an_unreachable_broker_is_a_one_line_error(tmp_path: Path) -> None:
+def test_a_start_refused_for_a_typo_leaves_the_checkpoint_to_the_fixed_pipeline(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A joiner name with a typo is refused with one line and leaves no shape in the
+    checkpoint; the fixed file then starts on the same checkpoint."""
+    import urllib.error
+
+    from daemon.checkpoint import SHAPE_FILE
+    from daemon.config import load_pipeline_file
+    from tests.daemon_process import DaemonProcess
+
+    path = example_against(tmp_path, broker.bootstrap_servers)
+    fixed = with_fresh_topics(path, broker, "users", "tweets", "tweet-views")
+    (pipe,) = load_pipeline_file(path).pipeline
+    path.write_text(fixed.replace('joiner = "comap"', 'joiner = "comapp"'))
+
+    done = daemon_run(path)
+
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "unknown joiner 'comapp'" in line, line
+    assert not (pipe.checkpoint / SHAPE_FILE).exists()
+
+    path.write_text(fixed)
+    service = DaemonProcess(path, tmp_path / "daemon.log", env={})
+
+    def ready() -> bool:
+        try:
+            return service.get("/readyz")[0] == 200
+        except urllib.error.URLError:  # not serving yet
+            return False
+
+    try:
+        service.wait_until("/readyz", ready, timeout_s=180)
+        assert '"joiner": "comap"' in (pipe.checkpoint / SHAPE_FILE).read_text()
+    finally:
+        service.process.send_signal(signal.SIGTERM)
+        assert service.process.wait(60) == 0, service.log_text()[-2000:]
+
+
+def unused_port() -> int:
     import socket
 
     with socket.socket() as probe:  # a loopback port nothing listens on
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return int(probe.getsockname()[1])
+
+
+def test_run_retries_an_unreachable_broker_with_backoff_until_stopped(tmp_path: Path) -> None:
+    """One JSON line per failed try, the next 1 s, 2 s... later; SIGTERM while waiting: exit 0."""
+    port = unused_port()
     path = example_against(tmp_path, f"127.0.0.1:{port}")
-    done = daemon_run(path)
-    assert done.returncode == 1
-    (line,) = done.stderr.strip().splitlines()
-    assert line.startswith(f"error: cannot reach Kafka at '127.0.0.1:{port}'")
-    assert line.endswith("check [kafka] bootstrap_servers and that the broker is running")
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "daemon", "run", str(path), "--log-format", "json"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert daemon.stderr is not None
+    try:
+        retries = []
+        for line in daemon.stderr:  # each try waits up to 10 s for metadata
+            message = json.loads(line)["message"]
+            if "retrying in" in message:
+                retries.append(message)
+            if len(retries) == 2:
+                break
+        daemon.send_signal(signal.SIGTERM)
+        rest = [json.loads(line)["message"] for line in daemon.stderr]
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        daemon.kill()
+    first, second = retries
+    assert first.startswith(f"cannot reach Kafka at '127.0.0.1:{port}'")
+    assert "check [kafka] bootstrap_servers and that the broker is running" in first
+    assert first.endswith("; retrying in 1 s") and second.endswith("; retrying in 2 s")
+    assert rest[-1] == "stopped before any pipeline started"
+
+
+def test_planning_waits_for_the_broker_and_goes_on_once_it_answers(tmp_path: Path) -> None:
+    """The broker starts only after the first try failed: the next try plans the pipeline."""
+    import threading
+
+    from daemon.config import load_pipeline_file
+    from daemon.engine.pipeline import client_conf
+    from daemon.kafka.admin import create_topics
+
+    port = unused_port()
+    file = load_pipeline_file(example_against(tmp_path, f"127.0.0.1:{port}"))
+    (pipe,) = file.pipeline
+    conf = client_conf(file)
+    waits: list[str] = []
+
+    class Waiting:
+        def waiting(self, why: str, for_s: float) -> None:
+            waits.append(why)
+
+    planned: list[Any] = []
+    planner = threading.Thread(
+        target=lambda: planned.append(
+            service._plan_when_kafka_answers(file, conf, threading.Event(), Waiting())  # type: ignore[arg-type]
+        )
+    )
+    planner.start()
+    try:
+        while not waits:
+            assert planner.is_alive()
+            time.sleep(0.1)
+        with EmbeddedBroker(port):
+            create_topics(conf, {spec.topic: 1 for spec in pipe.inputs.values()})
+            planner.join(timeout=60)
+    finally:
+        planner.join(timeout=60)
+    (plans,) = planned
+    assert [plan.config.name for plan in plans] == ["tweet-views"]
+    # Usually one: the next try's client reconnects while the broker comes up.
+    assert waits[0] == "waiting for Kafka: try 1 failed, the next in 1 s"
 
 
 def test_restart_delay_doubles_from_1s_to_60s() -> None:

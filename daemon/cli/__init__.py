@@ -2,19 +2,25 @@
 
 Errors a user can fix (:class:`daemon.errors.EnrichdError`) become one line on stderr and exit
 code 1 in :func:`main`, and nowhere else; ``ENRICHD_DEBUG=1`` shows the traceback instead.
+Once a command has set up JSON logs (``daemon run --log-format json``), the line is a JSON
+log line, like the rest of the process's output.
 Importing this package starts no JVM: commands import Spark only when they run.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
+import warnings
 
 import typer
 
 from daemon.cli import broker, demo, plugins, replay, run, validate
+from daemon.engine import spark_output
 from daemon.errors import EnrichdError
+from daemon.logs import json_lines_configured
 from daemon.secrets import redact
 
 app = typer.Typer(
@@ -37,20 +43,37 @@ def debug() -> bool:
     return os.environ.get("ENRICHD_DEBUG", "") not in ("", "0")
 
 
+def report(lines: list[str]) -> None:
+    """Write an error's lines to stderr: ``error: LINE``, or JSON lines where logs are JSON.
+
+    Both pass through :func:`daemon.secrets.redact` (the JSON formatter redacts its lines).
+    """
+    for line in lines:
+        if json_lines_configured():
+            logging.getLogger("enrichd").error(line)
+        else:
+            typer.echo(redact(f"error: {line}"), err=True)
+
+
 def main() -> None:
     """Run the command line, turning operator errors into one line and exit code 1.
 
     Everything printed here passes through :func:`daemon.secrets.redact`, the traceback
     under ``ENRICHD_DEBUG`` too.
     """
+    if not spark_output.verbose():
+        # PySpark 4.3 warns on every start that it does not fully support pandas 3: chatter
+        # to a user, who can do nothing about it (the Spark log has PySpark's own warnings).
+        warnings.filterwarnings(
+            "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+        )
     try:
         app()  # usage errors are reported by Typer itself, with exit code 2
     except EnrichdError as exc:
         if debug():
             _print_traceback(exc)
             sys.exit(1)
-        for line in str(exc).splitlines() or [type(exc).__name__]:
-            typer.echo(redact(f"error: {line}"), err=True)
+        report(str(exc).splitlines() or [type(exc).__name__])
         sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
@@ -60,10 +83,7 @@ def main() -> None:
             _print_traceback(exc)
             sys.exit(1)
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        typer.echo(
-            redact(f"error: {type(exc).__name__}: {message} (ENRICHD_DEBUG=1 shows where)"),
-            err=True,
-        )
+        report([f"{type(exc).__name__}: {message} (ENRICHD_DEBUG=1 shows where)"])
         sys.exit(1)
 
 

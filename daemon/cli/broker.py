@@ -9,19 +9,37 @@ from typing import Annotated
 
 import typer
 
-from daemon.broker import EmbeddedBroker
+from daemon.broker import LOOPBACK, EmbeddedBroker
 from daemon.errors import BrokerError
 
 Port = Annotated[
     int | None,
-    typer.Option("--port", help="Loopback port to listen on.", show_default="a free port"),
+    typer.Option("--port", help="Port to listen on.", show_default="a free port"),
+]
+
+Host = Annotated[
+    str,
+    typer.Option(
+        "--host",
+        help="Address to listen on; 0.0.0.0 serves other hosts, e.g. other containers.",
+    ),
+]
+AdvertisedHost = Annotated[
+    str | None,
+    typer.Option(
+        "--advertised-host",
+        help="Host name clients are told to connect to, e.g. a compose service's name.",
+        show_default="the --host address (127.0.0.1 for 0.0.0.0)",
+    ),
 ]
 
 _POLL_S = 0.5
 
 
-def broker(port: Port = None) -> None:
-    """Start the embedded Kafka-compatible broker on loopback and print its address.
+def broker(
+    port: Port = None, host: Host = LOOPBACK, advertised_host: AdvertisedHost = None
+) -> None:
+    """Start the embedded Kafka-compatible broker (on loopback by default); print its address.
 
     It keeps everything in memory: every start is an empty cluster. Ctrl-C or SIGTERM stops
     it and exits 0.
@@ -40,7 +58,7 @@ def broker(port: Port = None) -> None:
         signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)
     }
     try:
-        with EmbeddedBroker(port) as running:
+        with EmbeddedBroker(port, host=host, advertised_host=advertised_host) as running:
             typer.echo(f'bootstrap_servers = "{running.bootstrap_servers}"')
             typer.echo(
                 "put that line under [kafka] in a pipeline file; the broker keeps nothing "

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from daemon.cli.options import Verbose, show_spark_output
 from daemon.errors import ConfigError
 
 
@@ -49,8 +50,10 @@ def replay(
     pipeline: Annotated[
         str | None, typer.Option("--pipeline", help="Which pipeline, if the file has several.")
     ] = None,
+    verbose: Verbose = False,
 ) -> None:
     """Run a pipeline end to end over recorded inputs and print its outputs as JSON lines."""
+    show_spark_output(verbose)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 

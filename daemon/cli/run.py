@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from daemon.cli.options import Verbose, show_spark_output
 from daemon.logs import LogFormat
 
 PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
@@ -55,8 +56,10 @@ def run(
     http: HttpAddress = None,
     log_format: LogFormatOption = "text",
     stall_timeout: StallTimeout = 300.0,
+    verbose: Verbose = False,
 ) -> None:
     """Run every pipeline in the file until SIGTERM/SIGINT, then finish and exit 0."""
+    show_spark_output(verbose)
     # A configuration problem at start-up raises EnrichdError: one line and exit 1 (cli.main).
     from daemon.config import load_pipeline_file
     from daemon.logs import configure_logging

@@ -17,7 +17,8 @@ from daemon.errors import EnrichdError
 if TYPE_CHECKING:
     from daemon.replay import ReplayResult
 
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+"""The example pipelines, package data of ``daemon`` (in a checkout, a link to ``examples/``)."""
 
 DEMOS = {
     "comap": "tweets and users become tweet views (co-map with state)",
@@ -29,10 +30,10 @@ DEMOS = {
 
 
 def example_file(name: str) -> Path:
-    """A demo's pipeline file from ``examples/``."""
+    """A demo's pipeline file from the installed examples."""
     path = EXAMPLES / name
     if not path.exists():
-        raise EnrichdError(f"{path} is missing; run the demo from a source checkout")
+        raise EnrichdError(f"{path} is missing; reinstall enrichd (its package data is incomplete)")
     return path
 
 

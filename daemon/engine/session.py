@@ -7,11 +7,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from daemon.config import SparkConfig
+from daemon.engine import spark_output
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 TRACK_STATE_ROWS = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 _DEFAULTS = {
     # transformWithState keeps its state in RocksDB; the in-memory store runs out of heap.
@@ -39,7 +41,7 @@ _DEFAULTS = {
     # at the quick compiler (C1) left 1.4 s to compilation, and batches took 0.9-1.1 s
     # instead of 1.2-1.5 s (p99 2.3-2.4 s against 3.2-3.4 s, three runs each, alternated).
     # In local mode this JVM is the executor too.
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    JAVA_OPTIONS: "-XX:TieredStopAtLevel=1",
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -56,7 +58,7 @@ def spark_session(config: SparkConfig) -> SparkSession:
     in-process, and its settings, applied when it started, are not set again under the
     queries it may be running (a replay in a test session or a notebook).
     """
-    from pyspark import SparkContext
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     if SparkContext._active_spark_context is None:
@@ -64,11 +66,22 @@ def spark_session(config: SparkConfig) -> SparkSession:
         # python3 on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        settings = {**_DEFAULTS, **config.conf}
+        quiet = SparkContext._gateway is None and not spark_output.verbose()
+        if quiet:  # a JVM of its own, its output into a file (a running one keeps its own)
+            path = spark_output.log_path()
+            options = settings.get(JAVA_OPTIONS, "")
+            settings[JAVA_OPTIONS] = f"{options} {spark_output.java_options(path)}".strip()
+            conf = SparkConf().setMaster(config.master).setAppName("enrichd").setAll(
+                list(settings.items())
+            )
+            SparkContext._ensure_initialized(gateway=spark_output.launch_jvm(conf, path))
         builder = SparkSession.builder.master(config.master).appName("enrichd")
-        for key, value in {**_DEFAULTS, **config.conf}.items():
+        for key, value in settings.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
+        if not quiet:
+            session.sparkContext.setLogLevel("ERROR")
     else:
         session = SparkSession.builder.getOrCreate()
     # getOrCreate() makes the session active only in the thread that first created it, and

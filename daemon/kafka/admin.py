@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from daemon.errors import KafkaUnavailableError
+from daemon.errors import KafkaUnavailableError, KafkaUnreachableError
 from daemon.kafka.connect import ClientErrors, admin, connection_failure
 
 
@@ -12,8 +12,10 @@ def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[
     """Every topic of the cluster and its partition count.
 
     Raises:
-        KafkaUnavailableError: the broker did not answer in time, refused the credentials
-            or failed the TLS handshake (the message says which).
+        KafkaUnreachableError: the broker did not answer in time (it may yet: the service
+            tries again).
+        KafkaUnavailableError: the broker refused the credentials or failed the TLS
+            handshake (the message says which): only the operator can fix that.
     """
     errors = ClientErrors()
     client = admin(client_conf, errors)
@@ -28,7 +30,10 @@ def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[
             client.poll(0)  # serves the error callbacks: why the connection failed
             if errors.refused() or time.monotonic() >= deadline:
                 servers = str(client_conf.get("bootstrap.servers"))
-                raise KafkaUnavailableError(connection_failure(servers, errors, exc)) from None
+                failure = connection_failure(servers, errors, exc)
+                if errors.refused():
+                    raise KafkaUnavailableError(failure) from None
+                raise KafkaUnreachableError(failure) from None
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 

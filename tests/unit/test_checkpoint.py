@@ -25,6 +25,13 @@ def pipeline(tmp_path: Path, **changes: object) -> PipelineConfig:
     return PipelineConfig.model_validate({**base, **changes})
 
 
+def first_start(tmp_path: Path, **changes: object) -> None:
+    """A start that records its shape and runs a micro-batch: Spark's offset log has entry 0."""
+    check_checkpoint(pipeline(tmp_path, **changes))
+    (tmp_path / "checkpoint" / "offsets").mkdir()
+    (tmp_path / "checkpoint" / "offsets" / "0").write_text("v1\n")
+
+
 def test_the_first_start_records_the_shape_and_the_same_shape_resumes(tmp_path: Path) -> None:
     check_checkpoint(pipeline(tmp_path))
     assert (tmp_path / "checkpoint" / SHAPE_FILE).exists()
@@ -33,7 +40,7 @@ def test_the_first_start_records_the_shape_and_the_same_shape_resumes(tmp_path: 
 
 
 def test_another_joiner_topic_or_key_is_refused_saying_what_changed(tmp_path: Path) -> None:
-    check_checkpoint(pipeline(tmp_path))
+    first_start(tmp_path)
     inputs = {
         "one": {"topic": "people", "schema": "user.avsc", "key": "id"},
         "many": {"topic": "tweets", "schema": "tweet.avsc", "key": "user_id"},
@@ -52,7 +59,7 @@ def test_another_bucket_count_is_refused_and_the_default_reads_older_checkpoints
     tmp_path: Path,
 ) -> None:
     # What checkpoints written before `state_buckets` existed hold: the default's layout.
-    check_checkpoint(pipeline(tmp_path))
+    first_start(tmp_path)
     shape = (tmp_path / "checkpoint" / SHAPE_FILE).read_text()
     assert '"pickled keys in 32 buckets, stashes in a log per bucket"' in shape
     check_checkpoint(pipeline(tmp_path, state_buckets=32))
@@ -63,8 +70,17 @@ def test_another_bucket_count_is_refused_and_the_default_reads_older_checkpoints
 def test_an_older_state_layout_is_refused_as_an_upgrade(tmp_path: Path) -> None:
     import json
 
-    check_checkpoint(pipeline(tmp_path))
+    first_start(tmp_path)
     path = tmp_path / "checkpoint" / SHAPE_FILE
     path.write_text(json.dumps({**json.loads(path.read_text()), "state": "one value per key"}))
     with pytest.raises(IncompatibleCheckpointError, match="an enrichd upgrade"):
         check_checkpoint(pipeline(tmp_path))
+
+
+def test_a_shape_from_a_start_that_ran_no_batch_is_replaced(tmp_path: Path) -> None:
+    """A start that recorded its shape and then failed before its first micro-batch (the
+    broker went away, say) left no offsets and no state: the next start, of any shape, takes
+    the checkpoint, and its own shape counts from then on."""
+    check_checkpoint(pipeline(tmp_path, joiner="asof"))
+    check_checkpoint(pipeline(tmp_path))
+    assert '"joiner": "comap"' in (tmp_path / "checkpoint" / SHAPE_FILE).read_text()

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from daemon.config import parse_pipeline_file
-from daemon.lock import LOCK_NAME, CheckpointInUseError, CheckpointLocks, lock_checkpoints
+from daemon.lock import (
+    LOCK_NAME,
+    CheckpointInUseError,
+    CheckpointLocks,
+    CheckpointUnwritableError,
+    lock_checkpoints,
+)
 
 
 def one_pipeline(name: str, checkpoint: Path) -> dict[str, object]:
@@ -90,3 +96,17 @@ def test_kill_9_of_the_holder_frees_the_checkpoint(tmp_path: Path) -> None:
             time.sleep(0.05)
     assert (checkpoint / LOCK_NAME).read_text() == f"{os.getpid()}\n"
     locks.release()
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path) -> None:
+    """Here a file stands where its folder should be (the tests run as root, whom file modes
+    do not stop; the image's tests check a folder its user may not write)."""
+    (tmp_path / "state").write_text("not a folder")
+    checkpoint = tmp_path / "state" / "views"
+    with pytest.raises(CheckpointUnwritableError) as refused:
+        CheckpointLocks().acquire("views", checkpoint)
+    assert str(refused.value) == (
+        f"pipeline 'views': cannot write checkpoint {checkpoint} (Not a directory: "
+        f"{checkpoint.resolve()}); give the user the daemon runs as (uid {os.getuid()}) write "
+        "access to it, or point `checkpoint` elsewhere"
+    )

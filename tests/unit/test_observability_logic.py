@@ -173,3 +173,43 @@ def test_the_joiners_own_counts_become_events() -> None:
     metrics.batch_written(VIEW, {"records": {}, "joiner": {"matched": 1}})
     assert sample(metrics, "enrichd_joiner_events_total", pipeline="views", event="matched") == 4
     assert sample(metrics, "enrichd_joiner_events_total", pipeline="views", event="revisions") == 1
+
+
+def test_output_held_back_while_batches_commit_is_reported_after_the_limit() -> None:
+    from daemon.observability import OutputVisibility
+
+    check = OutputVisibility(after_s=30)
+    ends = {"views/0": 120, "views/1": 80}
+    stable = {"views/0": 100, "views/1": 80}  # partition 0 stops at an open transaction
+    assert check.sample(stable, ends, batches=5, now=0) is None  # behind, for now
+    assert check.sample(stable, {**ends, "views/0": 150}, batches=9, now=20) is None  # < 30 s
+    why = check.sample(stable, {**ends, "views/0": 170}, batches=12, now=31)
+    assert why == (
+        "output views/0 held back: read_committed readers stop at offset 100 of 170 for 31 s, "
+        "while 7 micro-batches committed"
+    )
+    # The transaction ends: readers move on, and the output is visible again.
+    assert check.sample({**stable, "views/0": 170}, {**ends, "views/0": 170}, 13, 41) is None
+
+
+def test_a_stable_offset_that_moves_or_a_query_that_commits_nothing_is_not_held_back() -> None:
+    from daemon.observability import OutputVisibility
+
+    check = OutputVisibility(after_s=30)
+    ends = {"views/0": 120}
+    assert check.sample({"views/0": 100}, ends, batches=5, now=0) is None
+    # Behind again later, but it moved: a new transaction, not a stuck one.
+    assert check.sample({"views/0": 110}, ends, batches=9, now=40) is None
+    # Standing still for long, but no micro-batch committed since: nothing was held back.
+    assert check.sample({"views/0": 110}, ends, batches=9, now=90) is None
+
+
+def test_a_held_back_output_makes_the_query_not_ready() -> None:
+    from daemon.observability import Health
+
+    health = Health(stall_after_s=300)
+    health.started("views", 0)
+    health.progressed("views", 1)
+    assert health.ready(2)
+    health.of("views").hidden_output = "output views/0 held back: ..."
+    assert health.not_ready(2) == {"views": "output views/0 held back: ..."}

@@ -118,6 +118,19 @@ def test_a_restarted_query_gets_a_fresh_start_time(ops: Operations, systemd: Sys
     assert systemd.messages()[-1] == "WATCHDOG=1"
 
 
+def test_waiting_for_kafka_extends_the_start_timeout_and_shows_in_readyz(
+    ops: Operations, systemd: Systemd
+) -> None:
+    ops.waiting("waiting for Kafka: try 2 failed, the next in 2 s", for_s=32)
+    assert systemd.messages() == [
+        "STATUS=waiting for Kafka: try 2 failed, the next in 2 s\nEXTEND_TIMEOUT_USEC=32000000"
+    ]
+    assert ops.readiness() == (
+        False,
+        "no pipeline has started yet; waiting for Kafka: try 2 failed, the next in 2 s",
+    )
+
+
 def test_stopping_is_told_to_systemd(ops: Operations, systemd: Systemd) -> None:
     ops.stopping()
     assert systemd.messages() == ["STOPPING=1\nSTATUS=stopping"]
