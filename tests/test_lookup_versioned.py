@@ -175,6 +175,58 @@ def test_totals_count_a_revised_click_once_in_its_latest_region(
         assert [v["clicks"] for v in by_key(totals)["us"]] == [1, 3, 11, 15]
 
 
+# -- inner mode, key form ----------------------------------------------------------------------
+
+KEYED_CLICKS = [
+    # Keyed in Kafka by their user, the join key: the clicks of a user share an output key.
+    {**click("k1", "ada", 100, 100, 1), "key": "ada"},
+    {**click("k2", "ada", 300, 300, 1), "key": "ada"},
+    # b1 has no region when it arrives: inner mode writes nothing, until the late row does.
+    {**click("b1", "bob", 100, 100, 1), "key": "bob"},
+    # b2 was made at 600 but reached Kafka at 250; the tombstone (300) withdraws its answer.
+    {**click("b2", "bob", 600, 250, 1), "key": "bob"},
+]
+KEYED_CHANGES = [
+    change("ada", "eu", 0, 0),
+    change("ada", "us", 50, 400),  # late: k1 and k2 are revised
+    change("bob", "apac", 50, 200),  # late: b1's first answer
+    change("bob", None, 300, 300),
+]
+INNER = {"mode": "inner", "versioned": True, "revisions": True, "history_retention": "1s"}
+
+
+@pytest.mark.parametrize("cap", [None, 1], ids=["whole", "max-batch-1"])
+def test_inner_mode_in_key_form_answers_late_and_withdraws(
+    broker: Any, spark: Any, cap: int | None
+) -> None:
+    def run(engine: Callable[..., Any], **batching: Any) -> dict[str, list[Any]]:
+        result = engine(
+            "lookup" if engine is replay_joiner else Lookup,
+            {"stream": KEYED_CLICKS, "table": KEYED_CHANGES},
+            schemas=TIMED,
+            output_schema=SCHEMAS / "revised_click.avsc",
+            keys=KEYS,
+            times=TIMES,
+            fields=FIELDS,
+            options=INNER,
+            **batching,
+        )
+        return by_key(result.outputs)
+
+    engine = run(replay_joiner, max_batch=cap, bootstrap_servers=broker.bootstrap_servers)
+    assert engine == run(run_joiner)
+
+    def said(value: dict[str, Any] | None) -> tuple[str, str, int] | None:
+        if value is None:
+            return None
+        return value["click"]["id"], value["region"]["region"], value["revision"]
+
+    assert {key: [said(v) for v in values] for key, values in engine.items()} == {
+        "ada": [("k1", "eu", 0), ("k2", "eu", 0), ("k1", "us", 1), ("k2", "us", 1)],
+        "bob": [("b1", "apac", 0), ("b2", "apac", 0), None],
+    }
+
+
 # -- bootstrap --------------------------------------------------------------------------------
 
 
