@@ -176,10 +176,10 @@ class Lookup(Joiner):
     behind the key's stream time (the greatest event time of its records), and a stream
     record joins the version valid at its own event time: the latest table record at or
     before it (of equal times, the last to arrive); a tombstone ends a version (it has no
-    fields, so its time is its Kafka timestamp). Records
-    apply in arrival order, since what is emitted depends on what was known when. A record
-    older than stream time - ``history_retention`` goes to the dead-letter topic as
-    ``LateRecord``. ``grace``: a stream record is held until its key's stream time reaches
+    fields, so its time is its Kafka timestamp). Records apply in arrival order, since what
+    is emitted depends on what was known when. A record older than stream time -
+    ``history_retention`` goes to the dead-letter topic as ``LateRecord`` (counted as
+    ``late_stream`` or ``late_table``). ``grace``: a stream record is held until its key's stream time reaches
     its event time plus the grace (or the key is quiet for ``idle_timeout``, or its input
     ends), so table rows up to that late are joined. ``revisions = true``: answered stream
     records are kept for ``history_retention``, and a later table row that changes an
