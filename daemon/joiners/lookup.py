@@ -179,15 +179,16 @@ class Lookup(Joiner):
     fields, so its time is its Kafka timestamp). Records apply in arrival order, since what
     is emitted depends on what was known when. A record older than stream time -
     ``history_retention`` goes to the dead-letter topic as ``LateRecord`` (counted as
-    ``late_stream`` or ``late_table``). ``grace``: a stream record is held until its key's stream time reaches
-    its event time plus the grace (or the key is quiet for ``idle_timeout``, or its input
-    ends), so table rows up to that late are joined. ``revisions = true``: answered stream
-    records are kept for ``history_retention``, and a later table row that changes an
-    answer emits the stream record again with the next ``revision`` (the output schema
-    needs an int field ``revision``; the first answer is 0), as ``asof`` revises; an inner
-    answer that a late tombstone withdraws is a tombstone for its key. With revisions and
-    no late record beyond retention, the latest output per stream record equals the batch
-    as-of join over the whole input.
+    ``late_stream`` or ``late_table``). ``grace``: a stream record is held until its key's
+    stream time reaches its event time plus the grace (or the key is quiet for
+    ``idle_timeout``, or its input ends), so table rows up to that late are joined.
+    ``revisions = true``: answered stream records are kept for ``history_retention``, and a
+    later table row that changes an answer emits the stream record again with the next
+    ``revision`` (the output schema needs an int field ``revision``; the first answer is
+    0; counted as ``revisions``), as ``asof`` revises; an inner answer that a late tombstone
+    withdraws is a tombstone for its key. With revisions and no late record beyond
+    retention, the latest output per stream record equals the batch as-of join over the
+    whole input.
 
     ``bootstrap = true``: a new pipeline reads the table input to the end it had at start
     before any stream record is joined, as a GlobalKTable is restored first.
