@@ -28,7 +28,7 @@ from rich.console import Console
 from bench.report import print_section, write_section
 from bench.workloads import REPO
 
-WORKLOADS = ("passthrough", "comap", "lookup", "asof", "window", "state")
+WORKLOADS = ("passthrough", "comap", "lookup", "asof", "window", "state", "startup")
 """Every workload, in the order ``all`` runs them (cheapest first)."""
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from daemon import secrets
+from daemon.constants import DEFAULT_STATE_BUCKETS
 from daemon.durations import DurationMs
 from daemon.environment import expand_environment
 from daemon.errors import ConfigError
@@ -169,18 +170,6 @@ read: each batch pays a fixed cost of about a second on a 2-core machine (planni
 checkpoint commits, task start, one Kafka transaction per task), and half a million records
 spread it thin (a pass-through sustained 1.5x the rate of 100,000-record batches). A
 pipeline that keeps up reads what arrived since its last batch, whatever the cap."""
-
-
-DEFAULT_STATE_BUCKETS = 32
-"""Buckets of join keys per pipeline (``state_buckets``): the operator groups rows, keeps state
-and sets timers per bucket (see :mod:`daemon.engine.processor`). A checkpoint keeps its
-count for life.
-
-Fewer buckets, less fixed cost: every bucket a micro-batch touches costs a few milliseconds
-of PySpark and state-store calls, and a batch of a few thousand keys touches all of them.
-More buckets, less state rewritten: a touched bucket's blob is read and written whole. With
-128 buckets the comap latency run (5,000 tweets/s over 10,000 authors) spent its batches on
-the calls (p99 3.8 s); with 32, batches of 5,000 tweets took 0.65-1 s and p99 was 1.9 s."""
 
 
 class PipelineConfig(_Strict):

@@ -72,8 +72,11 @@ def spark_session(config: SparkConfig) -> SparkSession:
             path = spark_output.log_path()
             options = settings.get(JAVA_OPTIONS, "")
             settings[JAVA_OPTIONS] = f"{options} {spark_output.java_options(path)}".strip()
-            conf = SparkConf().setMaster(config.master).setAppName("enrichd").setAll(
-                list(settings.items())
+            conf = (
+                SparkConf()
+                .setMaster(config.master)
+                .setAppName("enrichd")
+                .setAll(list(settings.items()))
             )
             SparkContext._ensure_initialized(gateway=spark_output.launch_jvm(conf, path))
         builder = SparkSession.builder.master(config.master).appName("enrichd")

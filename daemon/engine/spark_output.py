@@ -114,4 +114,3 @@ def _copy(pipe: IO[bytes], path: Path) -> None:
             out.flush()
             if raw.startswith(ERROR_TAG.encode()):
                 log.error("%s", raw[len(ERROR_TAG) :].decode("utf-8", "replace").rstrip())
-

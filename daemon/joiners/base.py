@@ -44,8 +44,7 @@ from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-END_OF_TIME: Final = 2**62
-"""The event time :meth:`Joiner.advance` receives at the end of input: past every window."""
+from daemon.constants import END_OF_TIME as END_OF_TIME  # where joiners have long found it
 
 Order = Literal["event_time", "arrival"]
 """How a key's records of one micro-batch are put in apply order (:attr:`Joiner.order`)."""

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daemon.config import DEFAULT_STATE_BUCKETS
+from daemon.constants import DEFAULT_STATE_BUCKETS
 
 _SPARK_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
 

@@ -36,9 +36,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from daemon.avro import AvroCodec
-from daemon.config import DEFAULT_STATE_BUCKETS
+from daemon.constants import DEFAULT_STATE_BUCKETS, END_OF_TIME
 from daemon.errors import SchemaRegistryUnavailableError
-from daemon.joiners.base import END_OF_TIME
 from daemon.kafka import connect
 from daemon.kafka.clients import read_partition
 from daemon.kafka.records import (

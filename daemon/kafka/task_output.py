@@ -47,12 +47,14 @@ from __future__ import annotations
 import base64
 import pickle  # noqa: S403 - only our own driver-made spec travels through it
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from daemon.config import Delivery
 from daemon.kafka import connect
 from daemon.kafka.clients import Deliveries, produce
 from daemon.kafka.turns import ending_transaction
+
+if TYPE_CHECKING:
+    from daemon.config import Delivery  # pydantic's module: Spark's workers need not load it
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _TRANSACTIONAL: dict[str, tuple[Any, str, int]] = {}
