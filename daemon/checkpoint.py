@@ -10,36 +10,45 @@ refuses a mismatch with one line saying what changed and how to start over, unle
 micro-batch ever ran in the checkpoint (:func:`ran_a_batch`). Options are left
 out: most can change between runs (a cap, a timeout), and the joiner's own state carries
 what it needs.
+
+The state's layout records the version of the state format
+(:data:`~daemon.engine.state_format.STATE_FORMAT`) and the number of state buckets: an
+enrichd refuses a checkpoint of a newer format with one line rather than misread it, and
+reads every older format it knows.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from daemon.config import PipelineConfig
+from daemon.engine.state_format import STATE_FORMAT
 from daemon.errors import ConfigError
 
 SHAPE_FILE = "enrichd-pipeline.json"
 
 
-def state_layout(buckets: int) -> str:
-    """How the operator's state is laid out, with ``buckets`` buckets (``state_buckets``).
+def state_layout(buckets: int) -> dict[str, int]:
+    """How the operator's state is laid out: the state format, and ``state_buckets``.
 
-    Checkpoints without a layout kept one value per key. Checkpoints of ``"pickled keys in
-    128 buckets"`` predate :class:`~daemon.joiners.Stash` (which changed how comap keeps its
-    many side) and the setting.
+    Pre-release builds wrote a text here (``"pickled keys in 32 buckets, ..."``) for state
+    in a format that this enrichd does not read.
     """
-    return f"pickled keys in {buckets} buckets, stashes in a log per bucket"
-
-
-_BUCKETS_OF_LAYOUT = re.compile(r"^pickled keys in (\d+) buckets, stashes in a log per bucket$")
+    return {"format": STATE_FORMAT, "buckets": buckets}
 
 
 class IncompatibleCheckpointError(ConfigError):
     """The checkpoint was written by a pipeline of another shape."""
+
+
+class NewerCheckpointError(IncompatibleCheckpointError):
+    """The checkpoint holds state in a newer format: run the enrichd that wrote it."""
+
+
+class NoCheckpointError(ConfigError):
+    """The pipeline has not run yet: its checkpoint records no shape."""
 
 
 def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
@@ -65,16 +74,20 @@ def check_checkpoint(pipe: PipelineConfig) -> None:
 
     Called once the pipeline is fully planned, just before its query starts. A checkpoint in
     which no micro-batch ran holds no offsets and no state, whatever shape it recorded (a
-    start that failed before its first batch): it takes the new shape.
+    start that failed before its first batch): it takes the new shape. A seed left by
+    ``daemon reset`` or ``daemon rescale`` counts as a batch: it holds offsets and may hold
+    state laid out for the shape it recorded.
 
     Raises:
         IncompatibleCheckpointError: the checkpoint was written by a pipeline of another shape.
     """
     path = Path(pipe.checkpoint) / SHAPE_FILE
     shape = shape_of(pipe)
-    if not path.exists() or not ran_a_batch(pipe.checkpoint):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(shape, indent=2) + "\n", encoding="utf-8")
+    from daemon.state.seed import seed_of
+
+    started = ran_a_batch(pipe.checkpoint) or seed_of(pipe.checkpoint) is not None
+    if not path.exists() or not started:
+        write_shape(pipe)
         return
     try:
         written = json.loads(path.read_text(encoding="utf-8"))
@@ -83,6 +96,78 @@ def check_checkpoint(pipe: PipelineConfig) -> None:
             f"pipeline {pipe.name!r}: cannot read {path} ({exc}); restore it, or delete the "
             f"checkpoint {pipe.checkpoint} to start over from the earliest offsets"
         ) from None
+    refuse_mismatch(pipe, written, shape)
+
+
+def recorded_shape(pipe: PipelineConfig) -> dict[str, Any]:
+    """The shape the pipeline's checkpoint records, read only.
+
+    Raises:
+        NoCheckpointError: the checkpoint records no shape (the pipeline never ran).
+        IncompatibleCheckpointError: the shape file cannot be read.
+    """
+    path = Path(pipe.checkpoint) / SHAPE_FILE
+    if not path.exists():
+        raise NoCheckpointError(
+            f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} holds nothing yet (no "
+            f"{SHAPE_FILE}): the pipeline has not run there"
+        )
+    try:
+        shape: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IncompatibleCheckpointError(
+            f"pipeline {pipe.name!r}: cannot read {path} ({exc}); restore it, or delete the "
+            f"checkpoint {pipe.checkpoint} to start over from the earliest offsets"
+        ) from None
+    return shape
+
+
+def verify_checkpoint(pipe: PipelineConfig, *, any_buckets: bool = False) -> dict[str, Any]:
+    """Check, without writing anything, that the checkpoint fits the pipeline; its shape.
+
+    Args:
+        pipe: the pipeline.
+        any_buckets: accept another ``state_buckets`` count (``daemon rescale``'s case).
+
+    Raises:
+        NoCheckpointError: the pipeline never ran in the checkpoint.
+        IncompatibleCheckpointError: the checkpoint was written by a pipeline of another shape.
+    """
+    written = recorded_shape(pipe)
+    shape = shape_of(pipe)
+    if any_buckets and isinstance(written.get("state"), dict):
+        shape["state"] = {**shape["state"], "buckets": written["state"].get("buckets")}
+    refuse_mismatch(pipe, written, shape)
+    return written
+
+
+def buckets_of_shape(shape: dict[str, Any]) -> int:
+    """The ``state_buckets`` count a checkpoint's shape records."""
+    return int(shape["state"]["buckets"])
+
+
+def write_shape(pipe: PipelineConfig) -> None:
+    """Record the pipeline's shape in its checkpoint, replacing what was there."""
+    path = Path(pipe.checkpoint) / SHAPE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(shape_of(pipe), indent=2) + "\n", encoding="utf-8")
+
+
+def refuse_mismatch(pipe: PipelineConfig, written: dict[str, Any], shape: dict[str, Any]) -> None:
+    """Raise if the recorded shape ``written`` does not fit the pipeline's ``shape``.
+
+    Raises:
+        NewerCheckpointError: the state is in a format newer than this enrichd's.
+        IncompatibleCheckpointError: anything else differs.
+    """
+    layout = written.get("state")
+    if isinstance(layout, dict) and int(layout.get("format", 0)) > STATE_FORMAT:
+        raise NewerCheckpointError(
+            f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} holds state in format "
+            f"{layout['format']}, written by a newer enrichd (this one reads formats up to "
+            f"{STATE_FORMAT}); run that enrichd, or point `checkpoint` at a new folder to start "
+            "over"
+        )
     changes = _differences(written, shape)
     if changes:
         raise IncompatibleCheckpointError(
@@ -98,13 +183,16 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if old.get("joiner") != new["joiner"]:
         changes.append(f"joiner {old.get('joiner')!r} is now {new['joiner']!r}")
     written = old.get("state", "one value per key")
-    if written != new["state"]:
-        counts = [_BUCKETS_OF_LAYOUT.match(layout) for layout in (written, new["state"])]
-        if all(counts):
-            was, now = (int(match.group(1)) for match in counts if match)
-            changes.append(f"state_buckets {was} is now {now}")
-        else:
-            changes.append(f"state layout {written!r} is now {new['state']!r} (an enrichd upgrade)")
+    if not isinstance(written, dict):
+        changes.append(
+            f"state layout {written!r} of a pre-release enrichd, which this one cannot read"
+        )
+    elif written != new["state"]:
+        was, now = written.get("buckets"), new["state"]["buckets"]
+        if was != now:
+            changes.append(f"state_buckets {was} is now {now} (`daemon rescale` moves the state)")
+        if written.get("format") != new["state"]["format"]:
+            changes.append(f"state format {written.get('format')} is now {STATE_FORMAT}")
     old_inputs: dict[str, Any] = old.get("inputs") or {}
     for role in sorted(set(old_inputs) | set(new["inputs"])):
         before, after = old_inputs.get(role), new["inputs"].get(role)

@@ -11,8 +11,11 @@ for at most a second); if the daemon is gone or stuck the send fails, is ignored
 batch still commits: metrics never fail a write.
 
 A message: ``{"pipeline": "tweet-views", "batch": 7, "records": {"tweet-views": 40,
-"tweet-views.dlq": 2}, "dead_letters": {"UndecodableRecord": 2}, "joiner": {"unmatched": 1}}``
-(``joiner``: what the joiner counted with ``ctx.count``). The operator, which writes the
+"tweet-views.dlq": 2}, "dead_letters": {"UndecodableRecord": 2}, "joiner": {"unmatched": 1},
+"latency": {"tweet-views": [[0, 12, 28, 0, ...], 31.5]}, "event_time": {"many": 1764...}}``
+(``joiner``: what the joiner counted with ``ctx.count``; ``latency``: the end-to-end latency
+histogram per output topic, counts per bucket and the sum in seconds, :mod:`daemon.latency`;
+``event_time``: the newest event time read per input). The operator, which writes the
 records, passes its counts to the sink in rows for :data:`COUNTS_TOPIC`.
 """
 
@@ -46,6 +49,9 @@ def send_batch_counts(
     records: dict[str, int],
     dead_letters: dict[str, int],
     joiner: dict[str, int] | None = None,
+    *,
+    latency: dict[str, Any] | None = None,
+    event_time: dict[str, int] | None = None,
 ) -> bool:
     """Send one micro-batch's counts to the daemon at ``address``; False if it cannot be sent."""
     message = json.dumps(
@@ -55,6 +61,8 @@ def send_batch_counts(
             "records": records,
             "dead_letters": dead_letters,
             "joiner": joiner or {},
+            "latency": latency or {},
+            "event_time": event_time or {},
         }
     ).encode()
     try:

@@ -9,7 +9,9 @@ How it works: three sources feed one :class:`Metrics` registry and one :class:`H
   them (see :data:`daemon.engine.session.TRACK_STATE_ROWS`; off by default). Idle reports, which
   Spark sends about every 10 s while no data comes, only say the query is alive.
 - The Kafka sink's per-batch counts (``daemon.metrics_relay``): records written per output
-  and dead letters per reason, of committed batches only.
+  and dead letters per reason, of committed batches only; the end-to-end latency of the
+  records written (:mod:`daemon.latency`), and each input's newest event time read, from
+  which the event-time lag is the time since, at each scrape.
 - The supervisor: failures and restarts of each pipeline's query, whether it is running.
 
 Input lag per partition is the log end (Kafka ListOffsets, latest) minus the end offset of
@@ -23,11 +25,17 @@ Every metric is labelled with ``pipeline``, the streaming query's name: a pipeli
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from daemon.latency import LATENCY_BUCKETS, Tally
 
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Micro-batches take from ~0.2 s (stateless) to minutes (a large first batch after downtime)."""
@@ -72,6 +80,50 @@ def records_read(start: Mapping[str, int], end: Mapping[str, int]) -> dict[str, 
         if n > 0:
             counts[topic_of(name)] = counts.get(topic_of(name), 0) + n
     return counts
+
+
+class LatencyHistogram(Collector):
+    """``enrichd_end_to_end_latency_seconds`` per pipeline and output, from the tasks' tallies.
+
+    A collector of its own, since the observations arrive already counted per bucket
+    (:mod:`daemon.latency`), which ``prometheus_client.Histogram`` cannot take in.
+    """
+
+    name = "enrichd_end_to_end_latency_seconds"
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._lock = threading.Lock()
+        self._tallies: dict[tuple[str, str], Tally] = {}
+        registry.register(self)
+
+    def add(self, pipeline: str, output: str, tally: Tally) -> None:
+        """Add one batch's tally of an output."""
+        counts, total = tally
+        with self._lock:
+            mine = self._tallies.get((pipeline, output))
+            if mine is not None:
+                counts = [a + b for a, b in zip(mine[0], counts, strict=True)]
+                total += mine[1]
+            self._tallies[(pipeline, output)] = (list(counts), float(total))
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        """The histogram, cumulative by bucket as Prometheus has it."""
+        family = HistogramMetricFamily(
+            self.name,
+            "Seconds from a source record's Kafka timestamp to the commit of the records it "
+            "caused, per output.",
+            labels=["pipeline", "output"],
+        )
+        with self._lock:
+            tallies = dict(self._tallies)
+        for (pipeline, output), (counts, total) in sorted(tallies.items()):
+            bounds = [*(repr(bound) for bound in LATENCY_BUCKETS), "+Inf"]
+            cumulative, seen = [], 0
+            for bound, count in zip(bounds, counts, strict=True):
+                seen += count
+                cumulative.append((bound, seen))
+            family.add_metric([pipeline, output], cumulative, total)
+        yield family
 
 
 def is_late(reason: str) -> bool:
@@ -142,6 +194,15 @@ class Metrics:
             p,
             registry=r,
         )
+        self.latency = LatencyHistogram(r)
+        self.event_time_lag = Gauge(
+            "enrichd_event_time_lag_seconds",
+            "Seconds from the newest event time read from an input (in committed batches) to "
+            "now: grows while the input is quiet or behind.",
+            [*p, "input"],
+            registry=r,
+        )
+        self._newest_event: dict[tuple[str, str], float] = {}
         self.up = Gauge("enrichd_pipeline_up", "1 while the query runs, else 0.", p, registry=r)
         self.failures = Counter(
             "enrichd_pipeline_failures", "Query failures (each one is restarted).", p, registry=r
@@ -164,6 +225,22 @@ class Metrics:
                 self.late_records.labels(view.name).inc(int(n))
         for event, n in dict(message.get("joiner") or {}).items():
             self.joiner_events.labels(view.name, event).inc(int(n))
+        for topic, (counts, total) in dict(message.get("latency") or {}).items():
+            output = view.outputs.get(topic, topic)
+            self.latency.add(view.name, output, ([int(n) for n in counts], float(total)))
+        for role, ms in dict(message.get("event_time") or {}).items():
+            self.event_time_read(view.name, str(role), int(ms))
+
+    def event_time_read(self, pipeline: str, role: str, ms: int) -> None:
+        """Records of event time ``ms`` were read from an input: the lag counts from there."""
+        key = (pipeline, role)
+        first = key not in self._newest_event
+        self._newest_event[key] = max(self._newest_event.get(key, 0.0), ms / 1000)
+        if first:
+            newest = self._newest_event
+            self.event_time_lag.labels(pipeline, role).set_function(
+                lambda: max(time.time() - newest[key], 0.0)
+            )
 
     def batch_done(
         self,

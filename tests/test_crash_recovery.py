@@ -23,13 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon.avro import AvroCodec, load_schema_file
 from daemon.broker import EmbeddedBroker
-from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, produce, read_topic
+from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic
+from tests.state_helpers import TWEETS, USERS, VIEWS, comap_toml
 
-USERS = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
-TWEETS = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))
-VIEWS = AvroCodec(load_schema_file(SCHEMAS / "tweet_view.avsc"))
 AUTHORS = 10
 BATCH = 50  # records per micro-batch: small, so a run is a train of short batches
 STOP_TIMEOUT_S = 20
@@ -53,39 +50,6 @@ def tweets(ids: range) -> list[In]:
     ]
 
 
-PIPELINE = """\
-[kafka]
-bootstrap_servers = "{servers}"
-
-[spark]
-master = "local[2]"
-
-[[pipeline]]
-name = "{name}"
-joiner = "comap"
-checkpoint = "{checkpoint}"
-dead_letter_topic = "{name}.dlq"
-max_records_per_batch = {batch}
-
-[pipeline.inputs.one]
-topic = "{users}"
-schema = "{schemas}/user.avsc"
-key = "id"
-field = "author"
-
-[pipeline.inputs.many]
-topic = "{tweets}"
-schema = "{schemas}/tweet.avsc"
-key = "author_id"
-field = "tweet"
-
-[pipeline.output]
-topic = "{output}"
-schema = "{schemas}/tweet_view.avsc"
-
-[pipeline.options]
-many_id = "id"
-"""
 
 
 class Scenario:
@@ -100,18 +64,15 @@ class Scenario:
             create_topic(self.conf, topic, 2)
         self.folder = folder
         self.path = folder / "pipeline.toml"
-        self.path.write_text(
-            PIPELINE.format(
-                servers=broker.bootstrap_servers,
-                name=name,
-                checkpoint=folder / "checkpoint",
-                batch=BATCH,
-                users=user_topic,
-                tweets=self.tweet_topic,
-                output=self.output,
-                schemas=SCHEMAS,
-            ),
-            encoding="utf-8",
+        comap_toml(
+            self.path,
+            broker.bootstrap_servers,
+            name=name,
+            users=user_topic,
+            tweets=self.tweet_topic,
+            output=self.output,
+            checkpoint=folder / "checkpoint",
+            settings={"max_records_per_batch": BATCH},
         )
         produce(self.conf, user_topic, users())
         self.runs = 0

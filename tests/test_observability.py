@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -243,6 +244,67 @@ def test_a_second_daemon_on_the_same_checkpoint_is_refused(service: Service) -> 
         "first, or give this pipeline another checkpoint"
     ]
     assert service.process.poll() is None
+
+
+def test_state_reads_the_running_daemons_checkpoint_and_reset_and_rescale_refuse_it(
+    service: Service, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``daemon state`` beside the running daemon shows the last committed state (author 1
+    and the ten tweets whose author is 1); ``daemon reset`` and ``daemon rescale`` are refused
+    with one line while the daemon holds the checkpoint, and change nothing."""
+    from tests.state_helpers import daemon, listing, one_error_line
+
+    path, checkpoint = str(service.run.path), service.run.folder / "checkpoint"
+    before = listing(checkpoint / "commits")
+    done = daemon(capsys, "state", path, "--key", "1")
+    assert done.code == 0, done.err
+    shown = json.loads(done.out)
+    assert shown["state"]["one"]["id"] == 1
+    assert sorted(shown["state"]["many"], key=int) == [str(i) for i in range(0, TWEETS, 10)]
+    for command in (["reset", path, "--to", "earliest", "--yes"], ["rescale", path, "--yes"]):
+        line = one_error_line(daemon(capsys, *command))
+        assert f"checkpoint {checkpoint} is in use by another daemon" in line, line
+    assert set(before) <= set(listing(checkpoint / "commits"))
+    assert not list(service.run.folder.glob("checkpoint.before-*"))
+    assert service.process.poll() is None
+
+
+def test_end_to_end_latency_and_event_time_lag_on_metrics(service: Service) -> None:
+    """Every view is in the latency histogram, measured from its tweet's Kafka timestamp:
+    the fixture's tweets are stamped 10 s after the epoch, so each took decades (the +Inf
+    bucket). One tweet stamped now then lands in a finite bucket, and the event-time lag of
+    the tweets input drops from decades to the time since it."""
+    import time
+
+    from tests.test_crash_recovery import TWEETS as TWEET_CODEC
+
+    name = service.run.name
+    labels = {"pipeline": name, "output": "output"}
+    histogram = "enrichd_end_to_end_latency_seconds"
+
+    def count() -> float:
+        return service.metric(f"{histogram}_count", **labels) or 0
+
+    service.wait_until("every view's latency", lambda: count() == TWEETS)
+    assert service.metric(f"{histogram}_bucket", **labels, le="3600.0") == 0
+    total = service.metric(f"{histogram}_sum", **labels)
+    assert total is not None and total / TWEETS > 50 * 365 * 86400
+    lag = "enrichd_event_time_lag_seconds"
+    assert (service.metric(lag, pipeline=name, input="one") or 0) > 50 * 365 * 86400
+
+    now_ms = int(time.time() * 1000)
+    from tests.kafka_helpers import produce
+
+    # User 1 is in the state since the fixture's start: the new tweet is viewed at once.
+    produce(
+        service.run.conf,
+        service.run.tweet_topic,
+        [In(TWEET_CODEC.encode({"id": 999, "author_id": 1, "content": "now"}), b"999", now_ms)],
+    )
+    service.wait_until("the new view's latency", lambda: count() == TWEETS + 1)
+    assert service.metric(f"{histogram}_bucket", **labels, le="3600.0") == 1
+    many = service.metric(lag, pipeline=name, input="many")
+    assert many is not None and many < 3600
 
 
 def test_output_held_back_from_read_committed_readers_makes_it_not_ready(

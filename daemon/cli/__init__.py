@@ -17,7 +17,7 @@ import warnings
 
 import typer
 
-from daemon.cli import broker, demo, plugins, replay, run, validate
+from daemon.cli import broker, demo, plugins, replay, reset, run, state, validate
 from daemon.engine import spark_output
 from daemon.errors import EnrichdError
 from daemon.logs import json_lines_configured
@@ -36,6 +36,9 @@ app.command("validate")(validate.validate)
 app.command("broker")(broker.broker)
 app.command("replay")(replay.replay)
 app.command("demo")(demo.demo)
+app.command("state")(state.state)
+app.command("reset")(reset.reset)
+app.command("rescale")(reset.rescale)
 
 
 def debug() -> bool:

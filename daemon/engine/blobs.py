@@ -1,4 +1,4 @@
-"""State blobs as the processor hands them to Spark's state store: compressed pickles.
+"""State blobs as the processor hands them to Spark's state store: compressed.
 
 Why compress: every byte of a state value crosses between the JVM and the Python worker each
 time its bucket is read or written (the state server turns a value into a Python pickle byte
@@ -7,9 +7,8 @@ about three quarters of a task's time. A bucket's pickle repeats itself (each ke
 names the same classes, fields and topics), so zstd at level 1 makes it about 7 times smaller
 in under a millisecond for half a megabyte, far less than the crossing it saves.
 
-Format: ``b"Z"``, the pickle's length (4 bytes, little-endian), a zstd frame. A blob that
-does not start with the tag is a plain pickle from an earlier build (a pickle starts with
-``0x80``), and is read as it is.
+Format: ``b"Z"``, the uncompressed length (4 bytes, little-endian), a zstd frame. What the
+bytes hold is the state format's (:mod:`daemon.engine.state_format`).
 """
 
 from __future__ import annotations
@@ -23,17 +22,21 @@ _HEADER = struct.Struct("<cI")
 _TAG = b"Z"
 
 
-def compress(pickled: bytes) -> bytes:
-    """The blob to store for ``pickled``."""
-    frame = _CODEC.compress(pickled, asbytes=True)
-    return _HEADER.pack(_TAG, len(pickled)) + frame
+def compress(data: bytes) -> bytes:
+    """The blob to store for ``data``."""
+    frame = _CODEC.compress(data, asbytes=True)
+    return _HEADER.pack(_TAG, len(data)) + frame
 
 
 def decompress(blob: bytes) -> bytes:
-    """The pickle a stored blob holds (a blob from before compression is one already)."""
+    """The bytes a stored blob holds.
+
+    Raises:
+        ValueError: the blob was not made by :func:`compress`.
+    """
     if blob[:1] != _TAG:
-        return bytes(blob)
+        raise ValueError("not a compressed state value")
     _, size = _HEADER.unpack_from(blob)
     frame = memoryview(blob)[_HEADER.size :]
-    pickled: bytes = _CODEC.decompress(frame, decompressed_size=size, asbytes=True)
-    return pickled
+    data: bytes = _CODEC.decompress(frame, decompressed_size=size, asbytes=True)
+    return data

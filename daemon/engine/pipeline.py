@@ -261,9 +261,13 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     The sink only adds up the operator's counts for the metrics (:mod:`daemon.kafka.sink`).
     """
     from daemon.engine.processor import JoinerProcessor
+    from daemon.state.seed import discard_if_applied, seed_of
 
     pipe = plan.config
     joiner = plan.operator.joiner
+    # A checkpoint that `daemon reset` or `daemon rescale` made starts from its seed.
+    discard_if_applied(pipe.checkpoint)
+    seed = seed_of(pipe.checkpoint)
     # Processing time drives state TTL and the timers of joiners that wake up quiet keys.
     wakes = joiner.wakes_up()
     time_mode = "ProcessingTime" if joiner.state_ttl_ms() or wakes else "None"
@@ -274,13 +278,20 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         plan.source,
         read_tasks=spark.sparkContext.defaultParallelism,
         wake_ms=(pipe.trigger or WAKEUP_MS) if wakes else 0,
+        start=None if seed is None else seed.offsets,
     )
+    if seed is not None and seed.has_state:
+        # The seed's state holds what was bootstrapped before, as a restart's does: read on
+        # in arrival order. A seed without state starts empty, so it bootstraps.
+        inputs = tuple(replace(spec, bootstrap=False) for spec in source.inputs)
+        source = replace(source, inputs=inputs)
     stream: Any = spark.readStream.format("enrichd-kafka").option("spec", source.encode()).load()
     joined = stream.groupBy("bucket").transformWithState(
         statefulProcessor=JoinerProcessor(plan.operator, plan.output),
         outputStructType=SINK_DDL,
         outputMode="Append",
         timeMode=time_mode,
+        initialState=seed.initial_state(spark) if seed is not None and seed.has_state else None,
     )
     writer = (
         joined.writeStream.format("enrichd-kafka-sink")

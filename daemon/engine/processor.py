@@ -4,7 +4,7 @@ Records of a micro-batch arrive grouped by state bucket (a hash of the join key 
 pipeline's ``state_buckets``), packed many to a row by the source
 (:data:`~daemon.kafka.records.SOURCE_DDL`), and within a bucket the processor takes them key
 by key: it decodes a key's records, puts them in apply order, loads the key's state (one
-pickled object), lets the joiner process them, keeps the new state, and writes what the joiner
+Python object), lets the joiner process them, keeps the new state, and writes what the joiner
 yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters with
 their original bytes and the reason. A joiner that raises does not stop the pipeline: that
 key's records go to the dead-letter topic with the exception, and the key's state stays as
@@ -29,8 +29,9 @@ Why buckets: every state-store call is a round trip between the Python worker an
 and per-key calls (set the key, read, write) cost about a millisecond per key and
 micro-batch, more than the joining. A bucket is one value holding its keys' states, each
 pickled on its own, so a micro-batch reads and writes each touched bucket once and unpickles
-only the keys it has rows for; the bucket's pickle is stored compressed
-(:mod:`daemon.engine.blobs`). Values a joiner keeps in a
+only the keys it has rows for; the bucket is stored as plain data in enrichd's state format
+(:mod:`daemon.engine.state_format`), compressed (:mod:`daemon.engine.blobs`). Values a joiner
+keeps in a
 :class:`~daemon.joiners.stash.Stash` are not in the bucket: they are appended to the bucket's
 stash log once, and read only when looked at (:mod:`daemon.engine.stash_log`).
 
@@ -48,13 +49,14 @@ micro-batch is applied and flushed at once.
 from __future__ import annotations
 
 import json
-import pickle  # noqa: S403 - the state store holds only what this processor wrote
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Row as SparkRow
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
@@ -62,6 +64,17 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from daemon.avro import AvroCodec
 from daemon.engine import blobs
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
+from daemon.engine.state_format import (
+    EVENT_TIME,
+    LAST_MS,
+    STATE,
+    STREAM_TIME,
+    UPDATED_MS,
+    Bucket,
+    decode_bucket,
+    decode_portable,
+    encode_bucket,
+)
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.joiners.base import (
     END_OF_TIME,
@@ -75,6 +88,7 @@ from daemon.joiners.base import (
 )
 from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, unpack
 from daemon.kafka.task_output import OutputSpec, TaskOutput
+from daemon.latency import compact
 from daemon.metrics_relay import COUNTS_TOPIC
 from daemon.worker_gc import freeze_loaded
 
@@ -139,7 +153,7 @@ class OperatorPlan:
 
 @dataclass
 class KeyClock:
-    """A key's time, stored with its state (as its three fields): see the module docstring.
+    """A key's time, stored with its state (as fields of its entry): see the module docstring.
 
     Only what the pipeline uses is kept up to date: ``stream_time`` and ``last_ms`` when its
     joiner wakes up, ``updated_ms`` when it has a state TTL. Otherwise they stay as they
@@ -154,42 +168,6 @@ class KeyClock:
     """Processing time of the key's last state change, for ``state_ttl``; 0: not known."""
 
 
-def pack_key_state(clock: KeyClock, state: Any) -> tuple[Any, ...]:
-    """What a key's blob pickles: the clock's fields and the state.
-
-    The fields, not the dataclass: pickling a dataclass costs Python calls each way, which
-    took more than half of the time a small state's blob took to pickle and load.
-    """
-    return (clock.stream_time, clock.last_ms, clock.updated_ms, state)
-
-
-def unpack_key_state(stored: tuple[Any, ...]) -> tuple[KeyClock, Any]:
-    """A key's clock and state from its unpickled blob."""
-    if len(stored) == 2:  # (KeyClock, state), as earlier builds stored it
-        return stored[0], stored[1]
-    return KeyClock(*stored[:3]), stored[3]
-
-
-@dataclass
-class Bucket:
-    """The state of one bucket of join keys: see the module docstring."""
-
-    keys: dict[str, bytes] = field(default_factory=dict)
-    """Each key's clock and joiner state, pickled apart so an untouched key costs a copy."""
-    due: dict[str, int] = field(default_factory=dict)
-    """When each key that waits for time wants waking (wake-up or TTL), processing time."""
-    timer_ms: int | None = None
-    """The bucket's registered timer: at or before the earliest ``due``."""
-    stash_seq: int = 0
-    """The sequence number the next stashed value is stored under (see :mod:`stash_log`)."""
-    stash_entries: int = 0
-    """Values in the bucket's stash log, live or dead."""
-    stash_live: int = 0
-    """Values in the bucket's stash log that some key's stash still holds."""
-    stash_chunks: int = 0
-    """Chunks in the bucket's stash log."""
-
-
 class JoinerProcessor(StatefulProcessor):
     """Runs a joiner over the records of one state bucket per call (see the module docstring)."""
 
@@ -201,10 +179,14 @@ class JoinerProcessor(StatefulProcessor):
         self.wakes = plan.joiner.wakes_up()
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variables: the bucket, pickled, and its stash log."""
+        """Declare the state variables: the bucket and its stash log."""
         freeze_loaded()
         self.handle = handle
         self.output: TaskOutput | None = None  # opened at the task's first call
+        self._stamps: dict[str, list[int]] = {}
+        """Source timestamps of the call's output records, by topic (``daemon.latency``)."""
+        self._newest: dict[int, int] = {}
+        """The newest event time of the call's records, by input (event-time lag)."""
         self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
         self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
 
@@ -220,7 +202,7 @@ class JoinerProcessor(StatefulProcessor):
 
     def _input_rows(self, packs: Iterator[SparkRow], timer_values: Any, send: Send) -> None:
         by_key: dict[str, list[Row]] = {}
-        for row in _rows_of(packs):
+        for row in _rows_of(packs, self._newest):
             if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
                 send(self._dead_letter(row, kind, reason))
@@ -272,12 +254,14 @@ class JoinerProcessor(StatefulProcessor):
         # A key's end of input is final: a record that comes after it is applied and flushed
         # at once, since no later marker would flush what the joiner holds back.
         ended = clock.stream_time == END_OF_TIME
+        newest = None
         if records:
             if ended:
                 joiner.context.count(AFTER_END_OF_INPUT, len(records))
             ordered = apply_order(records, joiner.roles, joiner.order)
+            newest = max(map(_EVENT_TIME_OF, records))
             if self.wakes:
-                clock.stream_time = max(clock.stream_time, max(map(_EVENT_TIME_OF, records)))
+                clock.stream_time = max(clock.stream_time, newest)
                 clock.last_ms = now
             state = self._step(joiner.process, group, state, ordered, raw, records, send)
             if state is None:
@@ -287,7 +271,29 @@ class JoinerProcessor(StatefulProcessor):
             state = self._step(joiner.advance, group, state, END_OF_TIME, raw, records, send)
             if state is None:
                 return
-        self._store(bucket, log, group, clock, state, now)
+        self._store(bucket, log, group, clock, state, now, newest)
+
+    def handleInitialState(  # noqa: N802
+        self,
+        key: Any,
+        initialState: SparkRow,  # noqa: N803
+        timerValues: Any,  # noqa: N803
+    ) -> None:
+        """Take in a bucket's keys moved from another checkpoint (``daemon.state.seed``).
+
+        Spark calls this in a new checkpoint's first micro-batch only, before that batch's
+        records, with one row per bucket: its keys and each key's portable entry
+        (:func:`~daemon.engine.state_format.encode_portable`). Each key's state is stored
+        anew, its stashes' values in this bucket's log.
+        """
+        bucket, log, stored = self._load_bucket()
+        for item in initialState.keys:  # PySpark gives the structs as dicts
+            key = item["key"]
+            clock, due, state = decode_portable(bytes(item["entry"]))
+            bucket.keys[key] = (*clock, log.dumps(state))
+            if due is not None:
+                bucket.due[key] = due
+        self._store_bucket(bucket, log, stored)
 
     def handleExpiredTimer(  # noqa: N802
         self,
@@ -336,25 +342,34 @@ class JoinerProcessor(StatefulProcessor):
     def _counts(self) -> Iterator[SparkRow]:
         """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.
 
-        A replay that writes nothing counts nothing: its counts were reported the first time.
+        With them go the source timestamps of its output records (:mod:`daemon.latency`)
+        and its inputs' newest event times. A replay that writes nothing counts nothing: its
+        counts were reported the first time.
         """
         output = self.output
         metrics = self.plan.joiner.context.metrics
-        counts = {"joiner": dict(metrics)}
+        counts: dict[str, Any] = {"joiner": dict(metrics)}
         metrics.clear()
+        stamps, newest = self._stamps, self._newest
+        self._stamps, self._newest = {}, {}
         if output is None or output.skipped:
             return
         counts.update(records=output.records, dead_letters=output.dead_letters)
         output.records, output.dead_letters = {}, {}
+        if stamps:
+            counts["stamps"] = {topic: compact(times) for topic, times in stamps.items()}
+        if newest:
+            inputs = self.plan.inputs
+            counts["event_time"] = {inputs[index][0]: ms for index, ms in newest.items()}
         if any(counts.values()):
             row = Output(COUNTS_TOPIC, None, json.dumps(counts).encode("utf-8"), None)
             yield SparkRow(**row._asdict())
 
     def _load_bucket(self) -> tuple[Bucket, StashLog, bytes | None]:
-        """The bucket, its stash log for this call, and its stored pickle (None: none yet)."""
+        """The bucket, its stash log for this call, and its stored bytes (None: none yet)."""
         blob = self.state.get()
         stored = blobs.decompress(blob[0]) if blob else None
-        bucket: Bucket = pickle.loads(stored) if stored else Bucket()  # noqa: S301
+        bucket = decode_bucket(stored) if stored else Bucket()
         return bucket, StashLog(self.stash_chunks, bucket), stored
 
     def _store_bucket(self, bucket: Bucket, log: StashLog, stored: bytes | None) -> None:
@@ -367,7 +382,7 @@ class JoinerProcessor(StatefulProcessor):
         before any key is due costs a read of the bucket and a new timer, once in a while.
 
         A call that changed no key (a lookup's stream records read the table value and leave
-        it) pickles the bucket into the bytes it loaded: writing them again would cost a round
+        it) encodes the bucket into the bytes it loaded: writing them again would cost a round
         trip to the JVM with the whole blob, and the state store a changelog entry.
         """
         log.flush()
@@ -379,7 +394,7 @@ class JoinerProcessor(StatefulProcessor):
             self.handle.registerTimer(earliest)
             bucket.timer_ms = earliest
         if bucket.keys:
-            blob = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = encode_bucket(bucket)
             if blob != stored:
                 self.state.update((blobs.compress(blob),))
         elif stored is not None:
@@ -387,9 +402,10 @@ class JoinerProcessor(StatefulProcessor):
 
     def _load(self, bucket: Bucket, log: StashLog, group: str, now: int) -> tuple[KeyClock, Any]:
         """A key's clock and state; a fresh start when it has none or it outlived its TTL."""
-        blob = bucket.keys.get(group)
-        if blob is not None:
-            clock, state = unpack_key_state(log.loads(group, blob))
+        entry = bucket.keys.get(group)
+        if entry is not None:
+            clock = KeyClock(entry[STREAM_TIME], entry[LAST_MS], entry[UPDATED_MS])
+            state = log.loads(group, entry[STATE])
             # updated_ms 0: stored while the pipeline had no state_ttl, so unknown. The TTL
             # counts from this key's next update rather than dropping it unseen.
             if self.ttl_ms is None or not clock.updated_ms or now - clock.updated_ms < self.ttl_ms:
@@ -400,8 +416,21 @@ class JoinerProcessor(StatefulProcessor):
         return KeyClock(), self.plan.joiner.initial_state()
 
     def _store(
-        self, bucket: Bucket, log: StashLog, group: str, clock: KeyClock, state: Any, now: int
+        self,
+        bucket: Bucket,
+        log: StashLog,
+        group: str,
+        clock: KeyClock,
+        state: Any,
+        now: int,
+        newest: int | None = None,
     ) -> None:
+        """Keep a key's new state and clock (``newest``: its records' newest event time).
+
+        The key's ``event_time`` moves to ``newest`` only if the state changed: a record that
+        leaves the state as it was (a lookup's stream record) leaves the entry, and so the
+        bucket's bytes, as they were.
+        """
         joiner = self.plan.joiner
         # An ended key with nothing left stays, as its clock, so that its end stays final.
         if joiner.is_empty(state) and clock.stream_time != END_OF_TIME:
@@ -420,7 +449,18 @@ class JoinerProcessor(StatefulProcessor):
             bucket.due[group] = min(due)
         elif bucket.due:
             bucket.due.pop(group, None)
-        bucket.keys[group] = log.dumps(pack_key_state(clock, state))
+        pickled = log.dumps(state)
+        before = bucket.keys.get(group)
+        event_time = 0 if before is None else before[EVENT_TIME]
+        if newest is not None and (before is None or before[STATE] != pickled):
+            event_time = max(event_time, newest)
+        bucket.keys[group] = (
+            clock.stream_time,
+            clock.last_ms,
+            clock.updated_ms,
+            event_time,
+            pickled,
+        )
 
     def _step(
         self,
@@ -473,6 +513,11 @@ class JoinerProcessor(StatefulProcessor):
         source = emit.source
         if source is None:
             return (topic, key, value, None, None, None, None, None, None)
+        if source.timestamp:
+            stamps = self._stamps.get(topic)
+            if stamps is None:
+                stamps = self._stamps[topic] = []
+            stamps.append(source.timestamp)
         return (
             topic,
             key,
@@ -560,12 +605,28 @@ class _Originals:
         return row
 
 
-def _rows_of(packs: Iterator[SparkRow]) -> Iterator[Row]:
-    """The records of the call's packs (:func:`~daemon.kafka.records.unpack`), by columns."""
+def _rows_of(packs: Iterator[SparkRow], newest: dict[int, int]) -> Iterator[Row]:
+    """The records of the call's packs (:func:`~daemon.kafka.records.unpack`), by columns.
+
+    Notes in ``newest`` each input's newest event time, a pack at a time (a pack's records
+    come from one Kafka partition), leaving out end-of-input markers and unroutable records.
+    """
     for pack in packs:
         records = unpack(pack.records)
+        _note_newest(records, newest)
         columns = [records.column(name).to_pylist() for name in Row._fields]
         yield from map(_MAKE_ROW, zip(*columns, strict=True))
+
+
+def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
+    inputs = records.column("input")
+    routed = pc.and_(pc.greater_equal(inputs, 0), pc.is_null(records.column("error")))
+    times = pc.filter(records.column("event_time"), routed)
+    if len(times):
+        index = pc.filter(inputs, routed)[0].as_py()
+        latest = pc.max(times).as_py()
+        if latest > newest.get(index, latest - 1):
+            newest[index] = latest
 
 
 _MAKE_ROW = partial(tuple.__new__, Row)

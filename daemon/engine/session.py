@@ -51,6 +51,11 @@ _DEFAULTS = {
 }
 
 
+def default_setting(key: str) -> str | None:
+    """The default enrichd gives a Spark setting, if any (``[spark.conf]`` overrides it)."""
+    return _DEFAULTS.get(key)
+
+
 def spark_session(config: SparkConfig) -> SparkSession:
     """The process's Spark session, started on first use, with enrichd's data sources.
 

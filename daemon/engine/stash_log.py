@@ -1,17 +1,11 @@
 """Where a state bucket's stashed values live (see :class:`daemon.joiners.stash.Stash`).
 
-Beside its blob, each bucket has a list state of chunks: a chunk is a pickled
-``{sequence number: pickled value}`` of the values its keys' stashes were given in one
-micro-batch, appended in one call, and stored compressed like the bucket
-(:mod:`daemon.engine.blobs`). A key's state blob carries only each stash's index (key to
-sequence number): the log pickles key states with a pickler whose dispatch table writes a
-stash as a call of :func:`_stashed` on its index, which on loading gives back a stash that
-fetches its values from the log on demand.
-
-Why a dispatch table and not ``persistent_id``: the pickler calls ``persistent_id`` (Python)
-for every object it writes, and a subclassed pickler costs a Python ``__init__`` per key;
-pickling a key's state so took 3.7 us against 1.6 us plainly. The dispatch table is consulted
-in C, and only for types the pickler does not know, so a stash is the only Python call.
+Beside its blob, each bucket has a list state of chunks: a chunk holds the pickled values its
+keys' stashes were given in one micro-batch, by sequence number, appended in one call, and
+stored compressed like the bucket (:func:`daemon.engine.state_format.encode_chunk`). A key's
+state carries only each stash's index (key to sequence number): the log pickles key states
+with a :class:`~daemon.engine.state_format.StatePickler` that writes a stash as its index,
+which on loading gives back a stash that fetches its values from the log on demand.
 
 Nothing reads the chunks unless a joiner looks at a stashed value (or the log is compacted),
 and then once per bucket and call. A replaced or deleted value stays in its chunk, dead,
@@ -21,19 +15,22 @@ bucket counts both, so compaction costs at most a constant per value ever writte
 
 from __future__ import annotations
 
-import io
-import pickle  # noqa: S403 - the state store holds only what the processor wrote
-from collections.abc import Callable, Hashable
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Hashable
+from typing import Any, Protocol
 
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from daemon.engine import blobs
+from daemon.engine.state_format import (
+    STATE,
+    Bucket,
+    StatePickler,
+    decode_chunk,
+    encode_chunk,
+    load_state,
+    load_value,
+    stash_index,
+)
 from daemon.joiners.stash import Stash
-
-if TYPE_CHECKING:
-    from daemon.engine.processor import Bucket
 
 CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
 """Schema of the bucket's list state of chunks (a StructType: a DDL string would cost a call
@@ -42,11 +39,6 @@ COMPACT_SLACK = 1024
 """Dead values a bucket's log may hold beyond as many as it has live ones."""
 MAX_CHUNKS = 512
 """Chunks a bucket's log may grow to before they are merged (each adds a little per read)."""
-_STASH = "stash"
-
-Restore = Callable[[dict[Hashable, int | None]], Stash]
-_RESTORE: ContextVar[Restore] = ContextVar("enrichd_stash_restore")
-"""What :func:`_stashed` makes of a stash's index while a log loads a key's state."""
 
 
 class ChunkList(Protocol):
@@ -79,23 +71,17 @@ class StashLog:
         """The stashes each key's loaded state holds, to count them out if it is dropped."""
         self._loading = ""
         """The key whose state is being loaded."""
-        self._buffer = io.BytesIO()
-        self._pickler = pickle.Pickler(self._buffer, protocol=pickle.HIGHEST_PROTOCOL)
-        self._pickler.dispatch_table = {Stash: self._reduce}
+        self._states = StatePickler(self._reduce)
+        self._values = StatePickler()
 
     def dumps(self, state: Any) -> bytes:
         """Pickle a key's state; each stash in it is written as its index, its new values here."""
-        buffer = self._buffer
-        buffer.seek(0)
-        buffer.truncate()
-        self._pickler.clear_memo()
-        self._pickler.dump(state)
-        return buffer.getvalue()
+        return self._states.dumps(state)
 
     def loads(self, group: str, blob: bytes) -> Any:
         """Unpickle a key's state; each stash reads its values from this log when asked."""
         self._loading = group
-        return _load(blob, self._restore)
+        return load_state(blob, self._restore)
 
     def _restore(self, index: dict[Hashable, int | None]) -> Stash:
         stash = Stash._restore(index, self._fetch)
@@ -120,19 +106,19 @@ class StashLog:
         if dead > bucket.stash_live + COMPACT_SLACK or bucket.stash_chunks >= MAX_CHUNKS:
             self._compact()
         elif self._written:
-            self._chunks.appendList([(_chunk(self._written),)])
+            self._chunks.appendList([(encode_chunk(self._written),)])
             bucket.stash_chunks += 1
 
-    def _reduce(self, stash: Stash) -> tuple[Callable[..., Stash], tuple[Any, ...]]:
+    def _reduce(self, stash: Stash) -> tuple[Any, ...]:
         """How the pickler writes a stash: its index, once its new values are in the log."""
         index, grown = stash._persist(self._write)
         self._bucket.stash_live += grown
-        return (_stashed, (index,))
+        return stash_index(index)
 
     def _write(self, value: Any) -> int:
         seq = self._bucket.stash_seq
         self._bucket.stash_seq += 1
-        self._written[seq] = _dump(value)
+        self._written[seq] = self._values.dumps(value)
         return seq
 
     def _fetch(self, seq: int) -> Any:
@@ -141,13 +127,13 @@ class StashLog:
             blob = self._stored().get(seq)
         if blob is None:
             raise LookupError(f"stashed value {seq} is missing from its bucket's state")
-        return pickle.loads(blob)  # noqa: S301
+        return load_value(blob)
 
     def _stored(self) -> dict[int, bytes]:
         if self._read is None:
             self._read = {}
             for (chunk,) in self._chunks.get():
-                self._read.update(pickle.loads(blobs.decompress(chunk)))  # noqa: S301
+                self._read.update(decode_chunk(chunk))
         return self._read
 
     def _compact(self) -> None:
@@ -158,52 +144,14 @@ class StashLog:
             live.update(seq for seq in index.values() if seq is not None)
             return Stash._restore(index, None)
 
-        for blob in self._bucket.keys.values():
-            _load(blob, collect)
+        for entry in self._bucket.keys.values():
+            load_state(entry[STATE], collect)
         values = {**self._stored(), **self._written}
         kept = {seq: values[seq] for seq in sorted(live)}
         bucket = self._bucket
         if kept:
-            self._chunks.put([(_chunk(kept),)])
+            self._chunks.put([(encode_chunk(kept),)])
         else:
             self._chunks.clear()
         bucket.stash_entries = bucket.stash_live = len(kept)
         bucket.stash_chunks = 1 if kept else 0
-
-
-def _dump(value: Any) -> bytes:
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _chunk(values: dict[int, bytes]) -> bytes:
-    return blobs.compress(_dump(values))
-
-
-def _stashed(index: dict[Hashable, int | None]) -> Stash:
-    """A stash pickled by a log, loaded back (only while a log loads: see :func:`_load`)."""
-    return _RESTORE.get()(index)
-
-
-def _load(blob: bytes, restore: Restore) -> Any:
-    """Unpickle a key's state, making each stash in it with ``restore``."""
-    token = _RESTORE.set(restore)
-    try:
-        return pickle.loads(blob)  # noqa: S301
-    except pickle.UnpicklingError:
-        return _Reader(io.BytesIO(blob), restore).load()  # written before the dispatch table
-    finally:
-        _RESTORE.reset(token)
-
-
-class _Reader(pickle.Unpickler):
-    """Reads a state whose stashes are persistent ids: earlier builds' checkpoints hold those."""
-
-    def __init__(self, file: io.BytesIO, restore: Restore) -> None:
-        super().__init__(file)
-        self._restore = restore
-
-    def persistent_load(self, pid: Any) -> Any:
-        kind, index = pid
-        if kind != _STASH:
-            raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
-        return self._restore(pickle.loads(index))  # noqa: S301

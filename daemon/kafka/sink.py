@@ -4,13 +4,18 @@ A pipeline's joiner operator writes its records to Kafka itself
 (:class:`daemon.kafka.task_output.TaskOutput`); what reaches this sink from it is one row per
 operator call addressed to :data:`COUNTS_TOPIC`: what the call wrote and what the joiner
 counted. The sink adds them up per task, and once every task of the micro-batch succeeded,
-``commit()`` relays the totals to the daemon's metrics. Other rows (the pass-through
-benchmark's) are written by the sink's own :class:`TaskOutput`, in the same exactly-once way.
+``commit()`` relays the totals to the daemon's metrics. The counts rows also carry the
+source timestamps of the records written, which the sink's task turns into the end-to-end
+latency histogram once it has read them all, which is just after the operator's task
+committed (:mod:`daemon.latency`), and the newest event time of each input. Other rows (the
+pass-through benchmark's) are written by the sink's own :class:`TaskOutput`, in the same
+exactly-once way.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -23,6 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from daemon import latency
 from daemon.kafka.records import SINK_COLUMNS
 from daemon.kafka.task_output import OutputSpec, TaskOutput
 from daemon.metrics_relay import COUNTS_TOPIC, send_batch_counts
@@ -41,6 +47,10 @@ class Written(WriterCommitMessage):
     """Dead letters written, by reason (their ``enrichd.error.class`` header)."""
     joiner_counts: dict[str, int] = field(default_factory=dict)
     """What the joiner counted with ``ctx.count`` (matched, unmatched, revisions, ...)."""
+    tallies: dict[str, latency.Tally] = field(default_factory=dict)
+    """End-to-end latency of the records written, per output topic (:mod:`daemon.latency`)."""
+    event_time: dict[str, int] = field(default_factory=dict)
+    """The newest event time of the records read, per input."""
 
 
 class KafkaSink(DataSource):
@@ -79,11 +89,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             records: dict[str, int] = {}
             dead_letters: dict[str, int] = {}
             joiner: dict[str, int] = {}
+            latencies: dict[str, latency.Tally] = {}
+            event_time: dict[str, int] = {}
             for message in messages:
                 if isinstance(message, Written):
                     _add(records, message.records)
                     _add(dead_letters, message.dead_letters)
                     _add(joiner, getattr(message, "joiner_counts", {}))
+                    latency.add(latencies, getattr(message, "tallies", {}))
+                    _newest(event_time, getattr(message, "event_time", {}))
             send_batch_counts(
                 self.spec.metrics_address,
                 self.spec.pipeline,
@@ -91,6 +105,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 records,
                 dead_letters,
                 joiner,
+                latency=latencies,
+                event_time=event_time,
             )
         except Exception:  # noqa: S110 - metrics must never fail a committed batch
             pass
@@ -107,15 +123,26 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
     task that has only such rows opens no transaction: the operator committed its own.
     """
     counts: dict[str, dict[str, int]] = {"records": {}, "dead_letters": {}, "joiner": {}}
+    stamps: dict[str, dict[int, int]] = {}
+    event_time: dict[str, int] = {}
     for batch in batches:
         # A whole column at a time: converting row by row costs several times more.
         columns = (batch.column(name).to_pylist() for name in SINK_COLUMNS)
         for row in zip(*columns, strict=True):
             if row[0] == COUNTS_TOPIC:
                 for name, added in json.loads(row[2]).items():
-                    _add(counts[name], added)
+                    if name == "stamps":
+                        for topic, pairs in added.items():
+                            latency.merge(stamps.setdefault(topic, {}), pairs)
+                    elif name == "event_time":
+                        _newest(event_time, added)
+                    else:
+                        _add(counts[name], added)
             else:
                 output.send_row(row)
+    # Every row is read: the operator's task has committed what these stamps are of.
+    now_ms = time.time_ns() // 1_000_000
+    tallies = {topic: latency.tally(found, now_ms) for topic, found in stamps.items()}
     if output.opened:
         output.commit()
         _add(counts["records"], output.records)
@@ -127,7 +154,14 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
         skipped=output.skipped,
         dead_letters=counts["dead_letters"],
         joiner_counts=counts["joiner"],
+        tallies=tallies,
+        event_time=event_time,
     )
+
+
+def _newest(into: dict[str, int], times: dict[str, int]) -> None:
+    for name, ms in times.items():
+        into[name] = max(into.get(name, ms), int(ms))
 
 
 def _add(totals: dict[str, int], counts: dict[str, int]) -> None:

@@ -125,6 +125,9 @@ class SourceSpec:
     wake_ms: int = 0
     """How often the plan's :data:`CLOCK` moves, for a joiner that wakes quiet keys; 0: no
     clock."""
+    start: dict[str, int] | None = None
+    """Where a new checkpoint starts reading (``"topic/partition"`` -> offset), from its seed
+    (:mod:`daemon.state.seed`); None, and for partitions it leaves out: the earliest."""
 
     def encode(self) -> str:
         """The spec as an option string."""
@@ -281,15 +284,19 @@ class KafkaStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> Offsets:
         """Start every partition at its earliest offset, as Kafka's ``earliest`` reset does.
 
-        Spark asks only when the query has no checkpoint yet: with bootstrapped inputs, the
-        ends their partitions have now go along as the :data:`BOOTSTRAP` entry.
+        Spark asks only when the query has no checkpoint yet. A seeded checkpoint starts where
+        its seed says (``spec.start``), but never before the earliest offset still there.
+        With bootstrapped inputs, the ends their partitions have now go along as the
+        :data:`BOOTSTRAP` entry.
         """
         from confluent_kafka import TopicPartition
 
         offsets: Offsets = {}
+        start = self.spec.start or {}
         for topic, partition in self._partitions():
             low, _ = self._probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            offsets[_name(topic, partition)] = max(low, 0)
+            name = _name(topic, partition)
+            offsets[name] = max(low, start.get(name, 0), 0)
         targets = self._bootstrap_ends(offsets)
         if targets:
             offsets[BOOTSTRAP] = targets

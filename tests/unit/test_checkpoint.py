@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from daemon.checkpoint import SHAPE_FILE, IncompatibleCheckpointError, check_checkpoint
+from daemon.checkpoint import (
+    SHAPE_FILE,
+    IncompatibleCheckpointError,
+    NewerCheckpointError,
+    NoCheckpointError,
+    check_checkpoint,
+    verify_checkpoint,
+)
 from daemon.config import PipelineConfig
+from daemon.engine.state_format import STATE_FORMAT
 
 
 def pipeline(tmp_path: Path, **changes: object) -> PipelineConfig:
@@ -55,26 +64,43 @@ def test_another_joiner_topic_or_key_is_refused_saying_what_changed(tmp_path: Pa
         check_checkpoint(pipeline(tmp_path, joiner="asof"))
 
 
-def test_another_bucket_count_is_refused_and_the_default_reads_older_checkpoints(
+def test_the_shape_records_the_state_format_and_another_bucket_count_is_refused(
     tmp_path: Path,
 ) -> None:
-    # What checkpoints written before `state_buckets` existed hold: the default's layout.
     first_start(tmp_path)
-    shape = (tmp_path / "checkpoint" / SHAPE_FILE).read_text()
-    assert '"pickled keys in 32 buckets, stashes in a log per bucket"' in shape
+    shape = json.loads((tmp_path / "checkpoint" / SHAPE_FILE).read_text())
+    assert shape["state"] == {"format": STATE_FORMAT, "buckets": 32}
     check_checkpoint(pipeline(tmp_path, state_buckets=32))
     with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
         check_checkpoint(pipeline(tmp_path, state_buckets=64))
+    assert verify_checkpoint(pipeline(tmp_path, state_buckets=64), any_buckets=True) == shape
 
 
-def test_an_older_state_layout_is_refused_as_an_upgrade(tmp_path: Path) -> None:
-    import json
-
+def test_state_of_a_pre_release_layout_is_refused(tmp_path: Path) -> None:
     first_start(tmp_path)
     path = tmp_path / "checkpoint" / SHAPE_FILE
-    path.write_text(json.dumps({**json.loads(path.read_text()), "state": "one value per key"}))
-    with pytest.raises(IncompatibleCheckpointError, match="an enrichd upgrade"):
+    layout = "pickled keys in 32 buckets, stashes in a log per bucket"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "state": layout}))
+    with pytest.raises(IncompatibleCheckpointError, match="of a pre-release enrichd"):
         check_checkpoint(pipeline(tmp_path))
+
+
+def test_state_of_a_newer_format_is_refused_with_one_line(tmp_path: Path) -> None:
+    first_start(tmp_path)
+    path = tmp_path / "checkpoint" / SHAPE_FILE
+    newer = {"format": STATE_FORMAT + 1, "buckets": 32}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "state": newer}))
+    for check in (check_checkpoint, verify_checkpoint):
+        with pytest.raises(NewerCheckpointError) as caught:
+            check(pipeline(tmp_path))
+        message = str(caught.value)
+        assert "format 2, written by a newer enrichd" in message and "\n" not in message
+
+
+def test_verifying_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(NoCheckpointError, match="holds nothing yet"):
+        verify_checkpoint(pipeline(tmp_path))
+    assert not (tmp_path / "checkpoint").exists()
 
 
 def test_a_shape_from_a_start_that_ran_no_batch_is_replaced(tmp_path: Path) -> None:
@@ -84,3 +110,14 @@ def test_a_shape_from_a_start_that_ran_no_batch_is_replaced(tmp_path: Path) -> N
     check_checkpoint(pipeline(tmp_path, joiner="asof"))
     check_checkpoint(pipeline(tmp_path))
     assert '"joiner": "comap"' in (tmp_path / "checkpoint" / SHAPE_FILE).read_text()
+
+
+def test_a_seeded_checkpoint_keeps_its_shape_before_its_first_batch(tmp_path: Path) -> None:
+    """``daemon reset`` and ``daemon rescale`` leave a seed and no offsets: its state is laid
+    out for the shape recorded, so a start of another shape is refused, as after a batch."""
+    from daemon.state.seed import SEED, write_seed
+
+    check_checkpoint(pipeline(tmp_path))
+    write_seed(tmp_path / "checkpoint" / SEED, {"users/0": 5}, "reset")
+    with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
+        check_checkpoint(pipeline(tmp_path, state_buckets=64))

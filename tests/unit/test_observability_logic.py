@@ -175,6 +175,40 @@ def test_the_joiners_own_counts_become_events() -> None:
     assert sample(metrics, "enrichd_joiner_events_total", pipeline="views", event="revisions") == 1
 
 
+def test_latency_tallies_add_up_into_one_cumulative_histogram_per_output() -> None:
+    from daemon.latency import LATENCY_BUCKETS, tally
+
+    metrics = Metrics()
+    first = tally({9_900: 2, 8_000: 1}, 10_000)  # 0.1 s twice, 2 s once
+    second = tally({9_950: 1}, 10_000)  # 0.05 s
+    for found in (first, second):
+        metrics.batch_written(VIEW, {"records": {}, "latency": {"tweet-views": found}})
+    name = "enrichd_end_to_end_latency_seconds"
+    labels = {"pipeline": "views", "output": "output"}
+    assert len(first[0]) == len(LATENCY_BUCKETS) + 1
+    assert sample(metrics, f"{name}_bucket", **labels, le="0.1") == 3
+    assert sample(metrics, f"{name}_bucket", **labels, le="1.0") == 3
+    assert sample(metrics, f"{name}_bucket", **labels, le="2.0") == 4
+    assert sample(metrics, f"{name}_bucket", **labels, le="+Inf") == 4
+    assert sample(metrics, f"{name}_count", **labels) == 4
+    assert sample(metrics, f"{name}_sum", **labels) == 0.1 + 0.1 + 2.0 + 0.05
+    assert b"# TYPE enrichd_end_to_end_latency_seconds histogram" in generate_latest(
+        metrics.registry
+    )
+
+
+def test_event_time_lag_is_the_time_since_the_newest_event_time_read() -> None:
+    import time
+
+    metrics = Metrics()
+    now_ms = int(time.time() * 1000)
+    metrics.batch_written(VIEW, {"records": {}, "event_time": {"many": now_ms - 60_000}})
+    metrics.batch_written(VIEW, {"records": {}, "event_time": {"many": now_ms - 90_000}})
+    lag = sample(metrics, "enrichd_event_time_lag_seconds", pipeline="views", input="many")
+    assert lag is not None and 60 <= lag < 120  # the newer of the two counts; time passes
+    assert sample(metrics, "enrichd_event_time_lag_seconds", pipeline="views", input="one") is None
+
+
 def test_output_held_back_while_batches_commit_is_reported_after_the_limit() -> None:
     from daemon.observability import OutputVisibility
 

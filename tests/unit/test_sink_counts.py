@@ -118,12 +118,17 @@ def test_provenance_and_error_columns_become_the_records_headers() -> None:
     ]
 
 
-def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
+def daemon_listening(tmp_path: Path) -> tuple[socket.socket, OutputSpec]:
+    """The daemon's end of the metrics socket, and an output spec that sends to it."""
     daemon_end = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     address = str(tmp_path / "metrics.sock")
     daemon_end.bind(address)
     daemon_end.settimeout(5)
-    spec = OutputSpec("views", {}, "exactly_once", "views", metrics_address=address)
+    return daemon_end, OutputSpec("views", {}, "exactly_once", "views", metrics_address=address)
+
+
+def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
+    daemon_end, spec = daemon_listening(tmp_path)
     writer = KafkaStreamWriter(spec)
     writer.commit(
         [
@@ -142,7 +147,52 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
         "records": {"views": 5, "views.dlq": 1},
         "dead_letters": {"LateRecord": 1},
         "joiner": {"matched": 4},
+        "latency": {},
+        "event_time": {},
     }
+    daemon_end.close()
+
+
+def test_the_stamps_of_counts_rows_become_a_latency_tally_at_the_end_of_the_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tallied against the time the task has read every row: just after the operator's
+    commit. Two records of 0.4 s ago and one of 3 s ago, from two operator calls."""
+    from daemon import latency
+
+    monkeypatch.setattr("time.time_ns", lambda: 10_000 * 1_000_000)
+    output, _ = recording_output()
+    first = {"records": {"views": 2}, "stamps": {"views": latency.compact([9_600, 9_600])}}
+    second = {"records": {"views": 1}, "stamps": {"views": latency.compact([7_000])}}
+    second["event_time"] = {"many": 9_000}
+    first["event_time"] = {"many": 9_500, "one": 100}
+    batch = rows(
+        (COUNTS_TOPIC, json.dumps(first).encode(), None),
+        (COUNTS_TOPIC, json.dumps(second).encode(), None),
+    )
+    written = write_rows(output, iter([batch]))
+    counts, total = written.tallies["views"]
+    bounds = list(latency.LATENCY_BUCKETS)
+    assert counts[bounds.index(0.5)] == 2 and counts[bounds.index(5.0)] == 1 and sum(counts) == 3
+    assert total == pytest.approx(0.4 + 0.4 + 3.0)
+    assert written.event_time == {"many": 9_500, "one": 100}
+
+
+def test_commit_adds_up_the_tasks_latency_tallies(tmp_path: Path) -> None:
+    daemon_end, spec = daemon_listening(tmp_path)
+    zeros = [0] * 13
+    one = [1 if i == 3 else 0 for i in range(13)]
+    KafkaStreamWriter(spec).commit(
+        [
+            Written(0, 2, {"views": 1}, tallies={"views": (one, 0.7)}, event_time={"one": 5}),
+            Written(1, 2, {"views": 1}, tallies={"views": (one, 0.9)}, event_time={"one": 9}),
+            Written(2, 2, {}, tallies={"totals": (zeros, 0.0)}),
+        ],
+        2,
+    )
+    message = json.loads(daemon_end.recv(65536))
+    assert message["latency"] == {"views": [[2 * n for n in one], 1.6], "totals": [zeros, 0.0]}
+    assert message["event_time"] == {"one": 9}
     daemon_end.close()
 
 

@@ -6,7 +6,6 @@ it through the real engine.
 
 from __future__ import annotations
 
-import io
 import pickle  # noqa: S403 - the test's own state
 from typing import Any
 
@@ -14,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.engine import blobs, stash_log
-from daemon.engine.processor import Bucket, KeyClock, pack_key_state, unpack_key_state
+from daemon.engine import stash_log
 from daemon.engine.stash_log import StashLog
+from daemon.engine.state_format import STATE, Bucket, KeyEntry, decode_chunk
 from daemon.joiners import Stash
 
 
@@ -42,8 +41,12 @@ class Chunks:
 
 
 def stored_entries(chunks: Chunks) -> int:
-    unpickled = (pickle.loads(blobs.decompress(chunk)) for (chunk,) in chunks.items)  # noqa: S301
-    return sum(map(len, unpickled))
+    return sum(len(decode_chunk(chunk)) for (chunk,) in chunks.items)
+
+
+def entry(state: bytes) -> KeyEntry:
+    """A key's entry in its bucket holding ``state`` (the clock does not matter here)."""
+    return (0, 0, 0, 0, state)
 
 
 def test_a_stash_is_a_mapping_that_pickles_with_its_values() -> None:
@@ -74,46 +77,45 @@ def test_a_change_made_only_in_place_is_lost_in_tests_as_in_the_engine() -> None
 
     chunks, bucket = Chunks(), Bucket()
     log = StashLog(chunks, bucket)
-    bucket.keys["k"] = log.dumps(Stash([("a", {"n": 1})]))
+    bucket.keys["k"] = entry(log.dumps(Stash([("a", {"n": 1})])))
     log.flush()
-    loaded = StashLog(chunks, bucket).loads("k", bucket.keys["k"])
+    loaded = StashLog(chunks, bucket).loads("k", bucket.keys["k"][STATE])
     loaded["a"]["n"] = 2
     log = StashLog(chunks, bucket)
-    bucket.keys["k"] = log.dumps(loaded)
+    bucket.keys["k"] = entry(log.dumps(loaded))
     log.flush()
-    assert StashLog(chunks, bucket).loads("k", bucket.keys["k"])["a"] == {"n": 1}
+    assert StashLog(chunks, bucket).loads("k", bucket.keys["k"][STATE])["a"] == {"n": 1}
 
 
-def test_chunks_are_stored_compressed_and_plain_ones_from_earlier_builds_are_read() -> None:
+def test_chunks_are_stored_compressed() -> None:
     chunks, bucket = Chunks(), Bucket()
     log = StashLog(chunks, bucket)
-    bucket.keys["k"] = log.dumps(Stash({f"t{i}": {"region": "north"} for i in range(50)}.items()))
+    bucket.keys["k"] = entry(
+        log.dumps(Stash({f"t{i}": {"region": "north"} for i in range(50)}.items()))
+    )
     log.flush()
     ((chunk,),) = chunks.items
-    pickled = blobs.decompress(chunk)
-    assert len(chunk) < len(pickled) / 2  # fifty values' pickles say much the same
-
-    chunks.items = [(pickled,)]  # as builds before compression wrote it
-    assert StashLog(chunks, bucket).loads("k", bucket.keys["k"])["t7"] == {"region": "north"}
+    assert len(chunk) < sum(map(len, decode_chunk(chunk).values())) / 2  # values say the same
+    assert StashLog(chunks, bucket).loads("k", bucket.keys["k"][STATE])["t7"] == {"region": "north"}
 
 
 def test_key_states_carry_only_the_index_and_values_are_read_once_when_looked_at() -> None:
     chunks, bucket = Chunks(), Bucket()
     log = StashLog(chunks, bucket)
     state = {"one": "ada", "many": Stash({f"t{i}": "x" * 1000 for i in range(50)}.items())}
-    bucket.keys["k"] = log.dumps(state)
+    bucket.keys["k"] = entry(log.dumps(state))
     log.flush()
-    assert len(bucket.keys["k"]) < 2000  # the 50,000 bytes of values went to the log
+    assert len(bucket.keys["k"][STATE]) < 2000  # the 50,000 bytes of values went to the log
     assert len(chunks.items) == 1 and bucket.stash_live == bucket.stash_entries == 50
 
     log = StashLog(chunks, bucket)
-    loaded = log.loads("k", bucket.keys["k"])
+    loaded = log.loads("k", bucket.keys["k"][STATE])
     loaded["many"]["t50"] = "new"
     del loaded["many"]["t0"]
     assert len(loaded["many"]) == 50 and chunks.reads == 0  # counting and writing read nothing
     assert loaded["many"]["t1"] == "x" * 1000 and loaded["many"]["t2"] == "x" * 1000
     assert chunks.reads == 1  # one read of the log per call, however many values are looked at
-    bucket.keys["k"] = log.dumps(loaded)
+    bucket.keys["k"] = entry(log.dumps(loaded))
     log.flush()
     assert len(chunks.items) == 2 and bucket.stash_entries == 51 and bucket.stash_live == 50
 
@@ -121,54 +123,21 @@ def test_key_states_carry_only_the_index_and_values_are_read_once_when_looked_at
 def test_a_dropped_key_and_an_emptied_bucket_leave_nothing_behind() -> None:
     chunks, bucket = Chunks(), Bucket()
     log = StashLog(chunks, bucket)
-    bucket.keys["a"] = log.dumps(Stash({"1": 1}.items()))
-    bucket.keys["b"] = log.dumps(Stash({"2": 2, "3": 3}.items()))
+    bucket.keys["a"] = entry(log.dumps(Stash({"1": 1}.items())))
+    bucket.keys["b"] = entry(log.dumps(Stash({"2": 2, "3": 3}.items())))
     log.flush()
     log = StashLog(chunks, bucket)
-    log.loads("b", bucket.keys["b"])
+    log.loads("b", bucket.keys["b"][STATE])
     log.forget("b")
     del bucket.keys["b"]
     log.flush()
     assert bucket.stash_live == 1 and bucket.stash_entries == 3
     log = StashLog(chunks, bucket)
-    log.loads("a", bucket.keys["a"])
+    log.loads("a", bucket.keys["a"][STATE])
     log.forget("a")
     del bucket.keys["a"]
     log.flush()
     assert chunks.items == [] and (bucket.stash_entries, bucket.stash_live) == (0, 0)
-
-
-class EarlierWriter(pickle.Pickler):
-    """How earlier builds pickled a key's blob: a stash as a persistent id, the clock as is."""
-
-    def __init__(self, file: io.BytesIO, log: StashLog) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.log = log
-
-    def persistent_id(self, obj: Any) -> Any:
-        if type(obj) is not Stash:
-            return None
-        index, grown = obj._persist(self.log._write)
-        self.log._bucket.stash_live += grown
-        return ("stash", pickle.dumps(index))
-
-
-def test_a_key_state_stored_by_an_earlier_build_still_loads() -> None:
-    chunks, bucket = Chunks(), Bucket()
-    log, blob = StashLog(chunks, bucket), io.BytesIO()
-    EarlierWriter(blob, log).dump((KeyClock(5, 6, 7), {"one": "ada", "many": Stash([("t", 1)])}))
-    bucket.keys["k"] = blob.getvalue()
-    log.flush()
-
-    log = StashLog(chunks, bucket)
-    clock, state = unpack_key_state(log.loads("k", bucket.keys["k"]))
-    assert clock == KeyClock(5, 6, 7) and state["one"] == "ada" and dict(state["many"]) == {"t": 1}
-    state["many"]["u"] = 2
-    bucket.keys["k"] = log.dumps(pack_key_state(clock, state))  # stored anew in today's form
-    log.flush()
-    clock, state = unpack_key_state(StashLog(chunks, bucket).loads("k", bucket.keys["k"]))
-    assert clock == KeyClock(5, 6, 7) and dict(state["many"]) == {"t": 1, "u": 2}
-    assert bucket.stash_live == 2
 
 
 operation = st.tuples(
@@ -193,8 +162,8 @@ def test_every_call_reads_back_what_the_stashes_hold(
             states: dict[str, Any] = {}
             for group, key, value in ops:
                 if group not in states:
-                    blob = bucket.keys.get(group)
-                    states[group] = Stash() if blob is None else log.loads(group, blob)
+                    found = bucket.keys.get(group)
+                    states[group] = Stash() if found is None else log.loads(group, found[STATE])
                 stash, expected = states[group], model.setdefault(group, {})
                 if value is None:
                     if key in stash:
@@ -208,11 +177,13 @@ def test_every_call_reads_back_what_the_stashes_hold(
                     bucket.keys.pop(group, None)
                     del model[group]
                 else:
-                    bucket.keys[group] = log.dumps(stash)
+                    bucket.keys[group] = entry(log.dumps(stash))
             log.flush()
 
             reader = StashLog(chunks, bucket)
-            loaded = {group: dict(reader.loads(group, blob)) for group, blob in bucket.keys.items()}
+            loaded = {
+                group: dict(reader.loads(group, e[STATE])) for group, e in bucket.keys.items()
+            }
             assert loaded == model
             live = sum(len(stash) for stash in model.values())
             assert bucket.stash_live == live

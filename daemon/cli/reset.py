@@ -1,0 +1,132 @@
+"""``daemon reset`` and ``daemon rescale``: a stopped pipeline starts again from chosen offsets."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from daemon.errors import EnrichdError
+
+if TYPE_CHECKING:
+    from daemon.config import PipelineConfig
+    from daemon.state.reset import Change
+
+PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
+PipelineName = Annotated[
+    str | None, typer.Option("--pipeline", help="Which pipeline, if the file has several.")
+]
+To = Annotated[
+    str,
+    typer.Option(
+        "--to",
+        help="earliest, latest, or a time (epoch ms, or ISO 8601 like 2026-11-20T09:00:00Z): "
+        "each input partition starts at its first record at or after it.",
+        show_default=False,
+    ),
+]
+KeepState = Annotated[
+    bool,
+    typer.Option(
+        "--keep-state", help="Keep the join state; the records read again apply on top of it."
+    ),
+]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do it without asking.")]
+
+
+class NothingChangedError(EnrichdError):
+    """The operator declined: the checkpoint is as it was."""
+
+
+def reset(
+    pipeline_file: PipelinePath,
+    to: To,
+    pipeline: PipelineName = None,
+    keep_state: KeepState = False,
+    yes: Yes = False,
+) -> None:
+    """Make a stopped pipeline's next start read from --to, with its state dropped or kept.
+
+    Refused while a daemon runs on the checkpoint. Prints what it changes and asks first.
+    """
+    from daemon.config import load_pipeline_file
+    from daemon.replay import pick_pipeline
+    from daemon.state.positions import parse_target
+    from daemon.state.reader import state_session
+    from daemon.state.reset import reset_change
+
+    target = parse_target(to)
+    file = load_pipeline_file(pipeline_file)
+    pipe = pick_pipeline(file, pipeline)
+    with _locked(pipe, fresh_allowed=True) as fresh:
+        spark = state_session(file) if keep_state and not fresh else None
+        change = reset_change(file, pipe, target, keep_state=keep_state, spark=spark)
+        _confirm_and_apply(change, "Reset", yes)
+
+
+def rescale(pipeline_file: PipelinePath, pipeline: PipelineName = None, yes: Yes = False) -> None:
+    """Move a stopped pipeline's state into the file's state_buckets and shuffle partitions.
+
+    The state moves into a new checkpoint laid out as the file now says, which reads on from
+    where the old one stopped. Refused while a daemon runs on the checkpoint; asks first.
+    """
+    from daemon.checkpoint import verify_checkpoint
+    from daemon.config import load_pipeline_file
+    from daemon.replay import pick_pipeline
+    from daemon.state.reader import state_session
+    from daemon.state.reset import layout_of, rescale_change
+
+    file = load_pipeline_file(pipeline_file)
+    pipe = pick_pipeline(file, pipeline)
+    with _locked(pipe, fresh_allowed=False):
+        layout = layout_of(file, pipe, verify_checkpoint(pipe, any_buckets=True))
+        if layout[0] == layout[1]:
+            typer.echo(f"pipeline {pipe.name!r}: nothing to rescale, the state is in {layout[1]}")
+            return
+        change = rescale_change(file, pipe, state_session(file), layout)
+        _confirm_and_apply(change, "Rescale", yes)
+
+
+@contextmanager
+def _locked(pipe: PipelineConfig, *, fresh_allowed: bool) -> Iterator[bool]:
+    """Hold the checkpoint's lock once its shape fits the pipeline; whether it is new.
+
+    A checkpoint that does not exist yet is made only for a reset (its seed makes the
+    pipeline's first start read from there), and removed again if the reset does not happen.
+    """
+    from daemon.checkpoint import NoCheckpointError, verify_checkpoint
+    from daemon.lock import CheckpointLocks
+
+    existed = Path(pipe.checkpoint).exists()
+    try:
+        verify_checkpoint(pipe, any_buckets=not fresh_allowed)
+        fresh = False
+    except NoCheckpointError:
+        if not fresh_allowed:
+            raise
+        fresh = True
+    locks = CheckpointLocks()
+    locks.acquire(pipe.name, pipe.checkpoint)
+    done = False
+    try:
+        yield fresh
+        done = True
+    finally:
+        locks.release()
+        if not done and not existed:
+            shutil.rmtree(pipe.checkpoint, ignore_errors=True)
+
+
+def _confirm_and_apply(change: Change, verb: str, yes: bool) -> None:
+    from daemon.state.reset import apply, summary_line
+
+    for line in change.describe():
+        typer.echo(line)
+    if not yes and not typer.confirm(f"{verb}?"):
+        raise NothingChangedError(f"{verb.lower()} cancelled; nothing changed")
+    apply(change)
+    typer.echo(summary_line(change))

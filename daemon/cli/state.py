@@ -1,0 +1,113 @@
+"""``daemon state``: a pipeline's join state, read from its checkpoint, as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from daemon.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from daemon.state.reader import CheckpointState
+    from daemon.state.seed import Seed
+
+PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
+PipelineName = Annotated[
+    str | None, typer.Option("--pipeline", help="Which pipeline, if the file has several.")
+]
+Key = Annotated[
+    str | None,
+    typer.Option("--key", help="A join key, as text: print everything its state holds."),
+]
+Summary = Annotated[
+    bool, typer.Option("--summary", help="Print keys, bytes and event times per bucket.")
+]
+
+
+class NoStateError(ConfigError):
+    """The checkpoint holds no state for what was asked."""
+
+
+def state(
+    pipeline_file: PipelinePath,
+    pipeline: PipelineName = None,
+    key: Key = None,
+    summary: Summary = False,
+) -> None:
+    """Print one join key's state, or a summary of all of it, as JSON (read only).
+
+    Reads the state the pipeline's checkpoint committed last, whether the pipeline is
+    stopped or running.
+    """
+    from daemon.checkpoint import buckets_of_shape, verify_checkpoint
+    from daemon.config import load_pipeline_file
+    from daemon.replay import pick_pipeline
+    from daemon.state.reader import CheckpointState, last_committed, state_session
+    from daemon.state.seed import seed_of
+
+    if (key is None) == (not summary):
+        raise ConfigError("give either --key KEY or --summary")
+    file = load_pipeline_file(pipeline_file)
+    pipe = pick_pipeline(file, pipeline)
+    shape = verify_checkpoint(pipe)
+    batch = last_committed(pipe.checkpoint)
+    seed = seed_of(pipe.checkpoint)
+    if batch is None and (seed is None or not seed.has_state):
+        raise NoStateError(
+            f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} has committed no "
+            "micro-batch yet, so it holds no state"
+        )
+    spark = state_session(file)
+    head: dict[str, Any] = {"pipeline": pipe.name, "checkpoint": str(pipe.checkpoint)}
+    if batch is not None:
+        found: CheckpointState | Seed = CheckpointState(spark, pipe.checkpoint, batch)
+        head["micro_batch"] = batch
+    else:
+        assert seed is not None  # noqa: S101 - checked above
+        found = seed
+        head["micro_batch"] = None
+        head["seeded"] = "by daemon reset or rescale; the next start takes it in"
+    if key is not None:
+        shown = _key(spark, found, key, buckets_of_shape(shape))
+        if shown is None:
+            raise NoStateError(
+                f"pipeline {pipe.name!r}: no state for key {key!r} in checkpoint "
+                f"{pipe.checkpoint} (micro-batch {batch}); the key was never joined, or its "
+                "state emptied or expired"
+            )
+        typer.echo(json.dumps({**head, **shown}, indent=2))
+    else:
+        typer.echo(json.dumps({**head, **_summary(spark, found)}, indent=2))
+
+
+def _key(
+    spark: SparkSession, found: CheckpointState | Seed, key: str, buckets: int
+) -> dict[str, Any] | None:
+    from daemon.kafka.records import bucket_of
+    from daemon.state.reader import CheckpointState
+    from daemon.state.show import key_view, seeded_key_view
+
+    label = bucket_of(key, buckets)
+    if isinstance(found, CheckpointState):
+        stored = found.bucket(label)
+        return None if stored is None else key_view(stored, key)
+    rows = found.state_frame(spark).where(f"bucket = {label}").selectExpr("inline(keys)")
+    entries = rows.where(rows.key == key).collect()
+    return seeded_key_view(label, key, bytes(entries[0].entry)) if entries else None
+
+
+def _summary(spark: SparkSession, found: CheckpointState | Seed) -> dict[str, Any]:
+    from daemon.state.reader import CheckpointState
+    from daemon.state.show import bucket_summary, seeded_bucket_summary, summary
+
+    if isinstance(found, CheckpointState):
+        return summary(bucket_summary(stored, size) for stored, size in found.sizes())
+    rows = found.state_frame(spark).toLocalIterator()
+    return summary(
+        seeded_bucket_summary(row.bucket, [bytes(item.entry) for item in row.keys]) for row in rows
+    )

@@ -1,0 +1,179 @@
+"""A checkpoint's join state, read with Spark's state data source.
+
+How it works: Spark's ``statestore`` data source (``spark.read.format("statestore")``) reads
+the state a streaming query committed, version by version, from the checkpoint's files alone:
+the query may be stopped, or running in another process (what it reads was committed, so it
+does not change under it). It knows ``transformWithState`` state variables by name: the
+operator's ``state_bucket`` (a row per state bucket: its label and the stored bucket) and its
+``stash_chunks`` (a row per chunk of each bucket's stash log). This module pins the
+micro-batch it reads to the last one in the checkpoint's commit log, and hands the buckets on
+as :class:`StoredBucket`, which decodes them with the state format
+(:mod:`daemon.engine.state_format`).
+
+Spark's offset and commit logs (``offsets/N``, ``commits/N``) are read here too, as files: a
+line ``v1``, a line of batch metadata, then a line of offsets per source (enrichd's queries
+have one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from daemon.config import PipelineFile, SparkConfig
+from daemon.engine import blobs
+from daemon.engine.stash_log import StashLog
+from daemon.engine.state_format import Bucket, decode_bucket
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+BUCKETS_VARIABLE = "state_bucket"
+CHUNKS_VARIABLE = "stash_chunks"
+
+
+def batches(checkpoint: Path, log: str) -> list[int]:
+    """The micro-batch ids in one of a checkpoint's logs (``offsets`` or ``commits``), in order."""
+    folder = Path(checkpoint) / log
+    if not folder.is_dir():
+        return []
+    return sorted(int(entry.name) for entry in folder.iterdir() if entry.name.isdigit())
+
+
+def last_committed(checkpoint: Path) -> int | None:
+    """The last micro-batch the checkpoint's commit log holds; None: none yet."""
+    committed = batches(checkpoint, "commits")
+    return committed[-1] if committed else None
+
+
+def planned_past_commit(checkpoint: Path) -> int | None:
+    """A micro-batch planned (in the offset log) after the last committed one, if any."""
+    planned = batches(checkpoint, "offsets")
+    committed = last_committed(checkpoint)
+    if planned and (committed is None or planned[-1] > committed):
+        return planned[-1]
+    return None
+
+
+def source_offsets(checkpoint: Path, batch: int) -> dict[str, Any]:
+    """Where micro-batch ``batch`` ended, as the source wrote it to the offset log."""
+    lines = (Path(checkpoint) / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
+    offsets: dict[str, Any] = json.loads(lines[2])
+    return offsets
+
+
+def batch_conf(checkpoint: Path, batch: int) -> dict[str, str]:
+    """The settings Spark fixed for the checkpoint, as micro-batch ``batch`` recorded them.
+
+    Spark keeps some settings for a checkpoint's life whatever the session says, among them
+    ``spark.sql.shuffle.partitions``, the stateful stage's partition count.
+    """
+    lines = (Path(checkpoint) / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
+    conf: dict[str, str] = json.loads(lines[1]).get("conf", {})
+    return conf
+
+
+@dataclass(frozen=True)
+class StoredBucket:
+    """One state bucket as the checkpoint holds it: its value and its stash log's chunks."""
+
+    label: int
+    blob: bytes
+    chunks: tuple[bytes, ...] = ()
+
+    @cached_property
+    def bucket(self) -> Bucket:
+        """The bucket, decoded."""
+        return decode_bucket(blobs.decompress(self.blob))
+
+    def log(self) -> StashLog:
+        """The bucket's stash log, read only: what a loaded key state's stashes read from."""
+        return StashLog(_Chunks(self.chunks), self.bucket)
+
+
+class _Chunks:
+    """A stash log's chunks in memory, read only."""
+
+    def __init__(self, chunks: tuple[bytes, ...]) -> None:
+        self._chunks = chunks
+
+    def get(self) -> list[tuple[bytes]]:
+        return [(chunk,) for chunk in self._chunks]
+
+    def put(self, new_state: list[tuple[bytes]]) -> None:
+        raise PermissionError("a checkpoint's state is read only here")
+
+    def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802
+        raise PermissionError("a checkpoint's state is read only here")
+
+    def clear(self) -> None:
+        raise PermissionError("a checkpoint's state is read only here")
+
+
+class CheckpointState:
+    """The join state a checkpoint committed with micro-batch ``batch``."""
+
+    def __init__(self, spark: SparkSession, checkpoint: Path, batch: int) -> None:
+        self.spark = spark
+        self.checkpoint = Path(checkpoint)
+        self.batch = batch
+
+    def frame(self, variable: str) -> DataFrame:
+        """One state variable's rows, as Spark's state data source reads them."""
+        return (
+            self.spark.read.format("statestore")
+            .option("batchId", self.batch)
+            .option("stateVarName", variable)
+            .load(str(self.checkpoint))
+        )
+
+    def buckets_frame(self) -> DataFrame:
+        """``bucket int, blob binary``: every stored bucket."""
+        return self.frame(BUCKETS_VARIABLE).selectExpr("key.bucket AS bucket", "value.blob AS blob")
+
+    def chunks_frame(self) -> DataFrame:
+        """``bucket int, chunk binary``: every chunk of every bucket's stash log."""
+        return self.frame(CHUNKS_VARIABLE).selectExpr(
+            "key.bucket AS bucket", "list_element.chunk AS chunk"
+        )
+
+    def bucket(self, label: int) -> StoredBucket | None:
+        """The bucket ``label`` with its chunks; None when it holds no key."""
+        rows = self.buckets_frame().where(f"bucket = {int(label)}").collect()
+        if not rows:
+            return None
+        chunks = self.chunks_frame().where(f"bucket = {int(label)}").collect()
+        return StoredBucket(label, bytes(rows[0].blob), tuple(bytes(row.chunk) for row in chunks))
+
+    def sizes(self) -> Iterator[tuple[StoredBucket, int]]:
+        """Every stored bucket (without its chunks) and the bytes its chunks take."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        sized = (
+            self.chunks_frame()
+            .groupBy("bucket")
+            .agg(F.sum(F.length("chunk")).alias("size"))
+        )
+        for row in self.buckets_frame().join(sized, "bucket", "left").toLocalIterator():
+            yield StoredBucket(row.bucket, bytes(row.blob)), int(row.size or 0)
+
+
+def state_session(file: PipelineFile) -> SparkSession:
+    """A local Spark session to read checkpoints with, started quietly if none runs.
+
+    Local whatever the file's master: reading a checkpoint needs no cluster, only its files.
+    The file's Hadoop settings (``spark.hadoop.*``, how to reach the checkpoint's file
+    system) and state store settings carry over.
+    """
+    from daemon.engine.session import spark_session
+
+    conf = {
+        key: value
+        for key, value in file.spark.conf.items()
+        if key.startswith(("spark.hadoop.", "spark.sql.streaming.stateStore."))
+    }
+    return spark_session(SparkConfig(master="local[*]", conf=conf))

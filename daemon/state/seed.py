@@ -1,0 +1,94 @@
+"""A new checkpoint's seed: where its query starts reading, and the state it starts with.
+
+``daemon reset`` and ``daemon rescale`` do not edit Spark's checkpoint files: they move the
+old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/``:
+
+- ``offsets.json``: ``{"offsets": {"topic/partition": offset}, "made_by": ..., "made_at":
+  ...}``, where each input partition starts. The source's :meth:`initialOffset` (which Spark
+  asks only of a query without a checkpoint) starts there instead of at the earliest offsets.
+- ``state/`` (only when state is kept): Parquet files of one row per state bucket,
+  :data:`SEED_SCHEMA`, each key's entry portable
+  (:func:`~daemon.engine.state_format.encode_portable`). The query hands them to
+  ``transformWithState`` as its initial state, which Spark applies in the new checkpoint's
+  first micro-batch only (the processor's ``handleInitialState``): this is Spark's own way
+  to start a stateful query from existing state, and the state is written to the state
+  store by Spark as any other.
+
+Once a micro-batch has committed in the new checkpoint, the seed has done its work (Spark
+keeps the offsets and the state from then on) and :func:`discard_if_applied` removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from daemon.state.reader import last_committed
+from daemon.state.render import iso_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, GroupedData, SparkSession
+
+SEED = "enrichd-seed"
+OFFSETS_FILE = "offsets.json"
+STATE_FOLDER = "state"
+SEED_SCHEMA = "bucket int, keys array<struct<key: string, entry: binary>>"
+"""A seed's state: a row per bucket, with every key moved into it and its portable entry."""
+
+
+@dataclass(frozen=True)
+class Seed:
+    """The seed of a checkpoint that has not run a micro-batch since it was made."""
+
+    folder: Path
+    offsets: dict[str, int]
+
+    @property
+    def state_folder(self) -> Path:
+        """Where the seed's state is (Parquet), if it has any."""
+        return self.folder / STATE_FOLDER
+
+    @property
+    def has_state(self) -> bool:
+        """Whether the seed carries state (a reset with ``--keep-state``, a rescale)."""
+        return self.state_folder.is_dir()
+
+    def state_frame(self, spark: SparkSession) -> DataFrame:
+        """The seed's state: :data:`SEED_SCHEMA` rows."""
+        return spark.read.schema(SEED_SCHEMA).parquet(str(self.state_folder))
+
+    def initial_state(self, spark: SparkSession) -> GroupedData:
+        """The seed's state grouped by bucket, as ``transformWithState`` takes it."""
+        return self.state_frame(spark).groupBy("bucket")
+
+
+def seed_of(checkpoint: Path) -> Seed | None:
+    """The checkpoint's seed, if it has one that no micro-batch has applied yet."""
+    folder = Path(checkpoint) / SEED
+    path = folder / OFFSETS_FILE
+    if not path.exists() or last_committed(checkpoint) is not None:
+        return None
+    written = json.loads(path.read_text(encoding="utf-8"))
+    return Seed(folder, {str(name): int(offset) for name, offset in written["offsets"].items()})
+
+
+def write_seed(folder: Path, offsets: dict[str, int], made_by: str) -> None:
+    """Write a seed's offsets into ``folder`` (its state, if any, is written apart)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    record: dict[str, Any] = {
+        "offsets": dict(sorted(offsets.items())),
+        "made_by": made_by,
+        "made_at": iso_ms(time.time_ns() // 1_000_000),
+    }
+    (folder / OFFSETS_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def discard_if_applied(checkpoint: Path) -> None:
+    """Remove the checkpoint's seed once a micro-batch committed: Spark holds it all now."""
+    folder = Path(checkpoint) / SEED
+    if folder.exists() and last_committed(checkpoint) is not None:
+        shutil.rmtree(folder, ignore_errors=True)

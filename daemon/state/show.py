@@ -1,0 +1,105 @@
+"""What ``daemon state`` prints: one key's state, or a summary of every bucket.
+
+Times: ``event_time`` is the newest event time of a micro-batch's records that changed the
+key's state (a record that left the state as it was, such as a lookup's stream record, does
+not count); a bucket's oldest and newest event times are the smallest and largest of its
+keys'. ``stream_time`` is the key's latest event time as its wake-ups count it (joiners that
+wake quiet keys only), ``END_OF_TIME`` once its end of input came. Processing times
+(``last_record_ms``, ``updated_ms``, ``due_ms``) are the daemon's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from daemon.engine.state_format import (
+    EVENT_TIME,
+    LAST_MS,
+    STATE,
+    STREAM_TIME,
+    UPDATED_MS,
+    decode_portable,
+)
+from daemon.joiners.base import END_OF_TIME
+from daemon.state.reader import StoredBucket
+from daemon.state.render import iso_ms, to_json
+
+
+def key_view(stored: StoredBucket, key: str) -> dict[str, Any] | None:
+    """Everything the bucket holds for ``key``, decoded; None when it holds nothing for it."""
+    bucket = stored.bucket
+    entry = bucket.keys.get(key)
+    if entry is None:
+        return None
+    state = stored.log().loads(key, entry[STATE])
+    clock = entry[STREAM_TIME], entry[LAST_MS], entry[UPDATED_MS], entry[EVENT_TIME]
+    return _view(key, stored.label, clock, bucket.due.get(key), state)
+
+
+def seeded_key_view(label: int, key: str, entry: bytes) -> dict[str, Any]:
+    """:func:`key_view` of a key in a seed, not yet applied (``daemon.state.seed``)."""
+    clock, due, state = decode_portable(entry)
+    return _view(key, label, clock, due, state)
+
+
+def _view(
+    key: str, label: int, clock: tuple[int, int, int, int], due: int | None, state: Any
+) -> dict[str, Any]:
+    stream_time, last_ms, updated_ms, event_time = clock
+    return {
+        "key": key,
+        "bucket": label,
+        "event_time": iso_ms(event_time or None),
+        "ended": stream_time == END_OF_TIME,
+        "stream_time": stream_time or None,
+        "last_record_ms": last_ms or None,
+        "updated_ms": updated_ms or None,
+        "due_ms": due,
+        "state": to_json(state),
+    }
+
+
+def bucket_summary(stored: StoredBucket, chunk_bytes: int) -> dict[str, Any]:
+    """A bucket's keys, bytes (its value and its stash log's chunks, as stored) and times."""
+    bucket = stored.bucket
+    times = [entry[EVENT_TIME] for entry in bucket.keys.values() if entry[EVENT_TIME]]
+    return {
+        "bucket": stored.label,
+        "keys": len(bucket.keys),
+        "bytes": len(stored.blob) + chunk_bytes,
+        "stashed_values": bucket.stash_live,
+        "ended_keys": sum(entry[STREAM_TIME] == END_OF_TIME for entry in bucket.keys.values()),
+        "oldest_event_time": iso_ms(min(times, default=None)),
+        "newest_event_time": iso_ms(max(times, default=None)),
+    }
+
+
+def seeded_bucket_summary(label: int, entries: list[bytes]) -> dict[str, Any]:
+    """:func:`bucket_summary` of a bucket in a seed, not yet applied; bytes are its entries'."""
+    clocks = [decode_portable(entry)[0] for entry in entries]
+    times = [clock[3] for clock in clocks if clock[3]]
+    return {
+        "bucket": label,
+        "keys": len(entries),
+        "bytes": sum(map(len, entries)),
+        "stashed_values": None,
+        "ended_keys": sum(clock[0] == END_OF_TIME for clock in clocks),
+        "oldest_event_time": iso_ms(min(times, default=None)),
+        "newest_event_time": iso_ms(max(times, default=None)),
+    }
+
+
+def summary(buckets: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over :func:`bucket_summary` results, with the buckets in label order."""
+    listed = sorted(buckets, key=lambda item: int(item["bucket"]))
+    oldest = [b["oldest_event_time"] for b in listed if b["oldest_event_time"]]
+    newest = [b["newest_event_time"] for b in listed if b["newest_event_time"]]
+    return {
+        "keys": sum(b["keys"] for b in listed),
+        "bytes": sum(b["bytes"] for b in listed),
+        "buckets_in_use": len(listed),
+        "oldest_event_time": min(oldest, default=None),
+        "newest_event_time": max(newest, default=None),
+        "buckets": listed,
+    }
