@@ -193,12 +193,16 @@ def replay(
         create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
         records = arrival_order(inputs)
         plan = plan_pipeline(file, fresh, conf)
-        ends = _produce(conf, fresh, codecs, records, _join_keys(plan, records))
+        ends = _produce(conf, plan, codecs, records, _join_keys(plan, records))
         spark = _session_until_done(file, stack)
         batches = 0
         for stage in plan.stages():
             if stage is not plan:  # a later stage reads everything the one before wrote
-                ends = committed_ends(conf, stage.source.inputs[0].topic)
+                ends = {
+                    name: end
+                    for spec in stage.source.inputs
+                    for name, end in committed_ends(conf, spec.topic).items()
+                }
                 if not ends:
                     continue
             query = start_query(spark, stage)
@@ -286,13 +290,15 @@ def _fresh_pipeline(
 
 def _produce(
     conf: dict[str, str],
-    pipe: PipelineConfig,
+    plan: Any,
     codecs: dict[str, AvroCodec],
     records: list[ReplayRecord],
     join_keys: list[str],
 ) -> dict[str, int]:
     """Produce the records, then an end-of-input marker per join key; return partition ends."""
     from daemon.kafka.records import CONTROL_HEADER, END_OF_INPUT
+
+    pipe: PipelineConfig = plan.config
 
     producer = connect.producer(conf, {"linger.ms": 5, "partitioner": "murmur2_random"})
     deliveries = Deliveries()
@@ -311,7 +317,11 @@ def _produce(
     # record of its timestamp, so each key's end of input comes after all of its records,
     # however the micro-batches fall (daemon.kafka.source.admit_earliest).
     marker_time = max((record.timestamp for record in records), default=1)
-    marker_topic = next(iter(pipe.inputs.values())).topic
+    # Not on an input that bootstraps: its records, read first, would end every key at once.
+    marker_topic = next(
+        (spec.topic for spec in plan.source.inputs if not spec.bootstrap),
+        plan.source.inputs[0].topic,
+    )
     for key in join_keys:
         produce(
             producer,

@@ -149,8 +149,18 @@ def _output_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) ->
         options = cls.Options.model_validate(pipeline.options)
     except ValidationError:
         return problems  # reported by _option_problems
-    context = JoinerContext(pipeline=pipeline.name, fields={})
-    stage = cls(options, context).downstream()
+    # The output schema's fields, where it loads, for joiners that need some of them.
+    fields: tuple[str, ...] = ()
+    if pipeline.output.schema_file is not None:
+        try:
+            fields = record_fields(load_schema_file(pipeline.output.schema_file))
+        except SchemaError:
+            pass  # reported by _serde_problems
+    context = JoinerContext(pipeline=pipeline.name, fields={}, output_fields=fields)
+    try:
+        stage = cls(options, context).downstream()
+    except ConfigError as exc:
+        return [*problems, f"{where}.output: {exc}"]
     if stage is not None and stage.output not in pipeline.outputs:
         problems.append(
             f"{where}.outputs: joiner {cls.name!r} writes output {stage.output!r} with these "

@@ -361,3 +361,16 @@ def test_lookup_totals_need_their_output(tmp_path: Path) -> None:
         "'totals' with these options; add [pipeline.outputs.totals] with its topic and schema"
     ]
     assert problems(REPO / "examples" / "clicks-per-region.toml") == []
+
+
+def test_lookup_revisions_need_a_revision_field(tmp_path: Path) -> None:
+    example = REPO / "examples" / "clicks-per-region-versioned.toml"
+    assert problems(example) == []
+    text = example.read_text(encoding="utf-8").replace('"../', f'"{REPO}/')
+    path = tmp_path / "versioned.toml"
+    path.write_text(text.replace("revised_click.avsc", "enriched_click.avsc"), encoding="utf-8")
+    assert problems(path) == [
+        f"{path}: pipeline[0] (clicks-per-region-versioned).output: pipeline "
+        "'clicks-per-region-versioned': revisions = true numbers each answer in a `revision` "
+        "field; add an int field `revision` to the output schema"
+    ]
