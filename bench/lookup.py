@@ -19,6 +19,10 @@ Contenders, on the same topics:
   its running-totals stage left out (the issue measures the lookup join; the totals are a
   second query over the enriched topic). ``--totals`` keeps it: the second query then runs
   beside the first, as ``daemon run`` runs both, and its rate is reported on its own row.
+- enrichd again with ``versioned = true, revisions = true`` (issue #33), on the same topics
+  and with an output schema that has ``revision``, unless ``--no-versioned``: the table
+  history, arrival order and every click kept for revision within the default one-hour
+  retention (the workload's timestamps span about 18 minutes, so every click stays kept).
 
 Unless ``--no-latency``, enrichd's end-to-end latency at a fixed rate of clicks offered to the
 loaded table follows (see :mod:`bench.latency`).
@@ -118,6 +122,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run the example's running totals per region (its second query) and time it",
     )
+    parser.add_argument(
+        "--no-versioned",
+        dest="versioned",
+        action="store_false",
+        help="leave out the run with versioned = true, revisions = true",
+    )
     add_latency_arguments(parser, "clicks")
 
 
@@ -128,6 +138,8 @@ def _command(args: argparse.Namespace) -> str:
     )
     if args.totals:
         command += " --totals"
+    if not args.versioned:
+        command += " --no-versioned"
     return command + latency_command(args) + quix_option(args.quix_python)
 
 
@@ -190,11 +202,17 @@ def produce(conf: dict[str, str], table: str, clicks: str, args: argparse.Namesp
     return deliveries.ends, unknown
 
 
-def count_defaulted(conf: dict[str, str], topic: str) -> int:
+VERSIONED = {"versioned": True, "revisions": True}
+"""The options of the versioned run, added to the example's."""
+REVISED_SCHEMA = SCHEMAS / "revised_enriched_click.avsc"
+"""The versioned run's output schema: an enriched click with its ``revision``."""
+
+
+def count_defaulted(conf: dict[str, str], topic: str, schema_path: Path | None = None) -> int:
     """Enriched clicks in ``topic`` whose region is the default (committed records only)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    schema = fastavro.schema.load_schema(str(SCHEMAS / "enriched_click.avsc"))
+    schema = fastavro.schema.load_schema(str(schema_path or SCHEMAS / "enriched_click.avsc"))
     reader: Any = fastavro.schemaless_reader
     consumer = Consumer(
         {
@@ -300,11 +318,13 @@ def configure(
     max_records_per_batch: int,
     totals: bool = False,
     trigger_ms: int = 0,
+    versioned: bool = False,
 ) -> tuple[Any, Any]:
     """The example's pipeline file and pipeline over ``table`` and ``clicks`` on ``servers``.
 
     Output topics get fresh names; the totals stage is kept only if ``totals``;
-    ``trigger_ms`` 0 keeps the pipeline's default trigger.
+    ``trigger_ms`` 0 keeps the pipeline's default trigger; ``versioned`` adds
+    :data:`VERSIONED` to the options, with :data:`REVISED_SCHEMA` as the output's schema.
     """
     from daemon.config import KafkaConfig, load_pipeline_file
 
@@ -313,6 +333,10 @@ def configure(
     pipe = file.pipeline[0]
     suffix = uuid.uuid4().hex[:8]
     options = {k: v for k, v in pipe.options.items() if totals or k != "aggregate"}
+    output = pipe.output.model_copy(update={"topic": f"bench-enriched-{suffix}"})
+    if versioned:
+        options.update(VERSIONED)
+        output = output.model_copy(update={"schema_file": REVISED_SCHEMA})
     outputs = {
         name: spec.model_copy(update={"topic": f"bench-{name}-{suffix}"})
         for name, spec in pipe.outputs.items()
@@ -325,7 +349,7 @@ def configure(
                 "stream": pipe.inputs["stream"].model_copy(update={"topic": clicks}),
                 "table": pipe.inputs["table"].model_copy(update={"topic": table}),
             },
-            "output": pipe.output.model_copy(update={"topic": f"bench-enriched-{suffix}"}),
+            "output": output,
             "outputs": outputs,
             "options": options,
             "dead_letter_topic": f"bench-enriched-{suffix}.dlq",
@@ -345,15 +369,23 @@ def run_enrichd(
     max_records_per_batch: int,
     totals: bool = False,
     timeout_s: float = 3600.0,
+    versioned: bool = False,
 ) -> EnrichdResult:
-    """The example pipeline over the benchmark's topics, its totals stage only if ``totals``.
+    """The example pipeline over the benchmark's topics, its totals stage only if ``totals``,
+    with ``versioned = true, revisions = true`` if ``versioned``.
 
     Raises:
         RuntimeError: the query failed or did not consume everything in ``timeout_s``.
     """
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp:
         file, pipe = configure(
-            servers, table, clicks, Path(tmp) / "checkpoint", max_records_per_batch, totals
+            servers,
+            table,
+            clicks,
+            Path(tmp) / "checkpoint",
+            max_records_per_batch,
+            totals,
+            versioned=versioned,
         )
         return run_pipeline(file, pipe, ends, sum(ends.values()), timeout_s, stages=totals)
 
@@ -436,6 +468,14 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         )
     console.print(enrichd_status(spark))
     loads.append(("enrichd", os.getloadavg()[0]))
+    versioned: EnrichdResult | None = None
+    if args.versioned:
+        with console.status("enrichd lookup, versioned + revisions (Spark)"):
+            versioned = run_enrichd(
+                broker.bootstrap_servers, table, clicks, ends, args.max_batch, versioned=True
+            )
+        console.print(enrichd_status(versioned))
+        loads.append(("enrichd versioned", os.getloadavg()[0]))
     with console.status("raw ceiling, 2 processes, again"):
         again = run_ceiling(conf, table, clicks, ends, outputs["again"], 2)
     console.print(f"raw ceiling, 2 processes, again: {rate(again.rate)} records/s")
@@ -445,6 +485,10 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         counted = count_outputs(conf, outputs, spark.output_topic, quix.ran)
         dead = count_records(conf, spark.dead_letter_topic)
         defaulted_enrichd = count_defaulted(conf, spark.output_topic)
+        if versioned is not None:
+            counted["enrichd versioned + revisions"] = count_records(conf, versioned.output_topic)
+            dead_versioned = count_records(conf, versioned.dead_letter_topic)
+            defaulted_versioned = count_defaulted(conf, versioned.output_topic, REVISED_SCHEMA)
         totals_written = (
             # run_enrichd names the totals topic after the enriched one
             count_records(conf, spark.output_topic.replace("bench-enriched-", "bench-totals-"))
@@ -461,6 +505,14 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     # Quix is at-least-once: a count above the clicks would be duplicates, below a loss.
     ok = all(count == args.clicks for count in counted.values()) and dead == 0
     ok = ok and defaulted_enrichd == unknown
+    if versioned is not None:
+        # Every region is in before every click: one answer per click, no revision.
+        checks.append(f"enrichd versioned dead letters: {dead_versioned:,}")
+        checks.append(
+            f"enrichd versioned enriched {defaulted_versioned:,} clicks with the default "
+            f"region (expected {unknown:,})"
+        )
+        ok = ok and dead_versioned == 0 and defaulted_versioned == unknown
     if totals_written is not None:
         # Every enriched click adds at least 1 to its region's sum: one new total each.
         checks.append(f"enrichd totals written: {totals_written:,} (expected {args.clicks:,})")
@@ -469,6 +521,9 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     ok = ok and latencies_ok(latencies, latency)
     checks += progress_check(spark.batches, records)
     contenders = _contenders(one, two, quix, spark)
+    if versioned is not None:
+        checks += progress_check(versioned.batches, records)
+        contenders += enrichd_contenders("enrichd lookup, versioned + revisions", versioned)
     if spark.stage_batches:
         contenders.append(_totals_row(spark.stage_batches[0]))
     contenders.append(
@@ -498,10 +553,49 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         *batches_lines(
             "Micro-batches that read records", args.max_batch, batch_table(spark.batches)
         ),
+        *_versioned_notes(args, spark, versioned, two.rate),
         *latency_section(latencies, latency, args.max_batch, spark.sustained_rate),
         checks_line(checks),
     ]
     return Section("lookup", TITLE, lines, table_rows, plot_of(contenders), ok)
+
+
+def _versioned_notes(
+    args: argparse.Namespace, spark: EnrichdResult, versioned: EnrichdResult | None, ceiling: float
+) -> list[str]:
+    """What the versioned run did and cost, against today's lookup in the same run."""
+    if versioned is None:
+        return []
+    steady = versioned.steady()
+    rows = sum(b.rows for b in steady) / len(steady)
+    add = versioned.mean_ms("addBatch")
+    return [
+        "### enrichd lookup, versioned + revisions",
+        "",
+        "- *enrichd lookup, versioned + revisions*: the same pipeline with `versioned = true, "
+        "revisions = true` (default `history_retention` of 1 h, no grace) and an output "
+        "schema with `revision`, on the same topics, from a fresh checkpoint. Each user's "
+        "region history is kept, records apply in arrival order, and every click is kept "
+        "for revision (all 1,000,000 here: the timestamps span about 18 minutes). No row "
+        "is late here, so it writes one answer per click, like today's lookup.",
+        f"- Versioned + revisions sustained {rate(versioned.sustained_rate)} records/s: "
+        f"{versioned.sustained_rate / spark.sustained_rate:.2f}x today's lookup in this run "
+        f"and {versioned.sustained_rate / ceiling:.2f} of the two-process ceiling. Steady "
+        f"batches ({len(steady)}, {rows:,.0f} records each on average): addBatch "
+        f"{add:,.0f} ms = {add * 1000 / rows if rows else 0:.1f} us per record.",
+        *(
+            line.replace("- Memory (enrichd run", "- Memory (versioned run").replace(
+                "- State:", "- State (versioned run):"
+            )
+            for line in resources_lines(versioned, args.users)
+        ),
+        "",
+        *batches_lines(
+            "Micro-batches of the versioned run that read records",
+            args.max_batch,
+            batch_table(versioned.batches),
+        ),
+    ]
 
 
 def _contenders(

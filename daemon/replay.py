@@ -207,12 +207,16 @@ def replay(
         create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
         records = arrival_order(inputs)
         plan = plan_pipeline(file, fresh, conf)
-        ends = _produce(conf, fresh, codecs, keys, records, _join_keys(plan, keys, records))
+        ends = _produce(conf, plan, codecs, keys, records, _join_keys(plan, keys, records))
         spark = _session_until_done(file, stack)
         batches = 0
         for stage in plan.stages():
             if stage is not plan:  # a later stage reads everything the one before wrote
-                ends = committed_ends(conf, stage.source.inputs[0].topic)
+                ends = {
+                    name: end
+                    for spec in stage.source.inputs
+                    for name, end in committed_ends(conf, spec.topic).items()
+                }
                 if not ends:
                     continue
             query = start_query(spark, stage)
@@ -308,7 +312,7 @@ def _fresh_pipeline(
 
 def _produce(
     conf: dict[str, str],
-    pipe: PipelineConfig,
+    plan: Any,
     codecs: dict[str, AvroCodec],
     keys: dict[str, KafkaKeyCodec],
     records: list[ReplayRecord],
@@ -320,6 +324,8 @@ def _produce(
     (a composite key's JSON array): the source reads markers so (docs/semantics.md, Time).
     """
     from daemon.kafka.records import CONTROL_HEADER, END_OF_INPUT
+
+    pipe: PipelineConfig = plan.config
 
     producer = connect.producer(conf, {"linger.ms": 5, "partitioner": "murmur2_random"})
     deliveries = Deliveries()
@@ -338,7 +344,11 @@ def _produce(
     # record of its timestamp, so each key's end of input comes after all of its records,
     # however the micro-batches fall (daemon.kafka.source.admit_earliest).
     marker_time = max((record.timestamp for record in records), default=1)
-    marker_topic = next(iter(pipe.inputs.values())).topic
+    # Not on an input that bootstraps: its records, read first, would end every key at once.
+    marker_topic = next(
+        (spec.topic for spec in plan.source.inputs if not spec.bootstrap),
+        plan.source.inputs[0].topic,
+    )
     for key in join_keys:
         produce(
             producer,

@@ -8,7 +8,8 @@ list of fields for a composite key, or ``kafka_key`` for the Kafka key.
 
 - :func:`run_joiner` runs the joiner's logic in plain Python, the way the engine does: records
   arrive in timestamp order across all inputs (ties: the joiner's role order, then list
-  order), are cut into micro-batches of ``batch_size``, grouped by join key and put in
+  order; the roles of :meth:`Joiner.bootstrap_roles` first, all of them, as a new pipeline
+  reads them), are cut into micro-batches of ``batch_size``, grouped by join key and put in
   apply order (:func:`daemon.joiners.base.apply_order`); each key's state goes through
   ``pickle`` between micro-batches and is dropped when :meth:`Joiner.is_empty` says so; at
   the end, every key's event time is advanced to the end of time, as replay does.
@@ -176,6 +177,11 @@ class JoinerHarness:
         """Processing time, in milliseconds since the harness started; moved by :meth:`wait`."""
         self._clocks: dict[str, _KeyClock] = {}
         self._lines: dict[str, int] = {}
+        stage = self.joiner.downstream()
+        retractions = stage.retractions if stage is not None else None
+        self._outputs = (*joiner_cls.outputs, *([retractions] if retractions else []))
+        """The secondary outputs the joiner may write: its own and the engine-made one of
+        retractions a revising joiner writes for its second stage."""
 
     def feed(self, inputs: Inputs) -> None:
         """Run one micro-batch of ``inputs`` (records per role, as :func:`run_joiner` takes)."""
@@ -197,7 +203,7 @@ class JoinerHarness:
             else:
                 grouped.setdefault(record.key, []).append(record)
         for key, group in grouped.items():
-            ordered = apply_order(group, self.cls.roles, self.cls.order)
+            ordered = apply_order(group, self.cls.roles, self.joiner.order)
             clock = self._clocks.setdefault(key, _KeyClock())
             clock.stream_time = max([clock.stream_time, *(r.event_time for r in ordered)])
             clock.last_ms = self.clock_ms
@@ -254,10 +260,10 @@ class JoinerHarness:
         clock.due = None if wakeup is None else self.clock_ms + max(wakeup, 1)
 
     def _write(self, emit: Emit) -> None:
-        if emit.output is not None and emit.output not in self.cls.outputs:
+        if emit.output is not None and emit.output not in self._outputs:
             raise ValueError(
                 f"{self.cls.name!r} emitted to output {emit.output!r}, not in its outputs "
-                f"{self.cls.outputs}"
+                f"{self._outputs}"
             )
         codec = self.output_codecs.get(emit.output)
         if codec is None or emit.value is None:
@@ -361,9 +367,16 @@ def run_joiner(
             if role in inputs
         }
     )
+    # Bootstrapped roles are read to their end first, in batches of their own, as the engine
+    # reads them at a pipeline's start (every input is there at the start here).
+    first = harness.joiner.bootstrap_roles()
     step = batch_size or max(len(records), 1)
-    for start in range(0, len(records), step):
-        harness.batch(records[start : start + step])
+    for part in (
+        [r for r in records if r.role in first],
+        [r for r in records if r.role not in first],
+    ):
+        for start in range(0, len(part), step):
+            harness.batch(part[start : start + step])
     if end_of_input:
         harness.end()
     return harness.run
@@ -424,10 +437,12 @@ def pipeline_file(
     times: Mapping[str, str] | None = None,
     checkpoint: Path,
     bootstrap_servers: str | None = None,
+    output_schemas: Mapping[str, Path] | None = None,
 ) -> PipelineFile:
     """A one-pipeline file for ``joiner``, built in code rather than read from TOML.
 
-    Topics are named ``JOINER.ROLE`` and ``JOINER.out``; replay suffixes them afresh per run.
+    Topics are named ``JOINER.ROLE``, ``JOINER.out`` and ``JOINER.NAME`` for a secondary
+    output; replay suffixes them afresh per run.
 
     Args:
         joiner: the installed joiner's name.
@@ -439,6 +454,7 @@ def pipeline_file(
         times: per role, its event-time field.
         checkpoint: the pipeline's checkpoint folder.
         bootstrap_servers: the broker; None for the embedded one.
+        output_schemas: per secondary output (``[pipeline.outputs.NAME]``), its .avsc file.
 
     Raises:
         daemon.config.ConfigProblems: the pieces do not make a valid pipeline file.
@@ -464,6 +480,10 @@ def pipeline_file(
                 "checkpoint": str(checkpoint),
                 "inputs": inputs,
                 "output": {"topic": f"{joiner}.out", "schema": str(output_schema)},
+                "outputs": {
+                    name: {"topic": f"{joiner}.{name}", "schema": str(path)}
+                    for name, path in (output_schemas or {}).items()
+                },
                 "options": dict(options or {}),
             }
         ],
@@ -483,6 +503,7 @@ def replay_joiner(
     times: Mapping[str, str] | None = None,
     max_batch: int | None = None,
     bootstrap_servers: str | None = None,
+    output_schemas: Mapping[str, Path] | None = None,
 ) -> ReplayResult:
     """Run an installed joiner over ``inputs`` through the real broker and Spark engine.
 
@@ -502,6 +523,8 @@ def replay_joiner(
         times: per role, its event-time field.
         max_batch: cap on records per micro-batch; None for the engine's default.
         bootstrap_servers: a running broker; None starts the embedded one for this call.
+        output_schemas: per secondary output, its .avsc file (its records come back in
+            :attr:`ReplayResult.extra`).
 
     Returns:
         The outputs and dead letters as JSON-ready dicts (see :class:`ReplayResult`).
@@ -520,6 +543,7 @@ def replay_joiner(
             times=times,
             checkpoint=work / "checkpoint",
             bootstrap_servers=bootstrap_servers,
+            output_schemas=output_schemas,
         )
         files = {}
         for role, lines in inputs.items():

@@ -25,8 +25,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from daemon.avro import load_schema_file, record_fields
 from daemon.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
-from daemon.errors import ConfigError, UnknownJoinerError
+from daemon.errors import ConfigError, SchemaError, UnknownJoinerError
 from daemon.joiner_info import describe_joiner
 from daemon.joiners.base import Joiner, JoinerContext
 from daemon.plugins import JoinerRegistry, registry
@@ -155,8 +156,18 @@ def _output_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) ->
         options = cls.Options.model_validate(pipeline.options)
     except ValidationError:
         return problems  # reported by _option_problems
-    context = JoinerContext(pipeline=pipeline.name, fields={})
-    stage = cls(options, context).downstream()
+    # The output schema's fields, where it loads, for joiners that need some of them.
+    fields: tuple[str, ...] = ()
+    if pipeline.output.schema_file is not None:
+        try:
+            fields = record_fields(load_schema_file(pipeline.output.schema_file))
+        except SchemaError:
+            pass  # reported by serde_problems
+    context = JoinerContext(pipeline=pipeline.name, fields={}, output_fields=fields)
+    try:
+        stage = cls(options, context).downstream()
+    except ConfigError as exc:
+        return [*problems, f"{where}.output: {exc}"]
     if stage is not None and stage.output not in pipeline.outputs:
         problems.append(
             f"{where}.outputs: joiner {cls.name!r} writes output {stage.output!r} with these "

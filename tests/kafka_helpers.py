@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
-from daemon.config import PipelineFile, parse_pipeline_file
+from daemon.config import PipelineConfig, PipelineFile, parse_pipeline_file
 from daemon.kafka.clients import Deliveries, read_partition
 from daemon.replay import ReplayResult, replay
 
@@ -159,8 +159,11 @@ def comap_file(
     return parse_pipeline_file(folder / "pipeline.toml", data)
 
 
-def on_topics(pipe: Any, inputs: dict[str, str], output: str, **update: Any) -> Any:
-    """``pipe`` (a PipelineConfig) reading ``inputs`` (role -> topic), writing ``output``."""
+def on_topics(
+    pipe: PipelineConfig, inputs: dict[str, str], output: str, **update: Any
+) -> PipelineConfig:
+    """``pipe`` reading the topic ``inputs`` names per role and writing ``output``; other
+    fields replaced by ``update``."""
     return pipe.model_copy(
         update={
             "inputs": {

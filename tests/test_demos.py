@@ -1,4 +1,5 @@
-"""`daemon demo [NAME]`: the comap and lookup demos end to end (asof's is in test_asof.py)."""
+"""`daemon demo [NAME]`: the comap, lookup and versioned demos end to end (asof's is in
+test_asof.py)."""
 
 from __future__ import annotations
 
@@ -73,10 +74,29 @@ def test_lookup_demo_keeps_earlier_clicks_in_the_old_region(
     assert "0 dead letters" in text
 
 
+def test_versioned_demo_shows_a_late_row_repairing_a_click(
+    broker: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = shown("versioned", broker, monkeypatch)
+    answers = text[: text.index("Every change")]
+    region_then = 5  # the column of the region in the answers' table
+    # c7 was answered us, and revised to eu when bob's late move reached Kafka.
+    assert [row.split("│")[region_then].strip() for row in rows_with(answers, "c7")] == [
+        "us",
+        "eu",
+    ]
+    # Ada's move was late within the grace: c5 waited and needed no revision.
+    assert [row.split("│")[region_then].strip() for row in rows_with(answers, "c5")] == ["us"]
+    now = text[text.rindex("┃ region") :]
+    assert rows_with(now, "eu", "8") and rows_with(now, "us", "7")
+    assert rows_with(now, "UNKNOWN", "4")
+    assert "0 dead letters" in text
+
+
 def test_an_unknown_demo_lists_the_demos() -> None:
     result = CliRunner().invoke(app, ["demo", "nope"])
     assert "no demo 'nope'" in str(result.exception)
-    for name in ("comap", "asof", "lookup"):
+    for name in ("comap", "asof", "lookup", "versioned"):
         assert name in str(result.exception)
 
 

@@ -432,3 +432,16 @@ def test_the_fields_of_a_debezium_row_and_of_a_key_schema_are_checked(write: Wri
 @pytest.mark.parametrize("example", sorted((REPO / "examples").glob("*.toml")))
 def test_every_example_is_valid_offline(example: Path) -> None:
     assert validate_pipeline_file(example, builtin_joiners(), check_registry=False)[1] == []
+
+
+def test_lookup_revisions_need_a_revision_field(tmp_path: Path) -> None:
+    example = REPO / "examples" / "clicks-per-region-versioned.toml"
+    assert problems(example) == []
+    text = example.read_text(encoding="utf-8").replace('"../', f'"{REPO}/')
+    path = tmp_path / "versioned.toml"
+    path.write_text(text.replace("revised_click.avsc", "enriched_click.avsc"), encoding="utf-8")
+    assert problems(path) == [
+        f"{path}: pipeline[0] (clicks-per-region-versioned).output: pipeline "
+        "'clicks-per-region-versioned': revisions = true numbers each answer in a `revision` "
+        "field; add an int field `revision` to the output schema"
+    ]

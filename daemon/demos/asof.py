@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import tempfile
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from daemon.demos import example_file, latest_by_key
+from daemon.demos import latest_by_key, replay_sample
 
 NINE = 1_795_165_200_000
 """2026-11-20 09:00 UTC in epoch milliseconds: the sample morning."""
@@ -35,12 +32,15 @@ RECOMMENDATIONS = [
 ]
 
 
-def write_sample(folder: Path) -> dict[str, Path]:
-    """Write the sample inputs as replay files (Kafka timestamp = ingestion time)."""
-    files = {"left": folder / "recommendations.jsonl", "right": folder / "moods.jsonl"}
-    for role, rows, name_field, what_field in (
-        ("left", RECOMMENDATIONS, "consultant", "recommendation"),
-        ("right", MOODS, "name", "mood"),
+def sample() -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """The sample inputs as replay lines, with their files' names, by role.
+
+    A record's Kafka timestamp is its ingestion time.
+    """
+    inputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for role, name, rows, name_field, what_field in (
+        ("left", "recommendations.jsonl", RECOMMENDATIONS, "consultant", "recommendation"),
+        ("right", "moods.jsonl", MOODS, "name", "mood"),
     ):
         lines = []
         for who, made, ingested, what in rows:
@@ -50,9 +50,9 @@ def write_sample(folder: Path) -> dict[str, Path]:
                 "ingestion_time": at(ingested),
                 what_field: what,
             }
-            lines.append(json.dumps({"key": who, "value": value, "timestamp": at(ingested)}))
-        files[role].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return files
+            lines.append({"key": who, "value": value, "timestamp": at(ingested)})
+        inputs[role] = (name, lines)
+    return inputs
 
 
 def clock(epoch_ms: int) -> str:
@@ -64,15 +64,7 @@ def show(console: Any) -> None:
     """Replay the sample through the ``asof`` example and print every revision."""
     from rich.table import Table
 
-    from daemon.config import load_pipeline_file
-    from daemon.replay import replay
-
-    path = example_file("recommendations.toml")
-    file = load_pipeline_file(path)
-    with tempfile.TemporaryDirectory(prefix="enrichd-demo-") as folder:
-        files = write_sample(Path(folder))
-        with console.status("embedded broker, Spark and the asof pipeline at work..."):
-            result = replay(file, files)
+    path, result = replay_sample(console, "recommendations.toml", sample(), "the asof pipeline")
 
     def made_at(record: dict[str, Any]) -> tuple[int, int]:
         view = record["value"]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from daemon.demos import example_file, latest_by_key
+from daemon.demos import latest_by_key, replay_sample
 
 USERS = [
     {"key": 1, "value": {"id": 1, "name": "Ada", "avatar": None, "updated_at": 1000}},
@@ -28,28 +25,22 @@ TWEETS = [
 TWEET_TIMES = [500, 2000, 3000, 4000]
 
 
-def write_sample(folder: Path) -> dict[str, Path]:
-    """Write the sample inputs as replay files; return them by role."""
-    files = {"one": folder / "users.jsonl", "many": folder / "tweets.jsonl"}
-    for role, items, times in (("one", USERS, USER_TIMES), ("many", TWEETS, TWEET_TIMES)):
-        lines = [json.dumps({**item, "timestamp": t}) for item, t in zip(items, times, strict=True)]
-        files[role].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return files
+def sample() -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """The sample inputs as replay lines, with their files' names, by role."""
+    return {
+        role: (name, [{**item, "timestamp": t} for item, t in zip(items, times, strict=True)])
+        for role, name, items, times in (
+            ("one", "users.jsonl", USERS, USER_TIMES),
+            ("many", "tweets.jsonl", TWEETS, TWEET_TIMES),
+        )
+    }
 
 
 def show(console: Any) -> None:
     """Replay the sample users and tweets through ``comap`` and print the views."""
     from rich.table import Table
 
-    from daemon.config import load_pipeline_file
-    from daemon.replay import replay
-
-    path = example_file("tweet-views.toml")
-    file = load_pipeline_file(path)
-    with tempfile.TemporaryDirectory(prefix="enrichd-demo-") as folder:
-        files = write_sample(Path(folder))
-        with console.status("embedded broker, Spark and the comap pipeline at work..."):
-            result = replay(file, files)
+    path, result = replay_sample(console, "tweet-views.toml", sample(), "the comap pipeline")
     emitted = Table(title=f"Every view emitted to tweet-views ({path.name})")
     for column in ("#", "tweet", "content", "author", "avatar", "caused by"):
         emitted.add_column(column)

@@ -7,12 +7,9 @@ table update never rewrites earlier output.
 
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from daemon.demos import example_file, latest_by_key
+from daemon.demos import latest_by_key, replay_sample
 
 REGIONS = [
     {"key": "ada", "value": {"user": "ada", "region": "eu"}, "timestamp": 1000},
@@ -32,31 +29,20 @@ CLICKS = [
 ]
 
 
-def write_sample(folder: Path) -> dict[str, Path]:
-    """Write the sample inputs as replay files; return them by role."""
+def sample() -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """The sample inputs as replay lines, with their files' names, by role."""
     clicks = [
         {"key": cid, "value": {"id": cid, "user": user, "clicks": n}, "timestamp": t}
         for cid, user, n, t in CLICKS
     ]
-    files = {"stream": folder / "clicks.jsonl", "table": folder / "user-regions.jsonl"}
-    for role, lines in (("stream", clicks), ("table", REGIONS)):
-        files[role].write_text("".join(json.dumps(line) + "\n" for line in lines), "utf-8")
-    return files
+    return {"stream": ("clicks.jsonl", clicks), "table": ("user-regions.jsonl", REGIONS)}
 
 
 def show(console: Any) -> None:
     """Replay the sample clicks and regions through ``lookup`` and print both outputs."""
     from rich.table import Table
 
-    from daemon.config import load_pipeline_file
-    from daemon.replay import replay
-
-    path = example_file("clicks-per-region.toml")
-    file = load_pipeline_file(path)
-    with tempfile.TemporaryDirectory(prefix="enrichd-demo-") as folder:
-        files = write_sample(Path(folder))
-        with console.status("embedded broker, Spark and the lookup pipeline at work..."):
-            result = replay(file, files)
+    path, result = replay_sample(console, "clicks-per-region.toml", sample(), "the lookup pipeline")
     times = {cid: t for cid, _, _, t in CLICKS}
     enriched = Table(title=f"Enriched clicks ({path.name}: enriched-clicks)")
     for column in ("click", "at (ms)", "user", "clicks", "region"):
@@ -72,11 +58,31 @@ def show(console: Any) -> None:
         )
     console.print(enriched)
     totals = result.extra.get("totals", [])
-    updates = Table(title="Every change of a region's total (clicks-per-region)")
-    for column in ("region", "clicks so far"):
+    print_totals(console, totals, "clicks-per-region")
+    console.print(
+        f"{result.input_records} input records, {len(result.outputs)} enriched clicks, "
+        f"{len(totals)} total updates, {len(result.dead_letters)} dead letters. Ada moved "
+        "from eu to us at 5000 ms: her clicks before that stay counted in eu (5), the one "
+        "after counts in us; eve has no region, so her click counts under UNKNOWN."
+    )
+
+
+def print_totals(
+    console: Any, totals: list[dict[str, Any]], topic: str, *, when: bool = False
+) -> None:
+    """Print every change of a region's total, then the total per region now.
+
+    With ``when``, the changes come in timestamp order, each with its timestamp.
+    """
+    from rich.table import Table
+
+    updates = Table(title=f"Every change of a region's total ({topic})")
+    for column in ("region", "clicks so far", *(["at"] if when else [])):
         updates.add_column(column)
-    for record in totals:
-        updates.add_row(record["key"], str(record["value"]["clicks"]))
+    ordered = sorted(totals, key=lambda r: r["timestamp"]) if when else totals
+    for record in ordered:
+        cells = [record["key"], str(record["value"]["clicks"])]
+        updates.add_row(*cells, *([str(record["timestamp"])] if when else []))
     console.print(updates)
     final = Table(title="Clicks per region now (what a compacted topic holds)")
     for column in ("region", "clicks"):
@@ -84,9 +90,3 @@ def show(console: Any) -> None:
     for region_name, value in sorted(latest_by_key(totals).items()):
         final.add_row(region_name, str((value or {}).get("clicks", "-")))
     console.print(final)
-    console.print(
-        f"{result.input_records} input records, {len(result.outputs)} enriched clicks, "
-        f"{len(totals)} total updates, {len(result.dead_letters)} dead letters. Ada moved "
-        "from eu to us at 5000 ms: her clicks before that stay counted in eu (5), the one "
-        "after counts in us; eve has no region, so her click counts under UNKNOWN."
-    )

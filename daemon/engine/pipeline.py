@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.avro import AvroCodec, record_fields
 from daemon.config import PipelineConfig, PipelineFile
 from daemon.errors import ConfigError, KafkaUnavailableError
-from daemon.joiners.base import Joiner, JoinerContext
+from daemon.joiners.base import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
 from daemon.kafka.records import SINK_DDL
@@ -112,6 +112,11 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
     output_keys.update(
         {name: key_codec_for(file, spec, writing=True) for name, spec in pipe.outputs.items()}
     )
+    stage = joiner.downstream()
+    if stage is not None and stage.retractions is not None:
+        # The engine's own topic between the stages, as Kafka Streams makes its repartition
+        # topics: named after the output, in the output's schema.
+        outputs[stage.retractions] = (f"{pipe.output.topic}.{stage.retractions}", output_codec)
     create_topics(
         conf,
         {
@@ -131,6 +136,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
                 keyed_tombstones=role in joiner.keyed_tombstones,
                 kafka_keys=key_codec_for(file, spec, writing=False),
                 envelope=spec.envelope,
+                bootstrap=role in joiner.bootstrap_roles(),
             )
             # In the joiner's role order, whatever the file's: the source admits records of
             # equal timestamp in this order, as apply_order applies them.
@@ -153,35 +159,40 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         envelopes={role: spec.envelope for role, spec in pipe.inputs.items() if spec.envelope},
         output_keys={n: c for n, c in output_keys.items() if c.key_format in ("avro", "json")},
     )
-    downstream = _downstream_plan(pipe, conf, joiner, plugin, output_codec, outputs)
+    if stage is None:
+        return PipelinePlan(pipe, conf, source, output, operator)
+    downstream = _downstream_plan(pipe, conf, stage, plugin, output_codec, outputs)
     return PipelinePlan(pipe, conf, source, output, operator, downstream)
 
 
 def _downstream_plan(
     pipe: PipelineConfig,
     conf: dict[str, str],
-    joiner: Joiner,
+    stage: Downstream,
     plugin: str,
     output_codec: AvroCodec,
     outputs: dict[str, tuple[str, AvroCodec]],
-) -> PipelinePlan | None:
-    """The plan of the joiner's second stage, reading the pipeline's output topic."""
+) -> PipelinePlan:
+    """The plan of the joiner's second stage.
+
+    It reads the pipeline's output topic (role ``joined``) and, when the first stage
+    retracts, its retractions (role ``retracted``).
+    """
     from daemon.engine.processor import OperatorPlan
 
-    stage = joiner.downstream()
-    if stage is None:
-        return None
     if stage.output not in outputs:
         raise ConfigError(
-            f"pipeline {pipe.name!r}: joiner {joiner.name!r} writes output {stage.output!r}; "
+            f"pipeline {pipe.name!r}: joiner {pipe.joiner!r} writes output {stage.output!r}; "
             f"add [pipeline.outputs.{stage.output}] with its topic and schema"
         )
     topic, codec = outputs[stage.output]
-    (role,) = stage.joiner.roles
+    read = {JOINED: pipe.output.topic}
+    if stage.retractions is not None:
+        read[RETRACTED] = outputs[stage.retractions][0]
     # The stage's joiner learns its own output's fields, as a pipeline's joiner does.
     context = JoinerContext(
         pipeline=f"{pipe.name}.{stage.output}",
-        fields={role: role},
+        fields={role: role for role in stage.joiner.roles},
         output_fields=record_fields(codec.schema),
     )
     second = type(stage.joiner)(stage.joiner.options, context)
@@ -192,14 +203,20 @@ def _downstream_plan(
         }
     )
     source = SourceSpec(
-        inputs=(SourceInput(role, pipe.output.topic, stage.key, None, output_codec, False),),
+        inputs=tuple(
+            # A tombstone in the output (an answer withdrawn) is routed by its Kafka key and
+            # adds nothing; its retraction takes the answer back.
+            SourceInput(role, read[role], stage.key, None, output_codec, keyed_tombstones=True)
+            for role in stage.joiner.roles  # in role order, as the first stage's inputs
+            if role in read
+        ),
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
         state_buckets=pipe.state_buckets,
     )
     operator = OperatorPlan(
         joiner=second,
-        codecs={role: output_codec},
+        codecs=dict.fromkeys(read, output_codec),
         output_codec=codec,
         output_topic=topic,
         dead_letter_topic=pipe.dead_letters,
@@ -236,6 +253,11 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         wake_ms=(pipe.trigger or WAKEUP_MS) if wakes else 0,
         start=None if seed is None else seed.offsets,
     )
+    if seed is not None and seed.has_state:
+        # The seed's state holds what was bootstrapped before, as a restart's does: read on
+        # in arrival order. A seed without state starts empty, so it bootstraps.
+        inputs = tuple(replace(spec, bootstrap=False) for spec in source.inputs)
+        source = replace(source, inputs=inputs)
     stream: Any = spark.readStream.format("enrichd-kafka").option("spec", source.encode()).load()
     joined = stream.groupBy("bucket").transformWithState(
         statefulProcessor=JoinerProcessor(plan.operator, plan.output),

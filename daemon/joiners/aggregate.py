@@ -4,10 +4,14 @@ How it works: ``lookup`` hands this joiner to the engine as its :class:`Downstre
 engine reads the lookup's main output (the enriched records), groups it by the ``group_by``
 path (e.g. ``"region.region"``) and feeds each group's records here in apply order. The state
 of a group is its running total; every record that changes it emits the group and the new
-total to the secondary output ``totals``, keyed by the group. Enriched records are never
-retracted (a table update does not rewrite earlier output), so the totals only grow: this is
-Kafka Streams' ``KStream.groupBy().count()`` / ``aggregate()``, not a ``KTable.groupBy()``
-that subtracts old values.
+total to the secondary output ``totals``, keyed by the group. Without revisions an enriched
+record is never replaced (a table update does not rewrite earlier output), so the totals only
+grow: this is Kafka Streams' ``KStream.groupBy().count()`` / ``aggregate()``. With
+``revisions = true`` a revision replaces a stream record's earlier answer: the lookup then
+also writes that earlier answer to its retractions topic, which this stage reads as role
+``retracted`` and subtracts from the group it was counted in, while the revision itself adds
+to its own group, so each stream record counts once, in the group of its latest answer (the
+subtractor and adder of a Kafka Streams ``KTable.groupBy().aggregate()``).
 
 Example:
     Clicks per region::
@@ -37,6 +41,8 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from daemon.joiners.base import (
+    JOINED,
+    RETRACTED,
     DeadLetter,
     Emit,
     InputRecord,
@@ -51,6 +57,10 @@ AggregateOp = Literal["count", "sum"]
 
 TOTALS = "totals"
 """The secondary output the totals go to: ``[pipeline.outputs.totals]``."""
+
+RETRACTIONS = "retractions"
+"""The lookup's output of retracted answers, which this stage reads as role ``retracted``
+(see :attr:`daemon.joiners.base.Downstream.retractions`)."""
 
 
 class AggregateOptions(JoinerOptions):
@@ -101,18 +111,24 @@ class AggregateOptions(JoinerOptions):
 class Aggregate(Joiner):
     """Running count or sum per group of the joined records; every change of a total is emitted.
 
-    One role, ``joined``: the records of one group (the value at ``group_by``). State per
-    group: its running total. Each record adds 1 (``count``) or its ``field`` (``sum``) and,
-    when the total changed, emits ``{group_field: group, total_field: total}`` keyed by the
+    Role ``joined``: the records of one group (the value at ``group_by``); role
+    ``retracted``, read only when the lookup revises: earlier answers that a revision
+    replaced, each taken back from its group. State per group: its running total. Each joined
+    record adds 1 (``count``) or its ``field`` (``sum``), each retracted one subtracts it,
+    and, when the total changed, emits ``{group_field: group, total_field: total}`` keyed by the
     group to the ``totals`` output, so a compacted totals topic holds the current total per
     group. A sum that adds 0 changes nothing and emits nothing ("emit on change"). A record
     whose summed field is missing or not a number goes to the dead-letter topic
-    (``MissingAggregateField``). Not registered as a pipeline joiner: ``lookup`` runs it.
+    (``MissingAggregateField``), and so does its retraction, so the two stay even. A
+    tombstone (an answer an inner lookup withdrew) adds nothing: its retraction subtracts.
+    Records of a group apply in event-time order (their Kafka timestamps), a retraction
+    before a joined record of the same timestamp, as a revision and the retraction that
+    comes with it share one. Not registered as a pipeline joiner: ``lookup`` runs it.
     """
 
     name = "aggregate"
     description = "Running count or sum per group, emitted on every change (lookup's stage)."
-    roles = ("joined",)
+    roles = (RETRACTED, JOINED)
     Options = AggregateOptions
     outputs = (TOTALS,)
 
@@ -131,7 +147,7 @@ class Aggregate(Joiner):
         options: AggregateOptions = self.options  # type: ignore[assignment]
         for record in records:
             if record.value is None:
-                continue  # lookup writes no tombstones; nothing to add
+                continue  # a withdrawn answer: its retraction takes it back
             if options.field is None:
                 amount: int | float = 1
             else:
@@ -143,6 +159,8 @@ class Aggregate(Joiner):
                         "MissingAggregateField",
                     )
                     continue
+            if record.role == RETRACTED:
+                amount = -amount
             if "total" in state and amount == 0:
                 continue
             state["total"] = state.get("total", 0) + amount

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,6 +19,7 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
+from daemon.joiners.versions import Kept, Versions, rejoin, too_old
 
 RejoinOn = Literal["event_time", "processing_time"]
 """What drives the re-join timer. ``"event_time"``: the key's stream time crossing a multiple of
@@ -63,19 +63,9 @@ class AsOfOptions(JoinerOptions):
         return self
 
 
-@dataclass(slots=True)
-class KeptLeft:
-    """A left event kept for re-join, with the answer of its latest revision."""
-
-    event_time: int
-    value: dict[str, Any]
-    right: dict[str, Any] | None
-    revision: int
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled with the key's state every micro-batch: as its fields, not through a
-        # slotted dataclass's Python-level __getstate__ (see InputRecord.__reduce__).
-        return (KeptLeft, (self.event_time, self.value, self.right, self.revision))
+KeptLeft = Kept
+"""A left event kept for re-join, with the answer of its latest revision (the shared
+:class:`~daemon.joiners.versions.Kept`; the name stays, as stored states refer to it)."""
 
 
 @dataclass(slots=True)
@@ -219,26 +209,16 @@ class AsOf(Joiner):
         """Add one record to the key's state; a left event gets its immediate answer."""
         options = self._options
         event_time = record.event_time
-        if state.stream_time is not None:
-            cutoff = state.stream_time - options.history_retention
-            if event_time < cutoff:
-                ctx.count(f"late_{record.role}")
-                yield DeadLetter(
-                    record,
-                    f"{record.role} record of key {key!r} at event time {event_time} is older "
-                    f"than the right history kept (stream time {state.stream_time} - "
-                    f"history_retention {options.history_retention} ms = {cutoff})",
-                    "LateRecord",
-                )
-                return
+        late = too_old(record, key, state.stream_time, options.history_retention, "right", ctx)
+        if late is not None:
+            yield late
+            return
         stream_time = max(state.stream_time or event_time, event_time)
         state.stream_time = stream_time
         if record.value is None:  # not routed here: asof has no keyed tombstones
             return
         if record.role == "right":
-            at = bisect_right(state.right_times, event_time)
-            state.right_times.insert(at, event_time)
-            state.right_values.insert(at, record.value)
+            _versions(state).add(event_time, record.value)
             if state.changed_from is None or event_time < state.changed_from:
                 state.changed_from = event_time
             return
@@ -250,7 +230,7 @@ class AsOf(Joiner):
             return
         right = self._answer(state, event_time)
         kept = state.left.pop(identity, None)
-        if kept is not None and (kept.event_time, kept.value, kept.right) == (
+        if kept is not None and (kept.event_time, kept.value, kept.answer) == (
             event_time,
             record.value,
             right,
@@ -279,10 +259,7 @@ class AsOf(Joiner):
         for ident in leaving:
             del state.left[ident]
         # Keep every right record of the retention and the one current at its boundary.
-        first_kept = bisect_left(state.right_times, state.stream_time - options.history_retention)
-        if first_kept > 1:
-            del state.right_times[: first_kept - 1]
-            del state.right_values[: first_kept - 1]
+        _versions(state).forget_before(state.stream_time - options.history_retention)
 
     def _crossed(self, clock: int, tick: str, state: AsOfState) -> bool:
         """Whether ``clock`` reached a new multiple of the interval since the last timer."""
@@ -311,24 +288,19 @@ class AsOf(Joiner):
         if changed_from is None:
             return
         inclusive = self._options.inclusive
+        versions = _versions(state)
         for identity in identities:
             kept = state.left[identity]
-            if kept.event_time < changed_from or (
-                kept.event_time == changed_from and not inclusive
-            ):
-                continue  # no right record added since the last re-join precedes it
-            right = self._answer(state, kept.event_time)
-            if right == kept.right:
-                continue
-            kept.right, kept.revision = right, kept.revision + 1
-            ctx.count("revisions")
-            yield self._emit(identity, kept.value, right, kept.revision, source)
+            if rejoin(kept, versions, changed_from=changed_from, inclusive=inclusive):
+                ctx.count("revisions")
+                yield self._emit(identity, kept.value, kept.answer, kept.revision, source)
 
     def _answer(self, state: AsOfState, event_time: int) -> dict[str, Any] | None:
         """The right record current at ``event_time`` (strictly before it unless inclusive)."""
-        find = bisect_right if self._options.inclusive else bisect_left
-        before = find(state.right_times, event_time)
-        return state.right_values[before - 1] if before else None
+        answer: dict[str, Any] | None = _versions(state).at(
+            event_time, inclusive=self._options.inclusive
+        )
+        return answer
 
     def _identity(self, key: str, record: InputRecord) -> str | None:
         id_field = self._options.left_id
@@ -348,6 +320,11 @@ class AsOf(Joiner):
         fields = self.context.fields
         value = {fields["left"]: left, fields["right"]: right, "revision": revision}
         return Emit(key=identity, value=value, source=source)
+
+
+def _versions(state: AsOfState) -> Versions:
+    """The key's right history, as the shared versions view over its lists."""
+    return Versions(state.right_times, state.right_values)
 
 
 @hookimpl

@@ -40,7 +40,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -188,19 +188,34 @@ class JoinerContext:
         self.metrics[metric] = self.metrics.get(metric, 0) + n
 
 
+JOINED: Final = "joined"
+"""The role of a :class:`Downstream` stage's input that is the first stage's main output."""
+RETRACTED: Final = "retracted"
+"""The role of a :class:`Downstream` stage's input of retractions (see
+:attr:`Downstream.retractions`)."""
+
+
 @dataclass(frozen=True)
 class Downstream:
     """A second keyed stage fed by a joiner's main output, re-keyed by a field of it.
 
     Like a Kafka Streams ``groupBy`` (which writes a repartition topic), the engine runs it as
-    its own query that reads the pipeline's output topic, groups by ``key`` (a dotted path
+    its own query that reads the pipeline's output topic (as role :data:`JOINED` of its
+    joiner), groups by ``key`` (a dotted path
     into the output record, e.g. ``"region.region"``) and writes the secondary output named
-    ``output``. Its state lives in the pipeline's checkpoint under ``downstream/``.
+    ``output``. Its state lives in the pipeline's checkpoint under ``downstream/``. A first
+    stage that revises its outputs also names ``retractions`` (see below), so that the stage
+    can take back what a revision replaces.
     """
 
     joiner: Joiner
     key: str
     output: str
+    retractions: str | None = None
+    """The output, written by the first stage, that retracts earlier outputs (the old answer
+    a revision replaces), or None. The engine makes its topic itself (the main output's topic
+    with ``.retractions`` appended, the main output's schema) and the stage reads it as a
+    second input, role :data:`RETRACTED`, which its joiner ranks before :data:`JOINED`."""
 
 
 class Joiner(ABC):
@@ -225,13 +240,15 @@ class Joiner(ABC):
     routed by it. A tombstone on any other role goes to the dead-letter topic."""
     implemented: ClassVar[bool] = True
     """False for a registered joiner whose logic has not landed yet; pipelines refuse it."""
-    order: ClassVar[Order] = "event_time"
+    order: Order = "event_time"
     """Apply order of a key's records within a micro-batch. ``"event_time"``: event time,
     then role order, then partition and offset (the common rule; right for joiners whose
     results depend on event times only). ``"arrival"``: Kafka timestamp, then role order,
     then partition and offset, for joiners whose output depends on what was known when
     (revisions, late records): the source admits records to micro-batches in this order, so
-    it, and with it the output, is the same however the input falls into micro-batches."""
+    it, and with it the output, is the same however the input falls into micro-batches.
+    A class attribute, which a joiner whose options change the rule sets per instance in
+    ``__init__`` (``lookup`` with ``versioned = true``)."""
     outputs: ClassVar[tuple[str, ...]] = ()
     """Names of secondary outputs the joiner can write (``Emit(output=NAME)``); a pipeline
     configures each it uses as ``[pipeline.outputs.NAME]`` with a topic and a schema."""
@@ -301,10 +318,25 @@ class Joiner(ABC):
         """
         return None
 
-    @classmethod
-    def wakes_up(cls) -> bool:
-        """Whether the joiner ever asks for wake-ups (it overrides :meth:`wakeup_ms`)."""
-        return cls.wakeup_ms is not Joiner.wakeup_ms
+    def wakes_up(self) -> bool:
+        """Whether the joiner ever asks for wake-ups.
+
+        By default, when it overrides :meth:`wakeup_ms`. A joiner that holds nothing back
+        with some options (``lookup`` without ``grace``) says no here, and its pipeline then
+        runs no batches for timers.
+        """
+        return type(self).wakeup_ms is not Joiner.wakeup_ms
+
+    def bootstrap_roles(self) -> frozenset[str]:
+        """Roles whose input a new pipeline reads to its end before any other record.
+
+        When a pipeline starts without a checkpoint, the source first admits only these
+        inputs' records, up to the high watermark each partition had at start, and only then
+        the other inputs', as a Kafka Streams GlobalKTable is restored before processing
+        (:mod:`daemon.kafka.source`). A restart from a checkpoint does not bootstrap again.
+        By default none.
+        """
+        return frozenset()
 
 
 def apply_order(

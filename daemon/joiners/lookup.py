@@ -1,15 +1,24 @@
-"""``lookup``: stream-table enrichment, as Kafka Streams' KStream-KTable and -GlobalKTable joins."""
+"""``lookup``: stream-table enrichment, as Kafka Streams' KStream-KTable and -GlobalKTable joins.
+
+With ``versioned``, ``grace`` and ``revisions`` it stays right when table rows are late.
+"""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from daemon.durations import DurationMs
+from daemon.errors import ConfigError
 from daemon.hookspecs import hookimpl
-from daemon.joiners.aggregate import TOTALS, Aggregate, AggregateOptions
+from daemon.joiners.aggregate import RETRACTIONS, TOTALS, Aggregate, AggregateOptions
 from daemon.joiners.base import (
+    END_OF_TIME,
     DeadLetter,
     Downstream,
     Emit,
@@ -18,10 +27,13 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
+from daemon.joiners.versions import Kept, Versions, rejoin, too_old
 
 LookupMode = Literal["inner", "left"]
 """``inner``: a stream record whose key has no table value emits nothing; ``left``: it emits
 with the table side set to ``default`` (null when no default is configured)."""
+
+_EVENT_TIME = attrgetter("event_time")
 
 
 class LookupOptions(JoinerOptions):
@@ -41,6 +53,48 @@ class LookupOptions(JoinerOptions):
             'op ("count" | "sum"), field, group_field, total_field'
         ),
     )
+    versioned: bool = Field(
+        default=False,
+        description=(
+            "keep each key's table history: a stream record joins the table version valid "
+            "at its event time (the latest at or before it), in arrival order"
+        ),
+    )
+    history_retention: DurationMs = Field(
+        default=3_600_000,
+        gt=0,
+        description=(
+            "versioned: table history kept behind the key's stream time (and, with "
+            "revisions, answered stream records); older records are late"
+        ),
+    )
+    grace: DurationMs = Field(
+        default=0,
+        ge=0,
+        description=(
+            "versioned: hold a stream record until its key's stream time reaches its event "
+            "time plus this, so table rows up to this late are joined"
+        ),
+    )
+    idle_timeout: DurationMs = Field(
+        default=60_000,
+        gt=0,
+        description="with grace: quiet processing time after which held stream records go out",
+    )
+    revisions: bool = Field(
+        default=False,
+        description=(
+            "versioned: when a late table row changes an answer already out, emit the stream "
+            "record again with the next `revision`"
+        ),
+    )
+    bootstrap: bool = Field(
+        default=False,
+        description=(
+            "a new pipeline reads the table to the end it had at start before joining any "
+            "stream record"
+        ),
+    )
 
     @model_validator(mode="after")
     def _default_needs_left(self) -> LookupOptions:
@@ -51,19 +105,93 @@ class LookupOptions(JoinerOptions):
             )
         return self
 
+    @model_validator(mode="after")
+    def _history_needs_versioned(self) -> LookupOptions:
+        # Each of these reads the table's history, which only a versioned table keeps.
+        if not self.versioned:
+            needing = [
+                name
+                for name in ("history_retention", "grace", "revisions")
+                if name in self.model_fields_set and getattr(self, name)
+            ]
+            if needing:
+                raise ValueError(
+                    f"`{needing[0]}` needs the table's history: set versioned = true, "
+                    f"or remove `{needing[0]}`"
+                )
+        if self.grace > self.history_retention:
+            raise ValueError(
+                f"grace ({self.grace} ms) must not exceed history_retention "
+                f"({self.history_retention} ms): a held stream record needs the table "
+                "history of its time"
+            )
+        return self
+
+
+@dataclass(slots=True)
+class VersionedState:
+    """One key's state with ``versioned = true``.
+
+    ``stream_time`` is the greatest event time of the key's records; ``times`` and
+    ``values`` its table history (:class:`~daemon.joiners.versions.Versions`; a tombstone's
+    value is None); ``held`` the stream records waiting out their grace, ``kept`` the
+    answered ones kept for revisions, both by event time (ties: arrival).
+    """
+
+    stream_time: int | None = None
+    times: list[int] = field(default_factory=list)
+    values: list[dict[str, Any] | None] = field(default_factory=list)
+    held: list[InputRecord] = field(default_factory=list)
+    kept: list[Kept] = field(default_factory=list)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with the key's state every micro-batch: as its fields (see Kept).
+        return (
+            VersionedState,
+            (self.stream_time, self.times, self.values, self.held, self.kept),
+        )
+
+    @property
+    def versions(self) -> Versions:
+        """The table history, as the shared versions view over its lists."""
+        return Versions(self.times, self.values)
+
 
 class Lookup(Joiner):
-    """Stream-table lookup: each stream record is joined with the table's current value.
+    """Stream-table lookup: each stream record is joined with the table's value.
 
     The ``table`` side is a changelog: a record sets its key's value, a tombstone (routed by
-    its Kafka key) deletes it. State per join key: the current table value, nothing else;
-    stream records are not stored. Only ``stream`` records emit, one output each, joined with
-    the table value current at that record's point in apply order, so a table update never
-    rewrites earlier output. At equal event time the stream record applies first (role
-    order) and sees the value before the update. ``mode = "inner"``: no table value, no
-    output; ``"left"``: output with the table side set to ``default`` (null without one).
-    Output: ``{stream field: stream record, table field: table value}``, keyed by the stream
-    record's Kafka key (as Kafka Streams keeps the stream's key).
+    its Kafka key) deletes it. Only ``stream`` records emit; a table update never emits on
+    its own. ``mode = "inner"``: no table value, no output; ``"left"``: output with the
+    table side set to ``default`` (null without one). Output: ``{stream field: stream
+    record, table field: table value}``, keyed by the stream record's Kafka key (as Kafka
+    Streams keeps the stream's key).
+
+    Latest value (the default): state per join key is the table's current value, nothing
+    else. A stream record joins the value current at its point in apply order (event time;
+    at equal event time the stream record applies first and sees the value before the
+    update), and that answer is final.
+
+    ``versioned = true``: the table keeps each key's history for ``history_retention``
+    behind the key's stream time (the greatest event time of its records), and a stream
+    record joins the version valid at its own event time: the latest table record at or
+    before it (of equal times, the last to arrive); a tombstone ends a version (it has no
+    fields, so its time is its Kafka timestamp). Records apply in arrival order, since what
+    is emitted depends on what was known when. A record older than stream time -
+    ``history_retention`` goes to the dead-letter topic as ``LateRecord`` (counted as
+    ``late_stream`` or ``late_table``). ``grace``: a stream record is held until its key's
+    stream time reaches its event time plus the grace (or the key is quiet for
+    ``idle_timeout``, or its input ends), so table rows up to that late are joined.
+    ``revisions = true``: answered stream records are kept for ``history_retention``, and a
+    later table row that changes an answer emits the stream record again with the next
+    ``revision`` (the output schema needs an int field ``revision``; the first answer is
+    0; counted as ``revisions``), as ``asof`` revises; an inner answer that a late tombstone
+    withdraws is a tombstone for its key. With revisions and no late record beyond
+    retention, the latest output per stream record equals the batch as-of join over the
+    whole input.
+
+    ``bootstrap = true``: a new pipeline reads the table input to the end it had at start
+    before any stream record is joined, as a GlobalKTable is restored first.
 
     Foreign keys: the stream input's ``key`` may be any field of the stream record (a
     ``user`` field of a click keyed by click id). The engine groups both inputs by join key
@@ -72,33 +200,98 @@ class Lookup(Joiner):
 
     ``aggregate``: a second stage (see :mod:`daemon.joiners.aggregate`) keeps a running
     ``count`` or ``sum`` per ``group_by`` value of the joined records and writes every
-    change of a total to ``[pipeline.outputs.totals]``, keyed by the group.
+    change of a total to ``[pipeline.outputs.totals]``, keyed by the group; with revisions,
+    a revision takes the answer it replaces out of its group's total, so each stream record
+    counts once, in the group of its latest answer.
+
+    Example:
+        A click at 20 answered with the region known then; a row valid from 15 arrives late
+        and revises it::
+
+            >>> from daemon.testing import run_joiner
+            >>> def line(key, t, arrival, **fields):
+            ...     return {"key": key, "value": {"user": "ada", "at": t, **fields},
+            ...             "timestamp": arrival}
+            >>> run = run_joiner(
+            ...     Lookup,
+            ...     {
+            ...         "stream": [line("c1", 20, 2, id="c1")],
+            ...         "table": [line("ada", 10, 1, region="eu"),
+            ...                   line("ada", 15, 3, region="us")],
+            ...     },
+            ...     keys={"stream": "user", "table": "user"},
+            ...     times={"stream": "at", "table": "at"},
+            ...     options={"versioned": True, "revisions": True},
+            ... )
+            >>> [(out.key, out.value["table"]["region"], out.value["revision"])
+            ...  for out in run.outputs]
+            [(b'c1', 'eu', 0), (b'c1', 'us', 1)]
     """
 
     name = "lookup"
-    description = "Stream-table enrichment: each stream record joins the table's current value."
+    description = (
+        "Stream-table enrichment: each stream record joins the table's value, current or, "
+        "versioned, as of its time (revised when the table is late)."
+    )
     roles = ("stream", "table")
     Options = LookupOptions
     keyed_tombstones = frozenset({"table"})
     outputs = (TOTALS,)
 
-    def initial_state(self) -> dict[str, Any]:
-        """No table value yet."""
-        return {"table": None}
+    def __init__(self, options: JoinerOptions, context: JoinerContext) -> None:
+        super().__init__(options, context)
+        self._options: LookupOptions = options  # type: ignore[assignment]
+        # Versioned answers depend on what was known when: arrival order, as asof.
+        self.order = "arrival" if self._options.versioned else "event_time"
+        fields = context.output_fields
+        if self._options.revisions and fields and "revision" not in fields:
+            raise ConfigError(
+                f"pipeline {context.pipeline!r}: revisions = true numbers each answer in a "
+                "`revision` field; add an int field `revision` to the output schema"
+            )
 
-    def is_empty(self, state: dict[str, Any]) -> bool:
-        """A key without a table value holds nothing (stream records are never stored)."""
+    def initial_state(self) -> dict[str, Any] | VersionedState:
+        """No table value yet (and, versioned, no history, no stream time)."""
+        return VersionedState() if self._options.versioned else {"table": None}
+
+    def is_empty(self, state: dict[str, Any] | VersionedState) -> bool:
+        """A key without a table value holds nothing (stream records are never stored).
+
+        A versioned key keeps its stream time, so that whether a record is late never
+        depends on where micro-batches ended.
+        """
+        if isinstance(state, VersionedState):
+            return state.stream_time is None and not state.times
         return state["table"] is None
+
+    def wakes_up(self) -> bool:
+        """Only a grace holds stream records back: then quiet keys are woken."""
+        return self._options.versioned and self._options.grace > 0
+
+    def wakeup_ms(self, state: dict[str, Any] | VersionedState) -> int | None:
+        """While stream records are held, a wake-up after ``idle_timeout`` of quiet."""
+        if isinstance(state, VersionedState) and state.held:
+            return self._options.idle_timeout
+        return None
+
+    def bootstrap_roles(self) -> frozenset[str]:
+        """``bootstrap = true``: the table, read to its end at start."""
+        return frozenset({"table"}) if self._options.bootstrap else frozenset()
 
     def process(
         self,
         key: str,
-        state: dict[str, Any],
+        state: dict[str, Any] | VersionedState,
         records: Sequence[InputRecord],
         ctx: JoinerContext,
     ) -> Iterator[Emit | DeadLetter]:
         """Apply one key's records in order; see the class docstring for the semantics."""
-        options: LookupOptions = self.options  # type: ignore[assignment]
+        if isinstance(state, VersionedState):
+            for record in records:
+                yield from self._apply(key, state, record, ctx)
+            self._evict(state)
+            return
+        options = self._options
         stream_field, table_field = ctx.fields["stream"], ctx.fields["table"]
         for record in records:
             if record.role == "table":
@@ -120,16 +313,162 @@ class Lookup(Joiner):
                 source=record,
             )
 
+    def advance(
+        self, key: str, state: dict[str, Any] | VersionedState, to: int, ctx: JoinerContext
+    ) -> Iterator[Emit | DeadLetter]:
+        """Event time moved to ``to`` without a record: held stream records that are due go out.
+
+        At the end of input every held record goes out and no answer is kept for revision
+        any more; the table history stays, for records that come after the end.
+        """
+        if not isinstance(state, VersionedState):
+            return
+        if to >= END_OF_TIME:
+            yield from self._release(state, END_OF_TIME, ctx)
+            state.kept.clear()
+            if not state.times:
+                state.stream_time = None
+            return
+        state.stream_time = to if state.stream_time is None else max(state.stream_time, to)
+        yield from self._release(state, state.stream_time - self._options.grace, ctx)
+        self._evict(state)
+
     def downstream(self) -> Downstream | None:
         """The aggregation stage, re-keyed by ``aggregate.group_by``, when one is configured."""
-        options: LookupOptions = self.options  # type: ignore[assignment]
+        options = self._options
         if options.aggregate is None:
             return None
         stage = Aggregate(
             options.aggregate,
             JoinerContext(pipeline=self.context.pipeline, fields={"joined": "joined"}),
         )
-        return Downstream(joiner=stage, key=options.aggregate.group_by, output=TOTALS)
+        return Downstream(
+            joiner=stage,
+            key=options.aggregate.group_by,
+            output=TOTALS,
+            retractions=RETRACTIONS if options.revisions else None,
+        )
+
+    # -- versioned --------------------------------------------------------------------------
+
+    def _apply(
+        self, key: str, state: VersionedState, record: InputRecord, ctx: JoinerContext
+    ) -> Iterator[Emit | DeadLetter]:
+        """Apply one record in arrival order.
+
+        Judge its lateness, add a version or hold a stream record, revise what a version
+        changes, then answer the stream records now due.
+        """
+        options = self._options
+        event_time = record.event_time
+        late = too_old(record, key, state.stream_time, options.history_retention, "table", ctx)
+        if late is not None:
+            yield late
+            return
+        stream_time = state.stream_time
+        state.stream_time = event_time if stream_time is None else max(stream_time, event_time)
+        if record.role == "table":
+            state.versions.add(event_time, record.value)  # a tombstone ends a version
+            if options.revisions:
+                yield from self._revise(state, record, ctx)
+        elif record.value is not None:  # stream tombstones are dead-lettered before this
+            if not state.held and event_time <= state.stream_time - options.grace:
+                # Due at once, and nothing older waits: answer it without holding it.
+                yield from self._answer(state, (record,), ctx)
+                return
+            insort(state.held, record, key=_EVENT_TIME)
+        yield from self._release(state, state.stream_time - options.grace, ctx)
+
+    def _release(self, state: VersionedState, up_to: int, ctx: JoinerContext) -> Iterator[Emit]:
+        """Answer the held stream records of event time up to ``up_to``, oldest first."""
+        due = bisect_right(state.held, up_to, key=_EVENT_TIME)
+        if not due:
+            return
+        released = state.held[:due]
+        del state.held[:due]
+        yield from self._answer(state, released, ctx)
+
+    def _answer(
+        self, state: VersionedState, records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """Answer stream records that are due, with the versions valid at their times."""
+        versions = state.versions
+        for record in records:
+            answer = versions.at(record.event_time, inclusive=True)
+            ctx.count("matched" if answer is not None else "unmatched")
+            revision = 0
+            if self._shows(answer):
+                yield Emit(
+                    key=record.kafka_key,
+                    value=self._value(record.value or {}, answer, revision),
+                    source=record,
+                )
+            else:
+                revision = -1  # nothing out yet: a first answer from a revision is number 0
+            if self._options.revisions:
+                value = record.value or {}
+                kept = Kept(record.event_time, value, answer, revision, record.kafka_key)
+                insort(state.kept, kept, key=_EVENT_TIME)
+
+    def _revise(
+        self, state: VersionedState, cause: InputRecord, ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """A table record was added: emit a revision of each kept answer it changes.
+
+        A revision carries the table record's provenance and timestamp, as when it happened.
+        With an aggregation stage, the answer it replaces is also written to the retractions
+        output, so that stage takes it back from its group.
+        """
+        versions = state.versions
+        retracts = self._options.aggregate is not None
+        first = bisect_left(state.kept, cause.event_time, key=_EVENT_TIME)
+        for kept in state.kept[first:]:
+            before, numbered = kept.answer, kept.revision
+            if not rejoin(kept, versions, changed_from=cause.event_time, inclusive=True):
+                continue
+            ctx.count("revisions")
+            if retracts and self._shows(before):
+                yield Emit(
+                    key=kept.key,
+                    value=self._value(kept.value, before, numbered),
+                    source=cause,
+                    output=RETRACTIONS,
+                )
+            value = self._value(kept.value, kept.answer, kept.revision)
+            yield Emit(
+                key=kept.key, value=value if self._shows(kept.answer) else None, source=cause
+            )
+
+    def _evict(self, state: VersionedState) -> None:
+        """Forget what no record that is still on time can need.
+
+        That is the history older than the retention (but the version current at its start)
+        and the answers kept from there.
+        """
+        if state.stream_time is None:
+            return
+        cutoff = state.stream_time - self._options.history_retention
+        state.versions.forget_before(cutoff)
+        if state.values and state.values[0] is None and state.times[0] < cutoff:
+            # A tombstone at the start answers as no history at all does.
+            del state.times[0], state.values[0]
+        del state.kept[: bisect_left(state.kept, cutoff, key=_EVENT_TIME)]
+
+    def _shows(self, answer: dict[str, Any] | None) -> bool:
+        """Whether an answer is emitted: inner mode emits none without a table value."""
+        return answer is not None or self._options.mode == "left"
+
+    def _value(
+        self, stream: dict[str, Any], answer: dict[str, Any] | None, revision: int
+    ) -> dict[str, Any]:
+        options = self._options
+        if answer is None and options.default is not None:
+            answer = dict(options.default)
+        fields = self.context.fields
+        value: dict[str, Any] = {fields["stream"]: stream, fields["table"]: answer}
+        if options.revisions:
+            value["revision"] = revision
+        return value
 
 
 @hookimpl

@@ -103,6 +103,9 @@ class SourceInput:
     """How the topic's Kafka keys are read (``key_format``)."""
     envelope: Envelope | None = None
     """The values' envelope (``debezium``), or None when a value is the row."""
+    bootstrap: bool = False
+    """Whether a new query reads this input to the end it had at start before any other
+    input's record (see :data:`BOOTSTRAP` and Joiner.bootstrap_roles)."""
 
     @cached_property
     def routed_fields(self) -> tuple[str, ...]:
@@ -245,6 +248,21 @@ once. Spark's other way, a batch per processing-time trigger with no-data batche
 every record wait up to that interval for its batch."""
 
 
+BOOTSTRAP = "bootstrap"
+"""The offsets' entry of a query that bootstraps: ``{"topic/partition": end}``, the end each
+partition of a bootstrapped input (:attr:`SourceInput.bootstrap`) had when the query started
+without a checkpoint. While any of them is short of its end, a plan admits records of those
+partitions only, up to those ends, and carries the entry on; the plan that reaches them all
+leaves it out, and the next admits every input again. Living in the offsets, which Spark keeps
+in the checkpoint, the entry survives a restart in the middle of a bootstrap, and a restart
+after one (or of a query that never bootstrapped) does not bootstrap again. No ``/``, so no
+partition's."""
+
+Offsets = dict[str, Any]
+"""A plan's offsets as Spark stores them: ``"topic/partition"`` -> offset, and the
+:data:`CLOCK` and :data:`BOOTSTRAP` entries."""
+
+
 def _name(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
@@ -318,23 +336,40 @@ class KafkaStreamReader(DataSourceStreamReader):
             found.extend((spec.topic, p) for p in sorted(topic.partitions))
         return found
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> Offsets:
         """Start every partition at its earliest offset, as Kafka's ``earliest`` reset does.
 
-        A seeded checkpoint starts where its seed says (``spec.start``), but never before the
-        earliest offset still there.
+        Spark asks only when the query has no checkpoint yet. A seeded checkpoint starts where
+        its seed says (``spec.start``), but never before the earliest offset still there.
+        With bootstrapped inputs, the ends their partitions have now go along as the
+        :data:`BOOTSTRAP` entry.
         """
         from confluent_kafka import TopicPartition
 
-        offsets = {}
+        offsets: Offsets = {}
         start = self.spec.start or {}
         for topic, partition in self._partitions():
             low, _ = self._probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
             name = _name(topic, partition)
             offsets[name] = max(low, start.get(name, 0), 0)
+        targets = self._bootstrap_ends(offsets)
+        if targets:
+            offsets[BOOTSTRAP] = targets
         return offsets
 
-    def _log_ends(self, start: dict[str, int]) -> dict[str, int]:
+    def _bootstrap_ends(self, start: Offsets) -> dict[str, int]:
+        """The ends now of the bootstrapped inputs' partitions that hold records past ``start``."""
+        topics = {spec.topic for spec in self.spec.inputs if spec.bootstrap}
+        if not topics:
+            return {}
+        ends = self._log_ends(start)
+        return {
+            name: end
+            for name, end in sorted(ends.items())
+            if _split(name)[0] in topics and end > start.get(name, 0)
+        }
+
+    def _log_ends(self, start: Offsets) -> dict[str, int]:
         """The end of every partition, from the high watermarks of recent Fetch responses."""
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -400,21 +435,43 @@ class KafkaStreamReader(DataSourceStreamReader):
             or max(per_partition.values(), default=0) >= half_messages
         )
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         """The end of the next micro-batch: the log ends, capped to the read limit.
 
-        With the spec's ``wake_ms``, also the :data:`CLOCK`. The partitions come in the order
-        of their names, whatever order their ends were found in: Spark compares offsets as
-        JSON text, and the same ends in another order made it run a batch that read nothing.
+        While the query bootstraps (``start`` has a :data:`BOOTSTRAP` entry), only the
+        bootstrapped partitions move, and the entry goes on until they reach its ends. With
+        the spec's ``wake_ms``, also the :data:`CLOCK`. The partitions come in the order of
+        their names, whatever order their ends were found in: Spark compares offsets as JSON
+        text, and the same ends in another order made it run a batch that read nothing.
         """
-        planned = dict(sorted(self._planned(start, limit).items()))
+        targets = start.get(BOOTSTRAP)
+        found = (
+            self._bootstrapping(start, targets, limit) if targets else self._planned(start, limit)
+        )
+        planned: Offsets = dict(sorted(found.items()))
+        if targets and any(planned.get(name, 0) < end for name, end in targets.items()):
+            planned[BOOTSTRAP] = targets
         if self.spec.wake_ms:
             planned[CLOCK] = time.time_ns() // 1_000_000 // self.spec.wake_ms
         return planned
 
-    def _planned(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def _planned(self, start: Offsets, limit: ReadLimit) -> dict[str, int]:
         ends = self._log_ends(start)
         planned = {name: max(start.get(name, 0), end) for name, end in ends.items()}
+        return self._capped(start, planned, limit)
+
+    def _bootstrapping(
+        self, start: Offsets, targets: dict[str, int], limit: ReadLimit
+    ) -> dict[str, int]:
+        """A bootstrap's plan: the bootstrapped partitions up to their ends at start, no other."""
+        ends = self._log_ends(start)
+        planned = {name: start.get(name, 0) for name in ends}
+        for name, target in targets.items():
+            planned[name] = max(start.get(name, 0), min(ends.get(name, target), target))
+        return self._capped(start, planned, limit)
+
+    def _capped(self, start: Offsets, planned: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        """``planned`` cut to the read limit: its earliest records across partitions."""
         if isinstance(limit, ReadAllAvailable):
             return planned
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -448,7 +505,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._read_ahead = None
 
     def _earliest_first(
-        self, start: dict[str, int], planned: dict[str, int], budget: int
+        self, start: Offsets, planned: dict[str, int], budget: int
     ) -> dict[str, int]:
         """Admit the ``budget`` records with the smallest timestamps across all partitions.
 
@@ -461,11 +518,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             ranks.setdefault(spec.topic, i)
         heads = self._heads_for(start, planned, budget)
         admitted = admit_earliest(heads, {name: ranks[_split(name)[0]] for name in heads}, budget)
-        return {name: admitted.get(name, start.get(name, 0)) for name in planned}
+        return {name: admitted.get(name, int(start.get(name, 0))) for name in planned}
 
-    def _heads_for(
-        self, start: dict[str, int], planned: dict[str, int], budget: int
-    ) -> dict[str, Heads]:
+    def _heads_for(self, start: Offsets, planned: dict[str, int], budget: int) -> dict[str, Heads]:
         """The heads a capped plan from ``start`` needs, per partition with records to read."""
         # Read past the budget: end-of-input markers there ride along free. As many as
         # :data:`_MARKER_LOOKAHEAD` whatever the budget: replay writes a marker per key after
@@ -509,17 +564,19 @@ class KafkaStreamReader(DataSourceStreamReader):
         """The pipeline's cap on records per micro-batch."""
         return ReadMaxRows(self.spec.max_records_per_batch)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         """The ranges with records, dealt out to at most ``read_tasks`` Spark partitions."""
         ranges = []
         for name, stop in sorted(end.items()):
+            if name in (CLOCK, BOOTSTRAP):
+                continue
             first = start.get(name, 0)
-            if stop > first and name != CLOCK:
+            if stop > first:
                 topic, partition = _split(name)
                 ranges.append(KafkaRange(topic, partition, first, stop))
         return [KafkaPartition(tuple(task)) for task in deal(ranges, self.spec.read_tasks)]
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: Offsets) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint, not in a consumer group."""
 
     def stop(self) -> None:
