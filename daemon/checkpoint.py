@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from daemon.config import PipelineConfig
+from daemon.config import InputConfig, PipelineConfig
 from daemon.engine.state_format import STATE_FORMAT
 from daemon.errors import ConfigError
 
@@ -57,10 +57,26 @@ def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
         "joiner": pipe.joiner,
         "state": state_layout(pipe.state_buckets),
         "inputs": {
-            role: {"topic": spec.topic, "key": spec.key, "time": spec.time}
+            role: {
+                "topic": spec.topic,
+                "key": spec.key,
+                "time": spec.time,
+                **_routing_of(spec),
+            }
             for role, spec in sorted(pipe.inputs.items())
         },
     }
+
+
+_ROUTING_DEFAULTS: dict[str, Any] = {"key_format": "string", "envelope": None}
+"""How an input's records find their join keys, besides ``key``: a change makes other keys
+of the same records. Recorded only where not the default, so shape files written before
+these settings existed still match."""
+
+
+def _routing_of(spec: InputConfig) -> dict[str, Any]:
+    settings = {"key_format": spec.key_format, "envelope": spec.envelope}
+    return {name: value for name, value in settings.items() if value != _ROUTING_DEFAULTS[name]}
 
 
 def ran_a_batch(checkpoint: Path) -> bool:
@@ -201,9 +217,9 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         elif after is None:
             changes.append(f"input {role!r} is gone")
         else:
-            for part in ("topic", "key", "time"):
-                if before.get(part) != after[part]:
-                    changes.append(
-                        f"input {role!r} {part} {before.get(part)!r} is now {after[part]!r}"
-                    )
+            for part in ("topic", "key", "time", *_ROUTING_DEFAULTS):
+                was = before.get(part, _ROUTING_DEFAULTS.get(part))
+                now = after.get(part, _ROUTING_DEFAULTS.get(part))
+                if was != now:
+                    changes.append(f"input {role!r} {part} {was!r} is now {now!r}")
     return changes

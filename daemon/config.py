@@ -15,8 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from daemon import secrets
 from daemon.constants import DEFAULT_STATE_BUCKETS
 from daemon.durations import DurationMs
+from daemon.envelope import Envelope
 from daemon.environment import expand_environment
 from daemon.errors import ConfigError
+from daemon.keys import KeyFormat
 
 Delivery = Literal["exactly_once", "at_least_once"]
 """How output is written: one Kafka transaction per micro-batch and task (``exactly_once``),
@@ -139,29 +141,118 @@ class SparkConfig(_Strict):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+SubjectNameStrategy = Literal["topic", "record", "topic_record"]
+"""How a registry subject is named, as Confluent's serializers name it: ``topic``
+(TopicNameStrategy: ``<topic>-value``, ``<topic>-key``), ``record`` (RecordNameStrategy: the
+record's full name), ``topic_record`` (TopicRecordNameStrategy: ``<topic>-<full name>``)."""
+
+
 class _Serde(_Strict):
     topic: str = Field(min_length=1)
     schema_file: Path | None = Field(default=None, alias="schema")
     subject: str | None = None
+    subject_name_strategy: SubjectNameStrategy | None = None
     writer_schema: Path | None = None
+    key_format: KeyFormat = "string"
+    key_schema: Path | None = None
+    key_subject: str | None = None
 
     @model_validator(mode="after")
-    def _one_schema_source(self) -> _Serde:
-        if (self.schema_file is None) == (self.subject is None):
-            raise ValueError("give exactly one of `schema` (an .avsc file) or `subject`")
+    def _one_subject_source(self) -> _Serde:
+        if self.subject is not None and self.subject_name_strategy is not None:
+            raise ValueError("give `subject` or `subject_name_strategy`, not both")
+        if self.writer_schema is not None and self.registry_value:
+            raise ValueError(
+                "`writer_schema` is for plain Avro (`schema` alone); with a registry every "
+                "record names its writer schema"
+            )
+        if self.key_format != "avro" and (self.key_schema or self.key_subject):
+            raise ValueError('`key_schema` and `key_subject` need key_format = "avro"')
         return self
+
+    @property
+    def auto_registers(self) -> bool:
+        """Whether the schema files are registered under their subjects at start."""
+        return False
+
+    @property
+    def registry_value(self) -> bool:
+        """Whether values use the registry (Confluent framing), rather than plain Avro.
+
+        Plain Avro when ``schema`` is given alone; the registry when a subject is named or
+        is to be named by a strategy, when schemas are auto-registered, or when there is no
+        ``schema`` (then the subject's latest version is the schema).
+        """
+        return (
+            self.schema_file is None
+            or self.subject is not None
+            or self.subject_name_strategy is not None
+            or self.auto_registers
+        )
+
+    @property
+    def registry_key(self) -> bool:
+        """Whether Avro keys use the registry: as :attr:`registry_value`, for the key."""
+        return self.key_format == "avro" and (
+            self.key_schema is None
+            or self.key_subject is not None
+            or self.subject_name_strategy is not None
+            or self.auto_registers
+        )
+
+
+JoinKey = str | list[str]
+"""A join key as configured: a field, or a list of fields for a composite key."""
 
 
 class InputConfig(_Serde):
     """``[pipeline.inputs.ROLE]``: one input topic, named by the joiner's role it plays."""
 
-    key: str = Field(min_length=1)
+    key: JoinKey
     time: str | None = None
     field: str | None = None
+    envelope: Envelope | None = None
+
+    @model_validator(mode="after")
+    def _key_parts(self) -> InputConfig:
+        names = [self.key] if isinstance(self.key, str) else self.key
+        if not names or any(not name for name in names):
+            raise ValueError("`key` needs a field name, or a list of them")
+        if len(set(names)) != len(names):
+            raise ValueError(f"`key` names a field twice: {names}")
+        return self
+
+    @property
+    def key_fields(self) -> tuple[str, ...]:
+        """The key's parts as written: one name, or each name of a composite key."""
+        return (self.key,) if isinstance(self.key, str) else tuple(self.key)
 
 
 class OutputConfig(_Serde):
     """``[pipeline.output]`` or ``[pipeline.outputs.NAME]``: an output topic and its schema."""
+
+    auto_register: bool = False
+
+    @model_validator(mode="after")
+    def _registers_a_file(self) -> OutputConfig:
+        if self.auto_register and self.schema_file is None and self.key_schema is None:
+            raise ValueError(
+                "auto_register registers the `schema` (and `key_schema`) .avsc file under its "
+                "subject; give one"
+            )
+        if self.key_format == "bytes":
+            # An output key is a text (the join key, whose bytes parts are hex digits): writing
+            # it "as bytes" could only mean its UTF-8, which is key_format "string".
+            raise ValueError(
+                'key_format "bytes" is for reading keys: an output key is the join key\'s text '
+                '(a bytes key part is its hex digits); write it as "string", "json" or "avro"'
+            )
+        return self
+
+    @property
+    def auto_registers(self) -> bool:
+        """Whether the schema files are registered under their subjects at start."""
+        return self.auto_register
 
 
 DEFAULT_MAX_RECORDS_PER_BATCH = 500_000
@@ -198,6 +289,17 @@ class PipelineConfig(_Strict):
     def field_of(self, role: str) -> str:
         """The output field that holds the record of the input playing ``role``."""
         return self.inputs[role].field or role
+
+    def key_parts_mismatch(self) -> str | None:
+        """Why the inputs' join keys cannot match (their numbers of parts differ), or None."""
+        counts = {role: len(spec.key_fields) for role, spec in self.inputs.items()}
+        if len(set(counts.values())) <= 1:
+            return None
+        described = ", ".join(f"{role} {count}" for role, count in counts.items())
+        return (
+            f"the inputs' keys have different numbers of parts ({described}); records match "
+            "only when every part is equal, so give each input's `key` as many fields"
+        )
 
 
 class PipelineFile(_Strict):
@@ -269,17 +371,13 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
                 update={
                     "schema_file": _resolve(spec.schema_file, base),
                     "writer_schema": _resolve(spec.writer_schema, base),
+                    "key_schema": _resolve(spec.key_schema, base),
                 }
             )
             for role, spec in pipe.inputs.items()
         }
-        output = pipe.output.model_copy(
-            update={"schema_file": _resolve(pipe.output.schema_file, base)}
-        )
-        outputs = {
-            name: spec.model_copy(update={"schema_file": _resolve(spec.schema_file, base)})
-            for name, spec in pipe.outputs.items()
-        }
+        output = _resolve_output(pipe.output, base)
+        outputs = {name: _resolve_output(spec, base) for name, spec in pipe.outputs.items()}
         pipelines.append(
             pipe.model_copy(
                 update={
@@ -306,6 +404,15 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
             "source": path,
             "kafka": kafka,
             "schema_registry": registry,
+        }
+    )
+
+
+def _resolve_output(spec: OutputConfig, base: Path) -> OutputConfig:
+    return spec.model_copy(
+        update={
+            "schema_file": _resolve(spec.schema_file, base),
+            "key_schema": _resolve(spec.key_schema, base),
         }
     )
 

@@ -28,6 +28,7 @@ from daemon.config import PipelineConfig, PipelineFile
 from daemon.errors import ConfigError, EnrichdError, ReplayInputError, failure_reason
 from daemon.kafka import connect
 from daemon.kafka.clients import Deliveries, produce, read_partition
+from daemon.keys import KafkaKeyCodec
 from daemon.observability import parse_offsets
 
 REPLAY_PARTITIONS = 2
@@ -60,18 +61,21 @@ class ReplayResult:
 
 
 def key_bytes(key: Any) -> bytes | None:
-    """A replay key as Kafka key bytes: strings as UTF-8, other JSON values as their text."""
-    if key is None:
-        return None
-    return (key if isinstance(key, str) else json.dumps(key)).encode("utf-8")
+    """A replay key as a text Kafka key: strings as UTF-8, other JSON values as their text."""
+    return KafkaKeyCodec().encode_value(key)
 
 
-def read_input_file(path: Path, role: str, codec: AvroCodec) -> list[ReplayRecord]:
+def read_input_file(
+    path: Path, role: str, codec: AvroCodec, keys: KafkaKeyCodec | None = None
+) -> list[ReplayRecord]:
     """Read and check one input file: every line an object with key, value and timestamp.
 
+    The key follows the input's ``key_format`` (``keys``; text when None): see
+    :meth:`daemon.keys.KafkaKeyCodec.encode_value`.
+
     Raises:
-        ReplayInputError: naming the file and line, when a line is not such an object or its
-            value does not match the input's schema.
+        ReplayInputError: naming the file and line, when a line is not such an object, or its
+            value does not match the input's schema, or its key the key format.
     """
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -101,6 +105,14 @@ def read_input_file(path: Path, role: str, codec: AvroCodec) -> list[ReplayRecor
             except Exception as exc:
                 raise ReplayInputError(
                     f"{where}: value does not match the {role!r} schema: {exc}"
+                ) from None
+        if keys is not None:
+            try:
+                keys.encode_value(item.get("key"))
+            except Exception as exc:
+                raise ReplayInputError(
+                    f'{where}: "key" does not fit the {role!r} key_format '
+                    f"{keys.key_format!r}: {exc}"
                 ) from None
         records.append(ReplayRecord(role, item.get("key"), value, timestamp, number))
     return records
@@ -163,6 +175,7 @@ def replay(
         ReplayInputError: a malformed input file (naming file and line).
     """
     from daemon.engine.pipeline import client_conf, codec_for, plan_pipeline, start_query
+    from daemon.serdes import key_codec_for
 
     pipe = pick_pipeline(file, pipeline)
     unknown = sorted(set(files) - set(pipe.inputs))
@@ -174,8 +187,9 @@ def replay(
     # Fresh topics keep their input's schema, so one codec per role serves checking the
     # files and producing them (as a writer: with a registry, records carry the schema id).
     codecs = {role: codec_for(file, spec, writing=True) for role, spec in pipe.inputs.items()}
+    keys = {role: key_codec_for(file, spec, writing=True) for role, spec in pipe.inputs.items()}
     inputs = {
-        role: read_input_file(files[role], role, codecs[role])
+        role: read_input_file(files[role], role, codecs[role], keys[role])
         for role in pipe.inputs
         if role in files
     }
@@ -193,7 +207,7 @@ def replay(
         create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
         records = arrival_order(inputs)
         plan = plan_pipeline(file, fresh, conf)
-        ends = _produce(conf, plan, codecs, records, _join_keys(plan, records))
+        ends = _produce(conf, plan, codecs, keys, records, _join_keys(plan, keys, records))
         spark = _session_until_done(file, stack)
         batches = 0
         for stage in plan.stages():
@@ -210,10 +224,13 @@ def replay(
                 batches += _await_consumed(query, ends, progress, timeout_s)
             finally:
                 query.stop()
-        outputs = _read_topic(conf, fresh.output.topic, plan.operator.output_codec)
+        output_keys = plan.operator.output_keys or {}
+        outputs = _read_topic(
+            conf, fresh.output.topic, plan.operator.output_codec, output_keys.get(None)
+        )
         dead = _read_topic(conf, fresh.dead_letters, None)
         extra = {
-            name: _read_topic(conf, topic, codec)
+            name: _read_topic(conf, topic, codec, output_keys.get(name))
             for name, (topic, codec) in (plan.operator.outputs or {}).items()
         }
     return ReplayResult(outputs, dead, len(records), batches, extra)
@@ -239,40 +256,45 @@ def _session_until_done(file: PipelineFile, stack: ExitStack) -> Any:
     return spark
 
 
-def _join_keys(plan: Any, records: list[ReplayRecord]) -> list[str]:
-    """Every join key the records route to, in first-seen order (for end-of-input markers)."""
-    from daemon.kafka.records import route
+def _join_keys(plan: Any, keys: dict[str, KafkaKeyCodec], records: list[ReplayRecord]) -> list[str]:
+    """Every join key the records route to, in first-seen order (for end-of-input markers).
 
-    keys: dict[str, None] = {}
+    Each record is routed as the source will route it, by its value and its Kafka key in the
+    input's key format, so a marker's key is the join key's text the source finds.
+    """
+    found: dict[str, None] = {}
     for spec in plan.source.inputs:
         for record in records:
             if record.role != spec.role:
                 continue
-            routing = route(
-                record.value,
-                key_bytes(record.key),
-                record.timestamp,
-                role=spec.role,
-                key_field=spec.key_field,
-                time_field=spec.time_field,
-                keyed_tombstones=spec.keyed_tombstones,
+            routing = spec.route_decoded(
+                record.value, keys[spec.role].encode_value(record.key), record.timestamp
             )
             if routing.error is None and routing.key is not None:
-                keys[routing.key] = None
-    return list(keys)
+                found[routing.key] = None
+    return list(found)
 
 
 def _fresh_pipeline(
     pipe: PipelineConfig, checkpoint: Path, max_batch: int | None
 ) -> PipelineConfig:
+    from daemon.subjects import pinned_subjects
+
+    # Fresh topics, but the registry subjects of the topics they stand for.
     suffix = uuid.uuid4().hex[:8]
     inputs = {
-        role: spec.model_copy(update={"topic": f"{spec.topic}.replay-{suffix}"})
+        role: spec.model_copy(
+            update={"topic": f"{spec.topic}.replay-{suffix}", **pinned_subjects(spec)}
+        )
         for role, spec in pipe.inputs.items()
     }
-    output = pipe.output.model_copy(update={"topic": f"{pipe.output.topic}.replay-{suffix}"})
+    output = pipe.output.model_copy(
+        update={"topic": f"{pipe.output.topic}.replay-{suffix}", **pinned_subjects(pipe.output)}
+    )
     outputs = {
-        name: spec.model_copy(update={"topic": f"{spec.topic}.replay-{suffix}"})
+        name: spec.model_copy(
+            update={"topic": f"{spec.topic}.replay-{suffix}", **pinned_subjects(spec)}
+        )
         for name, spec in pipe.outputs.items()
     }
     update: dict[str, Any] = {
@@ -292,10 +314,15 @@ def _produce(
     conf: dict[str, str],
     plan: Any,
     codecs: dict[str, AvroCodec],
+    keys: dict[str, KafkaKeyCodec],
     records: list[ReplayRecord],
     join_keys: list[str],
 ) -> dict[str, int]:
-    """Produce the records, then an end-of-input marker per join key; return partition ends."""
+    """Produce the records, then an end-of-input marker per join key; return partition ends.
+
+    A marker's Kafka key is the join key's text as UTF-8, whatever the input's key format
+    (a composite key's JSON array): the source reads markers so (docs/semantics.md, Time).
+    """
     from daemon.kafka.records import CONTROL_HEADER, END_OF_INPUT
 
     pipe: PipelineConfig = plan.config
@@ -308,7 +335,7 @@ def _produce(
             producer,
             pipe.inputs[record.role].topic,
             value=value,
-            key=key_bytes(record.key),
+            key=keys[record.role].encode_value(record.key),
             timestamp=record.timestamp,
             on_delivery=deliveries,
         )
@@ -407,8 +434,17 @@ def _await_consumed(
         time.sleep(0.1)
 
 
-def _read_topic(conf: dict[str, str], topic: str, codec: AvroCodec | None) -> list[dict[str, Any]]:
-    """Every committed record of ``topic``, partition by partition, as JSON-ready dicts."""
+def _read_topic(
+    conf: dict[str, str],
+    topic: str,
+    codec: AvroCodec | None,
+    keys: KafkaKeyCodec | None = None,
+) -> list[dict[str, Any]]:
+    """Every committed record of ``topic``, partition by partition, as JSON-ready dicts.
+
+    Values are decoded with ``codec`` (None: their bytes in hex), keys with ``keys`` (None:
+    as text).
+    """
     from confluent_kafka import TopicPartition
 
     consumer = connect.consumer(conf, _READER)
@@ -417,17 +453,19 @@ def _read_topic(conf: dict[str, str], topic: str, codec: AvroCodec | None) -> li
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]
         for partition in sorted(metadata.partitions):
             for records in read_partition(consumer, TopicPartition(topic, partition, 0)):
-                results.extend(_as_json(message, codec) for message in records)
+                results.extend(_as_json(message, codec, keys) for message in records)
     finally:
         consumer.close()
     return results
 
 
-def _as_json(message: Any, codec: AvroCodec | None) -> dict[str, Any]:
+def _as_json(message: Any, codec: AvroCodec | None, keys: KafkaKeyCodec | None) -> dict[str, Any]:
     key = message.key()
     value = message.value()
+    if key is not None:
+        key = key.decode("utf-8", "replace") if keys is None else keys.to_json(key)
     record: dict[str, Any] = {
-        "key": None if key is None else key.decode("utf-8", "replace"),
+        "key": key,
         "timestamp": message.timestamp()[1],
         "headers": {
             name: (raw or b"").decode("utf-8", "replace") for name, raw in message.headers() or []

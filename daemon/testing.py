@@ -2,8 +2,9 @@
 
 How it works: inputs are given per role in the format of ``daemon replay`` input files, one
 dict per record: ``{"key": ..., "value": {...} or None, "timestamp": epoch_ms}``. The ``key``
-is the Kafka key (it routes tombstones of roles in ``Joiner.keyed_tombstones``); the join key
-comes from the value's field named in ``keys``, as in a pipeline file.
+is the Kafka key, as text (it routes tombstones of roles in ``Joiner.keyed_tombstones``); the
+join key comes from the value's field named in ``keys``, as in a pipeline file: a field, a
+list of fields for a composite key, or ``kafka_key`` for the Kafka key.
 
 - :func:`run_joiner` runs the joiner's logic in plain Python, the way the engine does: records
   arrive in timestamp order across all inputs (ties: the joiner's role order, then list
@@ -59,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.avro import AvroCodec, load_schema_file, record_fields
-from daemon.config import PipelineFile, parse_pipeline_file
+from daemon.config import JoinKey, PipelineFile, parse_pipeline_file
 from daemon.joiners.base import (
     END_OF_TIME,
     DeadLetter,
@@ -70,9 +71,10 @@ from daemon.joiners.base import (
     JoinerOptions,
     apply_order,
 )
-from daemon.kafka.records import route
+from daemon.keys import key_parts
 from daemon.plugins import registry
 from daemon.replay import ReplayRecord, ReplayResult, arrival_order, key_bytes, replay
+from daemon.routing import Router
 
 Inputs = Mapping[str, Sequence[Mapping[str, Any]]]
 """Records per role, each ``{"key": ..., "value": ..., "timestamp": ...}`` as in replay files."""
@@ -138,7 +140,7 @@ class JoinerHarness:
         self,
         joiner_cls: type[Joiner],
         *,
-        keys: Mapping[str, str],
+        keys: Mapping[str, JoinKey],
         options: Mapping[str, Any] | JoinerOptions | None = None,
         fields: Mapping[str, str] | None = None,
         times: Mapping[str, str] | None = None,
@@ -305,7 +307,7 @@ def run_joiner(
     joiner_cls: type[Joiner],
     inputs: Inputs,
     *,
-    keys: Mapping[str, str],
+    keys: Mapping[str, JoinKey],
     options: Mapping[str, Any] | JoinerOptions | None = None,
     fields: Mapping[str, str] | None = None,
     times: Mapping[str, str] | None = None,
@@ -320,7 +322,8 @@ def run_joiner(
     Args:
         joiner_cls: the joiner class (need not be installed).
         inputs: records per role (see :data:`Inputs`); roles may be left out.
-        keys: per role, the value field that holds the join key (``key`` in a pipeline file).
+        keys: per role, the join key as ``key`` in a pipeline file: a value field, a list of
+            them, or ``kafka_key``.
         options: the joiner's options, as in ``[pipeline.options]`` or already validated.
         fields: per role, its field in the output (``field``); by default the role's name.
         times: per role, the value field with the event time (``time``); by default the
@@ -400,7 +403,7 @@ def _replay_records(
 
 
 def _route(
-    item: ReplayRecord, key_field: str, time_field: str | None, joiner: Joiner
+    item: ReplayRecord, key: JoinKey, time_field: str | None, joiner: Joiner
 ) -> InputRecord | DeadLetter:
     """The input record the engine's source would make, or the dead letter it would route."""
     kafka_key = key_bytes(item.key)
@@ -415,15 +418,8 @@ def _route(
         kafka_key=kafka_key,
         timestamp=item.timestamp,
     )
-    routing = route(
-        item.value,
-        kafka_key,
-        item.timestamp,
-        role=item.role,
-        key_field=key_field,
-        time_field=time_field,
-        keyed_tombstones=item.role in joiner.keyed_tombstones,
-    )
+    router = Router(item.role, key_parts(key), time_field, item.role in joiner.keyed_tombstones)
+    routing = router.route(item.value, kafka_key, item.timestamp)
     if routing.error is not None or routing.key is None:
         kind, _, reason = (routing.error or "MissingKey: no join key").partition(": ")
         return DeadLetter(record, reason, kind)
@@ -435,7 +431,7 @@ def pipeline_file(
     *,
     schemas: Mapping[str, Path],
     output_schema: Path,
-    keys: Mapping[str, str],
+    keys: Mapping[str, JoinKey],
     options: Mapping[str, Any] | None = None,
     fields: Mapping[str, str] | None = None,
     times: Mapping[str, str] | None = None,
@@ -452,7 +448,7 @@ def pipeline_file(
         joiner: the installed joiner's name.
         schemas: per role, its .avsc file (the roles of the pipeline).
         output_schema: the output's .avsc file.
-        keys: per role, the join key field.
+        keys: per role, the join key, as ``key`` in a pipeline file.
         options: the joiner's options.
         fields: per role, its field in the output.
         times: per role, its event-time field.
@@ -501,7 +497,7 @@ def replay_joiner(
     *,
     schemas: Mapping[str, Path],
     output_schema: Path,
-    keys: Mapping[str, str],
+    keys: Mapping[str, JoinKey],
     options: Mapping[str, Any] | None = None,
     fields: Mapping[str, str] | None = None,
     times: Mapping[str, str] | None = None,
@@ -521,7 +517,7 @@ def replay_joiner(
         inputs: records per role, as for :func:`run_joiner`.
         schemas: per role, its .avsc file; every role of the joiner needs one.
         output_schema: the output's .avsc file.
-        keys: per role, the join key field.
+        keys: per role, the join key, as ``key`` in a pipeline file.
         options: the joiner's options.
         fields: per role, its field in the output.
         times: per role, its event-time field.

@@ -7,7 +7,9 @@ first, so one run of ``daemon validate`` shows everything to fix. Each problem i
 naming the file and the field, in the same ``FILE: pipeline[i] (name).FIELD: message`` form
 as the shape problems of :func:`daemon.config.load_pipeline_file`.
 
-No Spark is started and, unless asked with ``check_topics``, no broker is contacted.
+No Spark is started and, unless asked with ``check_topics``, no broker is contacted. The
+Schema Registry of ``[schema_registry]``, when there is one, is asked what a start would
+ask (:mod:`daemon.serde_checks`), unless ``check_registry`` is off.
 
 Example:
     >>> from pathlib import Path
@@ -21,22 +23,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fastavro.types import Schema
 from pydantic import ValidationError
 
 from daemon.avro import load_schema_file, record_fields
-from daemon.config import (
-    ConfigProblems,
-    InputConfig,
-    OutputConfig,
-    PipelineConfig,
-    PipelineFile,
-    load_pipeline_file,
-)
+from daemon.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
 from daemon.errors import ConfigError, SchemaError, UnknownJoinerError
 from daemon.joiner_info import describe_joiner
 from daemon.joiners.base import Joiner, JoinerContext
 from daemon.plugins import JoinerRegistry, registry
+from daemon.serde_checks import RegistryCheck, serde_problems
 
 _TOPIC_TIMEOUT_S = 5.0
 
@@ -45,6 +40,7 @@ def validate_pipeline_file(
     path: Path,
     joiners: JoinerRegistry | None = None,
     check_topics: bool = False,
+    check_registry: bool = True,
 ) -> tuple[PipelineFile | None, list[str]]:
     """Check a pipeline file and collect every problem.
 
@@ -54,6 +50,8 @@ def validate_pipeline_file(
         check_topics: also ask the broker of ``[kafka] bootstrap_servers`` whether every
             input topic exists (output and dead-letter topics may be created on first run,
             so they are not required).
+        check_registry: ask the Schema Registry of ``[schema_registry]``, when there is one,
+            about every subject (off: no network at all, unless ``check_topics``).
 
     Returns:
         The parsed file (None when its shape is broken) and the problems, one line each;
@@ -64,7 +62,10 @@ def validate_pipeline_file(
     except ConfigProblems as exc:
         return None, list(exc.problems)
     joiners = joiners if joiners is not None else registry()
-    problems: list[str] = []
+    problems = _registry_problems(parsed, path)
+    asked = None
+    if check_registry and parsed.schema_registry is not None and not problems:
+        asked = RegistryCheck(parsed)
     seen: dict[str, int] = {}
     for index, pipeline in enumerate(parsed.pipeline):
         where = f"{path}: pipeline[{index}] ({pipeline.name})"
@@ -74,8 +75,7 @@ def validate_pipeline_file(
                 "pipeline names must be unique"
             )
         seen.setdefault(pipeline.name, index)
-        problems += _pipeline_problems(parsed, pipeline, where, joiners)
-    problems += _registry_problems(parsed, path)
+        problems += _pipeline_problems(parsed, pipeline, where, joiners, asked)
     if check_topics:
         problems += _topic_problems(parsed, path)
     return parsed, problems
@@ -110,7 +110,11 @@ def summary(parsed: PipelineFile) -> str:
 
 
 def _pipeline_problems(
-    parsed: PipelineFile, pipeline: PipelineConfig, where: str, joiners: JoinerRegistry
+    parsed: PipelineFile,
+    pipeline: PipelineConfig,
+    where: str,
+    joiners: JoinerRegistry,
+    asked: RegistryCheck | None,
 ) -> list[str]:
     problems: list[str] = []
     cls: type[Joiner] | None
@@ -129,11 +133,14 @@ def _pipeline_problems(
         problems += _role_problems(pipeline, where, cls)
         problems += _option_problems(pipeline, where, joiners, cls)
         problems += _output_problems(pipeline, where, cls)
+    mismatch = pipeline.key_parts_mismatch()
+    if mismatch is not None:
+        problems.append(f"{where}.inputs: {mismatch}")
     for role, spec in pipeline.inputs.items():
-        problems += _serde_problems(parsed, spec, f"{where}.inputs.{role}")
-    problems += _serde_problems(parsed, pipeline.output, f"{where}.output")
+        problems += serde_problems(parsed, spec, f"{where}.inputs.{role}", asked)
+    problems += serde_problems(parsed, pipeline.output, f"{where}.output", asked)
     for name, extra in pipeline.outputs.items():
-        problems += _serde_problems(parsed, extra, f"{where}.outputs.{name}")
+        problems += serde_problems(parsed, extra, f"{where}.outputs.{name}", asked)
     return problems
 
 
@@ -155,7 +162,7 @@ def _output_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) ->
         try:
             fields = record_fields(load_schema_file(pipeline.output.schema_file))
         except SchemaError:
-            pass  # reported by _serde_problems
+            pass  # reported by serde_problems
     context = JoinerContext(pipeline=pipeline.name, fields={}, output_fields=fields)
     try:
         stage = cls(options, context).downstream()
@@ -206,43 +213,6 @@ def _option_message(error: dict[str, Any], joiner: str, valid: str) -> str:
     if error["type"] == "missing":
         return f"required by joiner {joiner!r} but missing"
     return str(error["msg"]).removeprefix("Value error, ")
-
-
-def _serde_problems(
-    parsed: PipelineFile, spec: InputConfig | OutputConfig, where: str
-) -> list[str]:
-    problems: list[str] = []
-    if spec.subject is not None and parsed.schema_registry is None:
-        problems.append(
-            f"{where}.subject: a subject needs a [schema_registry] section with its url; "
-            "add one or give `schema` (an .avsc file) instead"
-        )
-    schema: Schema | None = None
-    if spec.schema_file is not None:
-        try:
-            schema = load_schema_file(spec.schema_file)
-        except SchemaError as exc:
-            problems.append(f"{where}.schema: {exc}")
-    if spec.writer_schema is not None:
-        try:
-            load_schema_file(spec.writer_schema)
-        except SchemaError as exc:
-            problems.append(f"{where}.writer_schema: {exc}")
-    if schema is None:
-        return problems
-    fields = record_fields(schema)
-    if not fields:
-        problems.append(f"{where}.schema: {spec.schema_file}: not an Avro record schema")
-        return problems
-    if isinstance(spec, InputConfig):
-        for attribute in ("key", "time"):
-            name = getattr(spec, attribute)
-            if name is not None and name not in fields:
-                problems.append(
-                    f"{where}.{attribute}: field {name!r} is not in schema {spec.schema_file}; "
-                    f"its fields: {', '.join(fields)}"
-                )
-    return problems
 
 
 def _topic_problems(parsed: PipelineFile, path: Path) -> list[str]:

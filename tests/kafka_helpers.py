@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterable
@@ -9,8 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.broker import EmbeddedBroker
 from daemon.config import PipelineConfig, PipelineFile, parse_pipeline_file
 from daemon.kafka.clients import Deliveries, read_partition
+from daemon.replay import ReplayResult, replay
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -234,3 +237,27 @@ def run_pipeline(spark: Any, file: PipelineFile, timeout_s: float = 120.0) -> li
     finally:
         query.stop()
     return sorted(_batch_files(commits) - committed_before)
+
+
+def replay_files(
+    folder: Path,
+    broker: EmbeddedBroker,
+    pipeline: dict[str, Any],
+    schemas: dict[str, Any],
+    inputs: dict[str, list[dict[str, Any]]],
+) -> ReplayResult:
+    """Replay ``pipeline`` with ``schemas`` written to files (``{name}`` paths in it filled)
+    and each role's ``inputs`` lines written to a replay file; its result."""
+    paths = {}
+    for name, schema in schemas.items():
+        paths[name] = folder / f"{name}.avsc"
+        paths[name].write_text(json.dumps(schema), encoding="utf-8")
+    text = json.dumps(pipeline)
+    for name, path in paths.items():
+        text = text.replace(f'"{{{name}}}"', json.dumps(str(path)))
+    file = parse_pipeline_file(folder / "p.toml", {"pipeline": [json.loads(text)]})
+    files = {}
+    for role, lines in inputs.items():
+        files[role] = folder / f"{role}.jsonl"
+        files[role].write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return replay(file, files, bootstrap_servers=broker.bootstrap_servers)

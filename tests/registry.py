@@ -2,9 +2,16 @@
 
 No Schema Registry can be installed on the test machines (its releases are Java artifacts
 outside the package registries), so this serves the endpoints over real HTTP on loopback
-for the real confluent-kafka client: register a schema under a subject, fetch a subject's
-latest version, fetch a schema by id. Ids are global and a re-registered identical schema
-keeps its id, as the real registry does.
+for the real confluent-kafka client: register a schema under a subject, look a schema up
+under a subject, fetch a subject's latest version, fetch a schema by id, test a schema's
+compatibility, set a subject's compatibility level. Ids are global and a re-registered
+identical schema keeps its id, as the real registry does.
+
+Compatibility is checked as the real registry's default, ``BACKWARD`` (the new schema reads
+what the latest one wrote; ``NONE`` per subject switches it off), by resolution in fastavro:
+records generated from the latest schema are written with it and read with the new one. That
+finds what matters here (a field added without a default, a type changed), not every rule
+of Avro's; a refusal answers 409 with the reason, as the real one does.
 
 Like a registry behind basic auth (Confluent Cloud's, or one with an HTTP basic auth realm),
 it answers 401 to a request without the right ``Authorization`` header and 403 to a known
@@ -16,6 +23,7 @@ executors' (a writer schema by id).
 from __future__ import annotations
 
 import base64
+import io
 import json
 import secrets
 import ssl
@@ -40,6 +48,8 @@ class Registry:
         """Users whose right password gets 403."""
         self.requests: list[tuple[str, str]] = []
         """(path, outcome) of every request: ``ok``, ``401`` or ``403``."""
+        self.compatibility: dict[str, str] = {}
+        """Compatibility level by subject; ``BACKWARD`` when not set."""
 
     def check(self, authorization: str | None) -> int:
         """200, 401 or 403 for a request with this ``Authorization`` header."""
@@ -51,6 +61,41 @@ class Registry:
         if user in self.denied and password == self.password:
             return 403
         return 200 if given == expected else 401
+
+    def incompatibility(self, subject: str, schema: str) -> str | None:
+        """Why ``schema`` may not be registered under ``subject``; None when it may."""
+        import fastavro
+        from fastavro.utils import generate_many
+
+        versions = self.subjects.get(subject)
+        if not versions or self.compatibility.get(subject, "BACKWARD") == "NONE":
+            return None
+        try:
+            new = fastavro.parse_schema(json.loads(schema))
+        except Exception as exc:  # noqa: BLE001 - any parse failure: an invalid schema
+            return f"Invalid schema: {exc}"
+        old = fastavro.parse_schema(json.loads(self.schemas[versions[-1] - 1]))
+        for datum in generate_many(old, 3):
+            buffer = io.BytesIO()
+            fastavro.schemaless_writer(buffer, old, datum)
+            buffer.seek(0)
+            try:
+                fastavro.schemaless_reader(buffer, old, new)
+            except Exception as exc:  # noqa: BLE001 - SchemaResolutionError and kin
+                return (
+                    "Schema being registered is incompatible with an earlier schema for "
+                    f'subject "{subject}", details: [READER_CANNOT_READ_WRITER: {exc}]'
+                )
+        return None
+
+    def lookup(self, subject: str, schema: str) -> int | None:
+        """The id of ``schema`` when registered under ``subject``."""
+        with self.lock:
+            if schema in self.schemas and self.schemas.index(schema) + 1 in self.subjects.get(
+                subject, []
+            ):
+                return self.schemas.index(schema) + 1
+            return None
 
     def register(self, subject: str, schema: str) -> int:
         with self.lock:
@@ -95,8 +140,49 @@ class _Handler(BaseHTTPRequestHandler):
             return
         parts = self._parts()
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        registry = self.registry
         if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
-            self._send(200, {"id": self.registry.register(parts[1], body["schema"])})
+            if registry.lookup(parts[1], body["schema"]) is None:
+                reason = registry.incompatibility(parts[1], body["schema"])
+                if reason is not None:
+                    status, code = (422, 42201) if reason.startswith("Invalid") else (409, 409)
+                    self._send(status, {"error_code": code, "message": reason})
+                    return
+            self._send(200, {"id": registry.register(parts[1], body["schema"])})
+        elif len(parts) == 2 and parts[0] == "subjects":
+            found = registry.lookup(parts[1], body["schema"])
+            if found is None:
+                known = parts[1] in registry.subjects
+                code, message = (
+                    (40403, "Schema not found") if known else (40401, "Subject not found")
+                )
+                self._send(404, {"error_code": code, "message": message})
+                return
+            version = registry.subjects[parts[1]].index(found) + 1
+            self._send(
+                200,
+                {"subject": parts[1], "id": found, "version": version, "schema": body["schema"]},
+            )
+        elif parts[:2] == ["compatibility", "subjects"] and parts[3:] == ["versions", "latest"]:
+            if not registry.subjects.get(parts[2]):
+                self._send(404, {"error_code": 40401, "message": "Subject not found"})
+                return
+            reason = registry.incompatibility(parts[2], body["schema"])
+            answer: dict[str, Any] = {"is_compatible": reason is None}
+            if reason is not None:
+                answer["messages"] = [reason]
+            self._send(200, answer)
+        else:
+            self._send(404, {"error_code": 404, "message": f"not served: {self.path}"})
+
+    def do_PUT(self) -> None:  # noqa: N802 - http.server's naming
+        if not self._allowed():
+            return
+        parts = self._parts()
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        if len(parts) == 2 and parts[0] == "config":
+            self.registry.compatibility[parts[1]] = body["compatibility"]
+            self._send(200, {"compatibility": body["compatibility"]})
         else:
             self._send(404, {"error_code": 404, "message": f"not served: {self.path}"})
 
@@ -153,6 +239,13 @@ class RegistryServer:
     def user_info(self) -> str:
         """``user:password`` as ``basic.auth.user.info`` takes it."""
         return f"{self.registry.user}:{self.registry.password}"
+
+    def add(self, subject: str, schema: str) -> int:
+        """Register ``schema`` under ``subject`` as a producer would; its id."""
+        from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+        client = SchemaRegistryClient(self.client_settings())
+        return int(client.register_schema(subject, Schema(schema, "AVRO")))
 
     def client_settings(self, **extra: Any) -> dict[str, Any]:
         """Settings of a ``SchemaRegistryClient`` that the registry lets in."""

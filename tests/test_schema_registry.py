@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from daemon.avro import AvroCodec, parse_schema_text
 from daemon.broker import EmbeddedBroker
@@ -32,8 +31,7 @@ def registry() -> Iterator[RegistryServer]:
 
 
 def register(server: RegistryServer, subject: str, schema: str) -> int:
-    client = SchemaRegistryClient(server.client_settings())
-    return client.register_schema(subject, Schema(schema, "AVRO"))
+    return server.add(subject, schema)
 
 
 def text(name: str) -> str:

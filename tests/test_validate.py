@@ -231,7 +231,10 @@ def test_subject_needs_a_schema_registry(write: Write) -> None:
         (f'schema = "{SCHEMAS / "tweet_view.avsc"}"', 'subject = "views-value"'),
         ("[[pipeline]]", '[schema_registry]\nurl = "http://127.0.0.1:8081"\n\n[[pipeline]]'),
     )
-    assert problems(with_registry) == []
+    # Offline, the file is valid; online, validate asks the registry, which is not there.
+    assert validate_pipeline_file(with_registry, builtin_joiners(), check_registry=False)[1] == []
+    (unreachable,) = problems(with_registry)
+    assert unreachable.startswith(where(with_registry, "output") + "cannot reach schema registry")
 
 
 def test_duplicate_pipeline_names(write: Write) -> None:
@@ -361,6 +364,74 @@ def test_lookup_totals_need_their_output(tmp_path: Path) -> None:
         "'totals' with these options; add [pipeline.outputs.totals] with its topic and schema"
     ]
     assert problems(REPO / "examples" / "clicks-per-region.toml") == []
+
+
+def test_key_format_envelope_and_subject_problems_offline(write: Write) -> None:
+    """Problems a file shows without a registry: keys of different part counts, a Kafka key
+    field on a text key, an envelope the schema is not, a subject no registry can serve."""
+    path = write(
+        ('key = "id"', 'key = ["id", "kafka_key.tenant"]'),
+        ('time = "updated_at"', 'envelope = "debezium"'),
+        (f'schema = "{SCHEMAS / "tweet.avsc"}"', 'subject_name_strategy = "record"'),
+        ('key = "author_id"', 'key = "author_id"\nkey_format = "avro"'),
+    )
+    assert problems(path) == [
+        where(path, "inputs")
+        + "the inputs' keys have different numbers of parts (one 2, many 1); records match "
+        "only when every part is equal, so give each input's `key` as many fields",
+        where(path, "inputs.one.envelope")
+        + f"{SCHEMAS / 'user.avsc'} is not a Debezium envelope (a record with an `op` field "
+        "and an `after` record); give the envelope's schema",
+        where(path, "inputs.one.key")
+        + "'kafka_key.tenant' names a field of the Kafka key, which needs key_format = "
+        '"avro" or "json" (key_format is "string")',
+        where(path, "inputs.many")
+        + "no `schema`: the schema comes from the registry subject 'tweets-value' (or the one "
+        "`subject_name_strategy` names), which needs a [schema_registry] section",
+        where(path, "inputs.many.key_format")
+        + 'an "avro" key without `key_schema` (or with `key_subject`) is read with a registry '
+        "subject, which needs a [schema_registry] section; add one or give `key_schema` (an "
+        ".avsc file)",
+        where(path, "inputs.many.subject_name_strategy")
+        + 'subject_name_strategy = "record" names the value subject after its record: give '
+        "`schema` (the record's .avsc file) or `subject`",
+        where(path, "inputs.many.subject_name_strategy")
+        + 'subject_name_strategy = "record" names the key subject after its record: give '
+        "`key_schema` (the record's .avsc file) or `key_subject`",
+    ]
+
+
+def test_the_fields_of_a_debezium_row_and_of_a_key_schema_are_checked(write: Write) -> None:
+    path = write(
+        (
+            f'schema = "{SCHEMAS / "user.avsc"}"',
+            f'schema = "{SCHEMAS / "customer_change.avsc"}"\nenvelope = "debezium"\n'
+            f'key_format = "avro"\nkey_schema = "{SCHEMAS / "customer_key.avsc"}"',
+        ),
+        ('key = "id"', 'key = "kafka_key.customer"'),
+        ('time = "updated_at"', 'time = "ts_ms"'),
+    )
+    row = f"the 'after' row of {SCHEMAS / 'customer_change.avsc'}"
+    assert problems(path) == [
+        where(path, "inputs.one.time") + f"field 'ts_ms' is not in schema {row}; "
+        "its fields: id, name, tier",
+        where(path, "inputs.one.key") + "field 'customer' is not in the key schema; its fields: id",
+    ]
+    fixed = write(
+        (
+            f'schema = "{SCHEMAS / "user.avsc"}"',
+            f'schema = "{SCHEMAS / "customer_change.avsc"}"\nenvelope = "debezium"\n'
+            f'key_format = "avro"\nkey_schema = "{SCHEMAS / "customer_key.avsc"}"',
+        ),
+        ('key = "id"', 'key = "kafka_key.id"'),
+        ('time = "updated_at"', ""),
+    )
+    assert problems(fixed) == []
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "examples").glob("*.toml")))
+def test_every_example_is_valid_offline(example: Path) -> None:
+    assert validate_pipeline_file(example, builtin_joiners(), check_registry=False)[1] == []
 
 
 def test_lookup_revisions_need_a_revision_field(tmp_path: Path) -> None:

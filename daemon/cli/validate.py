@@ -21,13 +21,29 @@ CheckTopics = Annotated[
 ]
 
 
-def validate(pipeline_file: PipelinePath, check_topics: CheckTopics = False) -> None:
-    """Check config, joiners, options and schemas; print every problem, or a summary.
+Offline = Annotated[
+    bool,
+    typer.Option(
+        "--offline",
+        help="Do not ask the Schema Registry of [schema_registry] about subjects and schemas.",
+    ),
+]
+
+
+def validate(
+    pipeline_file: PipelinePath, check_topics: CheckTopics = False, offline: Offline = False
+) -> None:
+    """Check config, joiners, options, schemas and registry subjects; print every problem.
+
+    With a ``[schema_registry]``, subjects and schemas are checked against it unless
+    ``--offline``; a valid file prints a summary.
 
     Raises:
         ConfigProblems: one line per problem; the command line prints them and exits 1.
     """
-    parsed, problems = validate_pipeline_file(pipeline_file, check_topics=check_topics)
+    parsed, problems = validate_pipeline_file(
+        pipeline_file, check_topics=check_topics, check_registry=not offline
+    )
     if problems or parsed is None:
         raise ConfigProblems(problems)
     typer.echo(redact(summary(parsed)))

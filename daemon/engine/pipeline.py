@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from daemon.avro import AvroCodec, load_schema_file, parse_schema_text, record_fields
-from daemon.config import InputConfig, OutputConfig, PipelineConfig, PipelineFile
+from daemon.avro import AvroCodec, record_fields
+from daemon.config import PipelineConfig, PipelineFile
 from daemon.errors import ConfigError, KafkaUnavailableError
 from daemon.joiners.base import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
 from daemon.kafka.admin import create_topics, existing_topics
@@ -14,9 +14,10 @@ from daemon.kafka.connect import client_conf as client_conf  # where callers loo
 from daemon.kafka.records import SINK_DDL
 from daemon.kafka.source import SourceInput, SourceSpec
 from daemon.kafka.task_output import OutputSpec
+from daemon.keys import KafkaKeyCodec
 from daemon.plugins import registry
-from daemon.schema_registry import access_failure, client_settings, new_client
-from daemon.secrets import display_url, redact
+from daemon.serdes import codec_for as codec_for  # where callers look for it
+from daemon.serdes import key_codec_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,47 +49,6 @@ class PipelinePlan:
     def stages(self) -> list[PipelinePlan]:
         """The plan and every stage after it, in data-flow order: one streaming query each."""
         return [self, *(self.downstream.stages() if self.downstream else [])]
-
-
-def codec_for(file: PipelineFile, spec: InputConfig | OutputConfig, *, writing: bool) -> AvroCodec:
-    """The codec of one input or output, from its .avsc file or its registry subject.
-
-    A subject gives its latest schema, and that schema's id when ``writing``.
-
-    Raises:
-        SchemaError: the .avsc file is missing or invalid.
-        ConfigError: the subject has no registry configured or is not registered.
-        SchemaRegistryUnavailableError: the registry refused the credentials, failed the TLS
-            handshake or did not answer.
-    """
-    if spec.schema_file is not None:
-        writer = (
-            load_schema_file(spec.writer_schema)
-            if isinstance(spec, InputConfig) and spec.writer_schema is not None
-            else None
-        )
-        return AvroCodec(load_schema_file(spec.schema_file), writer_schema=writer)
-    if file.schema_registry is None:
-        raise ConfigError(f"{file.source}: subject {spec.subject!r} needs a [schema_registry]")
-    url = file.schema_registry.url
-    settings = client_settings(file.schema_registry, file.kafka)
-    client = new_client(settings)
-    try:
-        latest = client.get_latest_version(str(spec.subject))
-    except Exception as exc:
-        unavailable = access_failure(url, exc)
-        if unavailable is not None:
-            raise unavailable from None
-        raise ConfigError(
-            f"schema registry subject {spec.subject!r} not found at {display_url(url)} "
-            f"({redact(str(exc))}); register it first"
-        ) from None
-    return AvroCodec(
-        parse_schema_text(str(latest.schema.schema_str)),
-        registry_url=url,
-        schema_id=latest.schema_id if writing else None,
-        registry_settings=settings,
-    )
 
 
 def make_joiner(pipe: PipelineConfig, output_fields: tuple[str, ...] = ()) -> tuple[Joiner, str]:
@@ -128,8 +88,14 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
     """
     from daemon.engine.processor import OperatorPlan
 
+    mismatch = pipe.key_parts_mismatch()
+    if mismatch is not None:
+        raise ConfigError(f"pipeline {pipe.name!r}: {mismatch}")
     codecs = {role: codec_for(file, spec, writing=False) for role, spec in pipe.inputs.items()}
     output_codec = codec_for(file, pipe.output, writing=True)
+    output_keys: dict[str | None, KafkaKeyCodec] = {
+        None: key_codec_for(file, pipe.output, writing=True)
+    }
     joiner, plugin = make_joiner(pipe, record_fields(output_codec.schema))
     topics = existing_topics(conf)
     for role, spec in pipe.inputs.items():
@@ -143,6 +109,9 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         name: (spec.topic, codec_for(file, spec, writing=True))
         for name, spec in pipe.outputs.items()
     }
+    output_keys.update(
+        {name: key_codec_for(file, spec, writing=True) for name, spec in pipe.outputs.items()}
+    )
     stage = joiner.downstream()
     if stage is not None and stage.retractions is not None:
         # The engine's own topic between the stages, as Kafka Streams makes its repartition
@@ -161,10 +130,12 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
             SourceInput(
                 role,
                 spec.topic,
-                spec.key,
+                spec.key if isinstance(spec.key, str) else tuple(spec.key),
                 spec.time,
                 codecs[role],
                 keyed_tombstones=role in joiner.keyed_tombstones,
+                kafka_keys=key_codec_for(file, spec, writing=False),
+                envelope=spec.envelope,
                 bootstrap=role in joiner.bootstrap_roles(),
             )
             # In the joiner's role order, whatever the file's: the source admits records of
@@ -185,6 +156,8 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         plugin=plugin,
         outputs=outputs,
         inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
+        envelopes={role: spec.envelope for role, spec in pipe.inputs.items() if spec.envelope},
+        output_keys={n: c for n, c in output_keys.items() if c.key_format in ("avro", "json")},
     )
     if stage is None:
         return PipelinePlan(pipe, conf, source, output, operator)

@@ -75,6 +75,7 @@ from daemon.engine.state_format import (
     decode_portable,
     encode_bucket,
 )
+from daemon.envelope import Envelope, unwrap
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.joiners.base import (
     END_OF_TIME,
@@ -88,6 +89,7 @@ from daemon.joiners.base import (
 )
 from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, unpack
 from daemon.kafka.task_output import OutputSpec, TaskOutput
+from daemon.keys import KafkaKeyCodec
 from daemon.latency import compact
 from daemon.metrics_relay import COUNTS_TOPIC
 from daemon.worker_gc import freeze_loaded
@@ -149,6 +151,10 @@ class OperatorPlan:
     """Secondary outputs by name: topic and codec."""
     inputs: tuple[tuple[str, str], ...] = ()
     """Role and topic of each input, in the source's order (a row's ``input``)."""
+    envelopes: dict[str, Envelope] | None = None
+    """The value envelope of each role that has one (``debezium``)."""
+    output_keys: dict[str | None, KafkaKeyCodec] | None = None
+    """How keys are written, by output (None: the main one), where not as UTF-8 text."""
 
 
 @dataclass
@@ -189,6 +195,13 @@ class JoinerProcessor(StatefulProcessor):
         """The newest event time of the call's records, by input (event-time lag)."""
         self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
         self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
+        envelopes = self.plan.envelopes or {}
+        self._decoders = tuple(
+            _decoder(self.plan.codecs[role], envelopes.get(role)) for role, _ in self.plan.inputs
+        )
+        """Each input's value decoder, by a row's ``input``: its codec's, unwrapping the
+        row of an envelope."""
+        self._emitted = self._keyed_output if self.plan.output_keys else self._output
 
     def handleInputRows(  # noqa: N802
         self,
@@ -222,14 +235,14 @@ class JoinerProcessor(StatefulProcessor):
         """Apply one key's rows: decode, order, run the joiner, keep its new state."""
         records: list[InputRecord] = []
         end_of_input = False
-        inputs, codecs = self.plan.inputs, self.plan.codecs
+        inputs, decoders = self.plan.inputs, self._decoders
         for row in rows:
             if row.input == CONTROL_INPUT:
                 end_of_input = True
                 continue
             role, topic = inputs[row.input]
             try:
-                value = None if row.value is None else codecs[role].decode(row.value)
+                value = None if row.value is None else decoders[row.input](row.value)
             except SchemaRegistryUnavailableError:
                 raise  # the record is fine: fail the batch, which is retried, not the record
             except Exception as exc:  # the source read only the key and time fields
@@ -490,7 +503,7 @@ class JoinerProcessor(StatefulProcessor):
             return None
         for result in results:
             if isinstance(result, Emit):
-                send(self._output(result, raw))
+                send(self._emitted(result, raw))
             else:
                 send(self._rejected(result, raw))
         return state
@@ -529,6 +542,23 @@ class JoinerProcessor(StatefulProcessor):
             None,
             None,
         )
+
+    def _keyed_output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
+        """:meth:`_output` for a pipeline whose outputs write keys in Avro or JSON.
+
+        Apart, so that the pipelines that write text keys (most) pay nothing for it.
+        """
+        writer = (self.plan.output_keys or {}).get(emit.output)
+        if writer is None or emit.key is None:
+            return self._output(emit, raw)
+        try:
+            key = writer.encode(emit.key)
+        except Exception as exc:
+            if emit.source is None:
+                raise
+            reason = f"key {emit.key!r}: {type(exc).__name__}: {exc}"
+            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
+        return self._output(Emit(key, emit.value, emit.source, emit.output), raw)
 
     def _rejected(self, letter: DeadLetter, raw: _Originals) -> Output:
         """A dead letter for a record of this batch (its original bytes) or one from state."""
@@ -603,6 +633,23 @@ class _Originals:
         if row is None:
             raise KeyError(origin)
         return row
+
+
+def _decoder(codec: AvroCodec, envelope: Envelope | None) -> Callable[[bytes], Any]:
+    """How an input's values are decoded: by its codec, then, with an envelope, unwrapped."""
+    if envelope is None:
+        return codec.decode
+    return partial(_unwrapped, codec.decode)
+
+
+def _unwrapped(decode: Callable[[bytes], Any], data: bytes) -> dict[str, Any] | None:
+    """The row of a change event (None: a delete), decoded by ``decode``.
+
+    Raises:
+        ValueError: not a usable change event; the source dead-letters those, so this
+            happens only to a record the source routed by its fields alone.
+    """
+    return unwrap(decode(data))
 
 
 def _rows_of(packs: Iterator[SparkRow], newest: dict[int, int]) -> Iterator[Row]:

@@ -219,11 +219,18 @@ def route(
             return Routing(None, timestamp, "UnroutableTombstone: tombstone without a Kafka key")
         return Routing(kafka_key.decode("utf-8", "replace"), timestamp, None)
     raw_time = None if time_field is None else field_at(value, time_field)
-    return route_fields(field_at(value, key_field), raw_time, timestamp, key_field, time_field)
+    raw_key = field_at(value, key_field)
+    if isinstance(raw_key, bytes):  # as daemon.keys.part_text writes bytes; never scanned
+        raw_key = raw_key.hex()
+    return route_fields(raw_key, raw_time, timestamp, key_field, time_field)
 
 
 def route_fields(
-    raw_key: Any, raw_time: Any, timestamp: int, key_field: str, time_field: str | None
+    raw_key: Any,
+    raw_time: Any,
+    timestamp: int,
+    key_field: str | tuple[str, ...],
+    time_field: str | None,
 ) -> Routing:
     """Route a record by its join key and event-time values, read or decoded (see :func:`route`)."""
     if raw_key is None:
@@ -238,7 +245,7 @@ def route_fields(
     return Routing(None, timestamp, f"MissingEventTime: no integer event-time field {time_field!r}")
 
 
-def field_at(value: dict[str, Any], path: str) -> Any:
+def field_at(value: Any, path: str) -> Any:
     """The field named by ``path``; a dotted path (``"author.id"``) reaches into nested records."""
     found: Any = value
     for name in path.split("."):

@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from daemon.avro import AvroCodec
 from daemon.constants import DEFAULT_STATE_BUCKETS, END_OF_TIME
+from daemon.envelope import Envelope
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.kafka import connect
 from daemon.kafka.clients import read_partition
@@ -53,6 +54,8 @@ from daemon.kafka.records import (
     route,
     route_fields,
 )
+from daemon.keys import KafkaKeyCodec, key_parts
+from daemon.routing import Router
 from daemon.worker_gc import freeze_loaded
 
 _ARROW_CHUNK = 10_000
@@ -90,24 +93,76 @@ class SourceInput:
 
     role: str
     topic: str
-    key_field: str
+    key_field: str | tuple[str, ...]
+    """The join key: a value field, or several, or parts of the Kafka key (daemon.keys)."""
     time_field: str | None
     codec: AvroCodec
     keyed_tombstones: bool = True
     """Whether the Kafka key of a tombstone is its join key (see Joiner.keyed_tombstones)."""
+    kafka_keys: KafkaKeyCodec = field(default_factory=KafkaKeyCodec)
+    """How the topic's Kafka keys are read (``key_format``)."""
+    envelope: Envelope | None = None
+    """The values' envelope (``debezium``), or None when a value is the row."""
     bootstrap: bool = False
     """Whether a new query reads this input to the end it had at start before any other
     input's record (see :data:`BOOTSTRAP` and Joiner.bootstrap_roles)."""
 
     @cached_property
     def routed_fields(self) -> tuple[str, ...]:
-        """The fields the source reads of every record: the join key, then the event time."""
+        """The fields the source reads of every record: the join key, then the event time.
+
+        Only for an input without a :attr:`router`, whose key is one value field.
+        """
+        assert isinstance(self.key_field, str)  # noqa: S101 - see router
         return (self.key_field,) if self.time_field is None else (self.key_field, self.time_field)
 
     @cached_property
     def millis_fields(self) -> tuple[str, ...]:
         """The routed field that may be a ``timestamp-millis``: the event time."""
         return () if self.time_field is None else (self.time_field,)
+
+    def route_decoded(
+        self, value: dict[str, Any] | None, kafka_key: bytes | None, timestamp: int
+    ) -> Routing:
+        """Route a decoded value as the source routes its bytes (for replay's markers)."""
+        if self.router is not None:
+            return self.router.route(value, kafka_key, timestamp)
+        assert isinstance(self.key_field, str)  # noqa: S101 - see router
+        return route(
+            value,
+            kafka_key,
+            timestamp,
+            role=self.role,
+            key_field=self.key_field,
+            time_field=self.time_field,
+            keyed_tombstones=self.keyed_tombstones,
+        )
+
+    @cached_property
+    def router(self) -> Router | None:
+        """How the records are routed, unless by one field of the value (None).
+
+        The common case, a join key from one field of a value that is the row, with the
+        Kafka key as text for tombstones, keeps its own path (:func:`_route`), which costs
+        no more per record than it did before keys could be composite or come from the
+        Kafka key; everything else goes through a :class:`~daemon.routing.Router`.
+        """
+        parts = key_parts(self.key_field)
+        if (
+            len(parts) == 1
+            and not parts[0].from_kafka_key
+            and self.kafka_keys.key_format == "string"
+            and self.envelope is None
+        ):
+            return None
+        return Router(
+            self.role,
+            parts,
+            self.time_field,
+            self.keyed_tombstones,
+            self.kafka_keys,
+            self.envelope,
+        )
 
 
 @dataclass(frozen=True)
@@ -651,8 +706,9 @@ def _arrow_batch(
     kafka_keys = [m.key() for m in messages]
     timestamps = [m.timestamp()[1] for m in messages]
     inputs = [index] * count
+    route_one = _route if spec.router is None else _route_by_router
     routings = [
-        _route(spec, value, kafka_key, timestamp)
+        route_one(spec, value, kafka_key, timestamp)
         for value, kafka_key, timestamp in zip(values, kafka_keys, timestamps, strict=True)
     ]
     for i in [i for i, value in enumerate(values) if value is None and kafka_keys[i]]:
@@ -697,21 +753,44 @@ def _route(
         if fields is not None:
             raw_time = fields[1] if spec.time_field is not None else None
             return route_fields(fields[0], raw_time, timestamp, spec.key_field, spec.time_field)
+    return _route_by_decode(spec, value, kafka_key, timestamp)
+
+
+def _route_by_router(
+    spec: SourceInput, value: bytes | None, kafka_key: bytes | None, timestamp: int
+) -> Routing:
+    """:func:`_route` for an input with a :attr:`SourceInput.router`.
+
+    The value's key parts and event time are read from the bytes where the schema allows,
+    as :func:`_route` does (which keeps that read inline: a call per record costs); an
+    envelope or a nested field needs a decode.
+    """
+    router = spec.router
+    assert router is not None  # noqa: S101 - chosen for inputs with a router
+    names = router.scanned_fields
+    if value is not None and names is not None:
+        try:
+            fields = spec.codec.read_fields(value, names, spec.millis_fields)
+        except SchemaRegistryUnavailableError:
+            raise
+        except Exception:  # noqa: BLE001 - the decode below fails too, and says why
+            fields = None
+        if fields is not None:
+            return router.route_scanned(fields, kafka_key, timestamp)
+    return _route_by_decode(spec, value, kafka_key, timestamp)
+
+
+def _route_by_decode(
+    spec: SourceInput, value: bytes | None, kafka_key: bytes | None, timestamp: int
+) -> Routing:
+    """Route a record by decoding it whole: what reading its fields from the bytes cannot."""
     try:
         record = None if value is None else spec.codec.decode(value)
     except SchemaRegistryUnavailableError:
         raise
     except Exception as exc:
         return Routing(None, timestamp, f"UndecodableRecord: {type(exc).__name__}: {exc}")
-    return route(
-        record,
-        kafka_key,
-        timestamp,
-        role=spec.role,
-        key_field=spec.key_field,
-        time_field=spec.time_field,
-        keyed_tombstones=spec.keyed_tombstones,
-    )
+    return spec.route_decoded(record, kafka_key, timestamp)
 
 
 def _is_end_of_input(message: Any) -> bool:

@@ -85,6 +85,37 @@ def test_state_of_a_pre_release_layout_is_refused(tmp_path: Path) -> None:
         check_checkpoint(pipeline(tmp_path))
 
 
+def test_a_composite_key_and_its_key_format_are_recorded_and_checked(tmp_path: Path) -> None:
+    composite = {
+        "one": {
+            "topic": "users",
+            "schema": "user.avsc",
+            "key": ["kafka_key.tenant", "kafka_key.id"],
+            "key_format": "json",
+        },
+        "many": {"topic": "tweets", "schema": "tweet.avsc", "key": ["tenant", "author_id"]},
+    }
+    first_start(tmp_path, inputs=composite)
+    shape = json.loads((tmp_path / "checkpoint" / SHAPE_FILE).read_text())
+    assert shape["inputs"]["one"] == {
+        "topic": "users",
+        "key": ["kafka_key.tenant", "kafka_key.id"],
+        "time": None,
+        "key_format": "json",
+    }
+    assert "key_format" not in shape["inputs"]["many"]  # the default is not written
+    check_checkpoint(pipeline(tmp_path, inputs=composite))
+    as_avro = {**composite, "one": {**composite["one"], "key_format": "avro"}}
+    with pytest.raises(IncompatibleCheckpointError, match="input 'one' key_format 'json' is now"):
+        check_checkpoint(pipeline(tmp_path, inputs=as_avro))
+    reordered = {**composite, "many": {**composite["many"], "key": ["author_id", "tenant"]}}
+    with pytest.raises(IncompatibleCheckpointError, match="input 'many' key"):
+        check_checkpoint(pipeline(tmp_path, inputs=reordered))
+    debezium = {**composite, "many": {**composite["many"], "envelope": "debezium"}}
+    with pytest.raises(IncompatibleCheckpointError, match="envelope None is now 'debezium'"):
+        check_checkpoint(pipeline(tmp_path, inputs=debezium))
+
+
 def test_state_of_a_newer_format_is_refused_with_one_line(tmp_path: Path) -> None:
     first_start(tmp_path)
     path = tmp_path / "checkpoint" / SHAPE_FILE

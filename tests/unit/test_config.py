@@ -88,11 +88,74 @@ def test_every_shape_problem_names_file_and_field(tmp_path: Path) -> None:
     assert len(problems) == 3
 
 
-def test_schema_and_subject_are_exclusive(tmp_path: Path) -> None:
+def test_schema_alone_is_plain_avro_and_beside_a_subject_uses_the_registry(
+    tmp_path: Path,
+) -> None:
+    plain = load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0].inputs["one"]
+    assert not plain.registry_value and not plain.registry_key
     text = MINIMAL.replace('schema = "user.avsc"', 'schema = "user.avsc"\nsubject = "users-value"')
+    framed = load_pipeline_file(write(tmp_path, text)).pipeline[0].inputs["one"]
+    assert framed.registry_value
+    by_convention = MINIMAL.replace('schema = "user.avsc"\n', "", 1)
+    assert (
+        load_pipeline_file(write(tmp_path, by_convention)).pipeline[0].inputs["one"].registry_value
+    )
+
+
+def test_subject_and_strategy_are_exclusive(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'schema = "user.avsc"', 'subject = "users-value"\nsubject_name_strategy = "record"'
+    )
     (problem,) = problems_of(write(tmp_path, text))
     assert "inputs.one" in problem
-    assert "exactly one of `schema`" in problem
+    assert "give `subject` or `subject_name_strategy`, not both" in problem
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ('key_format = "yaml"', "'string', 'avro', 'json' or 'bytes'"),
+        ('key_schema = "k.avsc"', 'need key_format = "avro"'),
+        ('subject_name_strategy = "name"', "'topic', 'record' or 'topic_record'"),
+        ('envelope = "maxwell"', "'debezium'"),
+        ("key = []", "`key` needs a field name"),
+        ('key = ["tenant", "tenant"]', "names a field twice"),
+        ('writer_schema = "old.avsc"\nsubject = "users-value"', "`writer_schema` is for plain"),
+    ],
+)
+def test_bad_key_and_format_settings_are_one_problem_each(
+    tmp_path: Path, setting: str, message: str
+) -> None:
+    text = MINIMAL.replace(
+        'key = "id"', setting if setting.startswith("key =") else f'key = "id"\n{setting}'
+    )
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "inputs.one" in problem and message in problem, problem
+
+
+def test_auto_register_needs_a_schema_file(tmp_path: Path) -> None:
+    text = MINIMAL.replace('schema = "/abs/out.avsc"', "auto_register = true")
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "output" in problem and "auto_register registers the `schema`" in problem
+
+
+def test_an_output_does_not_write_bytes_keys(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'schema = "/abs/out.avsc"', 'schema = "/abs/out.avsc"\nkey_format = "bytes"'
+    )
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "output" in problem and 'key_format "bytes" is for reading keys' in problem, problem
+
+
+def test_composite_keys_and_key_schemas_are_read(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'key = "id"',
+        'key = ["tenant", "kafka_key.id"]\nkey_format = "avro"\nkey_schema = "k.avsc"',
+    )
+    spec = load_pipeline_file(write(tmp_path, text)).pipeline[0].inputs["one"]
+    assert spec.key_fields == ("tenant", "kafka_key.id")
+    assert spec.key_schema == tmp_path / "k.avsc"
+    assert not spec.registry_key  # a key_schema alone: plain Avro keys
 
 
 def test_at_least_one_pipeline(tmp_path: Path) -> None:

@@ -154,3 +154,25 @@ def test_run_joiner_ends_input_by_advancing_every_key_to_the_end_of_time() -> No
     ]
     held = run_joiner(Holding, inputs, keys={"a": "k"}, end_of_input=False)
     assert held.outputs == [] and held.states["1"]["held"] == [100, 105]
+
+
+def test_composite_keys_and_kafka_key_parts_route_as_in_a_pipeline_file() -> None:
+    run = run_joiner(
+        CoMap,
+        {
+            "one": [
+                {"key": "acme", "value": {"id": 1, "name": "ada"}, "timestamp": 1},
+                {"key": "globex", "value": {"id": 1, "name": "hank"}, "timestamp": 1},
+            ],
+            "many": [
+                {"key": 7, "value": {"id": 7, "org": "acme", "author": 1}, "timestamp": 2},
+                {"key": 8, "value": {"id": 8, "org": "acme", "author": None}, "timestamp": 2},
+            ],
+        },
+        keys={"one": ["kafka_key", "id"], "many": ["org", "author"]},
+        options={"many_id": "id"},
+    )
+    assert [(out.key, out.value["one"]["name"]) for out in run.outputs] == [("7", "ada")]
+    assert sorted(run.states) == ['["acme","1"]', '["globex","1"]']
+    (missing,) = run.dead_letters
+    assert (missing.kind, missing.reason) == ("MissingKey", "no join key field 'author'")
