@@ -55,7 +55,7 @@ from bench.report import (
 )
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
-from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
+from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 EXAMPLE = REPO / "examples" / "recommendations.toml"
 _MOODS = ("calm", "grumpy", "cheerful", "tired", "focused", "anxious", "bold", "bored")
@@ -83,8 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def example_options() -> dict[str, Any]:
     """The example's ``asof`` options, validated (durations in ms)."""
-    from daemon.config import load_pipeline_file
     from daemon.joiners.asof import AsOfOptions
+    from daemon.pipeline.config import load_pipeline_file
 
     pipe = load_pipeline_file(EXAMPLE).pipeline[0]
     return AsOfOptions.model_validate(pipe.options).model_dump()

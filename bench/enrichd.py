@@ -2,7 +2,7 @@
 
 The pipeline file is loaded as users would write it, pointed at the benchmark's broker and
 topics, given a fresh checkpoint and unique output names, then run by the service behind
-``daemon run`` (:func:`daemon.service.run_service`: planning, its queries on one Spark
+``daemon run`` (:func:`daemon.service.supervisor.run_service`: planning, its queries on one Spark
 session, the progress listener, metrics, lag sampling, supervision) in a thread of this
 process (:func:`serving`), which can then read the queries' progress reports.
 The run ends when the query's last progress report says its source reached every produced
@@ -25,8 +25,8 @@ from typing import Any
 
 from bench.resources import PeakMemory, Peaks, state_bytes
 from bench.workloads import REPO, Topics
-from daemon.observability import parse_offsets
 from daemon.replay import committed_ends, consumed_to
+from daemon.service.observability import parse_offsets
 
 EXAMPLE = REPO / "examples" / "tweet-views.toml"
 
@@ -124,7 +124,7 @@ def configure(
     Output and dead-letter topics get fresh names; ``trigger_ms`` 0 keeps the pipeline's
     default (the next batch as soon as the last one ends).
     """
-    from daemon.config import KafkaConfig, load_pipeline_file
+    from daemon.pipeline.config import KafkaConfig, load_pipeline_file
 
     example = load_pipeline_file(EXAMPLE)
     file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})
@@ -187,8 +187,8 @@ def run_pipeline(
         RuntimeError: the service or a query failed, or did not consume everything within
             ``timeout_s``.
     """
-    from daemon.engine.pipeline import client_conf
     from daemon.engine.session import spark_session
+    from daemon.pipeline.plan import client_conf
 
     conf = client_conf(file)
     with PeakMemory() as memory:
@@ -230,7 +230,7 @@ def serving(
     Raises:
         RuntimeError: the service failed, or a query did not start within ``timeout_s``.
     """
-    from daemon.service import run_service
+    from daemon.service.supervisor import run_service
 
     stop = threading.Event()
     failures: list[BaseException] = []

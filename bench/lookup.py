@@ -91,8 +91,8 @@ from bench.workloads import (
     create_input_topics,
     input_producer,
 )
-from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 from daemon.kafka import clients
+from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker
@@ -326,7 +326,7 @@ def configure(
     ``trigger_ms`` 0 keeps the pipeline's default trigger; ``versioned`` adds
     :data:`VERSIONED` to the options, with :data:`REVISED_SCHEMA` as the output's schema.
     """
-    from daemon.config import KafkaConfig, load_pipeline_file
+    from daemon.pipeline.config import KafkaConfig, load_pipeline_file
 
     example = load_pipeline_file(EXAMPLE)
     file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})

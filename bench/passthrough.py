@@ -65,14 +65,14 @@ from bench.workloads import (
     input_producer,
     tweet,
 )
-from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
 from daemon.kafka import clients
+from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from daemon.avro import AvroCodec
     from daemon.broker import EmbeddedBroker
+    from daemon.formats.avro.codec import AvroCodec
 
 TITLE = "## passthrough: the Kafka + Avro data path alone (decode, re-encode)"
 
@@ -201,8 +201,8 @@ def reencoder(
     def reencode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
+        from daemon.engine.worker_gc import freeze_loaded
         from daemon.kafka.records import CONTROL_INPUT, SINK_ARROW, SINK_COLUMNS, unpack
-        from daemon.worker_gc import freeze_loaded
 
         freeze_loaded()  # as the joiner operator does in its worker
 
@@ -261,12 +261,12 @@ def run_enrichd(
     """
     from pyspark import cloudpickle
 
-    from daemon.config import SparkConfig
     from daemon.engine.session import spark_session
     from daemon.kafka.admin import create_topics
     from daemon.kafka.records import SINK_DDL
     from daemon.kafka.source import SourceInput, SourceSpec
     from daemon.kafka.task_output import OutputSpec
+    from daemon.pipeline.config import SparkConfig
 
     # Ship this module's step by value: Spark's Python workers need not find ``bench``.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -397,8 +397,8 @@ def _notes(one: RawResult, two: RawResult, spark: EnrichdResult) -> list[str]:
         "(at-least-once, no transactions), timed from the first record consumed to the last "
         "output delivered; two processes read one partition each.",
         "- *enrichd*: the enrichd Kafka source, `mapInArrow` (decode + re-encode with "
-        "`daemon.avro.AvroCodec`, rows of `SINK_DDL`) and the enrichd exactly-once sink (one "
-        "transaction per micro-batch and task) on `local[2]`. The source also reads each "
+        "`daemon.formats.avro.codec.AvroCodec`, rows of `SINK_DDL`) and the enrichd exactly-once "
+        "sink (one transaction per micro-batch and task) on `local[2]`. The source also reads each "
         "record's key field (it routes every record by key for the joiners), stepping over "
         "the other fields without decoding them. *Sustained*: records after "
         "the first micro-batch over the time from its end to the last batch's end (progress "

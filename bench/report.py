@@ -64,8 +64,8 @@ class Section:
 
 SERVICE_LINE = (
     "- *enrichd* runs its pipeline through the service of `daemon run` "
-    "(`daemon.service.run_service`, in a thread of the benchmark's process, which reads the "
-    "queries' progress reports): planning, the streaming queries, the progress listener, "
+    "(`daemon.service.supervisor.run_service`, in a thread of the benchmark's process, which "
+    "reads the queries' progress reports): planning, the streaming queries, the progress listener, "
     "metrics and input-lag sampling, as a deployed daemon runs them (with no HTTP endpoint, "
     "as `daemon run` without `--http`)."
 )

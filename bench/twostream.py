@@ -253,7 +253,7 @@ def configure(
     ``options`` update the example's joiner options; outputs get fresh topic names;
     ``trigger_ms`` 0 keeps the pipeline's default trigger.
     """
-    from daemon.config import KafkaConfig, load_pipeline_file
+    from daemon.pipeline.config import KafkaConfig, load_pipeline_file
 
     file = load_pipeline_file(example)
     file = file.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})

@@ -60,7 +60,7 @@ from bench.report import (
 from bench.resources import MIB, PeakMemory, state_bytes, state_line
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
-from daemon.config import DEFAULT_MAX_RECORDS_PER_BATCH
+from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 EXAMPLE = REPO / "examples" / "window-join.toml"
 MODE = "inner"
@@ -92,8 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def example_options() -> dict[str, Any]:
     """The example's ``window`` options, validated (durations in ms), in inner mode."""
-    from daemon.config import load_pipeline_file
     from daemon.joiners.window import WindowOptions
+    from daemon.pipeline.config import load_pipeline_file
 
     pipe = load_pipeline_file(EXAMPLE).pipeline[0]
     options = WindowOptions.model_validate({**pipe.options, "mode": MODE}).model_dump()
@@ -199,9 +199,9 @@ def run_spark_join(
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from daemon.config import load_pipeline_file
     from daemon.engine.session import TRACK_STATE_ROWS, spark_session
     from daemon.kafka.source import SourceInput, SourceSpec
+    from daemon.pipeline.config import load_pipeline_file
 
     conf = {"bootstrap.servers": servers}
     timeout_s = timeout_s or twostream.timeout_for(total)

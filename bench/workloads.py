@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.avro import AvroCodec, load_schema_file
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka import clients
 
 REPO = Path(__file__).resolve().parent.parent

@@ -4,8 +4,8 @@ Spark starts a fresh Python process for each step of a query's first micro-batch
 source's schema, its planning, the writer, the commit, ...), and each one imports the source
 or the sink module: whatever those import, every start pays again in every such process.
 So the modules Spark's workers load take their constants from here rather than from
-:mod:`daemon.config` or :mod:`daemon.joiners.base`, which need pydantic (a third of a second
-to import on these machines).
+:mod:`daemon.pipeline.config` or :mod:`daemon.joiners.base`, which need pydantic (a third of a
+second to import on these machines).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from daemon.durations import DurationMs
+from daemon.pipeline.durations import DurationMs
 from daemon.plugins import RegisteredJoiner
 
 # The validator object inside the DurationMs alias; pydantic keeps this very object in a

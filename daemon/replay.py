@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.avro import AvroCodec
-from daemon.config import PipelineConfig, PipelineFile
 from daemon.errors import ConfigError, EnrichdError, ReplayInputError, failure_reason
+from daemon.formats.avro.codec import AvroCodec
+from daemon.formats.keys import KafkaKeyCodec
 from daemon.kafka import connect
 from daemon.kafka.clients import Deliveries, produce, read_partition
-from daemon.keys import KafkaKeyCodec
-from daemon.observability import parse_offsets
+from daemon.pipeline.config import PipelineConfig, PipelineFile
+from daemon.service.observability import parse_offsets
 
 REPLAY_PARTITIONS = 2
 """Partitions of each fresh input topic: more than one, so partitioning is exercised."""
@@ -71,7 +71,7 @@ def read_input_file(
     """Read and check one input file: every line an object with key, value and timestamp.
 
     The key follows the input's ``key_format`` (``keys``; text when None): see
-    :meth:`daemon.keys.KafkaKeyCodec.encode_value`.
+    :meth:`daemon.formats.keys.KafkaKeyCodec.encode_value`.
 
     Raises:
         ReplayInputError: naming the file and line, when a line is not such an object, or its
@@ -174,8 +174,8 @@ def replay(
         ConfigError: an unknown role, or a problem with the pipeline.
         ReplayInputError: a malformed input file (naming file and line).
     """
-    from daemon.engine.pipeline import client_conf, codec_for, plan_pipeline, start_query
-    from daemon.serdes import key_codec_for
+    from daemon.formats.serdes import key_codec_for
+    from daemon.pipeline.plan import client_conf, codec_for, plan_pipeline, start_query
 
     pipe = pick_pipeline(file, pipeline)
     unknown = sorted(set(files) - set(pipe.inputs))
@@ -278,7 +278,7 @@ def _join_keys(plan: Any, keys: dict[str, KafkaKeyCodec], records: list[ReplayRe
 def _fresh_pipeline(
     pipe: PipelineConfig, checkpoint: Path, max_batch: int | None
 ) -> PipelineConfig:
-    from daemon.subjects import pinned_subjects
+    from daemon.formats.subjects import pinned_subjects
 
     # Fresh topics, but the registry subjects of the topics they stand for.
     suffix = uuid.uuid4().hex[:8]

@@ -59,8 +59,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from daemon.avro import AvroCodec, load_schema_file, record_fields
-from daemon.config import JoinKey, PipelineFile, parse_pipeline_file
+from daemon.formats.avro.codec import AvroCodec, load_schema_file, record_fields
+from daemon.formats.keys import key_parts
+from daemon.formats.routing import Router
 from daemon.joiners.base import (
     END_OF_TIME,
     DeadLetter,
@@ -71,10 +72,9 @@ from daemon.joiners.base import (
     JoinerOptions,
     apply_order,
 )
-from daemon.keys import key_parts
+from daemon.pipeline.config import JoinKey, PipelineFile, parse_pipeline_file
 from daemon.plugins import registry
 from daemon.replay import ReplayRecord, ReplayResult, arrival_order, key_bytes, replay
-from daemon.routing import Router
 
 Inputs = Mapping[str, Sequence[Mapping[str, Any]]]
 """Records per role, each ``{"key": ..., "value": ..., "timestamp": ...}`` as in replay files."""
@@ -457,7 +457,7 @@ def pipeline_file(
         output_schemas: per secondary output (``[pipeline.outputs.NAME]``), its .avsc file.
 
     Raises:
-        daemon.config.ConfigProblems: the pieces do not make a valid pipeline file.
+        daemon.pipeline.config.ConfigProblems: the pieces do not make a valid pipeline file.
     """
     inputs = {}
     for role, schema in schemas.items():

@@ -36,8 +36,8 @@ def fresh_topic() -> Callable[[str], str]:
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local Spark session for the test session (replay and pipelines reuse it)."""
-    from daemon.config import SparkConfig
     from daemon.engine.session import spark_session
+    from daemon.pipeline.config import SparkConfig
 
     session = spark_session(SparkConfig(master="local[2]"))
     yield session

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
-from daemon.config import PipelineConfig, PipelineFile, parse_pipeline_file
 from daemon.kafka.clients import Deliveries, read_partition
+from daemon.pipeline.config import PipelineConfig, PipelineFile, parse_pipeline_file
 from daemon.replay import ReplayResult, replay
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -223,7 +223,7 @@ def run_pipeline(spark: Any, file: PipelineFile, timeout_s: float = 120.0) -> li
     commit log says it more reliably than progress reports, which Spark posts after the
     commit and which were seen to report no input rows for a re-run batch.
     """
-    from daemon.engine.pipeline import plan_pipeline, start_query
+    from daemon.pipeline.plan import plan_pipeline, start_query
 
     (pipe,) = file.pipeline
     assert file.kafka.bootstrap_servers is not None

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from daemon.broker import EmbeddedBroker
-from daemon.config import SparkConfig, load_pipeline_file
 from daemon.engine.session import spark_session
+from daemon.pipeline.config import SparkConfig, load_pipeline_file
 from daemon.replay import replay
 from tests.test_table import EXAMPLE, check, inputs, quarter
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from daemon.config import PipelineFile, load_pipeline_file
 from daemon.demos import latest_by_key
+from daemon.pipeline.config import PipelineFile, load_pipeline_file
 from daemon.replay import ReplayResult, replay
 from daemon.testing import by_key
 from tests.unit.test_asof_logic import arrival_order, asof_batch

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from daemon.avro import AvroCodec, load_schema_file, parse_schema_text
+from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
 from tests.kafka_helpers import SCHEMAS
 
 USER = load_schema_file(SCHEMAS / "user.avsc")

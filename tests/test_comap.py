@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from daemon.cli import app
-from daemon.config import PipelineFile, load_pipeline_file
 from daemon.demos import latest_by_key
+from daemon.pipeline.config import PipelineFile, load_pipeline_file
 from daemon.replay import ReplayResult, replay
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tweet-views.toml"

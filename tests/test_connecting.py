@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from daemon.avro import AvroCodec
 from daemon.broker import EmbeddedBroker
-from daemon.config import load_pipeline_file
 from daemon.demos import latest_by_key
-from daemon.engine.pipeline import plan_pipeline, start_query
+from daemon.formats.avro.codec import AvroCodec
 from daemon.kafka.connect import client_conf
+from daemon.pipeline.config import load_pipeline_file
+from daemon.pipeline.plan import plan_pipeline, start_query
 from daemon.replay import replay
 from tests.kafka_helpers import SCHEMAS, In, create_topic, process_all, produce, read_topic
 from tests.registry import RegistryServer
@@ -375,7 +375,7 @@ def test_a_pipeline_runs_over_tls_with_a_registry_over_https_and_prints_no_secre
 
 
 def test_codecs_never_show_their_registry_settings() -> None:
-    from daemon.avro import parse_schema_text as parse
+    from daemon.formats.avro.codec import parse_schema_text as parse
 
     codec = AvroCodec(
         parse('"string"'),

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from daemon.avro import AvroCodec, parse_schema_text
+from daemon.formats.avro.codec import AvroCodec, parse_schema_text
 from tests.daemon_process import DaemonProcess
 from tests.kafka_helpers import SCHEMAS, In, create_topic, produce, read_topic
 from tests.registry import RegistryServer

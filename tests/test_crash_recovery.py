@@ -50,8 +50,6 @@ def tweets(ids: range) -> list[In]:
     ]
 
 
-
-
 class Scenario:
     """Topics, a pipeline file and the `daemon run` processes of one test."""
 

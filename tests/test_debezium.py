@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
-from daemon.config import load_pipeline_file
 from daemon.demos import latest_by_key
+from daemon.pipeline.config import load_pipeline_file
 from daemon.replay import replay
 from tests.kafka_helpers import replay_files
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
-from daemon.avro import AvroCodec, load_schema_file
 from daemon.broker import EmbeddedBroker
-from daemon.config import load_pipeline_file
-from daemon.validation import validate_pipeline_file
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
+from daemon.pipeline.config import load_pipeline_file
+from daemon.pipeline.validation import validate_pipeline_file
 from tests.kafka_helpers import client_conf, read_topic
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from daemon.avro import AvroCodec, load_schema_file
 from daemon.broker import EmbeddedBroker
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.testing import pipeline_file
 from tests.kafka_helpers import In, client_conf, create_topic, on_topics, produce, read_topic
 
@@ -32,7 +32,7 @@ def first_outputs(spark: Any, file: Any, pipe: Any, conf: dict[str, str]) -> lis
     Nothing but the idle timeout can make the output here, so the loop waits for it (at most
     two minutes, for a loaded machine) rather than for a record count.
     """
-    from daemon.engine.pipeline import plan_pipeline, start_query
+    from daemon.pipeline.plan import plan_pipeline, start_query
 
     query = start_query(spark, plan_pipeline(file, pipe, conf))
     try:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.avro import AvroCodec, load_schema_file
 from daemon.broker import EmbeddedBroker, free_port
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.admin import create_topics
 from tests.kafka_helpers import SCHEMAS, In, client_conf, produce, read_topic
 from tests.podman import ROOT, Container, http_get, json_lines, podman

@@ -8,9 +8,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from daemon.config import load_pipeline_file
 from daemon.joiners.base import DeadLetter, Emit, InputRecord, JoinerContext
 from daemon.joiners.comap import CoMap
+from daemon.pipeline.config import load_pipeline_file
 from daemon.plugins import Plugin, registry
 from daemon.replay import replay
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from daemon.avro import AvroCodec, load_schema_file
 from daemon.broker import EmbeddedBroker
-from daemon.config import PipelineFile
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
+from daemon.pipeline.config import PipelineFile
 from tests.kafka_helpers import (
     SCHEMAS,
     In,

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from daemon.avro import AvroCodec, load_schema_file, parse_schema_text
 from daemon.broker import EmbeddedBroker
+from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
 from daemon.kafka.records import DEAD_LETTER_ROUTE, bucket_of, unpack
 from daemon.kafka.source import SourceInput, SourceSpec
-from daemon.observability import parse_offsets
+from daemon.service.observability import parse_offsets
 from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, process_all, produce
 
 USER = load_schema_file(SCHEMAS / "user.avsc")
@@ -251,8 +251,8 @@ def test_unknown_topic_fails_the_query_naming_it(
 def test_missing_input_topic_at_start_up_is_a_one_line_error_naming_it(
     broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
-    from daemon.engine.pipeline import plan_pipeline
     from daemon.errors import KafkaUnavailableError
+    from daemon.pipeline.plan import plan_pipeline
     from tests.kafka_helpers import comap_file
 
     conf = client_conf(broker.bootstrap_servers)

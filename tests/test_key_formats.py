@@ -11,13 +11,13 @@ from typing import Any
 import fastavro
 import pytest
 
-from daemon.avro import AvroCodec, parse_schema_text
 from daemon.broker import EmbeddedBroker
-from daemon.config import load_pipeline_file, parse_pipeline_file
 from daemon.demos import latest_by_key
-from daemon.engine.pipeline import plan_pipeline
 from daemon.errors import ReplayInputError
-from daemon.keys import KafkaKeyCodec
+from daemon.formats.avro.codec import AvroCodec, parse_schema_text
+from daemon.formats.keys import KafkaKeyCodec
+from daemon.pipeline.config import load_pipeline_file, parse_pipeline_file
+from daemon.pipeline.plan import plan_pipeline
 from daemon.replay import read_input_file, replay
 from tests.kafka_helpers import (
     In,

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from daemon.config import PipelineFile, load_pipeline_file
 from daemon.demos import latest_by_key
 from daemon.joiners.lookup import Lookup
+from daemon.pipeline.config import PipelineFile, load_pipeline_file
 from daemon.replay import ReplayResult, replay
 from daemon.testing import JoinerRun, by_key, replay_joiner, run_joiner
 

@@ -323,7 +323,7 @@ def test_bootstrap_loads_a_versioned_tables_history_first(
 def test_a_restart_from_the_checkpoint_does_not_bootstrap_again(
     broker: Any, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
-    from daemon.avro import AvroCodec, load_schema_file
+    from daemon.formats.avro.codec import AvroCodec, load_schema_file
     from daemon.testing import pipeline_file
     from tests.kafka_helpers import (
         In,

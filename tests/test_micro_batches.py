@@ -375,7 +375,7 @@ def test_a_record_after_its_keys_end_of_input_is_flushed_at_once(
     then Z."""
     from confluent_kafka import Producer
 
-    from daemon.avro import AvroCodec, load_schema_file
+    from daemon.formats.avro.codec import AvroCodec, load_schema_file
     from daemon.kafka.records import CONTROL_HEADER, END_OF_INPUT
     from daemon.testing import pipeline_file
     from tests.kafka_helpers import (
@@ -429,8 +429,8 @@ def test_the_source_ranks_inputs_by_role_whatever_order_the_file_lists_them(
 ) -> None:
     """Records of equal timestamp are admitted in the order of the source's inputs and applied
     in the joiner's role order: the two must agree, or a cut between them changes results."""
-    from daemon.config import parse_pipeline_file
-    from daemon.engine.pipeline import client_conf, plan_pipeline
+    from daemon.pipeline.config import parse_pipeline_file
+    from daemon.pipeline.plan import client_conf, plan_pipeline
     from tests.kafka_helpers import create_topic
 
     output = str(SCHEMAS / "joined_pair.avsc")

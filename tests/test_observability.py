@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
-from daemon.config import load_pipeline_file
+from daemon.pipeline.config import load_pipeline_file
 from tests.daemon_process import DaemonProcess
 from tests.kafka_helpers import In, read_topic
 from tests.test_crash_recovery import Scenario, crash

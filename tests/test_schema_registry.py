@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from daemon.avro import AvroCodec, parse_schema_text
 from daemon.broker import EmbeddedBroker
-from daemon.config import parse_pipeline_file
 from daemon.demos import latest_by_key
-from daemon.engine.pipeline import plan_pipeline, start_query
 from daemon.errors import ConfigError
+from daemon.formats.avro.codec import AvroCodec, parse_schema_text
+from daemon.pipeline.config import parse_pipeline_file
+from daemon.pipeline.plan import plan_pipeline, start_query
 from daemon.replay import replay
 from tests.kafka_helpers import In, client_conf, create_topic, process_all, produce, read_topic
 from tests.registry import RegistryServer

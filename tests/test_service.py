@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from daemon import service
 from daemon.broker import EmbeddedBroker
-from daemon.service import Supervised, restart_delay
+from daemon.service import supervisor as service
+from daemon.service.supervisor import Supervised, restart_delay
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXAMPLE = FIXTURES / "pipelines" / "tweet_views.toml"
@@ -94,8 +94,8 @@ def test_run_with_a_missing_input_topic_is_a_one_line_error(
 def test_run_on_a_checkpoint_of_another_pipeline_shape_is_a_one_line_error(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    from daemon.checkpoint import check_checkpoint
-    from daemon.config import load_pipeline_file
+    from daemon.pipeline.checkpoint import check_checkpoint
+    from daemon.pipeline.config import load_pipeline_file
 
     path = example_against(tmp_path, broker.bootstrap_servers)
     with_fresh_topics(path, broker, "users", "tweets")
@@ -120,8 +120,8 @@ def test_a_start_refused_for_a_typo_leaves_the_checkpoint_to_the_fixed_pipeline(
     checkpoint; the fixed file then starts on the same checkpoint."""
     import urllib.error
 
-    from daemon.checkpoint import SHAPE_FILE
-    from daemon.config import load_pipeline_file
+    from daemon.pipeline.checkpoint import SHAPE_FILE
+    from daemon.pipeline.config import load_pipeline_file
     from tests.daemon_process import DaemonProcess
 
     path = example_against(tmp_path, broker.bootstrap_servers)
@@ -196,9 +196,9 @@ def test_planning_waits_for_the_broker_and_goes_on_once_it_answers(tmp_path: Pat
     """The broker starts only after the first try failed: the next try plans the pipeline."""
     import threading
 
-    from daemon.config import load_pipeline_file
-    from daemon.engine.pipeline import client_conf
     from daemon.kafka.admin import create_topics
+    from daemon.pipeline.config import load_pipeline_file
+    from daemon.pipeline.plan import client_conf
 
     port = unused_port()
     file = load_pipeline_file(example_against(tmp_path, f"127.0.0.1:{port}"))
@@ -309,8 +309,8 @@ EMBEDDING = """\
 import sys, threading, time
 from pathlib import Path
 
-from daemon.config import load_pipeline_file
-from daemon.service import run_service
+from daemon.pipeline.config import load_pipeline_file
+from daemon.service.supervisor import run_service
 
 file = load_pipeline_file(Path(sys.argv[1]))
 if sys.argv[2] == "caller":  # a program that uses Spark itself starts the session first

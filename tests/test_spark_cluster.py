@@ -24,8 +24,8 @@ from typing import Any
 import pyspark
 import pytest
 
-from daemon.config import load_pipeline_file
 from daemon.demos import latest_by_key
+from daemon.pipeline.config import load_pipeline_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "tweet-views.toml"

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from daemon.avro import AvroCodec, load_schema_file
 from daemon.broker import EmbeddedBroker
-from daemon.config import DEFAULT_STATE_BUCKETS
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.records import bucket_labels, bucket_of
+from daemon.pipeline.config import DEFAULT_STATE_BUCKETS
 from tests.kafka_helpers import (
     SCHEMAS,
     In,
@@ -63,8 +63,8 @@ def test_a_pipeline_keeps_its_keys_in_as_many_buckets_as_it_sets(
 ) -> None:
     """With ``state_buckets = 2`` the state operator holds at most 2 bucket values and 2
     stash chunks for 10 authors' tweets of one batch; the default 32 would hold about 20."""
-    from daemon.engine.pipeline import plan_pipeline, start_query
     from daemon.engine.session import TRACK_STATE_ROWS
+    from daemon.pipeline.plan import plan_pipeline, start_query
 
     users_codec = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
     tweets_codec = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))

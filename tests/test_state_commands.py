@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
-from daemon.checkpoint import SHAPE_FILE, check_checkpoint
-from daemon.config import load_pipeline_file
 from daemon.kafka.records import bucket_labels
+from daemon.pipeline.checkpoint import SHAPE_FILE, check_checkpoint
+from daemon.pipeline.config import load_pipeline_file
 from daemon.state.render import iso_ms, to_json
 from tests.fixtures.checkpoint_format_1 import FIXTURE, kept_copy, moved_to
 from tests.kafka_helpers import In, produce, run_pipeline

@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from daemon.broker import EmbeddedBroker
 from daemon.cli import app
-from daemon.config import ConfigProblems, parse_pipeline_file
 from daemon.demos import latest_by_key
-from daemon.engine.pipeline import plan_pipeline
 from daemon.errors import ConfigError
+from daemon.pipeline.config import ConfigProblems, parse_pipeline_file
+from daemon.pipeline.plan import plan_pipeline
+from daemon.pipeline.validation import validate_pipeline_file
 from daemon.replay import replay
-from daemon.validation import validate_pipeline_file
 from tests.kafka_helpers import client_conf, create_topic
 from tests.registry import RegistryServer
 

@@ -24,8 +24,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from daemon.config import load_pipeline_file
 from daemon.joiners.table import Table
+from daemon.pipeline.config import load_pipeline_file
 from daemon.replay import ReplayResult, replay
 from daemon.testing import by_key, replay_joiner, run_joiner
 from tests.unit.test_table_logic import KAFKA_STEPS as LOGIC_STEPS

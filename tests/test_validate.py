@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from daemon.broker import EmbeddedBroker
 from daemon.cli import app
-from daemon.config import ConfigProblems
+from daemon.pipeline.config import ConfigProblems
+from daemon.pipeline.validation import validate_pipeline_file
 from daemon.plugins import ENTRY_POINT_GROUP, JoinerRegistry, build_registry
-from daemon.validation import validate_pipeline_file
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "schemas"

@@ -20,8 +20,8 @@ import typer
 from daemon.cli import broker, demo, plugins, replay, reset, run, state, validate
 from daemon.engine import spark_output
 from daemon.errors import EnrichdError
-from daemon.logs import json_lines_configured
 from daemon.secrets import redact
+from daemon.service.logs import json_lines_configured
 
 app = typer.Typer(
     name="daemon",

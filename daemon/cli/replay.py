@@ -57,7 +57,7 @@ def replay(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from daemon.config import load_pipeline_file
+    from daemon.pipeline.config import load_pipeline_file
     from daemon.replay import replay as run_replay
 
     file = load_pipeline_file(pipeline_file)

@@ -13,7 +13,7 @@ import typer
 from daemon.errors import EnrichdError
 
 if TYPE_CHECKING:
-    from daemon.config import PipelineConfig
+    from daemon.pipeline.config import PipelineConfig
     from daemon.state.reset import Change
 
 PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
@@ -53,7 +53,7 @@ def reset(
 
     Refused while a daemon runs on the checkpoint. Prints what it changes and asks first.
     """
-    from daemon.config import load_pipeline_file
+    from daemon.pipeline.config import load_pipeline_file
     from daemon.replay import pick_pipeline
     from daemon.state.positions import parse_target
     from daemon.state.reader import state_session
@@ -74,8 +74,8 @@ def rescale(pipeline_file: PipelinePath, pipeline: PipelineName = None, yes: Yes
     The state moves into a new checkpoint laid out as the file now says, which reads on from
     where the old one stopped. Refused while a daemon runs on the checkpoint; asks first.
     """
-    from daemon.checkpoint import verify_checkpoint
-    from daemon.config import load_pipeline_file
+    from daemon.pipeline.checkpoint import verify_checkpoint
+    from daemon.pipeline.config import load_pipeline_file
     from daemon.replay import pick_pipeline
     from daemon.state.reader import state_session
     from daemon.state.reset import layout_of, rescale_change
@@ -98,8 +98,8 @@ def _locked(pipe: PipelineConfig, *, fresh_allowed: bool) -> Iterator[bool]:
     A checkpoint that does not exist yet is made only for a reset (its seed makes the
     pipeline's first start read from there), and removed again if the reset does not happen.
     """
-    from daemon.checkpoint import NoCheckpointError, verify_checkpoint
-    from daemon.lock import CheckpointLocks
+    from daemon.pipeline.checkpoint import NoCheckpointError, verify_checkpoint
+    from daemon.pipeline.lock import CheckpointLocks
 
     existed = Path(pipe.checkpoint).exists()
     try:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from daemon.cli.options import Verbose, show_spark_output
-from daemon.logs import LogFormat
+from daemon.service.logs import LogFormat
 
 PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
 StopTimeout = Annotated[
@@ -61,9 +61,9 @@ def run(
     """Run every pipeline in the file until SIGTERM/SIGINT, then finish and exit 0."""
     show_spark_output(verbose)
     # A configuration problem at start-up raises EnrichdError: one line and exit 1 (cli.main).
-    from daemon.config import load_pipeline_file
-    from daemon.logs import configure_logging
-    from daemon.service import run_service
+    from daemon.pipeline.config import load_pipeline_file
+    from daemon.service.logs import configure_logging
+    from daemon.service.supervisor import run_service
 
     configure_logging(log_format)
     run_service(

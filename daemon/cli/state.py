@@ -44,8 +44,8 @@ def state(
     Reads the state the pipeline's checkpoint committed last, whether the pipeline is
     stopped or running.
     """
-    from daemon.checkpoint import buckets_of_shape, verify_checkpoint
-    from daemon.config import load_pipeline_file
+    from daemon.pipeline.checkpoint import buckets_of_shape, verify_checkpoint
+    from daemon.pipeline.config import load_pipeline_file
     from daemon.replay import pick_pipeline
     from daemon.state.reader import CheckpointState, last_committed, state_session
     from daemon.state.seed import seed_of

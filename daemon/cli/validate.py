@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from daemon.config import ConfigProblems
+from daemon.pipeline.config import ConfigProblems
+from daemon.pipeline.validation import summary, validate_pipeline_file
 from daemon.secrets import redact
-from daemon.validation import summary, validate_pipeline_file
 
 PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
 CheckTopics = Annotated[

@@ -62,7 +62,7 @@ def replay_sample(
     Returns:
         The example file's path and what the replay wrote.
     """
-    from daemon.config import load_pipeline_file
+    from daemon.pipeline.config import load_pipeline_file
     from daemon.replay import replay
 
     path = example_file(example)

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.avro import AvroCodec, load_schema_file
 from daemon.demos import EXAMPLES
 from daemon.errors import KafkaUnavailableError
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.admin import create_topics
 from daemon.kafka.connect import producer
 

@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from daemon.avro import AvroCodec, load_schema_file
 from daemon.demos.sample_data import SCHEMAS
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka import connect
 
 _POLL_S = 1.0

@@ -61,7 +61,6 @@ from pyspark.sql import Row as SparkRow
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from daemon.avro import AvroCodec
 from daemon.engine import blobs
 from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
 from daemon.engine.state_format import (
@@ -75,8 +74,11 @@ from daemon.engine.state_format import (
     decode_portable,
     encode_bucket,
 )
-from daemon.envelope import Envelope, unwrap
+from daemon.engine.worker_gc import freeze_loaded
 from daemon.errors import SchemaRegistryUnavailableError
+from daemon.formats.avro.codec import AvroCodec
+from daemon.formats.envelope import Envelope, unwrap
+from daemon.formats.keys import KafkaKeyCodec
 from daemon.joiners.base import (
     END_OF_TIME,
     DeadLetter,
@@ -89,10 +91,8 @@ from daemon.joiners.base import (
 )
 from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, unpack
 from daemon.kafka.task_output import OutputSpec, TaskOutput
-from daemon.keys import KafkaKeyCodec
-from daemon.latency import compact
-from daemon.metrics_relay import COUNTS_TOPIC
-from daemon.worker_gc import freeze_loaded
+from daemon.service.latency import compact
+from daemon.service.metrics_relay import COUNTS_TOPIC
 
 AFTER_END_OF_INPUT = "after_end_of_input"
 """The event counted (``enrichd_joiner_events``) for each record that reaches its key after
@@ -190,7 +190,7 @@ class JoinerProcessor(StatefulProcessor):
         self.handle = handle
         self.output: TaskOutput | None = None  # opened at the task's first call
         self._stamps: dict[str, list[int]] = {}
-        """Source timestamps of the call's output records, by topic (``daemon.latency``)."""
+        """Source timestamps of the call's output records, by topic (``daemon.service.latency``)."""
         self._newest: dict[int, int] = {}
         """The newest event time of the call's records, by input (event-time lag)."""
         self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
@@ -355,7 +355,7 @@ class JoinerProcessor(StatefulProcessor):
     def _counts(self) -> Iterator[SparkRow]:
         """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.
 
-        With them go the source timestamps of its output records (:mod:`daemon.latency`)
+        With them go the source timestamps of its output records (:mod:`daemon.service.latency`)
         and its inputs' newest event times. A replay that writes nothing counts nothing: its
         counts were reported the first time.
         """

@@ -6,8 +6,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from daemon.config import SparkConfig
 from daemon.engine import spark_output
+from daemon.pipeline.config import SparkConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,7 +26,7 @@ _DEFAULTS = {
     # Counting the state's rows makes each write read the key's old value first; a state
     # bucket is one value of up to a megabyte. Without it the window latency run's batches
     # took 549-558 ms instead of 643-701 (two runs each, alternated). Spark then reports
-    # numRowsTotal as 0: see daemon.observability.
+    # numRowsTotal as 0: see daemon.service.observability.
     TRACK_STATE_ROWS: "false",
     # Hadoop's FileContext API renames a file by first asking for its link status, which on
     # the local file system runs `readlink` in a child process: about 20 forks of the JVM

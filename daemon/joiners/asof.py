@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.durations import DurationMs
 from daemon.hookspecs import hookimpl
 from daemon.joiners.base import (
     END_OF_TIME,
@@ -20,6 +19,7 @@ from daemon.joiners.base import (
     JoinerOptions,
 )
 from daemon.joiners.versions import Kept, Versions, rejoin, too_old
+from daemon.pipeline.durations import DurationMs
 
 RejoinOn = Literal["event_time", "processing_time"]
 """What drives the re-join timer. ``"event_time"``: the key's stream time crossing a multiple of

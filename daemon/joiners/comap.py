@@ -7,7 +7,6 @@ from typing import Any
 
 from pydantic import Field
 
-from daemon.durations import DurationMs
 from daemon.hookspecs import hookimpl
 from daemon.joiners.base import (
     DeadLetter,
@@ -18,6 +17,7 @@ from daemon.joiners.base import (
     JoinerOptions,
 )
 from daemon.joiners.stash import Stash
+from daemon.pipeline.durations import DurationMs
 
 
 class CoMapOptions(JoinerOptions):

@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.durations import DurationMs
 from daemon.errors import ConfigError
 from daemon.hookspecs import hookimpl
 from daemon.joiners.aggregate import RETRACTIONS, TOTALS, Aggregate, AggregateOptions
@@ -28,6 +27,7 @@ from daemon.joiners.base import (
     JoinerOptions,
 )
 from daemon.joiners.versions import Kept, Versions, rejoin, too_old
+from daemon.pipeline.durations import DurationMs
 
 LookupMode = Literal["inner", "left"]
 """``inner``: a stream record whose key has no table value emits nothing; ``left``: it emits

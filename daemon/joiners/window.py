@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import Field, model_validator
 
-from daemon.durations import DurationMs
 from daemon.hookspecs import hookimpl
 from daemon.joiners.base import (
     DeadLetter,
@@ -18,6 +17,7 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
+from daemon.pipeline.durations import DurationMs
 
 WindowMode = Literal["inner", "left", "outer"]
 """``inner``: only pairs; ``left``: also each left record that found no partner, with a null

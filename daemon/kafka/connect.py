@@ -1,6 +1,6 @@
 """Every Kafka client enrichd makes, made here, from the pipeline file's client settings.
 
-``conf`` is always :func:`daemon.engine.pipeline.client_conf`'s dict: ``bootstrap.servers``
+``conf`` is always :func:`daemon.pipeline.plan.client_conf`'s dict: ``bootstrap.servers``
 and ``[kafka] client_conf`` (``security.protocol``, ``sasl.*``, ``ssl.*``, ...). Each client
 adds only the settings of its own job on top, so the connection settings reach every
 consumer, producer and admin client, on the driver and on the executors alike (a test
@@ -21,7 +21,7 @@ from daemon.errors import ConfigError
 from daemon.secrets import redact
 
 if TYPE_CHECKING:
-    from daemon.config import PipelineFile
+    from daemon.pipeline.config import PipelineFile
 
 _AUTHENTICATION = -169  # librdkafka's RD_KAFKA_RESP_ERR__AUTHENTICATION
 _SSL = -181  # RD_KAFKA_RESP_ERR__SSL

@@ -51,7 +51,8 @@ at a time (as pandas frames, made row by row with ``itertuples``, then a frame p
 as Rows, a cell at a time), and Spark moves each row through its shuffle; per record that cost
 more than the joining. A pack is one row in Spark, and the operator reads its records a
 column at a time (:func:`unpack`). Spark's ``numInputRows`` therefore counts packs: the
-records a batch read are its offset ranges' sizes (:func:`daemon.observability.records_read`)."""
+records a batch read are its offset ranges' sizes
+(:func:`daemon.service.observability.records_read`)."""
 
 
 def pack(records: pa.RecordBatch, buckets: list[int]) -> pa.RecordBatch:
@@ -220,7 +221,7 @@ def route(
         return Routing(kafka_key.decode("utf-8", "replace"), timestamp, None)
     raw_time = None if time_field is None else field_at(value, time_field)
     raw_key = field_at(value, key_field)
-    if isinstance(raw_key, bytes):  # as daemon.keys.part_text writes bytes; never scanned
+    if isinstance(raw_key, bytes):  # as daemon.formats.keys.part_text writes bytes; never scanned
         raw_key = raw_key.hex()
     return route_fields(raw_key, raw_time, timestamp, key_field, time_field)
 

@@ -7,7 +7,7 @@ counted. The sink adds them up per task, and once every task of the micro-batch 
 ``commit()`` relays the totals to the daemon's metrics. The counts rows also carry the
 source timestamps of the records written, which the sink's task turns into the end-to-end
 latency histogram once it has read them all, which is just after the operator's task
-committed (:mod:`daemon.latency`), and the newest event time of each input. Other rows (the
+committed (:mod:`daemon.service.latency`), and the newest event time of each input. Other rows (the
 pass-through benchmark's) are written by the sink's own :class:`TaskOutput`, in the same
 exactly-once way.
 """
@@ -28,11 +28,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from daemon import latency
+from daemon.engine.worker_gc import freeze_loaded
 from daemon.kafka.records import SINK_COLUMNS
 from daemon.kafka.task_output import OutputSpec, TaskOutput
-from daemon.metrics_relay import COUNTS_TOPIC, send_batch_counts
-from daemon.worker_gc import freeze_loaded
+from daemon.service import latency
+from daemon.service.metrics_relay import COUNTS_TOPIC, send_batch_counts
 
 
 @dataclass
@@ -48,7 +48,8 @@ class Written(WriterCommitMessage):
     joiner_counts: dict[str, int] = field(default_factory=dict)
     """What the joiner counted with ``ctx.count`` (matched, unmatched, revisions, ...)."""
     tallies: dict[str, latency.Tally] = field(default_factory=dict)
-    """End-to-end latency of the records written, per output topic (:mod:`daemon.latency`)."""
+    """End-to-end latency of the records written, per output topic
+    (:mod:`daemon.service.latency`)."""
     event_time: dict[str, int] = field(default_factory=dict)
     """The newest event time of the records read, per input."""
 

@@ -11,7 +11,7 @@ cluster has cores (``read_tasks``), each reading one or more Kafka partitions: a
 tens of milliseconds of Spark's own beside its reading, and on two cores four tasks (two
 topics of two partitions) ran in two waves, so a small micro-batch spent twice as long in this
 stage. Each record's join key and event time are read here, from the bytes where the schema
-allows (:mod:`daemon.avro_fields`; the joiner decodes the whole record later), else by a
+allows (:mod:`daemon.formats.avro.fields`; the joiner decodes the whole record later), else by a
 decode; one that cannot be read or lacks either field is passed on with ``error`` set, for the
 dead-letter topic, instead of failing the query.
 """
@@ -35,10 +35,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from daemon.avro import AvroCodec
 from daemon.constants import DEFAULT_STATE_BUCKETS, END_OF_TIME
-from daemon.envelope import Envelope
+from daemon.engine.worker_gc import freeze_loaded
 from daemon.errors import SchemaRegistryUnavailableError
+from daemon.formats.avro.codec import AvroCodec
+from daemon.formats.envelope import Envelope
+from daemon.formats.keys import KafkaKeyCodec, key_parts
+from daemon.formats.routing import Router
 from daemon.kafka import connect
 from daemon.kafka.clients import read_partition
 from daemon.kafka.records import (
@@ -54,9 +57,6 @@ from daemon.kafka.records import (
     route,
     route_fields,
 )
-from daemon.keys import KafkaKeyCodec, key_parts
-from daemon.routing import Router
-from daemon.worker_gc import freeze_loaded
 
 _ARROW_CHUNK = 10_000
 _MARKER_LOOKAHEAD = 1_000
@@ -94,7 +94,7 @@ class SourceInput:
     role: str
     topic: str
     key_field: str | tuple[str, ...]
-    """The join key: a value field, or several, or parts of the Kafka key (daemon.keys)."""
+    """The join key: a value field, or several, or parts of the Kafka key (daemon.formats.keys)."""
     time_field: str | None
     codec: AvroCodec
     keyed_tombstones: bool = True
@@ -145,7 +145,7 @@ class SourceInput:
         The common case, a join key from one field of a value that is the row, with the
         Kafka key as text for tombstones, keeps its own path (:func:`_route`), which costs
         no more per record than it did before keys could be composite or come from the
-        Kafka key; everything else goes through a :class:`~daemon.routing.Router`.
+        Kafka key; everything else goes through a :class:`~daemon.formats.routing.Router`.
         """
         parts = key_parts(self.key_field)
         if (

@@ -54,7 +54,9 @@ from daemon.kafka.clients import Deliveries, produce
 from daemon.kafka.turns import ending_transaction
 
 if TYPE_CHECKING:
-    from daemon.config import Delivery  # pydantic's module: Spark's workers need not load it
+    from daemon.pipeline.config import (
+        Delivery,  # pydantic's module: Spark's workers need not load it
+    )
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _TRANSACTIONAL: dict[str, tuple[Any, str, int]] = {}
@@ -85,7 +87,8 @@ class OutputSpec:
     marker_topic: str
     """The topic whose partition 0 carries the committed-batch markers (the output topic)."""
     metrics_address: str | None = None
-    """The daemon's metrics socket (``daemon.metrics_relay``), or None: counts go nowhere."""
+    """The daemon's metrics socket (``daemon.service.metrics_relay``), or None: counts go
+    nowhere."""
 
     def encode(self) -> str:
         """The spec as an option string."""

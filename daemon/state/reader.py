@@ -24,10 +24,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import PipelineFile, SparkConfig
 from daemon.engine import blobs
 from daemon.engine.stash_log import StashLog
 from daemon.engine.state_format import Bucket, decode_bucket
+from daemon.pipeline.config import PipelineFile, SparkConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -153,11 +153,7 @@ class CheckpointState:
         """Every stored bucket (without its chunks) and the bytes its chunks take."""
         from pyspark.sql import functions as F  # noqa: N812
 
-        sized = (
-            self.chunks_frame()
-            .groupBy("bucket")
-            .agg(F.sum(F.length("chunk")).alias("size"))
-        )
+        sized = self.chunks_frame().groupBy("bucket").agg(F.sum(F.length("chunk")).alias("size"))
         for row in self.buckets_frame().join(sized, "bucket", "left").toLocalIterator():
             yield StoredBucket(row.bucket, bytes(row.blob)), int(row.size or 0)
 

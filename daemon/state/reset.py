@@ -6,7 +6,7 @@ to move a query). They make the pipeline's checkpoint new, with a seed
 kept, holds the state, portable, already dealt into the buckets the pipeline now has. The
 old checkpoint's contents move aside into ``<checkpoint>.before-reset-<time>`` (or
 ``-rescale-``), to delete once the pipeline runs as wanted. All of it happens under the
-checkpoint's lock (:mod:`daemon.lock`): a running daemon makes both refuse, and no daemon
+checkpoint's lock (:mod:`daemon.pipeline.lock`): a running daemon makes both refuse, and no daemon
 can start in the middle.
 
 Every stage of the pipeline is handled: a joiner's second stage (lookup's running totals)
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import PipelineConfig, PipelineFile
 from daemon.errors import ConfigError
-from daemon.lock import LOCK_NAME
+from daemon.pipeline.config import PipelineConfig, PipelineFile
+from daemon.pipeline.lock import LOCK_NAME
 from daemon.state.positions import Target, positions
 from daemon.state.reader import (
     CheckpointState,
@@ -147,7 +147,7 @@ def reset_change(
     spark: SparkSession | None,
 ) -> Change:
     """What ``daemon reset`` would do (nothing is changed yet)."""
-    from daemon.engine.pipeline import client_conf, plan_pipeline
+    from daemon.pipeline.plan import client_conf, plan_pipeline
 
     conf = client_conf(file)
     stages = plan_pipeline(file, pipe, conf).stages()
@@ -182,8 +182,8 @@ PARTITIONS = "spark.sql.shuffle.partitions"
 
 def layout_of(file: PipelineFile, pipe: PipelineConfig, shape: dict[str, Any]) -> tuple[str, str]:
     """The checkpoint's state layout and the file's, in words (equal: nothing to rescale)."""
-    from daemon.checkpoint import buckets_of_shape
     from daemon.engine.session import default_setting
+    from daemon.pipeline.checkpoint import buckets_of_shape
 
     partitions = file.spark.conf.get(PARTITIONS, default_setting(PARTITIONS))
     batch = last_committed(pipe.checkpoint)
@@ -196,7 +196,7 @@ def rescale_change(
     file: PipelineFile, pipe: PipelineConfig, spark: SparkSession, layout: tuple[str, str]
 ) -> Change:
     """What ``daemon rescale`` would do: every stage's state into the file's layout."""
-    from daemon.engine.pipeline import client_conf, plan_pipeline
+    from daemon.pipeline.plan import client_conf, plan_pipeline
 
     stages = plan_pipeline(file, pipe, client_conf(file)).stages()
     change = Change(pipe, "rescale")
@@ -219,7 +219,7 @@ def apply(change: Change) -> None:
     contents move aside and the seeds take their place, so a failure while writing the state
     leaves the checkpoint as it was.
     """
-    from daemon.checkpoint import write_shape
+    from daemon.pipeline.checkpoint import write_shape
     from daemon.state.export import seed_rows
 
     folder = Path(change.pipe.checkpoint)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.avro import AvroCodec, parse_schema_text
+from daemon.formats.avro.codec import AvroCodec, parse_schema_text
 from daemon.kafka.records import route
 
 # Every Avro type sits in front of the routed fields, so reading them means stepping over each.

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.avro import AvroCodec, load_schema_file, parse_schema_text
-from daemon.avro_reader import compile_reader, compile_scanner
+from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
+from daemon.formats.avro.reader import compile_reader, compile_scanner
 from tests.unit.test_avro_writer import SCHEMAS, fastavro_bytes, values
 
 EVERY_PLAIN_TYPE = parse_schema_text(

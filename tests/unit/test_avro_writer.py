@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.avro import AvroCodec, load_schema_file, parse_schema_text
-from daemon.avro_writer import Unwritable, compile_writer
+from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
+from daemon.formats.avro.writer import Unwritable, compile_writer
 from tests.unit.test_avro_fields import EVERY_TYPE
 
 SCHEMAS = sorted((Path(__file__).resolve().parents[2] / "schemas").glob("*.avsc"))

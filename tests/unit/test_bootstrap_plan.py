@@ -12,7 +12,7 @@ from typing import Any
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from daemon.avro import AvroCodec, load_schema_file
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.source import (
     BOOTSTRAP,
     CLOCK,

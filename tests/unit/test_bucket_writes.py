@@ -13,10 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from daemon.avro import AvroCodec, load_schema_file
 from daemon.engine import blobs
 from daemon.engine.processor import JoinerProcessor, OperatorPlan
 from daemon.engine.state_format import EVENT_TIME, decode_bucket
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.base import JoinerContext
 from daemon.joiners.lookup import Lookup, LookupOptions
 from daemon.joiners.window import Window, WindowOptions

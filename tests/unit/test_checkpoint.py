@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.checkpoint import (
+from daemon.engine.state_format import STATE_FORMAT
+from daemon.pipeline.checkpoint import (
     SHAPE_FILE,
     IncompatibleCheckpointError,
     NewerCheckpointError,
@@ -15,8 +16,7 @@ from daemon.checkpoint import (
     check_checkpoint,
     verify_checkpoint,
 )
-from daemon.config import PipelineConfig
-from daemon.engine.state_format import STATE_FORMAT
+from daemon.pipeline.config import PipelineConfig
 
 
 def pipeline(tmp_path: Path, **changes: object) -> PipelineConfig:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import ConfigProblems, PipelineFile, load_pipeline_file
+from daemon.pipeline.config import ConfigProblems, PipelineFile, load_pipeline_file
 
 MINIMAL = """
 [[pipeline]]

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from daemon.config import ConfigProblems, parse_pipeline_file
 from daemon.errors import ConfigError
+from daemon.formats.registry import client_settings
 from daemon.kafka.connect import client_conf
-from daemon.schema_registry import client_settings
+from daemon.pipeline.config import ConfigProblems, parse_pipeline_file
 
 DAEMON = Path(__file__).resolve().parents[2] / "daemon"
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

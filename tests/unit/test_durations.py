@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from daemon.durations import DurationMs, parse_duration_ms
+from daemon.pipeline.durations import DurationMs, parse_duration_ms
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from daemon.errors import ConfigError
-from daemon.http_endpoint import MetricsServer, parse_address, serve_http
+from daemon.service.http_endpoint import MetricsServer, parse_address, serve_http
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Join keys' text form and the four Kafka key formats (daemon/keys.py)."""
+"""Join keys' text form and the four Kafka key formats (daemon/formats/keys.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import fastavro
 import pytest
 
-from daemon.avro import AvroCodec
-from daemon.keys import KafkaKeyCodec, avro_key, join_key, key_parts, part_text
+from daemon.formats.avro.codec import AvroCodec
+from daemon.formats.keys import KafkaKeyCodec, avro_key, join_key, key_parts, part_text
 
 KEY_RECORD = fastavro.parse_schema(
     {

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import parse_pipeline_file
-from daemon.lock import (
+from daemon.pipeline.config import parse_pipeline_file
+from daemon.pipeline.lock import (
     LOCK_NAME,
     CheckpointInUseError,
     CheckpointLocks,
@@ -69,7 +69,7 @@ def test_kill_9_of_the_holder_frees_the_checkpoint(tmp_path: Path) -> None:
             "-c",
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from daemon.lock import CheckpointLocks\n"
+            "from daemon.pipeline.lock import CheckpointLocks\n"
             "locks = CheckpointLocks()\n"
             f"locks.acquire('views', Path({str(checkpoint)!r}))\n"
             "print('locked', flush=True)\n"

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from daemon.logs import JsonFormatter
+from daemon.service.logs import JsonFormatter
 
 
 def record(message: str, *args: object, **extra: object) -> logging.LogRecord:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.notify import Notifier
+from daemon.service.notify import Notifier
 
 
 @pytest.fixture

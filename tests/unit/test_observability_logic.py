@@ -6,7 +6,7 @@ import json
 
 from prometheus_client import generate_latest
 
-from daemon.observability import Health, Metrics, PipelineView, parse_offsets, records_read
+from daemon.service.observability import Health, Metrics, PipelineView, parse_offsets, records_read
 
 VIEW = PipelineView(
     name="views",
@@ -176,7 +176,7 @@ def test_the_joiners_own_counts_become_events() -> None:
 
 
 def test_latency_tallies_add_up_into_one_cumulative_histogram_per_output() -> None:
-    from daemon.latency import LATENCY_BUCKETS, tally
+    from daemon.service.latency import LATENCY_BUCKETS, tally
 
     metrics = Metrics()
     first = tally({9_900: 2, 8_000: 1}, 10_000)  # 0.1 s twice, 2 s once
@@ -210,7 +210,7 @@ def test_event_time_lag_is_the_time_since_the_newest_event_time_read() -> None:
 
 
 def test_output_held_back_while_batches_commit_is_reported_after_the_limit() -> None:
-    from daemon.observability import OutputVisibility
+    from daemon.service.observability import OutputVisibility
 
     check = OutputVisibility(after_s=30)
     ends = {"views/0": 120, "views/1": 80}
@@ -227,7 +227,7 @@ def test_output_held_back_while_batches_commit_is_reported_after_the_limit() -> 
 
 
 def test_a_stable_offset_that_moves_or_a_query_that_commits_nothing_is_not_held_back() -> None:
-    from daemon.observability import OutputVisibility
+    from daemon.service.observability import OutputVisibility
 
     check = OutputVisibility(after_s=30)
     ends = {"views/0": 120}
@@ -239,7 +239,7 @@ def test_a_stable_offset_that_moves_or_a_query_that_commits_nothing_is_not_held_
 
 
 def test_a_held_back_output_makes_the_query_not_ready() -> None:
-    from daemon.observability import Health
+    from daemon.service.observability import Health
 
     health = Health(stall_after_s=300)
     health.started("views", 0)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from daemon.notify import Notifier
-from daemon.operations import Operations
+from daemon.service.notify import Notifier
+from daemon.service.operations import Operations
 
 
 @dataclass
@@ -139,7 +139,7 @@ def test_stopping_is_told_to_systemd(ops: Operations, systemd: Systemd) -> None:
 def test_a_query_view_names_inputs_by_role_and_outputs_by_name() -> None:
     from types import SimpleNamespace
 
-    from daemon.operations import view_of
+    from daemon.service.operations import view_of
 
     plan: Any = SimpleNamespace(
         config=SimpleNamespace(name="clicks"),

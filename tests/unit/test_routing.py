@@ -1,4 +1,4 @@
-"""Routing by composite keys, Kafka keys and Debezium envelopes (daemon/routing.py)."""
+"""Routing by composite keys, Kafka keys and Debezium envelopes (daemon/formats/routing.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 import fastavro
 import pytest
 
-from daemon.avro import AvroCodec
+from daemon.formats.avro.codec import AvroCodec
+from daemon.formats.keys import KafkaKeyCodec, key_parts
+from daemon.formats.routing import Router
 from daemon.kafka.records import Routing, route
-from daemon.keys import KafkaKeyCodec, key_parts
-from daemon.routing import Router
 
 ID_KEY = AvroCodec(
     fastavro.parse_schema(

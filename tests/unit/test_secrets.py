@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from daemon.environment import expand_environment, expand_text
 from daemon.errors import SchemaRegistryUnavailableError, failure_reason
-from daemon.logs import JsonFormatter, TextFormatter
-from daemon.schema_registry import access_failure
+from daemon.formats.registry import access_failure
+from daemon.pipeline.environment import expand_environment, expand_text
 from daemon.secrets import is_secret_key, redact, remember
+from daemon.service.logs import JsonFormatter, TextFormatter
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from daemon.kafka import task_output
 from daemon.kafka.records import SINK_ARROW
 from daemon.kafka.sink import KafkaStreamWriter, Written, write_rows
 from daemon.kafka.task_output import OutputSpec, TaskOutput
-from daemon.metrics_relay import COUNTS_TOPIC
+from daemon.service.metrics_relay import COUNTS_TOPIC
 
 
 class RecordingProducer:
@@ -158,7 +158,7 @@ def test_the_stamps_of_counts_rows_become_a_latency_tally_at_the_end_of_the_task
 ) -> None:
     """Tallied against the time the task has read every row: just after the operator's
     commit. Two records of 0.4 s ago and one of 3 s ago, from two operator calls."""
-    from daemon import latency
+    from daemon.service import latency
 
     monkeypatch.setattr("time.time_ns", lambda: 10_000 * 1_000_000)
     output, _ = recording_output()

@@ -1,4 +1,4 @@
-"""Subjects by Confluent's naming strategies (daemon/subjects.py)."""
+"""Subjects by Confluent's naming strategies (daemon/formats/subjects.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from daemon.config import InputConfig, OutputConfig
 from daemon.errors import ConfigError
-from daemon.subjects import key_subject, value_subject
+from daemon.formats.subjects import key_subject, value_subject
+from daemon.pipeline.config import InputConfig, OutputConfig
 
 SCHEMAS = Path(__file__).resolve().parent.parent.parent / "schemas"
 USER = SCHEMAS / "user.avsc"  # enrichd.examples.User

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 import daemon.joiners.table as table_module
-from daemon.config import load_pipeline_file
 from daemon.joiners.base import Emit
 from daemon.joiners.table import Table, TableOptions
+from daemon.pipeline.config import load_pipeline_file
 from daemon.testing import by_key, run_joiner
 
 KEYS = {"left": "k", "right": "k"}

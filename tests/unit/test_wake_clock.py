@@ -14,7 +14,7 @@ import time
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from daemon.kafka.source import CLOCK, KafkaRange, KafkaStreamReader, SourceSpec
-from daemon.observability import parse_offsets, records_read
+from daemon.service.observability import parse_offsets, records_read
 
 
 def reader(wake_ms: int) -> KafkaStreamReader:

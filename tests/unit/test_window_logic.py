@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import daemon.joiners.window as window_module
-from daemon.config import load_pipeline_file
 from daemon.joiners.base import Emit, JoinerContext
 from daemon.joiners.window import Window, WindowOptions
+from daemon.pipeline.config import load_pipeline_file
 from daemon.testing import JoinerHarness, run_joiner
 
 KEYS = {"left": "k", "right": "k"}

@@ -24,8 +24,8 @@ def broker() -> Iterator[EmbeddedBroker]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The process's Spark session (shared with enrichd's own tests when run together)."""
-    from daemon.config import SparkConfig
     from daemon.engine.session import spark_session
+    from daemon.pipeline.config import SparkConfig
 
     session = spark_session(SparkConfig(master="local[2]"))
     yield session

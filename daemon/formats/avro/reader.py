@@ -2,15 +2,15 @@
 
 Why: fastavro's ``schemaless_reader`` takes about 2.6 us to decode a three-field click, most
 of it set-up per call (a file object to read from, the schema walked as data). Decoding is the
-largest single cost of the joiner operator after encoding, which :mod:`daemon.avro_writer`
+largest single cost of the joiner operator after encoding, which :mod:`daemon.formats.avro.writer`
 compiles for the same reason. The compiled function reads the bytes in place, with every
 nested type written inline as straight-line code, and builds each record as a dict literal.
 
 It is exact or it is not used, as the writer is: it is stricter than fastavro everywhere
 (a boolean byte other than 0 and 1, a varint longer than ten bytes, a length past the end, a
 string that is not UTF-8, bytes left over), and on anything it does not take it raises, so
-that :meth:`daemon.avro.AvroCodec.decode` decodes again with fastavro, whose value or error
-stands. For bytes it takes, its value is fastavro's (a hypothesis test compares the two over
+that :meth:`daemon.formats.avro.codec.AvroCodec.decode` decodes again with fastavro, whose value or
+error stands. For bytes it takes, its value is fastavro's (a hypothesis test compares the two over
 the project's schemas). It decodes only with the writer's schema as the reader's (schema
 resolution is fastavro's), and schemas with logical types (fastavro makes them datetimes,
 decimals, UUIDs) or recursive types are not compiled: fastavro decodes all their values.
@@ -25,7 +25,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from daemon.avro_codegen import FunctionText
+from daemon.formats.avro.codegen import FunctionText
 
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "string", "bytes"}
 
@@ -58,7 +58,7 @@ def compile_scanner(
     record, which must use every byte. Fields in ``millis`` may be ``timestamp-millis``
     numbers, read as the number (the milliseconds fastavro's datetime stands for). It
     raises on anything it does not take, as the reader does. The caller decides which
-    fields are worth reading so (see :class:`daemon.avro_fields.FieldScanner`).
+    fields are worth reading so (see :class:`daemon.formats.avro.fields.FieldScanner`).
     """
     generator = _Generator(schema)
     inner = {schema.get("name", "")}

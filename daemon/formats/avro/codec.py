@@ -19,11 +19,11 @@ from typing import Any
 import fastavro
 from fastavro.types import Schema
 
-from daemon.avro_fields import FieldScanner
-from daemon.avro_reader import compile_reader
-from daemon.avro_writer import compile_writer
 from daemon.errors import SchemaError
-from daemon.schema_registry import access_failure, new_client
+from daemon.formats.avro.fields import FieldScanner
+from daemon.formats.avro.reader import compile_reader
+from daemon.formats.avro.writer import compile_writer
+from daemon.formats.registry import access_failure, new_client
 from daemon.secrets import redact
 
 _MAGIC = 0
@@ -79,7 +79,7 @@ class AvroCodec:
         registry_url: Confluent format: the Schema Registry; None means plain format.
         schema_id: Confluent format: the id written in front of encoded records.
         registry_settings: Confluent format: the registry client's settings (credentials,
-            TLS), from :func:`daemon.schema_registry.client_settings`; None: the URL alone.
+            TLS), from :func:`daemon.formats.registry.client_settings`; None: the URL alone.
             Never printed: the codec's repr leaves it out.
     """
 

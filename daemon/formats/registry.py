@@ -4,7 +4,7 @@ How it works: :func:`client_settings` turns the section into the settings of con
 ``SchemaRegistryClient`` (the ``basic.auth.credentials.source`` of Confluent's Java clients
 is translated here, since the Python client knows only ``basic.auth.user.info`` and user info
 in the URL). The settings travel with each codec to Spark's executors, which make their own
-client from them (:meth:`daemon.avro.AvroCodec.registry`).
+client from them (:meth:`daemon.formats.avro.codec.AvroCodec.registry`).
 
 :func:`access_failure` tells a registry that cannot be used (credentials refused, access
 denied, TLS handshake failed, no answer) from one that answered "not found": the first is an
@@ -20,7 +20,7 @@ from daemon.errors import ConfigError, SchemaRegistryUnavailableError
 from daemon.secrets import display_url, redact
 
 if TYPE_CHECKING:
-    from daemon.config import KafkaConfig, SchemaRegistryConfig
+    from daemon.pipeline.config import KafkaConfig, SchemaRegistryConfig
 
 
 def client_settings(registry: SchemaRegistryConfig, kafka: KafkaConfig) -> dict[str, Any]:

@@ -14,7 +14,7 @@ A message: ``{"pipeline": "tweet-views", "batch": 7, "records": {"tweet-views": 
 "tweet-views.dlq": 2}, "dead_letters": {"UndecodableRecord": 2}, "joiner": {"unmatched": 1},
 "latency": {"tweet-views": [[0, 12, 28, 0, ...], 31.5]}, "event_time": {"many": 1764...}}``
 (``joiner``: what the joiner counted with ``ctx.count``; ``latency``: the end-to-end latency
-histogram per output topic, counts per bucket and the sum in seconds, :mod:`daemon.latency`;
+histogram per output topic, counts per bucket and the sum in seconds, :mod:`daemon.service.latency`;
 ``event_time``: the newest event time read per input). The operator, which writes the
 records, passes its counts to the sink in rows for :data:`COUNTS_TOPIC`.
 """

@@ -1,7 +1,7 @@
 """End-to-end latency: from a source record's Kafka timestamp to the commit of what it caused.
 
 How it is measured: the joiner operator notes, per output topic, the source timestamp of
-every record it writes, and passes them with its counts (:data:`~daemon.metrics_relay.
+every record it writes, and passes them with its counts (:data:`~daemon.service.metrics_relay.
 COUNTS_TOPIC` rows) to the query's sink, as :func:`compact` pairs. The sink's task sees the
 end of those rows only once the operator's task has committed its Kafka transaction (Spark
 closes the operator, which commits, before it ends the operator's output), so the moment the

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from fastavro.types import Schema
 
-from daemon.avro import load_schema_file, record_fields
-from daemon.config import InputConfig, OutputConfig, PipelineFile
-from daemon.envelope import row_schema
 from daemon.errors import ConfigError, SchemaError, SchemaRegistryUnavailableError
-from daemon.keys import key_parts
-from daemon.subjects import key_subject, value_subject
+from daemon.formats.avro.codec import load_schema_file, record_fields
+from daemon.formats.envelope import row_schema
+from daemon.formats.keys import key_parts
+from daemon.formats.subjects import key_subject, value_subject
+from daemon.pipeline.config import InputConfig, OutputConfig, PipelineFile
 
 if TYPE_CHECKING:
-    from daemon.keys import KeyPart
+    from daemon.formats.keys import KeyPart
 
 Spec = InputConfig | OutputConfig
 
@@ -42,7 +42,7 @@ class RegistryCheck:
     """
 
     def __init__(self, file: PipelineFile) -> None:
-        from daemon.serdes import registry_client
+        from daemon.formats.serdes import registry_client
 
         self.client, self.url, _ = registry_client(file, "")
         self.unavailable: str | None = None
@@ -151,7 +151,7 @@ def _registered(
     problems: list[str],
 ) -> Schema | None:
     """Check ``subject`` as a start would use it; the schema it gives, if it gives one."""
-    from daemon.serdes import compatibility_problems, latest_schema, schema_id
+    from daemon.formats.serdes import compatibility_problems, latest_schema, schema_id
 
     if schema_file is None:
         latest, found = registry.ask(where, latest_schema, subject)

@@ -11,7 +11,7 @@ It is exact or it is not used. It accepts only the values each Avro type is comm
 from, of exactly that Python type (``int`` for int and long, ``str`` for string and enum, a
 ``dict`` with no unknown keys for a record, ...), and raises for anything else
 (:class:`Unwritable`, or e.g. a missing field's ``KeyError``);
-:meth:`daemon.avro.AvroCodec.encode` then encodes with fastavro, whose bytes or error
+:meth:`daemon.formats.avro.codec.AvroCodec.encode` then encodes with fastavro, whose bytes or error
 stand. So for every value it accepts, its bytes are fastavro's (a hypothesis test compares
 the two over the project's schemas). Schemas it cannot compile at all (logical types other
 than the time ones on int and long, unions whose branches it cannot tell apart by Python
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from daemon.avro_codegen import FunctionText
+from daemon.formats.avro.codegen import FunctionText
 
 _TIME_LOGICAL_TYPES = {
     "date",

@@ -1,11 +1,11 @@
 """What ``daemon run`` tells its operator: metrics, health endpoint, systemd notifications.
 
-How it works: :class:`Operations` sits beside the supervisor (``daemon.service``) and is fed
-from three places. A Spark ``StreamingQueryListener`` hears every progress and idle report
-of every query; it marks the query alive at once and hands the report to a worker thread,
+How it works: :class:`Operations` sits beside the supervisor (``daemon.service.supervisor``)
+and is fed from three places. A Spark ``StreamingQueryListener`` hears every progress and idle
+report of every query; it marks the query alive at once and hands the report to a worker thread,
 which turns it into metrics and, every few seconds, samples each input partition's log end
 for the lag (network calls stay off the supervisor's thread). The sink's per-batch counts
-arrive through :class:`daemon.metrics_relay.MetricsRelay`. And the supervisor calls
+arrive through :class:`daemon.service.metrics_relay.MetricsRelay`. And the supervisor calls
 :meth:`Operations.tick` every half second with its pipelines: which queries run, failures
 and restarts, and from that ``READY=1`` (once every query has started), ``WATCHDOG=1`` pings
 (only while no query is stalled, so systemd restarts a daemon whose micro-batches hang) and
@@ -23,16 +23,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from daemon.http_endpoint import MetricsServer, serve_http
-from daemon.metrics_relay import MetricsRelay
-from daemon.notify import Notifier
-from daemon.observability import Health, Metrics, OutputVisibility, PipelineView
 from daemon.secrets import redact
+from daemon.service.http_endpoint import MetricsServer, serve_http
+from daemon.service.metrics_relay import MetricsRelay
+from daemon.service.notify import Notifier
+from daemon.service.observability import Health, Metrics, OutputVisibility, PipelineView
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from daemon.engine.pipeline import PipelinePlan
+    from daemon.pipeline.plan import PipelinePlan
 
 log = logging.getLogger("enrichd.operations")
 

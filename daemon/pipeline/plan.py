@@ -5,19 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from daemon.avro import AvroCodec, record_fields
-from daemon.config import PipelineConfig, PipelineFile
 from daemon.errors import ConfigError, KafkaUnavailableError
+from daemon.formats.avro.codec import AvroCodec, record_fields
+from daemon.formats.keys import KafkaKeyCodec
+from daemon.formats.serdes import codec_for as codec_for  # where callers look for it
+from daemon.formats.serdes import key_codec_for
 from daemon.joiners.base import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
 from daemon.kafka.records import SINK_DDL
 from daemon.kafka.source import SourceInput, SourceSpec
 from daemon.kafka.task_output import OutputSpec
-from daemon.keys import KafkaKeyCodec
+from daemon.pipeline.config import PipelineConfig, PipelineFile
 from daemon.plugins import registry
-from daemon.serdes import codec_for as codec_for  # where callers look for it
-from daemon.serdes import key_codec_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -23,9 +23,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from daemon.config import InputConfig, PipelineConfig
 from daemon.engine.state_format import STATE_FORMAT
 from daemon.errors import ConfigError
+from daemon.pipeline.config import InputConfig, PipelineConfig
 
 SHAPE_FILE = "enrichd-pipeline.json"
 

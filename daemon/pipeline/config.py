@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from daemon import secrets
 from daemon.constants import DEFAULT_STATE_BUCKETS
-from daemon.durations import DurationMs
-from daemon.envelope import Envelope
-from daemon.environment import expand_environment
 from daemon.errors import ConfigError
-from daemon.keys import KeyFormat
+from daemon.formats.envelope import Envelope
+from daemon.formats.keys import KeyFormat
+from daemon.pipeline.durations import DurationMs
+from daemon.pipeline.environment import expand_environment
 
 Delivery = Literal["exactly_once", "at_least_once"]
 """How output is written: one Kafka transaction per micro-batch and task (``exactly_once``),

@@ -1,8 +1,9 @@
 """Registry subjects by convention: Confluent's subject name strategies.
 
-An input or output that uses the Schema Registry (see :attr:`daemon.config._Serde.registry_value`)
-names its subject with ``subject`` (and its key's with ``key_subject``), or leaves it to
-``subject_name_strategy``, as Confluent's serializers do:
+An input or output that uses the Schema Registry (see
+:attr:`daemon.pipeline.config._Serde.registry_value`) names its subject with ``subject`` (and its
+key's with ``key_subject``), or leaves it to ``subject_name_strategy``, as Confluent's serializers
+do:
 
 - ``topic`` (TopicNameStrategy, the default): ``<topic>-value`` and ``<topic>-key``;
 - ``record`` (RecordNameStrategy): the record's full name (``namespace.Name``);
@@ -17,11 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from daemon.avro import load_schema_file
 from daemon.errors import ConfigError
+from daemon.formats.avro.codec import load_schema_file
 
 if TYPE_CHECKING:
-    from daemon.config import InputConfig, OutputConfig, SubjectNameStrategy
+    from daemon.pipeline.config import InputConfig, OutputConfig, SubjectNameStrategy
 
 Part = Literal["key", "value"]
 

@@ -2,8 +2,8 @@
 
 The source routes most records by one field of the value, read from the bytes
 (:func:`daemon.kafka.records.route_fields`), and that path stays as it is. A :class:`Router`
-routes the rest: join keys of several parts (:mod:`daemon.keys`), parts taken from the Kafka
-key in its ``key_format``, and Debezium change events (:mod:`daemon.envelope`), whose row
+routes the rest: join keys of several parts (:mod:`daemon.formats.keys`), parts taken from the Kafka
+key in its ``key_format``, and Debezium change events (:mod:`daemon.formats.envelope`), whose row
 is the record and whose delete is a tombstone.
 
 Tombstones and deletes carry no row, so they route by the Kafka key alone, for the roles whose
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from daemon.envelope import Envelope, debezium_row
+from daemon.formats.envelope import Envelope, debezium_row
+from daemon.formats.keys import KafkaKeyCodec, KeyPart, join_key
 from daemon.kafka.records import Routing, field_at, route_fields
-from daemon.keys import KafkaKeyCodec, KeyPart, join_key
 
 _UNREAD: Any = object()
 

@@ -5,11 +5,11 @@ there, since nothing further can be trusted), then checks every pipeline against
 installed joiners and its schema files and collects every problem instead of stopping at the
 first, so one run of ``daemon validate`` shows everything to fix. Each problem is one line
 naming the file and the field, in the same ``FILE: pipeline[i] (name).FIELD: message`` form
-as the shape problems of :func:`daemon.config.load_pipeline_file`.
+as the shape problems of :func:`daemon.pipeline.config.load_pipeline_file`.
 
 No Spark is started and, unless asked with ``check_topics``, no broker is contacted. The
 Schema Registry of ``[schema_registry]``, when there is one, is asked what a start would
-ask (:mod:`daemon.serde_checks`), unless ``check_registry`` is off.
+ask (:mod:`daemon.formats.checks`), unless ``check_registry`` is off.
 
 Example:
     >>> from pathlib import Path
@@ -25,13 +25,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from daemon.avro import load_schema_file, record_fields
-from daemon.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
 from daemon.errors import ConfigError, SchemaError, UnknownJoinerError
+from daemon.formats.avro.codec import load_schema_file, record_fields
+from daemon.formats.checks import RegistryCheck, serde_problems
 from daemon.joiner_info import describe_joiner
 from daemon.joiners.base import Joiner, JoinerContext
+from daemon.pipeline.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
 from daemon.plugins import JoinerRegistry, registry
-from daemon.serde_checks import RegistryCheck, serde_problems
 
 _TOPIC_TIMEOUT_S = 5.0
 
@@ -85,7 +85,7 @@ def _registry_problems(parsed: PipelineFile, path: Path) -> list[str]:
     """Whether the registry client takes ``[schema_registry]``'s settings (no request made)."""
     if parsed.schema_registry is None:
         return []
-    from daemon.schema_registry import client_settings, new_client
+    from daemon.formats.registry import client_settings, new_client
 
     try:
         new_client(client_settings(parsed.schema_registry, parsed.kafka))

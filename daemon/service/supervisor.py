@@ -32,14 +32,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import PipelineFile
-from daemon.engine.pipeline import PipelinePlan, client_conf, plan_pipeline, start_query
 from daemon.errors import KafkaUnreachableError, failure_reason
+from daemon.pipeline.config import PipelineFile
+from daemon.pipeline.plan import PipelinePlan, client_conf, plan_pipeline, start_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from daemon.operations import Operations
+    from daemon.service.operations import Operations
 
 log = logging.getLogger("enrichd.service")
 
@@ -183,7 +183,7 @@ def run_service(
         http: ``HOST:PORT`` for ``/healthz``, ``/readyz`` and ``/metrics``; None: the
             file's ``[service] http``, and no endpoint if that is not set either.
         stall_timeout_s: a query without a progress report for this long is stalled: not
-            ready, and the systemd watchdog is no longer fed (``daemon.operations``).
+            ready, and the systemd watchdog is no longer fed (``daemon.service.operations``).
 
     A broker that does not answer at start-up is waited for: one log line per try, with the
     delays of :func:`restart_delay` between tries, until it answers or the service is stopped.
@@ -194,11 +194,11 @@ def run_service(
         CheckpointInUseError: another daemon runs on one of the checkpoints.
         IncompatibleCheckpointError: a checkpoint was written by a pipeline of another shape.
     """
-    from daemon.checkpoint import check_checkpoint
     from daemon.engine import spark_output
     from daemon.engine.session import spark_session
-    from daemon.lock import lock_checkpoints
-    from daemon.operations import Operations
+    from daemon.pipeline.checkpoint import check_checkpoint
+    from daemon.pipeline.lock import lock_checkpoints
+    from daemon.service.operations import Operations
 
     conf = client_conf(file)
     # Held until the process ends: a second daemon on these checkpoints is refused.

@@ -9,8 +9,8 @@ array (``["acme","42"]``), which no separator inside a part can make ambiguous.
 
 A Kafka key is read in the input's ``key_format`` (:data:`KeyFormat`) by a
 :class:`KafkaKeyCodec`: UTF-8 text, Avro (plain or Confluent framing, through
-:class:`daemon.avro.AvroCodec`), JSON, or the bytes as they are. An output writes its keys the
-same way, from the join key's text.
+:class:`daemon.formats.avro.codec.AvroCodec`), JSON, or the bytes as they are. An output
+writes its keys the same way, from the join key's text.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from daemon.avro import AvroCodec
+    from daemon.formats.avro.codec import AvroCodec
 
 KeyFormat = Literal["string", "avro", "json", "bytes"]
 """How a topic's Kafka keys are encoded: ``string`` (UTF-8 text, the default), ``avro``

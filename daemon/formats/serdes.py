@@ -1,7 +1,7 @@
 """The codecs of an input's or output's values and keys, from schema files or the registry.
 
 How it works: plain Avro needs only the ``.avsc`` file. With the registry (Confluent framing)
-the subject comes from :mod:`daemon.subjects`, and then:
+the subject comes from :mod:`daemon.formats.subjects`, and then:
 
 - no schema file: the subject's latest version is the schema (an input's reader schema, an
   output's writer schema and its id);
@@ -21,13 +21,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.avro import AvroCodec, load_schema_file, parse_schema_text
-from daemon.config import InputConfig, OutputConfig, PipelineFile
 from daemon.errors import ConfigError
-from daemon.keys import KafkaKeyCodec
-from daemon.schema_registry import access_failure, client_settings, new_client
+from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
+from daemon.formats.keys import KafkaKeyCodec
+from daemon.formats.registry import access_failure, client_settings, new_client
+from daemon.formats.subjects import key_subject, value_subject
+from daemon.pipeline.config import InputConfig, OutputConfig, PipelineFile
 from daemon.secrets import display_url, redact
-from daemon.subjects import key_subject, value_subject
 
 if TYPE_CHECKING:
     from fastavro.types import Schema

@@ -3,7 +3,7 @@
 - ``/healthz``: 200 while the process answers (a liveness probe: restart it when this fails).
 - ``/readyz``: 200 when every pipeline's query runs and has progressed recently, else 503
   with one line per query that is not ready and why (a readiness probe).
-- ``/metrics``: the Prometheus text format, from :class:`daemon.observability.Metrics`.
+- ``/metrics``: the Prometheus text format, from :class:`daemon.service.observability.Metrics`.
 
 A standard-library threaded server on a daemon thread: the endpoint must keep answering while
 the main thread supervises Spark, and must never keep the process alive on its own.

@@ -1,8 +1,8 @@
 """What the compiled Avro writer and reader share: a Python function written as text.
 
 Each walks a parsed schema and writes straight-line code for it (see
-:mod:`daemon.avro_writer` and :mod:`daemon.avro_reader`); this class holds the lines, the
-constants the code refers to by name, and turns them into a function.
+:mod:`daemon.formats.avro.writer` and :mod:`daemon.formats.avro.reader`); this class holds the
+lines, the constants the code refers to by name, and turns them into a function.
 """
 
 from __future__ import annotations

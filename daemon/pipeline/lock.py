@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import IO
 
-from daemon.config import PipelineFile
 from daemon.errors import EnrichdError
+from daemon.pipeline.config import PipelineFile
 
 LOCK_NAME = "enrichd.lock"
 

@@ -1,0 +1,1 @@
+"""Records and their bytes: Avro, keys, envelopes, registry subjects, codecs."""

@@ -1,0 +1,1 @@
+"""Avro through fastavro, and the compiled reader and writer beside it."""

@@ -1,0 +1,1 @@
+"""The pipeline file and its plan: config, validation, checkpoint, lock."""

@@ -1,0 +1,1 @@
+"""The service behind ``daemon run``: supervision, metrics, health, logs."""
