@@ -4,7 +4,7 @@ Issue #3's benchmark: no joiner, no state; every record is decoded and re-encode
 enrichd side is a stateless Spark query built from the engine's public pieces: the enrichd
 Kafka source (``SourceSpec``: ``assign()``, Arrow batches, each record's key field read to
 route it), ``mapInArrow`` with a function that decodes each value with the topic's
-``AvroCodec``, encodes it again with the output's, and emits rows of ``SINK_DDL`` (Kafka key
+``AvroCodec``, encodes it again with the output's, and emits rows of ``OutputRow`` (Kafka key
 kept, provenance headers added, the input's timestamp), and the enrichd exactly-once sink
 (one Kafka transaction per micro-batch and task). ``mapInArrow`` is narrow: no shuffle, one
 task per Kafka partition from source to sink.
@@ -192,24 +192,22 @@ def run_ceiling(
 def reencoder(
     reader: AvroCodec, writer: AvroCodec, source: str, output: str, dead_letters: str
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` step: packs of the ``source`` topic's records in, ``SINK_DDL`` rows out.
+    """The ``mapInArrow`` step: packs of the ``source`` topic's records in, ``OutputRow`` rows out.
 
     A record the source could not route (its ``error`` set) goes to ``dead_letters`` with its
     original bytes and the error's class, as the engine's dead letters do.
     """
 
     def reencode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
+        from daemon.engine.wire import CONTROL_INPUT, OUTPUT, unpack
         from daemon.engine.worker_gc import freeze_loaded
-        from daemon.kafka.records import CONTROL_INPUT, SINK_ARROW, SINK_COLUMNS, unpack
 
         freeze_loaded()  # as the joiner operator does in its worker
 
         packs = (unpack(blob) for batch in batches for blob in batch.column("records").to_pylist())
         for batch in packs:
             columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-            out: dict[str, list[Any]] = {name: [] for name in SINK_COLUMNS}
+            out: dict[str, list[Any]] = {name: [] for name in OUTPUT.columns}
             rows = zip(
                 columns["input"],
                 columns["partition"],
@@ -242,7 +240,7 @@ def reencoder(
                 out["source_partition"].append(partition)
                 out["source_offset"].append(offset)
                 out["error_message"].append(None)
-            yield pa.RecordBatch.from_pydict(out, schema=SINK_ARROW)
+            yield OUTPUT.batch(**out)
 
     return reencode
 
@@ -262,8 +260,8 @@ def run_enrichd(
     from pyspark import cloudpickle
 
     from daemon.engine.session import spark_session
+    from daemon.engine.wire import OUTPUT
     from daemon.kafka.admin import create_topics
-    from daemon.kafka.records import SINK_DDL
     from daemon.kafka.source import SourceInput, SourceSpec
     from daemon.kafka.task_output import OutputSpec
     from daemon.pipeline.config import SparkConfig
@@ -299,7 +297,7 @@ def run_enrichd(
             spark.readStream.format("enrichd-kafka")
             .option("spec", source.encode())
             .load()
-            .mapInArrow(reencoder(tweets, tweets, topic, output, dead_letters), SINK_DDL)
+            .mapInArrow(reencoder(tweets, tweets, topic, output, dead_letters), OUTPUT.ddl)
             .writeStream.format("enrichd-kafka-sink")
             .option("spec", sink.encode())
             .option("checkpointLocation", str(checkpoint))
@@ -397,7 +395,7 @@ def _notes(one: RawResult, two: RawResult, spark: EnrichdResult) -> list[str]:
         "(at-least-once, no transactions), timed from the first record consumed to the last "
         "output delivered; two processes read one partition each.",
         "- *enrichd*: the enrichd Kafka source, `mapInArrow` (decode + re-encode with "
-        "`daemon.formats.avro.codec.AvroCodec`, rows of `SINK_DDL`) and the enrichd exactly-once "
+        "`daemon.formats.avro.codec.AvroCodec`, rows of `OutputRow`) and the enrichd exactly-once "
         "sink (one transaction per micro-batch and task) on `local[2]`. The source also reads each "
         "record's key field (it routes every record by key for the joiners), stepping over "
         "the other fields without decoding them. *Sustained*: records after "

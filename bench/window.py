@@ -225,7 +225,7 @@ def run_spark_join(
             import fastavro
             import pyarrow as pa
 
-            from daemon.kafka.records import unpack
+            from daemon.engine.wire import unpack
 
             schema = fastavro.parse_schema(json.loads(schema_text))
             for pack in packs:

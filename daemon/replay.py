@@ -2,7 +2,7 @@
 
 The records of every input file are produced to fresh topics in timestamp order across all
 inputs (ties keep the order of the inputs as given, then file order), followed by one
-end-of-input marker per join key (:data:`daemon.kafka.records.CONTROL_INPUT`), which advances
+end-of-input marker per join key (:data:`daemon.engine.wire.CONTROL_INPUT`), which advances
 that key's event time past every window and horizon so that everything a joiner holds back
 comes out. The pipeline runs through the real engine until every record and marker is
 consumed; a joiner's second stage (:class:`daemon.joiners.base.Downstream`) then runs over
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.engine.wire import END_OF_INPUT_HEADERS, partition_name
 from daemon.errors import ConfigError, EnrichdError, ReplayInputError, failure_reason
 from daemon.formats.avro.codec import AvroCodec
 from daemon.formats.keys import KafkaKeyCodec
@@ -323,8 +324,6 @@ def _produce(
     A marker's Kafka key is the join key's text as UTF-8, whatever the input's key format
     (a composite key's JSON array): the source reads markers so (docs/semantics.md, Time).
     """
-    from daemon.kafka.records import CONTROL_HEADER, END_OF_INPUT
-
     pipe: PipelineConfig = plan.config
 
     producer = connect.producer(conf, {"linger.ms": 5, "partitioner": "murmur2_random"})
@@ -356,7 +355,7 @@ def _produce(
             value=None,
             key=key.encode("utf-8"),
             timestamp=marker_time,
-            headers=[(CONTROL_HEADER, END_OF_INPUT)],
+            headers=END_OF_INPUT_HEADERS,
             on_delivery=deliveries,
         )
         producer.poll(0)
@@ -389,7 +388,7 @@ def committed_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
     try:
         for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
             for records in read_partition(consumer, TopicPartition(topic, partition, 0)):
-                ends[f"{topic}/{partition}"] = (records[-1].offset() or 0) + 1
+                ends[partition_name(topic, partition)] = (records[-1].offset() or 0) + 1
     finally:
         consumer.close()
     return ends

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.engine.wire import DEAD_LETTER_ROUTE, unpack
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
-from daemon.kafka.records import DEAD_LETTER_ROUTE, bucket_of, unpack
+from daemon.kafka.records import bucket_of
 from daemon.kafka.source import SourceInput, SourceSpec
 from daemon.service.observability import parse_offsets
 from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, process_all, produce
@@ -138,8 +139,8 @@ def test_end_of_input_markers_become_control_rows_outside_the_cap(
 ) -> None:
     from confluent_kafka import Producer
 
+    from daemon.engine.wire import CONTROL_INPUT, END_OF_INPUT_HEADERS
     from daemon.joiners.base import END_OF_TIME
-    from daemon.kafka.records import CONTROL_HEADER, CONTROL_INPUT, END_OF_INPUT
 
     conf = client_conf(broker.bootstrap_servers)
     topic = fresh_topic("markers")
@@ -148,9 +149,7 @@ def test_end_of_input_markers_become_control_rows_outside_the_cap(
     produce(conf, topic, [In(codec.encode(user(i)), timestamp=5000 + i) for i in range(6)])
     producer = Producer(conf)
     for key in (b"1", b"2", b"3"):  # after every record, as replay sends them
-        producer.produce(
-            topic, value=None, key=key, timestamp=5005, headers=[(CONTROL_HEADER, END_OF_INPUT)]
-        )
+        producer.produce(topic, value=None, key=key, timestamp=5005, headers=END_OF_INPUT_HEADERS)
     assert producer.flush(30) == 0
     spec = SourceSpec(
         inputs=(SourceInput("one", topic, "id", None, codec, keyed_tombstones=False),),

@@ -375,8 +375,8 @@ def test_a_record_after_its_keys_end_of_input_is_flushed_at_once(
     then Z."""
     from confluent_kafka import Producer
 
+    from daemon.engine.wire import END_OF_INPUT_HEADERS
     from daemon.formats.avro.codec import AvroCodec, load_schema_file
-    from daemon.kafka.records import CONTROL_HEADER, END_OF_INPUT
     from daemon.testing import pipeline_file
     from tests.kafka_helpers import (
         In,
@@ -407,9 +407,7 @@ def test_a_record_after_its_keys_end_of_input_is_flushed_at_once(
     left, right = (AvroCodec(load_schema_file(schemas[role])) for role in ("left", "right"))
     produce(conf, topics["left"], [In(left.encode({"k": 1, "v": "N", "at": 1000}), b"1", 1000)])
     marker = Producer(conf)
-    marker.produce(
-        topics["left"], key=b"1", timestamp=1001, headers=[(CONTROL_HEADER, END_OF_INPUT)]
-    )
+    marker.produce(topics["left"], key=b"1", timestamp=1001, headers=END_OF_INPUT_HEADERS)
     assert marker.flush(30) == 0
     produce(conf, topics["right"], [In(right.encode({"k": 1, "v": "Z", "at": 1500}), b"1", 1002)])
 

@@ -2,7 +2,7 @@
 
 Records of a micro-batch arrive grouped by state bucket (a hash of the join key into the
 pipeline's ``state_buckets``), packed many to a row by the source
-(:data:`~daemon.kafka.records.SOURCE_DDL`), and within a bucket the processor takes them key
+(:class:`~daemon.engine.wire.SourceRow`), and within a bucket the processor takes them key
 by key: it decodes a key's records, puts them in apply order, loads the key's state (one
 Python object), lets the joiner process them, keeps the new state, and writes what the joiner
 yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters with
@@ -18,7 +18,7 @@ operator at the end of the task, just before Spark commits the task's state; a r
 batch whose transaction landed recomputes the state and writes nothing. What reaches the
 sink is one row of counts per call, for the metrics.
 
-Why packs: see :data:`~daemon.kafka.records.SOURCE_DDL`. The processor reads a pack's records
+Why packs: see :class:`~daemon.engine.wire.SourceRow`. The processor reads a pack's records
 a column at a time, as named tuples. Why the Row-based ``transformWithState`` and not
 ``transformWithStateInPandas``: PySpark's Row flavour converts each cell one Arrow scalar at a
 time, which was too slow when each record was a row, but a call now gets a few packs; the
@@ -41,7 +41,7 @@ and the processing time of its last record. When the joiner wants a wake-up
 due, and keeps one processing-time timer at or before its earliest due key. When it fires,
 each due key's :meth:`Joiner.advance` gets the latest event time plus the processing time
 that passed (or, past its TTL, the key is dropped); an end-of-input marker row (see
-:data:`daemon.kafka.records.CONTROL_INPUT`) advances the key to :data:`END_OF_TIME`, after
+:data:`daemon.engine.wire.CONTROL_INPUT`) advances the key to :data:`END_OF_TIME`, after
 the records of its micro-batch, and for good: a record that reaches the key in a later
 micro-batch is applied and flushed at once.
 """
@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -74,6 +74,16 @@ from daemon.engine.state_format import (
     decode_portable,
     encode_bucket,
 )
+from daemon.engine.wire import (
+    CONTROL_INPUT,
+    DEAD_LETTER_ROUTE,
+    INPUT,
+    CallCounts,
+    InputRow,
+    OutputRow,
+    counts_row,
+    unpack,
+)
 from daemon.engine.worker_gc import freeze_loaded
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec
@@ -89,10 +99,8 @@ from daemon.joiners.base import (
     apply_order,
     input_record,
 )
-from daemon.kafka.records import CONTROL_INPUT, DEAD_LETTER_ROUTE, unpack
 from daemon.kafka.task_output import OutputSpec, TaskOutput
 from daemon.service.latency import compact
-from daemon.service.metrics_relay import COUNTS_TOPIC
 
 AFTER_END_OF_INPUT = "after_end_of_input"
 """The event counted (``enrichd_joiner_events``) for each record that reaches its key after
@@ -103,38 +111,9 @@ BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
 to parse it in every task)."""
 
 
-class Row(NamedTuple):
-    """An input record: the fields of :data:`daemon.kafka.records.RECORD_ARROW`."""
-
-    input: int
-    """The input's position in :attr:`OperatorPlan.inputs`, or :data:`CONTROL_INPUT`."""
-    key: str
-    event_time: int
-    partition: int
-    offset: int
-    timestamp: int
-    kafka_key: bytes | None
-    value: bytes | None
-    error: str | None
-
-
-class Output(NamedTuple):
-    """An output row, the fields of :data:`daemon.kafka.records.SINK_DDL` in order."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    timestamp: int | None
-    source_topic: str | None = None
-    source_partition: int | None = None
-    source_offset: int | None = None
-    error_class: str | None = None
-    error_message: str | None = None
-
-
 Send = Callable[[tuple[Any, ...]], None]
-"""Takes one output row: an :class:`Output`, or a plain tuple of its fields in order (the
-hot path builds those: a named tuple's constructor is a Python call)."""
+"""Takes one output row: an :class:`~daemon.engine.wire.OutputRow`, or a plain tuple of its
+columns in order (the hot path builds those: a named tuple's constructor is a Python call)."""
 
 
 @dataclass(frozen=True)
@@ -214,7 +193,7 @@ class JoinerProcessor(StatefulProcessor):
         yield from self._counts()
 
     def _input_rows(self, packs: Iterator[SparkRow], timer_values: Any, send: Send) -> None:
-        by_key: dict[str, list[Row]] = {}
+        by_key: dict[str, list[InputRow]] = {}
         for row in _rows_of(packs, self._newest):
             if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
@@ -230,7 +209,7 @@ class JoinerProcessor(StatefulProcessor):
         self._store_bucket(bucket, log, stored)
 
     def _apply(
-        self, bucket: Bucket, log: StashLog, group: str, rows: list[Row], now: int, send: Send
+        self, bucket: Bucket, log: StashLog, group: str, rows: list[InputRow], now: int, send: Send
     ) -> None:
         """Apply one key's rows: decode, order, run the joiner, keep its new state."""
         records: list[InputRecord] = []
@@ -361,13 +340,13 @@ class JoinerProcessor(StatefulProcessor):
         """
         output = self.output
         metrics = self.plan.joiner.context.metrics
-        counts: dict[str, Any] = {"joiner": dict(metrics)}
+        counts: CallCounts = {"joiner": dict(metrics)}
         metrics.clear()
         stamps, newest = self._stamps, self._newest
         self._stamps, self._newest = {}, {}
         if output is None or output.skipped:
             return
-        counts.update(records=output.records, dead_letters=output.dead_letters)
+        counts["records"], counts["dead_letters"] = output.records, output.dead_letters
         output.records, output.dead_letters = {}, {}
         if stamps:
             counts["stamps"] = {topic: compact(times) for topic, times in stamps.items()}
@@ -375,8 +354,7 @@ class JoinerProcessor(StatefulProcessor):
             inputs = self.plan.inputs
             counts["event_time"] = {inputs[index][0]: ms for index, ms in newest.items()}
         if any(counts.values()):
-            row = Output(COUNTS_TOPIC, None, json.dumps(counts).encode("utf-8"), None)
-            yield SparkRow(**row._asdict())
+            yield SparkRow(**counts_row(counts)._asdict())
 
     def _load_bucket(self) -> tuple[Bucket, StashLog, bytes | None]:
         """The bucket, its stash log for this call, and its stored bytes (None: none yet)."""
@@ -509,7 +487,7 @@ class JoinerProcessor(StatefulProcessor):
         return state
 
     def _output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
-        """The row of an emitted record: :class:`Output`'s fields, as a plain tuple (see Send)."""
+        """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send)."""
         topic, codec = self.plan.output_topic, self.plan.output_codec
         if emit.output is not None:
             topic, codec = (self.plan.outputs or {})[emit.output]
@@ -560,7 +538,7 @@ class JoinerProcessor(StatefulProcessor):
             return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
         return self._output(Emit(key, emit.value, emit.source, emit.output), raw)
 
-    def _rejected(self, letter: DeadLetter, raw: _Originals) -> Output:
+    def _rejected(self, letter: DeadLetter, raw: _Originals) -> OutputRow:
         """A dead letter for a record of this batch (its original bytes) or one from state."""
         row = raw.get(_origin(letter.record))
         if row is not None:
@@ -572,7 +550,7 @@ class JoinerProcessor(StatefulProcessor):
             )
         except Exception:  # e.g. a registry codec that only reads: keep the fields as JSON
             value = json.dumps(record.value, default=str).encode("utf-8")
-        return Output(
+        return OutputRow(
             self.plan.dead_letter_topic,
             record.kafka_key,
             value,
@@ -582,9 +560,9 @@ class JoinerProcessor(StatefulProcessor):
             letter.reason,
         )
 
-    def _dead_letter(self, row: Row, kind: str, reason: str) -> Output:
+    def _dead_letter(self, row: InputRow, kind: str, reason: str) -> OutputRow:
         """A dead letter of an input row of this batch: its original bytes, and why."""
-        return Output(
+        return OutputRow(
             self.plan.dead_letter_topic,
             row.kafka_key,
             row.value,
@@ -613,12 +591,12 @@ class _Originals:
     than the rest of a record's bookkeeping.
     """
 
-    def __init__(self, rows: list[Row], inputs: tuple[tuple[str, str], ...]) -> None:
+    def __init__(self, rows: list[InputRow], inputs: tuple[tuple[str, str], ...]) -> None:
         self._rows = rows
         self._inputs = inputs
-        self._index: dict[tuple[str, int, int], Row] | None = None
+        self._index: dict[tuple[str, int, int], InputRow] | None = None
 
-    def get(self, origin: tuple[str, int, int]) -> Row | None:
+    def get(self, origin: tuple[str, int, int]) -> InputRow | None:
         """The row a record of this call came from; None for a record from state."""
         if self._index is None:
             self._index = {
@@ -628,7 +606,7 @@ class _Originals:
             }
         return self._index.get(origin)
 
-    def __getitem__(self, origin: tuple[str, int, int]) -> Row:
+    def __getitem__(self, origin: tuple[str, int, int]) -> InputRow:
         row = self.get(origin)
         if row is None:
             raise KeyError(origin)
@@ -652,8 +630,8 @@ def _unwrapped(decode: Callable[[bytes], Any], data: bytes) -> dict[str, Any] | 
     return unwrap(decode(data))
 
 
-def _rows_of(packs: Iterator[SparkRow], newest: dict[int, int]) -> Iterator[Row]:
-    """The records of the call's packs (:func:`~daemon.kafka.records.unpack`), by columns.
+def _rows_of(packs: Iterator[SparkRow], newest: dict[int, int]) -> Iterator[InputRow]:
+    """The records of the call's packs (:func:`~daemon.engine.wire.unpack`), by columns.
 
     Notes in ``newest`` each input's newest event time, a pack at a time (a pack's records
     come from one Kafka partition), leaving out end-of-input markers and unroutable records.
@@ -661,8 +639,7 @@ def _rows_of(packs: Iterator[SparkRow], newest: dict[int, int]) -> Iterator[Row]
     for pack in packs:
         records = unpack(pack.records)
         _note_newest(records, newest)
-        columns = [records.column(name).to_pylist() for name in Row._fields]
-        yield from map(_MAKE_ROW, zip(*columns, strict=True))
+        yield from INPUT.rows(records)
 
 
 def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
@@ -674,10 +651,6 @@ def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
         latest = pc.max(times).as_py()
         if latest > newest.get(index, latest - 1):
             newest[index] = latest
-
-
-_MAKE_ROW = partial(tuple.__new__, Row)
-"""``Row._make`` without its Python frame: zip's tuples always have every field."""
 
 
 _EVENT_TIME_OF = attrgetter("event_time")

@@ -6,6 +6,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from daemon.engine.wire import partition_name
+
 
 class Deliveries:
     """A producer's ``on_delivery`` callback that keeps each partition's end and the failures.
@@ -23,7 +25,7 @@ class Deliveries:
         if err is not None:
             self.failures.append(str(err))
             return
-        name = f"{msg.topic()}/{msg.partition()}"
+        name = partition_name(msg.topic(), msg.partition())
         self.ends[name] = max(self.ends.get(name, 0), (msg.offset() or 0) + 1)
 
 

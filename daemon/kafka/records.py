@@ -1,4 +1,9 @@
-"""The row shapes that flow between the Kafka source, the joiner operator and the Kafka sink."""
+"""Where an input record goes: its join key, its event time, and its key's state bucket.
+
+The source routes every record so (:mod:`daemon.kafka.source`), and ``daemon replay`` and
+the state commands route keys the same way; the rows it packs them into are
+:mod:`daemon.engine.wire`'s.
+"""
 
 from __future__ import annotations
 
@@ -8,117 +13,10 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, NamedTuple
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from daemon.constants import DEFAULT_STATE_BUCKETS
-
-_SPARK_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
-
-
-def _ddl_of(schema: pa.Schema) -> str:
-    """A row shape in Spark's DDL, from its Arrow schema: each shape is stated once."""
-    return ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in schema)
-
-
-RECORD_ARROW = pa.schema(
-    [
-        ("input", pa.int32()),
-        ("key", pa.string()),
-        ("event_time", pa.int64()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.int64()),
-        ("kafka_key", pa.binary()),
-        ("value", pa.binary()),
-        ("error", pa.string()),
-    ]
-)
-"""One input record, as the source packs it: ``input`` is the position of its input (role
-and topic) in the source's spec, or :data:`CONTROL_INPUT`; ``key`` is its join key (or
-:data:`DEAD_LETTER_ROUTE` when ``error`` says why the record cannot be joined); ``value``
-keeps the original bytes."""
-
-SOURCE_ARROW = pa.schema([("bucket", pa.int32()), ("records", pa.binary())])
-
-SOURCE_DDL = _ddl_of(SOURCE_ARROW)
-"""A source row: a pack of input records (:data:`RECORD_ARROW`, Arrow IPC) of one state
-bucket (:func:`bucket_of`), by which the operator groups, all from one Kafka partition.
-
-Why packs and not a row per record: PySpark hands a stateful operator its rows converted one
-at a time (as pandas frames, made row by row with ``itertuples``, then a frame per group; or
-as Rows, a cell at a time), and Spark moves each row through its shuffle; per record that cost
-more than the joining. A pack is one row in Spark, and the operator reads its records a
-column at a time (:func:`unpack`). Spark's ``numInputRows`` therefore counts packs: the
-records a batch read are its offset ranges' sizes
-(:func:`daemon.service.observability.records_read`)."""
-
-
-def pack(records: pa.RecordBatch, buckets: list[int]) -> pa.RecordBatch:
-    """Rows of :data:`SOURCE_ARROW`: the records packed by bucket (``buckets[i]`` is record i's).
-
-    Each bucket's records keep their order in ``records``.
-    """
-    if not buckets:
-        return pa.RecordBatch.from_pylist([], schema=SOURCE_ARROW)
-    labels = pa.array(buckets, pa.int32())
-    order = pc.sort_indices(labels)  # a stable sort: each bucket keeps its records' order
-    by_bucket = records.take(order)
-    sorted_labels = labels.take(order).to_numpy()
-    starts = [0, *(np.flatnonzero(np.diff(sorted_labels)) + 1).tolist()]
-    bounds = zip(starts, [*starts[1:], len(sorted_labels)], strict=True)
-    packs = [by_bucket.slice(start, end - start).serialize().to_pybytes() for start, end in bounds]
-    return pa.RecordBatch.from_arrays(
-        [pa.array(sorted_labels[starts], pa.int32()), pa.array(packs, pa.binary())],
-        schema=SOURCE_ARROW,
-    )
-
-
-def unpack(blob: bytes) -> pa.RecordBatch:
-    """The records of one pack (see :func:`pack`)."""
-    return pa.ipc.read_record_batch(pa.py_buffer(blob), RECORD_ARROW)
-
-
-SINK_ARROW = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("timestamp", pa.int64()),
-        ("source_topic", pa.string()),
-        ("source_partition", pa.int32()),
-        ("source_offset", pa.int64()),
-        ("error_class", pa.string()),
-        ("error_message", pa.string()),
-    ]
-)
-
-SINK_DDL = _ddl_of(SINK_ARROW)
-"""One output record: its topic (output or dead letters), key, value (null: tombstone), and
-Kafka timestamp: that of the input record that caused it, as Kafka Streams does, so
-downstream consumers see event order, not enrichd's write time (null: write time). The
-other columns become headers when written (:func:`daemon.kafka.task_output.headers_of`): the
-input record it came from (``enrichd.source.*``; null when none) and, for a dead letter, why
-(``enrichd.error.*``). They travel as flat columns, not a list of header structs, because
-converting nested values between Arrow and Python costs several times more per record."""
-
-SINK_COLUMNS = tuple(SINK_ARROW.names)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
-
-DEAD_LETTER_ROUTE = "\x00dead-letter"
-CONTROL_INPUT = -1
-"""The ``input`` of an end-of-input marker row: the key's event time jumps to the end of time.
-
-A producer marks the end of a key's input with a record whose header ``enrichd.control`` is
-``end-of-input`` and whose Kafka key is the join key (``daemon replay`` sends one per key
-once its inputs are written); it carries no value and is never joined itself."""
-
-CONTROL_HEADER = "enrichd.control"
-END_OF_INPUT = b"end-of-input"
-"""The group key of records that failed before joining; no real join key is a lone NUL."""
 
 
 def bucket_of(key: str, buckets: int = DEFAULT_STATE_BUCKETS) -> int:

@@ -1,20 +1,19 @@
 """A Spark streaming sink that writes rows to Kafka exactly once, and reports each batch's counts.
 
 A pipeline's joiner operator writes its records to Kafka itself
-(:class:`daemon.kafka.task_output.TaskOutput`); what reaches this sink from it is one row per
-operator call addressed to :data:`COUNTS_TOPIC`: what the call wrote and what the joiner
-counted. The sink adds them up per task, and once every task of the micro-batch succeeded,
-``commit()`` relays the totals to the daemon's metrics. The counts rows also carry the
-source timestamps of the records written, which the sink's task turns into the end-to-end
-latency histogram once it has read them all, which is just after the operator's task
-committed (:mod:`daemon.service.latency`), and the newest event time of each input. Other rows (the
-pass-through benchmark's) are written by the sink's own :class:`TaskOutput`, in the same
-exactly-once way.
+(:class:`daemon.kafka.task_output.TaskOutput`); what reaches this sink from it is one counts
+row per operator call (:data:`daemon.engine.wire.COUNTS_TOPIC`): what the call wrote and
+what the joiner counted. The sink adds them up per task, and once every task of the
+micro-batch succeeded, ``commit()`` relays the totals to the daemon's metrics. The counts
+rows also carry the source timestamps of the records written, which the sink's task turns
+into the end-to-end latency histogram once it has read them all, which is just after the
+operator's task committed (:mod:`daemon.service.latency`), and the newest event time of each
+input. Other rows (the pass-through benchmark's) are written by the sink's own
+:class:`TaskOutput`, in the same exactly-once way.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,11 +27,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from daemon.engine.wire import COUNTS_TOPIC, OUTPUT, counts_of
 from daemon.engine.worker_gc import freeze_loaded
-from daemon.kafka.records import SINK_COLUMNS
 from daemon.kafka.task_output import OutputSpec, TaskOutput
 from daemon.service import latency
-from daemon.service.metrics_relay import COUNTS_TOPIC, send_batch_counts
+from daemon.service.metrics_relay import send_batch_counts
+
+_TOPIC = OUTPUT.position("topic")
+_VALUE = OUTPUT.position("value")
 
 
 @dataclass
@@ -119,28 +121,27 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written:
     """Send every row to ``output`` and commit it, unless no row is a record.
 
-    A row addressed to :data:`COUNTS_TOPIC` is not a record: it carries counts (JSON) of
-    what the joiner operator wrote, and is added to the task's totals instead of sent. A
-    task that has only such rows opens no transaction: the operator committed its own.
+    A row addressed to :data:`~daemon.engine.wire.COUNTS_TOPIC` is not a record: it carries
+    the counts (:class:`~daemon.engine.wire.CallCounts`) of what the joiner operator wrote,
+    and is added to the task's totals instead of sent. A task that has only such rows opens
+    no transaction: the operator committed its own.
     """
     counts: dict[str, dict[str, int]] = {"records": {}, "dead_letters": {}, "joiner": {}}
     stamps: dict[str, dict[int, int]] = {}
     event_time: dict[str, int] = {}
     for batch in batches:
-        # A whole column at a time: converting row by row costs several times more.
-        columns = (batch.column(name).to_pylist() for name in SINK_COLUMNS)
-        for row in zip(*columns, strict=True):
-            if row[0] == COUNTS_TOPIC:
-                for name, added in json.loads(row[2]).items():
-                    if name == "stamps":
-                        for topic, pairs in added.items():
-                            latency.merge(stamps.setdefault(topic, {}), pairs)
-                    elif name == "event_time":
-                        _newest(event_time, added)
-                    else:
-                        _add(counts[name], added)
-            else:
+        # Plain tuples, handed on as they are: most rows of the pass-through benchmark's.
+        for row in OUTPUT.tuples(batch):
+            if row[_TOPIC] != COUNTS_TOPIC:
                 output.send_row(row)
+                continue
+            added = counts_of(row[_VALUE])
+            for topic, pairs in added.get("stamps", {}).items():
+                latency.merge(stamps.setdefault(topic, {}), pairs)
+            _newest(event_time, added.get("event_time", {}))
+            _add(counts["records"], added.get("records", {}))
+            _add(counts["dead_letters"], added.get("dead_letters", {}))
+            _add(counts["joiner"], added.get("joiner", {}))
     # Every row is read: the operator's task has committed what these stamps are of.
     now_ms = time.time_ns() // 1_000_000
     tallies = {topic: latency.tally(found, now_ms) for topic, found in stamps.items()}

@@ -36,6 +36,20 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from daemon.constants import DEFAULT_STATE_BUCKETS, END_OF_TIME
+from daemon.engine.wire import (
+    BOOTSTRAP,
+    CLOCK,
+    CONTROL_INPUT,
+    DEAD_LETTER_ROUTE,
+    INPUT,
+    SOURCE,
+    Offsets,
+    is_end_of_input,
+    is_partition_name,
+    pack,
+    partition_name,
+    split_partition_name,
+)
 from daemon.engine.worker_gc import freeze_loaded
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec
@@ -44,19 +58,7 @@ from daemon.formats.keys import KafkaKeyCodec, key_parts
 from daemon.formats.routing import Router
 from daemon.kafka import connect
 from daemon.kafka.clients import read_partition
-from daemon.kafka.records import (
-    CONTROL_HEADER,
-    CONTROL_INPUT,
-    DEAD_LETTER_ROUTE,
-    END_OF_INPUT,
-    RECORD_ARROW,
-    SOURCE_DDL,
-    Routing,
-    buckets_of,
-    pack,
-    route,
-    route_fields,
-)
+from daemon.kafka.records import Routing, buckets_of, route, route_fields
 
 _ARROW_CHUNK = 10_000
 _MARKER_LOOKAHEAD = 1_000
@@ -239,39 +241,6 @@ class Heads:
         )
 
 
-CLOCK = "clock"
-"""The offsets' entry that counts ``wake_ms`` periods of wall-clock time; no ``/``, so no
-partition's. Spark runs a micro-batch when a source's offset changes, and fires timers only
-in micro-batches: a clock that moves makes a batch every ``wake_ms`` while no record comes in,
-and the query keeps the default trigger, so a record that does come in starts its batch at
-once. Spark's other way, a batch per processing-time trigger with no-data batches on, makes
-every record wait up to that interval for its batch."""
-
-
-BOOTSTRAP = "bootstrap"
-"""The offsets' entry of a query that bootstraps: ``{"topic/partition": end}``, the end each
-partition of a bootstrapped input (:attr:`SourceInput.bootstrap`) had when the query started
-without a checkpoint. While any of them is short of its end, a plan admits records of those
-partitions only, up to those ends, and carries the entry on; the plan that reaches them all
-leaves it out, and the next admits every input again. Living in the offsets, which Spark keeps
-in the checkpoint, the entry survives a restart in the middle of a bootstrap, and a restart
-after one (or of a query that never bootstrapped) does not bootstrap again. No ``/``, so no
-partition's."""
-
-Offsets = dict[str, Any]
-"""A plan's offsets as Spark stores them: ``"topic/partition"`` -> offset, and the
-:data:`CLOCK` and :data:`BOOTSTRAP` entries."""
-
-
-def _name(topic: str, partition: int) -> str:
-    return f"{topic}/{partition}"
-
-
-def _split(name: str) -> tuple[str, int]:
-    topic, _, partition = name.rpartition("/")
-    return topic, int(partition)
-
-
 class KafkaSource(DataSource):
     """``spark.readStream.format("enrichd-kafka").option("spec", SourceSpec(...).encode())``."""
 
@@ -281,8 +250,8 @@ class KafkaSource(DataSource):
         return "enrichd-kafka"
 
     def schema(self) -> str:
-        """The fixed row shape of :data:`daemon.kafka.records.SOURCE_DDL`."""
-        return SOURCE_DDL
+        """The fixed row shape: packs (:data:`daemon.engine.wire.SOURCE`)."""
+        return SOURCE.ddl
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The driver-side planner and executor-side reader."""
@@ -350,7 +319,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         start = self.spec.start or {}
         for topic, partition in self._partitions():
             low, _ = self._probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            name = _name(topic, partition)
+            name = partition_name(topic, partition)
             offsets[name] = max(low, start.get(name, 0), 0)
         targets = self._bootstrap_ends(offsets)
         if targets:
@@ -366,7 +335,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         return {
             name: end
             for name, end in sorted(ends.items())
-            if _split(name)[0] in topics and end > start.get(name, 0)
+            if split_partition_name(name)[0] in topics and end > start.get(name, 0)
         }
 
     def _log_ends(self, start: Offsets) -> dict[str, int]:
@@ -375,13 +344,13 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         partitions = self._partitions()
         fresh = [
-            TopicPartition(t, p, start.get(_name(t, p), 0))
+            TopicPartition(t, p, start.get(partition_name(t, p), 0))
             for t, p in partitions
-            if _name(t, p) not in self._probe_assigned
+            if partition_name(t, p) not in self._probe_assigned
         ]
         if fresh:
             self._probe.incremental_assign(fresh)
-            self._probe_assigned.update(_name(tp.topic, tp.partition) for tp in fresh)
+            self._probe_assigned.update(partition_name(tp.topic, tp.partition) for tp in fresh)
         ends: dict[str, int] = {}
         deadline = time.monotonic() + 2.0
         wait_s = _PROBE_WAIT_S if self._probe_may_have_paused() else 0.0
@@ -393,7 +362,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 tp = TopicPartition(topic, partition)
                 _, high = self._probe.get_watermark_offsets(tp, cached=True)
                 if high >= 0:
-                    ends[_name(topic, partition)] = high
+                    ends[partition_name(topic, partition)] = high
                 else:
                     missing.append(tp)
             if not missing:
@@ -402,12 +371,12 @@ class KafkaStreamReader(DataSourceStreamReader):
             if time.monotonic() > deadline:
                 for tp in missing:  # no Fetch answered yet: fall back to ListOffsets
                     _, high = self._probe.get_watermark_offsets(tp, timeout=10)
-                    ends[_name(tp.topic, tp.partition)] = high
+                    ends[partition_name(tp.topic, tp.partition)] = high
                 break
         behind = [
-            TopicPartition(*_split(name), end)
+            TopicPartition(*split_partition_name(name), end)
             for name, end in ends.items()
-            if self._probe.position([TopicPartition(*_split(name))])[0].offset < end
+            if self._probe.position([TopicPartition(*split_partition_name(name))])[0].offset < end
         ]
         for tp in behind:  # the probe only needs watermarks, not the data in between
             try:
@@ -517,7 +486,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         for i, spec in enumerate(self.spec.inputs):
             ranks.setdefault(spec.topic, i)
         heads = self._heads_for(start, planned, budget)
-        admitted = admit_earliest(heads, {name: ranks[_split(name)[0]] for name in heads}, budget)
+        admitted = admit_earliest(
+            heads, {name: ranks[split_partition_name(name)[0]] for name in heads}, budget
+        )
         return {name: admitted.get(name, int(start.get(name, 0))) for name in planned}
 
     def _heads_for(self, start: Offsets, planned: dict[str, int], budget: int) -> dict[str, Heads]:
@@ -551,12 +522,14 @@ class KafkaStreamReader(DataSourceStreamReader):
         if cached.end < stop:
             if self._reader is None:
                 self._reader = connect.consumer(self._consumer_conf(), _RANGE_FETCH)
-            tp = TopicPartition(*_split(name), cached.end)
+            tp = TopicPartition(*split_partition_name(name), cached.end)
             read = [m for records in read_partition(self._reader, tp, stop) for m in records]
             # Only a complete read joins the cache: a failed one is read again next time.
             cached.timestamps.extend([m.timestamp()[1] for m in read])
             cached.offsets.extend([m.offset() or 0 for m in read])
-            cached.markers.extend([m.value() is None and _is_end_of_input(m) for m in read])
+            cached.markers.extend(
+                [m.value() is None and is_end_of_input(m.headers()) for m in read]
+            )
             cached.end = stop
         return cached.before(stop)
 
@@ -568,11 +541,11 @@ class KafkaStreamReader(DataSourceStreamReader):
         """The ranges with records, dealt out to at most ``read_tasks`` Spark partitions."""
         ranges = []
         for name, stop in sorted(end.items()):
-            if name in (CLOCK, BOOTSTRAP):
+            if not is_partition_name(name):
                 continue
             first = start.get(name, 0)
             if stop > first:
-                topic, partition = _split(name)
+                topic, partition = split_partition_name(name)
                 ranges.append(KafkaRange(topic, partition, first, stop))
         return [KafkaPartition(tuple(task)) for task in deal(ranges, self.spec.read_tasks)]
 
@@ -662,7 +635,8 @@ def admit_earliest(heads: dict[str, Heads], ranks: dict[str, int], budget: int) 
         The admitted end offset of each partition that admits any record.
     """
     names = sorted(
-        (name for name in heads if heads[name].offsets), key=lambda n: (ranks[n], _split(n))
+        (name for name in heads if heads[name].offsets),
+        key=lambda n: (ranks[n], split_partition_name(n)),
     )
     if not names:
         return {}
@@ -712,25 +686,22 @@ def _arrow_batch(
         for value, kafka_key, timestamp in zip(values, kafka_keys, timestamps, strict=True)
     ]
     for i in [i for i, value in enumerate(values) if value is None and kafka_keys[i]]:
-        if _is_end_of_input(messages[i]):
+        if is_end_of_input(messages[i].headers()):
             inputs[i] = CONTROL_INPUT
             routings[i] = Routing(kafka_keys[i].decode("utf-8", "replace"), END_OF_TIME, None)
     keys = [
         DEAD_LETTER_ROUTE if error is not None or key is None else key for key, _, error in routings
     ]
-    records = pa.RecordBatch.from_arrays(
-        [
-            pa.array(inputs, pa.int32()),
-            pa.array(keys, pa.string()),
-            pa.array([event_time for _, event_time, _ in routings], pa.int64()),
-            pa.repeat(pa.scalar(partition, pa.int32()), count),
-            pa.array([m.offset() for m in messages], pa.int64()),
-            pa.array(timestamps, pa.int64()),
-            pa.array(kafka_keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array([error for _, _, error in routings], pa.string()),
-        ],
-        schema=RECORD_ARROW,
+    records = INPUT.batch(
+        input=inputs,
+        key=keys,
+        event_time=[event_time for _, event_time, _ in routings],
+        partition=pa.repeat(pa.scalar(partition, pa.int32()), count),
+        offset=[m.offset() for m in messages],
+        timestamp=timestamps,
+        kafka_key=kafka_keys,
+        value=values,
+        error=[error for _, _, error in routings],
     )
     return pack(records, buckets_of(keys, buckets))
 
@@ -791,10 +762,3 @@ def _route_by_decode(
     except Exception as exc:
         return Routing(None, timestamp, f"UndecodableRecord: {type(exc).__name__}: {exc}")
     return spec.route_decoded(record, kafka_key, timestamp)
-
-
-def _is_end_of_input(message: Any) -> bool:
-    """Whether a tombstone is an end-of-input marker (see :data:`CONTROL_INPUT`)."""
-    return any(
-        name == CONTROL_HEADER and raw == END_OF_INPUT for name, raw in message.headers() or ()
-    )

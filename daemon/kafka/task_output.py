@@ -49,6 +49,7 @@ import pickle  # noqa: S403 - only our own driver-made spec travels through it
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from daemon.engine.wire import OUTPUT, OutputRow
 from daemon.kafka import connect
 from daemon.kafka.clients import Deliveries, produce
 from daemon.kafka.turns import ending_transaction
@@ -68,6 +69,8 @@ _SPARES: dict[str, Any] = {}
 next time it must take the id over (see :meth:`TaskOutput._new_producer`)."""
 _MARKER_READERS: dict[str, Any] = {}  # consumers that read a task's batch marker
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
+_TOPIC = OUTPUT.position("topic")
+_ERROR_CLASS = OUTPUT.position("error_class")
 HELD_RECORDS = 100_000
 """Records a task holds back before it starts producing them (see the module docstring)."""
 _DELIVERY_REPORTS = {"delivery.report.only.error": True}
@@ -156,9 +159,9 @@ class TaskOutput:
         error_class: str | None = None,
         error_message: str | None = None,
     ) -> None:
-        """Write one record: the columns of :data:`daemon.kafka.records.SINK_DDL`, in order."""
+        """Write one record: the columns of :class:`~daemon.engine.wire.OutputRow`."""
         self.send_row(
-            (
+            OutputRow(
                 topic,
                 key,
                 value,
@@ -172,9 +175,10 @@ class TaskOutput:
         )
 
     def send_row(self, row: tuple[Any, ...]) -> None:
-        """:meth:`send` of a row of all nine columns, kept as it is.
+        """:meth:`send` of a whole row, kept as it is.
 
-        It is held back until the commit, or until :data:`HELD_RECORDS` are held: see the
+        The row is an :class:`~daemon.engine.wire.OutputRow`, or a plain tuple of its columns
+        in order. It is held back until the commit, or until :data:`HELD_RECORDS` are held: see the
         module docstring.
         """
         if not self._opened:
@@ -187,10 +191,11 @@ class TaskOutput:
             self._held.append(row)
             if len(self._held) >= HELD_RECORDS:
                 self._release()
-        topic = row[0]
+        topic = row[_TOPIC]
         self.records[topic] = self.records.get(topic, 0) + 1
-        if row[7] is not None:
-            self.dead_letters[row[7]] = self.dead_letters.get(row[7], 0) + 1
+        kind = row[_ERROR_CLASS]
+        if kind is not None:
+            self.dead_letters[kind] = self.dead_letters.get(kind, 0) + 1
 
     def _release(self) -> None:
         """Send the records held back, and from now on each as it comes."""
@@ -204,6 +209,8 @@ class TaskOutput:
         The first try calls the client directly: this runs once per output record, and a
         call through :func:`produce` cost a Python frame each time.
         """
+        # A whole row in OutputRow's column order, unpacked in one step (cheaper than nine
+        # lookups by position, per record).
         topic, key, value, timestamp, source_topic, partition, offset, error, message = row
         headers = headers_of(source_topic, partition, offset, error, message)
         stamp = timestamp or 0  # librdkafka reads 0 as "now": a missing one is the write time

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from daemon.engine.wire import OUTPUT, SOURCE
 from daemon.errors import ConfigError, KafkaUnavailableError
 from daemon.formats.avro.codec import AvroCodec, record_fields
 from daemon.formats.keys import KafkaKeyCodec
@@ -13,7 +14,6 @@ from daemon.formats.serdes import key_codec_for
 from daemon.joiners.base import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
-from daemon.kafka.records import SINK_DDL
 from daemon.kafka.source import SourceInput, SourceSpec
 from daemon.kafka.task_output import OutputSpec
 from daemon.pipeline.config import PipelineConfig, PipelineFile
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 WAKEUP_MS = 1000
 """How often a query whose joiner wakes quiet keys looks for due timers while no record comes
-in, when the pipeline sets no trigger (see :data:`daemon.kafka.source.CLOCK`)."""
+in, when the pipeline sets no trigger (see :data:`daemon.engine.wire.CLOCK`)."""
 
 
 @dataclass(frozen=True)
@@ -259,9 +259,9 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         inputs = tuple(replace(spec, bootstrap=False) for spec in source.inputs)
         source = replace(source, inputs=inputs)
     stream: Any = spark.readStream.format("enrichd-kafka").option("spec", source.encode()).load()
-    joined = stream.groupBy("bucket").transformWithState(
+    joined = stream.groupBy(SOURCE.column("bucket")).transformWithState(
         statefulProcessor=JoinerProcessor(plan.operator, plan.output),
-        outputStructType=SINK_DDL,
+        outputStructType=OUTPUT.ddl,
         outputMode="Append",
         timeMode=time_mode,
         initialState=seed.initial_state(spark) if seed is not None and seed.has_state else None,

@@ -1,15 +1,15 @@
 """End-to-end latency: from a source record's Kafka timestamp to the commit of what it caused.
 
 How it is measured: the joiner operator notes, per output topic, the source timestamp of
-every record it writes, and passes them with its counts (:data:`~daemon.service.metrics_relay.
-COUNTS_TOPIC` rows) to the query's sink, as :func:`compact` pairs. The sink's task sees the
-end of those rows only once the operator's task has committed its Kafka transaction (Spark
-closes the operator, which commits, before it ends the operator's output), so the moment the
-sink's task has read them all is just after the commit, by tens of milliseconds; there
-:func:`tally` turns the timestamps into the histogram's bucket counts, which reach the
-daemon's ``enrichd_end_to_end_latency_seconds`` with the batch's other counts. So the figure
-errs long, never short. Output that no source record caused (a window closed by a wake-up)
-has no timestamp and is not counted.
+every record it writes, and passes them with its counts (counts rows,
+:data:`daemon.engine.wire.COUNTS_TOPIC`) to the query's sink, as :func:`compact` pairs. The
+sink's task sees the end of those rows only once the operator's task has committed its Kafka
+transaction (Spark closes the operator, which commits, before it ends the operator's output),
+so the moment the sink's task has read them all is just after the commit, by tens of
+milliseconds; there :func:`tally` turns the timestamps into the histogram's bucket counts,
+which reach the daemon's ``enrichd_end_to_end_latency_seconds`` with the batch's other
+counts. So the figure errs long, never short. Output that no source record caused (a window
+closed by a wake-up) has no timestamp and is not counted.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ A message: ``{"pipeline": "tweet-views", "batch": 7, "records": {"tweet-views": 
 (``joiner``: what the joiner counted with ``ctx.count``; ``latency``: the end-to-end latency
 histogram per output topic, counts per bucket and the sum in seconds, :mod:`daemon.service.latency`;
 ``event_time``: the newest event time read per input). The operator, which writes the
-records, passes its counts to the sink in rows for :data:`COUNTS_TOPIC`.
+records, passes its counts to the sink in counts rows (:data:`daemon.engine.wire.COUNTS_TOPIC`).
 """
 
 from __future__ import annotations
@@ -32,12 +32,6 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("enrichd.metrics")
-
-COUNTS_TOPIC = "\x00enrichd.counts"
-"""The "topic" of a joiner-operator output row that carries counts to the sink, as JSON: what
-the operator call wrote and what the joiner counted with ``ctx.count``
-(``{"records": {"views": 3}, "dead_letters": {}, "joiner": {"matched": 3}}``). The sink adds
-them up instead of producing the row. No Kafka topic name can start with a NUL."""
 
 _MAX_DATAGRAM = 65_536
 

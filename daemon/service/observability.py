@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from daemon.engine.wire import is_partition_name, split_partition_name
 from daemon.service.latency import LATENCY_BUCKETS, Tally
 
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -64,12 +65,14 @@ def parse_offsets(offsets: object) -> dict[str, int]:
         offsets = json.loads(offsets) if offsets.strip() else {}
     if not isinstance(offsets, dict):
         return {}
-    return {str(name): int(offset) for name, offset in offsets.items() if "/" in str(name)}
+    return {
+        str(name): int(offset) for name, offset in offsets.items() if is_partition_name(str(name))
+    }
 
 
-def topic_of(partition_name: str) -> str:
+def topic_of(name: str) -> str:
     """The topic of a source offset key ``topic/partition``."""
-    return partition_name.rpartition("/")[0]
+    return split_partition_name(name)[0]
 
 
 def records_read(start: Mapping[str, int], end: Mapping[str, int]) -> dict[str, int]:
@@ -283,9 +286,9 @@ class Metrics:
         """Set each partition's lag: its log end minus where the last batch ended (not < 0)."""
         for name, end in ends.items():
             if name in log_ends:
-                topic, _, partition = name.rpartition("/")
+                topic, partition = split_partition_name(name)
                 lag = max(log_ends[name] - end, 0)
-                self.input_lag.labels(view.name, topic, partition).set(lag)
+                self.input_lag.labels(view.name, topic, str(partition)).set(lag)
 
     def supervision(self, name: str, *, running: bool, failures: int, restarts: int) -> None:
         """Bring the failure and restart counters up to the supervisor's totals."""

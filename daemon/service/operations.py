@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from daemon.engine.wire import partition_name, split_partition_name
 from daemon.secrets import redact
 from daemon.service.http_endpoint import MetricsServer, serve_http
 from daemon.service.metrics_relay import MetricsRelay
@@ -88,10 +89,10 @@ class LogOffsets:
             )
         found: dict[str, tuple[int, int]] = {}
         for name in names:
-            topic, _, partition = name.rpartition("/")
+            topic, partition = split_partition_name(name)
             try:
                 low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, int(partition)), timeout=5
+                    TopicPartition(topic, partition), timeout=5
                 )
             except Exception as exc:  # a metric is skipped, never the service stopped
                 log.debug("no watermarks for %s: %s", name, exc)
@@ -132,7 +133,10 @@ class LogOffsets:
         for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
             answers = self._admin.list_offsets(latest, isolation_level=level, request_timeout=5)
             found.append(
-                {f"{tp.topic}/{tp.partition}": a.result().offset for tp, a in answers.items()}
+                {
+                    partition_name(tp.topic, tp.partition): a.result().offset
+                    for tp, a in answers.items()
+                }
             )
         return found[0], found[1]
 

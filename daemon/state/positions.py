@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, Literal
 
+from daemon.engine.wire import partition_name
 from daemon.errors import ConfigError
 from daemon.kafka import connect
 from daemon.kafka.clients import read_partition
@@ -72,7 +73,7 @@ def positions(client_conf: dict[str, str], topics: list[str], target: Target) ->
                 raise ConfigError(f"topic {topic!r} does not exist; create it or fix `topic`")
             for partition in sorted(described.partitions):
                 tp = TopicPartition(topic, partition)
-                found[f"{topic}/{partition}"] = _position(consumer, tp, target)
+                found[partition_name(topic, partition)] = _position(consumer, tp, target)
     finally:
         consumer.close()
     return found

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daemon.engine.wire import is_partition_name
 from daemon.errors import ConfigError
 from daemon.pipeline.config import PipelineConfig, PipelineFile
 from daemon.pipeline.lock import LOCK_NAME
@@ -100,7 +101,7 @@ def committed_or_seeded(checkpoint: Path) -> dict[str, int] | None:
         return {
             name: int(offset)
             for name, offset in source_offsets(checkpoint, batch).items()
-            if "/" in name  # partitions only: not the source's clock or other entries
+            if is_partition_name(name)  # not the source's clock or other entries
         }
     seed = seed_of(checkpoint)
     return None if seed is None else dict(seed.offsets)

@@ -16,11 +16,11 @@ import pyarrow as pa
 from daemon.engine import blobs
 from daemon.engine.processor import JoinerProcessor, OperatorPlan
 from daemon.engine.state_format import EVENT_TIME, decode_bucket
+from daemon.engine.wire import INPUT, OutputRow, pack
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.base import JoinerContext
 from daemon.joiners.lookup import Lookup, LookupOptions
 from daemon.joiners.window import Window, WindowOptions
-from daemon.kafka.records import RECORD_ARROW, pack
 from daemon.kafka.task_output import OutputSpec
 from tests.kafka_helpers import SCHEMAS
 
@@ -132,7 +132,7 @@ def _call(
             }
             for offset, r in zip(offsets, records, strict=True)
         ],
-        schema=RECORD_ARROW,
+        schema=INPUT.arrow,
     )
     blob = pack(batch, [0] * len(records)).column("records")[0].as_py()
     sent: list[tuple[Any, ...]] = []
@@ -158,7 +158,7 @@ def test_stream_records_that_only_read_the_table_write_no_state() -> None:
 
     enriched = _call(processor, [_click("ada", 2), _click("bob", 3), _click("ada", 4)])
 
-    assert [row[0] for row in enriched] == ["out"] * 3  # each click joined
+    assert [OutputRow._make(row).topic for row in enriched] == ["out"] * 3  # each click joined
     assert state.writes == 1 and state.value == stored  # the bucket was left as it was
 
 
@@ -171,7 +171,10 @@ def test_a_table_update_is_written() -> None:
 
     # The stored bucket has the new value: a later click sees it.
     (row,) = _call(processor, [_click("ada", 4)])
-    assert _codec("enriched_click").decode(row[2])["region"] == {"user": "ada", "region": "south"}
+    assert _codec("enriched_click").decode(OutputRow._make(row).value)["region"] == {
+        "user": "ada",
+        "region": "south",
+    }
 
 
 def test_a_bucket_is_stored_compressed() -> None:
@@ -264,7 +267,7 @@ def test_data_and_an_expired_timer_in_one_micro_batch_apply_the_data_first() -> 
     processor._wake_up(_Clock(later), woken.append)
 
     pairs = _codec("joined_pair")
-    assert [pairs.decode(row[2]) for row in joined] == [
+    assert [pairs.decode(OutputRow._make(row).value) for row in joined] == [
         {"left": {"k": 1, "v": "e", "at": 1_000}, "right": {"k": 1, "v": "e", "at": 1_500}}
     ]
     assert woken == []  # not a null result for the left record, nor the right one late

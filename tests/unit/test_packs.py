@@ -6,7 +6,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.kafka.records import RECORD_ARROW, SOURCE_ARROW, pack, unpack
+from daemon.engine.wire import INPUT, SOURCE, pack, unpack
 
 
 def records(keys: list[str]) -> pa.RecordBatch:
@@ -23,7 +23,7 @@ def records(keys: list[str]) -> pa.RecordBatch:
             "value": [f"v{i}".encode() for i in range(n)],
             "error": [None if i % 3 else "MissingKey: no" for i in range(n)],
         },
-        schema=RECORD_ARROW,
+        schema=INPUT.arrow,
     )
 
 
@@ -32,7 +32,7 @@ def records(keys: list[str]) -> pa.RecordBatch:
 def test_a_pack_holds_one_buckets_records_in_their_order(buckets: list[int]) -> None:
     batch = records([f"key-{i}" for i in range(len(buckets))])
     packed = pack(batch, buckets)
-    assert packed.schema == SOURCE_ARROW
+    assert packed.schema == SOURCE.arrow
     labels = packed.column("bucket").to_pylist()
     assert sorted(labels) == sorted(set(buckets))  # one row per bucket
     expected = batch.to_pylist()

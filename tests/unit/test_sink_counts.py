@@ -12,11 +12,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from daemon.engine.wire import COUNTS_TOPIC, OUTPUT
 from daemon.kafka import task_output
-from daemon.kafka.records import SINK_ARROW
 from daemon.kafka.sink import KafkaStreamWriter, Written, write_rows
 from daemon.kafka.task_output import OutputSpec, TaskOutput
-from daemon.service.metrics_relay import COUNTS_TOPIC
 
 
 class RecordingProducer:
@@ -65,7 +64,7 @@ def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
             "error_class": [kind for _, _, kind in items],
             "error_message": [kind and f"{kind}: why" for _, _, kind in items],
         },
-        schema=SINK_ARROW,
+        schema=OUTPUT.arrow,
     )
 
 
