@@ -262,7 +262,7 @@ def run_enrichd(
     from daemon.engine.session import spark_session
     from daemon.engine.wire import OUTPUT
     from daemon.kafka.admin import create_topics
-    from daemon.kafka.source import SourceInput, SourceSpec
+    from daemon.kafka.source_spec import SourceInput, SourceSpec
     from daemon.kafka.task_output import OutputSpec
     from daemon.pipeline.config import SparkConfig
 

@@ -200,7 +200,7 @@ def run_spark_join(
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from daemon.engine.session import TRACK_STATE_ROWS, spark_session
-    from daemon.kafka.source import SourceInput, SourceSpec
+    from daemon.kafka.source_spec import SourceInput, SourceSpec
     from daemon.pipeline.config import load_pipeline_file
 
     conf = {"bootstrap.servers": servers}

@@ -341,7 +341,7 @@ def _produce(
         producer.poll(0)
     # Markers go last, with the newest timestamp: the source admits a marker after every
     # record of its timestamp, so each key's end of input comes after all of its records,
-    # however the micro-batches fall (daemon.kafka.source.admit_earliest).
+    # however the micro-batches fall (daemon.kafka.planning.admit_earliest).
     marker_time = max((record.timestamp for record in records), default=1)
     # Not on an input that bootstraps: its records, read first, would end every key at once.
     marker_topic = next(
@@ -379,7 +379,7 @@ _READER = {
 def committed_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
     """Past each partition's last committed record (``"topic/partition"`` -> offset).
 
-    Read rather than asked for: some brokers' ListOffsets under-report the end (source.py).
+    Read rather than asked for: some brokers' ListOffsets under-report the end (planning.py).
     """
     from confluent_kafka import TopicPartition
 

@@ -13,7 +13,7 @@ from daemon.broker import EmbeddedBroker
 from daemon.engine.wire import DEAD_LETTER_ROUTE, unpack
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
 from daemon.kafka.records import bucket_of
-from daemon.kafka.source import SourceInput, SourceSpec
+from daemon.kafka.source_spec import SourceInput, SourceSpec
 from daemon.service.observability import parse_offsets
 from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, process_all, produce
 

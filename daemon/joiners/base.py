@@ -333,7 +333,7 @@ class Joiner(ABC):
         When a pipeline starts without a checkpoint, the source first admits only these
         inputs' records, up to the high watermark each partition had at start, and only then
         the other inputs', as a Kafka Streams GlobalKTable is restored before processing
-        (:mod:`daemon.kafka.source`). A restart from a checkpoint does not bootstrap again.
+        (:mod:`daemon.kafka.planning`). A restart from a checkpoint does not bootstrap again.
         By default none.
         """
         return frozenset()
@@ -346,7 +346,7 @@ def apply_order(
 
     Time is the event time, or with ``"arrival"`` the Kafka timestamp: then this is the order
     in which the source admits records to capped micro-batches
-    (:func:`daemon.kafka.source.admit_earliest`), so the cut between two micro-batches never
+    (:func:`daemon.kafka.planning.admit_earliest`), so the cut between two micro-batches never
     falls against it.
     """
     records = list(records)

@@ -8,6 +8,19 @@ from typing import Any
 
 from daemon.engine.wire import partition_name
 
+RANGE_FETCH = {
+    "fetch.wait.max.ms": 10,
+    "queued.max.messages.kbytes": 4096,
+    "fetch.queue.backoff.ms": 10,
+}
+"""Fetch settings of consumers that read a known range. A fetch may wait on the broker for
+``fetch.wait.max.ms`` (librdkafka: 500 ms), and after an ``assign()`` the first records came
+only after that wait; and the default prefetch of up to 64 MB past the range is broker work
+for nothing. But a fetcher whose queue reached that bound (or 100,000 messages) waits
+``fetch.queue.backoff.ms`` (1 s by default) before it fetches again, however soon the queue
+is drained: reading 125,000 records of a partition took 1.15 s so, of which 0.1 s was the
+reader's own work, and 0.14-0.22 s with a 10 ms back-off."""
+
 
 class Deliveries:
     """A producer's ``on_delivery`` callback that keeps each partition's end and the failures.

@@ -1,6 +1,6 @@
 """Where an input record goes: its join key, its event time, and its key's state bucket.
 
-The source routes every record so (:mod:`daemon.kafka.source`), and ``daemon replay`` and
+The source routes every record so (:mod:`daemon.kafka.reading`), and ``daemon replay`` and
 the state commands route keys the same way; the rows it packs them into are
 :mod:`daemon.engine.wire`'s.
 """

@@ -14,7 +14,7 @@ from daemon.formats.serdes import key_codec_for
 from daemon.joiners.base import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
-from daemon.kafka.source import SourceInput, SourceSpec
+from daemon.kafka.source_spec import SourceInput, SourceSpec
 from daemon.kafka.task_output import OutputSpec
 from daemon.pipeline.config import PipelineConfig, PipelineFile
 from daemon.plugins import registry
@@ -244,7 +244,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     # Processing time drives state TTL and the timers of joiners that wake up quiet keys.
     wakes = joiner.wakes_up()
     time_mode = "ProcessingTime" if joiner.state_ttl_ms() or wakes else "None"
-    # As many read tasks as the cluster runs at once: see daemon.kafka.source. A joiner that
+    # As many read tasks as the cluster runs at once: see daemon.kafka.planning. A joiner that
     # wakes keys gets a batch at least every trigger interval (or WAKEUP_MS) from the
     # source's clock, since Spark fires timers only in batches.
     source = replace(

@@ -151,7 +151,8 @@ def test_a_writer_schema_is_walked_and_a_changed_field_type_declines() -> None:
 def test_a_schema_the_registry_cannot_give_routes_the_record_to_dead_letters() -> None:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from daemon.kafka.source import SourceInput, _route
+    from daemon.kafka.reading import _route
+    from daemon.kafka.source_spec import SourceInput
 
     codec = AvroCodec(EVERY_TYPE, registry_url="mock://enrichd-unknown-ids")
     codec._client = SchemaRegistryClient.new_client({"url": "mock://enrichd-unknown-ids"})

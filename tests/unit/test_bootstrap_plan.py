@@ -12,16 +12,10 @@ from typing import Any
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from daemon.engine.wire import BOOTSTRAP, CLOCK
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
-from daemon.kafka.source import (
-    BOOTSTRAP,
-    CLOCK,
-    Heads,
-    KafkaPartition,
-    KafkaStreamReader,
-    SourceInput,
-    SourceSpec,
-)
+from daemon.kafka.planning import Heads, KafkaPartition, SourcePlanner
+from daemon.kafka.source_spec import SourceInput, SourceSpec
 from tests.kafka_helpers import SCHEMAS
 
 CODEC = AvroCodec(load_schema_file(SCHEMAS / "user_region.avsc"))
@@ -31,13 +25,13 @@ TARGETS = {"regions/0": 5, "regions/1": 3}
 """The regions' ends when the query started."""
 
 
-def planner(*, bootstrap: bool = True, wake_ms: int = 0) -> KafkaStreamReader:
+def planner(*, bootstrap: bool = True, wake_ms: int = 0) -> SourcePlanner:
     inputs = (
         SourceInput("stream", "clicks", "user", None, CODEC),
         SourceInput("table", "regions", "user", None, CODEC, bootstrap=bootstrap),
     )
     spec = SourceSpec(inputs=inputs, client_conf={}, max_records_per_batch=4, wake_ms=wake_ms)
-    reader = KafkaStreamReader(spec)
+    reader = SourcePlanner(spec)
     reader._log_ends = lambda start: dict(ENDS)  # type: ignore[method-assign]  # no broker
     # A capped plan reads the timestamps of the records it may admit: each record's is
     # 100 + its offset, in every partition, so that clicks and regions interleave.
@@ -51,9 +45,9 @@ def planner(*, bootstrap: bool = True, wake_ms: int = 0) -> KafkaStreamReader:
     return reader
 
 
-def plan(reader: KafkaStreamReader, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+def plan(reader: SourcePlanner, start: dict[str, Any], limit: Any) -> dict[str, Any]:
     """A plan as Spark keeps it: through JSON, the way it comes back after a restart."""
-    planned = reader.latestOffset(start, limit)
+    planned = reader.latest_offsets(start, limit)
     reader._await_read_ahead()
     return json.loads(json.dumps(planned))  # type: ignore[no-any-return]
 
@@ -69,7 +63,7 @@ def test_a_new_query_notes_the_bootstrapped_inputs_ends_at_start() -> None:
     reader._partitions = lambda: [  # type: ignore[method-assign]
         (name.partition("/")[0], int(name.partition("/")[2])) for name in ENDS
     ]
-    start = reader.initialOffset()
+    start = reader.initial_offsets()
     assert start == {
         "clicks/0": 0,
         "clicks/1": 0,
@@ -79,7 +73,7 @@ def test_a_new_query_notes_the_bootstrapped_inputs_ends_at_start() -> None:
     }
     without = planner(bootstrap=False)
     without._probe, without._partitions = reader._probe, reader._partitions  # type: ignore[method-assign]
-    assert BOOTSTRAP not in without.initialOffset()
+    assert BOOTSTRAP not in without.initial_offsets()
 
 
 def test_an_uncapped_bootstrap_reads_the_table_to_its_start_ends_and_nothing_else() -> None:

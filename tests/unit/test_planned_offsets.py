@@ -11,14 +11,16 @@ import json
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from daemon.kafka.source import CLOCK, KafkaStreamReader, SourceSpec
+from daemon.engine.wire import CLOCK
+from daemon.kafka.planning import SourcePlanner
+from daemon.kafka.source_spec import SourceSpec
 
 
 def planned_json(ends: dict[str, int], wake_ms: int = 0) -> str:
     spec = SourceSpec(inputs=(), client_conf={}, max_records_per_batch=10, wake_ms=wake_ms)
-    planner = KafkaStreamReader(spec)
+    planner = SourcePlanner(spec)
     planner._log_ends = lambda start: ends  # type: ignore[method-assign]  # no broker
-    return json.dumps(planner.latestOffset({}, ReadAllAvailable()))
+    return json.dumps(planner.latest_offsets({}, ReadAllAvailable()))
 
 
 def test_the_same_ends_found_in_another_order_plan_the_same_offsets() -> None:

@@ -1,6 +1,6 @@
 """A micro-batch's Kafka ranges are dealt out to at most as many read tasks as there are cores.
 
-:func:`daemon.kafka.source.deal` decides which Spark task reads which partition's range:
+:func:`daemon.kafka.planning.deal` decides which Spark task reads which partition's range:
 every range exactly once, no more tasks than asked for, records spread evenly, and the same
 plan for the same ranges (a replayed batch is read the same way).
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.kafka.source import KafkaRange, KafkaStreamReader, SourceSpec, deal
+from daemon.kafka.planning import KafkaRange, SourcePlanner, deal
+from daemon.kafka.source_spec import SourceSpec
 
 ranges_strategy = st.lists(
     st.tuples(st.sampled_from(["clicks", "users"]), st.integers(0, 7), st.integers(1, 500)),
@@ -44,13 +45,13 @@ def test_two_topics_of_two_partitions_on_two_cores_make_two_tasks() -> None:
     """The case that ran in two waves; the smaller ranges go where the records are fewer."""
     spec = SourceSpec(inputs=(), client_conf={}, max_records_per_batch=10, read_tasks=2)
     end = {"clicks/0": 1_000, "clicks/1": 900, "users/0": 30, "users/1": 200}
-    planned = KafkaStreamReader(spec).partitions({}, end)
+    planned = SourcePlanner(spec).partitions({}, end)
     names = [[(r.topic, r.partition) for r in p.ranges] for p in planned]  # type: ignore[attr-defined]
     assert names == [[("clicks", 0), ("users", 0)], [("clicks", 1), ("users", 1)]]
 
 
 def test_without_a_task_count_each_partition_is_a_task() -> None:
-    reader = KafkaStreamReader(SourceSpec(inputs=(), client_conf={}, max_records_per_batch=10))
+    reader = SourcePlanner(SourceSpec(inputs=(), client_conf={}, max_records_per_batch=10))
     planned = reader.partitions({"t/0": 5}, {"t/0": 9, "t/1": 3, "t/2": 0})
     assert [p.ranges for p in planned] == [  # type: ignore[attr-defined]
         (KafkaRange("t", 0, 5, 9),),

@@ -13,27 +13,29 @@ import time
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from daemon.kafka.source import CLOCK, KafkaRange, KafkaStreamReader, SourceSpec
+from daemon.engine.wire import CLOCK
+from daemon.kafka.planning import KafkaRange, SourcePlanner
+from daemon.kafka.source_spec import SourceSpec
 from daemon.service.observability import parse_offsets, records_read
 
 
-def reader(wake_ms: int) -> KafkaStreamReader:
+def reader(wake_ms: int) -> SourcePlanner:
     spec = SourceSpec(inputs=(), client_conf={}, max_records_per_batch=10, wake_ms=wake_ms)
-    planner = KafkaStreamReader(spec)
+    planner = SourcePlanner(spec)
     planner._log_ends = lambda start: {"t/0": 7}  # type: ignore[method-assign]  # no broker
     return planner
 
 
 def test_a_waking_source_plans_the_clock_in_its_periods() -> None:
     before = time.time_ns() // 1_000_000 // 250
-    planned = reader(250).latestOffset({"t/0": 7, CLOCK: 3}, ReadAllAvailable())
+    planned = reader(250).latest_offsets({"t/0": 7, CLOCK: 3}, ReadAllAvailable())
     after = time.time_ns() // 1_000_000 // 250
     assert planned["t/0"] == 7
     assert before <= planned[CLOCK] <= after
 
 
 def test_other_sources_plan_no_clock() -> None:
-    assert reader(0).latestOffset({"t/0": 2}, ReadAllAvailable()) == {"t/0": 7}
+    assert reader(0).latest_offsets({"t/0": 2}, ReadAllAvailable()) == {"t/0": 7}
 
 
 def test_a_batch_with_only_the_clock_moved_reads_nothing() -> None:
