@@ -18,9 +18,9 @@ what crosses each boundary (docs/architecture.md draws them):
 
 Each row layout is declared once, as a named tuple whose fields carry their Arrow types
 (``Annotated[int, "int32"]``); its Arrow schema, Spark DDL and column positions are derived
-from that declaration by :class:`Layout`. The layouts are stored nowhere but in flight; the
-source's (the operator's grouping key, ``bucket int``) is also part of a checkpoint's state
-schema, so it must not change.
+from that declaration by :class:`Layout`. The rows live only in flight, with one exception:
+the source's ``bucket`` column is the operator's grouping key, which a checkpoint's state
+schema records, so its name and type must not change.
 """
 
 from __future__ import annotations
