@@ -1,8 +1,10 @@
 """The typed plugin contract: ``Joiner[Options, State]``, the ``Register`` protocol, the
-default rule for dropping a key's state."""
+default rule for dropping a key's state, and the pytest plugin's cheap import."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -138,3 +140,16 @@ def test_mypy_checks_a_plugins_options_and_what_it_registers(tmp_path: Path) -> 
     assert len(errors) == 2, out
     assert '"MineOptions" has no attribute "m"' in errors[0]
     assert 'incompatible type "type[MineOptions]"' in errors[1]
+
+
+def test_the_pytest_plugin_imports_neither_spark_nor_the_broker() -> None:
+    # pytest loads it in every run of an environment where enrichd is installed.
+    code = (
+        "import sys, daemon.pytest_plugin; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pyspark', 'py4j', 'pyarrow', 'pandas') or m == 'daemon.broker'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.strip() == "[]"
