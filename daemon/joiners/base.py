@@ -394,8 +394,11 @@ class Joiner(ABC, Generic[OptionsT, StateT]):
 
 
 def _declared_options(cls: type) -> type[JoinerOptions] | None:
-    """The options class in ``cls``'s ``Joiner[Options, State]`` base, if it names one."""
-    for base in getattr(cls, "__orig_bases__", ()):
+    """The options class in ``cls``'s own ``Joiner[Options, State]`` base, if it names one.
+
+    Only the class's own bases: a subclass of a typed joiner inherits its ``Options``.
+    """
+    for base in cls.__dict__.get("__orig_bases__", ()):
         origin = get_origin(base)
         if isinstance(origin, type) and issubclass(origin, Joiner):
             args = get_args(base)

@@ -45,6 +45,20 @@ def test_the_options_type_is_the_joiners_options_model() -> None:
     assert Counting(CountOptions(every=3), CONTEXT).options.every == 3
 
 
+def test_a_subclass_of_a_typed_joiner_inherits_its_options_model() -> None:
+    class Stricter(CountOptions):
+        every: int = 5
+
+    class Tuned(Counting):
+        pass
+
+    class Retuned(Counting):
+        Options = Stricter
+
+    assert Tuned.Options is CountOptions
+    assert Retuned.Options is Stricter
+
+
 def test_a_plain_joiner_keeps_the_base_options_model() -> None:
     class Plain(Joiner):
         name, description, roles = "plain", "plain", ("left",)
