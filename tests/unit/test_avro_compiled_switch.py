@@ -79,6 +79,7 @@ def test_a_value_the_writer_does_not_take_is_counted_and_logged_once(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(codec_module, "_fallbacks", Counter())  # as in a new process
+    monkeypatch.setattr(codec_module, "_logged", set())
     codec = AvroCodec(CLICK, compiled=True)
     # A bool for a long: fastavro writes it as 1; the compiled writer takes only an int.
     odd = {"id": "c1", "user": None, "clicks": True}
@@ -92,12 +93,18 @@ def test_a_value_the_writer_does_not_take_is_counted_and_logged_once(
     assert "writer" in logged and "Unwritable" in logged and "Click" in logged
 
 
-def test_a_missing_field_is_counted_and_fails_as_fastavro_says() -> None:
+def test_a_missing_field_is_counted_and_fails_as_fastavro_says_without_a_log(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(codec_module, "_logged", set())
     codec = AvroCodec(CLICK, compiled=True)
     before = counted("encode", "KeyError")
-    with pytest.raises(ValueError, match="clicks"):
-        codec.encode({"id": "c1", "user": None})
+    with caplog.at_level(logging.WARNING, logger="enrichd.avro"):
+        with pytest.raises(ValueError, match="clicks"):
+            codec.encode({"id": "c1", "user": None})
     assert counted("encode", "KeyError") == before + 1
+    # Bad data: fastavro's error says what is wrong (a dead letter, an `error:` line).
+    assert [r for r in caplog.records if r.name == "enrichd.avro"] == []
 
 
 def test_bytes_the_reader_does_not_take_are_counted_and_refused_as_fastavro_says() -> None:

@@ -11,9 +11,10 @@ Each codec decodes and encodes with a function compiled from its schema
 and with fastavro otherwise. A compiled function that does not take a value raises one of a
 few known exceptions (:data:`READER_DECLINES`, :data:`WRITER_DECLINES`): fastavro then
 decodes or encodes that value, whose result or error stands, and the fallback is counted
-(:func:`fallback_counts`) and logged the first time of its kind in a process. Any other
-exception from a compiled function is a bug in it: it is raised as :class:`CompiledCodecError`,
-which names the switch that turns the compiled functions off: ``ENRICHD_AVRO_COMPILED=0``.
+(:func:`fallback_counts`); the first of its kind in a process that fastavro takes is logged.
+Any other exception from a compiled function is a bug in it: it is raised as
+:class:`CompiledCodecError`, which names the switch that turns the compiled functions off:
+``ENRICHD_AVRO_COMPILED=0``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ COMPILED_ENV = "ENRICHD_AVRO_COMPILED"
 """Set to ``0`` (or ``false``, ``no``, ``off``) to decode and encode with fastavro alone."""
 
 _fallbacks: Counter[tuple[str, str]] = Counter()
+_logged: set[tuple[str, str]] = set()
 
 
 def compiled_enabled() -> bool:
@@ -66,23 +68,31 @@ def fallback_counts() -> dict[tuple[str, str], int]:
     return dict(_fallbacks)
 
 
-def _fell_back(direction: str, schema: Schema, exc: Exception) -> None:
-    """Count one fallback to fastavro; log the first of its kind in this process."""
-    reason = type(exc).__name__
-    counted = (direction, reason)
-    if counted not in _fallbacks:
-        name = schema.get("name", schema.get("type")) if isinstance(schema, dict) else schema
-        log.warning(
-            "the compiled Avro %s did not take a value of %s (%s: %s): fastavro %ss it, and "
-            "its value or error stands. Fallbacks of this kind are counted, not logged again, "
-            "in this process.",
-            "reader" if direction == "decode" else "writer",
-            name,
-            reason,
-            exc,
-            direction,
-        )
-    _fallbacks[counted] += 1
+def _fell_back(direction: str, exc: Exception) -> None:
+    """Count one value a compiled function handed to fastavro."""
+    _fallbacks[(direction, type(exc).__name__)] += 1
+
+
+def _fastavro_took(direction: str, schema: Schema, exc: Exception) -> None:
+    """Log the first value of its kind in this process that fastavro took after a fallback.
+
+    Only those: one fastavro refuses too is bad data, which its error reports (a dead letter,
+    an ``error:`` line). One it takes is a value the compiled code should perhaps take.
+    """
+    kind = (direction, type(exc).__name__)
+    if kind in _logged:
+        return
+    _logged.add(kind)
+    name = schema.get("name", schema.get("type")) if isinstance(schema, dict) else schema
+    log.warning(
+        "the compiled Avro %s did not take a value of %s (%s: %s), which fastavro %sd. "
+        "Such fallbacks are counted, not logged again, in this process.",
+        "reader" if direction == "decode" else "writer",
+        name,
+        kind[1],
+        exc,
+        direction,
+    )
 
 
 def load_schema_file(path: Path) -> Schema:
@@ -206,15 +216,20 @@ class AvroCodec:
             fast = self._fast_readers[schema_id]
         except KeyError:
             fast = self._fast_readers[schema_id] = self._compile_reader(schema_id)
+        declined: Exception | None = None
         if fast is not None:
             try:
                 return fast(data, start)  # type: ignore[no-any-return]
             except READER_DECLINES as exc:  # bytes it does not take: fastavro's value or error
-                _fell_back("decode", self.schema, exc)
+                declined = exc
+                _fell_back("decode", exc)
             except Exception as exc:
                 raise CompiledCodecError.of("reader", exc) from exc
         writer = self._writer(schema_id) if schema_id >= 0 else self.writer_schema
-        return _read(data, start, writer or self.schema, self.schema)
+        record = _read(data, start, writer or self.schema, self.schema)
+        if declined is not None:
+            _fastavro_took("decode", self.schema, declined)
+        return record
 
     def _compile_reader(self, schema_id: int) -> Any:
         """A compiled reader when data written with ``schema_id`` needs no resolution."""
@@ -234,11 +249,13 @@ class AvroCodec:
         if self._fast_writer is False:
             self._fast_writer = compile_writer(self.schema) if self.compiled else None
         header = b"" if self.registry_url is None else _HEADER.pack(_MAGIC, self.schema_id or 0)
+        declined: Exception | None = None
         if self._fast_writer is not None:
             try:
                 return header + self._fast_writer(record)
             except WRITER_DECLINES as exc:  # a value only fastavro takes, or one it rejects
-                _fell_back("encode", self.schema, exc)
+                declined = exc
+                _fell_back("encode", exc)
             except Exception as exc:
                 raise CompiledCodecError.of("writer", exc) from exc
         buffer = io.BytesIO()
@@ -247,6 +264,8 @@ class AvroCodec:
             fastavro.schemaless_writer(buffer, self.schema, record, strict_allow_default=True)
         except TypeError as exc:  # fastavro's wrong-type error; it names the field too
             raise ValueError(str(exc)) from None
+        if declined is not None:
+            _fastavro_took("encode", self.schema, declined)
         return buffer.getvalue()
 
     def _writer(self, schema_id: int) -> Schema:
