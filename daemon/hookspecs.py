@@ -7,8 +7,7 @@ anything a built-in can do, a third-party plugin can do. Importing this module s
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
@@ -22,8 +21,23 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 """Decorate a plugin's hook functions with this."""
 
 
+class Register(Protocol):
+    """What :func:`enrichd_register_joiners` gets: call it with each joiner class.
+
+    Type a hook's argument with it (``def enrichd_register_joiners(register: Register)``),
+    so that mypy checks what the plugin registers.
+    """
+
+    def __call__(self, joiner: type[Joiner[Any, Any]], /) -> None:
+        """Register ``joiner``, a subclass of :class:`daemon.joiners.base.Joiner`.
+
+        Raises:
+            daemon.errors.PluginError: it is no usable joiner, or its name is taken.
+        """
+
+
 @hookspec
-def enrichd_register_joiners(register: Callable[[type[Joiner]], None]) -> None:
+def enrichd_register_joiners(register: Register) -> None:
     """Register the joiner classes a plugin provides.
 
     Runs once per process when the plugin host loads plugins, before any pipeline file is

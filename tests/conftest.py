@@ -1,47 +1,20 @@
-"""Session fixtures: one real broker and one real Spark session for the whole test run.
+"""Session fixtures of enrichd's own tests.
 
+The real broker (``broker``), the Spark session (``spark``) and ``fresh_topic`` come from
+enrichd's pytest plugin (:mod:`daemon.pytest_plugin`), the same fixtures plugin authors get.
 The secured brokers (TLS, mutual TLS, SASL) are Tansu processes of their own, started only
 when a test asks for them (tests/secure_cluster.py says why they cannot be the session's).
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from daemon.broker import EmbeddedBroker, free_port
+from daemon.broker import free_port
 from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_process
-
-
-@pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
-    """One embedded Tansu broker process for the test session."""
-    with EmbeddedBroker() as running:
-        yield running
-
-
-@pytest.fixture
-def fresh_topic() -> Callable[[str], str]:
-    """Make topic names no other test uses (the broker is shared by the session)."""
-
-    def make(stem: str = "t") -> str:
-        return f"{stem}-{uuid.uuid4().hex[:10]}"
-
-    return make
-
-
-@pytest.fixture(scope="session")
-def spark():  # type: ignore[no-untyped-def]
-    """One local Spark session for the test session (replay and pipelines reuse it)."""
-    from daemon.engine.session import spark_session
-    from daemon.pipeline.config import SparkConfig
-
-    session = spark_session(SparkConfig(master="local[2]"))
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="session")

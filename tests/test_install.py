@@ -53,9 +53,14 @@ def test_the_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("enrichd-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         packaged = set(archive.namelist())
+        (entry_points,) = [n for n in packaged if n.endswith(".dist-info/entry_points.txt")]
+        entry_points_text = archive.read(entry_points).decode()
     for folder, pattern in (("examples", "*.toml"), ("schemas", "*.avsc")):
         for path in (ROOT / folder).glob(pattern):
             assert f"daemon/{folder}/{path.name}" in packaged, path
+    # Plugin authors' kit: type information, and the pytest plugin with its fixtures.
+    assert "daemon/py.typed" in packaged
+    assert "[pytest11]\nenrichd = daemon.pytest_plugin" in entry_points_text
     run(sys.executable, "-m", "venv", tmp_path / "venv", cwd=tmp_path)
     run(tmp_path / "venv" / "bin" / "pip", "install", "--quiet", wheel, cwd=tmp_path)
     done = run(tmp_path / "venv" / "bin" / "daemon", "demo", cwd=tmp_path)

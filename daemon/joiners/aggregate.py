@@ -108,7 +108,7 @@ class AggregateOptions(JoinerOptions):
         return "count" if self.field is None else self.field.rsplit(".", 1)[-1]
 
 
-class Aggregate(Joiner):
+class Aggregate(Joiner[AggregateOptions, dict[str, Any]]):
     """Running count or sum per group of the joined records; every change of a total is emitted.
 
     Role ``joined``: the records of one group (the value at ``group_by``); role
@@ -129,7 +129,6 @@ class Aggregate(Joiner):
     name = "aggregate"
     description = "Running count or sum per group, emitted on every change (lookup's stage)."
     roles = (RETRACTED, JOINED)
-    Options = AggregateOptions
     outputs = (TOTALS,)
 
     def initial_state(self) -> dict[str, Any]:
@@ -144,7 +143,7 @@ class Aggregate(Joiner):
         ctx: JoinerContext,
     ) -> Iterator[Emit | DeadLetter]:
         """Add each record of the group to its total; see the class docstring."""
-        options: AggregateOptions = self.options  # type: ignore[assignment]
+        options = self.options
         for record in records:
             if record.value is None:
                 continue  # a withdrawn answer: its retraction takes it back

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.hookspecs import hookimpl
+from daemon.hookspecs import Register, hookimpl
 from daemon.joiners.base import (
     END_OF_TIME,
     DeadLetter,
@@ -90,7 +90,7 @@ class AsOfState:
     changed_from: int | None = None
 
 
-class AsOf(Joiner):
+class AsOf(Joiner[AsOfOptions, AsOfState]):
     """As-of event-time join with periodic re-join and a revision log.
 
     For each left event at event time t: the right record of the same key with the greatest
@@ -144,12 +144,7 @@ class AsOf(Joiner):
     name = "asof"
     description = "As-of event-time join: best answer at once, corrected revisions on a timer."
     roles = ("left", "right")
-    Options = AsOfOptions
     order = "arrival"
-
-    @property
-    def _options(self) -> AsOfOptions:
-        return self.options  # type: ignore[return-value]
 
     def initial_state(self) -> AsOfState:
         """No clocks, no right history, no left events."""
@@ -165,8 +160,8 @@ class AsOf(Joiner):
 
     def wakeup_ms(self, state: AsOfState) -> int | None:
         """In processing-time mode, a re-join every ``rejoin_interval`` while events are kept."""
-        if self._options.rejoin_on == "processing_time" and state.left:
-            return self._options.rejoin_interval
+        if self.options.rejoin_on == "processing_time" and state.left:
+            return self.options.rejoin_interval
         return None
 
     def process(
@@ -175,7 +170,7 @@ class AsOf(Joiner):
         """Apply one key's records in arrival order; see the class docstring."""
         for record in records:
             yield from self._apply(key, state, record, ctx)
-            if record.timestamp and self._options.rejoin_on == "processing_time":
+            if record.timestamp and self.options.rejoin_on == "processing_time":
                 state.arrival_time = max(state.arrival_time or 0, record.timestamp)
                 if self._crossed(state.arrival_time, "arrival_tick", state):
                     yield from self._rejoin_all(key, state, record, ctx)
@@ -199,7 +194,7 @@ class AsOf(Joiner):
             state.right_values.clear()
             return
         state.stream_time = max(state.stream_time or to, to)
-        if self._options.rejoin_on == "processing_time":
+        if self.options.rejoin_on == "processing_time":
             yield from self._rejoin_all(key, state, None, ctx)
         yield from self._on_stream_time(key, state, None, ctx)
 
@@ -207,7 +202,7 @@ class AsOf(Joiner):
         self, key: str, state: AsOfState, record: InputRecord, ctx: JoinerContext
     ) -> Iterator[Emit | DeadLetter]:
         """Add one record to the key's state; a left event gets its immediate answer."""
-        options = self._options
+        options = self.options
         event_time = record.event_time
         late = too_old(record, key, state.stream_time, options.history_retention, "right", ctx)
         if late is not None:
@@ -249,7 +244,7 @@ class AsOf(Joiner):
         """The stream-time timer: re-join (event-time mode) and evict past the horizons."""
         if state.stream_time is None or not self._crossed(state.stream_time, "stream_tick", state):
             return
-        options = self._options
+        options = self.options
         if options.rejoin_on == "event_time":
             yield from self._rejoin_all(key, state, source, ctx)
         horizon = state.stream_time - options.rejoin_horizon
@@ -263,7 +258,7 @@ class AsOf(Joiner):
 
     def _crossed(self, clock: int, tick: str, state: AsOfState) -> bool:
         """Whether ``clock`` reached a new multiple of the interval since the last timer."""
-        now = clock // self._options.rejoin_interval
+        now = clock // self.options.rejoin_interval
         last = getattr(state, tick)
         setattr(state, tick, now if last is None else max(last, now))
         return last is not None and now > last
@@ -287,7 +282,7 @@ class AsOf(Joiner):
         changed_from = state.changed_from
         if changed_from is None:
             return
-        inclusive = self._options.inclusive
+        inclusive = self.options.inclusive
         versions = _versions(state)
         for identity in identities:
             kept = state.left[identity]
@@ -298,12 +293,12 @@ class AsOf(Joiner):
     def _answer(self, state: AsOfState, event_time: int) -> dict[str, Any] | None:
         """The right record current at ``event_time`` (strictly before it unless inclusive)."""
         answer: dict[str, Any] | None = _versions(state).at(
-            event_time, inclusive=self._options.inclusive
+            event_time, inclusive=self.options.inclusive
         )
         return answer
 
     def _identity(self, key: str, record: InputRecord) -> str | None:
-        id_field = self._options.left_id
+        id_field = self.options.left_id
         if id_field is None:
             return f"{key}@{record.event_time}"
         value = (record.value or {}).get(id_field)
@@ -328,6 +323,6 @@ def _versions(state: AsOfState) -> Versions:
 
 
 @hookimpl
-def enrichd_register_joiners(register: Any) -> None:
+def enrichd_register_joiners(register: Register) -> None:
     """Register the built-in ``asof`` joiner."""
     register(AsOf)

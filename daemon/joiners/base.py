@@ -17,15 +17,25 @@ end of input (``daemon replay``, or a producer's end-of-input marker), event tim
 :data:`END_OF_TIME`; and when the key has been quiet for :meth:`Joiner.wakeup_ms` of
 processing time, event time moves on by the processing time that passed.
 
+Types: ``Joiner`` is generic over its options model and its state, so that ``self.options``
+and the ``state`` arguments have the joiner's own types under mypy: ``class Mine(Joiner[
+MineOptions, MineState])``. The options class there is also the joiner's :attr:`Joiner.Options`
+(the model ``[pipeline.options]`` is validated with), unless the class sets ``Options`` itself.
+
+Dropping state: after each :meth:`Joiner.process` and :meth:`Joiner.advance` call the engine
+asks :meth:`Joiner.is_empty`; a key whose state is empty is deleted from the state store, and
+its next record starts from :meth:`Joiner.initial_state` again. By default a state is empty
+when it equals a new key's (``initial_state()``): dropping it then changes nothing.
+
 Example:
     A joiner that forwards each record of role ``left`` with a running count per key::
 
-        class Counting(Joiner):
+        class Counting(Joiner[JoinerOptions, dict[str, int]]):
             name = "counting"
             description = "Each left record with the number of left records of its key so far."
             roles = ("left",)
 
-            def initial_state(self) -> dict:
+            def initial_state(self) -> dict[str, int]:
                 return {"count": 0}
 
             def process(self, key, state, records, ctx):
@@ -40,9 +50,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Final, Literal
+from functools import cached_property
+from typing import Any, ClassVar, Final, Generic, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict
+from typing_extensions import TypeVar
 
 from daemon.constants import END_OF_TIME as END_OF_TIME  # where joiners have long found it
 
@@ -54,6 +66,13 @@ class JoinerOptions(BaseModel):
     """Base of a joiner's ``[pipeline.options]`` model: unknown options are rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+OptionsT = TypeVar("OptionsT", bound=JoinerOptions, default=JoinerOptions, covariant=True)
+"""A joiner's options model: the type of ``self.options`` (covariant: a joiner of
+``MineOptions`` is a joiner of :class:`JoinerOptions`, which is all the engine needs)."""
+StateT = TypeVar("StateT", default=Any)
+"""A joiner's per-key state: what :meth:`Joiner.initial_state` returns and ``process`` gets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,13 +237,17 @@ class Downstream:
     second input, role :data:`RETRACTED`, which its joiner ranks before :data:`JOINED`."""
 
 
-class Joiner(ABC):
-    """Base class of every joiner.
+class Joiner(ABC, Generic[OptionsT, StateT]):
+    """Base class of every joiner, generic over its options model and its state.
 
     Subclasses set the class attributes and implement :meth:`initial_state` and
     :meth:`process`. Options arrive validated by :attr:`Options`; the joiner must keep no
     per-key data outside the state object the engine hands it, since one instance serves
     every key of a partition and the state is what survives restarts.
+
+    ``class Mine(Joiner[MineOptions, MineState])`` types ``self.options`` as ``MineOptions``
+    and the state arguments as ``MineState`` for mypy, and makes ``MineOptions`` the class's
+    :attr:`Options`. A plain ``class Mine(Joiner)`` is ``Joiner[JoinerOptions, Any]``.
     """
 
     name: ClassVar[str]
@@ -239,7 +262,8 @@ class Joiner(ABC):
     """Roles whose Kafka key is the join key, so a tombstone (which has no fields) can be
     routed by it. A tombstone on any other role goes to the dead-letter topic."""
     implemented: ClassVar[bool] = True
-    """False for a registered joiner whose logic has not landed yet; pipelines refuse it."""
+    """False for a joiner registered before its logic is written: ``daemon plugins list``
+    shows it (marked not implemented) and pipeline files that name it are refused."""
     order: Order = "event_time"
     """Apply order of a key's records within a micro-batch. ``"event_time"``: event time,
     then role order, then partition and offset (the common rule; right for joiners whose
@@ -253,8 +277,26 @@ class Joiner(ABC):
     """Names of secondary outputs the joiner can write (``Emit(output=NAME)``); a pipeline
     configures each it uses as ``[pipeline.outputs.NAME]`` with a topic and a schema."""
 
-    def __init__(self, options: JoinerOptions, context: JoinerContext) -> None:
-        self.options = options
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Take :attr:`Options` from ``Joiner[MineOptions, ...]`` unless the class sets it.
+
+        Raises:
+            TypeError: the class sets an ``Options`` that is not its options type.
+        """
+        super().__init_subclass__(**kwargs)
+        declared = _declared_options(cls)
+        if declared is None:
+            return
+        if "Options" not in cls.__dict__:
+            cls.Options = declared
+        elif not (isinstance(cls.Options, type) and issubclass(cls.Options, declared)):
+            raise TypeError(
+                f"{cls.__name__}: Options = {cls.Options!r} is not its options type "
+                f"{declared.__name__} (Joiner[{declared.__name__}, ...])"
+            )
+
+    def __init__(self, options: OptionsT, context: JoinerContext) -> None:
+        self.options: OptionsT = options
         self.context = context
 
     @classmethod
@@ -263,12 +305,12 @@ class Joiner(ABC):
         return (cls.__doc__ or cls.description).strip()
 
     @abstractmethod
-    def initial_state(self) -> Any:
+    def initial_state(self) -> StateT:
         """Return the state of a key never seen before (picklable)."""
 
     @abstractmethod
     def process(
-        self, key: str, state: Any, records: Sequence[InputRecord], ctx: JoinerContext
+        self, key: str, state: StateT, records: Sequence[InputRecord], ctx: JoinerContext
     ) -> Iterable[Emit | DeadLetter]:
         """Apply one key's records of a micro-batch, in apply order, to its state.
 
@@ -289,12 +331,24 @@ class Joiner(ABC):
         """
         return getattr(self.options, "state_ttl", None)
 
-    def is_empty(self, state: Any) -> bool:
-        """Whether a key's state holds nothing, so the engine can drop it."""
-        return not state
+    def is_empty(self, state: StateT) -> bool:
+        """Whether a key's state holds nothing, so the engine drops it from the state store.
+
+        By default: when it equals a new key's state (``initial_state()``, compared with
+        ``==``). Dropping such a state changes nothing, since the key's next record starts
+        from an equal one. A state that is empty in some other sense (a window that holds no
+        records but keeps a clock) overrides this; so does a state whose class has no
+        ``__eq__`` (it is then never equal, and never dropped).
+        """
+        return bool(state == self._new_state)
+
+    @cached_property
+    def _new_state(self) -> StateT:
+        """A new key's state, made once per joiner for :meth:`is_empty` to compare with."""
+        return self.initial_state()
 
     def advance(
-        self, key: str, state: Any, to: int, ctx: JoinerContext
+        self, key: str, state: StateT, to: int, ctx: JoinerContext
     ) -> Iterable[Emit | DeadLetter]:
         """Event time of ``key`` has reached ``to`` without a record: emit what waited for it.
 
@@ -310,7 +364,7 @@ class Joiner(ABC):
         """A second stage that consumes this joiner's output (see :class:`Downstream`); None."""
         return None
 
-    def wakeup_ms(self, state: Any) -> int | None:
+    def wakeup_ms(self, state: StateT) -> int | None:
         """After how much processing time without a record :meth:`advance` is wanted; None: never.
 
         Asked after every :meth:`process` and :meth:`advance` call; a joiner that holds results
@@ -337,6 +391,20 @@ class Joiner(ABC):
         By default none.
         """
         return frozenset()
+
+
+def _declared_options(cls: type) -> type[JoinerOptions] | None:
+    """The options class in ``cls``'s own ``Joiner[Options, State]`` base, if it names one.
+
+    Only the class's own bases: a subclass of a typed joiner inherits its ``Options``.
+    """
+    for base in cls.__dict__.get("__orig_bases__", ()):
+        origin = get_origin(base)
+        if isinstance(origin, type) and issubclass(origin, Joiner):
+            args = get_args(base)
+            if args and isinstance(args[0], type) and issubclass(args[0], JoinerOptions):
+                return args[0]
+    return None
 
 
 def apply_order(

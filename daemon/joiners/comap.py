@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from daemon.hookspecs import hookimpl
+from daemon.hookspecs import Register, hookimpl
 from daemon.joiners.base import (
     DeadLetter,
     Emit,
@@ -36,7 +36,7 @@ class CoMapOptions(JoinerOptions):
     )
 
 
-class CoMap(Joiner):
+class CoMap(Joiner[CoMapOptions, dict[str, Any]]):
     """Co-map with keyed state: one side (e.g. users by id) and many side (e.g. tweets by author).
 
     State per join key: the latest one-side record and every many-side record by its id
@@ -58,7 +58,6 @@ class CoMap(Joiner):
     name = "comap"
     description = "Co-map with state: one-side updates fan out to every many-side record."
     roles = ("one", "many")
-    Options = CoMapOptions
     keyed_tombstones = frozenset({"one"})
 
     def initial_state(self) -> dict[str, Any]:
@@ -72,7 +71,7 @@ class CoMap(Joiner):
     def _view(self, state: dict[str, Any], many: dict[str, Any]) -> dict[str, Any]:
         fields = self.context.fields
         return {
-            "id": many[self.options.many_id],  # type: ignore[attr-defined]
+            "id": many[self.options.many_id],
             fields["one"]: state["one"],
             fields["many"]: many,
         }
@@ -85,8 +84,8 @@ class CoMap(Joiner):
         ctx: JoinerContext,
     ) -> Iterator[Emit | DeadLetter]:
         """Apply one key's records in order; see the class docstring for the semantics."""
-        many_id_field: str = self.options.many_id  # type: ignore[attr-defined]
-        cap: int = self.options.max_many_per_key  # type: ignore[attr-defined]
+        many_id_field: str = self.options.many_id
+        cap: int = self.options.max_many_per_key
         # Many-side records wait in a stash: a key's state is read and written every
         # micro-batch it has records, and a stash carries only the ids. Only a one-side
         # update (fan-out) reads the records back.
@@ -108,7 +107,7 @@ class CoMap(Joiner):
                 )
                 continue
             many_id = str(record.value[many_id_field])
-            deleted_field = self.options.many_deleted_field  # type: ignore[attr-defined]
+            deleted_field = self.options.many_deleted_field
             if deleted_field is not None and record.value.get(deleted_field):
                 if many_id in stored:
                     del stored[many_id]  # without reading it back
@@ -139,6 +138,6 @@ class CoMap(Joiner):
 
 
 @hookimpl
-def enrichd_register_joiners(register: Any) -> None:
+def enrichd_register_joiners(register: Register) -> None:
     """Register the built-in ``comap`` joiner."""
     register(CoMap)

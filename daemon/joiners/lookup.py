@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from daemon.errors import ConfigError
-from daemon.hookspecs import hookimpl
+from daemon.hookspecs import Register, hookimpl
 from daemon.joiners.aggregate import RETRACTIONS, TOTALS, Aggregate, AggregateOptions
 from daemon.joiners.base import (
     END_OF_TIME,
@@ -157,7 +157,7 @@ class VersionedState:
         return Versions(self.times, self.values)
 
 
-class Lookup(Joiner):
+class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
     """Stream-table lookup: each stream record is joined with the table's value.
 
     The ``table`` side is a changelog: a record sets its key's value, a tombstone (routed by
@@ -234,17 +234,15 @@ class Lookup(Joiner):
         "versioned, as of its time (revised when the table is late)."
     )
     roles = ("stream", "table")
-    Options = LookupOptions
     keyed_tombstones = frozenset({"table"})
     outputs = (TOTALS,)
 
-    def __init__(self, options: JoinerOptions, context: JoinerContext) -> None:
+    def __init__(self, options: LookupOptions, context: JoinerContext) -> None:
         super().__init__(options, context)
-        self._options: LookupOptions = options  # type: ignore[assignment]
         # Versioned answers depend on what was known when: arrival order, as asof.
-        self.order = "arrival" if self._options.versioned else "event_time"
+        self.order = "arrival" if self.options.versioned else "event_time"
         fields = context.output_fields
-        if self._options.revisions and fields and "revision" not in fields:
+        if self.options.revisions and fields and "revision" not in fields:
             raise ConfigError(
                 f"pipeline {context.pipeline!r}: revisions = true numbers each answer in a "
                 "`revision` field; add an int field `revision` to the output schema"
@@ -252,7 +250,7 @@ class Lookup(Joiner):
 
     def initial_state(self) -> dict[str, Any] | VersionedState:
         """No table value yet (and, versioned, no history, no stream time)."""
-        return VersionedState() if self._options.versioned else {"table": None}
+        return VersionedState() if self.options.versioned else {"table": None}
 
     def is_empty(self, state: dict[str, Any] | VersionedState) -> bool:
         """A key without a table value holds nothing (stream records are never stored).
@@ -266,17 +264,17 @@ class Lookup(Joiner):
 
     def wakes_up(self) -> bool:
         """Only a grace holds stream records back: then quiet keys are woken."""
-        return self._options.versioned and self._options.grace > 0
+        return self.options.versioned and self.options.grace > 0
 
     def wakeup_ms(self, state: dict[str, Any] | VersionedState) -> int | None:
         """While stream records are held, a wake-up after ``idle_timeout`` of quiet."""
         if isinstance(state, VersionedState) and state.held:
-            return self._options.idle_timeout
+            return self.options.idle_timeout
         return None
 
     def bootstrap_roles(self) -> frozenset[str]:
         """``bootstrap = true``: the table, read to its end at start."""
-        return frozenset({"table"}) if self._options.bootstrap else frozenset()
+        return frozenset({"table"}) if self.options.bootstrap else frozenset()
 
     def process(
         self,
@@ -291,7 +289,7 @@ class Lookup(Joiner):
                 yield from self._apply(key, state, record, ctx)
             self._evict(state)
             return
-        options = self._options
+        options = self.options
         stream_field, table_field = ctx.fields["stream"], ctx.fields["table"]
         for record in records:
             if record.role == "table":
@@ -330,12 +328,12 @@ class Lookup(Joiner):
                 state.stream_time = None
             return
         state.stream_time = to if state.stream_time is None else max(state.stream_time, to)
-        yield from self._release(state, state.stream_time - self._options.grace, ctx)
+        yield from self._release(state, state.stream_time - self.options.grace, ctx)
         self._evict(state)
 
     def downstream(self) -> Downstream | None:
         """The aggregation stage, re-keyed by ``aggregate.group_by``, when one is configured."""
-        options = self._options
+        options = self.options
         if options.aggregate is None:
             return None
         stage = Aggregate(
@@ -359,7 +357,7 @@ class Lookup(Joiner):
         Judge its lateness, add a version or hold a stream record, revise what a version
         changes, then answer the stream records now due.
         """
-        options = self._options
+        options = self.options
         event_time = record.event_time
         late = too_old(record, key, state.stream_time, options.history_retention, "table", ctx)
         if late is not None:
@@ -405,7 +403,7 @@ class Lookup(Joiner):
                 )
             else:
                 revision = -1  # nothing out yet: a first answer from a revision is number 0
-            if self._options.revisions:
+            if self.options.revisions:
                 value = record.value or {}
                 kept = Kept(record.event_time, value, answer, revision, record.kafka_key)
                 insort(state.kept, kept, key=_EVENT_TIME)
@@ -420,7 +418,7 @@ class Lookup(Joiner):
         output, so that stage takes it back from its group.
         """
         versions = state.versions
-        retracts = self._options.aggregate is not None
+        retracts = self.options.aggregate is not None
         first = bisect_left(state.kept, cause.event_time, key=_EVENT_TIME)
         for kept in state.kept[first:]:
             before, numbered = kept.answer, kept.revision
@@ -447,7 +445,7 @@ class Lookup(Joiner):
         """
         if state.stream_time is None:
             return
-        cutoff = state.stream_time - self._options.history_retention
+        cutoff = state.stream_time - self.options.history_retention
         state.versions.forget_before(cutoff)
         if state.values and state.values[0] is None and state.times[0] < cutoff:
             # A tombstone at the start answers as no history at all does.
@@ -456,12 +454,12 @@ class Lookup(Joiner):
 
     def _shows(self, answer: dict[str, Any] | None) -> bool:
         """Whether an answer is emitted: inner mode emits none without a table value."""
-        return answer is not None or self._options.mode == "left"
+        return answer is not None or self.options.mode == "left"
 
     def _value(
         self, stream: dict[str, Any], answer: dict[str, Any] | None, revision: int
     ) -> dict[str, Any]:
-        options = self._options
+        options = self.options
         if answer is None and options.default is not None:
             answer = dict(options.default)
         fields = self.context.fields
@@ -472,6 +470,6 @@ class Lookup(Joiner):
 
 
 @hookimpl
-def enrichd_register_joiners(register: Any) -> None:
+def enrichd_register_joiners(register: Register) -> None:
     """Register the built-in ``lookup`` joiner."""
     register(Lookup)

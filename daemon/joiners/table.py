@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from daemon.hookspecs import hookimpl
+from daemon.hookspecs import Register, hookimpl
 from daemon.joiners.base import (
     DeadLetter,
     Emit,
@@ -31,7 +31,7 @@ class TableOptions(JoinerOptions):
     )
 
 
-class Table(Joiner):
+class Table(Joiner[TableOptions, dict[str, Any]]):
     """Table-table join: every update joins the other side's current value.
 
     How it works: both inputs are changelogs (the latest value per key; a tombstone, routed
@@ -68,7 +68,6 @@ class Table(Joiner):
     name = "table"
     description = "Table-table join: every update joins the other side's current value."
     roles = ("left", "right")
-    Options = TableOptions
     keyed_tombstones = frozenset({"left", "right"})
 
     def initial_state(self) -> dict[str, Any]:
@@ -81,7 +80,7 @@ class Table(Joiner):
 
     def holds(self, state: dict[str, Any]) -> bool:
         """Whether the join has a result for the key's current values, per ``mode``."""
-        mode: TableMode = self.options.mode  # type: ignore[attr-defined]
+        mode: TableMode = self.options.mode
         if mode == "inner":
             return state["left"] is not None and state["right"] is not None
         if mode == "left":
@@ -114,6 +113,6 @@ class Table(Joiner):
 
 
 @hookimpl
-def enrichd_register_joiners(register: Any) -> None:
+def enrichd_register_joiners(register: Register) -> None:
     """Register the built-in ``table`` joiner."""
     register(Table)

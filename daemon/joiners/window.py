@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.hookspecs import hookimpl
+from daemon.hookspecs import Register, hookimpl
 from daemon.joiners.base import (
     DeadLetter,
     Emit,
@@ -86,7 +86,7 @@ class Held:
         return (Held, (self.record, self.seq, self.matched))
 
 
-class Window(Joiner):
+class Window(Joiner[WindowOptions, dict[str, Any]]):
     """Windowed stream-stream join: every pair within the window, once.
 
     How it works: a left record at event time tL and a right record at tR of the same key
@@ -138,12 +138,11 @@ class Window(Joiner):
     name = "window"
     description = "Windowed stream-stream join: every pair within the window, once."
     roles = ("left", "right")
-    Options = WindowOptions
     order = "arrival"
 
-    def __init__(self, options: JoinerOptions, context: JoinerContext) -> None:
+    def __init__(self, options: WindowOptions, context: JoinerContext) -> None:
         super().__init__(options, context)
-        window = cast(WindowOptions, options)
+        window = options
         self.before, self.after = window.sides()
         self.grace: int = window.grace
         self.idle_timeout: int = window.idle_timeout
@@ -269,6 +268,6 @@ class Window(Joiner):
 
 
 @hookimpl
-def enrichd_register_joiners(register: Any) -> None:
+def enrichd_register_joiners(register: Register) -> None:
     """Register the built-in ``window`` joiner."""
     register(Window)

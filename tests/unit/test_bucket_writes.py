@@ -8,6 +8,7 @@ handle, which counts the writes and the timer calls.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,7 +19,14 @@ from daemon.engine.processor import JoinerProcessor, OperatorPlan
 from daemon.engine.state_format import EVENT_TIME, decode_bucket
 from daemon.engine.wire import INPUT, OutputRow, pack
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
-from daemon.joiners.base import JoinerContext
+from daemon.joiners.base import (
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+)
 from daemon.joiners.lookup import Lookup, LookupOptions
 from daemon.joiners.window import Window, WindowOptions
 from daemon.kafka.task_output import OutputSpec
@@ -271,3 +279,33 @@ def test_data_and_an_expired_timer_in_one_micro_batch_apply_the_data_first() -> 
         {"left": {"k": 1, "v": "e", "at": 1_000}, "right": {"k": 1, "v": "e", "at": 1_500}}
     ]
     assert woken == []  # not a null result for the left record, nor the right one late
+
+
+class _Regions(Joiner[JoinerOptions, dict[str, Any]]):
+    """Keeps each user's region; an empty region forgets it. Uses the default ``is_empty``."""
+
+    name, description, roles = "regions", "regions", ("stream", "table")
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"region": None}
+
+    def process(
+        self, key: str, state: dict[str, Any], records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterator[Emit | DeadLetter]:
+        for record in records:
+            if record.role == "table" and record.value is not None:
+                state["region"] = record.value["region"] or None
+        return iter(())
+
+
+def test_a_key_whose_state_is_back_to_a_new_keys_is_dropped_by_default() -> None:
+    context = JoinerContext(pipeline="p", fields={"stream": "click", "table": "region"})
+    joiner = _Regions(JoinerOptions(), context)
+    codecs = {"stream": "click", "table": "user_region"}
+    processor, state = _processor(_plan(joiner, codecs, "enriched_click", INPUTS))
+    _call(processor, [_region("ada", "north", 1), _region("bob", "south", 1)])
+
+    _call(processor, [_region("ada", "", 2)])  # ada's state is {"region": None} again
+
+    assert state.value is not None
+    assert set(decode_bucket(blobs.decompress(state.value[0])).keys) == {"bob"}

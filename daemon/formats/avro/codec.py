@@ -5,13 +5,26 @@ Two wire formats. *Plain*: the record's Avro binary encoding alone, schema from 
 schema). *Confluent*: magic byte 0, a 4-byte big-endian schema id, then the binary encoding;
 the writer schema is fetched by id from the Schema Registry and resolved to the reader schema,
 so schema evolution works as Avro defines it.
+
+Each codec decodes and encodes with a function compiled from its schema
+(:mod:`daemon.formats.avro.reader`, :mod:`daemon.formats.avro.writer`) where the schema allows,
+and with fastavro otherwise. A compiled function that does not take a value raises one of a
+few known exceptions (:data:`READER_DECLINES`, :data:`WRITER_DECLINES`): fastavro then
+decodes or encodes that value, whose result or error stands, and the fallback is counted
+(:func:`fallback_counts`); the first of its kind in a process that fastavro takes is logged.
+Any other exception from a compiled function is a bug in it: it is raised as
+:class:`CompiledCodecError`, which names the switch that turns the compiled functions off:
+``ENRICHD_AVRO_COMPILED=0``.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
+import os
 import struct
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,14 +33,66 @@ import fastavro
 from fastavro.types import Schema
 
 from daemon.errors import SchemaError
+from daemon.formats.avro.codegen import CompiledCodecError
 from daemon.formats.avro.fields import FieldScanner
+from daemon.formats.avro.reader import DECLINES as READER_DECLINES
 from daemon.formats.avro.reader import compile_reader
+from daemon.formats.avro.writer import DECLINES as WRITER_DECLINES
 from daemon.formats.avro.writer import compile_writer
 from daemon.formats.registry import access_failure, new_client
 from daemon.secrets import redact
 
 _MAGIC = 0
 _HEADER = struct.Struct(">bI")
+
+log = logging.getLogger("enrichd.avro")
+
+COMPILED_ENV = "ENRICHD_AVRO_COMPILED"
+"""Set to ``0`` (or ``false``, ``no``, ``off``) to decode and encode with fastavro alone."""
+
+_fallbacks: Counter[tuple[str, str]] = Counter()
+_logged: set[tuple[str, str]] = set()
+
+
+def compiled_enabled() -> bool:
+    """Whether new codecs use the compiled reader and writer (see :data:`COMPILED_ENV`)."""
+    return os.environ.get(COMPILED_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def fallback_counts() -> dict[tuple[str, str], int]:
+    """The values the compiled functions of this process handed to fastavro, so far.
+
+    Keyed by direction (``"decode"`` or ``"encode"``) and reason, the name of the exception
+    the compiled function raised (``"Unwritable"``, ``"IndexError"``, ...).
+    """
+    return dict(_fallbacks)
+
+
+def _fell_back(direction: str, exc: Exception) -> None:
+    """Count one value a compiled function handed to fastavro."""
+    _fallbacks[(direction, type(exc).__name__)] += 1
+
+
+def _fastavro_took(direction: str, schema: Schema, exc: Exception) -> None:
+    """Log the first value of its kind in this process that fastavro took after a fallback.
+
+    Only those: one fastavro refuses too is bad data, which its error reports (a dead letter,
+    an ``error:`` line). One it takes is a value the compiled code should perhaps take.
+    """
+    kind = (direction, type(exc).__name__)
+    if kind in _logged:
+        return
+    _logged.add(kind)
+    name = schema.get("name", schema.get("type")) if isinstance(schema, dict) else schema
+    log.warning(
+        "the compiled Avro %s did not take a value of %s (%s: %s), which fastavro %sd. "
+        "Such fallbacks are counted, not logged again, in this process.",
+        "reader" if direction == "decode" else "writer",
+        name,
+        kind[1],
+        exc,
+        direction,
+    )
 
 
 def load_schema_file(path: Path) -> Schema:
@@ -81,6 +146,9 @@ class AvroCodec:
         registry_settings: Confluent format: the registry client's settings (credentials,
             TLS), from :func:`daemon.formats.registry.client_settings`; None: the URL alone.
             Never printed: the codec's repr leaves it out.
+        compiled: whether to decode and encode with functions compiled from the schema where
+            it allows (see the module docstring); by default unless ``ENRICHD_AVRO_COMPILED=0``
+            where the codec is made. Travels with the codec to Spark's workers.
     """
 
     schema: Schema
@@ -88,6 +156,7 @@ class AvroCodec:
     registry_url: str | None = None
     schema_id: int | None = None
     registry_settings: dict[str, Any] | None = field(default=None, repr=False)
+    compiled: bool = field(default_factory=compiled_enabled)
     _writers: dict[int, Schema] = field(default_factory=dict, repr=False)
     _client: Any = field(default=None, repr=False)
     _scanners: dict[tuple[int, tuple[str, ...], tuple[str, ...]], FieldScanner | None] = field(
@@ -113,11 +182,14 @@ class AvroCodec:
     ) -> list[Any] | None:
         """The top-level fields ``names`` of one value, without decoding the rest of it.
 
-        None when these fields cannot be read so (see :class:`FieldScanner`): decode instead.
+        None when these fields cannot be read so (see :class:`FieldScanner`), or when the
+        codec is not ``compiled`` (a scanner is compiled code too): decode instead.
 
         Raises:
             ValueError: the bytes are not a record of the expected format.
         """
+        if not self.compiled:
+            return None
         start, schema_id = (0, -1) if self.registry_url is None else _framing(data)
         try:
             scanner = self._scanners[(schema_id, names, millis)]
@@ -144,16 +216,25 @@ class AvroCodec:
             fast = self._fast_readers[schema_id]
         except KeyError:
             fast = self._fast_readers[schema_id] = self._compile_reader(schema_id)
+        declined: Exception | None = None
         if fast is not None:
             try:
                 return fast(data, start)  # type: ignore[no-any-return]
-            except Exception:  # noqa: S110 - bytes it does not take: fastavro's value or error
-                pass
+            except READER_DECLINES as exc:  # bytes it does not take: fastavro's value or error
+                declined = exc
+                _fell_back("decode", exc)
+            except Exception as exc:
+                raise CompiledCodecError.of("reader", exc) from exc
         writer = self._writer(schema_id) if schema_id >= 0 else self.writer_schema
-        return _read(data, start, writer or self.schema, self.schema)
+        record = _read(data, start, writer or self.schema, self.schema)
+        if declined is not None:
+            _fastavro_took("decode", self.schema, declined)
+        return record
 
     def _compile_reader(self, schema_id: int) -> Any:
         """A compiled reader when data written with ``schema_id`` needs no resolution."""
+        if not self.compiled:
+            return None
         writer = self._writer(schema_id) if schema_id >= 0 else self.writer_schema
         if writer is not None and writer != self.schema:
             return None
@@ -166,19 +247,25 @@ class AvroCodec:
             ValueError: the record does not match the schema (the message names the field).
         """
         if self._fast_writer is False:
-            self._fast_writer = compile_writer(self.schema)
+            self._fast_writer = compile_writer(self.schema) if self.compiled else None
         header = b"" if self.registry_url is None else _HEADER.pack(_MAGIC, self.schema_id or 0)
+        declined: Exception | None = None
         if self._fast_writer is not None:
             try:
                 return header + self._fast_writer(record)
-            except Exception:  # noqa: S110 - any exception: not taken (see compile_writer)
-                pass  # a value only fastavro takes, or one it rejects with the reason
+            except WRITER_DECLINES as exc:  # a value only fastavro takes, or one it rejects
+                declined = exc
+                _fell_back("encode", exc)
+            except Exception as exc:
+                raise CompiledCodecError.of("writer", exc) from exc
         buffer = io.BytesIO()
         buffer.write(header)
         try:
             fastavro.schemaless_writer(buffer, self.schema, record, strict_allow_default=True)
         except TypeError as exc:  # fastavro's wrong-type error; it names the field too
             raise ValueError(str(exc)) from None
+        if declined is not None:
+            _fastavro_took("encode", self.schema, declined)
         return buffer.getvalue()
 
     def _writer(self, schema_id: int) -> Schema:

@@ -11,6 +11,23 @@ from collections.abc import Callable
 from typing import Any
 
 
+class CompiledCodecError(RuntimeError):
+    """A compiled reader, writer or scanner failed in a way it never should: a bug in enrichd.
+
+    Raised instead of the exception the generated code ran into, so that the record goes to
+    the dead-letter topic with this message and no fallback hides it. Setting
+    ``ENRICHD_AVRO_COMPILED=0`` decodes and encodes with fastavro alone until it is fixed.
+    """
+
+    @classmethod
+    def of(cls, what: str, exc: BaseException) -> CompiledCodecError:
+        """The error for ``exc``, raised by the compiled ``what`` (reader, writer, scanner)."""
+        return cls(
+            f"bug in enrichd's compiled Avro {what} ({type(exc).__name__}: {exc}); "
+            "set ENRICHD_AVRO_COMPILED=0 to use fastavro alone"
+        )
+
+
 class FunctionText:
     """The text of one generated function, and the constants its lines name."""
 

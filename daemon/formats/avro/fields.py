@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from daemon.formats.avro.reader import compile_scanner
+from daemon.formats.avro.codegen import CompiledCodecError
+from daemon.formats.avro.reader import DECLINES, compile_scanner
 
 _PLAIN_FIELD_TYPES = {"int", "long", "string"}
 """Types of the fields a scanner reads (the join key, the event time); for others the record
@@ -54,11 +55,14 @@ class FieldScanner:
 
         Raises:
             ValueError: the bytes are not a record of this schema.
+            CompiledCodecError: the scanner failed otherwise: a bug in it.
         """
         try:
             return self._scan(data, position)
-        except Exception as exc:  # IndexError, UnicodeDecodeError, struct.error, ...
+        except DECLINES as exc:  # IndexError, UnicodeDecodeError, struct.error, ...
             raise ValueError(f"not a record of this schema ({type(exc).__name__}: {exc})") from None
+        except Exception as exc:
+            raise CompiledCodecError.of("scanner", exc) from exc
 
 
 def _readable(field_type: Any, millis: bool) -> bool:

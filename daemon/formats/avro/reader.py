@@ -8,12 +8,14 @@ nested type written inline as straight-line code, and builds each record as a di
 
 It is exact or it is not used, as the writer is: it is stricter than fastavro everywhere
 (a boolean byte other than 0 and 1, a varint longer than ten bytes, a length past the end, a
-string that is not UTF-8, bytes left over), and on anything it does not take it raises, so
-that :meth:`daemon.formats.avro.codec.AvroCodec.decode` decodes again with fastavro, whose value or
-error stands. For bytes it takes, its value is fastavro's (a hypothesis test compares the two over
-the project's schemas). It decodes only with the writer's schema as the reader's (schema
-resolution is fastavro's), and schemas with logical types (fastavro makes them datetimes,
-decimals, UUIDs) or recursive types are not compiled: fastavro decodes all their values.
+string that is not UTF-8, bytes left over), and on anything it does not take it raises
+(``ValueError``, ``IndexError`` or ``struct.error``: :data:`DECLINES`), so that
+:meth:`daemon.formats.avro.codec.AvroCodec.decode` decodes again with fastavro, whose value or
+error stands, and counts the fallback. For bytes it takes, its value is fastavro's (a
+hypothesis test compares the two over the project's schemas). It decodes only with the
+writer's schema as the reader's (schema resolution is fastavro's), and schemas with logical
+types (fastavro makes them datetimes, decimals, UUIDs) or recursive types are not compiled:
+fastavro decodes all their values.
 
 The same generator writes the source's field scanners (:func:`compile_scanner`): the few
 top-level fields a scanner wants are read as above, and the others stepped over.
@@ -28,6 +30,13 @@ from typing import Any
 from daemon.formats.avro.codegen import FunctionText
 
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "string", "bytes"}
+
+
+DECLINES: tuple[type[Exception], ...] = (ValueError, IndexError, struct.error)
+"""What a compiled reader or scanner raises on bytes it does not take: its own checks'
+``ValueError`` (invalid UTF-8 is one), ``IndexError`` and ``struct.error`` for bytes that end
+early. Anything else it raises is a bug
+(:class:`daemon.formats.avro.codegen.CompiledCodecError`)."""
 
 
 class _Unsupported(Exception):  # noqa: N818

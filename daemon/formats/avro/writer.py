@@ -12,10 +12,10 @@ from, of exactly that Python type (``int`` for int and long, ``str`` for string 
 ``dict`` with no unknown keys for a record, ...), and raises for anything else
 (:class:`Unwritable`, or e.g. a missing field's ``KeyError``);
 :meth:`daemon.formats.avro.codec.AvroCodec.encode` then encodes with fastavro, whose bytes or error
-stand. So for every value it accepts, its bytes are fastavro's (a hypothesis test compares
-the two over the project's schemas). Schemas it cannot compile at all (logical types other
-than the time ones on int and long, unions whose branches it cannot tell apart by Python
-type, recursive types) give None, and fastavro encodes all their values.
+stand, and counts the fallback. So for every value it accepts, its bytes are fastavro's (a
+hypothesis test compares the two over the project's schemas). Schemas it cannot compile at
+all (logical types other than the time ones on int and long, unions whose branches it cannot
+tell apart by Python type, recursive types) give None, and fastavro encodes all their values.
 """
 
 from __future__ import annotations
@@ -68,12 +68,20 @@ class _Unsupported(Exception):  # noqa: N818
     """The schema has a node the compiled writer does not handle."""
 
 
+DECLINES: tuple[type[Exception], ...] = (Unwritable, KeyError, UnicodeEncodeError, OverflowError)
+"""What a compiled writer raises on a value it does not take: :class:`Unwritable` (a type or
+range it does not write), ``KeyError`` (a missing field, an unknown enum symbol),
+``UnicodeEncodeError`` (a string with a lone surrogate), ``OverflowError`` (a float too large
+for Avro's 32-bit float). Anything else it raises is a bug."""
+
+
 def compile_writer(schema: Any) -> Callable[[Any], bytes] | None:
     """An encoder of one value of the parsed ``schema``, or None if it cannot be compiled.
 
-    For a value it does not take it raises :class:`Unwritable`, or whatever the generated
-    code ran into first (a missing field's ``KeyError``, ...): the caller takes any exception
-    to mean "not taken", without a wrapper call per value to translate it.
+    For a value it does not take it raises :class:`Unwritable`, or what the generated code
+    runs into first (a missing field's ``KeyError``, ...), without a wrapper call per value
+    to translate it: :data:`DECLINES` lists them all, and the caller takes any other
+    exception for a bug.
     """
     generator = _Generator(schema)
     try:

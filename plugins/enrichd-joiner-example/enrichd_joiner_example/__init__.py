@@ -1,7 +1,8 @@
 """``latest-n``: an example enrichd joiner plugin, meant to be copied.
 
 Everything a plugin needs is in this module: a :class:`~daemon.joiners.base.Joiner` subclass
-with its options, and the ``enrichd_register_joiners`` hook that registers it. The
+typed by its options and its state (``Joiner[LatestNOptions, list[...]]``: mypy then knows
+``self.options`` and ``state``), and the ``enrichd_register_joiners`` hook that registers it. The
 distribution's ``pyproject.toml`` names this module in the ``enrichd`` entry-point group, so
 ``pip install`` is all it takes for ``daemon plugins list`` to show ``latest-n``.
 """
@@ -9,11 +10,11 @@ distribution's ``pyproject.toml`` names this module in the ``enrichd`` entry-poi
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, cast
+from typing import Any
 
 from pydantic import Field
 
-from daemon.hookspecs import hookimpl
+from daemon.hookspecs import Register, hookimpl
 from daemon.joiners.base import DeadLetter, Emit, InputRecord, Joiner, JoinerContext, JoinerOptions
 
 __all__ = ["LatestN", "LatestNOptions", "enrichd_register_joiners"]
@@ -28,7 +29,7 @@ class LatestNOptions(JoinerOptions):
     )
 
 
-class LatestN(Joiner):
+class LatestN(Joiner[LatestNOptions, list[dict[str, Any]]]):
     """Each left record with the last ``n`` right records of its key, oldest first.
 
     State per join key: the latest ``n`` right records (e.g. a user's page views). A right
@@ -46,7 +47,6 @@ class LatestN(Joiner):
     name = "latest-n"
     description = "Each left record enriched with the last N right records of its key."
     roles = ("left", "right")
-    Options = LatestNOptions
     keyed_tombstones = frozenset({"right"})
 
     def initial_state(self) -> list[dict[str, Any]]:
@@ -61,7 +61,7 @@ class LatestN(Joiner):
         ctx: JoinerContext,
     ) -> Iterator[Emit | DeadLetter]:
         """Apply one key's records in order; see the class docstring for the semantics."""
-        options = cast(LatestNOptions, self.options)
+        options = self.options
         for record in records:
             if record.role == "right":
                 if record.value is None:
@@ -91,6 +91,6 @@ class LatestN(Joiner):
 
 
 @hookimpl
-def enrichd_register_joiners(register: Any) -> None:
+def enrichd_register_joiners(register: Register) -> None:
     """Register ``latest-n`` with enrichd."""
     register(LatestN)
