@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any, Protocol
 
-from pyspark.sql.types import BinaryType, StructField, StructType
-
 from daemon.engine.state_format import (
     STATE,
     Bucket,
@@ -32,9 +30,6 @@ from daemon.engine.state_format import (
 )
 from daemon.joiners.stash import Stash
 
-CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
-"""Schema of the bucket's list state of chunks (a StructType: a DDL string would cost a call
-to the JVM to parse it in every task)."""
 COMPACT_SLACK = 1024
 """Dead values a bucket's log may hold beyond as many as it has live ones."""
 MAX_CHUNKS = 512
