@@ -231,7 +231,7 @@ class JoinerHarness:
             if due - _START_MS > target:
                 break
             self.clock_ms = max(self.clock_ms, due - _START_MS)
-            log = StashLog(self._chunks, self._bucket)
+            log = StashLog(self._chunks, self._bucket.stash)
             self._core.tick(self._bucket, log, self._now())
             self._stored_back(log)
         self.clock_ms = target
@@ -274,7 +274,7 @@ class JoinerHarness:
         raise error
 
     def _apply(self, batch: Mapping[str, list[InputRecord]], ended: Collection[str]) -> None:
-        log = StashLog(self._chunks, self._bucket)
+        log = StashLog(self._chunks, self._bucket.stash)
         self._core.apply(self._bucket, log, batch, ended, self._now())
         self._stored_back(log)
 
@@ -283,7 +283,7 @@ class JoinerHarness:
 
     def _stored_back(self, log: StashLog) -> None:
         """End a step as the engine stores a bucket; show the keys' states in the run."""
-        log.flush()
+        log.flush(self._bucket.keys)
         keys, states = self._bucket.keys, self.run.states
         for key in [key for key in self._stored if key not in keys]:
             del self._stored[key]
@@ -294,7 +294,7 @@ class JoinerHarness:
             if self._stored.get(key) == blob:
                 continue
             self._stored[key] = blob
-            reader = reader or StashLog(self._chunks, self._bucket)
+            reader = reader or StashLog(self._chunks, self._bucket.stash)
             # A copy with its stashes' values inline: a test may read it after later steps.
             state = load_state(dump_portable(reader.loads(key, blob)), None)
             if self.joiner.is_empty(state):  # an ended key's clock, nothing held

@@ -305,7 +305,7 @@ class JoinerProcessor(StatefulProcessor):
         blob = self.state.get()
         stored = blobs.decompress(blob[0]) if blob else None
         bucket = decode_bucket(stored) if stored else Bucket()
-        return bucket, StashLog(self.stash_chunks, bucket), stored
+        return bucket, StashLog(self.stash_chunks, bucket.stash), stored
 
     def _store_bucket(self, bucket: Bucket, log: StashLog, stored: bytes | None) -> None:
         """Write the bucket back unless ``stored`` holds it already; keep one timer.
@@ -320,7 +320,7 @@ class JoinerProcessor(StatefulProcessor):
         it) encodes the bucket into the bytes it loaded: writing them again would cost a round
         trip to the JVM with the whole blob, and the state store a changelog entry.
         """
-        log.flush()
+        log.flush(bucket.keys)
         earliest = min(bucket.due.values(), default=None)
         if bucket.timer_ms is not None and (earliest is None or earliest < bucket.timer_ms):
             self.handle.deleteTimer(bucket.timer_ms)
