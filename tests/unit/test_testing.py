@@ -210,3 +210,19 @@ def test_harness_flushes_a_record_after_its_keys_end_at_once_and_counts_it() -> 
     assert [o.value for o in harness.run.outputs[1:]] == [{"t": 200, "to": END_OF_TIME}]
     assert harness.run.metrics == {"after_end_of_input": 1}
     assert harness.run.states["1"]["held"] == []
+
+
+def test_a_state_put_in_the_run_is_where_the_key_goes_on_from() -> None:
+    """docs/plugins.md: to test that an older release's state still loads, put it in
+    ``harness.run.states[key]`` and feed the key records."""
+    harness = JoinerHarness(Echo, keys={"a": "k"})
+    harness.feed({"a": [line(None, {"k": 1}, 1)]})
+    harness.run.states["1"] = {"seen": 41}  # replaces the stored state
+    harness.run.states["2"] = {"seen": 6}  # a key the harness has not seen
+    harness.feed({"a": [line(None, {"k": 1}, 2), line(None, {"k": 2}, 2)]})
+    assert [(o.key, o.value["n"]) for o in harness.run.outputs] == [  # type: ignore[index]
+        ("1", 1),
+        ("1", 42),
+        ("2", 7),
+    ]
+    assert harness.run.states == {"1": {"seen": 42}, "2": {"seen": 7}}
