@@ -57,12 +57,12 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from daemon.engine.core import EngineCore
+from daemon.engine.core import EngineCore, KeyBatch
 from daemon.engine.stash_log import StashLog
 from daemon.engine.state_format import STATE, Bucket, dump_portable, load_state
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, record_fields
@@ -217,7 +217,7 @@ class JoinerHarness:
             else:
                 grouped.setdefault(record.key, []).append(record)
         self._seen.update(dict.fromkeys(grouped))
-        self._apply(grouped, ())
+        self._apply([(key, group, False) for key, group in grouped.items()])
 
     def wait(self, ms: int) -> None:
         """Let ``ms`` of processing time pass without input, firing due timers in time order.
@@ -245,7 +245,7 @@ class JoinerHarness:
         record fed after it is applied and flushed at once, and counted as
         ``after_end_of_input`` in :attr:`JoinerRun.metrics`.
         """
-        self._apply({key: [] for key in self._seen}, self._seen.keys())
+        self._apply([(key, [], True) for key in self._seen])
 
     def emit(self, emit: Emit) -> None:
         """Take an output record (the core's :class:`~daemon.engine.core.Outlet`)."""
@@ -275,9 +275,9 @@ class JoinerHarness:
         """The joiner raised: raise it here, so that the test shows the traceback."""
         raise error
 
-    def _apply(self, batch: Mapping[str, list[InputRecord]], ended: Collection[str]) -> None:
+    def _apply(self, batch: list[KeyBatch]) -> None:
         log = self._log()
-        self._core.apply(self._bucket, log, batch, ended, self._now())
+        self._core.apply(self._bucket, log, batch, self._now())
         self._stored_back(log)
 
     def _log(self) -> StashLog:

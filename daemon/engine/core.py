@@ -21,7 +21,7 @@ what comes out, through an :class:`Outlet`. Nothing here imports Spark.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Protocol
@@ -41,6 +41,11 @@ from daemon.joiners.base import (
 AFTER_END_OF_INPUT = "after_end_of_input"
 """The event counted (``enrichd_joiner_events``) for each record that reaches its key after
 the key's end of input."""
+
+
+KeyBatch = tuple[str, list[InputRecord], bool]
+"""A key's part of a micro-batch: the join key, its records in any order (maybe none: they
+were all undecodable, or only its end of input came), and whether its input ends after them."""
 
 
 class Outlet(Protocol):
@@ -90,26 +95,18 @@ class EngineCore:
         self._reject = outlet.reject
         self._failed = outlet.failed
 
-    def apply(
-        self,
-        bucket: Bucket,
-        log: StashLog,
-        batch: Mapping[str, list[InputRecord]],
-        ended: Collection[str],
-        now: int,
-    ) -> None:
+    def apply(self, bucket: Bucket, log: StashLog, batch: Iterable[KeyBatch], now: int) -> None:
         """Apply one micro-batch's records to the bucket, key by key.
 
         Args:
             bucket: the bucket, changed in place.
             log: the bucket's stash log for this call (the caller flushes it).
-            batch: each key's records, in any order; a key may have none (its records were
-                all undecodable, or only its end of input came).
-            ended: the keys whose input ends in this micro-batch, after their records.
+            batch: each key's part of the micro-batch, taken one at a time: it may be a
+                generator that decodes a key's records as the core comes to the key.
             now: processing time, epoch milliseconds.
         """
-        for key, records in batch.items():
-            self._apply(bucket, log, key, records, key in ended, now)
+        for key, records, end_of_input in batch:
+            self._apply(bucket, log, key, records, end_of_input, now)
 
     def _apply(
         self,

@@ -58,7 +58,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from daemon.engine import blobs
-from daemon.engine.core import EngineCore
+from daemon.engine.core import EngineCore, KeyBatch
 from daemon.engine.stash_log import StashLog
 from daemon.engine.state_format import Bucket, decode_bucket, decode_portable, encode_bucket
 from daemon.engine.worker_gc import freeze_loaded
@@ -175,51 +175,61 @@ class JoinerProcessor(StatefulProcessor):
         yield from self._counts()
 
     def _input_rows(self, packs: Iterator[SparkRow], timer_values: Any, send: Send) -> None:
-        """Decode the call's records by key and hand them to the core (see :mod:`.core`)."""
-        batch: dict[str, list[InputRecord]] = {}
-        ended: set[str] = set()
-        rows: list[Row] = []
-        inputs, decoders = self.plan.inputs, self._decoders
+        """Group the call's records by key and hand them to the core (:mod:`.core`)."""
+        by_key: dict[str, list[Row]] = {}
         for row in _rows_of(packs, self._newest):
-            key = row.key
-            if key == DEAD_LETTER_ROUTE:
+            if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
                 send(self._dead_letter(row, kind, reason))
-                continue
-            records = batch.get(key)
-            if records is None:  # a key stays even when none of its records decode
-                records = batch[key] = []
-            if row.input == CONTROL_INPUT:
-                ended.add(key)
-                continue
-            rows.append(row)
-            role, topic = inputs[row.input]
-            try:
-                value = None if row.value is None else decoders[row.input](row.value)
-            except SchemaRegistryUnavailableError:
-                raise  # the record is fine: fail the batch, which is retried, not the record
-            except Exception as exc:  # the source read only the key and time fields
-                send(self._dead_letter(row, "UndecodableRecord", str(exc)))
-                continue
-            records.append(
-                input_record(
-                    role,
-                    key,
-                    value,
-                    row.event_time,
-                    topic,
-                    row.partition,
-                    row.offset,
-                    row.kafka_key,
-                    row.timestamp,
-                )
-            )
-        if not batch:
+            else:
+                by_key.setdefault(row.key, []).append(row)
+        if not by_key:
             return
-        self._send, self._raw = send, _Originals(rows, inputs)
+        self._send = send
         bucket, log, stored = self._load_bucket()
-        self.core.apply(bucket, log, batch, ended, timer_values.getCurrentProcessingTimeInMs())
+        now = timer_values.getCurrentProcessingTimeInMs()
+        self.core.apply(bucket, log, self._decoded(by_key), now)
         self._store_bucket(bucket, log, stored)
+
+    def _decoded(self, by_key: dict[str, list[Row]]) -> Iterator[KeyBatch]:
+        """Each key's records, decoded when the core comes to the key.
+
+        So only one key's decoded records (and their values) are alive at a time, not the
+        whole call's.
+        An end-of-input marker row ends its key's input; a record that does not decode is
+        dead-lettered here.
+        """
+        inputs, decoders, send = self.plan.inputs, self._decoders, self._send
+        for key, rows in by_key.items():
+            records: list[InputRecord] = []
+            end_of_input = False
+            for row in rows:
+                if row.input == CONTROL_INPUT:
+                    end_of_input = True
+                    continue
+                role, topic = inputs[row.input]
+                try:
+                    value = None if row.value is None else decoders[row.input](row.value)
+                except SchemaRegistryUnavailableError:
+                    raise  # the record is fine: fail the batch, which is retried, not the record
+                except Exception as exc:  # the source read only the key and time fields
+                    send(self._dead_letter(row, "UndecodableRecord", str(exc)))
+                    continue
+                records.append(
+                    input_record(
+                        role,
+                        key,
+                        value,
+                        row.event_time,
+                        topic,
+                        row.partition,
+                        row.offset,
+                        row.kafka_key,
+                        row.timestamp,
+                    )
+                )
+            self._raw = _Originals(rows, inputs)
+            yield key, records, end_of_input
 
     def handleInitialState(  # noqa: N802
         self,

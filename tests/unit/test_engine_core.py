@@ -129,7 +129,9 @@ class Bench:
         self, batch: dict[str, list[InputRecord]], ended: Iterable[str] = (), now: int = NOW
     ) -> None:
         log = StashLog(self.chunks, self.bucket.stash)
-        self.core.apply(self.bucket, log, batch, set(ended), now)
+        ends = set(ended)
+        parts = [(key, records, key in ends) for key, records in batch.items()]
+        self.core.apply(self.bucket, log, parts, now)
         log.flush(self.bucket.keys)
 
     def tick(self, now: int) -> None:
