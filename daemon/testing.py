@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.engine.core import EngineCore, KeyBatch
-from daemon.engine.stash_log import StashLog
+from daemon.engine.stash_log import MemoryChunks, StashLog
 from daemon.engine.state_format import STATE, Bucket, dump_portable, load_state
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, record_fields
 from daemon.formats.keys import key_parts
@@ -183,7 +183,7 @@ class JoinerHarness:
         """Processing time, in milliseconds since the harness started; moved by :meth:`wait`."""
         self._core = EngineCore(self.joiner, self)
         self._bucket = Bucket()
-        self._chunks = _Chunks()
+        self._chunks = MemoryChunks()
         self._seen: dict[str, None] = {}
         """Every join key routed so far, in first-seen order: :meth:`end` ends each."""
         self._stored: dict[str, bytes] = {}
@@ -344,25 +344,6 @@ class JoinerHarness:
 _START_MS = 1
 """The processing time the harness's clock starts at, in epoch milliseconds: above 0, which
 the state format reads as "not known" for a key's last update (and so as no TTL yet)."""
-
-
-class _Chunks:
-    """A bucket's stash log in memory: the part of Spark's list state the log uses."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[bytes]] = []
-
-    def get(self) -> list[tuple[bytes]]:
-        return list(self.items)
-
-    def put(self, new_state: list[tuple[bytes]]) -> None:
-        self.items = list(new_state)
-
-    def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802 - Spark's name
-        self.items.extend(new_state)
-
-    def clear(self) -> None:
-        self.items = []
 
 
 def run_joiner(

@@ -16,7 +16,7 @@ changed by nothing else), so compaction costs at most a constant per value ever 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Protocol
 
 from daemon.engine.state_format import (
@@ -52,6 +52,29 @@ class ChunkList(Protocol):
 
     def clear(self) -> None:
         """Remove every element."""
+
+
+class MemoryChunks:
+    """A bucket's chunks in a list, for a log kept in memory (``daemon.testing``, tests)."""
+
+    def __init__(self, items: Iterable[tuple[bytes]] = ()) -> None:
+        self.items = list(items)
+
+    def get(self) -> list[tuple[bytes]]:
+        """Every chunk, as one-field tuples like Spark's rows."""
+        return list(self.items)
+
+    def put(self, new_state: list[tuple[bytes]]) -> None:
+        """Replace the chunks."""
+        self.items = list(new_state)
+
+    def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802 - Spark's name
+        """Append chunks."""
+        self.items.extend(new_state)
+
+    def clear(self) -> None:
+        """Remove every chunk."""
+        self.items = []
 
 
 class StashLog:

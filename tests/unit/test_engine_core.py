@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 
 from daemon.engine.core import AFTER_END_OF_INPUT, EngineCore
-from daemon.engine.stash_log import StashLog
+from daemon.engine.stash_log import MemoryChunks, StashLog
 from daemon.engine.state_format import LAST_MS, STATE, STREAM_TIME, UPDATED_MS, Bucket
 from daemon.joiners.base import (
     END_OF_TIME,
@@ -98,23 +98,6 @@ class Outlet:
         self.failures.append((list(records), error))
 
 
-class Chunks:
-    def __init__(self) -> None:
-        self.items: list[tuple[bytes]] = []
-
-    def get(self) -> list[tuple[bytes]]:
-        return list(self.items)
-
-    def put(self, new_state: list[tuple[bytes]]) -> None:
-        self.items = list(new_state)
-
-    def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802
-        self.items.extend(new_state)
-
-    def clear(self) -> None:
-        self.items = []
-
-
 class Bench:
     """A core over one bucket, stored back after every step as the processor stores it."""
 
@@ -123,7 +106,7 @@ class Bench:
         self.outlet = Outlet()
         self.core = EngineCore(self.joiner, self.outlet)
         self.bucket = Bucket()
-        self.chunks = Chunks()
+        self.chunks = MemoryChunks()
 
     def apply(
         self, batch: dict[str, list[InputRecord]], ended: Iterable[str] = (), now: int = NOW

@@ -14,30 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.engine import stash_log
-from daemon.engine.stash_log import StashLog
+from daemon.engine.stash_log import MemoryChunks, StashLog
 from daemon.engine.state_format import STATE, Bucket, KeyEntry, decode_chunk
 from daemon.joiners import Stash
 
 
-class Chunks:
+class Chunks(MemoryChunks):
     """A list state in memory, counting the reads."""
 
-    def __init__(self) -> None:
-        self.items: list[tuple[bytes]] = []
-        self.reads = 0
+    reads = 0
 
     def get(self) -> list[tuple[bytes]]:
         self.reads += 1
-        return list(self.items)
-
-    def put(self, new_state: list[tuple[bytes]]) -> None:
-        self.items = list(new_state)
-
-    def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802
-        self.items.extend(new_state)
-
-    def clear(self) -> None:
-        self.items = []
+        return super().get()
 
 
 def stored_entries(chunks: Chunks) -> int:
