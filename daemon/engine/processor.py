@@ -192,12 +192,11 @@ class JoinerProcessor(StatefulProcessor):
         self._store_bucket(bucket, log, stored)
 
     def _decoded(self, by_key: dict[str, list[Row]]) -> Iterator[KeyBatch]:
-        """Each key's records, decoded when the core comes to the key.
+        """Each key's part of the call, decoded when the core comes to the key.
 
-        So only one key's decoded records (and their values) are alive at a time, not the
-        whole call's.
-        An end-of-input marker row ends its key's input; a record that does not decode is
-        dead-lettered here.
+        So one key's decoded records (and their values) are alive at a time, not the whole
+        call's. An end-of-input marker row ends its key's input; a record that does not
+        decode is dead-lettered here.
         """
         inputs, decoders, send = self.plan.inputs, self._decoders, self._send
         for key, rows in by_key.items():
