@@ -6,27 +6,31 @@ is the Kafka key, as text (it routes tombstones of roles in ``Joiner.keyed_tombs
 join key comes from the value's field named in ``keys``, as in a pipeline file: a field, a
 list of fields for a composite key, or ``kafka_key`` for the Kafka key.
 
-- :func:`run_joiner` runs the joiner's logic in plain Python, the way the engine does: records
-  arrive in timestamp order across all inputs (ties: the joiner's role order, then list
-  order; the roles of :meth:`Joiner.bootstrap_roles` first, all of them, as a new pipeline
-  reads them), are cut into micro-batches of ``batch_size``, grouped by join key and put in
-  apply order (:func:`daemon.joiners.base.apply_order`); each key's state goes through
-  ``pickle`` between micro-batches and is dropped when :meth:`Joiner.is_empty` says so; at
-  the end, every key's event time is advanced to the end of time, as replay does.
-  Tombstones that cannot be routed, records without a join key or event time, and outputs the
-  output schema rejects become dead letters, with the engine's ``kind``. No broker, no Spark:
-  milliseconds per test.
+- :func:`run_joiner` runs the joiner through the engine's own apply loop
+  (:class:`daemon.engine.core.EngineCore`, the one the Spark operator runs) in plain Python:
+  records arrive in timestamp order across all inputs (ties: the joiner's role order, then
+  list order; the roles of :meth:`Joiner.bootstrap_roles` first, all of them, as a new
+  pipeline reads them), are cut into micro-batches of ``batch_size`` and grouped by join key;
+  the core puts each key's records in apply order (:func:`daemon.joiners.base.apply_order`),
+  keeps each key's state pickled between micro-batches (stashes in a stash log, as in the
+  state store) and drops it when :meth:`Joiner.is_empty` says so; at the end, every join key
+  seen gets its end of input, as replay sends. Tombstones that cannot be routed, records
+  without a join key or event time, and outputs the output schema rejects become dead
+  letters, with the engine's ``kind``. No broker, no Spark: milliseconds per test.
 - :class:`JoinerHarness` does the same step by step, with a processing-time clock a test
-  moves by hand (:meth:`JoinerHarness.wait`), for joiners that act when keys go quiet.
+  moves by hand (:meth:`JoinerHarness.wait`), for joiners that act when keys go quiet or that
+  have a ``state_ttl``.
 - :func:`replay_joiner` runs the same inputs through the real engine (broker, Spark, Avro),
   via :func:`pipeline_file` and :func:`daemon.replay.replay`. The joiner must be installed
   (registered through the ``enrichd`` entry points), since Spark's workers load it by name.
 
-Differences from the engine, on purpose: an exception in ``process`` propagates, so a test
-shows the traceback (the engine dead-letters that key's records as ``JoinerFailed``); offsets
-are positions in each role's list (the engine's are per Kafka partition), so records of one
-role with equal event times keep list order here; the clock moves only when the test says
-so, and ``state_ttl`` is not applied.
+Differences from the engine, on purpose: an exception in ``process`` or ``advance``
+propagates, so a test shows the traceback (the engine dead-letters that key's records as
+``JoinerFailed``); offsets are positions in each role's list (the engine's are per Kafka
+partition), so records of one role with equal event times keep list order here; every key
+shares one state bucket; and processing time moves only when the test says so
+(:meth:`JoinerHarness.wait`), so :func:`run_joiner`, which never waits, runs its micro-batches
+at one instant: no wake-up fires and no ``state_ttl`` runs out in it.
 
 Example:
     The built-in ``comap`` joiner, a user and then a tweet of that user::
@@ -52,25 +56,25 @@ Example:
 from __future__ import annotations
 
 import json
-import pickle  # noqa: S403 - round-trips the test's own state, as the engine's store does
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from daemon.engine.core import EngineCore, KeyBatch
+from daemon.engine.stash_log import MemoryChunks, StashLog
+from daemon.engine.state_format import STATE, Bucket, dump_portable, load_state
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, record_fields
 from daemon.formats.keys import key_parts
 from daemon.formats.routing import Router
 from daemon.joiners.base import (
-    END_OF_TIME,
     DeadLetter,
     Emit,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
-    apply_order,
 )
 from daemon.pipeline.config import JoinKey, PipelineFile, parse_pipeline_file
 from daemon.plugins import registry
@@ -117,13 +121,15 @@ def by_key(outputs: Iterable[Emit] | Iterable[Mapping[str, Any]]) -> dict[str, l
 
 
 class JoinerHarness:
-    """Drive a joiner step by step, as the engine would: micro-batches, a clock, end of input.
+    """Drive a joiner step by step through the engine's apply loop: micro-batches, a clock, end.
 
     :func:`run_joiner` covers the common case; the harness is for tests of time: what a joiner
     emits when its keys go quiet (:meth:`wait` moves the processing-time clock and fires the
-    wake-ups the joiner asked for with :meth:`Joiner.wakeup_ms`) and at the end of input
-    (:meth:`end`). It takes the arguments of :func:`run_joiner`, and ``output_schemas`` per
-    secondary output.
+    wake-ups the joiner asked for with :meth:`Joiner.wakeup_ms`, and drops keys whose
+    ``state_ttl`` ran out, as the engine's timers do) and at the end of input (:meth:`end`).
+    Each step runs :class:`daemon.engine.core.EngineCore`, the loop the engine runs in Spark,
+    on one state bucket kept in memory. It takes the arguments of :func:`run_joiner`, and
+    ``output_schemas`` per secondary output.
 
     Example:
         >>> from daemon.joiners.comap import CoMap
@@ -175,7 +181,15 @@ class JoinerHarness:
         self.run = JoinerRun(metrics=context.metrics)
         self.clock_ms = 0
         """Processing time, in milliseconds since the harness started; moved by :meth:`wait`."""
-        self._clocks: dict[str, _KeyClock] = {}
+        self._core = EngineCore(self.joiner, self)
+        self._bucket = Bucket()
+        self._chunks = MemoryChunks()
+        self._seen: dict[str, None] = {}
+        """Every join key routed so far, in first-seen order: :meth:`end` ends each."""
+        self._stored: dict[str, bytes] = {}
+        """Each key's stored state as :attr:`JoinerRun.states` last showed it."""
+        self._shown: dict[str, Any] = {}
+        """The objects :attr:`JoinerRun.states` last showed, to see which a test replaced."""
         self._lines: dict[str, int] = {}
         stage = self.joiner.downstream()
         retractions = stage.retractions if stage is not None else None
@@ -202,64 +216,39 @@ class JoinerHarness:
                 self.run.dead_letters.append(record)
             else:
                 grouped.setdefault(record.key, []).append(record)
-        for key, group in grouped.items():
-            ordered = apply_order(group, self.cls.roles, self.joiner.order)
-            clock = self._clocks.setdefault(key, _KeyClock())
-            clock.stream_time = max([clock.stream_time, *(r.event_time for r in ordered)])
-            clock.last_ms = self.clock_ms
-            self._step(key, self.joiner.process, ordered)
+        self._seen.update(dict.fromkeys(grouped))
+        self._apply([(key, group, False) for key, group in grouped.items()])
 
     def wait(self, ms: int) -> None:
-        """Let ``ms`` of processing time pass without input, firing due wake-ups in time order."""
+        """Let ``ms`` of processing time pass without input, firing due timers in time order.
+
+        The engine's timer fires when the earliest key of a bucket is due: each key due by
+        then has its event time moved on by the processing time since its last record
+        (:meth:`Joiner.advance`), or is dropped when its ``state_ttl`` ran out.
+        """
         if ms < 0:
             raise ValueError("the clock does not go backwards")
         target = self.clock_ms + ms
-        while True:
-            due = sorted(
-                (clock.due, key)
-                for key, clock in self._clocks.items()
-                if clock.due is not None and clock.due <= target
-            )
-            if not due:
+        while (due := min(self._bucket.due.values(), default=None)) is not None:
+            if due - _START_MS > target:
                 break
-            when, key = due[0]
-            self.clock_ms = max(self.clock_ms, when)
-            clock = self._clocks[key]
-            to = clock.stream_time + (self.clock_ms - clock.last_ms)
-            clock.stream_time, clock.last_ms = to, self.clock_ms
-            self._step(key, self.joiner.advance, to)
+            self.clock_ms = max(self.clock_ms, due - _START_MS)
+            log = self._log()
+            self._core.tick(self._bucket, log, self._now())
+            self._stored_back(log)
         self.clock_ms = target
 
     def end(self) -> None:
-        """End of input: event time jumps to :data:`END_OF_TIME` for every key still held."""
-        for key in list(self.run.states):
-            self._step(key, self.joiner.advance, END_OF_TIME)
+        """End of input for every join key seen, as replay sends: event time jumps to the end.
 
-    def _step(
-        self,
-        key: str,
-        call: Callable[[str, Any, Any, JoinerContext], Iterable[Emit | DeadLetter]],
-        argument: Any,
-    ) -> None:
-        """Run the joiner's ``process`` or ``advance`` on the key's state.
-
-        ``argument`` is the records or the time; arguments go by position, as the engine's do.
+        Every key's :meth:`Joiner.advance` gets :data:`END_OF_TIME`. The end is final: a
+        record fed after it is applied and flushed at once, and counted as
+        ``after_end_of_input`` in :attr:`JoinerRun.metrics`.
         """
-        state = self.run.states.pop(key) if key in self.run.states else self.joiner.initial_state()
-        for result in call(key, state, argument, self.context):
-            if isinstance(result, DeadLetter):
-                self.run.dead_letters.append(result)
-            else:
-                self._write(result)
-        clock = self._clocks.setdefault(key, _KeyClock())
-        if self.joiner.is_empty(state):
-            self._clocks.pop(key, None)
-            return
-        self.run.states[key] = pickle.loads(pickle.dumps(state))  # noqa: S301
-        wakeup = self.joiner.wakeup_ms(state)
-        clock.due = None if wakeup is None else self.clock_ms + max(wakeup, 1)
+        self._apply([(key, [], True) for key in self._seen])
 
-    def _write(self, emit: Emit) -> None:
+    def emit(self, emit: Emit) -> None:
+        """Take an output record (the core's :class:`~daemon.engine.core.Outlet`)."""
         if emit.output is not None and emit.output not in self._outputs:
             raise ValueError(
                 f"{self.cls.name!r} emitted to output {emit.output!r}, not in its outputs "
@@ -278,6 +267,64 @@ class JoinerHarness:
             return
         self.run.outputs.append(replace(emit, value=value))
 
+    def reject(self, letter: DeadLetter) -> None:
+        """Take a dead letter the joiner yielded."""
+        self.run.dead_letters.append(letter)
+
+    def failed(self, records: Sequence[InputRecord], error: Exception) -> None:
+        """The joiner raised: raise it here, so that the test shows the traceback."""
+        raise error
+
+    def _apply(self, batch: list[KeyBatch]) -> None:
+        log = self._log()
+        self._core.apply(self._bucket, log, batch, self._now())
+        self._stored_back(log)
+
+    def _log(self) -> StashLog:
+        """The bucket's stash log for a step, with any state a test put in the run stored.
+
+        A test may set ``harness.run.states[key]`` (a state an older release pickled, say):
+        it becomes the key's stored state, with a clock that knows nothing yet.
+        """
+        log = StashLog(self._chunks, self._bucket.stash)
+        keys = self._bucket.keys
+        for key, state in self.run.states.items():
+            if self._shown.get(key, self) is state:
+                continue
+            entry = keys.get(key)
+            if entry is not None:
+                log.loads(key, entry[STATE])  # so that its stashed values count as dead
+                log.forget(key)
+            keys[key] = (*(entry[:STATE] if entry else (0, 0, 0, 0)), log.dumps(state))
+            self._seen.setdefault(key)
+        return log
+
+    def _now(self) -> int:
+        return _START_MS + self.clock_ms
+
+    def _stored_back(self, log: StashLog) -> None:
+        """End a step as the engine stores a bucket; show the keys' states in the run."""
+        log.flush(self._bucket.keys)
+        keys, states = self._bucket.keys, self.run.states
+        for key in [key for key in self._stored if key not in keys]:
+            del self._stored[key]
+            states.pop(key, None)
+            self._shown.pop(key, None)
+        reader = None
+        for key, entry in keys.items():
+            blob = entry[STATE]
+            if self._stored.get(key) == blob:
+                continue
+            self._stored[key] = blob
+            reader = reader or StashLog(self._chunks, self._bucket.stash)
+            # A copy with its stashes' values inline: a test may read it after later steps.
+            state = load_state(dump_portable(reader.loads(key, blob)), None)
+            if self.joiner.is_empty(state):  # an ended key's clock, nothing held
+                states.pop(key, None)
+                self._shown.pop(key, None)
+            else:
+                states[key] = self._shown[key] = state
+
     def _check_role(self, role: str) -> None:
         if role not in self.cls.roles:
             raise ValueError(f"{self.cls.name!r} has no role {role!r}; its roles: {self.cls.roles}")
@@ -294,13 +341,9 @@ class JoinerHarness:
         ]
 
 
-@dataclass
-class _KeyClock:
-    """The engine's per-key time: latest event time, last record's processing time, wake-up."""
-
-    stream_time: int = 0
-    last_ms: int = 0
-    due: int | None = None
+_START_MS = 1
+"""The processing time the harness's clock starts at, in epoch milliseconds: above 0, which
+the state format reads as "not known" for a key's last update (and so as no TTL yet)."""
 
 
 def run_joiner(
@@ -334,8 +377,9 @@ def run_joiner(
         output_schema: the output's .avsc file; outputs it rejects become dead letters of
             kind ``UnencodableOutput``, and ``ctx.output_fields`` is set from it.
         output_schemas: per secondary output (:attr:`Joiner.outputs`), its .avsc file.
-        end_of_input: after the last batch, advance every key's event time to
-            :data:`END_OF_TIME`, as replay does, so that everything held back is out.
+        end_of_input: after the last batch, end every join key's input, as replay does:
+            its event time jumps to :data:`daemon.joiners.base.END_OF_TIME`, so that
+            everything held back is out.
 
     Returns:
         The outputs, dead letters, final states, batch count and metrics.

@@ -319,3 +319,49 @@ def test_state_ttl_forgets_a_key_between_micro_batches(
     result = run(load_pipeline_file(pipeline), tmp_path, users, tweets, broker, max_batch=1)
     assert result.batches == 2  # the user; the tweet (its key's end-of-input marker rides free)
     assert result.outputs == []
+
+
+def test_the_test_kit_runs_the_engines_loop_state_ttl_included(
+    broker: Any, spark: Any, tmp_path: Path
+) -> None:
+    """One interleaving through ``daemon replay`` and through ``JoinerHarness``, cut the same
+    way (two records a micro-batch), with a 1 ms state TTL: both forget ada between the two
+    micro-batches, so her rename re-emits no tweet of the first (without a TTL it would), and
+    both write exactly the same views."""
+    from daemon.joiners.comap import CoMap
+    from daemon.testing import JoinerHarness, by_key
+
+    text = EXAMPLE.read_text().replace('many_id = "id"', 'many_id = "id"\nstate_ttl = "1ms"')
+    pipeline = tmp_path / "ttl.toml"
+    pipeline.write_text(text.replace('"../', f'"{EXAMPLE.parent.parent}/'))
+    ada = {"id": 1, "name": "ada", "avatar": None, "updated_at": 1}
+    users = [
+        {"key": 1, "value": ada, "timestamp": 1},
+        {"key": 1, "value": {**ada, "name": "ada lovelace", "updated_at": 3}, "timestamp": 3},
+    ]
+    tweets = [
+        {"key": i, "value": {"id": i, "author_id": 1, "content": str(i)}, "timestamp": 2 * i}
+        for i in (1, 2)
+    ]
+    result = run(load_pipeline_file(pipeline), tmp_path, users, tweets, broker, max_batch=2)
+
+    schemas = EXAMPLE.parent.parent / "schemas"
+    harness = JoinerHarness(
+        CoMap,
+        keys={"one": "id", "many": "author_id"},
+        options={"many_id": "id", "state_ttl": "1ms"},
+        fields={"one": "author", "many": "tweet"},
+        schemas={"one": schemas / "user.avsc", "many": schemas / "tweet.avsc"},
+        output_schema=schemas / "tweet_view.avsc",
+    )
+    harness.feed({"one": users[:1], "many": tweets[:1]})
+    harness.wait(1)  # processing time passes between micro-batches, as in Spark
+    harness.feed({"one": users[1:], "many": tweets[1:]})
+    harness.end()
+
+    names = {"1": ["ada"], "2": ["ada lovelace"]}
+    engine, kit = by_key(result.outputs), by_key(harness.run.outputs)
+    assert {key: [v["author"]["name"] for v in views] for key, views in engine.items()} == names
+    assert kit == engine
+    assert harness.run.batches == result.batches == 2
+    assert harness.run.dead_letters == result.dead_letters == []

@@ -421,6 +421,27 @@ def test_a_record_after_its_keys_end_of_input_is_flushed_at_once(
     assert pairs_written == {("N", None), (None, "Z")}
     assert len(outputs) == 2
 
+    # The test kit runs the engine's own loop: the same cut gives the same records.
+    from daemon.joiners.window import Window
+    from daemon.testing import JoinerHarness
+
+    harness = JoinerHarness(
+        Window,
+        keys={"left": "k", "right": "k"},
+        times={"left": "at", "right": "at"},
+        options={"window": "10s", "mode": "outer", "idle_timeout": "1h"},
+        schemas=schemas,
+        output_schema=SCHEMAS / "joined_pair.avsc",
+    )
+    harness.feed({"left": [{"key": 1, "value": {"k": 1, "v": "N", "at": 1000}, "timestamp": 1000}]})
+    harness.end()  # the marker rode with N
+    late = {"key": 1, "value": {"k": 1, "v": "Z", "at": 1500}, "timestamp": 1002}
+    harness.feed({"right": [late]})
+    assert sorted(map(json.dumps, (out.value for out in harness.run.outputs))) == sorted(
+        map(json.dumps, outputs)
+    )
+    assert harness.run.metrics["after_end_of_input"] == 1
+
 
 def test_the_source_ranks_inputs_by_role_whatever_order_the_file_lists_them(
     broker: Any, fresh_topic: Callable[[str], str], tmp_path: Path

@@ -2,13 +2,14 @@
 
 Records of a micro-batch arrive grouped by state bucket (a hash of the join key into the
 pipeline's ``state_buckets``), packed many to a row by the source
-(:class:`~daemon.engine.wire.SourceRow`), and within a bucket the processor takes them key
-by key: it decodes a key's records, puts them in apply order, loads the key's state (one
-Python object), lets the joiner process them, keeps the new state, and writes what the joiner
-yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters with
-their original bytes and the reason. A joiner that raises does not stop the pipeline: that
-key's records go to the dead-letter topic with the exception, and the key's state stays as
-it was.
+(:class:`~daemon.engine.wire.SourceRow`). The processor is the Spark side of the engine: it
+decodes a call's records by join key, loads the bucket from Spark's state store, hands both to
+the engine core (:class:`~daemon.engine.core.EngineCore`: apply order, each key's clock, end
+of input, state TTL, wake-ups), stores the bucket back with one timer, and writes what the
+joiner yielded to Kafka: Avro-encoded output records with provenance headers, and dead
+letters with their original bytes and the reason. A joiner that raises does not stop the
+pipeline: that key's records go to the dead-letter topic with the exception, and the key's
+state stays as it was.
 
 Why the operator writes, not a sink after it: handing records on to a sink costs two more
 crossings between Python and the JVM, one out of this worker and one into the sink's, which
@@ -35,24 +36,19 @@ keeps in a
 :class:`~daemon.joiners.stash.Stash` are not in the bucket: they are appended to the bucket's
 stash log once, and read only when looked at (:mod:`daemon.engine.stash_log`).
 
-Time: next to the joiner's state the processor keeps the key's clock: its latest event time
-and the processing time of its last record. When the joiner wants a wake-up
-(:meth:`Joiner.wakeup_ms`) or the key's state has a TTL, the bucket notes when the key is
-due, and keeps one processing-time timer at or before its earliest due key. When it fires,
-each due key's :meth:`Joiner.advance` gets the latest event time plus the processing time
-that passed (or, past its TTL, the key is dropped); an end-of-input marker row (see
-:data:`daemon.engine.wire.CONTROL_INPUT`) advances the key to :data:`END_OF_TIME`, after
-the records of its micro-batch, and for good: a record that reaches the key in a later
-micro-batch is applied and flushed at once.
+Time: when the joiner wants a wake-up (:meth:`Joiner.wakeup_ms`) or the key's state has a
+TTL, the bucket notes when the key is due (:mod:`daemon.engine.core`), and the processor keeps
+one processing-time timer at or before its earliest due key; when it fires, the core ticks the
+bucket. An end-of-input marker row (see :data:`daemon.engine.wire.CONTROL_INPUT`) ends its
+key's input, after the records of its micro-batch.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
@@ -62,18 +58,9 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from daemon.engine import blobs
-from daemon.engine.stash_log import CHUNK_SCHEMA, StashLog
-from daemon.engine.state_format import (
-    EVENT_TIME,
-    LAST_MS,
-    STATE,
-    STREAM_TIME,
-    UPDATED_MS,
-    Bucket,
-    decode_bucket,
-    decode_portable,
-    encode_bucket,
-)
+from daemon.engine.core import EngineCore, KeyBatch
+from daemon.engine.stash_log import StashLog
+from daemon.engine.state_format import Bucket, decode_bucket, decode_portable, encode_bucket
 from daemon.engine.wire import (
     CONTROL_INPUT,
     DEAD_LETTER_ROUTE,
@@ -89,26 +76,15 @@ from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec
 from daemon.formats.envelope import Envelope, unwrap
 from daemon.formats.keys import KafkaKeyCodec
-from daemon.joiners.base import (
-    END_OF_TIME,
-    DeadLetter,
-    Emit,
-    InputRecord,
-    Joiner,
-    JoinerContext,
-    apply_order,
-    input_record,
-)
+from daemon.joiners.base import DeadLetter, Emit, InputRecord, Joiner, input_record
 from daemon.kafka.task_output import OutputSpec, TaskOutput
 from daemon.service.latency import compact
-
-AFTER_END_OF_INPUT = "after_end_of_input"
-"""The event counted (``enrichd_joiner_events``) for each record that reaches its key after
-the key's end of input."""
 
 BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
 """Schema of the bucket's value state (a StructType: a DDL string would cost a call to the JVM
 to parse it in every task)."""
+CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
+"""Schema of the bucket's list state of stash chunks (:mod:`daemon.engine.stash_log`)."""
 
 
 Send = Callable[[tuple[Any, ...]], None]
@@ -136,32 +112,12 @@ class OperatorPlan:
     """How keys are written, by output (None: the main one), where not as UTF-8 text."""
 
 
-@dataclass
-class KeyClock:
-    """A key's time, stored with its state (as fields of its entry): see the module docstring.
-
-    Only what the pipeline uses is kept up to date: ``stream_time`` and ``last_ms`` when its
-    joiner wakes up, ``updated_ms`` when it has a state TTL. Otherwise they stay as they
-    were, so a key whose state a call leaves alone keeps the same bytes (see
-    :meth:`JoinerProcessor._store_bucket`).
-    """
-
-    stream_time: int = 0
-    last_ms: int = 0
-    """Processing time of the key's last record (or wake-up)."""
-    updated_ms: int = 0
-    """Processing time of the key's last state change, for ``state_ttl``; 0: not known."""
-
-
 class JoinerProcessor(StatefulProcessor):
     """Runs a joiner over the records of one state bucket per call (see the module docstring)."""
 
     def __init__(self, plan: OperatorPlan, output: OutputSpec) -> None:
         self.plan = plan
         self.spec = output
-        # Asked once: reading an option a joiner's options lack costs a pydantic exception.
-        self.ttl_ms = plan.joiner.state_ttl_ms()
-        self.wakes = plan.joiner.wakes_up()
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables: the bucket and its stash log."""
@@ -181,6 +137,11 @@ class JoinerProcessor(StatefulProcessor):
         """Each input's value decoder, by a row's ``input``: its codec's, unwrapping the
         row of an envelope."""
         self._emitted = self._keyed_output if self.plan.output_keys else self._output
+        self._send: Send = _unsent
+        self._raw = _Originals([], ())
+        """Where the current call's rows go, and its input rows by origin (for dead letters)."""
+        self.core = EngineCore(self.plan.joiner, self)
+        """The apply loop; made here, on the executor: it holds this processor's methods."""
 
     def handleInputRows(  # noqa: N802
         self,
@@ -193,6 +154,7 @@ class JoinerProcessor(StatefulProcessor):
         yield from self._counts()
 
     def _input_rows(self, packs: Iterator[SparkRow], timer_values: Any, send: Send) -> None:
+        """Group the call's records by key and hand them to the core (:mod:`.core`)."""
         by_key: dict[str, list[InputRow]] = {}
         for row in _rows_of(packs, self._newest):
             if row.key == DEAD_LETTER_ROUTE:
@@ -202,68 +164,50 @@ class JoinerProcessor(StatefulProcessor):
                 by_key.setdefault(row.key, []).append(row)
         if not by_key:
             return
+        self._send = send
         bucket, log, stored = self._load_bucket()
         now = timer_values.getCurrentProcessingTimeInMs()
-        for group, group_rows in by_key.items():
-            self._apply(bucket, log, group, group_rows, now, send)
+        self.core.apply(bucket, log, self._decoded(by_key), now)
         self._store_bucket(bucket, log, stored)
 
-    def _apply(
-        self, bucket: Bucket, log: StashLog, group: str, rows: list[InputRow], now: int, send: Send
-    ) -> None:
-        """Apply one key's rows: decode, order, run the joiner, keep its new state."""
-        records: list[InputRecord] = []
-        end_of_input = False
-        inputs, decoders = self.plan.inputs, self._decoders
-        for row in rows:
-            if row.input == CONTROL_INPUT:
-                end_of_input = True
-                continue
-            role, topic = inputs[row.input]
-            try:
-                value = None if row.value is None else decoders[row.input](row.value)
-            except SchemaRegistryUnavailableError:
-                raise  # the record is fine: fail the batch, which is retried, not the record
-            except Exception as exc:  # the source read only the key and time fields
-                send(self._dead_letter(row, "UndecodableRecord", str(exc)))
-                continue
-            records.append(
-                input_record(
-                    role,
-                    group,
-                    value,
-                    row.event_time,
-                    topic,
-                    row.partition,
-                    row.offset,
-                    row.kafka_key,
-                    row.timestamp,
+    def _decoded(self, by_key: dict[str, list[InputRow]]) -> Iterator[KeyBatch]:
+        """Each key's part of the call, decoded when the core comes to the key.
+
+        So one key's decoded records (and their values) are alive at a time, not the whole
+        call's. An end-of-input marker row ends its key's input; a record that does not
+        decode is dead-lettered here.
+        """
+        inputs, decoders, send = self.plan.inputs, self._decoders, self._send
+        for key, rows in by_key.items():
+            records: list[InputRecord] = []
+            end_of_input = False
+            for row in rows:
+                if row.input == CONTROL_INPUT:
+                    end_of_input = True
+                    continue
+                role, topic = inputs[row.input]
+                try:
+                    value = None if row.value is None else decoders[row.input](row.value)
+                except SchemaRegistryUnavailableError:
+                    raise  # the record is fine: fail the batch, which is retried, not the record
+                except Exception as exc:  # the source read only the key and time fields
+                    send(self._dead_letter(row, "UndecodableRecord", str(exc)))
+                    continue
+                records.append(
+                    input_record(
+                        role,
+                        key,
+                        value,
+                        row.event_time,
+                        topic,
+                        row.partition,
+                        row.offset,
+                        row.kafka_key,
+                        row.timestamp,
+                    )
                 )
-            )
-        raw = _Originals(rows, inputs)
-        joiner = self.plan.joiner
-        clock, state = self._load(bucket, log, group, now)
-        # A key's end of input is final: a record that comes after it is applied and flushed
-        # at once, since no later marker would flush what the joiner holds back.
-        ended = clock.stream_time == END_OF_TIME
-        newest = None
-        if records:
-            if ended:
-                joiner.context.count(AFTER_END_OF_INPUT, len(records))
-            ordered = apply_order(records, joiner.roles, joiner.order)
-            newest = max(map(_EVENT_TIME_OF, records))
-            if self.wakes:
-                clock.stream_time = max(clock.stream_time, newest)
-                clock.last_ms = now
-            state = self._step(joiner.process, group, state, ordered, raw, records, send)
-            if state is None:
-                return
-        if end_of_input or (ended and records):
-            clock.stream_time = END_OF_TIME
-            state = self._step(joiner.advance, group, state, END_OF_TIME, raw, records, send)
-            if state is None:
-                return
-        self._store(bucket, log, group, clock, state, now, newest)
+            self._raw = _Originals(rows, inputs)
+            yield key, records, end_of_input
 
     def handleInitialState(  # noqa: N802
         self,
@@ -301,23 +245,10 @@ class JoinerProcessor(StatefulProcessor):
         yield from self._counts()
 
     def _wake_up(self, timer_values: Any, send: Send) -> None:
-        joiner = self.plan.joiner
         bucket, log, stored = self._load_bucket()
         bucket.timer_ms = None  # fired, so gone
-        now = timer_values.getCurrentProcessingTimeInMs()
-        for group in sorted(k for k, at in bucket.due.items() if at <= now):
-            clock, state = self._load(bucket, log, group, now)
-            if group not in bucket.keys:  # expired
-                continue
-            clock.stream_time = min(clock.stream_time + max(now - clock.last_ms, 0), END_OF_TIME)
-            clock.last_ms = now
-            advanced = self._step(
-                joiner.advance, group, state, clock.stream_time, _Originals([], ()), [], send
-            )
-            if advanced is None:  # the joiner raised: no more wake-ups until its next record
-                bucket.due.pop(group, None)
-            else:
-                self._store(bucket, log, group, clock, advanced, now)
+        self._send, self._raw = send, _Originals([], ())
+        self.core.tick(bucket, log, timer_values.getCurrentProcessingTimeInMs())
         self._store_bucket(bucket, log, stored)
 
     def _sender(self) -> Send:
@@ -361,7 +292,7 @@ class JoinerProcessor(StatefulProcessor):
         blob = self.state.get()
         stored = blobs.decompress(blob[0]) if blob else None
         bucket = decode_bucket(stored) if stored else Bucket()
-        return bucket, StashLog(self.stash_chunks, bucket), stored
+        return bucket, StashLog(self.stash_chunks, bucket.stash), stored
 
     def _store_bucket(self, bucket: Bucket, log: StashLog, stored: bytes | None) -> None:
         """Write the bucket back unless ``stored`` holds it already; keep one timer.
@@ -376,7 +307,7 @@ class JoinerProcessor(StatefulProcessor):
         it) encodes the bucket into the bytes it loaded: writing them again would cost a round
         trip to the JVM with the whole blob, and the state store a changelog entry.
         """
-        log.flush()
+        log.flush(bucket.keys)
         earliest = min(bucket.due.values(), default=None)
         if bucket.timer_ms is not None and (earliest is None or earliest < bucket.timer_ms):
             self.handle.deleteTimer(bucket.timer_ms)
@@ -391,100 +322,20 @@ class JoinerProcessor(StatefulProcessor):
         elif stored is not None:
             self.state.clear()
 
-    def _load(self, bucket: Bucket, log: StashLog, group: str, now: int) -> tuple[KeyClock, Any]:
-        """A key's clock and state; a fresh start when it has none or it outlived its TTL."""
-        entry = bucket.keys.get(group)
-        if entry is not None:
-            clock = KeyClock(entry[STREAM_TIME], entry[LAST_MS], entry[UPDATED_MS])
-            state = log.loads(group, entry[STATE])
-            # updated_ms 0: stored while the pipeline had no state_ttl, so unknown. The TTL
-            # counts from this key's next update rather than dropping it unseen.
-            if self.ttl_ms is None or not clock.updated_ms or now - clock.updated_ms < self.ttl_ms:
-                return clock, state
-            log.forget(group)
-            del bucket.keys[group]
-            bucket.due.pop(group, None)
-        return KeyClock(), self.plan.joiner.initial_state()
+    def emit(self, emit: Emit) -> None:
+        """Send an output record the joiner emitted (:class:`~daemon.engine.core.Outlet`)."""
+        self._send(self._emitted(emit, self._raw))
 
-    def _store(
-        self,
-        bucket: Bucket,
-        log: StashLog,
-        group: str,
-        clock: KeyClock,
-        state: Any,
-        now: int,
-        newest: int | None = None,
-    ) -> None:
-        """Keep a key's new state and clock (``newest``: its records' newest event time).
+    def reject(self, letter: DeadLetter) -> None:
+        """Send a dead letter the joiner yielded."""
+        self._send(self._rejected(letter, self._raw))
 
-        The key's ``event_time`` moves to ``newest`` only if the state changed: a record that
-        leaves the state as it was (a lookup's stream record) leaves the entry, and so the
-        bucket's bytes, as they were.
-        """
+    def failed(self, records: Sequence[InputRecord], error: Exception) -> None:
+        """The joiner raised: dead-letter the records it was given, with their original bytes."""
         joiner = self.plan.joiner
-        # An ended key with nothing left stays, as its clock, so that its end stays final.
-        if joiner.is_empty(state) and clock.stream_time != END_OF_TIME:
-            log.forget(group)
-            bucket.keys.pop(group, None)
-            bucket.due.pop(group, None)
-            return
-        if self.ttl_ms is not None:
-            clock.updated_ms = now
-        due = []
-        if self.wakes and (wakeup := joiner.wakeup_ms(state)) is not None:
-            due.append(now + max(wakeup, 1))
-        if self.ttl_ms is not None:
-            due.append(now + self.ttl_ms)
-        if due:
-            bucket.due[group] = min(due)
-        elif bucket.due:
-            bucket.due.pop(group, None)
-        pickled = log.dumps(state)
-        before = bucket.keys.get(group)
-        event_time = 0 if before is None else before[EVENT_TIME]
-        if newest is not None and (before is None or before[STATE] != pickled):
-            event_time = max(event_time, newest)
-        bucket.keys[group] = (
-            clock.stream_time,
-            clock.last_ms,
-            clock.updated_ms,
-            event_time,
-            pickled,
-        )
-
-    def _step(
-        self,
-        call: Callable[[str, Any, Any, JoinerContext], Iterable[Emit | DeadLetter]],
-        group: str,
-        state: Any,
-        argument: Any,
-        raw: _Originals,
-        records: list[InputRecord],
-        send: Send,
-    ) -> Any:
-        """Run one joiner call on the key's state; send its rows; return the state.
-
-        ``call`` is the joiner's ``process`` (``argument``: the records) or ``advance``
-        (``argument``: the event time to advance to).
-
-        Returns None when the joiner raised: the records it was given are dead-lettered, and
-        since the caller then stores nothing, the stored state stays as it was.
-        """
-        joiner = self.plan.joiner
-        try:
-            results = list(call(group, state, argument, joiner.context))
-        except Exception as exc:
-            reason = f"joiner {joiner.name!r} of plugin {self.plan.plugin!r} raised {exc!r}"
-            for record in records:
-                send(self._dead_letter(raw[_origin(record)], "JoinerFailed", reason))
-            return None
-        for result in results:
-            if isinstance(result, Emit):
-                send(self._emitted(result, raw))
-            else:
-                send(self._rejected(result, raw))
-        return state
+        reason = f"joiner {joiner.name!r} of plugin {self.plan.plugin!r} raised {error!r}"
+        for record in records:
+            self._send(self._dead_letter(self._raw[_origin(record)], "JoinerFailed", reason))
 
     def _output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
         """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send)."""
@@ -653,8 +504,8 @@ def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
             newest[index] = latest
 
 
-_EVENT_TIME_OF = attrgetter("event_time")
-"""A record's event time, got in C: a generator over a key's records costs a resumption each."""
+def _unsent(row: tuple[Any, ...]) -> None:
+    raise RuntimeError("an output row outside a call of the processor")
 
 
 def _origin(record: InputRecord) -> tuple[str, int, int]:

@@ -10,19 +10,19 @@ which on loading gives back a stash that fetches its values from the log on dema
 Nothing reads the chunks unless a joiner looks at a stashed value (or the log is compacted),
 and then once per bucket and call. A replaced or deleted value stays in its chunk, dead,
 until the dead outnumber the live: then the live values are rewritten as one chunk. The
-bucket counts both, so compaction costs at most a constant per value ever written.
+log counts both (:class:`~daemon.engine.state_format.StashCounts`, stored with the bucket,
+changed by nothing else), so compaction costs at most a constant per value ever written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Protocol
-
-from pyspark.sql.types import BinaryType, StructField, StructType
 
 from daemon.engine.state_format import (
     STATE,
-    Bucket,
+    KeyEntry,
+    StashCounts,
     StatePickler,
     decode_chunk,
     encode_chunk,
@@ -32,9 +32,6 @@ from daemon.engine.state_format import (
 )
 from daemon.joiners.stash import Stash
 
-CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
-"""Schema of the bucket's list state of chunks (a StructType: a DDL string would cost a call
-to the JVM to parse it in every task)."""
 COMPACT_SLACK = 1024
 """Dead values a bucket's log may hold beyond as many as it has live ones."""
 MAX_CHUNKS = 512
@@ -57,12 +54,40 @@ class ChunkList(Protocol):
         """Remove every element."""
 
 
-class StashLog:
-    """One bucket's stashed values during one call of the processor."""
+class MemoryChunks:
+    """A bucket's chunks in a list, for a log kept in memory (``daemon.testing``, tests)."""
 
-    def __init__(self, chunks: ChunkList, bucket: Bucket) -> None:
+    def __init__(self, items: Iterable[tuple[bytes]] = ()) -> None:
+        self.items = list(items)
+
+    def get(self) -> list[tuple[bytes]]:
+        """Every chunk, as one-field tuples like Spark's rows."""
+        return list(self.items)
+
+    def put(self, new_state: list[tuple[bytes]]) -> None:
+        """Replace the chunks."""
+        self.items = list(new_state)
+
+    def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802 - Spark's name
+        """Append chunks."""
+        self.items.extend(new_state)
+
+    def clear(self) -> None:
+        """Remove every chunk."""
+        self.items = []
+
+
+class StashLog:
+    """One bucket's stashed values during one call of the engine (a micro-batch or a tick).
+
+    Args:
+        chunks: the bucket's stored chunks (Spark's list state, or a list in memory).
+        counts: the bucket's counts of them, which only the log changes.
+    """
+
+    def __init__(self, chunks: ChunkList, counts: StashCounts) -> None:
         self._chunks = chunks
-        self._bucket = bucket
+        self._counts = counts
         self._written: dict[int, bytes] = {}
         """Values stored during this call, by sequence number: the chunk to append."""
         self._read: dict[int, bytes] | None = None
@@ -91,33 +116,38 @@ class StashLog:
     def forget(self, group: str) -> None:
         """The key's stored state is dropped: its stashed values are dead."""
         for stash in self._loaded.pop(group, ()):
-            self._bucket.stash_live -= stash._stored_values
+            self._counts.live -= stash._stored_values
 
-    def flush(self) -> None:
-        """Store this call's values: append them as one chunk, or compact the log."""
-        bucket = self._bucket
-        bucket.stash_entries += len(self._written)
-        if not bucket.keys:
-            if bucket.stash_chunks:
+    def flush(self, entries: Mapping[str, KeyEntry]) -> None:
+        """Store this call's values: append them as one chunk, or compact the log.
+
+        Args:
+            entries: every key's entry the bucket keeps after the call (a compaction keeps
+                the values their states' stashes hold).
+        """
+        counts = self._counts
+        counts.entries += len(self._written)
+        if not entries:
+            if counts.chunks:
                 self._chunks.clear()
-            bucket.stash_entries = bucket.stash_live = bucket.stash_chunks = 0
+            counts.entries = counts.live = counts.chunks = 0
             return
-        dead = bucket.stash_entries - bucket.stash_live
-        if dead > bucket.stash_live + COMPACT_SLACK or bucket.stash_chunks >= MAX_CHUNKS:
-            self._compact()
+        dead = counts.entries - counts.live
+        if dead > counts.live + COMPACT_SLACK or counts.chunks >= MAX_CHUNKS:
+            self._compact(entries)
         elif self._written:
             self._chunks.appendList([(encode_chunk(self._written),)])
-            bucket.stash_chunks += 1
+            counts.chunks += 1
 
     def _reduce(self, stash: Stash) -> tuple[Any, ...]:
         """How the pickler writes a stash: its index, once its new values are in the log."""
         index, grown = stash._persist(self._write)
-        self._bucket.stash_live += grown
+        self._counts.live += grown
         return stash_index(index)
 
     def _write(self, value: Any) -> int:
-        seq = self._bucket.stash_seq
-        self._bucket.stash_seq += 1
+        seq = self._counts.seq
+        self._counts.seq += 1
         self._written[seq] = self._values.dumps(value)
         return seq
 
@@ -136,22 +166,22 @@ class StashLog:
                 self._read.update(decode_chunk(chunk))
         return self._read
 
-    def _compact(self) -> None:
-        """Rewrite the bucket's live values as one chunk (every key's state is in the bucket)."""
+    def _compact(self, entries: Mapping[str, KeyEntry]) -> None:
+        """Rewrite the live values of ``entries``' states as one chunk."""
         live: set[int] = set()
 
         def collect(index: dict[Hashable, int | None]) -> Stash:
             live.update(seq for seq in index.values() if seq is not None)
             return Stash._restore(index, None)
 
-        for entry in self._bucket.keys.values():
+        for entry in entries.values():
             load_state(entry[STATE], collect)
         values = {**self._stored(), **self._written}
         kept = {seq: values[seq] for seq in sorted(live)}
-        bucket = self._bucket
         if kept:
             self._chunks.put([(encode_chunk(kept),)])
         else:
             self._chunks.clear()
-        bucket.stash_entries = bucket.stash_live = len(kept)
-        bucket.stash_chunks = 1 if kept else 0
+        counts = self._counts
+        counts.entries = counts.live = len(kept)
+        counts.chunks = 1 if kept else 0

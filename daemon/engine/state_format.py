@@ -72,6 +72,24 @@ class UnknownStateFormatError(EnrichdError):
 
 
 @dataclass
+class StashCounts:
+    """A bucket's stash log's bookkeeping, stored with the bucket.
+
+    Only :class:`~daemon.engine.stash_log.StashLog` changes it: the processor and the engine
+    core hand it over with the bucket and never read it.
+    """
+
+    seq: int = 0
+    """The sequence number the next stashed value is stored under."""
+    entries: int = 0
+    """Values in the bucket's stash log, live or dead."""
+    live: int = 0
+    """Values in the bucket's stash log that some key's stash still holds."""
+    chunks: int = 0
+    """Chunks in the bucket's stash log."""
+
+
+@dataclass
 class Bucket:
     """One state bucket of join keys, as the processor works on it.
 
@@ -87,19 +105,14 @@ class Bucket:
     """When each key that waits for time wants waking (wake-up or TTL), processing time."""
     timer_ms: int | None = None
     """The bucket's registered timer: at or before the earliest ``due``."""
-    stash_seq: int = 0
-    """The sequence number the next stashed value is stored under (see ``stash_log``)."""
-    stash_entries: int = 0
-    """Values in the bucket's stash log, live or dead."""
-    stash_live: int = 0
-    """Values in the bucket's stash log that some key's stash still holds."""
-    stash_chunks: int = 0
-    """Chunks in the bucket's stash log."""
+    stash: StashCounts = field(default_factory=StashCounts)
+    """Its stash log's counts (:mod:`daemon.engine.stash_log`)."""
 
 
 def encode_bucket(bucket: Bucket) -> bytes:
     """The bucket as plain data, pickled; :func:`blobs.compress` makes the stored value."""
-    stash = (bucket.stash_seq, bucket.stash_entries, bucket.stash_live, bucket.stash_chunks)
+    counts = bucket.stash
+    stash = (counts.seq, counts.entries, counts.live, counts.chunks)
     data = {
         "format": STATE_FORMAT,
         "keys": bucket.keys,
@@ -117,8 +130,7 @@ def decode_bucket(pickled: bytes) -> Bucket:
         UnknownStateFormatError: it was written in a format this enrichd does not know.
     """
     data = _plain(pickled, "bucket")
-    seq, entries, live, chunks = data["stash"]
-    return Bucket(data["keys"], data["due"], data["timer_ms"], seq, entries, live, chunks)
+    return Bucket(data["keys"], data["due"], data["timer_ms"], StashCounts(*data["stash"]))
 
 
 def encode_chunk(values: dict[int, bytes]) -> bytes:

@@ -92,7 +92,7 @@ class StoredBucket:
 
     def log(self) -> StashLog:
         """The bucket's stash log, read only: what a loaded key state's stashes read from."""
-        return StashLog(_Chunks(self.chunks), self.bucket)
+        return StashLog(_Chunks(self.chunks), self.bucket.stash)
 
 
 class _Chunks:

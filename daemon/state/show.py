@@ -68,7 +68,7 @@ def bucket_summary(stored: StoredBucket, chunk_bytes: int) -> dict[str, Any]:
         "bucket": stored.label,
         "keys": len(bucket.keys),
         "bytes": len(stored.blob) + chunk_bytes,
-        "stashed_values": bucket.stash_live,
+        "stashed_values": bucket.stash.live,
         "ended_keys": sum(entry[STREAM_TIME] == END_OF_TIME for entry in bucket.keys.values()),
         "oldest_event_time": iso_ms(min(times, default=None)),
         "newest_event_time": iso_ms(max(times, default=None)),

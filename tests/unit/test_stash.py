@@ -14,30 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.engine import stash_log
-from daemon.engine.stash_log import StashLog
+from daemon.engine.stash_log import MemoryChunks, StashLog
 from daemon.engine.state_format import STATE, Bucket, KeyEntry, decode_chunk
 from daemon.joiners import Stash
 
 
-class Chunks:
+class Chunks(MemoryChunks):
     """A list state in memory, counting the reads."""
 
-    def __init__(self) -> None:
-        self.items: list[tuple[bytes]] = []
-        self.reads = 0
+    reads = 0
 
     def get(self) -> list[tuple[bytes]]:
         self.reads += 1
-        return list(self.items)
-
-    def put(self, new_state: list[tuple[bytes]]) -> None:
-        self.items = list(new_state)
-
-    def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802
-        self.items.extend(new_state)
-
-    def clear(self) -> None:
-        self.items = []
+        return super().get()
 
 
 def stored_entries(chunks: Chunks) -> int:
@@ -76,39 +65,40 @@ def test_a_change_made_only_in_place_is_lost_in_tests_as_in_the_engine() -> None
     assert dict(next_batch(stash)) == {"a": {"n": 3}, "b": {"n": 5}}
 
     chunks, bucket = Chunks(), Bucket()
-    log = StashLog(chunks, bucket)
+    log = StashLog(chunks, bucket.stash)
     bucket.keys["k"] = entry(log.dumps(Stash([("a", {"n": 1})])))
-    log.flush()
-    loaded = StashLog(chunks, bucket).loads("k", bucket.keys["k"][STATE])
+    log.flush(bucket.keys)
+    loaded = StashLog(chunks, bucket.stash).loads("k", bucket.keys["k"][STATE])
     loaded["a"]["n"] = 2
-    log = StashLog(chunks, bucket)
+    log = StashLog(chunks, bucket.stash)
     bucket.keys["k"] = entry(log.dumps(loaded))
-    log.flush()
-    assert StashLog(chunks, bucket).loads("k", bucket.keys["k"][STATE])["a"] == {"n": 1}
+    log.flush(bucket.keys)
+    assert StashLog(chunks, bucket.stash).loads("k", bucket.keys["k"][STATE])["a"] == {"n": 1}
 
 
 def test_chunks_are_stored_compressed() -> None:
     chunks, bucket = Chunks(), Bucket()
-    log = StashLog(chunks, bucket)
+    log = StashLog(chunks, bucket.stash)
     bucket.keys["k"] = entry(
         log.dumps(Stash({f"t{i}": {"region": "north"} for i in range(50)}.items()))
     )
-    log.flush()
+    log.flush(bucket.keys)
     ((chunk,),) = chunks.items
     assert len(chunk) < sum(map(len, decode_chunk(chunk).values())) / 2  # values say the same
-    assert StashLog(chunks, bucket).loads("k", bucket.keys["k"][STATE])["t7"] == {"region": "north"}
+    loaded = StashLog(chunks, bucket.stash).loads("k", bucket.keys["k"][STATE])
+    assert loaded["t7"] == {"region": "north"}
 
 
 def test_key_states_carry_only_the_index_and_values_are_read_once_when_looked_at() -> None:
     chunks, bucket = Chunks(), Bucket()
-    log = StashLog(chunks, bucket)
+    log = StashLog(chunks, bucket.stash)
     state = {"one": "ada", "many": Stash({f"t{i}": "x" * 1000 for i in range(50)}.items())}
     bucket.keys["k"] = entry(log.dumps(state))
-    log.flush()
+    log.flush(bucket.keys)
     assert len(bucket.keys["k"][STATE]) < 2000  # the 50,000 bytes of values went to the log
-    assert len(chunks.items) == 1 and bucket.stash_live == bucket.stash_entries == 50
+    assert len(chunks.items) == 1 and bucket.stash.live == bucket.stash.entries == 50
 
-    log = StashLog(chunks, bucket)
+    log = StashLog(chunks, bucket.stash)
     loaded = log.loads("k", bucket.keys["k"][STATE])
     loaded["many"]["t50"] = "new"
     del loaded["many"]["t0"]
@@ -116,28 +106,28 @@ def test_key_states_carry_only_the_index_and_values_are_read_once_when_looked_at
     assert loaded["many"]["t1"] == "x" * 1000 and loaded["many"]["t2"] == "x" * 1000
     assert chunks.reads == 1  # one read of the log per call, however many values are looked at
     bucket.keys["k"] = entry(log.dumps(loaded))
-    log.flush()
-    assert len(chunks.items) == 2 and bucket.stash_entries == 51 and bucket.stash_live == 50
+    log.flush(bucket.keys)
+    assert len(chunks.items) == 2 and bucket.stash.entries == 51 and bucket.stash.live == 50
 
 
 def test_a_dropped_key_and_an_emptied_bucket_leave_nothing_behind() -> None:
     chunks, bucket = Chunks(), Bucket()
-    log = StashLog(chunks, bucket)
+    log = StashLog(chunks, bucket.stash)
     bucket.keys["a"] = entry(log.dumps(Stash({"1": 1}.items())))
     bucket.keys["b"] = entry(log.dumps(Stash({"2": 2, "3": 3}.items())))
-    log.flush()
-    log = StashLog(chunks, bucket)
+    log.flush(bucket.keys)
+    log = StashLog(chunks, bucket.stash)
     log.loads("b", bucket.keys["b"][STATE])
     log.forget("b")
     del bucket.keys["b"]
-    log.flush()
-    assert bucket.stash_live == 1 and bucket.stash_entries == 3
-    log = StashLog(chunks, bucket)
+    log.flush(bucket.keys)
+    assert bucket.stash.live == 1 and bucket.stash.entries == 3
+    log = StashLog(chunks, bucket.stash)
     log.loads("a", bucket.keys["a"][STATE])
     log.forget("a")
     del bucket.keys["a"]
-    log.flush()
-    assert chunks.items == [] and (bucket.stash_entries, bucket.stash_live) == (0, 0)
+    log.flush(bucket.keys)
+    assert chunks.items == [] and (bucket.stash.entries, bucket.stash.live) == (0, 0)
 
 
 operation = st.tuples(
@@ -158,7 +148,7 @@ def test_every_call_reads_back_what_the_stashes_hold(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(stash_log, "COMPACT_SLACK", 2)  # compact often
         for ops in calls:
-            log = StashLog(chunks, bucket)
+            log = StashLog(chunks, bucket.stash)
             states: dict[str, Any] = {}
             for group, key, value in ops:
                 if group not in states:
@@ -178,28 +168,28 @@ def test_every_call_reads_back_what_the_stashes_hold(
                     del model[group]
                 else:
                     bucket.keys[group] = entry(log.dumps(stash))
-            log.flush()
+            log.flush(bucket.keys)
 
-            reader = StashLog(chunks, bucket)
+            reader = StashLog(chunks, bucket.stash)
             loaded = {
                 group: dict(reader.loads(group, e[STATE])) for group, e in bucket.keys.items()
             }
             assert loaded == model
             live = sum(len(stash) for stash in model.values())
-            assert bucket.stash_live == live
-            assert stored_entries(chunks) == bucket.stash_entries
-            assert bucket.stash_entries - live <= live + stash_log.COMPACT_SLACK
+            assert bucket.stash.live == live
+            assert stored_entries(chunks) == bucket.stash.entries
+            assert bucket.stash.entries - live <= live + stash_log.COMPACT_SLACK
 
 
 def test_comparing_with_a_new_keys_state_reads_no_stored_value() -> None:
     # What the default Joiner.is_empty does with a state that holds a stash.
     chunks, bucket = Chunks(), Bucket()
-    log = StashLog(chunks, bucket)
+    log = StashLog(chunks, bucket.stash)
     state = {"one": None, "many": Stash({"t1": "x", "t2": "y"}.items())}
     bucket.keys["k"] = entry(log.dumps(state))
-    log.flush()
+    log.flush(bucket.keys)
 
-    loaded = StashLog(chunks, bucket).loads("k", bucket.keys["k"][STATE])
+    loaded = StashLog(chunks, bucket.stash).loads("k", bucket.keys["k"][STATE])
     assert loaded != {"one": None, "many": Stash()}
     assert chunks.reads == 0
     assert loaded["many"] == Stash({"t1": "x", "t2": "y"}.items())  # same size: values compared

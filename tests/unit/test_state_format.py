@@ -49,10 +49,10 @@ def record(offset: int) -> object:
 def stored_key(state: object) -> tuple[Bucket, Chunks, bytes]:
     """``state`` stored as the processor stores a key's state: a bucket, its log, the pickle."""
     chunks, bucket = Chunks(), Bucket()
-    log = StashLog(chunks, bucket)
+    log = StashLog(chunks, bucket.stash)
     pickled = log.dumps(state)
     bucket.keys["k"] = (7, 8, 9, 1000, pickled)
-    log.flush()
+    log.flush(bucket.keys)
     return bucket, chunks, pickled
 
 
@@ -77,7 +77,7 @@ def test_records_and_stashes_in_a_key_state_are_written_without_names() -> None:
     ((chunk,),) = chunks.items
     assert all(names_in(value) == [] for value in decode_chunk(chunk).values())
 
-    loaded = StashLog(chunks, bucket).loads("k", bucket.keys["k"][STATE])
+    loaded = StashLog(chunks, bucket.stash).loads("k", bucket.keys["k"][STATE])
     assert loaded["held"] == [record(1), record(2)]
     assert dict(loaded["many"]) == {"t1": {"id": 1}}
 
@@ -100,13 +100,13 @@ def test_state_of_a_newer_format_is_refused_with_one_line() -> None:
 
 def test_a_portable_state_carries_its_stash_values_into_another_log() -> None:
     bucket, chunks, _ = stored_key({"one": "ada", "many": Stash([("t1", {"id": 1})])})
-    loaded = StashLog(chunks, bucket).loads("k", bucket.keys["k"][STATE])
+    loaded = StashLog(chunks, bucket.stash).loads("k", bucket.keys["k"][STATE])
 
     portable = dump_portable(loaded)
     assert names_in(portable) == []
 
     moved = load_state(portable, None)
     other, other_chunks, _ = stored_key(moved)
-    again = StashLog(other_chunks, other).loads("k", other.keys["k"][STATE])
+    again = StashLog(other_chunks, other.stash).loads("k", other.keys["k"][STATE])
     assert again["one"] == "ada" and dict(again["many"]) == {"t1": {"id": 1}}
-    assert other.stash_live == 1
+    assert other.stash.live == 1

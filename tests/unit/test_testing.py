@@ -176,3 +176,53 @@ def test_composite_keys_and_kafka_key_parts_route_as_in_a_pipeline_file() -> Non
     assert sorted(run.states) == ['["acme","1"]', '["globex","1"]']
     (missing,) = run.dead_letters
     assert (missing.kind, missing.reason) == ("MissingKey", "no join key field 'author'")
+
+
+def test_harness_drops_a_key_whose_state_ttl_ran_out_as_the_engine_does() -> None:
+    """The harness runs the engine's loop, state TTL included: a user stored a second ago is
+    gone when the TTL is a second, so the tweet after it waits unjoined."""
+    options = {**COMAP["options"], "state_ttl": "1s"}
+    user = {"one": [line(1, {"id": 1, "name": "ada"}, 1)]}
+    tweet = {"many": [line(7, {"id": 7, "author_id": 1}, 2)]}
+
+    harness = JoinerHarness(CoMap, keys=COMAP["keys"], options=options)
+    harness.feed(user)
+    harness.wait(999)
+    assert sorted(harness.run.states) == ["1"]
+    harness.wait(1)  # the key's TTL timer fires
+    assert harness.run.states == {}
+    harness.feed(tweet)
+    assert harness.run.outputs == []
+
+    kept = JoinerHarness(CoMap, keys=COMAP["keys"], options=options)
+    kept.feed(user)
+    kept.wait(999)
+    kept.feed(tweet)  # in time: joined
+    assert [out.value["one"]["name"] for out in kept.run.outputs] == ["ada"]  # type: ignore[index]
+
+
+def test_harness_flushes_a_record_after_its_keys_end_at_once_and_counts_it() -> None:
+    harness = JoinerHarness(Holding, keys={"a": "k"})
+    harness.feed({"a": [line(None, {"k": 1}, 100)]})
+    harness.end()
+    assert [o.value for o in harness.run.outputs] == [{"t": 100, "to": END_OF_TIME}]
+    harness.feed({"a": [line(None, {"k": 1}, 200)]})  # after the end: held, then flushed
+    assert [o.value for o in harness.run.outputs[1:]] == [{"t": 200, "to": END_OF_TIME}]
+    assert harness.run.metrics == {"after_end_of_input": 1}
+    assert harness.run.states["1"]["held"] == []
+
+
+def test_a_state_put_in_the_run_is_where_the_key_goes_on_from() -> None:
+    """docs/plugins.md: to test that an older release's state still loads, put it in
+    ``harness.run.states[key]`` and feed the key records."""
+    harness = JoinerHarness(Echo, keys={"a": "k"})
+    harness.feed({"a": [line(None, {"k": 1}, 1)]})
+    harness.run.states["1"] = {"seen": 41}  # replaces the stored state
+    harness.run.states["2"] = {"seen": 6}  # a key the harness has not seen
+    harness.feed({"a": [line(None, {"k": 1}, 2), line(None, {"k": 2}, 2)]})
+    assert [(o.key, o.value["n"]) for o in harness.run.outputs] == [  # type: ignore[index]
+        ("1", 1),
+        ("1", 42),
+        ("2", 7),
+    ]
+    assert harness.run.states == {"1": {"seen": 42}, "2": {"seen": 7}}
