@@ -60,8 +60,8 @@ def produce(
 _CONSUME_WAIT_S = 0.02
 """How long one ``consume()`` of :func:`read_partition` may wait for the records it asks for.
 A range that ends in a transaction marker (a transactional upstream's commit) never gets all
-of them, so each read of such a range waited this long at its end: 250 ms per partition and
-micro-batch, when this was 0.25."""
+of them, so each read of such a range waits this long at its end, per partition and
+micro-batch: keep it short."""
 
 
 def read_partition(
