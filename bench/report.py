@@ -363,6 +363,8 @@ def run_header(command: str, machine_line: str) -> list[str]:
 
 def quix_option(quix_python: str) -> str:
     """A section command's ``--quix-python`` option, when the peer ran under another Python."""
+    if not quix_python:
+        return " --no-quix"
     return "" if quix_python == sys.executable else f" --quix-python {quix_python}"
 
 
