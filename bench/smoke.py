@@ -10,7 +10,8 @@ refactor of enrichd that breaks the benchmark fails CI.
 
 Left out, to keep it to a few minutes: the Quix Streams peer (``--no-quix``: a consumer
 group's join alone takes the embedded broker 20-25 s), the latency runs but comap's (they
-share :mod:`bench.latency`), window's run of Spark's own join (no enrichd code in it) and
+share :mod:`bench.latency`), lookup's second run with a versioned table (the same code path
+with another pipeline file), window's run of Spark's own join (no enrichd code in it) and
 startup's ``daemon demo`` (the suite runs the demo itself). Each enrichd run still starts
 Spark's session and Python workers afresh, most of the smoke's time, since the service of
 ``daemon run`` stops the session when it ends.
@@ -35,7 +36,10 @@ SIZES: dict[str, list[str]] = {
         "--users", "50", "--tweets", "1000", "--max-batch", "400",
         "--latency-rate", "200", "--latency-seconds", "3", "--trigger-ms", "0",
     ],
-    "lookup": ["--users", "100", "--clicks", "1000", "--max-batch", "400", "--no-latency"],
+    "lookup": [
+        "--users", "100", "--clicks", "1000", "--max-batch", "400", "--no-latency",
+        "--no-versioned",
+    ],
     "asof": [
         "--keys", "20", "--left", "1000", "--right", "200", "--max-batch", "400",
         "--no-latency",
