@@ -4,10 +4,10 @@ Each workload is a module ``bench/NAME.py`` with ``add_arguments(parser)`` (its 
 issue's by default) and ``run(args, broker) -> Section``. ``NAME`` runs one, with its own
 options, on an embedded broker of its own. ``all`` runs every workload that is present, one
 after the other at the issue's sizes, each as ``python -m bench NAME`` in a child process,
-so that every section is what its own command gives. Run after others in one process, a
-workload shared their broker, which still held their records, and their Spark session: comap
-sustained 25,116 records/s after pass-through there, and 43,593 alone half an hour later
-(2026-11-23; the machine's speed drifts too, so not all of that gap was the sharing).
+so that every section is what its own command gives (run after others in one process, a
+workload shares their broker, which still holds their records, and their JVM: that slowed it
+down; ``BENCHMARKS.md`` has the figures). ``smoke`` runs every workload at tiny sizes into a
+report of its own, to show the benchmark still works (:mod:`bench.smoke`).
 Either prints a table per workload and writes its section (between
 ``<!-- bench:NAME -->`` markers) and chart to ``BENCHMARKS.md`` at the repository top, as each
 workload finishes, so a failure late in the run keeps the sections before it.
@@ -25,6 +25,7 @@ from types import ModuleType
 
 from rich.console import Console
 
+from bench import smoke
 from bench.report import print_section, write_section
 from bench.workloads import REPO
 
@@ -57,6 +58,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default=sys.executable,
         help="the interpreter that runs the Quix Streams peer (default: this one)",
     )
+    parser.add_argument(
+        "--no-quix",
+        dest="quix_python",
+        action="store_const",
+        const="",
+        help="leave the Quix Streams peer out",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; write no report")
 
 
@@ -73,6 +81,9 @@ def _parser(modules: dict[str, ModuleType | str]) -> argparse.ArgumentParser:
         choices=WORKLOADS,
         help="run only these workloads (still at their default sizes)",
     )
+    smoke.add_arguments(
+        commands.add_parser("smoke", help="every workload at tiny sizes, into a report of its own")
+    )
     for name, module in modules.items():
         if isinstance(module, str):
             continue
@@ -86,9 +97,12 @@ def _parser(modules: dict[str, ModuleType | str]) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the chosen workloads; 0 when every check passed."""
     modules = _modules()
-    args = _parser(modules).parse_args(argv)
+    parser = _parser(modules)
+    args = parser.parse_args(argv)
     if args.command == "all":
         return _run_all(args, modules)
+    if args.command == "smoke":
+        return smoke.run(args, modules, parser)
     module = modules[args.command]
     assert not isinstance(module, str)
     from daemon.broker import EmbeddedBroker
@@ -114,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run_all(args: argparse.Namespace, modules: dict[str, ModuleType | str]) -> int:
     """Each chosen workload at its default sizes, as ``python -m bench NAME`` in a child."""
     console = Console()
-    common = ["--output", str(Path(args.output).resolve()), "--quix-python", args.quix_python]
+    common = ["--output", str(Path(args.output).resolve())]
+    common += ["--quix-python", args.quix_python] if args.quix_python else ["--no-quix"]
     if args.no_write:
         common.append("--no-write")
     ok = True

@@ -78,7 +78,12 @@ class QuixResult:
 
 
 def probe(python: str) -> tuple[str, str]:
-    """(Quix Streams version, "") when ``python`` can import it, else ("", why not)."""
+    """(Quix Streams version, "") when ``python`` can import it, else ("", why not).
+
+    An empty ``python`` is ``--no-quix``: the peer is left out.
+    """
+    if not python:
+        return "", "left out (--no-quix)"
     code = "import fastavro, quixstreams; print(quixstreams.__version__)"
     try:
         done = subprocess.run(  # noqa: S603 - our own interpreter choice, no shell

@@ -3,7 +3,8 @@
 Each workload (``bench/<name>.py``) returns a :class:`Section`. :func:`write_section` puts it
 between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in ``BENCHMARKS.md``, keeping the
 other workloads' sections as they are, so one workload can be rerun without losing the rest;
-its bar chart goes next to the file as ``bench-NAME.png`` and the section links it.
+its bar chart goes to ``bench/charts/NAME.png`` beside the file (:data:`CHARTS`) and the section
+links it.
 
 The helpers below keep the sections alike: the same throughput columns, the same verdict
 sentences for the issue's targets, the same machine line.
@@ -77,9 +78,13 @@ def markers(name: str) -> tuple[str, str]:
     return f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
 
 
+CHARTS = Path("bench", "charts")
+"""The charts' folder, relative to the report's (``BENCHMARKS.md``'s: the repository top)."""
+
+
 def plot_path(report: Path, name: str) -> Path:
-    """Where section ``name``'s chart goes: next to the report."""
-    return report.parent / f"bench-{name}.png"
+    """Where section ``name``'s chart goes: :data:`CHARTS` beside the report."""
+    return report.parent / CHARTS / f"{name}.png"
 
 
 def render(section: Section, chart: str | None) -> str:
@@ -112,14 +117,15 @@ def splice(text: str, name: str, block: str) -> str:
 def write_section(path: Path, section: Section) -> None:
     """Replace (or append) the section between its markers in ``path``, keeping the others.
 
-    The section's chart is regenerated as ``bench-NAME.png`` next to ``path`` (none when no
-    contender has a figure).
+    The section's chart is regenerated as :func:`plot_path` says (none when no contender has
+    a figure).
     """
     chart = None
     if section.plot:
         png = plot_path(path, section.name)
+        png.parent.mkdir(parents=True, exist_ok=True)
         write_plot(png, section)
-        chart = png.name
+        chart = png.relative_to(path.parent).as_posix()
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     path.write_text(splice(text, section.name, render(section, chart)), encoding="utf-8")
 
@@ -357,6 +363,8 @@ def run_header(command: str, machine_line: str) -> list[str]:
 
 def quix_option(quix_python: str) -> str:
     """A section command's ``--quix-python`` option, when the peer ran under another Python."""
+    if not quix_python:
+        return " --no-quix"
     return "" if quix_python == sys.executable else f" --quix-python {quix_python}"
 
 

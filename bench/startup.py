@@ -76,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--users", type=int, default=1_000, help="users in the cold backlog")
     parser.add_argument("--tweets", type=int, default=10_000, help="tweets in each backlog")
     parser.add_argument("--runs", type=int, default=3, help="runs of each start (median)")
+    parser.add_argument("--no-demo", action="store_true", help="time no `daemon demo`")
 
 
 @dataclass
@@ -153,9 +154,10 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     restarts: list[Start] = []
     checks: list[str] = []
     for n in range(1, args.runs + 1):
-        with console.status(f"run {n}/{args.runs}: daemon demo"):
-            demos.append(_demo())
-        console.print(f"run {n}: daemon demo {demos[-1].at['exit']:.1f} s")
+        if not args.no_demo:
+            with console.status(f"run {n}/{args.runs}: daemon demo"):
+                demos.append(_demo())
+            console.print(f"run {n}: daemon demo {demos[-1].at['exit']:.1f} s")
         with console.status(f"run {n}/{args.runs}: daemon run, cold and restarted"):
             cold, restart = _cold_and_restart(broker.bootstrap_servers, args)
         colds.append(cold)
@@ -171,6 +173,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     ok = all(s.outputs == args.tweets for s in colds + restarts)
     command = (
         f"python -m bench startup --users {args.users} --tweets {args.tweets} --runs {args.runs}"
+        + (" --no-demo" if args.no_demo else "")
     )
     table = _table(demos, colds, restarts)
     lines = [
@@ -209,12 +212,14 @@ def _table(demos: list[Start], colds: list[Start], restarts: list[Start]) -> lis
     for name, starts in (("daemon run, cold", colds), ("daemon run, restarted", restarts)):
         cells = [_spread([s.at[m] for s in starts]) for m in MILESTONES]
         rows.append((name, *cells, "-", _spread([s.cpu_s for s in starts])))
-    demo = (_spread([s.at["exit"] for s in demos]), _spread([s.cpu_s for s in demos]))
-    rows.append(("daemon demo", *("-" for _ in MILESTONES), *demo))
+    if demos:
+        demo = (_spread([s.at["exit"] for s in demos]), _spread([s.cpu_s for s in demos]))
+        rows.append(("daemon demo", *("-" for _ in MILESTONES), *demo))
     return rows
 
 
 def _workers_table(starts: dict[str, list[Start]]) -> list[tuple[str, ...]]:
+    starts = {name: runs for name, runs in starts.items() if runs}  # the demo may be left out
     kinds: dict[str, float] = {}
     for runs in starts.values():
         for start in runs:

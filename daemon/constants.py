@@ -23,5 +23,5 @@ count for life.
 Fewer buckets, less fixed cost: every bucket a micro-batch touches costs a few milliseconds
 of PySpark and state-store calls, and a batch of a few thousand keys touches all of them.
 More buckets, less state rewritten: a touched bucket's blob is read and written whole. With
-128 buckets the comap latency run (5,000 tweets/s over 10,000 authors) spent its batches on
-the calls (p99 3.8 s); with 32, batches of 5,000 tweets took 0.65-1 s and p99 was 1.9 s."""
+128 buckets the comap latency run spent its batches on the calls, and its p99 was twice
+that with 32 (``BENCHMARKS.md``, "Measurements behind the defaults")."""

@@ -11,7 +11,7 @@ Example:
     >>> from daemon.plugins import registry
     >>> info = describe_joiner(registry().get("comap"))
     >>> [option.name for option in info.options]
-    ['many_id', 'max_many_per_key', 'state_ttl']
+    ['many_id', 'max_many_per_key', 'many_deleted_field', 'state_ttl']
 """
 
 from __future__ import annotations

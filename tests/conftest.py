@@ -43,7 +43,7 @@ def mtls_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def sasl_broker() -> Iterator[str]:
     """A broker that requires SASL authentication (``tansu broker --authentication``).
 
-    Tansu 0.6 authenticates nobody here (docs/connecting.md says why): it serves the tests
+    Tansu 0.6 authenticates nobody here (docs/contributing.md says why): it serves the tests
     of a refused handshake.
     """
     port = free_port()

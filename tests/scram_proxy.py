@@ -1,6 +1,6 @@
 """A SASL/SCRAM-SHA-512 gate in front of Tansu, because Tansu 0.6 authenticates nobody here.
 
-Tansu's ``--authentication`` refuses every login on this build (docs/connecting.md says why),
+Tansu's ``--authentication`` refuses every login on this build (docs/contributing.md says why),
 so this stand-in does the broker's side of SASL instead, the way tests/registry.py stands in
 for a Schema Registry: it answers a connection's ``SaslHandshake`` and ``SaslAuthenticate``
 requests itself, checks the client's SCRAM proof against one user's password (RFC 5802,

@@ -23,8 +23,8 @@ Why packs: see :class:`~daemon.engine.wire.SourceRow`. The processor reads a pac
 a column at a time, as named tuples. Why the Row-based ``transformWithState`` and not
 ``transformWithStateInPandas``: PySpark's Row flavour converts each cell one Arrow scalar at a
 time, which was too slow when each record was a row, but a call now gets a few packs; the
-pandas flavour built frames for them and for each call's counts row, about 1.5 ms per call,
-and the latency run's batches took about 100 ms less without them.
+pandas flavour built frames for them and for each call's counts row, which made the latency
+run's batches slower.
 
 Why buckets: every state-store call is a round trip between the Python worker and the JVM,
 and per-key calls (set the key, read, write) cost about a millisecond per key and

@@ -21,12 +21,11 @@ _DEFAULTS = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     # Commit each batch's state changes as a changelog and snapshot RocksDB in the background:
-    # uploading a snapshot every batch cost 150-250 ms of each stateful task.
+    # uploading a snapshot every batch cost each stateful task a large part of its time.
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     # Counting the state's rows makes each write read the key's old value first; a state
-    # bucket is one value of up to a megabyte. Without it the window latency run's batches
-    # took 549-558 ms instead of 643-701 (two runs each, alternated). Spark then reports
-    # numRowsTotal as 0: see daemon.service.observability.
+    # bucket is one value of up to a megabyte, so batches are faster without it. Spark then
+    # reports numRowsTotal as 0: see daemon.service.observability.
     TRACK_STATE_ROWS: "false",
     # Hadoop's FileContext API renames a file by first asking for its link status, which on
     # the local file system runs `readlink` in a child process: about 20 forks of the JVM
@@ -36,11 +35,9 @@ _DEFAULTS = {
         "org.apache.spark.sql.execution.streaming.checkpointing."
         "FileSystemBasedCheckpointFileManager"
     ),
-    # The JIT's optimising compiler (C2) was still compiling a minute into a run: 7.8 of the
-    # JVM's 13 CPU seconds in 25 s of the comap latency run, on a 2-core machine. Stopping
-    # at the quick compiler (C1) left 1.4 s to compilation, and batches took 0.9-1.1 s
-    # instead of 1.2-1.5 s (p99 2.3-2.4 s against 3.2-3.4 s, three runs each, alternated).
-    # In local mode this JVM is the executor too.
+    # The JIT's optimising compiler (C2) was still compiling a minute into a run, taking most
+    # of the JVM's CPU from the batches on a 2-core machine; stopping at the quick compiler
+    # (C1) made batches faster. In local mode this JVM is the executor too.
     JAVA_OPTIONS: "-XX:TieredStopAtLevel=1",
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",

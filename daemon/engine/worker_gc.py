@@ -1,17 +1,17 @@
 """Keep PySpark's per-task garbage collection cheap in the Python workers enrichd runs in.
 
 A reused PySpark worker runs a full ``gc.collect()`` after every task. With pandas, pyarrow,
-PySpark, fastavro and confluent-kafka loaded that scans about 90,000 long-lived objects, some
-50 ms per task, and a micro-batch runs several Python tasks (source, joiner, sink) on each
-core: at small batches that was a fifth of the workers' CPU. :func:`freeze_loaded` moves
+PySpark, fastavro and confluent-kafka loaded that scans tens of thousands of long-lived
+objects per task, and a micro-batch runs several Python tasks (source, joiner, sink) on each
+core: at small batches that was a large share of the workers' CPU. :func:`freeze_loaded` moves
 everything a worker holds when its first enrichd task starts (modules, schemas, the plan)
 into the permanent generation, which collections skip; what tasks create later is collected
 as before.
 
 It also raises the allocation thresholds of the automatic collections. A task allocates
 mostly short-lived, acyclic objects (decoded records, rows, pickles), and with the default
-of a collection per 700 net allocations the joiner spent about a third of its time in them
-(a bucket of 70 tweets: 5.2 ms per call, 3.4 ms with these thresholds). Cyclic garbage waits
+of a collection per 700 net allocations the joiner spent much of its time in them
+(``BENCHMARKS.md``, "Measurements behind the code", has the figures). Cyclic garbage waits
 longer, but never past the end of the task, when PySpark collects it all.
 """
 

@@ -18,8 +18,7 @@ RANGE_FETCH = {
 only after that wait; and the default prefetch of up to 64 MB past the range is broker work
 for nothing. But a fetcher whose queue reached that bound (or 100,000 messages) waits
 ``fetch.queue.backoff.ms`` (1 s by default) before it fetches again, however soon the queue
-is drained: reading 125,000 records of a partition took 1.15 s so, of which 0.1 s was the
-reader's own work, and 0.14-0.22 s with a 10 ms back-off."""
+is drained, so reading a large range took mostly waiting; a 10 ms back-off ends that."""
 
 
 class Deliveries:
@@ -75,8 +74,8 @@ def produce(
 _CONSUME_WAIT_S = 0.02
 """How long one ``consume()`` of :func:`read_partition` may wait for the records it asks for.
 A range that ends in a transaction marker (a transactional upstream's commit) never gets all
-of them, so each read of such a range waited this long at its end: 250 ms per partition and
-micro-batch, when this was 0.25."""
+of them, so each read of such a range waits this long at its end, per partition and
+micro-batch: keep it short."""
 
 
 def read_partition(

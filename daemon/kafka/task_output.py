@@ -31,9 +31,8 @@ marker says it committed the batch before; if another producer initialised the i
 all the same, the kept one learns it is fenced when it adds the marker, before it writes
 anything. Otherwise the task starts over as above. That happens often: Spark hands a task to
 whichever Python worker is idle, so a partition's tasks move between workers. Starting over
-takes a spare producer the worker created ahead and initialises it, which takes a few
-milliseconds where a new producer took 55 and at times 500 (its connections and the
-coordinator lookup).
+takes a spare producer the worker created ahead and initialises it, much quicker than
+making a new producer (its connections and the coordinator lookup).
 
 The tasks of a micro-batch finish together; their commits take turns on each machine
 (:mod:`daemon.kafka.turns`).
@@ -128,7 +127,7 @@ class TaskOutput:
         self._deliveries = None if spec.delivery == "exactly_once" else Deliveries()
         """Failed deliveries (see _DELIVERY_REPORTS). None in a transaction: its commit fails
         if any of its records was not delivered (librdkafka's ``commit_transaction``), and
-        a callback passed with each record cost about a microsecond of the task's thread."""
+        a callback passed with each record costs the task's thread a call per record."""
 
     @classmethod
     def of_task(cls, spec: OutputSpec) -> TaskOutput:
@@ -300,7 +299,7 @@ class TaskOutput:
         producer that was fenced learns it when it adds the marker, its first call to the
         broker in the transaction, and is dropped. Spark hands a task to whichever Python
         worker is idle, so a partition's tasks move between workers often; trying the kept
-        producer every time made it fail 50-60 times in a 100 s latency run (and the client
+        producer every time made it fail again and again in a latency run (and the client
         log an error line each time) before starting over.
 
         Starting over, a new producer initialises the id, which fences every other producer
@@ -332,8 +331,8 @@ class TaskOutput:
         """A producer that now owns the id: this worker's spare, initialised, if it has one.
 
         A spare is created (and connects) ahead, but is not initialised, which would fence the
-        id's producer in the task that may be running elsewhere. Initialising a connected
-        producer took 3-4 ms on the test broker, a new one 55 ms and at times 500 ms.
+        id's producer in the task that may be running elsewhere. Initialising a producer that
+        is already connected is much quicker than making and initialising a new one.
         """
         producer = _SPARES.pop(self._txn_id, None) or _transactional_producer(
             self.spec, self._txn_id

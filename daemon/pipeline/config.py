@@ -257,9 +257,9 @@ class OutputConfig(_Serde):
 
 DEFAULT_MAX_RECORDS_PER_BATCH = 500_000
 """The default cap on the records of one micro-batch. It matters only while a backlog is
-read: each batch pays a fixed cost of about a second on a 2-core machine (planning,
-checkpoint commits, task start, one Kafka transaction per task), and half a million records
-spread it thin (a pass-through sustained 1.5x the rate of 100,000-record batches). A
+read: each batch pays a fixed cost (planning, checkpoint commits, task start, one Kafka
+transaction per task), and half a million records spread it thin (a pass-through sustained
+a higher rate than with 100,000-record batches: ``BENCHMARKS.md``). A
 pipeline that keeps up reads what arrived since its last batch, whatever the cap."""
 
 

@@ -12,10 +12,13 @@ Schema Registry of ``[schema_registry]``, when there is one, is asked what a sta
 ask (:mod:`daemon.formats.checks`), unless ``check_registry`` is off.
 
 Example:
-    >>> from pathlib import Path
-    >>> parsed, problems = validate_pipeline_file(Path("pipeline.toml"))  # doctest: +SKIP
-    >>> problems  # doctest: +SKIP
-    ['pipeline.toml: pipeline[0] (tweet-views).options.state_ttl: ...']
+    The tweet-views example that ships with enrichd has nothing to fix:
+
+    >>> import daemon
+    >>> example = Path(daemon.__file__).parent / "examples" / "tweet-views.toml"
+    >>> parsed, problems = validate_pipeline_file(example)
+    >>> problems, [pipeline.name for pipeline in parsed.pipeline]
+    ([], ['tweet-views'])
 """
 
 from __future__ import annotations

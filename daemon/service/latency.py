@@ -20,7 +20,7 @@ import numpy as np
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 """Upper bounds (seconds) of the latency histogram: a kept-up pipeline's records take a
-micro-batch or two (0.5-2 s on a 2-core machine); a backlog's, up to hours."""
+micro-batch or two (about a second); a backlog's, up to hours."""
 
 Tally = tuple[list[int], float]
 """A histogram's counts per bucket (not cumulative, one more than :data:`LATENCY_BUCKETS`

@@ -1,7 +1,7 @@
 """A fast Avro decoder: a parsed schema compiled into one Python function.
 
-Why: fastavro's ``schemaless_reader`` takes about 2.6 us to decode a three-field click, most
-of it set-up per call (a file object to read from, the schema walked as data). Decoding is the
+Why: most of the time fastavro's ``schemaless_reader`` takes to decode a small record is
+set-up per call (a file object to read from, the schema walked as data). Decoding is the
 largest single cost of the joiner operator after encoding, which :mod:`daemon.formats.avro.writer`
 compiles for the same reason. The compiled function reads the bytes in place, with every
 nested type written inline as straight-line code, and builds each record as a dict literal.

@@ -1,0 +1,108 @@
+"""``python -m bench smoke --output PATH``: every workload end to end at tiny sizes.
+
+A check that the benchmark still runs, not a measurement: each workload runs with a few
+hundred or thousand records, one after the other in this process on one embedded broker and
+one Spark JVM (startup's daemons start their own), and writes its section and chart to
+``PATH``, which must not be the repository's ``BENCHMARKS.md``. Nothing is asserted about
+speed; a workload fails the smoke when it raises or its output checks fail (records missing,
+unexpected dead letters). The test suite runs it (``tests/test_bench_smoke.py``), so a
+refactor of enrichd that breaks the benchmark fails CI.
+
+Left out, to keep it to a few minutes: the Quix Streams peer (``--no-quix``: a consumer
+group's join alone takes the embedded broker 20-25 s), the latency runs but comap's (they
+share :mod:`bench.latency`), lookup's second run with a versioned table (the same code path
+with another pipeline file), window's run of Spark's own join (no enrichd code in it) and
+startup's ``daemon demo`` (the suite runs the demo itself). Each enrichd run still starts
+Spark's session and Python workers afresh, most of the smoke's time, since the service of
+``daemon run`` stops the session when it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from rich.console import Console
+
+from bench.report import print_section, write_section
+from bench.workloads import REPO
+
+SIZES: dict[str, list[str]] = {
+    "passthrough": ["--records", "2000", "--max-batch", "800"],
+    "comap": [
+        "--users", "50", "--tweets", "1000", "--max-batch", "400",
+        "--latency-rate", "200", "--latency-seconds", "3", "--trigger-ms", "0",
+    ],
+    "lookup": [
+        "--users", "100", "--clicks", "1000", "--max-batch", "400", "--no-latency",
+        "--no-versioned",
+    ],
+    "asof": [
+        "--keys", "20", "--left", "1000", "--right", "200", "--max-batch", "400",
+        "--no-latency",
+    ],
+    "window": [
+        "--keys", "50", "--per-side", "500", "--max-batch", "400", "--no-latency",
+        "--no-spark-join",
+    ],
+    "state": ["--keys", "1000", "--clicks", "1000", "--max-batch", "800"],
+    "startup": ["--users", "20", "--tweets", "100", "--runs", "1", "--no-demo"],
+}  # fmt: skip
+"""Each workload's tiny options, with the parts the module's docstring names left out."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The smoke's one option: where its report goes."""
+    parser.add_argument(
+        "--output",
+        type=Path,
+        required=True,
+        help="the report to write (a temporary file; never the repository's BENCHMARKS.md)",
+    )
+
+
+def run(
+    args: argparse.Namespace,
+    modules: dict[str, ModuleType | str],
+    workload_parser: argparse.ArgumentParser,
+) -> int:
+    """Run every workload at :data:`SIZES` into ``args.output``; 0 when all of them passed.
+
+    ``modules`` are the workloads' modules as ``python -m bench`` found them, and
+    ``workload_parser`` parses a workload's command line (``NAME OPTIONS...``).
+    """
+    output = Path(args.output).resolve()
+    if output == (REPO / "BENCHMARKS.md").resolve():
+        raise SystemExit("error: the smoke writes a report of its own, not BENCHMARKS.md")
+    from daemon.broker import EmbeddedBroker
+
+    console = Console()
+    failed: list[str] = []
+    with EmbeddedBroker() as broker:
+        for name, options in SIZES.items():
+            module = modules[name]
+            if isinstance(module, str):
+                failed.append(f"{name} ({module})")
+                continue
+            console.rule(f"smoke: {name}")
+            argv = [name, *options, "--output", str(output), "--no-quix"]
+            began = time.monotonic()
+            try:
+                section = module.run(workload_parser.parse_args(argv), broker)
+            except Exception:  # noqa: BLE001 - every workload gets its turn; all failures shown
+                console.print(f"[bold red]{name} failed[/]\n{traceback.format_exc()}")
+                failed.append(name)
+                continue
+            print_section(console, section)
+            write_section(output, section)
+            console.print(f"smoke: {name} took {time.monotonic() - began:.0f} s")
+            if not section.ok:
+                failed.append(f"{name} (output checks)")
+    if failed:
+        console.print(f"[bold red]smoke failed:[/] {', '.join(failed)}")
+        return 1
+    console.print(f"smoke passed: {len(SIZES)} workloads, report {output}")
+    return 0
