@@ -26,6 +26,7 @@ from daemon.engine.wire import (
     pack,
 )
 from daemon.errors import SchemaRegistryUnavailableError
+from daemon.formats.avro.codegen import CompiledCodecError
 from daemon.kafka import connect
 from daemon.kafka.clients import RANGE_FETCH, read_partition
 from daemon.kafka.planning import KafkaRange
@@ -124,6 +125,8 @@ def _route(
             fields = spec.codec.read_fields(value, spec.routed_fields, spec.millis_fields)
         except SchemaRegistryUnavailableError:
             raise  # the record is fine: fail the batch, which is retried, not the record
+        except CompiledCodecError as exc:  # a bug in enrichd: a decode must not hide it
+            return Routing(None, timestamp, f"CompiledCodecError: {exc}")
         except Exception:  # noqa: BLE001 - bad bytes, or a registry that does not know the id
             fields = None  # the decode below fails too, and says why in its own words
         if fields is not None:
@@ -149,6 +152,8 @@ def _route_by_router(
             fields = spec.codec.read_fields(value, names, spec.millis_fields)
         except SchemaRegistryUnavailableError:
             raise
+        except CompiledCodecError as exc:
+            return Routing(None, timestamp, f"CompiledCodecError: {exc}")
         except Exception:  # noqa: BLE001 - the decode below fails too, and says why
             fields = None
         if fields is not None:

@@ -160,3 +160,24 @@ def test_a_schema_the_registry_cannot_give_routes_the_record_to_dead_letters() -
     routing = _route(SourceInput("r", "t", "author", None, codec), framed, None, 5)
     assert routing.key is None and routing.event_time == 5
     assert (routing.error or "").startswith("UndecodableRecord: ")
+
+
+def test_a_bug_in_the_compiled_scanner_dead_letters_the_record_not_hidden_by_a_decode() -> None:
+    from daemon.formats.avro.codegen import CompiledCodecError
+    from daemon.kafka.reading import _route
+    from daemon.kafka.source_spec import SourceInput
+
+    codec = AvroCodec(
+        parse_schema_text(
+            """{"type": "record", "name": "T", "fields": [{"name": "author", "type": "long"}]}"""
+        )
+    )
+    data = codec.encode({"author": 7})
+
+    def buggy(*_: Any) -> list[Any]:
+        raise CompiledCodecError.of("scanner", KeyError("x"))
+
+    codec.read_fields = buggy  # type: ignore[method-assign]
+    routing = _route(SourceInput("r", "t", "author", None, codec), data, None, 5)
+    assert routing.key is None and routing.event_time == 5
+    assert (routing.error or "").startswith("CompiledCodecError: ")
