@@ -20,7 +20,6 @@ from daemon.engine.wire import SOURCE, Offsets
 from daemon.engine.worker_gc import freeze_loaded
 from daemon.kafka.planning import KafkaPartition, SourcePlanner
 from daemon.kafka.reading import read_ranges
-from daemon.kafka.source_spec import SourceInput as SourceInput  # where callers look for it
 from daemon.kafka.source_spec import SourceSpec
 
 

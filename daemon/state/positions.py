@@ -3,7 +3,7 @@
 - ``earliest``: the partition's first offset still in the log (its low watermark).
 - ``latest``: its end, as a ``read_committed`` reader finds it: the high watermark of a Fetch
   response, read by fetching from where ListOffsets puts the end (some brokers' ListOffsets
-  under-report it; see ``daemon.kafka.source``).
+  under-report it; see ``daemon.kafka.planning``).
 - a time (epoch milliseconds, or ISO 8601 such as ``2026-11-20T09:00:00Z``; UTC when it names
   no zone): the first record whose Kafka timestamp is at or after it, as Kafka's
   offsets-for-times lookup and Kafka Streams' reset tool define it; the end when no record
