@@ -169,9 +169,7 @@ class EngineCore:
             # counts from this key's next update rather than dropping it unseen.
             if self.ttl_ms is None or not clock.updated_ms or now - clock.updated_ms < self.ttl_ms:
                 return clock, state
-            log.forget(key)
-            del bucket.keys[key]
-            bucket.due.pop(key, None)
+            _drop(bucket, log, key)
         return KeyClock(), self.joiner.initial_state()
 
     def _store(
@@ -193,9 +191,7 @@ class EngineCore:
         joiner = self.joiner
         # An ended key with nothing left stays, as its clock, so that its end stays final.
         if joiner.is_empty(state) and clock.stream_time != END_OF_TIME:
-            log.forget(key)
-            bucket.keys.pop(key, None)
-            bucket.due.pop(key, None)
+            _drop(bucket, log, key)
             return
         if self.ttl_ms is not None:
             clock.updated_ms = now
@@ -249,6 +245,13 @@ class EngineCore:
             else:
                 reject(result)
         return state
+
+
+def _drop(bucket: Bucket, log: StashLog, key: str) -> None:
+    """Forget a key: its state, its stashed values and its wake-up."""
+    log.forget(key)
+    bucket.keys.pop(key, None)
+    bucket.due.pop(key, None)
 
 
 _EVENT_TIME_OF = attrgetter("event_time")
