@@ -156,6 +156,7 @@ class EngineCore:
             advanced = self._step(self.joiner.advance, key, state, clock.stream_time, ())
             if advanced is None:  # the joiner raised: no more wake-ups until its next record
                 bucket.due.pop(key, None)
+                bucket.changed = True
             else:
                 self._store(bucket, log, key, clock, advanced, now)
 
@@ -201,21 +202,21 @@ class EngineCore:
         if self.ttl_ms is not None:
             due.append(now + self.ttl_ms)
         if due:
-            bucket.due[key] = min(due)
-        elif bucket.due:
-            bucket.due.pop(key, None)
+            at = min(due)
+            if bucket.due.get(key) != at:
+                bucket.due[key] = at
+                bucket.changed = True
+        elif bucket.due and bucket.due.pop(key, None) is not None:
+            bucket.changed = True
         pickled = log.dumps(state)
         before = bucket.keys.get(key)
         event_time = 0 if before is None else before[EVENT_TIME]
         if newest is not None and (before is None or before[STATE] != pickled):
             event_time = max(event_time, newest)
-        bucket.keys[key] = (
-            clock.stream_time,
-            clock.last_ms,
-            clock.updated_ms,
-            event_time,
-            pickled,
-        )
+        entry = (clock.stream_time, clock.last_ms, clock.updated_ms, event_time, pickled)
+        if entry != before:
+            bucket.keys[key] = entry
+            bucket.changed = True
 
     def _step(
         self,
@@ -250,8 +251,9 @@ class EngineCore:
 def _drop(bucket: Bucket, log: StashLog, key: str) -> None:
     """Forget a key: its state, its stashed values and its wake-up."""
     log.forget(key)
-    bucket.keys.pop(key, None)
-    bucket.due.pop(key, None)
+    forgotten = bucket.keys.pop(key, None) is not None
+    if bucket.due.pop(key, None) is not None or forgotten:
+        bucket.changed = True
 
 
 _EVENT_TIME_OF = attrgetter("event_time")

@@ -107,6 +107,10 @@ class Bucket:
     """The bucket's registered timer: at or before the earliest ``due``."""
     stash: StashCounts = field(default_factory=StashCounts)
     """Its stash log's counts (:mod:`daemon.engine.stash_log`)."""
+    changed: bool = field(default=False, compare=False)
+    """Whether a key's entry or due time changed since the bucket was loaded (not stored):
+    whoever changes ``keys`` or ``due`` sets it, so that a call that changed neither (a
+    lookup's stream records) need not encode the bucket to find that out."""
 
 
 def encode_bucket(bucket: Bucket) -> bytes:

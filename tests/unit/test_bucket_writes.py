@@ -13,10 +13,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from daemon.engine import blobs
+from daemon.engine import processor as processor_module
 from daemon.engine.processor import JoinerProcessor, OperatorPlan
-from daemon.engine.state_format import EVENT_TIME, decode_bucket
+from daemon.engine.state_format import EVENT_TIME, decode_bucket, encode_bucket
 from daemon.engine.wire import INPUT, OutputRow, pack
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.base import (
@@ -170,6 +172,26 @@ def test_stream_records_that_only_read_the_table_write_no_state() -> None:
     assert state.writes == 1 and state.value == stored  # the bucket was left as it was
 
 
+def test_a_call_that_changes_no_key_does_not_encode_the_bucket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    encoded: list[int] = []
+
+    def counted(bucket: Any) -> bytes:
+        encoded.append(len(bucket.keys))
+        return encode_bucket(bucket)
+
+    monkeypatch.setattr(processor_module, "encode_bucket", counted)
+    processor, state = _processor()
+    _call(processor, [_region(f"user{n}", "north", 1) for n in range(100)])
+    assert encoded == [100]
+
+    _call(processor, [_click("user1", 2), _click("user7", 3), _click("nobody", 4)])
+    assert encoded == [100]  # not encoded only to learn it had not changed
+    _call(processor, [_click("user1", 5), _region("user7", "south", 6)])
+    assert encoded == [100, 100] and state.writes == 2
+
+
 def test_a_table_update_is_written() -> None:
     processor, state = _processor()
     _call(processor, [_region("ada", "north", 1)])
@@ -229,7 +251,7 @@ def test_the_timer_is_not_moved_later_when_touched_keys_are_due_later() -> None:
 
 
 def test_a_timer_that_fires_before_any_key_is_due_is_set_again_at_the_earliest() -> None:
-    processor, _ = _processor(_window())
+    processor, state = _processor(_window())
     timers = processor.handle.timers  # type: ignore[attr-defined]
     _call(processor, [_event(0, 1, 1)])
     _call(processor, [_event(0, 1, 2)], now=NOW + 5_000)
@@ -239,6 +261,8 @@ def test_a_timer_that_fires_before_any_key_is_due_is_set_again_at_the_earliest()
 
     assert sent == []  # nothing was due: the key's record came 55 s ago
     assert timers == [("register", NOW + 60_000), ("register", NOW + 65_000)]
+    assert state.value is not None  # and the stored bucket knows which timer is set
+    assert decode_bucket(blobs.decompress(state.value[0])).timer_ms == NOW + 65_000
 
 
 def test_a_key_due_earlier_than_the_timer_moves_it_earlier() -> None:
