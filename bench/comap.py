@@ -1,10 +1,12 @@
 """``python -m bench comap``: enrichd's comap (users + tweets -> views) against the ceiling.
 
 The workload is produced once and read by every contender: the raw loop in one process, the
-raw loop in two processes, the peer (Quix Streams, in a child process), then the enrichd
-pipeline (Spark starts last, so its JVM competes with nobody). Then, unless
+raw loop in two processes, the peer (Quix Streams, in as many child processes as the
+pipeline's Spark master has cores), then the enrichd pipeline ``--runs`` times (Spark starts
+last, so its JVM competes with nobody), then the two-process raw loop again. Then, unless
 ``--no-latency``, enrichd's end-to-end latency at a fixed offered rate (see
-:mod:`bench.latency`).
+:mod:`bench.latency`). Each further ``--users`` value is a point of the key-count sweep on
+fresh topics (:mod:`bench.runs`).
 
 The peer needs Quix Streams: ``.venv/bin/pip install -e '.[bench]'`` (or a separate
 virtualenv with ``quixstreams[avro]``, named by ``--quix-python``; see :mod:`bench.quix`).

@@ -14,7 +14,8 @@ Contenders, on the same topics:
   produces one ``EnrichedClick`` per click; in one process and in two (each reads the whole
   table and one click partition);
 - the peer, Quix Streams (:mod:`bench.quix_lookup`: it has no table join over a Kafka topic,
-  so a stateful ``apply`` over the concatenated table and re-keyed clicks);
+  so a stateful ``apply`` over the concatenated table and re-keyed clicks), in as many
+  processes as enrichd has Spark cores, one consumer group;
 - enrichd: the example pipeline as users wrote it, pointed at the benchmark's topics, with
   its running-totals stage left out (the issue measures the lookup join; the totals are a
   second query over the enriched topic). ``--totals`` keeps it: the second query then runs
@@ -25,8 +26,10 @@ Contenders, on the same topics:
   retention (the workload's timestamps, a millisecond apart, span about 52 minutes at the
   default sizes, so every click stays kept).
 
-Unless ``--no-latency``, enrichd's end-to-end latency at a fixed rate of clicks offered to the
-loaded table follows (see :mod:`bench.latency`).
+enrichd's lookup runs ``--runs`` times (the versioned one once). Unless ``--no-latency``,
+enrichd's end-to-end latency at a fixed rate of clicks offered to the loaded table follows
+(see :mod:`bench.latency`). Each further ``--users`` value is a point of the key-count sweep
+on fresh topics (:mod:`bench.runs`).
 """
 
 from __future__ import annotations
@@ -754,8 +757,7 @@ def _notes(
         )
         + "The engine shuffles "
         "clicks and regions by user, and each micro-batch applies a user's records in "
-        "event-time order (here the Kafka timestamps, every region before every click). "
-        "The engine runs on the pipeline's Spark master.",
+        "event-time order (here the Kafka timestamps, every region before every click).",
         SERVICE_LINE,
         sustained_line(args.runs),
         "- *Quix Streams*: Quix 3.x's `join_lookup` enriches from a `BaseLookup`, and its "

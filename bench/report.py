@@ -65,7 +65,8 @@ class Section:
     plot: dict[str, float] = field(default_factory=dict)
     """Contender -> input records/s, for the bar chart (contenders that did not run: absent)."""
     ok: bool = True
-    """Whether the outputs checked out (counts as expected, no unexpected dead letters)."""
+    """Whether every check passed: outputs as expected, no unexpected dead letters, and for
+    comap and lookup enough batches behind the sustained rate."""
 
 
 SERVICE_LINE = (
@@ -174,7 +175,7 @@ def print_section(console: Console, section: Section) -> None:
         if line.startswith("- Target"):
             console.print(line, highlight=False)
     if not section.ok:
-        console.print(f"[bold red]{section.name}: output checks failed[/] (see Checks)")
+        console.print(f"[bold red]{section.name}: checks failed[/] (see Checks)")
 
 
 def _numeric(cell: str) -> bool:

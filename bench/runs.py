@@ -281,7 +281,9 @@ def point_checks(
     letters, steady batches and progress reports; and whether they all passed."""
     label = f"at {keys:,} keys: enrichd"
     ceiling_wrote = count_records(conf, ceiling_output)
-    checks = [f"at {keys:,} keys: raw 2 processes wrote {ceiling_wrote:,} {noun}"]
+    checks = [
+        f"at {keys:,} keys: raw 2 processes wrote {ceiling_wrote:,} {noun} (expected {expected:,})"
+    ]
     written, ok = output_checks(conf, repeated, expected, noun, label)
     steady, enough = steady_check(repeated, label)
     checks += [*written, steady]

@@ -4,9 +4,9 @@ A check that the benchmark still runs, not a measurement: each workload runs wit
 hundred or thousand records, one after the other in this process on one embedded broker and
 one Spark JVM (startup's daemons start their own), and writes its section and chart to
 ``PATH``, which must not be the repository's ``BENCHMARKS.md``. Nothing is asserted about
-speed; a workload fails the smoke when it raises or its output checks fail (records missing,
-unexpected dead letters). The test suite runs it (``tests/test_bench_smoke.py``), so a
-refactor of enrichd that breaks the benchmark fails CI.
+speed; a workload fails the smoke when it raises or its checks fail (records missing,
+unexpected dead letters, too few batches behind a sustained rate). The test suite runs it
+(``tests/test_bench_smoke.py``), so a refactor of enrichd that breaks the benchmark fails CI.
 
 Left out, to keep it to a few minutes: the Quix Streams peer (``--no-quix``: a consumer
 group's join alone takes the embedded broker 20-25 s), the latency runs but comap's (they
@@ -104,7 +104,7 @@ def run(
             write_section(output, section)
             console.print(f"smoke: {name} took {time.monotonic() - began:.0f} s")
             if not section.ok:
-                failed.append(f"{name} (output checks)")
+                failed.append(f"{name} (checks)")
     if failed:
         console.print(f"[bold red]smoke failed:[/] {', '.join(failed)}")
         return 1
