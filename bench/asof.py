@@ -44,6 +44,7 @@ from bench.latency import (
     run_latencies,
 )
 from bench.report import (
+    QUIX_SCALING,
     SERVICE_LINE,
     Section,
     machine,
@@ -443,6 +444,7 @@ def _section(
         "recommendation once, on arrival, at or before its time (no ties in this workload, so "
         "strictly-before and at-or-before agree). Its cost per record is therefore lower by "
         "design: no re-join, no kept recommendations.",
+        QUIX_SCALING,
         SERVICE_LINE,
         "- *enrichd sustained*: input records after the first micro-batch over the time after "
         "it (progress reports); *end to end* counts the first batch and query start-up too.",

@@ -1,10 +1,12 @@
 """``python -m bench comap``: enrichd's comap (users + tweets -> views) against the ceiling.
 
 The workload is produced once and read by every contender: the raw loop in one process, the
-raw loop in two processes, the peer (Quix Streams, in a child process), then the enrichd
-pipeline (Spark starts last, so its JVM competes with nobody). Then, unless
+raw loop in two processes, the peer (Quix Streams, in as many child processes as the
+pipeline's Spark master has cores), then the enrichd pipeline ``--runs`` times (Spark starts
+last, so its JVM competes with nobody), then the two-process raw loop again. Then, unless
 ``--no-latency``, enrichd's end-to-end latency at a fixed offered rate (see
-:mod:`bench.latency`).
+:mod:`bench.latency`). Each further ``--users`` value is a point of the key-count sweep on
+fresh topics (:mod:`bench.runs`).
 
 The peer needs Quix Streams: ``.venv/bin/pip install -e '.[bench]'`` (or a separate
 virtualenv with ``quixstreams[avro]``, named by ``--quix-python``; see :mod:`bench.quix`).
@@ -24,7 +26,14 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from bench.ceiling import RawResult
-from bench.enrichd import EnrichdResult, batch_table, configure, resources_lines, run_enrichd
+from bench.enrichd import (
+    EXAMPLE,
+    EnrichdResult,
+    batch_table,
+    configure,
+    resources_lines,
+    run_enrichd,
+)
 from bench.latency import (
     LatencyWorkload,
     Offer,
@@ -39,6 +48,7 @@ from bench.quix import QuixResult, run_quix
 from bench.raw import run_ceiling
 from bench.report import (
     PEER_TARGET,
+    QUIX_SCALING,
     SERVICE_LINE,
     TARGET_RATIO,
     Section,
@@ -46,24 +56,37 @@ from bench.report import (
     checks_line,
     count_checks,
     drift_line,
-    enrichd_status,
     load_line,
     machine,
     markdown_table,
     needs,
     progress_check,
+    quix_note,
     quix_option,
     quix_status,
     run_header,
     scaling_caveat,
     short_of,
 )
+from bench.runs import (
+    Repeated,
+    SweepPoint,
+    add_run_arguments,
+    local_cores,
+    output_checks,
+    point_checks,
+    repeat,
+    spark_master,
+    steady_check,
+    sustained_line,
+    sweep_lines,
+)
 from bench.workloads import (
     Topics,
     Workload,
     codec,
+    contender_outputs,
     count_outputs,
-    count_records,
     create_inputs,
     produce,
     tweet,
@@ -80,9 +103,14 @@ Row = tuple[str, float | None, float | None, float | None, str]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The comap workload's sizes and options; the defaults are issue #9's sizes."""
-    parser.add_argument("--users", type=int, default=10_000, help="users (the one side)")
-    parser.add_argument("--tweets", type=int, default=1_000_000, help="tweets (the many side)")
+    """The comap workload's sizes and options.
+
+    The defaults are issue 39's: 20,000 users then 3,000,000 tweets make seven micro-batches
+    at the default cap of 500,000 records (a batch admits the earliest records of both
+    topics together: six full ones, then the last 20,000), so the sustained rate is over six.
+    """
+    add_run_arguments(parser, "users (the one side)", 20_000)
+    parser.add_argument("--tweets", type=int, default=3_000_000, help="tweets (the many side)")
     parser.add_argument(
         "--max-batch",
         type=int,
@@ -95,8 +123,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _command(args: argparse.Namespace) -> str:
     command = (
-        f".venv/bin/python -m bench comap --users {args.users} --tweets {args.tweets} "
-        f"--max-batch {args.max_batch}"
+        f".venv/bin/python -m bench comap --users {' '.join(map(str, args.users))} "
+        f"--tweets {args.tweets} --max-batch {args.max_batch} --runs {args.runs}"
     )
     return command + latency_command(args) + quix_option(args.quix_python)
 
@@ -109,40 +137,29 @@ def _quix_row(quix: QuixResult, two: RawResult) -> Row:
     name = "Quix Streams co-map"
     if not quix.ran:
         return (name, None, None, None, f"not run: {quix.reason}")
-    return (
-        name,
-        quix.rate,
-        quix.seconds,
-        quix.rate / two.rate,
-        f"{quix.version}, 1 process; start-up {quix.startup_s:.1f} s not counted",
-    )
+    return (name, quix.rate, quix.seconds, quix.rate / two.rate, quix_note(quix))
 
 
 def _rows(
-    one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult, again: RawResult
+    one: RawResult, two: RawResult, quix: QuixResult, runs: Repeated, again: RawResult
 ) -> list[Row]:
-    """One :data:`Row` per table row."""
-    sustained = spark.sustained_rate
-    steady_rows = sum(b.rows for b in spark.steady())
-    steady_s = steady_rows / sustained
+    """One :data:`Row` per table row; enrichd's are medians over its runs."""
+    sustained = runs.sustained
+    spark = runs.typical
+    steady_s = sum(b.rows for b in spark.steady()) / spark.sustained_rate
     end_s = spark.batches[-1].ended - spark.query_started
     return [
         ("raw ceiling, 1 process", one.rate, one.seconds, one.rate / two.rate, "assign + dicts"),
         ("raw ceiling, 2 processes", two.rate, two.seconds, 1.0, "the issue's reference"),
         _quix_row(quix, two),
-        (
-            "enrichd comap, sustained",
-            sustained,
-            steady_s,
-            sustained / two.rate,
-            f"{len(spark.steady())} batch(es) after the first",
-        ),
+        ("enrichd comap, sustained", sustained, steady_s, sustained / two.rate, runs.note()),
         (
             "enrichd comap, end to end",
-            spark.end_to_end_rate,
+            runs.end_to_end,
             end_s,
-            spark.end_to_end_rate / two.rate,
-            "from the service's start, incl. first batch",
+            runs.end_to_end / two.rate,
+            "from the service's start, incl. first batch"
+            + (f"; median of {len(runs.runs)} runs" if len(runs.runs) > 1 else ""),
         ),
         (
             "raw ceiling, 2 processes, again",
@@ -209,20 +226,20 @@ def _split_line(spark: EnrichdResult, users: int) -> str:
     )
 
 
-def _peer_line(quix: QuixResult, spark: EnrichdResult) -> str:
+def _peer_line(quix: QuixResult, runs: Repeated) -> str:
     """The issue's peer target, met or missed, or why it could not be judged."""
     if not quix.ran:
         return (
             f"- Target: enrichd sustained >= {PEER_TARGET:.0f}x Quix Streams. Not judged: the "
             f"peer did not run ({quix.reason})."
         )
-    versus = spark.sustained_rate / quix.rate
+    versus = runs.sustained / quix.rate
     verdict = "meets" if versus >= PEER_TARGET else "misses"
     return (
-        f"- Target: enrichd sustained >= {PEER_TARGET:.0f}x Quix Streams. This run {verdict} "
-        f"it: enrichd sustained is {short_of(versus, PEER_TARGET)}x Quix "
-        f"({_rate(spark.sustained_rate)} against {_rate(quix.rate)} records/s; "
-        f"end to end {spark.end_to_end_rate / quix.rate:.2f}x)"
+        f"- Target: enrichd sustained >= {PEER_TARGET:.0f}x Quix Streams with as many "
+        f"cores ({quix.processes}). This run {verdict} it: enrichd sustained is "
+        f"{short_of(versus, PEER_TARGET)}x Quix ({_rate(runs.sustained)} against "
+        f"{_rate(quix.rate)} records/s; end to end {runs.end_to_end / quix.rate:.2f}x)"
         + (
             f"; reaching it needs {needs(PEER_TARGET / versus)} the measured sustained rate."
             if versus < PEER_TARGET
@@ -232,13 +249,15 @@ def _peer_line(quix: QuixResult, spark: EnrichdResult) -> str:
 
 
 def _analysis(
-    one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult, users: int
+    one: RawResult, two: RawResult, quix: QuixResult, runs: Repeated, users: int
 ) -> list[str]:
-    """Sentences on the gap and where enrichd's time goes, from the progress reports."""
+    """Sentences on the gap (the median run's rate) and where enrichd's time goes, from the
+    progress reports of the median run."""
+    spark = runs.typical
     steady = spark.steady()
-    ratio = spark.sustained_rate / two.rate
+    ratio = runs.sustained / two.rate
     verdict = "meets" if ratio >= TARGET_RATIO else "misses"
-    needed = TARGET_RATIO * two.rate / spark.sustained_rate
+    needed = TARGET_RATIO * two.rate / runs.sustained
     rows = sum(b.rows for b in steady) / len(steady)
     trigger = spark.mean_ms("triggerExecution")
     add = spark.mean_ms("addBatch")
@@ -257,8 +276,9 @@ def _analysis(
             if ratio < TARGET_RATIO
             else "."
         )
-        + scaling_caveat(spark.sustained_rate, one.rate, two.rate),
-        f"- Steady batches (after the first; {len(steady)} of them, {rows:,.0f} records "
+        + scaling_caveat(runs.sustained, one.rate, two.rate),
+        f"- Steady batches of the median run (after the first; {len(steady)} of them, "
+        f"{rows:,.0f} records "
         f"each on average): {trigger:,.0f} ms per batch, of which addBatch (read, decode, "
         f"joiner with RocksDB state, encode, transactional produce) {add:,.0f} ms = "
         f"{per_record_us:.1f} us per record, against {ceiling_us:.1f} us per record for the "
@@ -274,7 +294,7 @@ def _analysis(
         f"ms; addBatch {first.durations_ms.get('addBatch', 0):,} ms); the Spark session took "
         f"{spark.session_start_s:.1f} s to start before that (not counted anywhere above).",
     ]
-    lines.insert(1, _peer_line(quix, spark))
+    lines.insert(1, _peer_line(quix, runs))
     lines.insert(3, _split_line(spark, users))
     return lines
 
@@ -282,8 +302,8 @@ def _analysis(
 def _quix_notes(quix: QuixResult) -> list[str]:
     """What the peer did, for the report's notes."""
     lines = [
-        "- *Quix Streams*: one `Application` (one process, Quix's defaults: at-least-once, "
-        "RocksDB state with changelog topics, 5 s commits) in a child process. Tweets are "
+        "- *Quix Streams*: an `Application` with Quix's defaults (at-least-once, RocksDB "
+        "state with changelog topics, 5 s commits) in child processes. Tweets are "
         "keyed by tweet id, so `group_by(author_id)` re-keys them through a `repartition__` "
         "topic Quix creates (JSON values); the users dataframe (already keyed by id) is "
         "`concat`-ed with it and one `apply(stateful=True, expand=True)` keeps the latest user "
@@ -291,10 +311,8 @@ def _quix_notes(quix: QuixResult) -> list[str]:
         "does; views go out through Quix's `AvroSerializer`. Quix's `State` reads and writes "
         "one value per name under the message key (no scans), so an author's tweets are one "
         "value, read and rewritten per tweet, as enrichd rewrites a key's state once per "
-        "micro-batch. Timed from the first input record "
-        "the application sees to its final checkpoint commit (which flushes its producer). "
-        "Quix scales by running more instances in one consumer group; one instance uses one "
-        "core, where enrichd and the 2-process ceiling use two.",
+        "micro-batch.",
+        QUIX_SCALING,
         "- Installing the peer: `.venv/bin/pip install -e '.[bench]'`. Quix Streams 3.x pins "
         "`confluent-kafka<2.13` and `pydantic<2.14`, so that may downgrade both in the "
         "project's environment; to avoid it, install `quixstreams[avro]` into a separate "
@@ -303,10 +321,10 @@ def _quix_notes(quix: QuixResult) -> list[str]:
     ]
     if quix.ran:
         lines.append(
-            f"- Quix start-up, not counted above: {quix.startup_s:.1f} s from `Application.run()` "
-            f"to the first record (joining the consumer group, which the embedded broker is slow "
-            f"at, and creating its repartition and changelog topics); leaving the group after "
-            f"the final commit took {quix.stop_s:.1f} s."
+            f"- Quix start-up, not counted above: {quix.startup_s:.1f} s from the first "
+            f"`Application.run()` to the first record (joining the consumer group, which the "
+            f"embedded broker is slow at, and creating its repartition and changelog topics); "
+            f"leaving the group after the last final commit took {quix.stop_s:.1f} s."
         )
     return lines
 
@@ -318,11 +336,12 @@ def _lines(
     quix: QuixResult,
     analysis: list[str],
     spark: EnrichdResult,
+    sweep: list[str],
     latency_lines: list[str],
     checks: list[str],
     machine_line: str,
 ) -> list[str]:
-    """The section's Markdown body."""
+    """The section's Markdown body; ``spark`` is the median run."""
     return [
         *run_header(_command(args), machine_line),
         f"Workload: {workload.users:,} users then {workload.tweets:,} tweets "
@@ -337,14 +356,12 @@ def _lines(
         "timed from the first record consumed to the last output delivered; two processes "
         "each read every user and one tweet partition.",
         SERVICE_LINE,
-        "- *enrichd sustained*: input records after the first micro-batch over the time "
-        "from the end of the first batch to the end of the last (from the query's progress "
-        "reports); *end to end* also counts the first batch and query start-up, but not "
-        "the Spark session start-up.",
+        sustained_line(args.runs),
         *_quix_notes(quix),
         "- *vs Quix*: the row's records/s over Quix Streams' records/s.",
         *resources_lines(spark, workload.users),
         "",
+        *sweep,
         "### Where the time goes",
         "",
         *analysis,
@@ -381,28 +398,66 @@ def latency_workload(servers: str, users: int, max_records_per_batch: int) -> La
     return LatencyWorkload("comap", "tweets", "views", "every user already read", prepare)
 
 
-def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
-    """Run the comap benchmark on ``broker``."""
-    console = Console()
-    workload = Workload(args.users, args.tweets, args.seed)
-    machine_line = machine()
+def _produced(
+    conf: dict[str, str], users: int, args: argparse.Namespace, console: Console
+) -> tuple[Workload, Topics, dict[str, int]]:
+    """``users`` users then ``args.tweets`` tweets on fresh topics; (workload, topics, ends)."""
+    workload = Workload(users, args.tweets, args.seed)
     suffix = uuid.uuid4().hex[:8]
     topics = Topics(users=f"users-{suffix}", tweets=f"tweets-{suffix}")
-    conf = {"bootstrap.servers": broker.bootstrap_servers}
     create_inputs(conf, topics)
-    from daemon.kafka.admin import create_topics
-
-    outputs = {
-        "one": f"raw1-{suffix}",
-        "two": f"raw2-{suffix}",
-        "quix": f"quix-{suffix}",
-        "again": f"raw2-again-{suffix}",
-    }
-    create_topics(conf, dict.fromkeys(outputs.values(), 2))
     began = time.monotonic()
     with console.status(f"producing {workload.records:,} records"):
         ends = produce(conf, topics, workload)
     console.print(f"produced {workload.records:,} records in {time.monotonic() - began:.1f} s")
+    return workload, topics, ends
+
+
+def _enrichd(
+    args: argparse.Namespace,
+    servers: str,
+    workload: Workload,
+    topics: Topics,
+    ends: dict[str, int],
+    console: Console,
+) -> Repeated:
+    """enrichd's comap over the produced topics, ``args.runs`` times."""
+
+    def once() -> EnrichdResult:
+        return run_enrichd(servers, topics, ends, workload.records, args.max_batch, 3600.0)
+
+    return repeat(once, args.runs, console, f"enrichd comap, {workload.users:,} users")
+
+
+def _sweep_point(
+    args: argparse.Namespace, broker: EmbeddedBroker, users: int, console: Console
+) -> tuple[SweepPoint, list[str], bool]:
+    """One more key count on fresh topics: the 2-process ceiling once, enrichd
+    ``args.runs`` times; (the point, its checks, whether they passed)."""
+    from daemon.kafka.admin import create_topics
+
+    conf = {"bootstrap.servers": broker.bootstrap_servers}
+    console.rule(f"comap at {users:,} users")
+    workload, topics, ends = _produced(conf, users, args, console)
+    output = f"raw2-{uuid.uuid4().hex[:8]}"
+    create_topics(conf, {output: 2})
+    with console.status("raw ceiling, 2 processes"):
+        two = run_ceiling(conf, topics, ends, output, 2, workload.records)
+    console.print(f"raw ceiling, 2 processes: {_rate(two.rate)} records/s")
+    runs = _enrichd(args, broker.bootstrap_servers, workload, topics, ends, console)
+    checks, ok = point_checks(conf, users, output, runs, workload.tweets, "views", workload.records)
+    return SweepPoint(users, two.rate, runs), checks, ok
+
+
+def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
+    """Run the comap benchmark on ``broker``: the first ``--users`` in full, the others as
+    points of the key-count sweep."""
+    console = Console()
+    master = spark_master(EXAMPLE)
+    machine_line = machine(master)
+    conf = {"bootstrap.servers": broker.bootstrap_servers}
+    workload, topics, ends = _produced(conf, args.users[0], args, console)
+    outputs = contender_outputs(conf)
     with console.status("raw ceiling, 1 process"):
         one = run_ceiling(conf, topics, ends, outputs["one"], 1, workload.records)
     console.print(f"raw ceiling, 1 process: {_rate(one.rate)} records/s")
@@ -411,7 +466,8 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         two = run_ceiling(conf, topics, ends, outputs["two"], 2, workload.records)
     console.print(f"raw ceiling, 2 processes: {_rate(two.rate)} records/s")
     loads.append(("raw 2 processes", os.getloadavg()[0]))
-    with console.status("Quix Streams co-map (child process)"):
+    cores = local_cores(master)
+    with console.status(f"Quix Streams co-map ({cores} child processes)"):
         quix = run_quix(
             args.quix_python,
             broker.bootstrap_servers,
@@ -420,14 +476,12 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             outputs["quix"],
             workload.tweets,
             workload.records,
+            processes=cores,
         )
     console.print(quix_status(quix), highlight=False)
     loads.append(("Quix Streams", os.getloadavg()[0]))
-    with console.status("enrichd comap (Spark)"):
-        spark = run_enrichd(
-            broker.bootstrap_servers, topics, ends, workload.records, args.max_batch, 3600.0
-        )
-    console.print(enrichd_status(spark))
+    runs = _enrichd(args, broker.bootstrap_servers, workload, topics, ends, console)
+    spark = runs.typical
     loads.append(("enrichd", os.getloadavg()[0]))
     with console.status("raw ceiling, 2 processes, again"):
         again = run_ceiling(conf, topics, ends, outputs["again"], 2, workload.records)
@@ -435,21 +489,31 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     latency = latency_workload(broker.bootstrap_servers, workload.users, args.max_batch)
     latencies = run_latencies(args, broker.bootstrap_servers, latency, console, loads)
     with console.status("checking outputs"):
-        counted = count_outputs(conf, outputs, spark.output_topic, quix.ran)
-        dead = count_records(conf, spark.dead_letter_topic)
+        counted = count_outputs(conf, outputs, None, quix.ran)
+        written, written_ok = output_checks(conf, runs, workload.tweets, "views")
     # Other work on the machine slows whichever run it overlaps: say how busy it was.
     busy = load_line(loads)
-    checks = count_checks(counted, "views", workload.tweets)
-    checks.append(f"enrichd dead letters: {dead:,}")
+    steady, enough = steady_check(runs)
+    checks = [*count_checks(counted, "views", workload.tweets), *written, steady]
     checks += latency_checks(latencies, latency)
-    checks += progress_check(spark.batches, workload.records)
-    rows = _rows(one, two, quix, spark, again)
-    analysis = _analysis(one, two, quix, spark, workload.users)
-    analysis.insert(1, drift_line(spark.sustained_rate, two.rate, again.rate))
-    table: list[tuple[str, ...]] = [_COLUMNS, *(_cells(row, quix) for row in rows)]
-    ok = all(count == workload.tweets for count in counted.values()) and dead == 0
+    for each in runs.runs:
+        checks += progress_check(each.batches, workload.records)
+    points = [SweepPoint(workload.users, two.rate, runs)]
+    ok = all(count == workload.tweets for count in counted.values()) and written_ok and enough
     ok = ok and latencies_ok(latencies, latency)
+    for users in args.users[1:]:
+        point, point_checks, point_ok = _sweep_point(args, broker, users, console)
+        points.append(point)
+        checks += point_checks
+        ok = ok and point_ok
+    rows = _rows(one, two, quix, runs, again)
+    analysis = _analysis(one, two, quix, runs, workload.users)
+    analysis.insert(1, drift_line(runs.sustained, two.rate, again.rate))
+    table: list[tuple[str, ...]] = [_COLUMNS, *(_cells(row, quix) for row in rows)]
+    sweep = sweep_lines(points)
     console.print(busy, highlight=False)
+    for line in sweep:
+        console.print(line, highlight=False)
     for line in analysis:
         if not line.startswith("- Target"):  # print_section shows the verdicts
             console.print(line, highlight=False)
@@ -464,7 +528,8 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             quix,
             analysis,
             spark,
-            latency_section(latencies, latency, spark.max_records_per_batch, spark.sustained_rate),
+            sweep,
+            latency_section(latencies, latency, spark.max_records_per_batch, runs.sustained),
             checks,
             f"{machine_line}. {busy}",
         ),

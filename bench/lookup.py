@@ -14,7 +14,8 @@ Contenders, on the same topics:
   produces one ``EnrichedClick`` per click; in one process and in two (each reads the whole
   table and one click partition);
 - the peer, Quix Streams (:mod:`bench.quix_lookup`: it has no table join over a Kafka topic,
-  so a stateful ``apply`` over the concatenated table and re-keyed clicks);
+  so a stateful ``apply`` over the concatenated table and re-keyed clicks), in as many
+  processes as enrichd has Spark cores, one consumer group;
 - enrichd: the example pipeline as users wrote it, pointed at the benchmark's topics, with
   its running-totals stage left out (the issue measures the lookup join; the totals are a
   second query over the enriched topic). ``--totals`` keeps it: the second query then runs
@@ -22,10 +23,13 @@ Contenders, on the same topics:
 - enrichd again with ``versioned = true, revisions = true`` (issue #33), on the same topics
   and with an output schema that has ``revision``, unless ``--no-versioned``: the table
   history, arrival order and every click kept for revision within the default one-hour
-  retention (the workload's timestamps span about 18 minutes, so every click stays kept).
+  retention (the workload's timestamps, a millisecond apart, span about 52 minutes at the
+  default sizes, so every click stays kept).
 
-Unless ``--no-latency``, enrichd's end-to-end latency at a fixed rate of clicks offered to the
-loaded table follows (see :mod:`bench.latency`).
+enrichd's lookup runs ``--runs`` times (the versioned one once). Unless ``--no-latency``,
+enrichd's end-to-end latency at a fixed rate of clicks offered to the loaded table follows
+(see :mod:`bench.latency`). Each further ``--users`` value is a point of the key-count sweep
+on fresh topics (:mod:`bench.runs`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from bench.latency import (
 from bench.quix import QuixResult
 from bench.quix_lookup import run_quix_lookup
 from bench.report import (
+    QUIX_SCALING,
     SERVICE_LINE,
     Contender,
     Section,
@@ -75,17 +80,33 @@ from bench.report import (
     peer_verdict,
     plot_of,
     progress_check,
+    quix_note,
     quix_option,
     quix_status,
     rate,
     run_header,
     throughput_table,
 )
+from bench.runs import (
+    Repeated,
+    SweepPoint,
+    add_run_arguments,
+    local_cores,
+    output_checks,
+    point_checks,
+    repeat,
+    repeated_contenders,
+    spark_master,
+    steady_check,
+    sustained_line,
+    sweep_lines,
+)
 from bench.workloads import (
     INPUT_PARTITIONS,
     REPO,
     SCHEMAS,
     codec,
+    contender_outputs,
     count_outputs,
     count_records,
     create_input_topics,
@@ -107,9 +128,15 @@ UNKNOWN_SHARE = 0.05
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The lookup workload's sizes (issue #6's by default) and options."""
-    parser.add_argument("--users", type=int, default=100_000, help="table keys (user regions)")
-    parser.add_argument("--clicks", type=int, default=1_000_000, help="stream records (clicks)")
+    """The lookup workload's sizes and options.
+
+    The defaults are issue 39's: 100,000 user regions then 3,000,000 clicks make seven
+    micro-batches at the default cap of 500,000 records (a batch admits the earliest records
+    of both topics together: six full ones, then the last 100,000), so the sustained rate is
+    over six.
+    """
+    add_run_arguments(parser, "table keys (user regions)", 100_000)
+    parser.add_argument("--clicks", type=int, default=3_000_000, help="stream records (clicks)")
     parser.add_argument(
         "--max-batch",
         type=int,
@@ -133,8 +160,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _command(args: argparse.Namespace) -> str:
     command = (
-        f".venv/bin/python -m bench lookup --users {args.users} --clicks {args.clicks} "
-        f"--max-batch {args.max_batch}"
+        f".venv/bin/python -m bench lookup --users {' '.join(map(str, args.users))} "
+        f"--clicks {args.clicks} --max-batch {args.max_batch} --runs {args.runs}"
     )
     if args.totals:
         command += " --totals"
@@ -418,27 +445,78 @@ def latency_workload(servers: str, users: int, max_records_per_batch: int) -> La
 # -- the section -----------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
-    """Run the lookup benchmark on ``broker``."""
-    console = Console()
-    machine_line = machine()
-    conf = {"bootstrap.servers": broker.bootstrap_servers}
+def _produced(
+    conf: dict[str, str], users: int, args: argparse.Namespace, console: Console
+) -> tuple[str, str, dict[str, int], int]:
+    """``users`` regions then ``args.clicks`` clicks on fresh topics; (table, clicks, ends,
+    clicks by unknown users)."""
     suffix = uuid.uuid4().hex[:8]
     table, clicks = f"user-regions-{suffix}", f"clicks-{suffix}"
-    records = args.users + args.clicks
+    sizes = argparse.Namespace(users=users, clicks=args.clicks, seed=args.seed)
     began = time.monotonic()
-    with console.status(f"producing {args.users:,} regions and {args.clicks:,} clicks"):
-        ends, unknown = produce(conf, table, clicks, args)
-    console.print(f"produced {records:,} records in {time.monotonic() - began:.1f} s")
+    with console.status(f"producing {users:,} regions and {args.clicks:,} clicks"):
+        ends, unknown = produce(conf, table, clicks, sizes)
+    console.print(f"produced {users + args.clicks:,} records in {time.monotonic() - began:.1f} s")
+    return table, clicks, ends, unknown
+
+
+def _enrichd(
+    args: argparse.Namespace,
+    servers: str,
+    table: str,
+    clicks: str,
+    ends: dict[str, int],
+    console: Console,
+    label: str,
+) -> Repeated:
+    """enrichd's lookup over the produced topics, ``args.runs`` times."""
+
+    def once() -> EnrichdResult:
+        return run_enrichd(servers, table, clicks, ends, args.max_batch, args.totals)
+
+    return repeat(once, args.runs, console, label)
+
+
+def _sweep_point(
+    args: argparse.Namespace, broker: EmbeddedBroker, users: int, console: Console
+) -> tuple[SweepPoint, list[str], bool]:
+    """One more key count on fresh topics: the 2-process ceiling once, enrichd
+    ``args.runs`` times; (the point, its checks, whether they passed)."""
     from daemon.kafka.admin import create_topics
 
-    outputs = {
-        "one": f"raw1-{suffix}",
-        "two": f"raw2-{suffix}",
-        "quix": f"quix-{suffix}",
-        "again": f"raw2-again-{suffix}",
-    }
-    create_topics(conf, dict.fromkeys(outputs.values(), INPUT_PARTITIONS))
+    conf = {"bootstrap.servers": broker.bootstrap_servers}
+    console.rule(f"lookup at {users:,} users")
+    table, clicks, ends, unknown = _produced(conf, users, args, console)
+    output = f"raw2-{uuid.uuid4().hex[:8]}"
+    create_topics(conf, {output: INPUT_PARTITIONS})
+    with console.status("raw ceiling, 2 processes"):
+        two = run_ceiling(conf, table, clicks, ends, output, 2)
+    console.print(f"raw ceiling, 2 processes: {rate(two.rate)} records/s")
+    servers = broker.bootstrap_servers
+    runs = _enrichd(args, servers, table, clicks, ends, console, f"enrichd lookup, {users:,} users")
+    checks, ok = point_checks(
+        conf, users, output, runs, args.clicks, "enriched clicks", users + args.clicks
+    )
+    defaulted = [count_defaulted(conf, each.output_topic) for each in runs.runs]
+    checks.append(
+        f"at {users:,} keys: enrichd enriched {', '.join(f'{n:,}' for n in defaulted)} clicks "
+        f"with the default region (expected {unknown:,})"
+    )
+    ok = ok and set(defaulted) == {unknown}
+    return SweepPoint(users, two.rate, runs), checks, ok
+
+
+def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
+    """Run the lookup benchmark on ``broker``: the first ``--users`` in full, the others as
+    points of the key-count sweep."""
+    console = Console()
+    master = spark_master(EXAMPLE)
+    machine_line = machine(master)
+    conf = {"bootstrap.servers": broker.bootstrap_servers}
+    users = args.users[0]
+    records = users + args.clicks
+    table, clicks, ends, unknown = _produced(conf, users, args, console)
+    outputs = contender_outputs(conf)
     loads = []
     with console.status("raw ceiling, 1 process"):
         one = run_ceiling(conf, table, clicks, ends, outputs["one"], 1)
@@ -448,7 +526,8 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         two = run_ceiling(conf, table, clicks, ends, outputs["two"], 2)
     console.print(f"raw ceiling, 2 processes: {rate(two.rate)} records/s")
     loads.append(("raw 2 processes", os.getloadavg()[0]))
-    with console.status("Quix Streams lookup (child process)"):
+    cores = local_cores(master)
+    with console.status(f"Quix Streams lookup ({cores} child processes)"):
         quix, defaulted = run_quix_lookup(
             args.quix_python,
             broker.bootstrap_servers,
@@ -459,32 +538,29 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             args.clicks,
             records,
             timeout_s=1800.0,
+            processes=cores,
         )
     console.print(quix_status(quix), highlight=False)
     loads.append(("Quix Streams", os.getloadavg()[0]))
-    with console.status("enrichd lookup (Spark)"):
-        spark = run_enrichd(
-            broker.bootstrap_servers, table, clicks, ends, args.max_batch, args.totals
-        )
-    console.print(enrichd_status(spark))
+    servers = broker.bootstrap_servers
+    runs = _enrichd(args, servers, table, clicks, ends, console, "enrichd lookup")
+    spark = runs.typical
     loads.append(("enrichd", os.getloadavg()[0]))
     versioned: EnrichdResult | None = None
     if args.versioned:
         with console.status("enrichd lookup, versioned + revisions (Spark)"):
-            versioned = run_enrichd(
-                broker.bootstrap_servers, table, clicks, ends, args.max_batch, versioned=True
-            )
+            versioned = run_enrichd(servers, table, clicks, ends, args.max_batch, versioned=True)
         console.print(enrichd_status(versioned))
         loads.append(("enrichd versioned", os.getloadavg()[0]))
     with console.status("raw ceiling, 2 processes, again"):
         again = run_ceiling(conf, table, clicks, ends, outputs["again"], 2)
     console.print(f"raw ceiling, 2 processes, again: {rate(again.rate)} records/s")
-    latency = latency_workload(broker.bootstrap_servers, args.users, args.max_batch)
-    latencies = run_latencies(args, broker.bootstrap_servers, latency, console, loads)
+    latency = latency_workload(servers, users, args.max_batch)
+    latencies = run_latencies(args, servers, latency, console, loads)
     with console.status("checking outputs"):
-        counted = count_outputs(conf, outputs, spark.output_topic, quix.ran)
-        dead = count_records(conf, spark.dead_letter_topic)
-        defaulted_enrichd = count_defaulted(conf, spark.output_topic)
+        counted = count_outputs(conf, outputs, None, quix.ran)
+        written, written_ok = output_checks(conf, runs, args.clicks, "enriched clicks")
+        defaulted_enrichd = [count_defaulted(conf, each.output_topic) for each in runs.runs]
         if versioned is not None:
             counted["enrichd versioned + revisions"] = count_records(conf, versioned.output_topic)
             dead_versioned = count_records(conf, versioned.dead_letter_topic)
@@ -496,15 +572,15 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             else None
         )
     busy = load_line(loads)
-    checks = count_checks(counted, "enriched clicks", args.clicks)
-    checks.append(f"enrichd dead letters: {dead:,}")
+    steady, enough = steady_check(runs)
+    checks = [*count_checks(counted, "enriched clicks", args.clicks), *written, steady]
     checks.append(
-        f"enrichd enriched {defaulted_enrichd:,} clicks with the default region (expected "
-        f"{unknown:,}, the clicks whose user has no region)"
+        f"enrichd enriched {', '.join(f'{n:,}' for n in defaulted_enrichd)} clicks with the "
+        f"default region (expected {unknown:,}, the clicks whose user has no region)"
     )
     # Quix is at-least-once: a count above the clicks would be duplicates, below a loss.
-    ok = all(count == args.clicks for count in counted.values()) and dead == 0
-    ok = ok and defaulted_enrichd == unknown
+    ok = all(count == args.clicks for count in counted.values()) and written_ok and enough
+    ok = ok and set(defaulted_enrichd) == {unknown}
     if versioned is not None:
         # Every region is in before every click: one answer per click, no revision.
         checks.append(f"enrichd versioned dead letters: {dead_versioned:,}")
@@ -519,8 +595,9 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         ok = ok and totals_written == args.clicks
     checks += latency_checks(latencies, latency)
     ok = ok and latencies_ok(latencies, latency)
-    checks += progress_check(spark.batches, records)
-    contenders = _contenders(one, two, quix, spark)
+    for each in runs.runs:
+        checks += progress_check(each.batches, records)
+    contenders = _contenders(one, two, quix, runs)
     if versioned is not None:
         checks += progress_check(versioned.batches, records)
         contenders += enrichd_contenders("enrichd lookup, versioned + revisions", versioned)
@@ -534,10 +611,19 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             "right after enrichd: the machine's drift",
         )
     )
+    points = [SweepPoint(users, two.rate, runs)]
+    for more in args.users[1:]:
+        point, point_checks, point_ok = _sweep_point(args, broker, more, console)
+        points.append(point)
+        checks += point_checks
+        ok = ok and point_ok
+    sweep = sweep_lines(points)
+    for line in sweep:
+        console.print(line, highlight=False)
     table_rows = throughput_table(contenders, two.rate, quix.rate if quix.ran else None)
     lines = [
         *run_header(_command(args), f"{machine_line}. {busy}"),
-        f"Workload: {args.users:,} user regions (one per user, {len(REGIONS)} regions) then "
+        f"Workload: {users:,} user regions (one per user, {len(REGIONS)} regions) then "
         f"{args.clicks:,} clicks ({records:,} input records, plain Avro, 30-50 B each) on an "
         f"embedded Tansu broker, {INPUT_PARTITIONS} partitions per topic; clicks are keyed by "
         f"click id and name their user in a field (a foreign key); {unknown:,} clicks "
@@ -547,23 +633,27 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         "",
         *markdown_table(table_rows, left=(0, 5)),
         "",
-        *_notes(args, one, two, quix, defaulted, unknown, spark),
-        drift_line(spark.sustained_rate, two.rate, again.rate),
+        *_notes(args, one, two, quix, defaulted, unknown, runs),
+        drift_line(runs.sustained, two.rate, again.rate),
         "",
+        *sweep,
         *batches_lines(
-            "Micro-batches that read records", args.max_batch, batch_table(spark.batches)
+            "Micro-batches that read records (the median run)",
+            args.max_batch,
+            batch_table(spark.batches),
         ),
-        *_versioned_notes(args, spark, versioned, two.rate),
-        *latency_section(latencies, latency, args.max_batch, spark.sustained_rate),
+        *_versioned_notes(args, runs, versioned, two.rate),
+        *latency_section(latencies, latency, args.max_batch, runs.sustained),
         checks_line(checks),
     ]
     return Section("lookup", TITLE, lines, table_rows, plot_of(contenders), ok)
 
 
 def _versioned_notes(
-    args: argparse.Namespace, spark: EnrichdResult, versioned: EnrichdResult | None, ceiling: float
+    args: argparse.Namespace, runs: Repeated, versioned: EnrichdResult | None, ceiling: float
 ) -> list[str]:
-    """What the versioned run did and cost, against today's lookup in the same run."""
+    """What the versioned run (one) did and cost, against today's lookup (the median of its
+    runs) in the same run."""
     if versioned is None:
         return []
     steady = versioned.steady()
@@ -574,12 +664,13 @@ def _versioned_notes(
         "",
         "- *enrichd lookup, versioned + revisions*: the same pipeline with `versioned = true, "
         "revisions = true` (default `history_retention` of 1 h, no grace) and an output "
-        "schema with `revision`, on the same topics, from a fresh checkpoint. Each user's "
-        "region history is kept, records apply in arrival order, and every click is kept "
-        "for revision (all 1,000,000 here: the timestamps span about 18 minutes). No row "
+        "schema with `revision`, on the same topics, from a fresh checkpoint, run once. Each "
+        "user's region history is kept, records apply in arrival order, and every click is "
+        f"kept for revision (all {args.clicks:,} here: the timestamps, a millisecond apart, "
+        f"span {(args.users[0] + args.clicks) / 60_000:.0f} minutes). No row "
         "is late here, so it writes one answer per click, like today's lookup.",
         f"- Versioned + revisions sustained {rate(versioned.sustained_rate)} records/s: "
-        f"{versioned.sustained_rate / spark.sustained_rate:.2f}x today's lookup in this run "
+        f"{versioned.sustained_rate / runs.sustained:.2f}x today's lookup (median) in this run "
         f"and {versioned.sustained_rate / ceiling:.2f} of the two-process ceiling. Steady "
         f"batches ({len(steady)}, {rows:,.0f} records each on average): addBatch "
         f"{add:,.0f} ms = {add * 1000 / rows if rows else 0:.1f} us per record.",
@@ -587,7 +678,7 @@ def _versioned_notes(
             line.replace("- Memory (enrichd run", "- Memory (versioned run").replace(
                 "- State:", "- State (versioned run):"
             )
-            for line in resources_lines(versioned, args.users)
+            for line in resources_lines(versioned, args.users[0])
         ),
         "",
         *batches_lines(
@@ -599,7 +690,7 @@ def _versioned_notes(
 
 
 def _contenders(
-    one: RawResult, two: RawResult, quix: QuixResult, spark: EnrichdResult
+    one: RawResult, two: RawResult, quix: QuixResult, runs: Repeated
 ) -> list[Contender]:
     return [
         Contender("raw ceiling, 1 process", one.rate, one.seconds, "table first, then clicks"),
@@ -608,11 +699,9 @@ def _contenders(
             "Quix Streams lookup (stateful apply)",
             quix.rate if quix.ran else None,
             quix.seconds if quix.ran else None,
-            f"{quix.version}, 1 process; start-up {quix.startup_s:.1f} s not counted"
-            if quix.ran
-            else f"not run: {quix.reason}",
+            quix_note(quix) if quix.ran else f"not run: {quix.reason}",
         ),
-        *enrichd_contenders("enrichd lookup", spark),
+        *repeated_contenders("enrichd lookup", runs),
     ]
 
 
@@ -641,8 +730,9 @@ def _notes(
     quix: QuixResult,
     defaulted: int,
     unknown: int,
-    spark: EnrichdResult,
+    runs: Repeated,
 ) -> list[str]:
+    spark = runs.typical
     steady = spark.steady()
     rows = sum(b.rows for b in steady) / len(steady)
     trigger = spark.mean_ms("triggerExecution")
@@ -667,18 +757,18 @@ def _notes(
         )
         + "The engine shuffles "
         "clicks and regions by user, and each micro-batch applies a user's records in "
-        "event-time order (here the Kafka timestamps, every region before every click). "
-        "*Sustained* and *end to end* as in the comap section.",
+        "event-time order (here the Kafka timestamps, every region before every click).",
         SERVICE_LINE,
+        sustained_line(args.runs),
         "- *Quix Streams*: Quix 3.x's `join_lookup` enriches from a `BaseLookup`, and its "
         "lookups are SQLite or PostgreSQL queries per record or the Quix Configuration "
         "Service's configuration events, not a table kept from a Kafka topic; so the peer is "
         "written as Quix users write this join: clicks re-keyed by user with `group_by` "
         "(through a `repartition__` topic), `concat`-ed with the regions topic, and one "
         "`apply(stateful=True, expand=True)` that stores each user's latest region in Quix's "
-        "RocksDB state and emits each click with it. One process, Quix's defaults "
-        "(at-least-once, changelog topics, 5 s commits), timed from its first input record "
-        "to its final commit.",
+        "RocksDB state and emits each click with it, with Quix's defaults (at-least-once, "
+        "changelog topics, 5 s commits).",
+        QUIX_SCALING,
     ]
     if quix.ran:
         lines.append(
@@ -692,20 +782,21 @@ def _notes(
             )
         )
     lines += [
-        ceiling_verdict(spark.sustained_rate, two.rate, one=one.rate),
+        ceiling_verdict(runs.sustained, two.rate, one=one.rate),
         peer_verdict(
-            spark.sustained_rate,
+            runs.sustained,
             quix.rate if quix.ran else None,
-            "Quix Streams' stateful lookup",
+            f"Quix Streams' stateful lookup in {quix.processes} process(es)",
             quix.reason,
         ),
-        f"- Steady batches ({len(steady)}, {rows:,.0f} records each on average): "
+        f"- Steady batches of the median run ({len(steady)}, {rows:,.0f} records each on "
+        "average): "
         f"{trigger:,.0f} ms per batch, of which addBatch (read, decode, shuffle by user, "
         f"lookup with RocksDB state, encode, transactional produce) {add:,.0f} ms = "
         f"{per_record_us:.1f} us per record, against {1e6 / one.rate:.1f} us per record for "
         f"the whole 1-process raw loop ({per_record_us * one.rate / 1e6:.1f}x); "
         f"{trigger - add:,.0f} ms per batch outside addBatch. First batch: {first.rows:,} "
         f"records in {first.durations_ms.get('triggerExecution', 0):,} ms.",
-        *resources_lines(spark, args.users),
+        *resources_lines(spark, args.users[0]),
     ]
     return lines

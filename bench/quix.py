@@ -4,10 +4,12 @@ Install it with ``.venv/bin/pip install -e '.[bench]'``. Quix Streams 3.x pins
 ``confluent-kafka<2.13`` and ``pydantic<2.14``, so that install may downgrade both in the
 project's environment; to keep the project's environment as it is, install
 ``quixstreams[avro]`` into a separate virtualenv and pass its interpreter with
-``python -m bench comap --quix-python PATH``. The application runs in a child process
+``python -m bench comap --quix-python PATH``. The application runs in child processes
 (``python -m bench.quix CONFIG``) under that interpreter, which is why this module imports
 nothing but the standard library at its top: the child needs only Quix Streams (and the
-fastavro its Avro serializers use).
+fastavro its Avro serializers use). It runs in as many children as enrichd's Spark session
+has cores, all in one consumer group, which is how Quix scales (one process per partition),
+so that "vs Quix" compares the two per core.
 
 The application, written as a Quix Streams user would:
 
@@ -26,9 +28,11 @@ on the same partition: the workload's producer partitions with murmur2, as Quix'
 changelog topics for state, a 5 s commit interval.
 
 Timing: a consumer-group join on the embedded broker takes 20-25 s, so the rate counts from
-the first input record the application sees to the end of the run (the last view handed to
-the producer, then the final checkpoint commit, which flushes the producer); the time from
-``Application.run()`` to the first record is reported as start-up.
+the first input record any child sees to the end of the run (every view handed to a
+producer, then the last child's final checkpoint commit, which flushes its producer); the
+time from the first ``Application.run()`` to the first record is reported as start-up. Each
+child publishes its count through a :class:`Tally`, so each knows when all of them together
+are done.
 """
 
 from __future__ import annotations
@@ -64,7 +68,11 @@ class QuixResult:
     stop_s: float = 0.0
     """From the final commit until ``run()`` returned (consumer close, leaving the group)."""
     views: int = 0
-    """Views the application handed to its producer."""
+    """Views the application handed to its producer (all its processes together)."""
+    processes: int = 1
+    """Processes the application ran in, one consumer group."""
+    consumed: tuple[int, ...] = ()
+    """Input records each process saw."""
 
     @property
     def ran(self) -> bool:
@@ -107,42 +115,64 @@ def launch(
     group: str,
     input_records: int,
     timeout_s: float,
+    processes: int = 1,
 ) -> tuple[QuixResult, dict[str, Any]]:
-    """Run ``python -m module CONFIG`` (a Quix child); its result and its JSON answer.
+    """Run ``processes`` children ``python -m module CONFIG`` in one consumer group.
 
-    ``config`` gets the keys every child also reads (``state_dir``, a fresh
-    consumer group starting ``group``, ``timeout_s``) added. Never raises for a Quix
-    failure: a missing install, an error inside Quix or a run that does not finish in time
-    comes back as a result with ``reason`` set and an empty answer.
+    Each child gets ``config`` with the keys every child also reads added: its own
+    ``state_dir``, the group (a fresh one starting ``group``), ``timeout_s``, and the
+    :class:`Tally` folder through which the children learn when all of them together are
+    done. The answer is the children's, summed (``views``, ``consumed`` and any other count)
+    and on one clock: from the first record any child saw to the last child's final commit.
+    Never raises for a Quix failure: a missing install, an error inside Quix or a run that
+    does not finish in time comes back as a result with ``reason`` set and an empty answer.
     """
     version, reason = probe(python)
     if reason:
         return QuixResult(input_records, reason=reason), {}
-    with tempfile.TemporaryDirectory(prefix="enrichd-bench-quix-") as state_dir:
-        config = {
+    with tempfile.TemporaryDirectory(prefix="enrichd-bench-quix-") as work:
+        shared = {
             **config,
-            "state_dir": state_dir,
             "group": f"{group}-{os.getpid()}-{int(time.time())}",
             "timeout_s": timeout_s,
+            "tally_dir": work,
+            "processes": processes,
         }
-        try:
-            done = subprocess.run(  # noqa: S603 - our own interpreter choice, no shell
-                [python, "-m", module, json.dumps(config)],
+
+        def start(index: int) -> subprocess.Popen[str]:
+            own = {**shared, "index": index, "state_dir": f"{work}/state-{index}"}
+            return subprocess.Popen(  # noqa: S603 - our own interpreter choice, no shell
+                [python, "-m", module, json.dumps(own)],
                 cwd=_REPO,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
-                timeout=timeout_s + 120,
-                check=False,
             )
+
+        children = [start(i) for i in range(processes)]
+        deadline = time.monotonic() + timeout_s + 120
+        try:
+            finished = [
+                child.communicate(timeout=max(deadline - time.monotonic(), 1)) for child in children
+            ]
         except subprocess.TimeoutExpired:
             return QuixResult(input_records, version, f"no answer in {timeout_s + 120:.0f} s"), {}
-    answers = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not answers:
-        tail = " | ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
-        return QuixResult(input_records, version, f"exit code {done.returncode}: {tail}"), {}
-    answer = json.loads(answers[-1])
-    if answer.get("error"):
-        return QuixResult(input_records, version, answer["error"]), {}
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.communicate()
+    answers: list[dict[str, Any]] = []
+    for child, (out, err) in zip(children, finished, strict=True):
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if child.returncode != 0 or not lines:
+            tail = " | ".join(err.strip().splitlines()[-3:]) or "no output"
+            return QuixResult(input_records, version, f"exit code {child.returncode}: {tail}"), {}
+        answers.append(json.loads(lines[-1]))
+    errors = [answer["error"] for answer in answers if answer.get("error")]
+    if errors:
+        return QuixResult(input_records, version, errors[0]), {}
+    answer = _combined(answers)
     result = QuixResult(
         input_records,
         version,
@@ -150,8 +180,28 @@ def launch(
         seconds=answer["committed"] - answer["first"],
         stop_s=answer["returned"] - answer["committed"],
         views=answer["views"],
+        processes=processes,
+        consumed=tuple(a["consumed"] for a in answers),
     )
     return result, answer
+
+
+def _combined(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The children's answers as one: counts summed; the run starts when the first child
+    started and first saw a record, and ends at the last child's commit and return."""
+    combined: dict[str, Any] = {
+        key: sum(a[key] for a in answers)
+        for key, value in answers[0].items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    }
+    seen = [a["first"] for a in answers if a["first"]]
+    combined.update(
+        started=min(a["started"] for a in answers),
+        first=min(seen, default=0.0),
+        committed=max(a["committed"] for a in answers),
+        returned=max(a["returned"] for a in answers),
+    )
+    return combined
 
 
 def run_quix(
@@ -163,8 +213,10 @@ def run_quix(
     expected_views: int,
     input_records: int,
     timeout_s: float = 900.0,
+    processes: int = 1,
 ) -> QuixResult:
-    """Run the Quix application in a child process; never raises for a Quix failure.
+    """Run the Quix application in ``processes`` children, one consumer group; never raises
+    for a Quix failure.
 
     A missing install, an error inside Quix or a run that does not deliver
     ``expected_views`` in time comes back as a result with ``reason`` set.
@@ -176,7 +228,9 @@ def run_quix(
         "output": output,
         "expected_views": expected_views,
     }
-    return launch(python, "bench.quix", config, "bench-quix", input_records, timeout_s)[0]
+    return launch(python, "bench.quix", config, "bench-quix", input_records, timeout_s, processes)[
+        0
+    ]
 
 
 def schema(name: str) -> Any:
@@ -215,12 +269,57 @@ def new_clock() -> dict[str, Any]:
     return {"first": 0.0, "consumed": 0, "views": 0, "committed": 0.0}
 
 
-def run_timed(
-    app: Any, clock: dict[str, Any], finished: Callable[[], bool], timeout_s: float
-) -> dict[str, Any]:
-    """Run ``app`` to its stop (or ``timeout_s``); the clock readings, on ``time.monotonic``.
+class Tally:
+    """How far a run's children are together, shared through one small file per child.
 
-    ``clock["committed"]`` is set at the first forced checkpoint commit once ``finished()``.
+    Each child's :meth:`watch` thread writes its own count (``clock[key]``) to its file every
+    :data:`TALLY_INTERVAL_S` and sums everyone's; once the sum reaches ``target`` the run is
+    :attr:`done` and the child stops its application (``run()`` then commits its checkpoint,
+    which flushes its producer). One process, or several in a consumer group, run alike.
+    """
+
+    def __init__(self, config: dict[str, Any], clock: dict[str, Any], key: str, target: int):
+        self.folder = Path(config["tally_dir"])
+        self.mine = self.folder / f"{config['index']}.count"
+        self.clock, self.key, self.target = clock, key, target
+        self.done = False
+
+    def total(self) -> int:
+        """Everyone's count as last written (this child's as it is now)."""
+        counts = [self.clock[self.key]]
+        for path in self.folder.glob("*.count"):
+            if path != self.mine:
+                try:
+                    counts.append(int(path.read_text(encoding="utf-8")))
+                except (OSError, ValueError):
+                    continue  # not written yet
+        return sum(counts)
+
+    def watch(self, app: Any) -> None:
+        """Start the thread that publishes this child's count and stops ``app`` when done."""
+
+        def loop() -> None:
+            while not self.done:
+                draft = self.mine.with_suffix(".draft")
+                draft.write_text(str(self.clock[self.key]), encoding="utf-8")
+                draft.replace(self.mine)  # whole numbers only, never half-written ones
+                if self.total() >= self.target:
+                    self.done = True
+                    app.stop()
+                time.sleep(TALLY_INTERVAL_S)
+
+        threading.Thread(target=loop, name="quix-tally", daemon=True).start()
+
+
+TALLY_INTERVAL_S = 0.05
+"""How often a child publishes its count: a run ends at most this much after its last output."""
+
+
+def run_timed(app: Any, clock: dict[str, Any], tally: Tally, timeout_s: float) -> dict[str, Any]:
+    """Run ``app`` until ``tally`` is done (or ``timeout_s``); the clock readings, on
+    ``time.monotonic`` (one clock for every process of the machine).
+
+    ``clock["committed"]`` is set at the first forced checkpoint commit once ``tally.done``.
     """
     # The final commit is the moment the last output is delivered: time it from the outside.
     context = app._processing_context  # noqa: SLF001 - only to read the clock at the commit
@@ -228,13 +327,14 @@ def run_timed(
 
     def timed_commit(force: bool = False, revoking: bool = False) -> None:
         commit(force=force, revoking=revoking)
-        if force and finished() and not clock["committed"]:
+        if force and tally.done and not clock["committed"]:
             clock["committed"] = time.monotonic()
 
     context.commit_checkpoint = timed_commit
     timer = threading.Timer(timeout_s, app.stop)
     timer.daemon = True
     timer.start()
+    tally.watch(app)
     started = time.monotonic()
     app.run()
     returned = time.monotonic()
@@ -289,8 +389,6 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
 
     def delivered(_value: Any) -> None:
         clock["views"] += 1
-        if clock["views"] == expected:
-            app.stop()  # run() then commits its checkpoint, which flushes the producer
 
     user_sdf = app.dataframe(users).update(seen)
     tweet_sdf = app.dataframe(tweets).update(seen)
@@ -304,11 +402,12 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
     views = views.to_topic(output, key=lambda view: str(view["id"]))
     views = views.update(delivered)
 
-    result = run_timed(app, clock, lambda: clock["views"] >= expected, config["timeout_s"])
-    if clock["views"] < expected or not clock["committed"]:
+    tally = Tally(config, clock, "views", expected)
+    result = run_timed(app, clock, tally, config["timeout_s"])
+    if not tally.done or not clock["committed"]:
         result["error"] = (
-            f"stopped after {config['timeout_s']:.0f} s with {clock['views']:,} of "
-            f"{expected:,} views ({clock['consumed']:,} input records seen)"
+            f"stopped after {config['timeout_s']:.0f} s with {tally.total():,} of "
+            f"{expected:,} views ({clock['consumed']:,} input records seen by this process)"
         )
     return result
 

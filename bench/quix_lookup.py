@@ -20,9 +20,9 @@ Quix reads the table topic and the repartitioned clicks side by side, not in tim
 order, so a click can overtake its user's region; the child counts the clicks it enriched
 with the default, which the report compares with the clicks whose user has no region.
 
-The child runs under ``--quix-python`` like :mod:`bench.quix` (only the standard library at
-the top of this module), timed the same way: from the first input record to the final
-checkpoint commit.
+The children run under ``--quix-python`` like :mod:`bench.quix` (only the standard library at
+the top of this module), as many as the caller asks in one consumer group, timed the same
+way: from the first input record any of them sees to the last one's final checkpoint commit.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 
 from bench.quix import (
     QuixResult,
+    Tally,
     application,
     child_main,
     launch,
@@ -52,8 +53,10 @@ def run_quix_lookup(
     expected: int,
     input_records: int,
     timeout_s: float = 900.0,
+    processes: int = 1,
 ) -> tuple[QuixResult, int]:
-    """Run the Quix application in a child process; (its result, clicks given ``default``).
+    """Run the Quix application in ``processes`` children, one consumer group; (its result,
+    clicks given ``default`` by all of them).
 
     Never raises for a Quix failure: a missing install, an error inside Quix or a run that
     does not deliver ``expected`` enriched clicks in time comes back with ``reason`` set.
@@ -67,7 +70,13 @@ def run_quix_lookup(
         "expected": expected,
     }
     result, answer = launch(
-        python, "bench.quix_lookup", config, "bench-quix-lookup", input_records, timeout_s
+        python,
+        "bench.quix_lookup",
+        config,
+        "bench-quix-lookup",
+        input_records,
+        timeout_s,
+        processes,
     )
     return result, answer["defaulted"] if result.ran else 0
 
@@ -114,8 +123,6 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
 
     def delivered(_value: Any) -> None:
         clock["views"] += 1
-        if clock["views"] == expected:
-            app.stop()  # run() then commits its checkpoint, which flushes the producer
 
     table_sdf = app.dataframe(table).update(seen)
     click_sdf = app.dataframe(clicks).update(seen)
@@ -126,12 +133,13 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
     enriched = enriched.to_topic(output, key=lambda row: row["click"]["id"])
     enriched = enriched.update(delivered)
 
-    result = run_timed(app, clock, lambda: clock["views"] >= expected, config["timeout_s"])
+    tally = Tally(config, clock, "views", expected)
+    result = run_timed(app, clock, tally, config["timeout_s"])
     result["defaulted"] = clock["defaulted"]
-    if clock["views"] < expected or not clock["committed"]:
+    if not tally.done or not clock["committed"]:
         result["error"] = (
-            f"stopped after {config['timeout_s']:.0f} s with {clock['views']:,} of "
-            f"{expected:,} outputs ({clock['consumed']:,} input records seen)"
+            f"stopped after {config['timeout_s']:.0f} s with {tally.total():,} of "
+            f"{expected:,} outputs ({clock['consumed']:,} input records seen by this process)"
         )
     return result
 

@@ -19,9 +19,10 @@ The applications, written as a Quix Streams user would (Quix 3.x's join API):
   the earlier event time is not found, so it matches enrichd only on in-order input (the
   benchmark's workload is in order per key).
 
-Both write Avro in the example's output schema with enrichd's output keys. The clock runs
-from the first input record the application sees to its final checkpoint commit; the
-application stops once it has seen every input record.
+Both write Avro in the example's output schema with enrichd's output keys. The application
+runs in as many children as the caller asks, in one consumer group; the clock runs from the
+first input record any of them sees to the last one's final checkpoint commit, and they stop
+once together they have seen every input record.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from bench.quix import (
     QuixResult,
+    Tally,
     application,
     child_main,
     launch,
@@ -50,8 +52,10 @@ def run_quix_join(
     options: dict[str, Any],
     input_records: int,
     timeout_s: float = 1800.0,
+    processes: int = 1,
 ) -> QuixResult:
-    """Run the ``kind`` ("asof" or "window") application in a child; never raises for Quix.
+    """Run the ``kind`` ("asof" or "window") application in ``processes`` children, one
+    consumer group; never raises for Quix.
 
     ``QuixResult.views`` is the number of outputs the application handed to its producer.
     """
@@ -65,7 +69,7 @@ def run_quix_join(
         "input_records": input_records,
     }
     group = f"bench-quix-{kind}"
-    return launch(python, "bench.quixjoins", config, group, input_records, timeout_s)[0]
+    return launch(python, "bench.quixjoins", config, group, input_records, timeout_s, processes)[0]
 
 
 def _child(config: dict[str, Any]) -> dict[str, Any]:
@@ -107,8 +111,6 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
         if not clock["first"]:
             clock["first"] = time.monotonic()
         clock["consumed"] += 1
-        if clock["consumed"] == total:
-            app.stop()  # after this record's outputs; run() then commits, flushing them
 
     def delivered(_value: Any) -> None:
         clock["views"] += 1
@@ -140,10 +142,12 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
         joined = joined.to_topic(output, key=lambda pair: str(pair["left"]["k"]))
     joined.update(delivered)
 
-    result = run_timed(app, clock, lambda: clock["consumed"] >= total, config["timeout_s"])
-    if clock["consumed"] < total or not clock["committed"]:
+    # Every input record seen, by all the children together, is the end of the run.
+    tally = Tally(config, clock, "consumed", total)
+    result = run_timed(app, clock, tally, config["timeout_s"])
+    if not tally.done or not clock["committed"]:
         result["error"] = (
-            f"stopped after {config['timeout_s']:.0f} s with {clock['consumed']:,} of "
+            f"stopped after {config['timeout_s']:.0f} s with {tally.total():,} of "
             f"{total:,} input records seen"
         )
     return result

@@ -41,7 +41,8 @@ from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, batch_table, run_pipeline
 from bench.quix import QuixResult
 from bench.quixjoins import run_quix_join
-from bench.report import Contender, ceiling_verdict, peer_verdict
+from bench.report import Contender, ceiling_verdict, peer_verdict, quix_note
+from bench.runs import local_cores, spark_master
 from bench.workloads import SCHEMAS, create_input_topics, input_producer, read_committed
 from daemon.kafka import clients
 
@@ -418,7 +419,8 @@ def run_contenders(
     with console.status("raw ceiling, 2 processes"):
         two = run_raw(RawSpec(**{**spec.__dict__, "output": outputs["raw2"]}), ends, 2, total)
     console.print(f"raw ceiling, 2 processes: {two.rate:,.0f} records/s", highlight=False)
-    with console.status(f"Quix Streams {QUIX_JOIN[kind]} (child process)"):
+    cores = local_cores(spark_master(join.example))
+    with console.status(f"Quix Streams {QUIX_JOIN[kind]} ({cores} child processes)"):
         quix = run_quix_join(
             quix_python,
             servers,
@@ -428,6 +430,7 @@ def run_contenders(
             options,
             total,
             timeout_for(total),
+            processes=cores,
         )
     console.print(
         f"Quix Streams: {quix.rate:,.0f} records/s" if quix.ran else f"Quix not run: {quix.reason}",
@@ -440,8 +443,8 @@ def run_contenders(
 
 
 def contenders(kind: str, runs: Runs, quix_detail: str) -> list[Contender]:
-    """The report's rows for the raw ceiling, Quix Streams (``quix_detail`` after its version
-    and process count) and enrichd, sustained and end to end."""
+    """The report's rows for the raw ceiling, Quix Streams (``quix_detail`` after its version,
+    processes and start-up) and enrichd, sustained and end to end."""
     one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
     return [
         Contender("raw ceiling, 1 process", one.rate, one.result.seconds, "merge + dicts"),
@@ -450,7 +453,7 @@ def contenders(kind: str, runs: Runs, quix_detail: str) -> list[Contender]:
             f"Quix Streams {QUIX_JOIN[kind]}",
             quix.rate if quix.ran else None,
             quix.seconds if quix.ran else None,
-            f"{quix.version}, 1 process{quix_detail}" if quix.ran else f"not run: {quix.reason}",
+            quix_note(quix) + quix_detail if quix.ran else f"not run: {quix.reason}",
         ),
         *report.enrichd_contenders(f"enrichd {kind}", spark),
     ]

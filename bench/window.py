@@ -46,6 +46,7 @@ from bench.latency import (
     run_latencies,
 )
 from bench.report import (
+    QUIX_SCALING,
     SERVICE_LINE,
     Contender,
     Section,
@@ -521,6 +522,7 @@ def _section(
         "grace_ms=window + grace)` on Kafka timestamps; it finds a pair when the later record "
         "arrives, looking back only, so it agrees with the others on in-order input like this.",
         *spark_lines,
+        QUIX_SCALING,
         SERVICE_LINE,
         "- *enrichd sustained*: input records after the first micro-batch over the time after "
         "it (progress reports); *end to end* counts the first batch and query start-up too.",

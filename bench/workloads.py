@@ -9,6 +9,7 @@ ids as decimal text, as ``daemon replay`` writes integer keys.
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,11 +199,11 @@ def count_records(conf: dict[str, str], topic: str, timeout_s: float = 60.0) -> 
 
 
 def count_outputs(
-    conf: dict[str, str], outputs: dict[str, str], enrichd: str, quix_ran: bool = False
+    conf: dict[str, str], outputs: dict[str, str], enrichd: str | None, quix_ran: bool = False
 ) -> dict[str, int]:
     """Records each contender wrote: the raw ceilings' (``outputs["one"]``, ``["two"]``, and
     ``["again"]`` if the two-process one ran again), Quix Streams' (``["quix"]``) when it ran,
-    and enrichd's (``enrichd``), in that order."""
+    and enrichd's (``enrichd``; None: counted by the caller), in that order."""
     counted = {
         "raw 1 process": count_records(conf, outputs["one"]),
         "raw 2 processes": count_records(conf, outputs["two"]),
@@ -211,5 +212,27 @@ def count_outputs(
         counted["raw 2 processes, again"] = count_records(conf, outputs["again"])
     if quix_ran:
         counted["Quix Streams"] = count_records(conf, outputs["quix"])
-    counted["enrichd"] = count_records(conf, enrichd)
+    if enrichd is not None:
+        counted["enrichd"] = count_records(conf, enrichd)
     return counted
+
+
+def contender_outputs(conf: dict[str, str]) -> dict[str, str]:
+    """Fresh output topics, created, for the contenders :func:`count_outputs` counts: the
+    raw ceiling in one process (``"one"``), in two (``"two"``), Quix Streams (``"quix"``) and
+    the two-process ceiling again (``"again"``).
+
+    Raises:
+        RuntimeError: a topic could not be created.
+    """
+    from daemon.kafka.admin import create_topics
+
+    suffix = uuid.uuid4().hex[:8]
+    outputs = {
+        "one": f"raw1-{suffix}",
+        "two": f"raw2-{suffix}",
+        "quix": f"quix-{suffix}",
+        "again": f"raw2-again-{suffix}",
+    }
+    create_topics(conf, dict.fromkeys(outputs.values(), INPUT_PARTITIONS))
+    return outputs
