@@ -28,10 +28,12 @@ if TYPE_CHECKING:
     from bench.enrichd import Batch, EnrichdResult
     from bench.quix import QuixResult
 
-TARGET_RATIO = 0.5
-"""Issue #9's target: enrichd at least half of the two-process raw ceiling."""
+TARGET_RATIO = 0.8
+"""Issue 39's target (issue 9's was half): enrichd sustained at least 0.8 of the two-process
+raw ceiling. BENCHMARKS.md's issue-39 section shows where the floor of Spark's hosting lies."""
 PEER_TARGET = 2.0
-"""Issue #9's target: enrichd at least twice Quix Streams on the same join."""
+"""Issue 9's and 39's target: enrichd at least twice Quix Streams on the same join (per
+core since issue 39: the peer runs in as many processes as enrichd has cores)."""
 SCALING_EXPECTED = 1.5
 """Below this ratio of the two-process ceiling to the one-process one, a verdict says so."""
 
