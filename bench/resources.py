@@ -44,6 +44,9 @@ class Peaks:
     python_workers: int = 0
     other: int = 0
     """The root process (the benchmark's driver-side Python) and any other descendants."""
+    broker: int = 0
+    """The embedded test broker, which keeps every topic in memory: it is not the service's
+    and grows with every record a benchmark writes, so it is not in ``total``."""
     total: int = 0
     rss_total: int = 0
     """Peak of the plain RSS sum (shared pages counted once per process)."""
@@ -60,17 +63,20 @@ class Peaks:
             f"peak PSS {self.total / MIB:,.0f} MiB in all ({self.samples} samples; the plain "
             f"RSS sum peaked at {self.rss_total / MIB:,.0f} MiB): JVM {self.jvm / MIB:,.0f} "
             f"MiB, Python workers {self.python_workers / MIB:,.0f} MiB, bench driver process "
-            f"{self.other / MIB:,.0f} MiB"
+            f"{self.other / MIB:,.0f} MiB (not counted: the test broker, which keeps every "
+            f"topic in memory, {self.broker / MIB:,.0f} MiB)"
         )
 
 
 def _part(process: psutil.Process) -> str:
-    """Which part a process belongs to: "jvm", "python_workers" or "other"."""
+    """Which part a process belongs to: "jvm", "python_workers", "broker" or "other"."""
     try:
         name = process.name()
         cmdline = " ".join(process.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return "gone"
+    if "tansu" in name or "tansu" in cmdline:
+        return "broker"
     if name == "java" or "org.apache.spark" in cmdline:
         return "jvm"
     if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
@@ -94,7 +100,9 @@ class PeakMemory:
         self.root = psutil.Process(root or os.getpid())
         self.interval_s = interval_s
         self._parts: dict[int, str] = {}
-        self._peak = {"jvm": 0, "python_workers": 0, "other": 0, "total": 0, "rss_total": 0}
+        self._peak = dict.fromkeys(
+            ("jvm", "python_workers", "other", "broker", "total", "rss_total"), 0
+        )
         self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
@@ -125,7 +133,7 @@ class PeakMemory:
     def sample(self) -> None:
         """Measure the tree once and raise the peaks."""
         sums = {"jvm": 0, "python_workers": 0, "other": 0}
-        rss = 0
+        broker = rss = 0
         try:
             processes = [self.root, *self.root.children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -140,9 +148,12 @@ class PeakMemory:
                 memory = process.memory_full_info()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
+            if part == "broker":
+                broker += memory.rss
+                continue
             sums[part] += getattr(memory, "pss", memory.rss)  # PSS is Linux-only
             rss += memory.rss
-        totals = (("total", sum(sums.values())), ("rss_total", rss))
+        totals = (("total", sum(sums.values())), ("rss_total", rss), ("broker", broker))
         for part, value in (*sums.items(), *totals):
             self._peak[part] = max(self._peak[part], value)
         self._samples += 1
