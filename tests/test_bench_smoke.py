@@ -11,10 +11,14 @@ import hashlib
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.__main__ import WORKLOADS
 from bench.report import markers, plot_path
 from bench.smoke import SIZES
+
+if TYPE_CHECKING:
+    from daemon.broker import EmbeddedBroker
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "BENCHMARKS.md"
@@ -69,3 +73,18 @@ def test_the_smoke_refuses_to_write_the_repositorys_report() -> None:
     done = _smoke(BENCHMARKS, timeout_s=120)
     assert done.returncode != 0
     assert "not BENCHMARKS.md" in done.stderr
+
+
+def test_peak_memory_leaves_the_test_broker_out(broker: EmbeddedBroker) -> None:
+    """The embedded broker keeps every topic in memory: it is sampled, but not the service's."""
+    from bench.resources import PeakMemory
+
+    with PeakMemory(interval_s=3600) as memory:
+        pass  # leaving samples the tree once
+    peaks = memory.result
+
+    assert peaks.samples == 1
+    assert peaks.broker > 0  # this test session's broker, a child of this process
+    assert peaks.other > 0  # this process
+    assert peaks.total == peaks.jvm + peaks.python_workers + peaks.other
+    assert "not counted: the test broker" in peaks.describe()
