@@ -308,7 +308,7 @@ class JoinerProcessor(StatefulProcessor):
         A call that changed no key (a lookup's stream records read the table value and leave
         it) writes nothing: writing the same bytes again would cost a round trip to the JVM
         with the whole blob, and the state store a changelog entry. Nor does it encode the
-        bucket to find that out, which at a million keys cost a tenth of a lookup's call: the
+        bucket to find that out, which at a million keys cost a seventh of a lookup's call: the
         engine core marks the bucket ``changed`` when it changes a key's entry or due time,
         and the stash log's counts and the timer are compared here.
         """
