@@ -363,7 +363,11 @@ class JoinerProcessor(StatefulProcessor):
         key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
         source = emit.source
         if source is None:
-            return (topic, key, value, None, None, None, None, None, None)
+            # No input record made it (a revision at the end of input): the newest timestamp
+            # of the key's rows in this call, its end-of-input marker's, so that the output is
+            # the same however the input fell into micro-batches; at a wake-up (no rows) the
+            # time of writing.
+            return (topic, key, value, raw.newest_timestamp, None, None, None, None, None)
         if source.timestamp:
             stamps = self._stamps.get(topic)
             if stamps is None:
@@ -455,6 +459,14 @@ class _Originals:
         self._rows = rows
         self._inputs = inputs
         self._index: dict[tuple[str, int, int], InputRow] | None = None
+
+    @property
+    def newest_timestamp(self) -> int | None:
+        """The newest Kafka timestamp of the key's rows in the call, its marker's too.
+
+        None without rows (a wake-up) or without timestamps.
+        """
+        return max((row.timestamp for row in self._rows if row.timestamp), default=None)
 
     def get(self, origin: tuple[str, int, int]) -> InputRow | None:
         """The row a record of this call came from; None for a record from state."""
