@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import pyarrow as pa
@@ -460,11 +460,12 @@ class _Originals:
         self._inputs = inputs
         self._index: dict[tuple[str, int, int], InputRow] | None = None
 
-    @property
+    @cached_property
     def newest_timestamp(self) -> int | None:
         """The newest Kafka timestamp of the key's rows in the call, its marker's too.
 
-        None without rows (a wake-up) or without timestamps.
+        None without rows (a wake-up) or without timestamps. Found once per key: an end of
+        input can revise every event the key keeps.
         """
         return max((row.timestamp for row in self._rows if row.timestamp), default=None)
 
