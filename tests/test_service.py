@@ -19,6 +19,7 @@ import pytest
 from daemon.broker import EmbeddedBroker
 from daemon.service import supervisor as service
 from daemon.service.supervisor import Supervised, restart_delay
+from daemon.signals import StopRequest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXAMPLE = FIXTURES / "pipelines" / "tweet_views.toml"
@@ -213,7 +214,7 @@ def test_planning_waits_for_the_broker_and_goes_on_once_it_answers(tmp_path: Pat
     planned: list[Any] = []
     planner = threading.Thread(
         target=lambda: planned.append(
-            service._plan_when_kafka_answers(file, conf, threading.Event(), Waiting())  # type: ignore[arg-type]
+            service._plan_when_kafka_answers(file, conf, StopRequest(), Waiting())  # type: ignore[arg-type]
         )
     )
     planner.start()

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-from types import FrameType
 from typing import Annotated
 
 import typer
 
 from daemon.broker import LOOPBACK, EmbeddedBroker
 from daemon.errors import BrokerError
+from daemon.signals import StopRequest
 
 Port = Annotated[
     int | None,
@@ -47,31 +45,22 @@ def broker(
     Raises:
         BrokerError: it could not start, or it died while running.
     """
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
     # Handled here rather than by main()'s KeyboardInterrupt, because stopping the
     # development broker is how this command is meant to end: exit 0, not 130.
-    previous = {
-        signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        with EmbeddedBroker(port, host=host, advertised_host=advertised_host) as running:
-            typer.echo(f'bootstrap_servers = "{running.bootstrap_servers}"')
-            typer.echo(
-                "put that line under [kafka] in a pipeline file; the broker keeps nothing "
-                "on disk. Ctrl-C stops it.",
-                err=True,
-            )
-            while not stop.wait(_POLL_S):
-                process = running.process
-                if process is not None and process.poll() is not None:
-                    raise BrokerError(
-                        f"the embedded broker exited unexpectedly with code {process.returncode}"
-                    )
-        typer.echo("broker stopped", err=True)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    with (
+        StopRequest() as stop,
+        EmbeddedBroker(port, host=host, advertised_host=advertised_host) as running,
+    ):
+        typer.echo(f'bootstrap_servers = "{running.bootstrap_servers}"')
+        typer.echo(
+            "put that line under [kafka] in a pipeline file; the broker keeps nothing "
+            "on disk. Ctrl-C stops it.",
+            err=True,
+        )
+        while not stop.sleep(_POLL_S):
+            process = running.process
+            if process is not None and process.poll() is not None:
+                raise BrokerError(
+                    f"the embedded broker exited unexpectedly with code {process.returncode}"
+                )
+    typer.echo("broker stopped", err=True)

@@ -13,8 +13,6 @@ and then a profile update, which fans out to a new view of each of that author's
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from daemon.errors import KafkaUnavailableError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.admin import create_topics
 from daemon.kafka.connect import producer
+from daemon.signals import StopRequest
 
 SCHEMAS = EXAMPLES.parent / "schemas"
 UPDATE_EVERY = 5
@@ -122,11 +121,10 @@ def keep_going(sample: Sample, next_id: int, n: int, every_s: float) -> None:
     SIGTERM and SIGINT end it with exit 0 (as PID 1 of a container, a process gets no
     default handling of SIGTERM).
     """
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda number, frame: stop.set())
+    stop = StopRequest()
+    stop.install()
     renamed = 0
-    while not stop.wait(every_s):
+    while not stop.sleep(every_s):
         sample.tweet(next_id, n)
         next_id, n = next_id + 1, n + 1
         if n % UPDATE_EVERY == 0:

@@ -9,14 +9,13 @@ only, as a downstream reader would) and prints one line per view, until stopped:
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
 from pathlib import Path
 from typing import Any
 
 from daemon.demos.sample_data import SCHEMAS
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka import connect
+from daemon.signals import StopRequest
 
 _POLL_S = 1.0
 
@@ -30,7 +29,7 @@ def describe(key: bytes | None, view: dict[str, Any] | None) -> str:
     return f"tweet {tweet_id} {tweet.get('content', '')!r} by {author.get('name', '(unknown)')!r}"
 
 
-def wait_for_partitions(consumer: Any, topic: str, stop: threading.Event) -> list[int]:
+def wait_for_partitions(consumer: Any, topic: str, stop: StopRequest) -> list[int]:
     """The topic's partitions, once it exists (the daemon creates it when it starts)."""
     while not stop.is_set():
         try:
@@ -39,7 +38,7 @@ def wait_for_partitions(consumer: Any, topic: str, stop: threading.Event) -> lis
             found = None
         if found is not None and found.error is None and found.partitions:
             return sorted(found.partitions)
-        stop.wait(_POLL_S)
+        stop.sleep(_POLL_S)
     return []
 
 
@@ -53,9 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--schema", type=Path, default=SCHEMAS / "tweet_view.avsc")
     args = parser.parse_args(argv)
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):  # as a container's PID 1, too
-        signal.signal(signum, lambda number, frame: stop.set())
+    stop = StopRequest()
+    stop.install()  # as a container's PID 1, too
     codec = AvroCodec(load_schema_file(args.schema))
     consumer = connect.consumer(
         {"bootstrap.servers": args.bootstrap_servers},

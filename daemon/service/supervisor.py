@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.errors import KafkaUnreachableError, failure_reason
 from daemon.pipeline.config import PipelineFile
 from daemon.pipeline.plan import PipelinePlan, client_conf, plan_pipeline, start_query
+from daemon.signals import StopRequest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -203,16 +203,16 @@ def run_service(
     conf = client_conf(file)
     # Held until the process ends: a second daemon on these checkpoints is refused.
     locks = lock_checkpoints(file)
-    stop = stop or threading.Event()
+    request = StopRequest(stop)
     # In the main thread the service owns the process: signals stop it, and it exits by force
     # past the stop timeout. Run in another thread, it leaves both to the program around it.
     owns_process = threading.current_thread() is threading.main_thread()
     if owns_process:
-        _stop_on_signals(stop)
+        request.install()
     # Up before planning, so that /healthz answers while the broker is waited for.
     ops = Operations(conf, http=http or file.service.http, stall_after_s=stall_timeout_s)
     try:
-        plans = _plan_when_kafka_answers(file, conf, stop, ops)
+        plans = _plan_when_kafka_answers(file, conf, request, ops)
         # Only a pipeline that planned without fault leaves its shape in its checkpoint.
         for config in file.pipeline if plans is not None else ():
             check_checkpoint(config)
@@ -230,12 +230,12 @@ def run_service(
         log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_path())
     ops.attach(spark)
     if owns_process:
-        _stop_on_signals(stop)  # again: PySpark installs its own SIGINT handler as it starts
+        request.install()  # again: PySpark installs its own SIGINT handler as it starts
     pipelines = [Supervised(ops.instrument(plan)) for plan in plans]
     for pipe in pipelines:
         pipe.start(spark, "started", time.monotonic())
     ops.tick(pipelines, time.monotonic())
-    while not stop.wait(_POLL_S):
+    while not request.sleep(_POLL_S):
         for pipe in pipelines:
             pipe.check(spark, time.monotonic())
         ops.tick(pipelines, time.monotonic())
@@ -255,14 +255,8 @@ def run_service(
     log.info("stopped")
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
-    """Let SIGTERM and SIGINT set ``stop``."""
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda number, _frame: stop.set())
-
-
 def _plan_when_kafka_answers(
-    file: PipelineFile, conf: dict[str, str], stop: threading.Event, ops: Operations
+    file: PipelineFile, conf: dict[str, str], stop: StopRequest, ops: Operations
 ) -> list[PipelinePlan] | None:
     """Plan every pipeline, retrying with backoff while no broker answers.
 
@@ -288,7 +282,7 @@ def _plan_when_kafka_answers(
             log.error("%s; retrying in %.0f s", exc, delay)
             why = f"waiting for Kafka: try {failures} failed, the next in {delay:.0f} s"
             ops.waiting(why, for_s=delay + _KAFKA_TRY_S)
-            stop.wait(delay)
+            stop.sleep(delay)
     return None
 
 
