@@ -51,7 +51,10 @@ ENV PATH=/opt/enrichd/bin:$PATH \
     HOME=/var/lib/enrichd \
     PYTHONUNBUFFERED=1 \
     ENRICHD_HTTP=0.0.0.0:9464 \
-    ENRICHD_LOG_FORMAT=json
+    ENRICHD_LOG_FORMAT=json \
+    ENRICHD_CLASS_ARCHIVE=off
+# ENRICHD_CLASS_ARCHIVE=off: a container's cache dies with it, so recording Spark's classes
+# for the next start would cost every new container and help none (docs/operations.md).
 # /healthz, /readyz, /metrics (the health check is in the compose files: the image also
 # runs Spark's master and worker, which do not serve it).
 EXPOSE 9464

@@ -8,13 +8,20 @@ when a test asks for them (tests/secure_cluster.py says why they cannot be the s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from daemon.broker import free_port
+from daemon.engine.class_archive import SWITCH
 from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_process
+
+# No JVM of the suite (its own, or a `daemon` it starts) records Spark's classes for the next
+# start: the first to record would make its own exit ten seconds longer and the suite less
+# predictable. tests/test_class_archive.py turns it on where it tests it.
+os.environ[SWITCH] = "off"
 
 
 @pytest.fixture(scope="session")

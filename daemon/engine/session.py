@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from daemon.engine import spark_output
+from daemon.engine.class_archive import ClassArchive
 from daemon.pipeline.config import SparkConfig
 
 if TYPE_CHECKING:
@@ -69,8 +70,12 @@ def spark_session(config: SparkConfig) -> SparkSession:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         settings = {**_DEFAULTS, **config.conf}
+        # A JVM of our own starts: it maps Spark's archived classes, or records them.
+        archive = ClassArchive() if SparkContext._gateway is None else None
+        if archive is not None and archive.options:
+            settings[JAVA_OPTIONS] = f"{settings.get(JAVA_OPTIONS, '')} {archive.options}".strip()
         quiet = SparkContext._gateway is None and not spark_output.verbose()
-        if quiet:  # a JVM of its own, its output into a file (a running one keeps its own)
+        if quiet:  # its output into a file (a running JVM keeps its own)
             path = spark_output.log_path()
             options = settings.get(JAVA_OPTIONS, "")
             settings[JAVA_OPTIONS] = f"{options} {spark_output.java_options(path)}".strip()
@@ -85,6 +90,8 @@ def spark_session(config: SparkConfig) -> SparkSession:
         for key, value in settings.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
+        if archive is not None:
+            archive.started(getattr(SparkContext._gateway, "proc", None))
         if not quiet:
             session.sparkContext.setLogLevel("ERROR")
     else:
