@@ -19,6 +19,10 @@ last. Where the time goes: the moments each kind of Spark Python process first a
 from the process tree, which shows the first micro-batch's chain of Python start-ups.
 The process tree's CPU seconds are counted too: on a shared machine they vary less than
 wall time. Figures are the median of ``--runs`` runs, with min and max.
+
+Spark's class archive (``daemon.engine.class_archive``) lives in a folder of this run's: a
+first ``daemon demo``, timed on its own row, records it, and every start after maps it;
+``--no-archive`` turns it off for every start, to compare.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from bench.workloads import (
     produce,
     tweet,
 )
+from daemon.engine import class_archive
 from daemon.engine.spark_output import VERBOSE_VARIABLES
 from daemon.kafka import clients
 from daemon.replay import committed_ends
@@ -77,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tweets", type=int, default=10_000, help="tweets in each backlog")
     parser.add_argument("--runs", type=int, default=3, help="runs of each start (median)")
     parser.add_argument("--no-demo", action="store_true", help="time no `daemon demo`")
+    parser.add_argument(
+        "--no-archive", action="store_true", help="start without Spark's class archive"
+    )
 
 
 @dataclass
@@ -153,35 +161,40 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     colds: list[Start] = []
     restarts: list[Start] = []
     checks: list[str] = []
-    for n in range(1, args.runs + 1):
-        if not args.no_demo:
-            with console.status(f"run {n}/{args.runs}: daemon demo"):
-                demos.append(_demo())
-            console.print(f"run {n}: daemon demo {demos[-1].at['exit']:.1f} s")
-        with console.status(f"run {n}/{args.runs}: daemon run, cold and restarted"):
-            cold, restart = _cold_and_restart(broker.bootstrap_servers, args)
-        colds.append(cold)
-        restarts.append(restart)
-        console.print(
-            f"run {n}: first output {cold.at['first output']:.1f} s cold, "
-            f"{restart.at['first output']:.1f} s restarted"
-        )
-        checks += [
-            f"run {n} cold wrote {cold.outputs:,} views (expected {args.tweets:,})",
-            f"run {n} restart wrote {restart.outputs:,} (expected {args.tweets:,})",
-        ]
+    recording = Start()
+    with tempfile.TemporaryDirectory(prefix="enrichd-bench-classes-") as archives:
+        # Read by every `daemon` started below.
+        os.environ[class_archive.DIRECTORY] = archives
+        os.environ[class_archive.SWITCH] = "off" if args.no_archive else "on"
+        if not args.no_archive:
+            with console.status("daemon demo, recording Spark's class archive"):
+                recording = _demo()
+            console.print(f"daemon demo, recording: {recording.at['exit']:.1f} s")
+        for n in range(1, args.runs + 1):
+            _one_run(n, args, broker.bootstrap_servers, console, demos, colds, restarts, checks)
+        del os.environ[class_archive.DIRECTORY], os.environ[class_archive.SWITCH]
     ok = all(s.outputs == args.tweets for s in colds + restarts)
     command = (
         f"python -m bench startup --users {args.users} --tweets {args.tweets} --runs {args.runs}"
         + (" --no-demo" if args.no_demo else "")
+        + (" --no-archive" if args.no_archive else "")
     )
     table = _table(demos, colds, restarts)
+    if not args.no_archive:
+        first = (f"{recording.at['exit']:.1f}", f"{recording.cpu_s:.1f}")
+        table.append(("daemon demo, recording", *("-" for _ in MILESTONES), *first))
+    archive_note = (
+        "Spark's class archive off (`--no-archive`)."
+        if args.no_archive
+        else "Every start maps Spark's class archive, which a first `daemon demo` "
+        "recorded (*daemon demo, recording*)."
+    )
     lines = [
         *run_header(command, machine_line),
         f"Each start is a fresh process; seconds from its start, median of {args.runs} runs "
         "(min-max). The backlog: "
         f"{args.users:,} users and {args.tweets:,} tweets cold, {args.tweets:,} new tweets on "
-        "restart.",
+        f"restart. {archive_note}",
         "",
         *markdown_table(table),
         "",
@@ -197,6 +210,37 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         lines=lines,
         table=table,
         ok=ok,
+    )
+
+
+def _one_run(
+    n: int,
+    args: argparse.Namespace,
+    servers: str,
+    console: Console,
+    demos: list[Start],
+    colds: list[Start],
+    restarts: list[Start],
+    checks: list[str],
+) -> None:
+    """Run ``n`` of each start, appended to the lists."""
+    if not args.no_demo:
+        with console.status(f"run {n}/{args.runs}: daemon demo"):
+            demos.append(_demo())
+        console.print(f"run {n}: daemon demo {demos[-1].at['exit']:.1f} s")
+    with console.status(f"run {n}/{args.runs}: daemon run, cold and restarted"):
+        cold, restart = _cold_and_restart(servers, args)
+    colds.append(cold)
+    restarts.append(restart)
+    console.print(
+        f"run {n}: first output {cold.at['first output']:.1f} s cold, "
+        f"{restart.at['first output']:.1f} s restarted"
+    )
+    checks.extend(
+        [
+            f"run {n} cold wrote {cold.outputs:,} views (expected {args.tweets:,})",
+            f"run {n} restart wrote {restart.outputs:,} (expected {args.tweets:,})",
+        ]
     )
 
 
