@@ -18,10 +18,11 @@ from daemon.engine.class_archive import SWITCH
 from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_process
 
-# No JVM of the suite (its own, or a `daemon` it starts) records Spark's classes for the next
-# start: the first to record would make its own exit ten seconds longer and the suite less
-# predictable. tests/test_class_archive.py turns it on where it tests it.
-os.environ[SWITCH] = "off"
+# The suite's JVMs (its own, and those of the `daemon` commands it starts) map Spark's class
+# archive if there is one (the README's demo command, or CI, made it) but never record one:
+# the first to record would run slower and wait ~10 s at its exit, at a moment that depends
+# on the order tests run in. tests/test_class_archive.py tests the recording.
+os.environ.setdefault(SWITCH, "map")
 
 
 @pytest.fixture(scope="session")

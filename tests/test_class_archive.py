@@ -2,7 +2,7 @@
 
 Each start is a fresh process with its own JVM, as ``daemon run`` and ``daemon demo`` are;
 the JVM logs where it loaded each class from, which tells whether it mapped the archive.
-(The rest of the suite runs with the archive off: see tests/conftest.py.)
+(The rest of the suite maps an archive but never records one: see tests/conftest.py.)
 """
 
 from __future__ import annotations
@@ -64,8 +64,16 @@ def test_a_start_while_another_records_neither_records_nor_maps(
     assert ClassArchive().options == ""  # the first holds the lock
 
 
-def test_off_means_no_archive_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_off_means_no_archive_and_map_means_no_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(DIRECTORY, str(tmp_path))
+    monkeypatch.setenv(SWITCH, "map")
+    assert ClassArchive().options == ""  # none to map
+    assert not list(tmp_path.iterdir())
+    archive = archive_path()
+    assert archive is not None
+    archive.write_bytes(b"an archive")
+    assert ClassArchive().options.startswith(f"-XX:SharedArchiveFile={archive} ")
     monkeypatch.setenv(SWITCH, "off")
     assert ClassArchive().options == ""
-    assert not list(tmp_path.iterdir())

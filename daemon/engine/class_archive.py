@@ -13,8 +13,9 @@ that at its exit and moves the finished file into place; every later start maps 
 others start as they did before. An archive that does not fit this JVM is ignored by it.
 
 Where: ``$ENRICHD_CLASS_ARCHIVE_DIR``, else ``$XDG_CACHE_HOME/enrichd``, else
-``~/.cache/enrichd``; ``ENRICHD_CLASS_ARCHIVE=off`` turns it off (a container whose cache
-dies with it would pay for the recording at every start and never use it).
+``~/.cache/enrichd``. ``ENRICHD_CLASS_ARCHIVE=map`` maps an archive but never records one
+(the container image, whose archive is made as it is built, and the test suite);
+``ENRICHD_CLASS_ARCHIVE=off`` turns it off.
 """
 
 from __future__ import annotations
@@ -88,13 +89,16 @@ class ClassArchive:
     def __init__(self) -> None:
         self.options = ""
         self._recording: _Recording | None = None
-        if os.environ.get(SWITCH, "").lower() in ("off", "0", "false", "no"):
+        switch = os.environ.get(SWITCH, "").lower()
+        if switch in ("off", "0", "false", "no"):
             return
         archive = archive_path()
         if archive is None:
             return
         if archive.exists():
             self.options = f"-XX:SharedArchiveFile={archive} {_QUIET}"
+            return
+        if switch == "map":  # use one that exists, never record
             return
         self._recording = self._record(archive)
         if self._recording is not None:
