@@ -74,6 +74,24 @@ def error_lines(output: str) -> list[dict[str, object]]:
     return found
 
 
+SPARK_CLASS_SOURCE = """
+from pathlib import Path
+from daemon.engine.session import spark_session
+from daemon.pipeline.config import SparkConfig
+
+loads = "-Xlog:class+load=info:file=/tmp/loads.txt"
+spark_session(SparkConfig(master="local[1]", conf={"spark.driver.extraJavaOptions": loads}))
+for line in Path("/tmp/loads.txt").read_text().splitlines():
+    if " org.apache.spark.SparkContext source: " in line:
+        print(line.split(" source: ", 1)[1])
+"""
+
+
+def test_a_container_maps_the_spark_classes_archived_as_the_image_was_built(image: str) -> None:
+    done = podman("run", "--rm", "--entrypoint", "python", image, "-c", SPARK_CLASS_SOURCE)
+    assert done.stdout.strip().splitlines()[-1] == "shared objects file (top)"
+
+
 def test_plugins_list_shows_the_built_in_joiners(image: str) -> None:
     done = podman("run", "--rm", image, "plugins", "list", "--json")
     names = {joiner["name"] for joiner in json.loads(done.stdout)["joiners"]}
