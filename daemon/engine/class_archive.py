@@ -7,8 +7,8 @@ JVM used 4.9 CPU seconds instead of 9.0.
 
 The archive is made by the first start that finds none for this Java and this Spark: its JVM
 records the classes it loads and writes them out as it exits (``-XX:ArchiveClassesAtExit``),
-which makes that one run slower and its exit about ten seconds longer. The process waits for
-that at its exit and moves the finished file into place; every later start maps it
+which makes that one run slower and its exit 10-20 s longer. The process waits for that
+at its exit and moves the finished file into place; every later start maps it
 (``-XX:SharedArchiveFile``). One process at a time records (a lock next to the archive); the
 others start as they did before. An archive that does not fit this JVM is ignored by it.
 
