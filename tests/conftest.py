@@ -19,7 +19,7 @@ from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_process
 
 # The suite's JVMs (its own, and those of the `daemon` commands it starts) map Spark's class
-# archive if there is one (the README's demo command, or CI, made it) but never record one:
+# archive if there is one (the README's demo command made it) but never record one:
 # the first to record would run slower and wait 10-20 s at its exit, at a moment that depends
 # on the order tests run in. tests/test_class_archive.py tests the recording.
 os.environ.setdefault(SWITCH, "map")
