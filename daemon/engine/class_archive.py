@@ -1,13 +1,12 @@
 """Spark's JVM classes, archived by one start for every later one (class-data sharing).
 
 A JVM that starts Spark spends about half of its CPU loading and verifying the classes in
-Spark's jars. Java can instead map classes that an earlier run archived: on these machines a
-session came up in 2.7 s instead of 4.9, its first job ran in 1.5 s instead of 3.0, and the
-JVM used 4.9 CPU seconds instead of 9.0.
+Spark's jars. Java can instead map classes that an earlier run archived, which roughly halves
+that (BENCHMARKS.md, "Start-up with and without Spark's class archive").
 
 The archive is made by the first start that finds none for this Java and this Spark: its JVM
 records the classes it loads and writes them out as it exits (``-XX:ArchiveClassesAtExit``),
-which makes that one run slower and its exit 10-20 s longer. The process waits for that
+which makes that one run slower and its exit longer. The process waits for that
 at its exit and moves the finished file into place; every later start maps it
 (``-XX:SharedArchiveFile``). One process at a time records (a lock next to the archive); the
 others start as they did before. An archive that does not fit this JVM is ignored by it.
