@@ -13,8 +13,8 @@ group's join alone takes the embedded broker 20-25 s), the latency runs but coma
 share :mod:`bench.latency`), lookup's second run with a versioned table (the same code path
 with another pipeline file), window's run of Spark's own join (no enrichd code in it) and
 startup's ``daemon demo`` (the suite runs the demo itself) and its recording of Spark's
-class archive (``tests/test_class_archive.py`` tests that), and the repeated enrichd runs
-and key-count sweep of comap and lookup (``--runs 1``, one ``--users``). Each enrichd run
+class archive (``tests/test_class_archive.py`` tests that), the repeated enrichd runs
+(``--runs 1``) and comap's and lookup's key-count sweep (one ``--users``). Each enrichd run
 still starts Spark's session and Python workers afresh, most of the smoke's time, since the
 service of ``daemon run`` stops the session when it ends.
 """
@@ -43,20 +43,21 @@ SIZES: dict[str, list[str]] = {
         "--no-latency", "--no-versioned",
     ],
     "asof": [
-        "--keys", "20", "--left", "1000", "--right", "200", "--max-batch", "400",
+        "--keys", "20", "--left", "1000", "--right", "200", "--max-batch", "150", "--runs", "1",
         "--no-latency",
     ],
     "window": [
-        "--keys", "50", "--per-side", "500", "--max-batch", "400", "--no-latency",
-        "--no-spark-join",
+        "--keys", "50", "--per-side", "500", "--max-batch", "150", "--runs", "1",
+        "--no-latency", "--no-spark-join",
     ],
     "state": ["--keys", "1000", "--clicks", "1000", "--max-batch", "800"],
     "startup": ["--users", "20", "--tweets", "100", "--runs", "1", "--no-demo", "--no-archive"],
 }  # fmt: skip
 """Each workload's tiny options, with the parts the module's docstring names left out.
 
-comap's and lookup's caps are small enough for the six batches or more their sustained rate
-must be over (:data:`bench.runs.MIN_STEADY_BATCHES` after the first), and they run once."""
+comap's, lookup's, asof's and window's caps are small enough for the six batches or more
+their sustained rate must be over (:data:`bench.runs.MIN_STEADY_BATCHES` after the first),
+and they run once."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

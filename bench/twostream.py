@@ -15,7 +15,8 @@ plain-dict restatement of the joiner's rules, so the ceiling emits what enrichd 
 enrichd runs (:func:`run_example`) load an example pipeline file as users would, point it
 at the benchmark's topics with fresh output names and checkpoint, and measure throughput from
 the query's progress reports (as :mod:`bench.enrichd` does for comap), peak memory of the
-JVM and its Python workers, and the checkpoint's state folder.
+JVM and its Python workers, and the checkpoint's state folder. enrichd runs ``--runs`` times
+over the same topics and the report gives the median (:class:`bench.runs.Repeated`).
 
 :func:`run_contenders` produces a workload and runs every contender on it for a
 :class:`Join`; :func:`contenders` and :func:`closing_lines` give the report parts both
@@ -42,7 +43,7 @@ from bench.enrichd import EnrichdResult, batch_table, run_pipeline
 from bench.quix import QuixResult
 from bench.quixjoins import run_quix_join
 from bench.report import Contender, ceiling_verdict, peer_verdict, quix_note
-from bench.runs import local_cores, spark_master
+from bench.runs import Repeated, local_cores, repeat, repeated_contenders, spark_master
 from bench.workloads import SCHEMAS, create_input_topics, input_producer, read_committed
 from daemon.kafka import clients
 
@@ -362,7 +363,13 @@ class Runs:
     one: RawRun
     two: RawRun
     quix: QuixResult
-    spark: EnrichdResult
+    enrichd: Repeated
+
+    @property
+    def spark(self) -> EnrichdResult:
+        """The enrichd run whose sustained rate is the median: its batches, outputs and
+        memory are the ones a report shows."""
+        return self.enrichd.typical
 
 
 @dataclass(frozen=True)
@@ -392,10 +399,12 @@ def run_contenders(
     total: int,
     quix_python: str,
     max_batch: int,
+    enrichd_runs: int = 1,
 ) -> Runs:
     """Produce ``workload()`` to ``topics`` (role -> topic), then run the raw ceiling in 1
     and 2 processes (into ``outputs["raw1"]``, ``["raw2"]``) and Quix Streams' join (into
-    ``["quix"]``) with the joiner's ``options``, and ``join.example``'s enrichd pipeline."""
+    ``["quix"]``) with the joiner's ``options``, and ``join.example``'s enrichd pipeline
+    ``enrichd_runs`` times."""
     from daemon.kafka.admin import create_topics
 
     kind, servers = join.kind, conf["bootstrap.servers"]
@@ -436,16 +445,19 @@ def run_contenders(
         f"Quix Streams: {quix.rate:,.0f} records/s" if quix.ran else f"Quix not run: {quix.reason}",
         highlight=False,
     )
-    with console.status(f"enrichd {kind} (Spark)"):
-        spark = run_example(servers, join.example, topics, join.overrides, ends, total, max_batch)
-    console.print(f"enrichd: sustained {spark.sustained_rate:,.0f} records/s", highlight=False)
-    return Runs(total, ends, one, two, quix, spark)
+    enrichd = repeat(
+        lambda: run_example(servers, join.example, topics, join.overrides, ends, total, max_batch),
+        enrichd_runs,
+        console,
+        f"enrichd {kind}",
+    )
+    return Runs(total, ends, one, two, quix, enrichd)
 
 
 def contenders(kind: str, runs: Runs, quix_detail: str) -> list[Contender]:
     """The report's rows for the raw ceiling, Quix Streams (``quix_detail`` after its version,
     processes and start-up) and enrichd, sustained and end to end."""
-    one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
+    one, two, quix = runs.one, runs.two, runs.quix
     return [
         Contender("raw ceiling, 1 process", one.rate, one.result.seconds, "merge + dicts"),
         Contender("raw ceiling, 2 processes", two.rate, two.result.seconds, "the reference"),
@@ -455,13 +467,16 @@ def contenders(kind: str, runs: Runs, quix_detail: str) -> list[Contender]:
             quix.seconds if quix.ran else None,
             quix_note(quix) + quix_detail if quix.ran else f"not run: {quix.reason}",
         ),
-        *report.enrichd_contenders(f"enrichd {kind}", spark),
+        *repeated_contenders(f"enrichd {kind}", runs.enrichd),
     ]
 
 
 def progress_check(runs: Runs) -> list[str]:
-    """A check line when enrichd's progress reports do not account for every input record."""
-    return report.progress_check(runs.spark.batches, runs.total)
+    """A check line for each enrichd run whose progress reports do not account for every
+    input record."""
+    return [
+        line for run in runs.enrichd.runs for line in report.progress_check(run.batches, runs.total)
+    ]
 
 
 def closing_lines(
@@ -470,7 +485,7 @@ def closing_lines(
     """The verdicts against the ceiling and Quix Streams, enrichd's batches, the ``latency``
     section, and ``checks``."""
     one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
-    sustained = spark.sustained_rate
+    sustained = runs.enrichd.sustained
     return [
         ceiling_verdict(sustained, two.rate, where_time_goes(spark, one.rate), one=one.rate),
         peer_verdict(

@@ -12,7 +12,8 @@ Every contender does the same inner join (the example's ``mode = "left"`` is ove
 ``"inner"``: Spark's and Quix's outer modes emit null results at other moments, so only
 inner joins give comparable outputs): the raw loop (confluent-kafka + fastavro + the
 ``window`` rules in plain dicts) in 1 and 2 processes; Quix Streams' ``join_interval``;
-enrichd's ``window`` pipeline on ``local[2]``; and, in the same Spark session, Spark's own
+enrichd's ``window`` pipeline on ``local[2]``, ``--runs`` times over the same topics (the
+median reported); and, in the same Spark session, Spark's own
 stream-stream join over the same topics (:func:`run_spark_join`).
 
 Unless ``--no-latency``, enrichd's end-to-end latency follows (see :mod:`bench.latency`):
@@ -59,6 +60,7 @@ from bench.report import (
     throughput_table,
 )
 from bench.resources import MIB, PeakMemory, state_bytes, state_line
+from bench.runs import add_runs_argument, output_checks, steady_check
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
 from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
@@ -69,9 +71,13 @@ MODE = "inner"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The workload's sizes (issue #7's by default) and the batch caps."""
+    """The workload's sizes, the batch caps and enrichd's runs.
+
+    1.6 times issue #7's sizes by default, so that the default cap makes six batches after
+    the first (:data:`bench.runs.MIN_STEADY_BATCHES`).
+    """
     parser.add_argument("--keys", type=int, default=10_000, help="join keys")
-    parser.add_argument("--per-side", type=int, default=1_000_000, help="records per side")
+    parser.add_argument("--per-side", type=int, default=1_600_000, help="records per side")
     parser.add_argument(
         "--step-ms", type=int, default=1, help="event time between consecutive records"
     )
@@ -84,6 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for keys and sides")
     parser.add_argument("--no-spark-join", action="store_true", help="skip Spark's own join")
+    add_runs_argument(parser)
     # A key comes round every LATENCY_REPEAT_S and keeps its events for window + window +
     # grace (22 s in the example), so the state reaches its steady size about 24 s into the
     # run, and its batches their steady cost: 30 s left the slowest batches in the last few
@@ -414,8 +421,9 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
         total,
         args.quix_python,
         args.max_batch,
+        args.runs,
     )
-    quix, spark, ends = runs.quix, runs.spark, runs.ends
+    quix, ends = runs.quix, runs.ends
     own: tuple[EnrichdResult, dict[str, Any]] | None = None
     if not args.no_spark_join:
         with console.status("Spark's own stream-stream join"):
@@ -429,13 +437,14 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
         counted = {
             "raw 1 process": count_records(conf, outputs["raw1"]),
             "raw 2 processes": count_records(conf, outputs["raw2"]),
-            "enrichd": count_records(conf, spark.output_topic),
             **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
         }
-        dead = count_records(conf, spark.dead_letter_topic)
+        written = output_checks(
+            conf, runs.enrichd, counted["raw 1 process"], "pairs", dead_letters=runs.one.late
+        )
     latency = latency_workload(broker.bootstrap_servers, args.latency_rate, args.max_batch)
     latencies = run_latencies(args, broker.bootstrap_servers, latency, console, [])
-    return _section(args, machine_line, options, runs, own, counted, dead, latency, latencies)
+    return _section(args, machine_line, options, runs, own, counted, written, latency, latencies)
 
 
 def _section(
@@ -445,14 +454,14 @@ def _section(
     runs: twostream.Runs,
     own: tuple[EnrichdResult, dict[str, Any]] | None,
     counted: dict[str, int],
-    dead: int,
+    written: tuple[list[str], bool],
     latency: LatencyWorkload,
     latencies: list[LatencyResult],
 ) -> Section:
     one, two, quix, spark = runs.one, runs.two, runs.quix, runs.spark
     total = 2 * args.per_side
     pairs = counted["raw 1 process"]
-    sustained = spark.sustained_rate
+    sustained = runs.enrichd.sustained
     contenders = twostream.contenders("window", runs, "")
     spark_lines: list[str] = []
     if own is not None:
@@ -484,8 +493,9 @@ def _section(
         ]
     table = throughput_table(contenders, two.rate, quix.rate if quix.ran else None)
     checks = [f"{name} wrote {n:,} pairs (raw loop: {pairs:,})" for name, n in counted.items()]
-    checks.append(f"enrichd dead letters: {dead:,} (raw loop late: {one.late:,})")
-    ok = all(n == pairs for n in counted.values()) and dead == one.late
+    steady, enough = steady_check(runs.enrichd)
+    checks += [*written[0], steady]
+    ok = all(n == pairs for n in counted.values()) and written[1] and enough
     if own is not None:
         produced = own[1]["outputs"]
         checks.append(f"Spark's join emitted {rate(produced)} pairs")
@@ -495,7 +505,7 @@ def _section(
     ok = ok and latencies_ok(latencies, latency)
     command = (
         f".venv/bin/python -m bench window --keys {args.keys} --per-side {args.per_side} "
-        f"--step-ms {args.step_ms} --max-batch {args.max_batch}"
+        f"--step-ms {args.step_ms} --max-batch {args.max_batch} --runs {args.runs}"
         + (" --no-spark-join" if args.no_spark_join else "")
         + latency_command(args)
         + quix_option(args.quix_python)
@@ -532,7 +542,7 @@ def _section(
             runs,
             args.max_batch,
             checks,
-            latency_section(latencies, latency, args.max_batch, runs.spark.sustained_rate),
+            latency_section(latencies, latency, args.max_batch, runs.enrichd.sustained),
         ),
     ]
     return Section(
