@@ -13,8 +13,8 @@ Every contender does the same inner join (the example's ``mode = "left"`` is ove
 inner joins give comparable outputs): the raw loop (confluent-kafka + fastavro + the
 ``window`` rules in plain dicts) in 1 and 2 processes; Quix Streams' ``join_interval``;
 enrichd's ``window`` pipeline on ``local[2]``, ``--runs`` times over the same topics (the
-median reported); and, in the same Spark session, Spark's own
-stream-stream join over the same topics (:func:`run_spark_join`).
+median reported); and, in the same Spark session, Spark's own stream-stream join over the
+same topics (:func:`run_spark_join`).
 
 Unless ``--no-latency``, enrichd's end-to-end latency follows (see :mod:`bench.latency`):
 pairs of a left and a right event of one key offered at a fixed rate, each pair's output
