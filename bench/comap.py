@@ -60,7 +60,6 @@ from bench.report import (
     machine,
     markdown_table,
     needs,
-    progress_check,
     quix_note,
     quix_option,
     quix_status,
@@ -73,11 +72,10 @@ from bench.runs import (
     SweepPoint,
     add_run_arguments,
     local_cores,
-    output_checks,
     point_checks,
     repeat,
+    run_checks,
     spark_master,
-    steady_check,
     sustained_line,
     sweep_lines,
 )
@@ -493,16 +491,13 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     latencies = run_latencies(args, broker.bootstrap_servers, latency, console, loads)
     with console.status("checking outputs"):
         counted = count_outputs(conf, outputs, None, quix.ran)
-        written, written_ok = output_checks(conf, runs, workload.tweets, "views")
+        ran, runs_ok = run_checks(conf, runs, workload.tweets, "views", workload.records)
     # Other work on the machine slows whichever run it overlaps: say how busy it was.
     busy = load_line(loads)
-    steady, enough = steady_check(runs)
-    checks = [*count_checks(counted, "views", workload.tweets), *written, steady]
+    checks = [*count_checks(counted, "views", workload.tweets), *ran]
     checks += latency_checks(latencies, latency)
-    for each in runs.runs:
-        checks += progress_check(each.batches, workload.records)
     points = [SweepPoint(workload.users, two.rate, runs)]
-    ok = all(count == workload.tweets for count in counted.values()) and written_ok and enough
+    ok = all(count == workload.tweets for count in counted.values()) and runs_ok
     ok = ok and latencies_ok(latencies, latency)
     for users in args.users[1:]:
         point, point_checks, point_ok = _sweep_point(args, broker, users, console)

@@ -92,12 +92,11 @@ from bench.runs import (
     SweepPoint,
     add_run_arguments,
     local_cores,
-    output_checks,
     point_checks,
     repeat,
     repeated_contenders,
+    run_checks,
     spark_master,
-    steady_check,
     sustained_line,
     sweep_lines,
 )
@@ -559,7 +558,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     latencies = run_latencies(args, servers, latency, console, loads)
     with console.status("checking outputs"):
         counted = count_outputs(conf, outputs, None, quix.ran)
-        written, written_ok = output_checks(conf, runs, args.clicks, "enriched clicks")
+        ran, runs_ok = run_checks(conf, runs, args.clicks, "enriched clicks", records)
         defaulted_enrichd = [count_defaulted(conf, each.output_topic) for each in runs.runs]
         if versioned is not None:
             counted["enrichd versioned + revisions"] = count_records(conf, versioned.output_topic)
@@ -572,14 +571,13 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             else None
         )
     busy = load_line(loads)
-    steady, enough = steady_check(runs)
-    checks = [*count_checks(counted, "enriched clicks", args.clicks), *written, steady]
+    checks = [*count_checks(counted, "enriched clicks", args.clicks), *ran]
     checks.append(
         f"enrichd enriched {', '.join(f'{n:,}' for n in defaulted_enrichd)} clicks with the "
         f"default region (expected {unknown:,}, the clicks whose user has no region)"
     )
     # Quix is at-least-once: a count above the clicks would be duplicates, below a loss.
-    ok = all(count == args.clicks for count in counted.values()) and written_ok and enough
+    ok = all(count == args.clicks for count in counted.values()) and runs_ok
     ok = ok and set(defaulted_enrichd) == {unknown}
     if versioned is not None:
         # Every region is in before every click: one answer per click, no revision.
@@ -595,8 +593,6 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         ok = ok and totals_written == args.clicks
     checks += latency_checks(latencies, latency)
     ok = ok and latencies_ok(latencies, latency)
-    for each in runs.runs:
-        checks += progress_check(each.batches, records)
     contenders = _contenders(one, two, quix, runs)
     if versioned is not None:
         checks += progress_check(versioned.batches, records)

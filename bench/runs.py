@@ -180,6 +180,25 @@ def output_checks(
     return lines, ok
 
 
+def run_checks(
+    conf: dict[str, str],
+    repeated: Repeated,
+    expected: int,
+    noun: str,
+    input_records: int,
+    label: str = "enrichd",
+    dead_letters: int = 0,
+) -> tuple[list[str], bool]:
+    """Every check of enrichd's runs: what each wrote and dead-lettered
+    (:func:`output_checks`), the steady batches (:func:`steady_check`), and a line for each
+    run whose progress reports miss some of the ``input_records``; and whether the outputs
+    and the steady batches passed."""
+    written, ok = output_checks(conf, repeated, expected, noun, label, dead_letters)
+    steady, enough = steady_check(repeated, label)
+    missed = [line for run in repeated.runs for line in progress_check(run.batches, input_records)]
+    return [*written, steady, *missed], ok and enough
+
+
 @dataclass(frozen=True)
 class SweepPoint:
     """One key count of a sweep: the two-process raw ceiling and enrichd's runs."""
@@ -296,9 +315,5 @@ def point_checks(
     checks = [
         f"at {keys:,} keys: raw 2 processes wrote {ceiling_wrote:,} {noun} (expected {expected:,})"
     ]
-    written, ok = output_checks(conf, repeated, expected, noun, label)
-    steady, enough = steady_check(repeated, label)
-    checks += [*written, steady]
-    for run in repeated.runs:
-        checks += progress_check(run.batches, input_records)
-    return checks, ok and enough and ceiling_wrote == expected
+    runs, ok = run_checks(conf, repeated, expected, noun, input_records, label)
+    return checks + runs, ok and ceiling_wrote == expected

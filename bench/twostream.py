@@ -471,14 +471,6 @@ def contenders(kind: str, runs: Runs, quix_detail: str) -> list[Contender]:
     ]
 
 
-def progress_check(runs: Runs) -> list[str]:
-    """A check line for each enrichd run whose progress reports do not account for every
-    input record."""
-    return [
-        line for run in runs.enrichd.runs for line in report.progress_check(run.batches, runs.total)
-    ]
-
-
 def closing_lines(
     kind: str, runs: Runs, max_batch: int, checks: list[str], latency: Iterable[str] = ()
 ) -> list[str]:

@@ -60,7 +60,7 @@ from bench.report import (
     throughput_table,
 )
 from bench.resources import MIB, PeakMemory, state_bytes, state_line
-from bench.runs import add_runs_argument, output_checks, steady_check
+from bench.runs import add_runs_argument, run_checks
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
 from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
@@ -439,12 +439,12 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             "raw 2 processes": count_records(conf, outputs["raw2"]),
             **({"Quix Streams": count_records(conf, outputs["quix"])} if quix.ran else {}),
         }
-        written = output_checks(
-            conf, runs.enrichd, counted["raw 1 process"], "pairs", dead_letters=runs.one.late
+        ran = run_checks(
+            conf, runs.enrichd, counted["raw 1 process"], "pairs", total, dead_letters=runs.one.late
         )
     latency = latency_workload(broker.bootstrap_servers, args.latency_rate, args.max_batch)
     latencies = run_latencies(args, broker.bootstrap_servers, latency, console, [])
-    return _section(args, machine_line, options, runs, own, counted, written, latency, latencies)
+    return _section(args, machine_line, options, runs, own, counted, ran, latency, latencies)
 
 
 def _section(
@@ -454,7 +454,7 @@ def _section(
     runs: twostream.Runs,
     own: tuple[EnrichdResult, dict[str, Any]] | None,
     counted: dict[str, int],
-    written: tuple[list[str], bool],
+    ran: tuple[list[str], bool],
     latency: LatencyWorkload,
     latencies: list[LatencyResult],
 ) -> Section:
@@ -493,14 +493,12 @@ def _section(
         ]
     table = throughput_table(contenders, two.rate, quix.rate if quix.ran else None)
     checks = [f"{name} wrote {n:,} pairs (raw loop: {pairs:,})" for name, n in counted.items()]
-    steady, enough = steady_check(runs.enrichd)
-    checks += [*written[0], steady]
-    ok = all(n == pairs for n in counted.values()) and written[1] and enough
+    checks += ran[0]
+    ok = all(n == pairs for n in counted.values()) and ran[1]
     if own is not None:
         produced = own[1]["outputs"]
         checks.append(f"Spark's join emitted {rate(produced)} pairs")
         ok = ok and (produced is None or produced == pairs)
-    checks += twostream.progress_check(runs)
     checks += latency_checks(latencies, latency)
     ok = ok and latencies_ok(latencies, latency)
     command = (
