@@ -29,7 +29,7 @@ from rich.console import Console
 from bench import smoke
 from bench.report import print_section, write_section
 from bench.workloads import REPO
-from daemon.engine import class_archive
+from daemon.spark import class_archive
 
 WORKLOADS = ("passthrough", "comap", "lookup", "asof", "window", "state", "startup")
 """Every workload, in the order ``all`` runs them (cheapest first)."""

@@ -57,7 +57,7 @@ from bench.report import (
 from bench.runs import add_runs_argument, run_checks
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
-from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
+from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 EXAMPLE = REPO / "examples" / "recommendations.toml"
 _MOODS = ("calm", "grumpy", "cheerful", "tired", "focused", "anxious", "bold", "bored")
@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def example_options() -> dict[str, Any]:
     """The example's ``asof`` options, validated (durations in ms)."""
     from daemon.joiners.asof import AsOfOptions
-    from daemon.pipeline.config import load_pipeline_file
+    from daemon.model.config import load_pipeline_file
 
     pipe = load_pipeline_file(EXAMPLE).pipeline[0]
     return AsOfOptions.model_validate(pipe.options).model_dump()

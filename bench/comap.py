@@ -89,7 +89,7 @@ from bench.workloads import (
     produce,
     tweet,
 )
-from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
+from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker

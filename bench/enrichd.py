@@ -124,7 +124,7 @@ def configure(
     Output and dead-letter topics get fresh names; ``trigger_ms`` 0 keeps the pipeline's
     default (the next batch as soon as the last one ends).
     """
-    from daemon.pipeline.config import KafkaConfig, load_pipeline_file
+    from daemon.model.config import KafkaConfig, load_pipeline_file
 
     example = load_pipeline_file(EXAMPLE)
     file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})
@@ -187,8 +187,8 @@ def run_pipeline(
         RuntimeError: the service or a query failed, or did not consume everything within
             ``timeout_s``.
     """
-    from daemon.engine.session import spark_session
     from daemon.pipeline.plan import client_conf
+    from daemon.spark.session import spark_session
 
     conf = client_conf(file)
     with PeakMemory() as memory:
@@ -220,7 +220,7 @@ def serving(
 ) -> Iterator[Callable[[str], Any]]:
     """``daemon run``'s service over ``pipe`` alone, in a thread; yields ``query(name)``.
 
-    ``spark`` is the process's session (:func:`daemon.engine.session.spark_session`), which
+    ``spark`` is the process's session (:func:`daemon.spark.session.spark_session`), which
     the service reuses: started by the caller, its start-up is timed apart from the run's.
     ``query(name)`` waits until the service runs the query of that name (the pipeline's, or
     ``PIPELINE.OUTPUT`` for a joiner's later stage) and returns it. On leaving, the service

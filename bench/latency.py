@@ -327,8 +327,8 @@ def run_latency(
     process's Spark session. A pipeline that fails or falls too far behind comes back as a
     result with ``reason`` set, not an exception.
     """
-    from daemon.engine.session import spark_session
     from daemon.pipeline.plan import client_conf, plan_pipeline
+    from daemon.spark.session import spark_session
 
     conf = {"bootstrap.servers": servers}
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-latency-") as tmp:

@@ -112,7 +112,7 @@ from bench.workloads import (
     input_producer,
 )
 from daemon.kafka import clients
-from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
+from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker
@@ -352,7 +352,7 @@ def configure(
     ``trigger_ms`` 0 keeps the pipeline's default trigger; ``versioned`` adds
     :data:`VERSIONED` to the options, with :data:`REVISED_SCHEMA` as the output's schema.
     """
-    from daemon.pipeline.config import KafkaConfig, load_pipeline_file
+    from daemon.model.config import KafkaConfig, load_pipeline_file
 
     example = load_pipeline_file(EXAMPLE)
     file = example.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})

@@ -66,7 +66,7 @@ from bench.workloads import (
     tweet,
 )
 from daemon.kafka import clients
-from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
+from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -199,8 +199,8 @@ def reencoder(
     """
 
     def reencode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from daemon.engine.wire import CONTROL_INPUT, OUTPUT, unpack
-        from daemon.engine.worker_gc import freeze_loaded
+        from daemon.model.wire import CONTROL_INPUT, OUTPUT, unpack
+        from daemon.spark.worker_gc import freeze_loaded
 
         freeze_loaded()  # as the joiner operator does in its worker
 
@@ -259,12 +259,13 @@ def run_enrichd(
     """
     from pyspark import cloudpickle
 
-    from daemon.engine.session import spark_session
-    from daemon.engine.wire import OUTPUT
     from daemon.kafka.admin import create_topics
-    from daemon.kafka.source_spec import SourceInput, SourceSpec
-    from daemon.kafka.task_output import OutputSpec
-    from daemon.pipeline.config import SparkConfig
+    from daemon.model.config import SparkConfig
+    from daemon.model.wire import OUTPUT
+    from daemon.pipeline.plan import register_data_sources
+    from daemon.sink.task_output import OutputSpec
+    from daemon.source.spec import SourceInput, SourceSpec
+    from daemon.spark.session import spark_session
 
     # Ship this module's step by value: Spark's Python workers need not find ``bench``.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -285,6 +286,7 @@ def run_enrichd(
         checkpoint = Path(tmp) / "checkpoint"
         began = time.monotonic()
         spark = spark_session(SparkConfig(master="local[2]"))
+        register_data_sources(spark)
         result = EnrichdResult(
             input_records=input_records,
             session_start_s=time.monotonic() - began,

@@ -283,7 +283,7 @@ def sustained_line(runs: int) -> str:
 
 def spark_master(example: Path) -> str:
     """The Spark master of the pipeline file ``example`` (the cores enrichd runs on)."""
-    from daemon.pipeline.config import load_pipeline_file
+    from daemon.model.config import load_pipeline_file
 
     return load_pipeline_file(example).spark.master
 

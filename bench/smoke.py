@@ -6,14 +6,14 @@ one Spark JVM (startup's daemons start their own), and writes its section and ch
 ``PATH``, which must not be the repository's ``BENCHMARKS.md``. Nothing is asserted about
 speed; a workload fails the smoke when it raises or its checks fail (records missing,
 unexpected dead letters, too few batches behind a sustained rate). The test suite runs it
-(``tests/test_bench_smoke.py``), so a refactor of enrichd that breaks the benchmark fails CI.
+(``tests/bench/test_bench_smoke.py``), so a refactor of enrichd that breaks the benchmark fails CI.
 
 Left out, to keep it to a few minutes: the Quix Streams peer (``--no-quix``: a consumer
 group's join alone takes the embedded broker 20-25 s), the latency runs but comap's (they
 share :mod:`bench.latency`), lookup's second run with a versioned table (the same code path
 with another pipeline file), window's run of Spark's own join (no enrichd code in it) and
 startup's ``daemon demo`` (the suite runs the demo itself) and its recording of Spark's
-class archive (``tests/test_class_archive.py`` tests that), the repeated enrichd runs
+class archive (``tests/service/test_class_archive.py`` tests that), the repeated enrichd runs
 (``--runs 1``) and comap's and lookup's key-count sweep (one ``--users``). Each enrichd run
 still starts Spark's session and Python workers afresh, most of the smoke's time, since the
 service of ``daemon run`` stops the session when it ends.

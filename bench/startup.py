@@ -20,7 +20,7 @@ from the process tree, which shows the first micro-batch's chain of Python start
 The process tree's CPU seconds are counted too: on a shared machine they vary less than
 wall time. Figures are the median of ``--runs`` runs, with min and max.
 
-Spark's class archive (``daemon.engine.class_archive``) lives in a folder of this run's: a
+Spark's class archive (``daemon.spark.class_archive``) lives in a folder of this run's: a
 first ``daemon demo``, timed on its own row, records it, and every start after maps it;
 ``--no-archive`` turns it off for every start, to compare.
 """
@@ -59,10 +59,10 @@ from bench.workloads import (
     produce,
     tweet,
 )
-from daemon.engine import class_archive
-from daemon.engine.spark_output import VERBOSE_VARIABLES
 from daemon.kafka import clients
 from daemon.replay import committed_ends
+from daemon.spark import class_archive
+from daemon.spark.spark_output import VERBOSE_VARIABLES
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker

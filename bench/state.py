@@ -44,7 +44,7 @@ from bench.report import (
 )
 from bench.resources import MIB, PeakMemory, state_line
 from bench.workloads import INPUT_PARTITIONS, count_records
-from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
+from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker

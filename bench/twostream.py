@@ -255,7 +255,7 @@ def configure(
     ``options`` update the example's joiner options; outputs get fresh topic names;
     ``trigger_ms`` 0 keeps the pipeline's default trigger.
     """
-    from daemon.pipeline.config import KafkaConfig, load_pipeline_file
+    from daemon.model.config import KafkaConfig, load_pipeline_file
 
     file = load_pipeline_file(example)
     file = file.model_copy(update={"kafka": KafkaConfig(bootstrap_servers=servers)})
@@ -294,7 +294,7 @@ def run_example(
     Raises:
         RuntimeError: the query failed or did not consume everything within ``timeout_s``.
     """
-    from daemon.engine.session import spark_session
+    from daemon.spark.session import spark_session
 
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp:
         file, pipe = configure(

@@ -63,7 +63,7 @@ from bench.resources import MIB, PeakMemory, state_bytes, state_line
 from bench.runs import add_runs_argument, run_checks
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
-from daemon.pipeline.config import DEFAULT_MAX_RECORDS_PER_BATCH
+from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
 EXAMPLE = REPO / "examples" / "window-join.toml"
 MODE = "inner"
@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def example_options() -> dict[str, Any]:
     """The example's ``window`` options, validated (durations in ms), in inner mode."""
     from daemon.joiners.window import WindowOptions
-    from daemon.pipeline.config import load_pipeline_file
+    from daemon.model.config import load_pipeline_file
 
     pipe = load_pipeline_file(EXAMPLE).pipeline[0]
     options = WindowOptions.model_validate({**pipe.options, "mode": MODE}).model_dump()
@@ -207,13 +207,15 @@ def run_spark_join(
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from daemon.engine.session import TRACK_STATE_ROWS, spark_session
-    from daemon.kafka.source_spec import SourceInput, SourceSpec
-    from daemon.pipeline.config import load_pipeline_file
+    from daemon.model.config import load_pipeline_file
+    from daemon.pipeline.plan import register_data_sources
+    from daemon.source.spec import SourceInput, SourceSpec
+    from daemon.spark.session import TRACK_STATE_ROWS, spark_session
 
     conf = {"bootstrap.servers": servers}
     timeout_s = timeout_s or twostream.timeout_for(total)
     spark = spark_session(load_pipeline_file(EXAMPLE).spark)
+    register_data_sources(spark)
     twostream.keep_progress(spark)
     shape = StructType(
         [
@@ -233,7 +235,7 @@ def run_spark_join(
             import fastavro
             import pyarrow as pa
 
-            from daemon.engine.wire import unpack
+            from daemon.model.wire import unpack
 
             schema = fastavro.parse_schema(json.loads(schema_text))
             for pack in packs:

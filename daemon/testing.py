@@ -7,11 +7,11 @@ join key comes from the value's field named in ``keys``, as in a pipeline file: 
 list of fields for a composite key, or ``kafka_key`` for the Kafka key.
 
 - :func:`run_joiner` runs the joiner through the engine's own apply loop
-  (:class:`daemon.engine.core.EngineCore`, the one the Spark operator runs) in plain Python:
+  (:class:`daemon.operator.core.EngineCore`, the one the Spark operator runs) in plain Python:
   records arrive in timestamp order across all inputs (ties: the joiner's role order, then
   list order; the roles of :meth:`Joiner.bootstrap_roles` first, all of them, as a new
   pipeline reads them), are cut into micro-batches of ``batch_size`` and grouped by join key;
-  the core puts each key's records in apply order (:func:`daemon.joiners.base.apply_order`),
+  the core puts each key's records in apply order (:func:`daemon.plugin.joiner.apply_order`),
   keeps each key's state pickled between micro-batches (stashes in a stash log, as in the
   state store) and drops it when :meth:`Joiner.is_empty` says so; at the end, every join key
   seen gets its end of input, as replay sends. Tombstones that cannot be routed, records
@@ -62,13 +62,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from daemon.engine.core import EngineCore, KeyBatch
-from daemon.engine.stash_log import MemoryChunks, StashLog
-from daemon.engine.state_format import STATE, Bucket, dump_portable, load_state
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, record_fields
-from daemon.formats.keys import key_parts
-from daemon.formats.routing import Router
-from daemon.joiners.base import (
+from daemon.model.config import JoinKey, PipelineFile, parse_pipeline_file
+from daemon.model.keys import key_parts
+from daemon.operator.core import EngineCore, KeyBatch
+from daemon.operator.stash_log import MemoryChunks, StashLog
+from daemon.operator.state_format import STATE, Bucket, dump_portable, load_state
+from daemon.plugin.host import registry
+from daemon.plugin.joiner import (
     DeadLetter,
     Emit,
     InputRecord,
@@ -76,9 +77,8 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
-from daemon.pipeline.config import JoinKey, PipelineFile, parse_pipeline_file
-from daemon.plugins import registry
 from daemon.replay import ReplayRecord, ReplayResult, arrival_order, key_bytes, replay
+from daemon.source.router import Router
 
 Inputs = Mapping[str, Sequence[Mapping[str, Any]]]
 """Records per role, each ``{"key": ..., "value": ..., "timestamp": ...}`` as in replay files."""
@@ -127,7 +127,7 @@ class JoinerHarness:
     emits when its keys go quiet (:meth:`wait` moves the processing-time clock and fires the
     wake-ups the joiner asked for with :meth:`Joiner.wakeup_ms`, and drops keys whose
     ``state_ttl`` ran out, as the engine's timers do) and at the end of input (:meth:`end`).
-    Each step runs :class:`daemon.engine.core.EngineCore`, the loop the engine runs in Spark,
+    Each step runs :class:`daemon.operator.core.EngineCore`, the loop the engine runs in Spark,
     on one state bucket kept in memory. It takes the arguments of :func:`run_joiner`, and
     ``output_schemas`` per secondary output.
 
@@ -248,7 +248,7 @@ class JoinerHarness:
         self._apply([(key, [], True) for key in self._seen])
 
     def emit(self, emit: Emit) -> None:
-        """Take an output record (the core's :class:`~daemon.engine.core.Outlet`)."""
+        """Take an output record (the core's :class:`~daemon.operator.core.Outlet`)."""
         if emit.output is not None and emit.output not in self._outputs:
             raise ValueError(
                 f"{self.cls.name!r} emitted to output {emit.output!r}, not in its outputs "
@@ -378,7 +378,7 @@ def run_joiner(
             kind ``UnencodableOutput``, and ``ctx.output_fields`` is set from it.
         output_schemas: per secondary output (:attr:`Joiner.outputs`), its .avsc file.
         end_of_input: after the last batch, end every join key's input, as replay does:
-            its event time jumps to :data:`daemon.joiners.base.END_OF_TIME`, so that
+            its event time jumps to :data:`daemon.plugin.joiner.END_OF_TIME`, so that
             everything held back is out.
 
     Returns:
@@ -501,7 +501,7 @@ def pipeline_file(
         output_schemas: per secondary output (``[pipeline.outputs.NAME]``), its .avsc file.
 
     Raises:
-        daemon.pipeline.config.ConfigProblems: the pieces do not make a valid pipeline file.
+        daemon.model.config.ConfigProblems: the pieces do not make a valid pipeline file.
     """
     inputs = {}
     for role, schema in schemas.items():

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 import pytest
 
 from daemon.broker import free_port
-from daemon.engine.class_archive import SWITCH
+from daemon.spark.class_archive import SWITCH
 from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_process
 
 # The suite's JVMs (its own, and those of the `daemon` commands it starts) map Spark's class
 # archive if there is one (the README's demo command made it) but never record one:
 # the first to record would run slower and wait 10-20 s at its exit, at a moment that depends
-# on the order tests run in. tests/test_class_archive.py tests the recording.
+# on the order tests run in. tests/service/test_class_archive.py tests the recording.
 os.environ.setdefault(SWITCH, "map")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from daemon.broker import EmbeddedBroker
 from daemon.kafka.clients import Deliveries, read_partition
-from daemon.pipeline.config import PipelineConfig, PipelineFile, parse_pipeline_file
+from daemon.model.config import PipelineConfig, PipelineFile, parse_pipeline_file
 from daemon.replay import ReplayResult, replay
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"

@@ -2,7 +2,7 @@
 
 ``python -m tests.stall_loop RUNS``: the loop behind docs/contributing.md's figures. One
 embedded broker, one Spark session with two shuffle partitions (two tasks write each
-micro-batch, as in a deployment), and ``tests/test_table.py``'s outer-join replay in four
+micro-batch, as in a deployment), and ``tests/joins/test_table.py``'s outer-join replay in four
 micro-batches, checked each time. A stall is a ``read_committed`` read that stops short of
 the end ("no progress past offset N"), the symptom of a transaction the broker left
 unresolved (docs/contributing.md).
@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from daemon.broker import EmbeddedBroker
-from daemon.engine.session import spark_session
-from daemon.pipeline.config import SparkConfig, load_pipeline_file
+from daemon.model.config import SparkConfig, load_pipeline_file
 from daemon.replay import replay
-from tests.test_table import EXAMPLE, check, inputs, quarter
+from daemon.spark.session import spark_session
+from tests.joins.test_table import EXAMPLE, check, inputs, quarter
 
 
 def main(runs: int) -> int:

@@ -14,8 +14,8 @@ import pytest
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.comap import CoMap
+from daemon.model.config import load_pipeline_file
 from daemon.pipeline.checkpoint import check_checkpoint
-from daemon.pipeline.config import load_pipeline_file
 from daemon.testing import run_joiner
 from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, produce, read_topic
 from tests.kafka_helpers import run_pipeline as run_query

@@ -18,10 +18,10 @@ import warnings
 import typer
 
 from daemon.cli import broker, demo, plugins, replay, reset, run, state, validate
-from daemon.engine import spark_output
 from daemon.errors import EnrichdError
 from daemon.secrets import redact
 from daemon.service.logs import json_lines_configured
+from daemon.spark import spark_output
 
 app = typer.Typer(
     name="daemon",

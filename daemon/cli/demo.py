@@ -16,6 +16,7 @@ def demo(
     verbose: Verbose = False,
 ) -> None:
     """Start the embedded broker, replay a joiner's sample data and print what it emitted."""
+    # rich loads when the command runs: `daemon --help` and other commands do without it.
     from rich.console import Console
 
     show_spark_output(verbose)

@@ -1,7 +1,7 @@
 """``daemon plugins``: what joiners are installed, and what each one does.
 
-Everything shown comes from the plugin host's own records (:func:`daemon.plugins.registry`)
-and the joiner classes themselves (:mod:`daemon.joiner_info`), so a third-party joiner is
+Everything shown comes from the plugin host's own records (:func:`daemon.plugin.host.registry`)
+and the joiner classes themselves (:mod:`daemon.plugin.describe`), so a third-party joiner is
 listed and described exactly like a built-in. A plugin that failed to load is reported after
 the joiners; it is not an error of this command.
 """
@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from daemon.joiner_info import JoinerInfo, describe_joiner
-from daemon.plugins import BUILTIN_DISTRIBUTION, JoinerRegistry, PluginFailure, registry
+from daemon.plugin.describe import JoinerInfo, describe_joiner
+from daemon.plugin.host import BUILTIN_DISTRIBUTION, JoinerRegistry, PluginFailure, registry
 
 app = typer.Typer(
     help="List and describe the installed joiners.",

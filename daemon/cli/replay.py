@@ -54,10 +54,14 @@ def replay(
 ) -> None:
     """Run a pipeline end to end over recorded inputs and print its outputs as JSON lines."""
     show_spark_output(verbose)
+    # When the command runs: `daemon --help` and other commands load neither rich's progress
+    # nor replay's Kafka clients and pipeline models.
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from daemon.pipeline.config import load_pipeline_file
+    # When the command runs: `daemon --help` and other commands load neither rich's progress
+    # nor replay's Kafka clients and pipeline models.
+    from daemon.model.config import load_pipeline_file
     from daemon.replay import replay as run_replay
 
     file = load_pipeline_file(pipeline_file)

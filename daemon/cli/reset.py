@@ -13,8 +13,8 @@ import typer
 from daemon.errors import EnrichdError
 
 if TYPE_CHECKING:
-    from daemon.pipeline.config import PipelineConfig
-    from daemon.state.reset import Change
+    from daemon.model.config import PipelineConfig
+    from daemon.pipeline.reset import Change
 
 PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
 PipelineName = Annotated[
@@ -53,11 +53,11 @@ def reset(
 
     Refused while a daemon runs on the checkpoint. Prints what it changes and asks first.
     """
-    from daemon.pipeline.config import load_pipeline_file
-    from daemon.replay import pick_pipeline
+    # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
+    from daemon.model.config import load_pipeline_file, pick_pipeline
+    from daemon.pipeline.reset import reset_change
     from daemon.state.positions import parse_target
     from daemon.state.reader import state_session
-    from daemon.state.reset import reset_change
 
     target = parse_target(to)
     file = load_pipeline_file(pipeline_file)
@@ -74,11 +74,11 @@ def rescale(pipeline_file: PipelinePath, pipeline: PipelineName = None, yes: Yes
     The state moves into a new checkpoint laid out as the file now says, which reads on from
     where the old one stopped. Refused while a daemon runs on the checkpoint; asks first.
     """
+    # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
+    from daemon.model.config import load_pipeline_file, pick_pipeline
     from daemon.pipeline.checkpoint import verify_checkpoint
-    from daemon.pipeline.config import load_pipeline_file
-    from daemon.replay import pick_pipeline
+    from daemon.pipeline.reset import layout_of, rescale_change
     from daemon.state.reader import state_session
-    from daemon.state.reset import layout_of, rescale_change
 
     file = load_pipeline_file(pipeline_file)
     pipe = pick_pipeline(file, pipeline)
@@ -98,6 +98,7 @@ def _locked(pipe: PipelineConfig, *, fresh_allowed: bool) -> Iterator[bool]:
     A checkpoint that does not exist yet is made only for a reset (its seed makes the
     pipeline's first start read from there), and removed again if the reset does not happen.
     """
+    # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.pipeline.checkpoint import NoCheckpointError, verify_checkpoint
     from daemon.pipeline.lock import CheckpointLocks
 
@@ -122,7 +123,8 @@ def _locked(pipe: PipelineConfig, *, fresh_allowed: bool) -> Iterator[bool]:
 
 
 def _confirm_and_apply(change: Change, verb: str, yes: bool) -> None:
-    from daemon.state.reset import apply, summary_line
+    # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
+    from daemon.pipeline.reset import apply, summary_line
 
     for line in change.describe():
         typer.echo(line)

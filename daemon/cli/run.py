@@ -61,7 +61,7 @@ def run(
     """Run every pipeline in the file until SIGTERM/SIGINT, then finish and exit 0."""
     show_spark_output(verbose)
     # A configuration problem at start-up raises EnrichdError: one line and exit 1 (cli.main).
-    from daemon.pipeline.config import load_pipeline_file
+    from daemon.model.config import load_pipeline_file
     from daemon.service.logs import configure_logging
     from daemon.service.supervisor import run_service
 

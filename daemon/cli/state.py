@@ -44,9 +44,9 @@ def state(
     Reads the state the pipeline's checkpoint committed last, whether the pipeline is
     stopped or running.
     """
+    # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
+    from daemon.model.config import load_pipeline_file, pick_pipeline
     from daemon.pipeline.checkpoint import buckets_of_shape, verify_checkpoint
-    from daemon.pipeline.config import load_pipeline_file
-    from daemon.replay import pick_pipeline
     from daemon.state.reader import CheckpointState, last_committed, state_session
     from daemon.state.seed import seed_of
 
@@ -88,7 +88,8 @@ def state(
 def _key(
     spark: SparkSession, found: CheckpointState | Seed, key: str, buckets: int
 ) -> dict[str, Any] | None:
-    from daemon.kafka.records import bucket_of
+    # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
+    from daemon.model.routing import bucket_of
     from daemon.state.reader import CheckpointState
     from daemon.state.show import key_view, seeded_key_view
 
@@ -102,6 +103,7 @@ def _key(
 
 
 def _summary(spark: SparkSession, found: CheckpointState | Seed) -> dict[str, Any]:
+    # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.state.reader import CheckpointState
     from daemon.state.show import bucket_summary, seeded_bucket_summary, summary
 

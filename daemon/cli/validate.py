@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from daemon.pipeline.config import ConfigProblems
+from daemon.model.config import ConfigProblems
 from daemon.pipeline.validation import summary, validate_pipeline_file
 from daemon.secrets import redact
 

@@ -62,7 +62,8 @@ def replay_sample(
     Returns:
         The example file's path and what the replay wrote.
     """
-    from daemon.pipeline.config import load_pipeline_file
+    # `daemon --help` lists the demos without loading replay's Kafka clients and pydantic.
+    from daemon.model.config import load_pipeline_file
     from daemon.replay import replay
 
     path = example_file(example)

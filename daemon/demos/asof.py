@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.table import Table
+
 from daemon.demos import latest_by_key, replay_sample
 
 NINE = 1_795_165_200_000
@@ -62,8 +64,6 @@ def clock(epoch_ms: int) -> str:
 
 def show(console: Any) -> None:
     """Replay the sample through the ``asof`` example and print every revision."""
-    from rich.table import Table
-
     path, result = replay_sample(console, "recommendations.toml", sample(), "the asof pipeline")
 
     def made_at(record: dict[str, Any]) -> tuple[int, int]:

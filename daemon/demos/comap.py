@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.table import Table
+
 from daemon.demos import latest_by_key, replay_sample
 
 USERS = [
@@ -38,8 +40,6 @@ def sample() -> dict[str, tuple[str, list[dict[str, Any]]]]:
 
 def show(console: Any) -> None:
     """Replay the sample users and tweets through ``comap`` and print the views."""
-    from rich.table import Table
-
     path, result = replay_sample(console, "tweet-views.toml", sample(), "the comap pipeline")
     emitted = Table(title=f"Every view emitted to tweet-views ({path.name})")
     for column in ("#", "tweet", "content", "author", "avatar", "caused by"):

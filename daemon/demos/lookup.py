@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.table import Table
+
 from daemon.demos import latest_by_key, replay_sample
 
 REGIONS = [
@@ -40,8 +42,6 @@ def sample() -> dict[str, tuple[str, list[dict[str, Any]]]]:
 
 def show(console: Any) -> None:
     """Replay the sample clicks and regions through ``lookup`` and print both outputs."""
-    from rich.table import Table
-
     path, result = replay_sample(console, "clicks-per-region.toml", sample(), "the lookup pipeline")
     times = {cid: t for cid, _, _, t in CLICKS}
     enriched = Table(title=f"Enriched clicks ({path.name}: enriched-clicks)")
@@ -74,8 +74,6 @@ def print_totals(
 
     With ``when``, the changes come in timestamp order, each with its timestamp.
     """
-    from rich.table import Table
-
     updates = Table(title=f"Every change of a region's total ({topic})")
     for column in ("region", "clicks so far", *(["at"] if when else [])):
         updates.add_column(column)

@@ -12,6 +12,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
 from daemon.demos.sample_data import SCHEMAS
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka import connect
@@ -44,8 +46,6 @@ def wait_for_partitions(consumer: Any, topic: str, stop: StopRequest) -> list[in
 
 def main(argv: list[str] | None = None) -> None:
     """Print every view of the topic, from its beginning, until SIGTERM or SIGINT."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap-servers", default="broker:9092")
     parser.add_argument("--topic", default="tweet-views")

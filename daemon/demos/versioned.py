@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.table import Table
+
 from daemon.demos import replay_sample
 from daemon.demos.lookup import print_totals
 
@@ -57,8 +59,6 @@ def sample() -> dict[str, tuple[str, list[dict[str, Any]]]]:
 
 def show(console: Any) -> None:
     """Replay the sample through the versioned ``lookup`` example and print what it wrote."""
-    from rich.table import Table
-
     path, result = replay_sample(
         console, "clicks-per-region-versioned.toml", sample(), "the versioned lookup"
     )

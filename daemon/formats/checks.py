@@ -23,13 +23,14 @@ from fastavro.types import Schema
 
 from daemon.errors import ConfigError, SchemaError, SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import load_schema_file, record_fields
-from daemon.formats.envelope import row_schema
-from daemon.formats.keys import key_parts
+from daemon.formats.serdes import compatibility_problems, latest_schema, registry_client, schema_id
 from daemon.formats.subjects import key_subject, value_subject
-from daemon.pipeline.config import InputConfig, OutputConfig, PipelineFile
+from daemon.model.config import InputConfig, OutputConfig, PipelineFile
+from daemon.model.envelope import row_schema
+from daemon.model.keys import key_parts
 
 if TYPE_CHECKING:
-    from daemon.formats.keys import KeyPart
+    from daemon.model.keys import KeyPart
 
 Spec = InputConfig | OutputConfig
 
@@ -42,7 +43,6 @@ class RegistryCheck:
     """
 
     def __init__(self, file: PipelineFile) -> None:
-        from daemon.formats.serdes import registry_client
 
         self.client, self.url, _ = registry_client(file, "")
         self.unavailable: str | None = None
@@ -151,8 +151,6 @@ def _registered(
     problems: list[str],
 ) -> Schema | None:
     """Check ``subject`` as a start would use it; the schema it gives, if it gives one."""
-    from daemon.formats.serdes import compatibility_problems, latest_schema, schema_id
-
     if schema_file is None:
         latest, found = registry.ask(where, latest_schema, subject)
         problems += found

@@ -20,7 +20,7 @@ from daemon.errors import ConfigError, SchemaRegistryUnavailableError
 from daemon.secrets import display_url, redact
 
 if TYPE_CHECKING:
-    from daemon.pipeline.config import KafkaConfig, SchemaRegistryConfig
+    from daemon.model.config import KafkaConfig, SchemaRegistryConfig
 
 
 def client_settings(registry: SchemaRegistryConfig, kafka: KafkaConfig) -> dict[str, Any]:
@@ -50,6 +50,8 @@ def new_client(settings: dict[str, Any]) -> Any:
         ConfigError: the settings are not the client's (a malformed ``basic.auth.user.info``,
             a certificate file that cannot be read, ...).
     """
+    # The registry client is heavy (its HTTP and auth libraries, most of a second): it
+    # loads only for a pipeline file with a [schema_registry].
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     try:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from daemon.errors import ConfigError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
-from daemon.formats.keys import KafkaKeyCodec
+from daemon.formats.kafka_keys import KafkaKeyCodec
 from daemon.formats.registry import access_failure, client_settings, new_client
 from daemon.formats.subjects import key_subject, value_subject
-from daemon.pipeline.config import InputConfig, OutputConfig, PipelineFile
+from daemon.model.config import InputConfig, OutputConfig, PipelineFile
 from daemon.secrets import display_url, redact
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ def schema_id(client: Any, url: str, subject: str, schema_file: Path, *, registe
             ``register``, it is not registered under the subject.
         SchemaRegistryUnavailableError: the registry cannot be used.
     """
+    # The registry client is heavy (its HTTP and auth libraries): only registry users load it.
     from confluent_kafka.schema_registry import Schema
 
     schema = Schema(Path(schema_file).read_text(encoding="utf-8"), "AVRO")
@@ -208,8 +210,6 @@ def compatibility_problems(client: Any, url: str, subject: str, schema_file: Pat
     Raises:
         SchemaRegistryUnavailableError: the registry cannot be used.
     """
-    from urllib.parse import quote
-
     body = {"schema": Path(schema_file).read_text(encoding="utf-8"), "schemaType": "AVRO"}
     path = f"compatibility/subjects/{quote(subject, safe='')}/versions/latest?verbose=true"
     # The client's REST client: its test_compatibility returns the verdict without reasons.

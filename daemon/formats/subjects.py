@@ -1,7 +1,7 @@
 """Registry subjects by convention: Confluent's subject name strategies.
 
 An input or output that uses the Schema Registry (see
-:attr:`daemon.pipeline.config._Serde.registry_value`) names its subject with ``subject`` (and its
+:attr:`daemon.model.config._Serde.registry_value`) names its subject with ``subject`` (and its
 key's with ``key_subject``), or leaves it to ``subject_name_strategy``, as Confluent's serializers
 do:
 
@@ -22,7 +22,7 @@ from daemon.errors import ConfigError
 from daemon.formats.avro.codec import load_schema_file
 
 if TYPE_CHECKING:
-    from daemon.pipeline.config import InputConfig, OutputConfig, SubjectNameStrategy
+    from daemon.model.config import InputConfig, OutputConfig, SubjectNameStrategy
 
 Part = Literal["key", "value"]
 

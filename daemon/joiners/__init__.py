@@ -1,27 +1,7 @@
-"""Joiners: the base class plugins implement, and the built-ins, which implement it too."""
+"""The built-in joiners: ``comap``, ``asof``, ``lookup``, ``window`` and ``table``.
 
-from daemon.joiners.base import (
-    END_OF_TIME,
-    DeadLetter,
-    Downstream,
-    Emit,
-    InputRecord,
-    Joiner,
-    JoinerContext,
-    JoinerOptions,
-    apply_order,
-)
-from daemon.joiners.stash import Stash
-
-__all__ = [
-    "END_OF_TIME",
-    "DeadLetter",
-    "Downstream",
-    "Emit",
-    "InputRecord",
-    "Joiner",
-    "JoinerContext",
-    "JoinerOptions",
-    "Stash",
-    "apply_order",
-]
+Each implements :class:`daemon.plugin.Joiner` and registers through the ``enrichd``
+entry-point group, as a third-party plugin does. :mod:`daemon.joiners.versions` holds what
+``asof`` and a versioned ``lookup`` share. Their module paths stay where they are: a
+checkpoint's state names their state classes by module (docs/plugins.md).
+"""

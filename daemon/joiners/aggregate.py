@@ -40,7 +40,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.joiners.base import (
+from daemon.model.routing import field_at
+from daemon.plugin.joiner import (
     JOINED,
     RETRACTED,
     DeadLetter,
@@ -50,7 +51,6 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
-from daemon.kafka.records import field_at
 
 AggregateOp = Literal["count", "sum"]
 """``count``: the number of joined records per group; ``sum``: the sum of ``field`` over them."""
@@ -60,7 +60,7 @@ TOTALS = "totals"
 
 RETRACTIONS = "retractions"
 """The lookup's output of retracted answers, which this stage reads as role ``retracted``
-(see :attr:`daemon.joiners.base.Downstream.retractions`)."""
+(see :attr:`daemon.plugin.joiner.Downstream.retractions`)."""
 
 
 class AggregateOptions(JoinerOptions):

@@ -8,8 +8,10 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.hookspecs import Register, hookimpl
-from daemon.joiners.base import (
+from daemon.joiners.versions import Kept, Versions, rejoin, too_old
+from daemon.model.durations import DurationMs
+from daemon.plugin.hookspecs import Register, hookimpl
+from daemon.plugin.joiner import (
     END_OF_TIME,
     DeadLetter,
     Emit,
@@ -18,8 +20,6 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
-from daemon.joiners.versions import Kept, Versions, rejoin, too_old
-from daemon.pipeline.durations import DurationMs
 
 RejoinOn = Literal["event_time", "processing_time"]
 """What drives the re-join timer. ``"event_time"``: the key's stream time crossing a multiple of

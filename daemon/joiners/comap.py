@@ -7,8 +7,9 @@ from typing import Any
 
 from pydantic import Field
 
-from daemon.hookspecs import Register, hookimpl
-from daemon.joiners.base import (
+from daemon.model.durations import DurationMs
+from daemon.plugin.hookspecs import Register, hookimpl
+from daemon.plugin.joiner import (
     DeadLetter,
     Emit,
     InputRecord,
@@ -16,8 +17,7 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
-from daemon.joiners.stash import Stash
-from daemon.pipeline.durations import DurationMs
+from daemon.plugin.stash import Stash
 
 
 class CoMapOptions(JoinerOptions):

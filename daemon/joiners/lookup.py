@@ -14,9 +14,11 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from daemon.errors import ConfigError
-from daemon.hookspecs import Register, hookimpl
 from daemon.joiners.aggregate import RETRACTIONS, TOTALS, Aggregate, AggregateOptions
-from daemon.joiners.base import (
+from daemon.joiners.versions import Kept, Versions, rejoin, too_old
+from daemon.model.durations import DurationMs
+from daemon.plugin.hookspecs import Register, hookimpl
+from daemon.plugin.joiner import (
     END_OF_TIME,
     DeadLetter,
     Downstream,
@@ -26,8 +28,6 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
-from daemon.joiners.versions import Kept, Versions, rejoin, too_old
-from daemon.pipeline.durations import DurationMs
 
 LookupMode = Literal["inner", "left"]
 """``inner``: a stream record whose key has no table value emits nothing; ``left``: it emits

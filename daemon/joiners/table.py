@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from daemon.hookspecs import Register, hookimpl
-from daemon.joiners.base import (
+from daemon.plugin.hookspecs import Register, hookimpl
+from daemon.plugin.joiner import (
     DeadLetter,
     Emit,
     InputRecord,

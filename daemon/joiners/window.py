@@ -8,8 +8,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.hookspecs import Register, hookimpl
-from daemon.joiners.base import (
+from daemon.model.durations import DurationMs
+from daemon.plugin.hookspecs import Register, hookimpl
+from daemon.plugin.joiner import (
     DeadLetter,
     Emit,
     InputRecord,
@@ -17,7 +18,6 @@ from daemon.joiners.base import (
     JoinerContext,
     JoinerOptions,
 )
-from daemon.pipeline.durations import DurationMs
 
 WindowMode = Literal["inner", "left", "outer"]
 """``inner``: only pairs; ``left``: also each left record that found no partner, with a null

@@ -39,6 +39,7 @@ def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[
 
 def create_topics(client_conf: dict[str, str], topics: dict[str, int]) -> None:
     """Create the topics that do not exist yet, with the given partition counts."""
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
     from confluent_kafka.admin import NewTopic
 
     present = existing_topics(client_conf)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from daemon.engine.wire import partition_name
+from daemon.model.wire import partition_name
 
 RANGE_FETCH = {
     "fetch.wait.max.ms": 10,

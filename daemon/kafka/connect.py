@@ -21,7 +21,7 @@ from daemon.errors import ConfigError
 from daemon.secrets import redact
 
 if TYPE_CHECKING:
-    from daemon.pipeline.config import PipelineFile
+    from daemon.model.config import PipelineFile
 
 _AUTHENTICATION = -169  # librdkafka's RD_KAFKA_RESP_ERR__AUTHENTICATION
 _SSL = -181  # RD_KAFKA_RESP_ERR__SSL
@@ -50,6 +50,7 @@ def _setting_text(value: str | bool | int | float) -> str:
 
 def consumer(conf: dict[str, str], own: Mapping[str, Any] | None = None) -> Any:
     """A Consumer with the cluster's settings and ``own`` settings of its job."""
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
     from confluent_kafka import Consumer
 
     return Consumer({**conf, **(own or {})})
@@ -57,6 +58,7 @@ def consumer(conf: dict[str, str], own: Mapping[str, Any] | None = None) -> Any:
 
 def producer(conf: dict[str, str], own: Mapping[str, Any] | None = None) -> Any:
     """A Producer with the cluster's settings and ``own`` settings of its job."""
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
     from confluent_kafka import Producer
 
     return Producer({**conf, **(own or {})})
@@ -64,6 +66,7 @@ def producer(conf: dict[str, str], own: Mapping[str, Any] | None = None) -> Any:
 
 def admin(conf: dict[str, str], errors: ClientErrors | None = None) -> Any:
     """An AdminClient with the cluster's settings, its log off; its errors go to ``errors``."""
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
     from confluent_kafka.admin import AdminClient
 
     extra: dict[str, Any] = {} if errors is None else {"error_cb": errors}

@@ -12,7 +12,7 @@ out: most can change between runs (a cap, a timeout), and the joiner's own state
 what it needs.
 
 The state's layout records the version of the state format
-(:data:`~daemon.engine.state_format.STATE_FORMAT`) and the number of state buckets: an
+(:data:`~daemon.operator.state_format.STATE_FORMAT`) and the number of state buckets: an
 enrichd refuses a checkpoint of a newer format with one line rather than misread it, and
 reads every older format it knows.
 """
@@ -23,9 +23,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from daemon.engine.state_format import STATE_FORMAT
 from daemon.errors import ConfigError
-from daemon.pipeline.config import InputConfig, PipelineConfig
+from daemon.model.config import InputConfig, PipelineConfig
+from daemon.operator.state_format import STATE_FORMAT
+from daemon.state.seed import seed_of
 
 SHAPE_FILE = "enrichd-pipeline.json"
 
@@ -99,7 +100,6 @@ def check_checkpoint(pipe: PipelineConfig) -> None:
     """
     path = Path(pipe.checkpoint) / SHAPE_FILE
     shape = shape_of(pipe)
-    from daemon.state.seed import seed_of
 
     started = ran_a_batch(pipe.checkpoint) or seed_of(pipe.checkpoint) is not None
     if not path.exists() or not started:

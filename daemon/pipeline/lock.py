@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from daemon.errors import EnrichdError
-from daemon.pipeline.config import PipelineFile
+from daemon.model.config import PipelineFile
 
 LOCK_NAME = "enrichd.lock"
 

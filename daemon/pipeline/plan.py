@@ -5,30 +5,34 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from daemon.engine.wire import OUTPUT, SOURCE
+from pydantic import ValidationError
+
 from daemon.errors import ConfigError, KafkaUnavailableError
 from daemon.formats.avro.codec import AvroCodec, record_fields
-from daemon.formats.keys import KafkaKeyCodec
+from daemon.formats.kafka_keys import KafkaKeyCodec
 from daemon.formats.serdes import codec_for as codec_for  # where callers look for it
 from daemon.formats.serdes import key_codec_for
-from daemon.joiners.base import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
-from daemon.kafka.source_spec import SourceInput, SourceSpec
-from daemon.kafka.task_output import OutputSpec
-from daemon.pipeline.config import PipelineConfig, PipelineFile
-from daemon.plugins import registry
+from daemon.model.config import PipelineConfig, PipelineFile
+from daemon.model.wire import OUTPUT, SOURCE
+from daemon.operator.processor import JoinerProcessor, OperatorPlan
+from daemon.plugin.host import registry
+from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
+from daemon.sink.spark_sink import KafkaSink
+from daemon.sink.task_output import OutputSpec
+from daemon.source.spark_source import KafkaSource
+from daemon.source.spec import SourceInput, SourceSpec
+from daemon.state.seed import discard_if_applied, seed_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from daemon.engine.processor import OperatorPlan
-
 
 WAKEUP_MS = 1000
 """How often a query whose joiner wakes quiet keys looks for due timers while no record comes
-in, when the pipeline sets no trigger (see :data:`daemon.engine.wire.CLOCK`)."""
+in, when the pipeline sets no trigger (see :data:`daemon.model.wire.CLOCK`)."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,6 @@ class PipelinePlan:
 
 def make_joiner(pipe: PipelineConfig, output_fields: tuple[str, ...] = ()) -> tuple[Joiner, str]:
     """Instantiate the pipeline's joiner with its validated options; also name its plugin."""
-    from pydantic import ValidationError
-
     registered = registry().get(pipe.joiner)
     cls = registered.cls
     if not cls.implemented:
@@ -86,8 +88,6 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         ConfigError: the joiner, its options or a schema is wrong.
         KafkaUnavailableError: the broker is unreachable or an input topic is missing.
     """
-    from daemon.engine.processor import OperatorPlan
-
     mismatch = pipe.key_parts_mismatch()
     if mismatch is not None:
         raise ConfigError(f"pipeline {pipe.name!r}: {mismatch}")
@@ -178,8 +178,6 @@ def _downstream_plan(
     It reads the pipeline's output topic (role ``joined``) and, when the first stage
     retracts, its retractions (role ``retracted``).
     """
-    from daemon.engine.processor import OperatorPlan
-
     if stage.output not in outputs:
         raise ConfigError(
             f"pipeline {pipe.name!r}: joiner {pipe.joiner!r} writes output {stage.output!r}; "
@@ -231,11 +229,8 @@ def _downstream_plan(
 def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     """Start the pipeline's streaming query: source, joiner operator (which writes), sink.
 
-    The sink only adds up the operator's counts for the metrics (:mod:`daemon.kafka.sink`).
+    The sink only adds up the operator's counts for the metrics (:mod:`daemon.sink.spark_sink`).
     """
-    from daemon.engine.processor import JoinerProcessor
-    from daemon.state.seed import discard_if_applied, seed_of
-
     pipe = plan.config
     joiner = plan.operator.joiner
     # A checkpoint that `daemon reset` or `daemon rescale` made starts from its seed.
@@ -244,7 +239,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     # Processing time drives state TTL and the timers of joiners that wake up quiet keys.
     wakes = joiner.wakes_up()
     time_mode = "ProcessingTime" if joiner.state_ttl_ms() or wakes else "None"
-    # As many read tasks as the cluster runs at once: see daemon.kafka.planning. A joiner that
+    # As many read tasks as the cluster runs at once: see daemon.source.planning. A joiner that
     # wakes keys gets a batch at least every trigger interval (or WAKEUP_MS) from the
     # source's clock, since Spark fires timers only in batches.
     source = replace(
@@ -258,7 +253,8 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         # in arrival order. A seed without state starts empty, so it bootstraps.
         inputs = tuple(replace(spec, bootstrap=False) for spec in source.inputs)
         source = replace(source, inputs=inputs)
-    stream: Any = spark.readStream.format("enrichd-kafka").option("spec", source.encode()).load()
+    register_data_sources(spark)
+    stream: Any = spark.readStream.format(KafkaSource.name()).option("spec", source.encode()).load()
     joined = stream.groupBy(SOURCE.column("bucket")).transformWithState(
         statefulProcessor=JoinerProcessor(plan.operator, plan.output),
         outputStructType=OUTPUT.ddl,
@@ -267,7 +263,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         initialState=seed.initial_state(spark) if seed is not None and seed.has_state else None,
     )
     writer = (
-        joined.writeStream.format("enrichd-kafka-sink")
+        joined.writeStream.format(KafkaSink.name())
         .option("spec", plan.output.encode())
         .option("checkpointLocation", str(pipe.checkpoint))
         .queryName(pipe.name)
@@ -275,3 +271,15 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     if pipe.trigger:
         writer = writer.trigger(processingTime=f"{pipe.trigger} milliseconds")
     return writer.start()
+
+
+def register_data_sources(spark: SparkSession) -> None:
+    """Register enrichd's Kafka source and sink with ``spark`` unless they are already.
+
+    A query names them by format: ``enrichd-kafka`` (:class:`KafkaSource`) and
+    ``enrichd-kafka-sink`` (:class:`KafkaSink`).
+    """
+    registered = spark._jsparkSession.sessionState().dataSourceManager()
+    for source in (KafkaSource, KafkaSink):
+        if not registered.dataSourceExists(source.name()):
+            spark.dataSource.register(source)

@@ -5,7 +5,7 @@ there, since nothing further can be trusted), then checks every pipeline against
 installed joiners and its schema files and collects every problem instead of stopping at the
 first, so one run of ``daemon validate`` shows everything to fix. Each problem is one line
 naming the file and the field, in the same ``FILE: pipeline[i] (name).FIELD: message`` form
-as the shape problems of :func:`daemon.pipeline.config.load_pipeline_file`.
+as the shape problems of :func:`daemon.model.config.load_pipeline_file`.
 
 No Spark is started and, unless asked with ``check_topics``, no broker is contacted. The
 Schema Registry of ``[schema_registry]``, when there is one, is asked what a start would
@@ -28,13 +28,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from daemon.errors import ConfigError, SchemaError, UnknownJoinerError
+from daemon.errors import ConfigError, KafkaUnavailableError, SchemaError, UnknownJoinerError
 from daemon.formats.avro.codec import load_schema_file, record_fields
 from daemon.formats.checks import RegistryCheck, serde_problems
-from daemon.joiner_info import describe_joiner
-from daemon.joiners.base import Joiner, JoinerContext
-from daemon.pipeline.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
-from daemon.plugins import JoinerRegistry, registry
+from daemon.formats.registry import client_settings, new_client
+from daemon.kafka.admin import existing_topics
+from daemon.kafka.connect import client_conf
+from daemon.model.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
+from daemon.plugin.describe import describe_joiner
+from daemon.plugin.host import JoinerRegistry, registry
+from daemon.plugin.joiner import Joiner, JoinerContext
 
 _TOPIC_TIMEOUT_S = 5.0
 
@@ -88,7 +91,6 @@ def _registry_problems(parsed: PipelineFile, path: Path) -> list[str]:
     """Whether the registry client takes ``[schema_registry]``'s settings (no request made)."""
     if parsed.schema_registry is None:
         return []
-    from daemon.formats.registry import client_settings, new_client
 
     try:
         new_client(client_settings(parsed.schema_registry, parsed.kafka))
@@ -225,9 +227,6 @@ def _topic_problems(parsed: PipelineFile, path: Path) -> list[str]:
             f"{path}: kafka.bootstrap_servers: checking topics needs a broker address; "
             "set [kafka] bootstrap_servers or leave out --check-topics"
         ]
-    from daemon.errors import KafkaUnavailableError
-    from daemon.kafka.admin import existing_topics
-    from daemon.kafka.connect import client_conf
 
     try:
         existing = set(existing_topics(client_conf(parsed), timeout=_TOPIC_TIMEOUT_S))

@@ -6,11 +6,11 @@ How it works: three sources feed one :class:`Metrics` registry and one :class:`H
   source's start and end offsets per ``topic/partition`` give the records read per input, its
   ``durationMs.triggerExecution`` the batch duration, and the state operator's
   ``numRowsTotal`` the rows of join state (one per state bucket in use), when Spark counts
-  them (see :data:`daemon.engine.session.TRACK_STATE_ROWS`; off by default). Idle reports, which
+  them (see :data:`daemon.spark.session.TRACK_STATE_ROWS`; off by default). Idle reports, which
   Spark sends about every 10 s while no data comes, only say the query is alive.
-- The Kafka sink's per-batch counts (``daemon.service.metrics_relay``): records written per output
+- The Kafka sink's per-batch counts (``daemon.sink.metrics_relay``): records written per output
   and dead letters per reason, of committed batches only; the end-to-end latency of the
-  records written (:mod:`daemon.service.latency`), and each input's newest event time read, from
+  records written (:mod:`daemon.model.latency`), and each input's newest event time read, from
   which the event-time lag is the time since, at each scrape.
 - The supervisor: failures and restarts of each pipeline's query, whether it is running.
 
@@ -35,8 +35,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from daemon.engine.wire import is_partition_name, split_partition_name
-from daemon.service.latency import LATENCY_BUCKETS, Tally
+from daemon.model.latency import LATENCY_BUCKETS, Tally
+from daemon.model.wire import is_partition_name, split_partition_name
 
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Micro-batches take from ~0.2 s (stateless) to minutes (a large first batch after downtime)."""
@@ -89,7 +89,7 @@ class LatencyHistogram(Collector):
     """``enrichd_end_to_end_latency_seconds`` per pipeline and output, from the tasks' tallies.
 
     A collector of its own, since the observations arrive already counted per bucket
-    (:mod:`daemon.service.latency`), which ``prometheus_client.Histogram`` cannot take in.
+    (:mod:`daemon.model.latency`), which ``prometheus_client.Histogram`` cannot take in.
     """
 
     name = "enrichd_end_to_end_latency_seconds"

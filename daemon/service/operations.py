@@ -5,7 +5,7 @@ and is fed from three places. A Spark ``StreamingQueryListener`` hears every pro
 report of every query; it marks the query alive at once and hands the report to a worker thread,
 which turns it into metrics and, every few seconds, samples each input partition's log end
 for the lag (network calls stay off the supervisor's thread). The sink's per-batch counts
-arrive through :class:`daemon.service.metrics_relay.MetricsRelay`. And the supervisor calls
+arrive through :class:`daemon.sink.metrics_relay.MetricsRelay`. And the supervisor calls
 :meth:`Operations.tick` every half second with its pipelines: which queries run, failures
 and restarts, and from that ``READY=1`` (once every query has started), ``WATCHDOG=1`` pings
 (only while no query is stalled, so systemd restarts a daemon whose micro-batches hang) and
@@ -23,12 +23,18 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from daemon.engine.wire import partition_name, split_partition_name
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+from pyspark.sql.streaming import StreamingQueryListener
+
+from daemon.kafka import connect
+from daemon.model.wire import partition_name, split_partition_name
 from daemon.secrets import redact
 from daemon.service.http_endpoint import MetricsServer, serve_http
-from daemon.service.metrics_relay import MetricsRelay
 from daemon.service.notify import Notifier
 from daemon.service.observability import Health, Metrics, OutputVisibility, PipelineView
+from daemon.sink.metrics_relay import MetricsRelay
+from daemon.spark.session import TRACK_STATE_ROWS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,9 +85,7 @@ class LogOffsets:
         self._admin: Any = None
 
     def _watermarks(self, names: Sequence[str]) -> dict[str, tuple[int, int]]:
-        from confluent_kafka import TopicPartition
 
-        from daemon.kafka import connect
 
         if self._consumer is None:
             self._consumer = connect.consumer(
@@ -113,11 +117,6 @@ class LogOffsets:
 
         Both by ListOffsets (latest), read committed and read uncommitted.
         """
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        from daemon.kafka import connect
-
         if self._admin is None:
             self._admin = connect.admin(self.client_conf)
         metadata = self._admin.list_topics(timeout=5).topics
@@ -204,10 +203,6 @@ class Operations:
 
     def attach(self, spark: SparkSession) -> None:
         """Listen to the progress reports of every query of ``spark``."""
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        from daemon.engine.session import TRACK_STATE_ROWS
-
         self.metrics.state_rows_counted = spark.conf.get(TRACK_STATE_ROWS, "true") == "true"
         operations = self
 

@@ -15,7 +15,7 @@ the batch that was in flight when the signal came. Only then is it stopped, whic
 at most the planning of the next batch. If the deadline comes first it is stopped anyway.
 That is safe, not just polite: an interrupted micro-batch was never committed to the
 checkpoint, so the next start runs it again with the same offsets and state, and the
-joiner operator's transactional output (``daemon.kafka.task_output``) writes nothing for a
+joiner operator's transactional output (``daemon.sink.task_output``) writes nothing for a
 batch whose output already landed. Waiting first avoids leaving a Kafka transaction open,
 which matters on brokers that show aborted records to ``read_committed`` readers (Tansu 0.6
 does). The process exits 0 within the stop timeout, by force if the JVM does not let go in
@@ -32,14 +32,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daemon.errors import KafkaUnreachableError, failure_reason
-from daemon.pipeline.config import PipelineFile
+from daemon.model.config import PipelineFile
+from daemon.pipeline.checkpoint import check_checkpoint
+from daemon.pipeline.lock import lock_checkpoints
 from daemon.pipeline.plan import PipelinePlan, client_conf, plan_pipeline, start_query
+from daemon.service.operations import Operations
 from daemon.signals import StopRequest
+from daemon.spark import spark_output
+from daemon.spark.session import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from daemon.service.operations import Operations
 
 log = logging.getLogger("enrichd.service")
 
@@ -194,12 +198,6 @@ def run_service(
         CheckpointInUseError: another daemon runs on one of the checkpoints.
         IncompatibleCheckpointError: a checkpoint was written by a pipeline of another shape.
     """
-    from daemon.engine import spark_output
-    from daemon.engine.session import spark_session
-    from daemon.pipeline.checkpoint import check_checkpoint
-    from daemon.pipeline.lock import lock_checkpoints
-    from daemon.service.operations import Operations
-
     conf = client_conf(file)
     # Held until the process ends: a second daemon on these checkpoints is refused.
     locks = lock_checkpoints(file)

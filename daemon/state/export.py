@@ -4,7 +4,7 @@ Runs in Spark (``mapInArrow``), so that a large state is moved by the executors,
 gathered in one process: each stored bucket (or each row of a seed that no micro-batch
 applied yet) becomes a row per key, ``bucket int, key string, entry binary``, with the key's
 bucket among ``buckets`` and its entry portable
-(:func:`~daemon.engine.state_format.encode_portable`: the state with its stashes' values
+(:func:`~daemon.operator.state_format.encode_portable`: the state with its stashes' values
 inline). :func:`seed_rows` groups them back into a row per bucket, as a seed holds them.
 """
 
@@ -15,9 +15,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from pyspark.sql import functions as F  # noqa: N812
 
-from daemon.engine.state_format import STATE, encode_portable
-from daemon.kafka.records import bucket_of
+from daemon.model.routing import bucket_of
+from daemon.operator.state_format import STATE, encode_portable
 from daemon.state.reader import CheckpointState, StoredBucket
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ _KEYS_ARROW = pa.schema([("bucket", pa.int32()), ("key", pa.string()), ("entry",
 
 def committed_keys(state: CheckpointState, buckets: int) -> DataFrame:
     """Every key of the committed state, portable, in its bucket among ``buckets``."""
-    from pyspark.sql import functions as F  # noqa: N812
-
     chunks = state.chunks_frame().groupBy("bucket").agg(F.collect_list("chunk").alias("chunks"))
     stored = state.buckets_frame().join(chunks, "bucket", "left")
     return stored.mapInArrow(partial(_export_buckets, buckets=buckets), KEYS_SCHEMA)
@@ -44,8 +43,6 @@ def seeded_keys(seed_state: DataFrame, buckets: int) -> DataFrame:
 
 def seed_rows(keys: DataFrame) -> DataFrame:
     """Keys of :data:`KEYS_SCHEMA` as a seed's rows: one per bucket with all its keys."""
-    from pyspark.sql import functions as F  # noqa: N812
-
     return keys.groupBy("bucket").agg(F.collect_list(F.struct("key", "entry")).alias("keys"))
 
 

@@ -3,7 +3,7 @@
 - ``earliest``: the partition's first offset still in the log (its low watermark).
 - ``latest``: its end, as a ``read_committed`` reader finds it: the high watermark of a Fetch
   response, read by fetching from where ListOffsets puts the end (some brokers' ListOffsets
-  under-report it; see ``daemon.kafka.planning``).
+  under-report it; see ``daemon.source.planning``).
 - a time (epoch milliseconds, or ISO 8601 such as ``2026-11-20T09:00:00Z``; UTC when it names
   no zone): the first record whose Kafka timestamp is at or after it, as Kafka's
   offsets-for-times lookup and Kafka Streams' reset tool define it; the end when no record
@@ -20,10 +20,12 @@ from __future__ import annotations
 import datetime
 from typing import Any, Literal
 
-from daemon.engine.wire import partition_name
+from confluent_kafka import TopicPartition
+
 from daemon.errors import ConfigError
 from daemon.kafka import connect
 from daemon.kafka.clients import read_partition
+from daemon.model.wire import partition_name
 
 Target = Literal["earliest", "latest"] | int
 """Where to start: the earliest offsets, the latest, or the first record at or after a time
@@ -61,8 +63,6 @@ def parse_target(text: str) -> Target:
 
 def positions(client_conf: dict[str, str], topics: list[str], target: Target) -> dict[str, int]:
     """Where each partition of ``topics`` starts for ``target``: ``"topic/partition"`` -> offset."""
-    from confluent_kafka import TopicPartition
-
     consumer = connect.consumer(client_conf, _READER)
     found: dict[str, int] = {}
     try:
@@ -95,8 +95,6 @@ def _position(consumer: Any, tp: Any, target: Target) -> int:
 
 def _end(consumer: Any, tp: Any) -> int:
     """The partition's end, past its last committed record (see the module docstring)."""
-    from confluent_kafka import TopicPartition
-
     _, listed = consumer.get_watermark_offsets(tp, timeout=10)
     start = TopicPartition(tp.topic, tp.partition, max(listed - 1, 0))
     position = start.offset
@@ -107,7 +105,6 @@ def _end(consumer: Any, tp: Any) -> int:
 
 
 def _broker_lookup(consumer: Any, tp: Any, at: int, end: int) -> int | None:
-    from confluent_kafka import TopicPartition
 
     (answer,) = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, at)], 10)
     if answer.error is not None:
@@ -117,8 +114,6 @@ def _broker_lookup(consumer: Any, tp: Any, at: int, end: int) -> int | None:
 
 def _first_from(consumer: Any, tp: Any, offset: int, end: int) -> Any:
     """The first record delivered at or after ``offset`` (None: none before ``end``)."""
-    from confluent_kafka import TopicPartition
-
     for records in read_partition(consumer, TopicPartition(tp.topic, tp.partition, offset), end):
         return records[0]
     return None
@@ -138,7 +133,6 @@ def _holds(consumer: Any, tp: Any, at: int, answer: int, low: int, end: int) -> 
 
 
 def _scan(consumer: Any, tp: Any, at: int, low: int, end: int) -> int:
-    from confluent_kafka import TopicPartition
 
     for records in read_partition(consumer, TopicPartition(tp.topic, tp.partition, low), end):
         for record in records:

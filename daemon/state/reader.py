@@ -8,7 +8,7 @@ operator's ``state_bucket`` (a row per state bucket: its label and the stored bu
 ``stash_chunks`` (a row per chunk of each bucket's stash log). This module pins the
 micro-batch it reads to the last one in the checkpoint's commit log, and hands the buckets on
 as :class:`StoredBucket`, which decodes them with the state format
-(:mod:`daemon.engine.state_format`).
+(:mod:`daemon.operator.state_format`).
 
 Spark's offset and commit logs (``offsets/N``, ``commits/N``) are read here too, as files: a
 line ``v1``, a line of batch metadata, then a line of offsets per source (enrichd's queries
@@ -24,10 +24,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.engine import blobs
-from daemon.engine.stash_log import StashLog
-from daemon.engine.state_format import Bucket, decode_bucket
-from daemon.pipeline.config import PipelineFile, SparkConfig
+from pyspark.sql import functions as F  # noqa: N812
+
+from daemon.model.config import PipelineFile, SparkConfig
+from daemon.operator import state_compression
+from daemon.operator.stash_log import StashLog
+from daemon.operator.state_format import Bucket, decode_bucket
+from daemon.spark.session import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -88,7 +91,7 @@ class StoredBucket:
     @cached_property
     def bucket(self) -> Bucket:
         """The bucket, decoded."""
-        return decode_bucket(blobs.decompress(self.blob))
+        return decode_bucket(state_compression.decompress(self.blob))
 
     def log(self) -> StashLog:
         """The bucket's stash log, read only: what a loaded key state's stashes read from."""
@@ -151,8 +154,6 @@ class CheckpointState:
 
     def sizes(self) -> Iterator[tuple[StoredBucket, int]]:
         """Every stored bucket (without its chunks) and the bytes its chunks take."""
-        from pyspark.sql import functions as F  # noqa: N812
-
         sized = self.chunks_frame().groupBy("bucket").agg(F.sum(F.length("chunk")).alias("size"))
         for row in self.buckets_frame().join(sized, "bucket", "left").toLocalIterator():
             yield StoredBucket(row.bucket, bytes(row.blob)), int(row.size or 0)
@@ -165,8 +166,6 @@ def state_session(file: PipelineFile) -> SparkSession:
     The file's Hadoop settings (``spark.hadoop.*``, how to reach the checkpoint's file
     system) and state store settings carry over.
     """
-    from daemon.engine.session import spark_session
-
     conf = {
         key: value
         for key, value in file.spark.conf.items()

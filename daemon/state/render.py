@@ -1,7 +1,7 @@
 """A joiner's state as JSON: what ``daemon state --key`` prints.
 
 A joiner keeps any picklable Python object per key; this turns the usual ones into JSON:
-mappings (a :class:`~daemon.joiners.stash.Stash` too, its values read from the bucket's
+mappings (a :class:`~daemon.plugin.stash.Stash` too, its values read from the bucket's
 log), sequences and sets, dataclasses (input records, the joiner's own state classes) as
 their fields, bytes as text (or base64 when they are not UTF-8), dates as ISO 8601. Anything
 else shows as its ``repr``.

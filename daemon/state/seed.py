@@ -8,7 +8,7 @@ old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/`
   asks only of a query without a checkpoint) starts there instead of at the earliest offsets.
 - ``state/`` (only when state is kept): Parquet files of one row per state bucket,
   :data:`SEED_SCHEMA`, each key's entry portable
-  (:func:`~daemon.engine.state_format.encode_portable`). The query hands them to
+  (:func:`~daemon.operator.state_format.encode_portable`). The query hands them to
   ``transformWithState`` as its initial state, which Spark applies in the new checkpoint's
   first micro-batch only (the processor's ``handleInitialState``): this is Spark's own way
   to start a stateful query from existing state, and the state is written to the state

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from daemon.engine.state_format import (
+from daemon.operator.state_format import (
     EVENT_TIME,
     LAST_MS,
     STATE,
@@ -21,7 +21,7 @@ from daemon.engine.state_format import (
     UPDATED_MS,
     decode_portable,
 )
-from daemon.joiners.base import END_OF_TIME
+from daemon.plugin.joiner import END_OF_TIME
 from daemon.state.reader import StoredBucket
 from daemon.state.render import iso_ms, to_json
 

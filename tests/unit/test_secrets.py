@@ -13,7 +13,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from daemon.errors import SchemaRegistryUnavailableError, failure_reason
 from daemon.formats.registry import access_failure
-from daemon.pipeline.environment import expand_environment, expand_text
+from daemon.model.environment import expand_environment, expand_text
 from daemon.secrets import is_secret_key, redact, remember
 from daemon.service.logs import JsonFormatter, TextFormatter
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import daemon.testing
-from daemon.joiners.base import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, JoinerContext
 from daemon.joiners.comap import CoMap
+from daemon.plugin.joiner import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, JoinerContext
 from daemon.testing import JoinerHarness, by_key, run_joiner
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

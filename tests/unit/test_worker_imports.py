@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-WORKER_MODULES = ("daemon.kafka.source", "daemon.kafka.sink")
+WORKER_MODULES = ("daemon.source.spark_source", "daemon.sink.spark_sink")
 
 
 def test_the_source_and_the_sink_load_without_pydantic() -> None:

@@ -1,6 +1,6 @@
 """``latest-n``: an example enrichd joiner plugin, meant to be copied.
 
-Everything a plugin needs is in this module: a :class:`~daemon.joiners.base.Joiner` subclass
+Everything a plugin needs is in this module: a :class:`~daemon.plugin.Joiner` subclass
 typed by its options and its state (``Joiner[LatestNOptions, list[...]]``: mypy then knows
 ``self.options`` and ``state``), and the ``enrichd_register_joiners`` hook that registers it. The
 distribution's ``pyproject.toml`` names this module in the ``enrichd`` entry-point group, so
@@ -14,8 +14,16 @@ from typing import Any
 
 from pydantic import Field
 
-from daemon.hookspecs import Register, hookimpl
-from daemon.joiners.base import DeadLetter, Emit, InputRecord, Joiner, JoinerContext, JoinerOptions
+from daemon.plugin import (
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+    Register,
+    hookimpl,
+)
 
 __all__ = ["LatestN", "LatestNOptions", "enrichd_register_joiners"]
 

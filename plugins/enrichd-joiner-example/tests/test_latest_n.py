@@ -9,7 +9,7 @@ import pytest
 from enrichd_joiner_example import LatestN
 from pydantic import ValidationError
 
-from daemon.plugins import build_registry
+from daemon.plugin.host import build_registry
 from daemon.testing import by_key, replay_joiner, run_joiner
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "example" / "schemas"

@@ -1,1 +1,0 @@
-"""The Spark side: the session, the joiner operator, and starting a pipeline's query."""

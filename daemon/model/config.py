@@ -1,0 +1,468 @@
+"""The pipeline file: its shape as pydantic models, and loading it with every problem reported.
+
+Relative paths in the file (schemas, checkpoints) are resolved against the file's own folder,
+so a pipeline file works the same from any working directory.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from daemon import secrets
+from daemon.errors import ConfigError
+from daemon.model.constants import DEFAULT_STATE_BUCKETS
+from daemon.model.durations import DurationMs
+from daemon.model.envelope import Envelope
+from daemon.model.environment import expand_environment
+from daemon.model.keys import KeyFormat
+
+Delivery = Literal["exactly_once", "at_least_once"]
+"""How output is written: one Kafka transaction per micro-batch and task (``exactly_once``),
+or the idempotent producer without transactions (``at_least_once``)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+ClientValue = str | bool | int | float
+"""A client setting's value, as TOML gives it."""
+
+PATH_SETTINGS = frozenset(
+    {
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.crl.location",
+        "ssl.keystore.location",
+        "sasl.kerberos.keytab",
+    }
+)
+"""Client settings that name a file: a relative path is taken from the pipeline file's folder."""
+
+
+class KafkaConfig(_Strict):
+    """``[kafka]``: where the broker is and how to connect; omitted bootstrap: the embedded one.
+
+    ``client_conf`` holds librdkafka settings (``security.protocol``, ``sasl.*``, ``ssl.*``,
+    ...) given to every Kafka client enrichd makes, on the driver and on every executor.
+    """
+
+    bootstrap_servers: str | None = None
+    client_conf: dict[str, ClientValue] = Field(default_factory=dict)
+
+
+REGISTRY_SETTINGS = (
+    "basic.auth.user.info",
+    "basic.auth.credentials.source",
+    "bearer.auth.credentials.source",
+    "bearer.auth.token",
+    "bearer.auth.logical.cluster",
+    "bearer.auth.identity.pool.id",
+    "bearer.auth.client.id",
+    "bearer.auth.client.secret",
+    "bearer.auth.scope",
+    "bearer.auth.issuer.endpoint.url",
+    "bearer.auth.issuer.endpoint.query",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "proxy",
+    "timeout",
+    "cache.capacity",
+    "cache.latest.ttl.sec",
+    "max.retries",
+    "retries.wait.ms",
+    "retries.max.wait.ms",
+)
+"""The Confluent Schema Registry client's settings that ``[schema_registry]`` takes beside
+``url``."""
+
+CredentialsSource = Literal["USER_INFO", "URL", "SASL_INHERIT"]
+"""Where basic auth credentials come from, as Confluent's clients name it: ``USER_INFO``
+(``basic.auth.user.info``), ``URL`` (the URL's ``user:password@``), ``SASL_INHERIT``
+(``[kafka] client_conf``'s ``sasl.username`` and ``sasl.password``)."""
+
+
+class SchemaRegistryConfig(BaseModel):
+    """``[schema_registry]``: a Confluent Schema Registry, for inputs and outputs by subject.
+
+    Beside ``url`` it takes the registry client's settings by their Confluent names
+    (:data:`REGISTRY_SETTINGS`): basic auth, bearer auth, TLS, timeouts.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    url: str
+
+    @model_validator(mode="after")
+    def _known_settings(self) -> SchemaRegistryConfig:
+        for key, value in self.settings.items():
+            if key not in REGISTRY_SETTINGS:
+                raise ValueError(
+                    f"unknown setting {key!r}; the registry client's settings: url, "
+                    + ", ".join(REGISTRY_SETTINGS)
+                )
+            if not isinstance(value, ClientValue):
+                raise ValueError(f"{key!r} must be a string, number or boolean")
+        source = self.settings.get("basic.auth.credentials.source", "USER_INFO")
+        choices = get_args(CredentialsSource)
+        if source not in choices:
+            raise ValueError(
+                f"basic.auth.credentials.source {source!r} is not one of {', '.join(choices)}"
+            )
+        return self
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The client settings given beside ``url``."""
+        return dict(self.model_extra or {})
+
+
+class ServiceConfig(_Strict):
+    """``[service]``: how ``daemon run`` serves its operator."""
+
+    http: str | None = Field(
+        default=None,
+        pattern=r"^[^:\s]*:\d+$",
+        description="HOST:PORT of /healthz, /readyz and /metrics; unset: no endpoint",
+    )
+
+
+class SparkConfig(_Strict):
+    """``[spark]``: the Spark master and extra Spark configuration."""
+
+    master: str = "local[2]"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+SubjectNameStrategy = Literal["topic", "record", "topic_record"]
+"""How a registry subject is named, as Confluent's serializers name it: ``topic``
+(TopicNameStrategy: ``<topic>-value``, ``<topic>-key``), ``record`` (RecordNameStrategy: the
+record's full name), ``topic_record`` (TopicRecordNameStrategy: ``<topic>-<full name>``)."""
+
+
+class _Serde(_Strict):
+    topic: str = Field(min_length=1)
+    schema_file: Path | None = Field(default=None, alias="schema")
+    subject: str | None = None
+    subject_name_strategy: SubjectNameStrategy | None = None
+    writer_schema: Path | None = None
+    key_format: KeyFormat = "string"
+    key_schema: Path | None = None
+    key_subject: str | None = None
+
+    @model_validator(mode="after")
+    def _one_subject_source(self) -> _Serde:
+        if self.subject is not None and self.subject_name_strategy is not None:
+            raise ValueError("give `subject` or `subject_name_strategy`, not both")
+        if self.writer_schema is not None and self.registry_value:
+            raise ValueError(
+                "`writer_schema` is for plain Avro (`schema` alone); with a registry every "
+                "record names its writer schema"
+            )
+        if self.key_format != "avro" and (self.key_schema or self.key_subject):
+            raise ValueError('`key_schema` and `key_subject` need key_format = "avro"')
+        return self
+
+    @property
+    def auto_registers(self) -> bool:
+        """Whether the schema files are registered under their subjects at start."""
+        return False
+
+    @property
+    def registry_value(self) -> bool:
+        """Whether values use the registry (Confluent framing), rather than plain Avro.
+
+        Plain Avro when ``schema`` is given alone; the registry when a subject is named or
+        is to be named by a strategy, when schemas are auto-registered, or when there is no
+        ``schema`` (then the subject's latest version is the schema).
+        """
+        return (
+            self.schema_file is None
+            or self.subject is not None
+            or self.subject_name_strategy is not None
+            or self.auto_registers
+        )
+
+    @property
+    def registry_key(self) -> bool:
+        """Whether Avro keys use the registry: as :attr:`registry_value`, for the key."""
+        return self.key_format == "avro" and (
+            self.key_schema is None
+            or self.key_subject is not None
+            or self.subject_name_strategy is not None
+            or self.auto_registers
+        )
+
+
+JoinKey = str | list[str]
+"""A join key as configured: a field, or a list of fields for a composite key."""
+
+
+class InputConfig(_Serde):
+    """``[pipeline.inputs.ROLE]``: one input topic, named by the joiner's role it plays."""
+
+    key: JoinKey
+    time: str | None = None
+    field: str | None = None
+    envelope: Envelope | None = None
+
+    @model_validator(mode="after")
+    def _key_parts(self) -> InputConfig:
+        names = [self.key] if isinstance(self.key, str) else self.key
+        if not names or any(not name for name in names):
+            raise ValueError("`key` needs a field name, or a list of them")
+        if len(set(names)) != len(names):
+            raise ValueError(f"`key` names a field twice: {names}")
+        return self
+
+    @property
+    def key_fields(self) -> tuple[str, ...]:
+        """The key's parts as written: one name, or each name of a composite key."""
+        return (self.key,) if isinstance(self.key, str) else tuple(self.key)
+
+
+class OutputConfig(_Serde):
+    """``[pipeline.output]`` or ``[pipeline.outputs.NAME]``: an output topic and its schema."""
+
+    auto_register: bool = False
+
+    @model_validator(mode="after")
+    def _registers_a_file(self) -> OutputConfig:
+        if self.auto_register and self.schema_file is None and self.key_schema is None:
+            raise ValueError(
+                "auto_register registers the `schema` (and `key_schema`) .avsc file under its "
+                "subject; give one"
+            )
+        if self.key_format == "bytes":
+            # An output key is a text (the join key, whose bytes parts are hex digits): writing
+            # it "as bytes" could only mean its UTF-8, which is key_format "string".
+            raise ValueError(
+                'key_format "bytes" is for reading keys: an output key is the join key\'s text '
+                '(a bytes key part is its hex digits); write it as "string", "json" or "avro"'
+            )
+        return self
+
+    @property
+    def auto_registers(self) -> bool:
+        """Whether the schema files are registered under their subjects at start."""
+        return self.auto_register
+
+
+DEFAULT_MAX_RECORDS_PER_BATCH = 500_000
+"""The default cap on the records of one micro-batch. It matters only while a backlog is
+read: each batch pays a fixed cost (planning, checkpoint commits, task start, one Kafka
+transaction per task), and half a million records spread it thin (a pass-through sustained
+a higher rate than with 100,000-record batches: ``BENCHMARKS.md``). A
+pipeline that keeps up reads what arrived since its last batch, whatever the cap."""
+
+
+class PipelineConfig(_Strict):
+    """One ``[[pipeline]]``: a joiner, its inputs, its output and its options."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    joiner: str
+    checkpoint: Path
+    dead_letter_topic: str | None = None
+    inputs: dict[str, InputConfig]
+    output: OutputConfig
+    outputs: dict[str, OutputConfig] = Field(default_factory=dict)
+    """Secondary outputs by name, for joiners that write more than one stream (the running
+    totals of ``lookup``'s aggregation); the joiner says which names it knows."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    max_records_per_batch: int = Field(default=DEFAULT_MAX_RECORDS_PER_BATCH, gt=0)
+    state_buckets: int = Field(default=DEFAULT_STATE_BUCKETS, ge=1, le=65_536)
+    trigger: DurationMs = 0
+    delivery: Delivery = "exactly_once"
+
+    @property
+    def dead_letters(self) -> str:
+        """The dead-letter topic: as configured, else ``NAME.dlq``."""
+        return self.dead_letter_topic or f"{self.name}.dlq"
+
+    def field_of(self, role: str) -> str:
+        """The output field that holds the record of the input playing ``role``."""
+        return self.inputs[role].field or role
+
+    def key_parts_mismatch(self) -> str | None:
+        """Why the inputs' join keys cannot match (their numbers of parts differ), or None."""
+        counts = {role: len(spec.key_fields) for role, spec in self.inputs.items()}
+        if len(set(counts.values())) <= 1:
+            return None
+        described = ", ".join(f"{role} {count}" for role, count in counts.items())
+        return (
+            f"the inputs' keys have different numbers of parts ({described}); records match "
+            "only when every part is equal, so give each input's `key` as many fields"
+        )
+
+
+class PipelineFile(_Strict):
+    """The whole pipeline file."""
+
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    schema_registry: SchemaRegistryConfig | None = None
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    service: ServiceConfig = Field(default_factory=ServiceConfig)
+    pipeline: list[PipelineConfig] = Field(min_length=1)
+    source: Path | None = Field(default=None, exclude=True)
+
+
+class ConfigProblems(ConfigError):
+    """One or more problems in a pipeline file; ``problems`` holds one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _where(data: dict[str, Any], loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for i, part in enumerate(loc):
+        if i == 1 and loc[0] == "pipeline" and isinstance(part, int):
+            pipelines = data.get("pipeline") or []
+            name = pipelines[part].get("name") if part < len(pipelines) else None
+            parts[-1] = f"pipeline[{part}]" + (f" ({name})" if name else "")
+        else:
+            parts.append(str(part))
+    return ".".join(parts)
+
+
+def _describe(error: dict[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key; remove it or check its spelling"
+    if error["type"] == "missing":
+        return "required but missing"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+def _resolve(path: Path | None, base: Path) -> Path | None:
+    return None if path is None else (path if path.is_absolute() else base / path)
+
+
+def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
+    """Validate parsed TOML against the models, resolving paths against ``path``'s folder.
+
+    Raises:
+        ConfigProblems: every shape problem, one line each, naming file and field.
+    """
+    data, missing = expand_environment(path, data)
+    if missing:
+        raise ConfigProblems(missing)
+    try:
+        parsed = PipelineFile.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{path}: {_where(data, tuple(err['loc']))}: {_describe(dict(err))}"
+            for err in exc.errors()
+        ]
+        raise ConfigProblems(problems) from None
+    base = path.resolve().parent
+    pipelines = []
+    for pipe in parsed.pipeline:
+        inputs = {
+            role: spec.model_copy(
+                update={
+                    "schema_file": _resolve(spec.schema_file, base),
+                    "writer_schema": _resolve(spec.writer_schema, base),
+                    "key_schema": _resolve(spec.key_schema, base),
+                }
+            )
+            for role, spec in pipe.inputs.items()
+        }
+        output = _resolve_output(pipe.output, base)
+        outputs = {name: _resolve_output(spec, base) for name, spec in pipe.outputs.items()}
+        pipelines.append(
+            pipe.model_copy(
+                update={
+                    "inputs": inputs,
+                    "output": output,
+                    "outputs": outputs,
+                    "checkpoint": _resolve(pipe.checkpoint, base),
+                }
+            )
+        )
+    kafka = parsed.kafka.model_copy(
+        update={"client_conf": _resolve_settings(parsed.kafka.client_conf, base)}
+    )
+    registry = parsed.schema_registry
+    if registry is not None:
+        registry = SchemaRegistryConfig.model_validate(
+            {"url": registry.url, **_resolve_settings(registry.settings, base)}
+        )
+        secrets.remember(registry.settings, url=registry.url)
+    secrets.remember(kafka.client_conf)
+    return parsed.model_copy(
+        update={
+            "pipeline": pipelines,
+            "source": path,
+            "kafka": kafka,
+            "schema_registry": registry,
+        }
+    )
+
+
+def _resolve_output(spec: OutputConfig, base: Path) -> OutputConfig:
+    return spec.model_copy(
+        update={
+            "schema_file": _resolve(spec.schema_file, base),
+            "key_schema": _resolve(spec.key_schema, base),
+        }
+    )
+
+
+def _resolve_settings(settings: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Client settings with the relative paths of file settings resolved against ``base``."""
+    return {
+        key: (
+            str(base / value)
+            if key in PATH_SETTINGS
+            and isinstance(value, str)
+            and value not in ("", "probe")
+            and not Path(value).is_absolute()
+            else value
+        )
+        for key, value in settings.items()
+    }
+
+
+def load_pipeline_file(path: Path) -> PipelineFile:
+    """Read and validate a pipeline file's shape (not yet its joiners, schemas or topics).
+
+    Raises:
+        ConfigProblems: the file is missing, is not TOML, or has shape problems.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigProblems([f"{path}: no such file"]) from None
+    except OSError as exc:
+        raise ConfigProblems([f"{path}: cannot read: {exc.strerror}"]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigProblems([f"{path}: not valid TOML: {exc}"]) from None
+    return parse_pipeline_file(path, data)
+
+
+def pick_pipeline(file: PipelineFile, name: str | None) -> PipelineConfig:
+    """The pipeline a command works on: the one named, or the file's only one.
+
+    Raises:
+        ConfigError: no pipeline has that name, or none is named and the file has several.
+    """
+    names = [p.name for p in file.pipeline]
+    if name is None:
+        if len(file.pipeline) > 1:
+            raise ConfigError(f"{file.source} has pipelines {names}; choose one with --pipeline")
+        return file.pipeline[0]
+    for pipe in file.pipeline:
+        if pipe.name == name:
+            return pipe
+    raise ConfigError(f"no pipeline {name!r} in {file.source}; pipelines: {names}")

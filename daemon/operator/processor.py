@@ -1,0 +1,534 @@
+"""The joiner operator: a ``transformWithState`` processor that runs any :class:`Joiner`.
+
+Records of a micro-batch arrive grouped by state bucket (a hash of the join key into the
+pipeline's ``state_buckets``), packed many to a row by the source
+(:class:`~daemon.model.wire.SourceRow`). The processor is the Spark side of the engine: it
+decodes a call's records by join key, loads the bucket from Spark's state store, hands both to
+the engine core (:class:`~daemon.operator.core.EngineCore`: apply order, each key's clock, end
+of input, state TTL, wake-ups), stores the bucket back with one timer, and writes what the
+joiner yielded to Kafka: Avro-encoded output records with provenance headers, and dead
+letters with their original bytes and the reason. A joiner that raises does not stop the
+pipeline: that key's records go to the dead-letter topic with the exception, and the key's
+state stays as it was.
+
+Why the operator writes, not a sink after it: handing records on to a sink costs two more
+crossings between Python and the JVM, one out of this worker and one into the sink's, which
+cost more than the writing. The task's records go into one Kafka
+transaction (:class:`~daemon.sink.task_output.TaskOutput`), committed when Spark closes the
+operator at the end of the task, just before Spark commits the task's state; a replay of a
+batch whose transaction landed recomputes the state and writes nothing. What reaches the
+sink is one row of counts per call, for the metrics.
+
+Why packs: see :class:`~daemon.model.wire.SourceRow`. The processor reads a pack's records
+a column at a time, as named tuples. Why the Row-based ``transformWithState`` and not
+``transformWithStateInPandas``: PySpark's Row flavour converts each cell one Arrow scalar at a
+time, which was too slow when each record was a row, but a call now gets a few packs; the
+pandas flavour built frames for them and for each call's counts row, which made the latency
+run's batches slower.
+
+Why buckets: every state-store call is a round trip between the Python worker and the JVM,
+and per-key calls (set the key, read, write) cost about a millisecond per key and
+micro-batch, more than the joining. A bucket is one value holding its keys' states, each
+pickled on its own, so a micro-batch reads and writes each touched bucket once and unpickles
+only the keys it has rows for; the bucket is stored as plain data in enrichd's state format
+(:mod:`daemon.operator.state_format`), compressed (:mod:`daemon.operator.state_compression`).
+Values a joiner keeps in a :class:`~daemon.plugin.stash.Stash` are not in the bucket: they are
+appended to the bucket's stash log once, and read only when looked at
+(:mod:`daemon.operator.stash_log`).
+
+Time: when the joiner wants a wake-up (:meth:`Joiner.wakeup_ms`) or the key's state has a
+TTL, the bucket notes when the key is due (:mod:`daemon.operator.core`), and the processor keeps
+one processing-time timer at or before its earliest due key; when it fires, the core ticks the
+bucket. An end-of-input marker row (see :data:`daemon.model.wire.CONTROL_INPUT`) ends its
+key's input, after the records of its micro-batch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property, partial
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Row as SparkRow
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from daemon.errors import SchemaRegistryUnavailableError
+from daemon.formats.avro.codec import AvroCodec
+from daemon.formats.kafka_keys import KafkaKeyCodec
+from daemon.model.envelope import Envelope, unwrap
+from daemon.model.latency import compact
+from daemon.model.wire import (
+    CONTROL_INPUT,
+    DEAD_LETTER_ROUTE,
+    INPUT,
+    CallCounts,
+    InputRow,
+    OutputRow,
+    counts_row,
+    unpack,
+)
+from daemon.operator import state_compression
+from daemon.operator.core import EngineCore, KeyBatch
+from daemon.operator.stash_log import StashLog
+from daemon.operator.state_format import Bucket, decode_bucket, decode_portable, encode_bucket
+from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, Joiner, input_record
+from daemon.sink.task_output import OutputSpec, TaskOutput
+from daemon.spark.worker_gc import freeze_loaded
+
+BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
+"""Schema of the bucket's value state (a StructType: a DDL string would cost a call to the JVM
+to parse it in every task)."""
+CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
+"""Schema of the bucket's list state of stash chunks (:mod:`daemon.operator.stash_log`)."""
+
+
+Send = Callable[[tuple[Any, ...]], None]
+"""Takes one output row: an :class:`~daemon.model.wire.OutputRow`, or a plain tuple of its
+columns in order (the hot path builds those: a named tuple's constructor is a Python call)."""
+
+
+@dataclass(frozen=True)
+class OperatorPlan:
+    """What the processor needs on executors; pickled with it."""
+
+    joiner: Joiner
+    codecs: dict[str, AvroCodec]
+    output_codec: AvroCodec
+    output_topic: str
+    dead_letter_topic: str
+    plugin: str
+    outputs: dict[str, tuple[str, AvroCodec]] | None = None
+    """Secondary outputs by name: topic and codec."""
+    inputs: tuple[tuple[str, str], ...] = ()
+    """Role and topic of each input, in the source's order (a row's ``input``)."""
+    envelopes: dict[str, Envelope] | None = None
+    """The value envelope of each role that has one (``debezium``)."""
+    output_keys: dict[str | None, KafkaKeyCodec] | None = None
+    """How keys are written, by output (None: the main one), where not as UTF-8 text."""
+
+
+class JoinerProcessor(StatefulProcessor):
+    """Runs a joiner over the records of one state bucket per call (see the module docstring)."""
+
+    def __init__(self, plan: OperatorPlan, output: OutputSpec) -> None:
+        self.plan = plan
+        self.spec = output
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the state variables: the bucket and its stash log."""
+        freeze_loaded()
+        self.handle = handle
+        self.output: TaskOutput | None = None  # opened at the task's first call
+        self._stamps: dict[str, list[int]] = {}
+        """Source timestamps of the call's output records, by topic (``daemon.model.latency``)."""
+        self._newest: dict[int, int] = {}
+        """The newest event time of the call's records, by input (event-time lag)."""
+        self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
+        self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
+        envelopes = self.plan.envelopes or {}
+        self._decoders = tuple(
+            _decoder(self.plan.codecs[role], envelopes.get(role)) for role, _ in self.plan.inputs
+        )
+        """Each input's value decoder, by a row's ``input``: its codec's, unwrapping the
+        row of an envelope."""
+        self._emitted = self._keyed_output if self.plan.output_keys else self._output
+        self._send: Send = _unsent
+        self._raw = _Originals([], ())
+        """Where the current call's rows go, and its input rows by origin (for dead letters)."""
+        self.core = EngineCore(self.plan.joiner, self)
+        """The apply loop; made here, on the executor: it holds this processor's methods."""
+
+    def handleInputRows(  # noqa: N802
+        self,
+        key: Any,
+        rows: Iterator[SparkRow],
+        timerValues: Any,  # noqa: N803
+    ) -> Iterator[SparkRow]:
+        """Apply this micro-batch's packs of one bucket, key by key."""
+        self._input_rows(rows, timerValues, self._sender())
+        yield from self._counts()
+
+    def _input_rows(self, packs: Iterator[SparkRow], timer_values: Any, send: Send) -> None:
+        """Group the call's records by key and hand them to the core (:mod:`.core`)."""
+        by_key: dict[str, list[InputRow]] = {}
+        for row in _rows_of(packs, self._newest):
+            if row.key == DEAD_LETTER_ROUTE:
+                kind, _, reason = (row.error or "Error: unknown").partition(": ")
+                send(self._dead_letter(row, kind, reason))
+            else:
+                by_key.setdefault(row.key, []).append(row)
+        if not by_key:
+            return
+        self._send = send
+        bucket, log, stored = self._load_bucket()
+        now = timer_values.getCurrentProcessingTimeInMs()
+        self.core.apply(bucket, log, self._decoded(by_key), now)
+        self._store_bucket(bucket, log, stored)
+
+    def _decoded(self, by_key: dict[str, list[InputRow]]) -> Iterator[KeyBatch]:
+        """Each key's part of the call, decoded when the core comes to the key.
+
+        So one key's decoded records (and their values) are alive at a time, not the whole
+        call's. An end-of-input marker row ends its key's input; a record that does not
+        decode is dead-lettered here.
+        """
+        inputs, decoders, send = self.plan.inputs, self._decoders, self._send
+        for key, rows in by_key.items():
+            records: list[InputRecord] = []
+            end_of_input = False
+            for row in rows:
+                if row.input == CONTROL_INPUT:
+                    end_of_input = True
+                    continue
+                role, topic = inputs[row.input]
+                try:
+                    value = None if row.value is None else decoders[row.input](row.value)
+                except SchemaRegistryUnavailableError:
+                    raise  # the record is fine: fail the batch, which is retried, not the record
+                except Exception as exc:  # the source read only the key and time fields
+                    send(self._dead_letter(row, "UndecodableRecord", str(exc)))
+                    continue
+                records.append(
+                    input_record(
+                        role,
+                        key,
+                        value,
+                        row.event_time,
+                        topic,
+                        row.partition,
+                        row.offset,
+                        row.kafka_key,
+                        row.timestamp,
+                    )
+                )
+            self._raw = _Originals(rows, inputs)
+            yield key, records, end_of_input
+
+    def handleInitialState(  # noqa: N802
+        self,
+        key: Any,
+        initialState: SparkRow,  # noqa: N803
+        timerValues: Any,  # noqa: N803
+    ) -> None:
+        """Take in a bucket's keys moved from another checkpoint (``daemon.state.seed``).
+
+        Spark calls this in a new checkpoint's first micro-batch only, before that batch's
+        records, with one row per bucket: its keys and each key's portable entry
+        (:func:`~daemon.operator.state_format.encode_portable`). Each key's state is stored
+        anew, its stashes' values in this bucket's log.
+        """
+        bucket, log, stored = self._load_bucket()
+        for item in initialState.keys:  # PySpark gives the structs as dicts
+            key = item["key"]
+            clock, due, state = decode_portable(bytes(item["entry"]))
+            bucket.keys[key] = (*clock, log.dumps(state))
+            if due is not None:
+                bucket.due[key] = due
+            bucket.changed = True
+        self._store_bucket(bucket, log, stored)
+
+    def handleExpiredTimer(  # noqa: N802
+        self,
+        key: Any,
+        timerValues: Any,
+        expiredTimerInfo: Any,  # noqa: N803
+    ) -> Iterator[SparkRow]:
+        """Keys of the bucket have been quiet for their wake-up time: move their event time on.
+
+        A key whose state outlived ``state_ttl`` is dropped instead.
+        """
+        self._wake_up(timerValues, self._sender())
+        yield from self._counts()
+
+    def _wake_up(self, timer_values: Any, send: Send) -> None:
+        bucket, log, stored = self._load_bucket()
+        bucket.timer_ms = None  # fired, so gone: the stored bucket must say so
+        bucket.changed = True
+        self._send, self._raw = send, _Originals([], ())
+        self.core.tick(bucket, log, timer_values.getCurrentProcessingTimeInMs())
+        self._store_bucket(bucket, log, stored)
+
+    def _sender(self) -> Send:
+        """Where a call's output rows go: the task's transaction, opened at its first call.
+
+        Rows are handed to it as they are made, not yielded up through the call chain: a
+        generator level costs a resumption per row.
+        """
+        if self.output is None:
+            self.output = TaskOutput.of_task(self.spec)
+            self.output.open()  # now, so that a replay knows at once it writes nothing
+        return self.output.send_row
+
+    def _counts(self) -> Iterator[SparkRow]:
+        """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.
+
+        With them go the source timestamps of its output records (:mod:`daemon.model.latency`)
+        and its inputs' newest event times. A replay that writes nothing counts nothing: its
+        counts were reported the first time.
+        """
+        output = self.output
+        metrics = self.plan.joiner.context.metrics
+        counts: CallCounts = {"joiner": dict(metrics)}
+        metrics.clear()
+        stamps, newest = self._stamps, self._newest
+        self._stamps, self._newest = {}, {}
+        if output is None or output.skipped:
+            return
+        counts["records"], counts["dead_letters"] = output.records, output.dead_letters
+        output.records, output.dead_letters = {}, {}
+        if stamps:
+            counts["stamps"] = {topic: compact(times) for topic, times in stamps.items()}
+        if newest:
+            inputs = self.plan.inputs
+            counts["event_time"] = {inputs[index][0]: ms for index, ms in newest.items()}
+        if any(counts.values()):
+            yield SparkRow(**counts_row(counts)._asdict())
+
+    def _load_bucket(self) -> tuple[Bucket, StashLog, bytes | None]:
+        """The bucket, its stash log for this call, and its stored bytes (None: none yet)."""
+        blob = self.state.get()
+        stored = state_compression.decompress(blob[0]) if blob else None
+        bucket = decode_bucket(stored) if stored else Bucket()
+        return bucket, StashLog(self.stash_chunks, bucket.stash), stored
+
+    def _store_bucket(self, bucket: Bucket, log: StashLog, stored: bytes | None) -> None:
+        """Write the bucket back unless ``stored`` holds it already; keep one timer.
+
+        The timer is at or before the earliest key's due time: it moves only to an earlier
+        time. Keys that a batch touches are due later than before (a window key a minute after
+        its last record), and moving the timer after them cost two calls to the JVM per
+        bucket in nearly every batch, about a fifth of a window task; a timer that fires
+        before any key is due costs a read of the bucket and a new timer, once in a while.
+
+        A call that changed no key (a lookup's stream records read the table value and leave
+        it) writes nothing: writing the same bytes again would cost a round trip to the JVM
+        with the whole blob, and the state store a changelog entry. Nor does it encode the
+        bucket to find that out, which at a million keys cost a seventh of a lookup's call: the
+        engine core marks the bucket ``changed`` when it changes a key's entry or due time,
+        and the stash log's counts and the timer are compared here.
+        """
+        counts = replace(bucket.stash)
+        log.flush(bucket.keys)
+        timer = bucket.timer_ms
+        earliest = min(bucket.due.values(), default=None)
+        if bucket.timer_ms is not None and (earliest is None or earliest < bucket.timer_ms):
+            self.handle.deleteTimer(bucket.timer_ms)
+            bucket.timer_ms = None
+        if bucket.timer_ms is None and earliest is not None:
+            self.handle.registerTimer(earliest)
+            bucket.timer_ms = earliest
+        if not (bucket.changed or bucket.timer_ms != timer or bucket.stash != counts):
+            return
+        if bucket.keys:
+            blob = encode_bucket(bucket)
+            if blob != stored:
+                self.state.update((state_compression.compress(blob),))
+        elif stored is not None:
+            self.state.clear()
+
+    def emit(self, emit: Emit) -> None:
+        """Send an output record the joiner emitted (:class:`~daemon.operator.core.Outlet`)."""
+        self._send(self._emitted(emit, self._raw))
+
+    def reject(self, letter: DeadLetter) -> None:
+        """Send a dead letter the joiner yielded."""
+        self._send(self._rejected(letter, self._raw))
+
+    def failed(self, records: Sequence[InputRecord], error: Exception) -> None:
+        """The joiner raised: dead-letter the records it was given, with their original bytes."""
+        joiner = self.plan.joiner
+        reason = f"joiner {joiner.name!r} of plugin {self.plan.plugin!r} raised {error!r}"
+        for record in records:
+            self._send(self._dead_letter(self._raw[_origin(record)], "JoinerFailed", reason))
+
+    def _output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
+        """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send)."""
+        topic, codec = self.plan.output_topic, self.plan.output_codec
+        if emit.output is not None:
+            topic, codec = (self.plan.outputs or {})[emit.output]
+        try:
+            value = None if emit.value is None else codec.encode(emit.value)
+        except Exception as exc:
+            # An output the schema rejects is the joiner's or the schema's fault: keep the
+            # triggering record, with the reason, rather than lose it.
+            if emit.source is None:
+                raise
+            reason = f"{type(exc).__name__}: {exc}"
+            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
+        key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
+        source = emit.source
+        if source is None:
+            # No input record made it (a revision at the end of input): the newest timestamp
+            # of the key's rows in this call, its end-of-input marker's, so that the output is
+            # the same however the input fell into micro-batches; at a wake-up (no rows) the
+            # time of writing.
+            return (topic, key, value, raw.newest_timestamp, None, None, None, None, None)
+        if source.timestamp:
+            stamps = self._stamps.get(topic)
+            if stamps is None:
+                stamps = self._stamps[topic] = []
+            stamps.append(source.timestamp)
+        return (
+            topic,
+            key,
+            value,
+            source.timestamp or None,
+            source.topic,
+            source.partition,
+            source.offset,
+            None,
+            None,
+        )
+
+    def _keyed_output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
+        """:meth:`_output` for a pipeline whose outputs write keys in Avro or JSON.
+
+        Apart, so that the pipelines that write text keys (most) pay nothing for it.
+        """
+        writer = (self.plan.output_keys or {}).get(emit.output)
+        if writer is None or emit.key is None:
+            return self._output(emit, raw)
+        try:
+            key = writer.encode(emit.key)
+        except Exception as exc:
+            if emit.source is None:
+                raise
+            reason = f"key {emit.key!r}: {type(exc).__name__}: {exc}"
+            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
+        return self._output(Emit(key, emit.value, emit.source, emit.output), raw)
+
+    def _rejected(self, letter: DeadLetter, raw: _Originals) -> OutputRow:
+        """A dead letter for a record of this batch (its original bytes) or one from state."""
+        row = raw.get(_origin(letter.record))
+        if row is not None:
+            return self._dead_letter(row, letter.kind, letter.reason)
+        record = letter.record
+        try:
+            value = (
+                None if record.value is None else self.plan.codecs[record.role].encode(record.value)
+            )
+        except Exception:  # e.g. a registry codec that only reads: keep the fields as JSON
+            value = json.dumps(record.value, default=str).encode("utf-8")
+        return OutputRow(
+            self.plan.dead_letter_topic,
+            record.kafka_key,
+            value,
+            record.timestamp or None,
+            *_origin(record),
+            letter.kind,
+            letter.reason,
+        )
+
+    def _dead_letter(self, row: InputRow, kind: str, reason: str) -> OutputRow:
+        """A dead letter of an input row of this batch: its original bytes, and why."""
+        return OutputRow(
+            self.plan.dead_letter_topic,
+            row.kafka_key,
+            row.value,
+            row.timestamp or None,
+            self.plan.inputs[row.input][1],
+            row.partition,
+            row.offset,
+            kind,
+            reason,
+        )
+
+    def close(self) -> None:
+        """Commit the task's output: it lands with the task's state, or neither does.
+
+        Spark closes the operator after the task's last call (and on the driver, after
+        asking for the state schemas, where nothing was written).
+        """
+        if self.output is not None:
+            self.output.commit()
+
+
+class _Originals:
+    """The input rows of one key's call, found by origin when a dead letter needs their bytes.
+
+    Indexed on first use: most calls never need it, and an index entry per record cost more
+    than the rest of a record's bookkeeping.
+    """
+
+    def __init__(self, rows: list[InputRow], inputs: tuple[tuple[str, str], ...]) -> None:
+        self._rows = rows
+        self._inputs = inputs
+        self._index: dict[tuple[str, int, int], InputRow] | None = None
+
+    @cached_property
+    def newest_timestamp(self) -> int | None:
+        """The newest Kafka timestamp of the key's rows in the call, its marker's too.
+
+        None without rows (a wake-up) or without timestamps. Found once per key: an end of
+        input can revise every event the key keeps.
+        """
+        return max((row.timestamp for row in self._rows if row.timestamp), default=None)
+
+    def get(self, origin: tuple[str, int, int]) -> InputRow | None:
+        """The row a record of this call came from; None for a record from state."""
+        if self._index is None:
+            self._index = {
+                (self._inputs[row.input][1], row.partition, row.offset): row
+                for row in self._rows
+                if row.input != CONTROL_INPUT
+            }
+        return self._index.get(origin)
+
+    def __getitem__(self, origin: tuple[str, int, int]) -> InputRow:
+        row = self.get(origin)
+        if row is None:
+            raise KeyError(origin)
+        return row
+
+
+def _decoder(codec: AvroCodec, envelope: Envelope | None) -> Callable[[bytes], Any]:
+    """How an input's values are decoded: by its codec, then, with an envelope, unwrapped."""
+    if envelope is None:
+        return codec.decode
+    return partial(_unwrapped, codec.decode)
+
+
+def _unwrapped(decode: Callable[[bytes], Any], data: bytes) -> dict[str, Any] | None:
+    """The row of a change event (None: a delete), decoded by ``decode``.
+
+    Raises:
+        ValueError: not a usable change event; the source dead-letters those, so this
+            happens only to a record the source routed by its fields alone.
+    """
+    return unwrap(decode(data))
+
+
+def _rows_of(packs: Iterator[SparkRow], newest: dict[int, int]) -> Iterator[InputRow]:
+    """The records of the call's packs (:func:`~daemon.model.wire.unpack`), by columns.
+
+    Notes in ``newest`` each input's newest event time, a pack at a time (a pack's records
+    come from one Kafka partition), leaving out end-of-input markers and unroutable records.
+    """
+    for pack in packs:
+        records = unpack(pack.records)
+        _note_newest(records, newest)
+        yield from INPUT.rows(records)
+
+
+def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
+    inputs = records.column("input")
+    routed = pc.and_(pc.greater_equal(inputs, 0), pc.is_null(records.column("error")))
+    times = pc.filter(records.column("event_time"), routed)
+    if len(times):
+        index = pc.filter(inputs, routed)[0].as_py()
+        latest = pc.max(times).as_py()
+        if latest > newest.get(index, latest - 1):
+            newest[index] = latest
+
+
+def _unsent(row: tuple[Any, ...]) -> None:
+    raise RuntimeError("an output row outside a call of the processor")
+
+
+def _origin(record: InputRecord) -> tuple[str, int, int]:
+    return (record.topic, record.partition, record.offset)

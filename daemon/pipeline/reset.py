@@ -1,0 +1,248 @@
+"""``daemon reset`` and ``daemon rescale``: a checkpoint starts again, from chosen offsets.
+
+How it works: both leave Spark's checkpoint files alone (editing them is not a supported way
+to move a query). They make the pipeline's checkpoint new, with a seed
+(:mod:`daemon.state.seed`) that says where each input partition starts and, when state is
+kept, holds the state, portable, already dealt into the buckets the pipeline now has. The
+old checkpoint's contents move aside into ``<checkpoint>.before-reset-<time>`` (or
+``-rescale-``), to delete once the pipeline runs as wanted. All of it happens under the
+checkpoint's lock (:mod:`daemon.pipeline.lock`): a running daemon makes both refuse, and no daemon
+can start in the middle.
+
+Every stage of the pipeline is handled: a joiner's second stage (lookup's running totals)
+has a checkpoint of its own inside the first's, and reads the first stage's output. A reset
+that drops the state starts it at the end of that output with empty state, so that what it
+adds up from then on is the output of the records read again; one that keeps the state
+leaves the second stage as it is. A rescale moves every stage's state.
+
+A new checkpoint is a new query to Spark: its micro-batches count from 0 again, and the
+output's exactly-once markers are kept per query (``daemon.sink.task_output``), so nothing
+of the old run's is taken for the new one's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from daemon.errors import ConfigError
+from daemon.model.config import PipelineConfig, PipelineFile
+from daemon.model.wire import is_partition_name
+from daemon.pipeline.checkpoint import buckets_of_shape, write_shape
+from daemon.pipeline.lock import LOCK_NAME
+from daemon.pipeline.plan import client_conf, plan_pipeline
+from daemon.spark.session import default_setting
+from daemon.state.export import committed_keys, seed_rows, seeded_keys
+from daemon.state.positions import Target, positions
+from daemon.state.reader import (
+    CheckpointState,
+    batch_conf,
+    last_committed,
+    planned_past_commit,
+    source_offsets,
+)
+from daemon.state.seed import SEED, STATE_FOLDER, seed_of, write_seed
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+STAGING = "enrichd-seed.new"
+"""Where the new seeds' state is written inside the checkpoint before the old contents move."""
+
+
+@dataclass
+class StageChange:
+    """What happens to one stage (streaming query) of the pipeline."""
+
+    name: str
+    checkpoint: Path
+    before: dict[str, int] | None
+    """Where the stage would go on reading: its last committed end offsets (or its seed's)."""
+    after: dict[str, int] | None
+    """Where it will start; None: it is left as it is."""
+    state: str
+    """What becomes of its state, in words."""
+    keys: DataFrame | None = None
+    """Its state's keys, portable (``daemon.state.export``), when they move with it."""
+
+
+@dataclass
+class Change:
+    """Everything a reset or rescale does, to show before doing it."""
+
+    pipe: PipelineConfig
+    verb: str
+    """``reset`` or ``rescale``."""
+    stages: list[StageChange] = field(default_factory=list)
+    backup: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        folder = Path(self.pipe.checkpoint)
+        self.backup = folder.with_name(f"{folder.name}.before-{self.verb}-{stamp}")
+
+    def describe(self) -> list[str]:
+        """Lines saying what will change."""
+        lines = [f"pipeline {self.pipe.name!r}, checkpoint {self.pipe.checkpoint}:"]
+        for stage in self.stages:
+            lines.append(f"  {stage.name}: {stage.state}")
+            if stage.after is None:
+                continue
+            for name, offset in sorted(stage.after.items()):
+                was = "-" if stage.before is None else str(stage.before.get(name, "-"))
+                lines.append(f"    {name}: {was} -> {offset}")
+        lines.append(f"  the checkpoint's contents move to {self.backup}")
+        return lines
+
+
+def committed_or_seeded(checkpoint: Path) -> dict[str, int] | None:
+    """Where a stage would go on reading: its last committed end offsets, or its seed's."""
+    batch = last_committed(checkpoint)
+    if batch is not None:
+        return {
+            name: int(offset)
+            for name, offset in source_offsets(checkpoint, batch).items()
+            if is_partition_name(name)  # not the source's clock or other entries
+        }
+    seed = seed_of(checkpoint)
+    return None if seed is None else dict(seed.offsets)
+
+
+def state_keys(spark: SparkSession, checkpoint: Path, buckets: int) -> DataFrame | None:
+    """The stage's state, portable, dealt into ``buckets``; None when it holds none."""
+    batch = last_committed(checkpoint)
+    if batch is not None:
+        return committed_keys(CheckpointState(spark, checkpoint, batch), buckets)
+    seed = seed_of(checkpoint)
+    if seed is not None and seed.has_state:
+        return seeded_keys(seed.state_frame(spark), buckets)
+    return None
+
+
+def refuse_unfinished(pipe: PipelineConfig, checkpoint: Path) -> None:
+    """Refuse to move state past a micro-batch that was planned but not committed.
+
+    Its output may have been written already (its Kafka transaction committed just before a
+    crash); a restart on the same checkpoint knows that and writes nothing again, a new one
+    would not.
+
+    Raises:
+        ConfigError: the checkpoint's last micro-batch was planned but never committed.
+    """
+    batch = planned_past_commit(checkpoint)
+    if batch is not None:
+        raise ConfigError(
+            f"pipeline {pipe.name!r}: micro-batch {batch} in checkpoint {checkpoint} was "
+            "planned but not committed (the daemon stopped in the middle of it); run the "
+            "daemon until it has caught up, stop it, then try again"
+        )
+
+
+def reset_change(
+    file: PipelineFile,
+    pipe: PipelineConfig,
+    target: Target,
+    *,
+    keep_state: bool,
+    spark: SparkSession | None,
+) -> Change:
+    """What ``daemon reset`` would do (nothing is changed yet)."""
+    conf = client_conf(file)
+    stages = plan_pipeline(file, pipe, conf).stages()
+    change = Change(pipe, "reset")
+    for number, stage in enumerate(stages):
+        checkpoint = Path(stage.config.checkpoint)
+        topics = sorted({spec.topic for spec in stage.source.inputs})
+        before = committed_or_seeded(checkpoint)
+        if number == 0:
+            keys = None
+            if keep_state:
+                refuse_unfinished(pipe, checkpoint)
+                assert spark is not None  # noqa: S101 - the command starts it for --keep-state
+                keys = state_keys(spark, checkpoint, pipe.state_buckets)
+            what = "state kept" if keep_state else "state dropped"
+            after = positions(conf, topics, target)
+            stage_change = StageChange(stage.config.name, checkpoint, before, after, what, keys)
+            change.stages.append(stage_change)
+        elif keep_state:
+            change.stages.append(
+                StageChange(stage.config.name, checkpoint, before, None, "left as it is")
+            )
+        else:
+            after = positions(conf, topics, "latest")
+            what = "state dropped; reads the first stage's output from its end"
+            change.stages.append(StageChange(stage.config.name, checkpoint, before, after, what))
+    return change
+
+
+PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def layout_of(file: PipelineFile, pipe: PipelineConfig, shape: dict[str, Any]) -> tuple[str, str]:
+    """The checkpoint's state layout and the file's, in words (equal: nothing to rescale)."""
+    partitions = file.spark.conf.get(PARTITIONS, default_setting(PARTITIONS))
+    batch = last_committed(pipe.checkpoint)
+    was = partitions if batch is None else batch_conf(pipe.checkpoint, batch).get(PARTITIONS, "?")
+    old = f"{buckets_of_shape(shape)} buckets over {was} shuffle partitions"
+    return old, f"{pipe.state_buckets} buckets over {partitions} shuffle partitions"
+
+
+def rescale_change(
+    file: PipelineFile, pipe: PipelineConfig, spark: SparkSession, layout: tuple[str, str]
+) -> Change:
+    """What ``daemon rescale`` would do: every stage's state into the file's layout."""
+    stages = plan_pipeline(file, pipe, client_conf(file)).stages()
+    change = Change(pipe, "rescale")
+    for stage in stages:
+        checkpoint = Path(stage.config.checkpoint)
+        refuse_unfinished(pipe, checkpoint)
+        before = committed_or_seeded(checkpoint)
+        keys = state_keys(spark, checkpoint, pipe.state_buckets)
+        what = f"state moved from {layout[0]} into {layout[1]}; reads on where it stopped"
+        change.stages.append(
+            StageChange(stage.config.name, checkpoint, before, before or {}, what, keys)
+        )
+    return change
+
+
+def apply(change: Change) -> None:
+    """Do what ``change`` says; the caller holds the checkpoint's lock.
+
+    The new seeds' state is written first, inside the checkpoint; only then do the old
+    contents move aside and the seeds take their place, so a failure while writing the state
+    leaves the checkpoint as it was.
+    """
+    folder = Path(change.pipe.checkpoint)
+    staging = folder / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    for number, stage in enumerate(change.stages):
+        if stage.keys is not None:
+            seed_rows(stage.keys).write.parquet(str(staging / str(number) / STATE_FOLDER))
+    kept = {LOCK_NAME, STAGING}
+    if any(stage.after is None for stage in change.stages):
+        kept.add("downstream")  # a second stage left as it is
+    change.backup.mkdir(parents=True)
+    for entry in sorted(folder.iterdir()):
+        if entry.name not in kept:
+            entry.rename(change.backup / entry.name)
+    for number, stage in enumerate(change.stages):
+        if stage.after is None:
+            continue
+        seed = Path(stage.checkpoint) / SEED
+        write_seed(seed, stage.after, change.verb)
+        staged = staging / str(number) / STATE_FOLDER
+        if staged.exists():
+            staged.rename(seed / STATE_FOLDER)
+    shutil.rmtree(staging, ignore_errors=True)
+    write_shape(change.pipe)
+
+
+def summary_line(change: Change) -> str:
+    """What was done, in one line."""
+    return (
+        f"pipeline {change.pipe.name!r}: the next `daemon run` starts from the seed in "
+        f"{change.pipe.checkpoint}; the old checkpoint is in {change.backup}"
+    )

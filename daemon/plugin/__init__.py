@@ -1,0 +1,42 @@
+"""The plugin contract: everything a joiner plugin may import, in one place.
+
+A plugin author imports from here, from :mod:`daemon.testing` (the test kit) and uses the
+fixtures of :mod:`daemon.pytest_plugin`; every other module of enrichd is internal and may
+move between releases (docs/plugins.md). The modules behind these names:
+:mod:`~daemon.plugin.joiner` (the :class:`Joiner` base and the records it handles),
+:mod:`~daemon.plugin.stash` (:class:`Stash`), :mod:`~daemon.plugin.hookspecs` (the hook and
+its marker), :mod:`~daemon.plugin.host` (the plugin host that loads the ``enrichd`` entry
+points) and :mod:`~daemon.plugin.describe` (what ``daemon plugins describe`` shows);
+:data:`DurationMs` is the type of an option written as a duration (``"5m"``).
+"""
+
+from daemon.model.durations import DurationMs
+from daemon.plugin.hookspecs import Register, hookimpl
+from daemon.plugin.joiner import (
+    END_OF_TIME,
+    DeadLetter,
+    Downstream,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+    apply_order,
+)
+from daemon.plugin.stash import Stash
+
+__all__ = [
+    "END_OF_TIME",
+    "DeadLetter",
+    "Downstream",
+    "DurationMs",
+    "Emit",
+    "InputRecord",
+    "Joiner",
+    "JoinerContext",
+    "JoinerOptions",
+    "Register",
+    "Stash",
+    "apply_order",
+    "hookimpl",
+]

@@ -1,0 +1,431 @@
+"""The joiner contract: what a built-in or third-party joiner implements.
+
+How it works: the engine reads every input topic, decodes each record, takes its join key and
+event time, and groups the records of one micro-batch by join key. For each key it loads the
+joiner's state (one picklable Python object per key, made by :meth:`Joiner.initial_state`),
+calls :meth:`Joiner.process` with that key's records already in apply order (see
+:attr:`Joiner.order`), stores the state back and writes what the joiner yielded:
+:class:`Emit` records to the output topic (or a secondary output), :class:`DeadLetter` records
+to the pipeline's dead-letter topic. Because records arrive in apply order and the state
+carries everything between micro-batches, a joiner written this way gives the same results
+however the input falls into micro-batches.
+
+Time: a joiner that holds results back until event time passes a point (a window closes, a
+re-join falls due) tracks its key's event time in its state as records arrive, and implements
+:meth:`Joiner.advance` for the two moments time moves without a record of the key: at the
+end of input (``daemon replay``, or a producer's end-of-input marker), event time jumps to
+:data:`END_OF_TIME`; and when the key has been quiet for :meth:`Joiner.wakeup_ms` of
+processing time, event time moves on by the processing time that passed.
+
+Types: ``Joiner`` is generic over its options model and its state, so that ``self.options``
+and the ``state`` arguments have the joiner's own types under mypy: ``class Mine(Joiner[
+MineOptions, MineState])``. The options class there is also the joiner's :attr:`Joiner.Options`
+(the model ``[pipeline.options]`` is validated with), unless the class sets ``Options`` itself.
+
+Dropping state: after each :meth:`Joiner.process` and :meth:`Joiner.advance` call the engine
+asks :meth:`Joiner.is_empty`; a key whose state is empty is deleted from the state store, and
+its next record starts from :meth:`Joiner.initial_state` again. By default a state is empty
+when it equals a new key's (``initial_state()``): dropping it then changes nothing.
+
+Example:
+    A joiner that forwards each record of role ``left`` with a running count per key::
+
+        class Counting(Joiner[JoinerOptions, dict[str, int]]):
+            name = "counting"
+            description = "Each left record with the number of left records of its key so far."
+            roles = ("left",)
+
+            def initial_state(self) -> dict[str, int]:
+                return {"count": 0}
+
+            def process(self, key, state, records, ctx):
+                for record in records:
+                    state["count"] += 1
+                    yield Emit(key=key, value={"left": record.value, "n": state["count"]},
+                               source=record)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from typing import Any, ClassVar, Final, Generic, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict
+from typing_extensions import TypeVar
+
+from daemon.model.constants import END_OF_TIME as END_OF_TIME  # where joiners have long found it
+
+Order = Literal["event_time", "arrival"]
+"""How a key's records of one micro-batch are put in apply order (:attr:`Joiner.order`)."""
+
+
+class JoinerOptions(BaseModel):
+    """Base of a joiner's ``[pipeline.options]`` model: unknown options are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+OptionsT = TypeVar("OptionsT", bound=JoinerOptions, default=JoinerOptions, covariant=True)
+"""A joiner's options model: the type of ``self.options`` (covariant: a joiner of
+``MineOptions`` is a joiner of :class:`JoinerOptions`, which is all the engine needs)."""
+StateT = TypeVar("StateT", default=Any)
+"""A joiner's per-key state: what :meth:`Joiner.initial_state` returns and ``process`` gets."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """One decoded input record as a joiner sees it.
+
+    Attributes:
+        role: the role of the input it came from.
+        key: the join key (the configured key field, as a string).
+        value: the decoded Avro record, or None for a tombstone.
+        event_time: event time in epoch milliseconds.
+        topic: source topic.
+        partition: source partition.
+        offset: source offset.
+        kafka_key: the Kafka record key as bytes, or None.
+        timestamp: the Kafka record timestamp (when the record arrived), epoch milliseconds.
+    """
+
+    role: str
+    key: str
+    value: dict[str, Any] | None
+    event_time: int
+    topic: str
+    partition: int
+    offset: int
+    kafka_key: bytes | None = None
+    timestamp: int = 0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as :func:`input_record` and the fields.
+
+        Joiners keep records in their state (window's held records), which the engine
+        pickles every micro-batch. A slotted dataclass pickles through Python-level
+        ``__getstate__`` and ``__setstate__``; this pickles and loads a record in about half
+        the time. Records pickled the old way still load.
+        """
+        return (
+            input_record,
+            (
+                self.role,
+                self.key,
+                self.value,
+                self.event_time,
+                self.topic,
+                self.partition,
+                self.offset,
+                self.kafka_key,
+                self.timestamp,
+            ),
+        )
+
+
+(_ROLE, _KEY, _VALUE, _EVENT_TIME, _TOPIC, _PARTITION, _OFFSET, _KAFKA_KEY, _TIMESTAMP) = (
+    getattr(InputRecord, f.name).__set__ for f in fields(InputRecord)
+)
+
+
+def input_record(
+    role: str,
+    key: str,
+    value: Any,
+    event_time: int,
+    topic: str,
+    partition: int,
+    offset: int,
+    kafka_key: bytes | None,
+    timestamp: int,
+) -> InputRecord:
+    """``InputRecord(...)``, made by setting its slots directly (the engine's hot path).
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; the
+    slots' own setters take less time, on the engine's hot path. The result is the same
+    record.
+    """
+    record: InputRecord = object.__new__(InputRecord)
+    _ROLE(record, role)
+    _KEY(record, key)
+    _VALUE(record, value)
+    _EVENT_TIME(record, event_time)
+    _TOPIC(record, topic)
+    _PARTITION(record, partition)
+    _OFFSET(record, offset)
+    _KAFKA_KEY(record, kafka_key)
+    _TIMESTAMP(record, timestamp)
+    return record
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """An output record: ``value`` None is a tombstone; ``source`` gives provenance headers.
+
+    ``output`` names one of the joiner's secondary outputs (:attr:`Joiner.outputs`, configured
+    as ``[pipeline.outputs.NAME]``); None is the pipeline's main output.
+    """
+
+    key: str | bytes | None
+    value: dict[str, Any] | None
+    source: InputRecord | None = None
+    output: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An input record the joiner refuses, with the reason, for the dead-letter topic.
+
+    ``kind`` is a short class name of the reason (``LateRecord``, ``FanOutCapExceeded``, ...),
+    written to the ``enrichd.error.class`` header so operators can count and filter by it.
+    """
+
+    record: InputRecord
+    reason: str
+    kind: str = "Rejected"
+
+
+@dataclass(frozen=True)
+class JoinerContext:
+    """What a joiner knows about the pipeline it runs in.
+
+    Attributes:
+        pipeline: the pipeline's name.
+        fields: for each role, the name of its field in the default output record.
+        output_fields: field names of the output schema, for joiners that shape output to it.
+    """
+
+    pipeline: str
+    fields: dict[str, str]
+    output_fields: tuple[str, ...] = ()
+    metrics: dict[str, int] = field(default_factory=dict)
+
+    def count(self, metric: str, n: int = 1) -> None:
+        """Add ``n`` to a named counter (exported as a metric by the engine)."""
+        self.metrics[metric] = self.metrics.get(metric, 0) + n
+
+
+JOINED: Final = "joined"
+"""The role of a :class:`Downstream` stage's input that is the first stage's main output."""
+RETRACTED: Final = "retracted"
+"""The role of a :class:`Downstream` stage's input of retractions (see
+:attr:`Downstream.retractions`)."""
+
+
+@dataclass(frozen=True)
+class Downstream:
+    """A second keyed stage fed by a joiner's main output, re-keyed by a field of it.
+
+    Like a Kafka Streams ``groupBy`` (which writes a repartition topic), the engine runs it as
+    its own query that reads the pipeline's output topic (as role :data:`JOINED` of its
+    joiner), groups by ``key`` (a dotted path
+    into the output record, e.g. ``"region.region"``) and writes the secondary output named
+    ``output``. Its state lives in the pipeline's checkpoint under ``downstream/``. A first
+    stage that revises its outputs also names ``retractions`` (see below), so that the stage
+    can take back what a revision replaces.
+    """
+
+    joiner: Joiner
+    key: str
+    output: str
+    retractions: str | None = None
+    """The output, written by the first stage, that retracts earlier outputs (the old answer
+    a revision replaces), or None. The engine makes its topic itself (the main output's topic
+    with ``.retractions`` appended, the main output's schema) and the stage reads it as a
+    second input, role :data:`RETRACTED`, which its joiner ranks before :data:`JOINED`."""
+
+
+class Joiner(ABC, Generic[OptionsT, StateT]):
+    """Base class of every joiner, generic over its options model and its state.
+
+    Subclasses set the class attributes and implement :meth:`initial_state` and
+    :meth:`process`. Options arrive validated by :attr:`Options`; the joiner must keep no
+    per-key data outside the state object the engine hands it, since one instance serves
+    every key of a partition and the state is what survives restarts.
+
+    ``class Mine(Joiner[MineOptions, MineState])`` types ``self.options`` as ``MineOptions``
+    and the state arguments as ``MineState`` for mypy, and makes ``MineOptions`` the class's
+    :attr:`Options`. A plain ``class Mine(Joiner)`` is ``Joiner[JoinerOptions, Any]``.
+    """
+
+    name: ClassVar[str]
+    """The name pipelines use in ``joiner = "..."``."""
+    description: ClassVar[str]
+    """One line for `daemon plugins list`."""
+    roles: ClassVar[tuple[str, ...]]
+    """The input roles, in tie-breaking order for records with equal event time."""
+    Options: ClassVar[type[JoinerOptions]] = JoinerOptions
+    """The pydantic model of ``[pipeline.options]``."""
+    keyed_tombstones: ClassVar[frozenset[str]] = frozenset()
+    """Roles whose Kafka key is the join key, so a tombstone (which has no fields) can be
+    routed by it. A tombstone on any other role goes to the dead-letter topic."""
+    implemented: ClassVar[bool] = True
+    """False for a joiner registered before its logic is written: ``daemon plugins list``
+    shows it (marked not implemented) and pipeline files that name it are refused."""
+    order: Order = "event_time"
+    """Apply order of a key's records within a micro-batch. ``"event_time"``: event time,
+    then role order, then partition and offset (the common rule; right for joiners whose
+    results depend on event times only). ``"arrival"``: Kafka timestamp, then role order,
+    then partition and offset, for joiners whose output depends on what was known when
+    (revisions, late records): the source admits records to micro-batches in this order, so
+    it, and with it the output, is the same however the input falls into micro-batches.
+    A class attribute, which a joiner whose options change the rule sets per instance in
+    ``__init__`` (``lookup`` with ``versioned = true``)."""
+    outputs: ClassVar[tuple[str, ...]] = ()
+    """Names of secondary outputs the joiner can write (``Emit(output=NAME)``); a pipeline
+    configures each it uses as ``[pipeline.outputs.NAME]`` with a topic and a schema."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Take :attr:`Options` from ``Joiner[MineOptions, ...]`` unless the class sets it.
+
+        Raises:
+            TypeError: the class sets an ``Options`` that is not its options type.
+        """
+        super().__init_subclass__(**kwargs)
+        declared = _declared_options(cls)
+        if declared is None:
+            return
+        if "Options" not in cls.__dict__:
+            cls.Options = declared
+        elif not (isinstance(cls.Options, type) and issubclass(cls.Options, declared)):
+            raise TypeError(
+                f"{cls.__name__}: Options = {cls.Options!r} is not its options type "
+                f"{declared.__name__} (Joiner[{declared.__name__}, ...])"
+            )
+
+    def __init__(self, options: OptionsT, context: JoinerContext) -> None:
+        self.options: OptionsT = options
+        self.context = context
+
+    @classmethod
+    def semantics(cls) -> str:
+        """The joiner's semantics paragraph: its class docstring."""
+        return (cls.__doc__ or cls.description).strip()
+
+    @abstractmethod
+    def initial_state(self) -> StateT:
+        """Return the state of a key never seen before (picklable)."""
+
+    @abstractmethod
+    def process(
+        self, key: str, state: StateT, records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterable[Emit | DeadLetter]:
+        """Apply one key's records of a micro-batch, in apply order, to its state.
+
+        Args:
+            key: the join key.
+            state: the key's state, mutated in place.
+            records: the key's records of this micro-batch in apply order.
+            ctx: the pipeline context, also for counting metrics.
+
+        Returns:
+            Output and dead-letter records, in the order they are to be written.
+        """
+
+    def state_ttl_ms(self) -> int | None:
+        """How long a key's state lives after its last update (processing time); None: forever.
+
+        By default the ``state_ttl`` option, when the joiner's options have one.
+        """
+        return getattr(self.options, "state_ttl", None)
+
+    def is_empty(self, state: StateT) -> bool:
+        """Whether a key's state holds nothing, so the engine drops it from the state store.
+
+        By default: when it equals a new key's state (``initial_state()``, compared with
+        ``==``). Dropping such a state changes nothing, since the key's next record starts
+        from an equal one. A state that is empty in some other sense (a window that holds no
+        records but keeps a clock) overrides this; so does a state whose class has no
+        ``__eq__`` (it is then never equal, and never dropped).
+        """
+        return bool(state == self._new_state)
+
+    @cached_property
+    def _new_state(self) -> StateT:
+        """A new key's state, made once per joiner for :meth:`is_empty` to compare with."""
+        return self.initial_state()
+
+    def advance(
+        self, key: str, state: StateT, to: int, ctx: JoinerContext
+    ) -> Iterable[Emit | DeadLetter]:
+        """Event time of ``key`` has reached ``to`` without a record: emit what waited for it.
+
+        Called at the end of input with ``to`` = :data:`END_OF_TIME` (every window closes,
+        every horizon passes) and, for keys that asked with :meth:`wakeup_ms`, after that much
+        quiet processing time, with ``to`` = the key's latest event time plus the processing
+        time since its last record. ``to`` never goes backwards for a key. By default nothing
+        waits, so nothing is emitted.
+        """
+        return ()
+
+    def downstream(self) -> Downstream | None:
+        """A second stage that consumes this joiner's output (see :class:`Downstream`); None."""
+        return None
+
+    def wakeup_ms(self, state: StateT) -> int | None:
+        """After how much processing time without a record :meth:`advance` is wanted; None: never.
+
+        Asked after every :meth:`process` and :meth:`advance` call; a joiner that holds results
+        back returns its idle timeout (or re-join interval) while it holds any.
+        """
+        return None
+
+    def wakes_up(self) -> bool:
+        """Whether the joiner ever asks for wake-ups.
+
+        By default, when it overrides :meth:`wakeup_ms`. A joiner that holds nothing back
+        with some options (``lookup`` without ``grace``) says no here, and its pipeline then
+        runs no batches for timers.
+        """
+        return type(self).wakeup_ms is not Joiner.wakeup_ms
+
+    def bootstrap_roles(self) -> frozenset[str]:
+        """Roles whose input a new pipeline reads to its end before any other record.
+
+        When a pipeline starts without a checkpoint, the source first admits only these
+        inputs' records, up to the high watermark each partition had at start, and only then
+        the other inputs', as a Kafka Streams GlobalKTable is restored before processing
+        (:mod:`daemon.source.planning`). A restart from a checkpoint does not bootstrap again.
+        By default none.
+        """
+        return frozenset()
+
+
+def _declared_options(cls: type) -> type[JoinerOptions] | None:
+    """The options class in ``cls``'s own ``Joiner[Options, State]`` base, if it names one.
+
+    Only the class's own bases: a subclass of a typed joiner inherits its ``Options``.
+    """
+    for base in cls.__dict__.get("__orig_bases__", ()):
+        origin = get_origin(base)
+        if isinstance(origin, type) and issubclass(origin, Joiner):
+            args = get_args(base)
+            if args and isinstance(args[0], type) and issubclass(args[0], JoinerOptions):
+                return args[0]
+    return None
+
+
+def apply_order(
+    records: Iterable[InputRecord], roles: Sequence[str], order: Order = "event_time"
+) -> list[InputRecord]:
+    """Sort into apply order: time, then role, partition and offset.
+
+    Time is the event time, or with ``"arrival"`` the Kafka timestamp: then this is the order
+    in which the source admits records to capped micro-batches
+    (:func:`daemon.source.planning.admit_earliest`), so the cut between two micro-batches never
+    falls against it.
+    """
+    records = list(records)
+    if len(records) < 2:  # most keys of a micro-batch have one record: nothing to sort
+        return records
+    rank = {role: i for i, role in enumerate(roles)}
+    if order == "arrival":
+        return sorted(
+            records,
+            key=lambda r: (r.timestamp, rank.get(r.role, len(rank)), r.partition, r.offset),
+        )
+    return sorted(
+        records, key=lambda r: (r.event_time, rank.get(r.role, len(rank)), r.partition, r.offset)
+    )

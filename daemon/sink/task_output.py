@@ -1,0 +1,447 @@
+"""One Spark task's share of a micro-batch, written to Kafka exactly once.
+
+Who writes: the joiner operator (:mod:`daemon.operator.processor`) hands each output record to
+its task's :class:`TaskOutput` as the joiner yields it, and commits when Spark closes the
+operator at the end of the task, before Spark commits the task's state. (The Kafka sink,
+:mod:`daemon.sink.spark_sink`, uses the same class for rows it is given to write.)
+
+How it stays exactly once: every task (one per Spark partition of the joiner's output) owns
+the transactional id ``enrichd.<pipeline>.<partition>``. It writes its share of micro-batch
+N in one Kafka transaction, and inside that same transaction commits the "offset" N + 1 for
+the consumer group ``enrichd.<pipeline>.sink.<query id>.<partition>``, where the query id is
+the one Spark keeps in the checkpoint (a new checkpoint, a new id: its batches start again at
+0 and must not be taken for the old ones). The records and that marker become visible
+together or not at all. When Spark runs micro-batch N again after a crash, the task first
+initialises its transactional id, which aborts any transaction a dead predecessor left open
+and fences it off, then reads the marker: if N was already committed it writes nothing.
+Spark replays a micro-batch with the same offsets and the same state, so the skipped write is
+the one that had landed, and the state the replay recomputes is the state that went with it.
+
+Records are held back in the task until it commits (or until it holds :data:`HELD_RECORDS`,
+which bounds its memory), and only then produced. The transaction is open from the task's
+first record, but until its first record is produced it holds only the marker: the output
+partitions join it at the end. So an open transaction holds back ``read_committed`` readers of
+the output (at its last stable offset) only for the time the commit takes, and a task killed
+before it commits has written nothing, which also keeps crash tests checkable on a broker that
+shows aborted records to ``read_committed`` readers (Tansu, the test broker; see
+``tests/delivery/test_crash_recovery.py``).
+
+A reused Python worker keeps its producer, and uses it again for the id's next batch if the
+marker says it committed the batch before; if another producer initialised the id meanwhile
+all the same, the kept one learns it is fenced when it adds the marker, before it writes
+anything. Otherwise the task starts over as above. That happens often: Spark hands a task to
+whichever Python worker is idle, so a partition's tasks move between workers. Starting over
+takes a spare producer the worker created ahead and initialises it, much quicker than
+making a new producer (its connections and the coordinator lookup).
+
+The tasks of a micro-batch finish together; their commits take turns on each machine
+(:mod:`daemon.sink.commit_turn`).
+
+``delivery = "at_least_once"`` uses the idempotent producer instead: no transactions, and a
+replayed micro-batch may be written twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle  # noqa: S403 - only our own driver-made spec travels through it
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark import TaskContext
+
+from daemon.kafka import connect
+from daemon.kafka.clients import Deliveries, produce
+from daemon.model.wire import OUTPUT, OutputRow
+from daemon.sink.commit_turn import ending_transaction
+
+if TYPE_CHECKING:
+    from daemon.model.config import (
+        Delivery,  # pydantic's module: Spark's workers need not load it
+    )
+
+_PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
+_TRANSACTIONAL: dict[str, tuple[Any, str, int]] = {}
+"""Transactional producers by transactional id, kept by a reused Python worker between the
+batches it writes, each with its marker group and the last batch committed in that group when
+it was kept (see :meth:`TaskOutput._begin`)."""
+_SPARES: dict[str, Any] = {}
+"""A connected, uninitialised producer per transactional id this worker wrote with, for the
+next time it must take the id over (see :meth:`TaskOutput._new_producer`)."""
+_MARKER_READERS: dict[str, Any] = {}  # consumers that read a task's batch marker
+_GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
+_TOPIC = OUTPUT.position("topic")
+_ERROR_CLASS = OUTPUT.position("error_class")
+HELD_RECORDS = 100_000
+"""Records a task holds back before it starts producing them (see the module docstring)."""
+_DELIVERY_REPORTS = {"delivery.report.only.error": True}
+"""An at-least-once task only needs to hear of failed deliveries; a report per record is a
+Python callback per record. It hears of them when it flushes, at commit: nothing else polls
+the producer, which sends on its own threads (and ``produce`` polls when the local queue is
+full). A transactional task passes no callback at all: see :attr:`TaskOutput._deliveries`."""
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """Where and how a pipeline writes; pickled into the operator and the sink's options."""
+
+    pipeline: str
+    client_conf: dict[str, str]
+    delivery: Delivery
+    marker_topic: str
+    """The topic whose partition 0 carries the committed-batch markers (the output topic)."""
+    metrics_address: str | None = None
+    """The daemon's metrics socket (``daemon.sink.metrics_relay``), or None: counts go
+    nowhere."""
+
+    def encode(self) -> str:
+        """The spec as an option string."""
+        return base64.b64encode(pickle.dumps(self)).decode("ascii")
+
+    @staticmethod
+    def decode(text: str) -> OutputSpec:
+        """The spec back from :meth:`encode`."""
+        return pickle.loads(base64.b64decode(text))  # type: ignore[no-any-return]  # noqa: S301
+
+
+class TaskOutput:
+    """The output of one task of one micro-batch (see the module docstring).
+
+    The transaction opens at :meth:`open` or the first :meth:`send`, or at :meth:`commit` for
+    a task that wrote nothing, so that its marker still says the batch is done.
+    """
+
+    def __init__(self, spec: OutputSpec, partition: int, batch_id: int, query_id: str) -> None:
+        self.spec = spec
+        self.partition = partition
+        self.batch_id = batch_id
+        self.query_id = query_id
+        self.records: dict[str, int] = {}
+        """Records sent, by topic."""
+        self.dead_letters: dict[str, int] = {}
+        """Dead letters sent, by reason (their ``enrichd.error.class`` header)."""
+        self.skipped = False
+        """The batch was committed before: this replay writes nothing."""
+        self._producer: Any = None
+        self._opened = False
+        self._held: list[tuple[Any, ...]] | None = []
+        """Records sent but not yet produced; None once they go out as they come."""
+        self._deliveries = None if spec.delivery == "exactly_once" else Deliveries()
+        """Failed deliveries (see _DELIVERY_REPORTS). None in a transaction: its commit fails
+        if any of its records was not delivered (librdkafka's ``commit_transaction``), and
+        a callback passed with each record costs the task's thread a call per record."""
+
+    @classmethod
+    def of_task(cls, spec: OutputSpec) -> TaskOutput:
+        """The output of the Spark task this Python worker runs."""
+        context = TaskContext.get()
+        partition = context.partitionId() if context else 0
+        batch_id = int((context.getLocalProperty("streaming.sql.batchId") if context else 0) or 0)
+        # Stable across restarts from one checkpoint; a new checkpoint gets a new one.
+        query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
+        return cls(spec, partition, batch_id, query_id)
+
+    @property
+    def opened(self) -> bool:
+        """Whether the task sent anything yet (or committed)."""
+        return self._opened
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None,
+        source_topic: str | None = None,
+        source_partition: int | None = None,
+        source_offset: int | None = None,
+        error_class: str | None = None,
+        error_message: str | None = None,
+    ) -> None:
+        """Write one record: the columns of :class:`~daemon.model.wire.OutputRow`."""
+        self.send_row(
+            OutputRow(
+                topic,
+                key,
+                value,
+                timestamp,
+                source_topic,
+                source_partition,
+                source_offset,
+                error_class,
+                error_message,
+            )
+        )
+
+    def send_row(self, row: tuple[Any, ...]) -> None:
+        """:meth:`send` of a whole row, kept as it is.
+
+        The row is an :class:`~daemon.model.wire.OutputRow`, or a plain tuple of its columns
+        in order. It is held back until the commit, or until :data:`HELD_RECORDS` are held: see the
+        module docstring.
+        """
+        if not self._opened:
+            self.open()
+        if self.skipped:
+            return
+        if self._held is None:
+            self._produce(row)
+        else:
+            self._held.append(row)
+            if len(self._held) >= HELD_RECORDS:
+                self._release()
+        topic = row[_TOPIC]
+        self.records[topic] = self.records.get(topic, 0) + 1
+        kind = row[_ERROR_CLASS]
+        if kind is not None:
+            self.dead_letters[kind] = self.dead_letters.get(kind, 0) + 1
+
+    def _release(self) -> None:
+        """Send the records held back, and from now on each as it comes."""
+        for row in self._held or ():
+            self._produce(row)
+        self._held = None
+
+    def _produce(self, row: tuple[Any, ...]) -> None:
+        """Produce one record; while the local queue is full, :func:`produce` waits for room.
+
+        The first try calls the client directly: this runs once per output record, and a
+        call through :func:`produce` cost a Python frame each time.
+        """
+        # A whole row in OutputRow's column order, unpacked in one step (cheaper than nine
+        # lookups by position, per record).
+        topic, key, value, timestamp, source_topic, partition, offset, error, message = row
+        headers = headers_of(source_topic, partition, offset, error, message)
+        stamp = timestamp or 0  # librdkafka reads 0 as "now": a missing one is the write time
+        try:
+            self._producer.produce(
+                topic,
+                value=value,
+                key=key,
+                headers=headers,
+                on_delivery=self._deliveries,
+                timestamp=stamp,
+            )
+        except BufferError:
+            produce(
+                self._producer,
+                topic,
+                value,
+                key,
+                headers=headers,
+                on_delivery=self._deliveries,
+                timestamp=stamp,
+            )
+
+    def commit(self) -> None:
+        """Deliver everything sent and commit it with the batch's marker.
+
+        Raises:
+            RuntimeError: a record was not delivered (the transaction is aborted).
+            KafkaException: the broker refused the commit (aborted likewise).
+        """
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import KafkaException
+
+        if not self._opened:
+            self.open()
+        if self.skipped:
+            return
+        producer = self._producer
+        transactional = self.spec.delivery == "exactly_once"
+        try:
+            self._release()
+            producer.flush()
+            if self._deliveries is not None and self._deliveries.failures:
+                failures = self._deliveries.failures
+                raise RuntimeError(f"{len(failures)} records were not delivered: {failures[0]}")
+            if transactional:
+                with ending_transaction():
+                    producer.commit_transaction()
+        except BaseException:
+            if transactional:
+                try:
+                    with ending_transaction():
+                        producer.abort_transaction(10)
+                except KafkaException:
+                    pass  # nothing open, or already fenced: the next init aborts it anyway
+            raise
+        if transactional:
+            _TRANSACTIONAL[self._txn_id] = (producer, self._group, self.batch_id)
+
+    @property
+    def _txn_id(self) -> str:
+        return f"enrichd.{self.spec.pipeline}.{self.partition}"
+
+    @property
+    def _group(self) -> str:
+        """The consumer group whose offset marks the task's last committed batch."""
+        return f"enrichd.{self.spec.pipeline}.sink.{self.query_id}.{self.partition}"
+
+    def open(self) -> None:
+        """Open the transaction now, or learn that the batch was committed before."""
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        if self._opened:
+            return
+        self._opened = True
+        if self.spec.delivery == "at_least_once":
+            self._producer = _idempotent_producer(self.spec)
+            return
+        marker = TopicPartition(self.spec.marker_topic, 0)
+        self._producer = self._begin(self._group, marker)
+        self.skipped = self._producer is None
+
+    def _begin(self, group: str, marker: Any) -> Any:
+        """A producer in a transaction that holds the batch's marker; None if committed.
+
+        A producer this worker kept is tried only if it committed the last batch: then no
+        other producer has taken the id over since, unless a task attempt that failed did. A
+        producer that was fenced learns it when it adds the marker, its first call to the
+        broker in the transaction, and is dropped. Spark hands a task to whichever Python
+        worker is idle, so a partition's tasks move between workers often; trying the kept
+        producer every time made it fail again and again in a latency run (and the client
+        log an error line each time) before starting over.
+
+        Starting over, a new producer initialises the id, which fences every other producer
+        of it and aborts any transaction one left open, and only then is the marker read: a
+        task attempt still running elsewhere can no longer commit the batch behind it.
+        """
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import KafkaException
+
+        kept = _TRANSACTIONAL.pop(self._txn_id, None)
+        if kept is not None:
+            producer, kept_group, kept_last = kept
+            last = self._last_committed(group, marker)
+            if last >= self.batch_id:
+                _TRANSACTIONAL[self._txn_id] = kept
+                return None
+            if (kept_group, kept_last) == (group, last):
+                try:
+                    return self._open_transaction(producer, group, marker)
+                except KafkaException:
+                    pass  # fenced after all (it is dropped): start over as a new producer
+        producer = self._new_producer()
+        last = self._last_committed(group, marker)
+        if last >= self.batch_id:
+            _TRANSACTIONAL[self._txn_id] = (producer, group, last)
+            return None
+        return self._open_transaction(producer, group, marker)
+
+    def _new_producer(self) -> Any:
+        """A producer that now owns the id: this worker's spare, initialised, if it has one.
+
+        A spare is created (and connects) ahead, but is not initialised, which would fence the
+        id's producer in the task that may be running elsewhere. Initialising a producer that
+        is already connected is much quicker than making and initialising a new one.
+        """
+        producer = _SPARES.pop(self._txn_id, None) or _transactional_producer(
+            self.spec, self._txn_id
+        )
+        _SPARES[self._txn_id] = _transactional_producer(self.spec, self._txn_id)
+        with ending_transaction():  # it aborts what a predecessor left open
+            producer.init_transactions(30)
+        return producer
+
+    def _open_transaction(self, producer: Any, group: str, marker: Any) -> Any:
+        producer.begin_transaction()
+        marker.offset = self.batch_id + 1
+        producer.send_offsets_to_transaction([marker], _group_metadata(self.spec, group))
+        return producer
+
+    def _last_committed(self, group: str, marker: Any) -> int:
+        """The last batch whose transaction committed, by the marker; -1 for none.
+
+        Read uncommitted: a read-committed offset fetch waits for a transaction that holds
+        the group's offsets, which for a kept producer may be one a dead task left open.
+        """
+        reader = _MARKER_READERS.get(group)
+        if reader is None:
+            reader = _MARKER_READERS[group] = connect.consumer(
+                self.spec.client_conf, {"group.id": group, "isolation.level": "read_uncommitted"}
+            )
+        committed = reader.committed([marker], timeout=30)[0].offset
+        return committed - 1 if committed >= 0 else -1
+
+
+def _transactional_producer(spec: OutputSpec, txn_id: str) -> Any:
+    """A producer of the id, not yet initialised (creating it fences nothing)."""
+    return connect.producer(
+        spec.client_conf,
+        {
+            "transactional.id": txn_id,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",  # the Java client's, so keys land alike
+            **_DELIVERY_REPORTS,
+        },
+    )
+
+
+def _idempotent_producer(spec: OutputSpec) -> Any:
+    key = f"idempotent.{spec.pipeline}"
+    producer = _PRODUCERS.get(key)
+    if producer is None:
+        producer = _PRODUCERS[key] = connect.producer(
+            spec.client_conf,
+            {
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "partitioner": "murmur2_random",
+                **_DELIVERY_REPORTS,
+            },
+        )
+    return producer
+
+
+def _group_metadata(spec: OutputSpec, group: str) -> Any:
+    metadata = _GROUPS.get(group)
+    if metadata is None:
+        consumer = connect.consumer(spec.client_conf, {"group.id": group})
+        try:
+            metadata = _GROUPS[group] = consumer.consumer_group_metadata()
+        finally:
+            consumer.close()
+    return metadata
+
+
+def headers_of(
+    source_topic: str | None,
+    source_partition: int | None,
+    source_offset: int | None,
+    error_class: str | None,
+    error_message: str | None,
+) -> list[tuple[str, bytes]]:
+    """The Kafka headers of an output record: where it came from and, for a dead letter, why."""
+    headers = []
+    if source_topic is not None:
+        topic = _TOPIC_BYTES.get(source_topic)
+        if topic is None:
+            topic = _TOPIC_BYTES[source_topic] = source_topic.encode("utf-8")
+        headers = [
+            ("enrichd.source.topic", topic),
+            ("enrichd.source.partition", str(source_partition).encode("utf-8")),
+            ("enrichd.source.offset", str(source_offset).encode("utf-8")),
+        ]
+    if error_class is not None:
+        headers.append(("enrichd.error.class", error_class.encode("utf-8")))
+        if error_message is not None:
+            headers.append(("enrichd.error.message", error_message.encode("utf-8")))
+    return headers
+
+
+_TOPIC_BYTES: dict[str, bytes] = {}
+"""Source topic names as header values, encoded once (they are few)."""
+
+
+def forget_kept_clients() -> None:
+    """Close and drop what this process keeps between batches (before its broker stops)."""
+    for reader in _MARKER_READERS.values():
+        reader.close()
+    _MARKER_READERS.clear()
+    _TRANSACTIONAL.clear()
+    _SPARES.clear()
+    _PRODUCERS.clear()
+    _GROUPS.clear()

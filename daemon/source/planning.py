@@ -1,0 +1,463 @@
+"""The driver side of the Kafka source: each micro-batch planned as offset ranges.
+
+How it works: the planner plans each micro-batch as a range of offsets per partition,
+``{"topic/partition": offset}`` (and a :data:`~daemon.model.wire.CLOCK` for joiners that
+wake quiet keys, a :data:`~daemon.model.wire.BOOTSTRAP` while a table input bootstraps),
+which Spark stores in its checkpoint; a restart resumes from the last committed range, and no
+consumer group is involved. The end of each partition comes from the high watermark that the
+broker returns with every Fetch response (a ListOffsets request under-reports it on some
+brokers), read from a probe consumer that follows the log end.
+
+A micro-batch capped at ``max_records_per_batch`` admits the earliest records across all
+partitions (:func:`admit_earliest`), which needs their timestamps: the planner reads those
+*heads* of the records ahead (:class:`Heads`), plus end-of-input markers just past the cap,
+which ride along free. The ranges are dealt out to as many Spark tasks as the cluster has
+cores (:func:`deal`), which read them on executors (:mod:`daemon.source.reading`): a task costs
+tens of milliseconds of Spark's own beside its reading, and on two cores four tasks (two
+topics of two partitions) ran in two waves, so a small micro-batch spent twice as long in that
+stage.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from daemon.kafka import connect
+from daemon.kafka.clients import RANGE_FETCH, read_partition
+from daemon.model.wire import (
+    BOOTSTRAP,
+    CLOCK,
+    Offsets,
+    is_end_of_input,
+    is_partition_name,
+    partition_name,
+    split_partition_name,
+)
+from daemon.source.spec import SourceSpec
+
+_MARKER_LOOKAHEAD = 1_000
+"""Records read past a capped batch's budget to find end-of-input markers that follow it."""
+_PROBE_QUEUE = {"queued.min.messages": 100_000, "queued.max.messages.kbytes": 1024}
+"""How much the probe's fetcher queues before it stops fetching: messages per partition,
+kilobytes in all (librdkafka's defaults are 100,000 messages and 64 MB)."""
+_PROBE_DRAIN = 100_000
+"""Messages the probe takes off its queue at most per call."""
+_PROBE_WAIT_S = 0.05
+"""How long a plan waits for a Fetch response when the probe's watermarks may be old."""
+
+
+@dataclass(frozen=True)
+class KafkaRange:
+    """One Kafka partition's offset range ``[start, end)`` of a micro-batch."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class KafkaPartition(InputPartition):
+    """What one Spark task reads of a micro-batch: one or more Kafka partitions' ranges."""
+
+    ranges: tuple[KafkaRange, ...]
+
+
+@dataclass
+class Heads:
+    """What planning a capped batch needs of a partition's records ``[start, end)``.
+
+    Each record's timestamp and offset, and whether it is an end-of-input marker, in offset
+    order, as columns: planning reads them for hundreds of thousands of records per batch.
+    """
+
+    start: int
+    end: int
+    timestamps: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    markers: list[bool] = field(default_factory=list)
+
+    def drop_before(self, first: int) -> None:
+        """Forget the records before offset ``first``."""
+        cut = bisect.bisect_left(self.offsets, first)
+        del self.timestamps[:cut], self.offsets[:cut], self.markers[:cut]
+        self.start = first
+
+    def before(self, stop: int) -> Heads:
+        """The records before offset ``stop``."""
+        cut = bisect.bisect_left(self.offsets, stop)
+        return Heads(
+            self.start, stop, self.timestamps[:cut], self.offsets[:cut], self.markers[:cut]
+        )
+
+
+class SourcePlanner:
+    """Plans a query's micro-batches as offset ranges, on the driver (see the module docstring).
+
+    Spark's stream reader hands its driver-side calls to it (:mod:`daemon.source.spark_source`).
+    """
+
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+        self._probe: Any = None
+        self._probe_assigned: set[str] = set()
+        self._reader: Any = None
+        self._head_cache: dict[str, Heads] = {}
+        self._read_ahead: threading.Thread | None = None
+        """Reads the next plan's heads while Spark runs the batch just planned; joined before
+        the cache or the reader is used again."""
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        if self._probe is None:
+            self._probe = connect.consumer(
+                self.spec.consumer_conf(),
+                {
+                    "fetch.wait.max.ms": 100,
+                    **_PROBE_QUEUE,
+                    # After its queue was full, fetch again soon after it is drained (the
+                    # default waits a second).
+                    "fetch.queue.backoff.ms": 10,
+                    "max.partition.fetch.bytes": 65536,
+                },
+            )
+        metadata = self._probe.list_topics(timeout=10)
+        found: list[tuple[str, int]] = []
+        for spec in self.spec.inputs:
+            topic = metadata.topics.get(spec.topic)
+            if topic is None or topic.error is not None:
+                raise RuntimeError(f"input topic {spec.topic!r} does not exist")
+            found.extend((spec.topic, p) for p in sorted(topic.partitions))
+        return found
+
+    def initial_offsets(self) -> Offsets:
+        """Start every partition at its earliest offset, as Kafka's ``earliest`` reset does.
+
+        Spark asks only when the query has no checkpoint yet. A seeded checkpoint starts where
+        its seed says (``spec.start``), but never before the earliest offset still there.
+        With bootstrapped inputs, the ends their partitions have now go along as the
+        :data:`BOOTSTRAP` entry.
+        """
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        offsets: Offsets = {}
+        start = self.spec.start or {}
+        for topic, partition in self._partitions():
+            low, _ = self._probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            name = partition_name(topic, partition)
+            offsets[name] = max(low, start.get(name, 0), 0)
+        targets = self._bootstrap_ends(offsets)
+        if targets:
+            offsets[BOOTSTRAP] = targets
+        return offsets
+
+    def _bootstrap_ends(self, start: Offsets) -> dict[str, int]:
+        """The ends now of the bootstrapped inputs' partitions that hold records past ``start``."""
+        topics = {spec.topic for spec in self.spec.inputs if spec.bootstrap}
+        if not topics:
+            return {}
+        ends = self._log_ends(start)
+        return {
+            name: end
+            for name, end in sorted(ends.items())
+            if split_partition_name(name)[0] in topics and end > start.get(name, 0)
+        }
+
+    def _log_ends(self, start: Offsets) -> dict[str, int]:
+        """The end of every partition, from the high watermarks of recent Fetch responses."""
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import KafkaException, TopicPartition
+
+        partitions = self._partitions()
+        fresh = [
+            TopicPartition(t, p, start.get(partition_name(t, p), 0))
+            for t, p in partitions
+            if partition_name(t, p) not in self._probe_assigned
+        ]
+        if fresh:
+            self._probe.incremental_assign(fresh)
+            self._probe_assigned.update(partition_name(tp.topic, tp.partition) for tp in fresh)
+        ends: dict[str, int] = {}
+        deadline = time.monotonic() + 2.0
+        wait_s = _PROBE_WAIT_S if self._probe_may_have_paused() else 0.0
+        while True:
+            if wait_s:  # for a Fetch response, whose watermark is fresh
+                self._probe.consume(num_messages=_PROBE_DRAIN, timeout=wait_s)
+            missing = []
+            for topic, partition in partitions:
+                tp = TopicPartition(topic, partition)
+                _, high = self._probe.get_watermark_offsets(tp, cached=True)
+                if high >= 0:
+                    ends[partition_name(topic, partition)] = high
+                else:
+                    missing.append(tp)
+            if not missing:
+                break
+            wait_s = _PROBE_WAIT_S
+            if time.monotonic() > deadline:
+                for tp in missing:  # no Fetch answered yet: fall back to ListOffsets
+                    _, high = self._probe.get_watermark_offsets(tp, timeout=10)
+                    ends[partition_name(tp.topic, tp.partition)] = high
+                break
+        behind = [
+            TopicPartition(*split_partition_name(name), end)
+            for name, end in ends.items()
+            if self._probe.position([TopicPartition(*split_partition_name(name))])[0].offset < end
+        ]
+        for tp in behind:  # the probe only needs watermarks, not the data in between
+            try:
+                self._probe.seek(tp)
+            except KafkaException:
+                pass  # not fetching yet; it will start from its assigned offset
+        return ends
+
+    def _probe_may_have_paused(self) -> bool:
+        """Drain the probe's queue; whether its fetcher may have stopped since the last plan.
+
+        The fetcher fetches only while its queue holds less than :data:`_PROBE_QUEUE`
+        (messages per partition, bytes in all). A queue that got near that may have stopped
+        fetching, and so holds old watermarks: the plan then waits for a new Fetch response.
+        A queue that stayed well below kept fetching, so its watermarks are the latest
+        responses', and the plan need not wait (:data:`_PROBE_WAIT_S` per batch, data or not).
+        """
+        drained = self._probe.consume(num_messages=_PROBE_DRAIN, timeout=0)
+        per_partition = Counter((m.topic(), m.partition()) for m in drained)
+        half_bytes = _PROBE_QUEUE["queued.max.messages.kbytes"] * 1024 // 2
+        half_messages = _PROBE_QUEUE["queued.min.messages"] // 2
+        return (
+            len(drained) >= _PROBE_DRAIN  # more may be queued
+            or sum(len(m) for m in drained) >= half_bytes
+            or max(per_partition.values(), default=0) >= half_messages
+        )
+
+    def latest_offsets(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        """The end of the next micro-batch: the log ends, capped to the read limit.
+
+        While the query bootstraps (``start`` has a :data:`BOOTSTRAP` entry), only the
+        bootstrapped partitions move, and the entry goes on until they reach its ends. With
+        the spec's ``wake_ms``, also the :data:`CLOCK`. The partitions come in the order of
+        their names, whatever order their ends were found in: Spark compares offsets as JSON
+        text, and the same ends in another order made it run a batch that read nothing.
+        """
+        targets = start.get(BOOTSTRAP)
+        found = (
+            self._bootstrapping(start, targets, limit) if targets else self._planned(start, limit)
+        )
+        planned: Offsets = dict(sorted(found.items()))
+        if targets and any(planned.get(name, 0) < end for name, end in targets.items()):
+            planned[BOOTSTRAP] = targets
+        if self.spec.wake_ms:
+            planned[CLOCK] = time.time_ns() // 1_000_000 // self.spec.wake_ms
+        return planned
+
+    def _planned(self, start: Offsets, limit: ReadLimit) -> dict[str, int]:
+        ends = self._log_ends(start)
+        planned = {name: max(start.get(name, 0), end) for name, end in ends.items()}
+        return self._capped(start, planned, limit)
+
+    def _bootstrapping(
+        self, start: Offsets, targets: dict[str, int], limit: ReadLimit
+    ) -> dict[str, int]:
+        """A bootstrap's plan: the bootstrapped partitions up to their ends at start, no other."""
+        ends = self._log_ends(start)
+        planned = {name: start.get(name, 0) for name in ends}
+        for name, target in targets.items():
+            planned[name] = max(start.get(name, 0), min(ends.get(name, target), target))
+        return self._capped(start, planned, limit)
+
+    def _capped(self, start: Offsets, planned: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        """``planned`` cut to the read limit: its earliest records across partitions."""
+        if isinstance(limit, ReadAllAvailable):
+            return planned
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if budget is None:
+            return planned
+        if sum(planned[n] - start.get(n, 0) for n in planned) <= budget:
+            return planned
+        self._await_read_ahead()
+        capped = self._earliest_first(start, planned, budget)
+        # Spark runs the batch before it plans the next one: read that one's heads meanwhile.
+        self._read_ahead = threading.Thread(
+            target=self._read_heads_ahead,
+            args=(capped, planned, budget),
+            name="enrichd-plan-read-ahead",
+            daemon=True,
+        )
+        self._read_ahead.start()
+        return capped
+
+    def _read_heads_ahead(
+        self, start: dict[str, int], planned: dict[str, int], budget: int
+    ) -> None:
+        try:
+            self._heads_for(start, planned, budget)
+        except Exception:  # noqa: BLE001 - the next plan reads again, and raises there
+            return
+
+    def _await_read_ahead(self) -> None:
+        if self._read_ahead is not None:
+            self._read_ahead.join()
+            self._read_ahead = None
+
+    def _earliest_first(
+        self, start: Offsets, planned: dict[str, int], budget: int
+    ) -> dict[str, int]:
+        """Admit the ``budget`` records with the smallest timestamps across all partitions.
+
+        Like a Kafka Streams task choosing the partition whose next record is oldest, this
+        keeps a capped micro-batch a prefix of the input in time order, so the cap cannot
+        change the order in which a key's records from different topics are applied.
+        """
+        ranks: dict[str, int] = {}  # the inputs come in the joiner's role order
+        for i, spec in enumerate(self.spec.inputs):
+            ranks.setdefault(spec.topic, i)
+        heads = self._heads_for(start, planned, budget)
+        admitted = admit_earliest(
+            heads, {name: ranks[split_partition_name(name)[0]] for name in heads}, budget
+        )
+        return {name: admitted.get(name, int(start.get(name, 0))) for name in planned}
+
+    def _heads_for(self, start: Offsets, planned: dict[str, int], budget: int) -> dict[str, Heads]:
+        """The heads a capped plan from ``start`` needs, per partition with records to read."""
+        # Read past the budget: end-of-input markers there ride along free. As many as
+        # :data:`_MARKER_LOOKAHEAD` whatever the budget: replay writes a marker per key after
+        # every record, and with a cap of one, a lookahead of one left a marker a batch of its
+        # own.
+        return {
+            name: self._heads(
+                name,
+                start.get(name, 0),
+                min(end, start.get(name, 0) + budget + _MARKER_LOOKAHEAD),
+            )
+            for name, end in planned.items()
+            if end > start.get(name, 0)
+        }
+
+    def _heads(self, name: str, first: int, stop: int) -> Heads:
+        """The heads of one partition's records in ``[first, stop)``.
+
+        Planning reads ahead of each batch, so what one plan read is most of the next one's
+        range: the heads stay cached, and each record is read once, not once per plan.
+        """
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        cached = self._head_cache.get(name)
+        if cached is None or not cached.start <= first <= cached.end:
+            cached = self._head_cache[name] = Heads(first, first)
+        cached.drop_before(first)
+        if cached.end < stop:
+            if self._reader is None:
+                self._reader = connect.consumer(self.spec.consumer_conf(), RANGE_FETCH)
+            tp = TopicPartition(*split_partition_name(name), cached.end)
+            read = [m for records in read_partition(self._reader, tp, stop) for m in records]
+            # Only a complete read joins the cache: a failed one is read again next time.
+            cached.timestamps.extend([m.timestamp()[1] for m in read])
+            cached.offsets.extend([m.offset() or 0 for m in read])
+            cached.markers.extend(
+                [m.value() is None and is_end_of_input(m.headers()) for m in read]
+            )
+            cached.end = stop
+        return cached.before(stop)
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaPartition]:
+        """The ranges with records, dealt out to at most ``read_tasks`` Spark partitions."""
+        ranges = []
+        for name, stop in sorted(end.items()):
+            if not is_partition_name(name):
+                continue
+            first = start.get(name, 0)
+            if stop > first:
+                topic, partition = split_partition_name(name)
+                ranges.append(KafkaRange(topic, partition, first, stop))
+        return [KafkaPartition(tuple(task)) for task in deal(ranges, self.spec.read_tasks)]
+
+    def stop(self) -> None:
+        """Close the probe and the planning reader."""
+        self._await_read_ahead()
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def deal(ranges: Sequence[KafkaRange], tasks: int) -> list[list[KafkaRange]]:
+    """``ranges`` dealt out to at most ``tasks`` tasks (0: one each), evening out records.
+
+    The largest range goes first, each to the task with the fewest records so far; the
+    same ranges always give the same tasks.
+    """
+    if tasks <= 0 or len(ranges) <= tasks:
+        return [[kafka_range] for kafka_range in ranges]
+    dealt: list[list[KafkaRange]] = [[] for _ in range(tasks)]
+    loads = [0] * tasks
+    for kafka_range in sorted(ranges, key=lambda r: r.start - r.end):  # largest first, stable
+        least = loads.index(min(loads))
+        dealt[least].append(kafka_range)
+        loads[least] += kafka_range.end - kafka_range.start
+    return dealt
+
+
+def admit_earliest(heads: dict[str, Heads], ranks: dict[str, int], budget: int) -> dict[str, int]:
+    """Where a capped batch ends in each partition: its ``budget`` earliest records.
+
+    Earliest in the order of a k-way merge that always takes the partition whose next record
+    is smallest by (timestamp, rank, partition number, offset), so that each partition is
+    admitted as a prefix of its own order. A record's rank is its input's (``ranks``: the
+    joiner's role order); an end-of-input marker ranks after every input, so at a tied
+    timestamp the end of input comes after the records of every input (docs/semantics.md).
+
+    Such a merge takes a record only after every record before it in its partition: that is
+    the order of each record's *running maximum* (timestamp, rank) in its partition, then
+    partition and offset. So one sort finds the cut, much faster than a merge record by
+    record in Python.
+
+    End-of-input markers are not records to join: they ride along free, taken as they come
+    up to the ``budget``-th record and right after it, so a cap spends no batch on them.
+
+    Returns:
+        The admitted end offset of each partition that admits any record.
+    """
+    names = sorted(
+        (name for name in heads if heads[name].offsets),
+        key=lambda n: (ranks[n], split_partition_name(n)),
+    )
+    if not names:
+        return {}
+    parts = [heads[name] for name in names]
+    marker_rank = max(ranks.values()) + 1
+    levels = marker_rank + 1
+    # (timestamp, rank) as one number, so that a running maximum orders by both.
+    keys = [
+        np.maximum.accumulate(
+            np.asarray(p.timestamps, dtype=np.int64) * levels
+            + np.where(np.asarray(p.markers, dtype=bool), marker_rank, ranks[name])
+        )
+        for name, p in zip(names, parts, strict=True)
+    ]
+    times = np.concatenate(keys)
+    offsets = np.concatenate([np.asarray(p.offsets, dtype=np.int64) for p in parts])
+    markers = np.concatenate([np.asarray(p.markers, dtype=bool) for p in parts])
+    which = np.repeat(np.arange(len(parts)), [len(p.offsets) for p in parts])
+    order = np.lexsort((offsets, which, times))  # the last key sorts first
+    is_marker = markers[order]
+    records = np.cumsum(~is_marker)
+    taken = int(np.searchsorted(records, budget))  # the budget-th record's place
+    if taken < len(order):
+        following = np.flatnonzero(~is_marker[taken + 1 :])  # markers right after it ride
+        taken = taken + 1 + (int(following[0]) if following.size else len(order) - taken - 1)
+    last = np.full(len(parts), -1, dtype=np.int64)
+    np.maximum.at(last, which[order[:taken]], offsets[order[:taken]])
+    return {name: int(end) + 1 for name, end in zip(names, last, strict=True) if end >= 0}

@@ -1,0 +1,175 @@
+"""The executor side of the Kafka source: a task's offset ranges read into packs.
+
+Each Spark task reads the ranges its planner dealt it (:mod:`daemon.source.planning`) with
+``assign()`` and yields them as Arrow record batches of packs (:data:`daemon.model.wire.SOURCE`).
+Each record's join key and event time are read here, from the bytes where the schema allows
+(:mod:`daemon.formats.avro.fields`; the joiner decodes the whole record later), else by a
+decode; one that cannot be read or lacks either field is passed on with ``error`` set and the
+:data:`~daemon.model.wire.DEAD_LETTER_ROUTE` as its key, for the dead-letter topic, instead of
+failing the query. An end-of-input marker becomes a row of input
+:data:`~daemon.model.wire.CONTROL_INPUT`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from daemon.errors import SchemaRegistryUnavailableError
+from daemon.formats.avro.codegen import CompiledCodecError
+from daemon.kafka import connect
+from daemon.kafka.clients import RANGE_FETCH, read_partition
+from daemon.model.constants import END_OF_TIME
+from daemon.model.routing import Routing, buckets_of, route_fields
+from daemon.model.wire import (
+    CONTROL_INPUT,
+    DEAD_LETTER_ROUTE,
+    INPUT,
+    is_end_of_input,
+    pack,
+)
+from daemon.source.planning import KafkaRange
+from daemon.source.spec import SourceInput, SourceSpec
+
+_ARROW_CHUNK = 10_000
+"""Records per batch of packs a read yields."""
+_OPEN_TRANSACTION_WAIT_S = 120.0
+"""How long a read waits for the position to move: a ``read_committed`` read stops at an open
+upstream transaction until it commits or aborts, and Kafka producers' default transaction
+timeout is 60 s. Planned ends come from the high watermark, which may lie past such a
+transaction."""
+
+
+def read_ranges(spec: SourceSpec, ranges: Iterable[KafkaRange]) -> Iterator[pa.RecordBatch]:
+    """Read ``ranges``, one after the other, as Arrow batches of packs."""
+    for kafka_range in ranges:
+        yield from read_range(spec, kafka_range)
+
+
+def read_range(spec: SourceSpec, kafka_range: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Read one partition's range, :data:`_ARROW_CHUNK` records to a batch of packs."""
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import TopicPartition
+
+    index, read = next((i, s) for i, s in enumerate(spec.inputs) if s.topic == kafka_range.topic)
+    buckets = spec.state_buckets
+    number = kafka_range.partition
+    consumer = connect.consumer(spec.consumer_conf(), RANGE_FETCH)
+    tp = TopicPartition(kafka_range.topic, number, kafka_range.start)
+    pending: list[Any] = []
+    try:
+        chunks = read_partition(
+            consumer, tp, kafka_range.end, chunk=_ARROW_CHUNK, stall_s=_OPEN_TRANSACTION_WAIT_S
+        )
+        for records in chunks:
+            pending.extend(records)
+            if len(pending) >= _ARROW_CHUNK:
+                yield _arrow_batch(read, index, number, pending, buckets)
+                pending = []
+    finally:
+        consumer.close()
+    if pending:
+        yield _arrow_batch(read, index, number, pending, buckets)
+
+
+def _arrow_batch(
+    spec: SourceInput, index: int, partition: int, messages: list[Any], buckets: int
+) -> pa.RecordBatch:
+    """Route one partition's messages and pack them by state bucket (:func:`pack`).
+
+    Built a column at a time: a per-record loop appending to ten lists cost more than
+    the routing itself.
+    """
+    count = len(messages)
+    values = [m.value() for m in messages]
+    kafka_keys = [m.key() for m in messages]
+    timestamps = [m.timestamp()[1] for m in messages]
+    inputs = [index] * count
+    route_one = _route if spec.router is None else _route_by_router
+    routings = [
+        route_one(spec, value, kafka_key, timestamp)
+        for value, kafka_key, timestamp in zip(values, kafka_keys, timestamps, strict=True)
+    ]
+    for i in [i for i, value in enumerate(values) if value is None and kafka_keys[i]]:
+        if is_end_of_input(messages[i].headers()):
+            inputs[i] = CONTROL_INPUT
+            routings[i] = Routing(kafka_keys[i].decode("utf-8", "replace"), END_OF_TIME, None)
+    keys = [
+        DEAD_LETTER_ROUTE if error is not None or key is None else key for key, _, error in routings
+    ]
+    records = INPUT.batch(
+        input=inputs,
+        key=keys,
+        event_time=[event_time for _, event_time, _ in routings],
+        partition=pa.repeat(pa.scalar(partition, pa.int32()), count),
+        offset=[m.offset() for m in messages],
+        timestamp=timestamps,
+        kafka_key=kafka_keys,
+        value=values,
+        error=[error for _, _, error in routings],
+    )
+    return pack(records, buckets_of(keys, buckets))
+
+
+def _route(
+    spec: SourceInput, value: bytes | None, kafka_key: bytes | None, timestamp: int
+) -> Routing:
+    """One record's join key and event time, or why it has none.
+
+    The key and time fields are read from the bytes where the schema allows
+    (:meth:`AvroCodec.read_fields`); the joiner decodes the whole record later.
+    """
+    if value is not None:
+        try:
+            fields = spec.codec.read_fields(value, spec.routed_fields, spec.millis_fields)
+        except SchemaRegistryUnavailableError:
+            raise  # the record is fine: fail the batch, which is retried, not the record
+        except CompiledCodecError as exc:  # a bug in enrichd: a decode must not hide it
+            return Routing(None, timestamp, f"CompiledCodecError: {exc}")
+        except Exception:  # noqa: BLE001 - bad bytes, or a registry that does not know the id
+            fields = None  # the decode below fails too, and says why in its own words
+        if fields is not None:
+            raw_time = fields[1] if spec.time_field is not None else None
+            return route_fields(fields[0], raw_time, timestamp, spec.key_field, spec.time_field)
+    return _route_by_decode(spec, value, kafka_key, timestamp)
+
+
+def _route_by_router(
+    spec: SourceInput, value: bytes | None, kafka_key: bytes | None, timestamp: int
+) -> Routing:
+    """:func:`_route` for an input with a :attr:`SourceInput.router`.
+
+    The value's key parts and event time are read from the bytes where the schema allows,
+    as :func:`_route` does (which keeps that read inline: a call per record costs); an
+    envelope or a nested field needs a decode.
+    """
+    router = spec.router
+    assert router is not None  # noqa: S101 - chosen for inputs with a router
+    names = router.scanned_fields
+    if value is not None and names is not None:
+        try:
+            fields = spec.codec.read_fields(value, names, spec.millis_fields)
+        except SchemaRegistryUnavailableError:
+            raise
+        except CompiledCodecError as exc:
+            return Routing(None, timestamp, f"CompiledCodecError: {exc}")
+        except Exception:  # noqa: BLE001 - the decode below fails too, and says why
+            fields = None
+        if fields is not None:
+            return router.route_scanned(fields, kafka_key, timestamp)
+    return _route_by_decode(spec, value, kafka_key, timestamp)
+
+
+def _route_by_decode(
+    spec: SourceInput, value: bytes | None, kafka_key: bytes | None, timestamp: int
+) -> Routing:
+    """Route a record by decoding it whole: what reading its fields from the bytes cannot."""
+    try:
+        record = None if value is None else spec.codec.decode(value)
+    except SchemaRegistryUnavailableError:
+        raise
+    except Exception as exc:
+        return Routing(None, timestamp, f"UndecodableRecord: {type(exc).__name__}: {exc}")
+    return spec.route_decoded(record, kafka_key, timestamp)

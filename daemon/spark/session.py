@@ -1,0 +1,107 @@
+"""One Spark session per process, with the settings enrichd's operators need."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from daemon.model.config import SparkConfig
+from daemon.spark import spark_output
+from daemon.spark.class_archive import ClassArchive
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+TRACK_STATE_ROWS = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+_DEFAULTS = {
+    # transformWithState keeps its state in RocksDB; the in-memory store runs out of heap.
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    # Commit each batch's state changes as a changelog and snapshot RocksDB in the background:
+    # uploading a snapshot every batch cost each stateful task a large part of its time.
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # Counting the state's rows makes each write read the key's old value first; a state
+    # bucket is one value of up to a megabyte, so batches are faster without it. Spark then
+    # reports numRowsTotal as 0: see daemon.service.observability.
+    TRACK_STATE_ROWS: "false",
+    # Hadoop's FileContext API renames a file by first asking for its link status, which on
+    # the local file system runs `readlink` in a child process: about 20 forks of the JVM
+    # per micro-batch (offset log, commit log, each task's state changelog, and their .crc
+    # files). The FileSystem API renames without them, atomically on local disks and HDFS.
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
+    # The JIT's optimising compiler (C2) was still compiling a minute into a run, taking most
+    # of the JVM's CPU from the batches on a 2-core machine; stopping at the quick compiler
+    # (C1) made batches faster. In local mode this JVM is the executor too.
+    JAVA_OPTIONS: "-XX:TieredStopAtLevel=1",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+}
+
+
+def default_setting(key: str) -> str | None:
+    """The default enrichd gives a Spark setting, if any (``[spark.conf]`` overrides it)."""
+    return _DEFAULTS.get(key)
+
+
+def spark_session(config: SparkConfig) -> SparkSession:
+    """The process's Spark session, started on first use.
+
+    A session that is already running is reused as it is: its master cannot change
+    in-process, and its settings, applied when it started, are not set again under the
+    queries it may be running (a replay in a test session or a notebook).
+    """
+    # Late: Spark loads when a session starts, not in commands that start none.
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:
+        # Python workers must run the interpreter that has enrichd installed, not the first
+        # python3 on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        settings = {**_DEFAULTS, **config.conf}
+        # A JVM of our own starts: it maps Spark's archived classes, or records them.
+        archive = ClassArchive() if SparkContext._gateway is None else None
+        if archive is not None and archive.options:
+            settings[JAVA_OPTIONS] = f"{settings.get(JAVA_OPTIONS, '')} {archive.options}".strip()
+        quiet = SparkContext._gateway is None and not spark_output.verbose()
+        if quiet:  # its output into a file (a running JVM keeps its own)
+            path = spark_output.log_path()
+            options = settings.get(JAVA_OPTIONS, "")
+            settings[JAVA_OPTIONS] = f"{options} {spark_output.java_options(path)}".strip()
+            conf = (
+                SparkConf()
+                .setMaster(config.master)
+                .setAppName("enrichd")
+                .setAll(list(settings.items()))
+            )
+            SparkContext._ensure_initialized(gateway=spark_output.launch_jvm(conf, path))
+        builder = SparkSession.builder.master(config.master).appName("enrichd")
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        if archive is not None:
+            archive.started(getattr(SparkContext._gateway, "proc", None))
+        if not quiet:
+            session.sparkContext.setLogLevel("ERROR")
+    else:
+        session = SparkSession.builder.getOrCreate()
+    # getOrCreate() makes the session active only in the thread that first created it, and
+    # Spark finds a Python data sink through the calling thread's active session: started
+    # in a thread of a program whose session already ran, the service's queries failed
+    # with DATA_SOURCE_NOT_FOUND for enrichd-kafka-sink. PySpark's createDataFrame sets it
+    # the same way.
+    SparkSession._get_j_spark_session_class(session._jvm).setActiveSession(session._jsparkSession)
+    return session
+

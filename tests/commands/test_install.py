@@ -1,0 +1,67 @@
+"""`daemon demo` from a built wheel, installed into a fresh virtual environment.
+
+Deployment test (``pytest -m deploy``): the wheel must carry what the demo reads (the example
+pipelines and their schemas, package data of ``daemon``), so the demo runs away from any
+checkout. Dependencies come through pip's usual cache and index.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.deploy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str | Path, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    # Nothing of this checkout's environment: the fresh venv stands alone.
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")
+    }
+    env["PYSPARK_PYTHON"] = str(cwd / "venv" / "bin" / "python")
+    done = subprocess.run(
+        [str(arg) for arg in args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_the_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path: Path) -> None:
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "-w",
+        tmp_path / "dist",
+        ROOT,
+        cwd=tmp_path,
+    )
+    (wheel,) = (tmp_path / "dist").glob("enrichd-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        packaged = set(archive.namelist())
+        (entry_points,) = [n for n in packaged if n.endswith(".dist-info/entry_points.txt")]
+        entry_points_text = archive.read(entry_points).decode()
+    for folder, pattern in (("examples", "*.toml"), ("schemas", "*.avsc")):
+        for path in (ROOT / folder).glob(pattern):
+            assert f"daemon/{folder}/{path.name}" in packaged, path
+    # Plugin authors' kit: type information, and the pytest plugin with its fixtures.
+    assert "daemon/py.typed" in packaged
+    assert "[pytest11]\nenrichd = daemon.pytest_plugin" in entry_points_text
+    run(sys.executable, "-m", "venv", tmp_path / "venv", cwd=tmp_path)
+    run(tmp_path / "venv" / "bin" / "pip", "install", "--quiet", wheel, cwd=tmp_path)
+    done = run(tmp_path / "venv" / "bin" / "daemon", "demo", cwd=tmp_path)
+    assert "7 input records, 5 views, 0 dead letters." in " ".join(done.stdout.split())

@@ -1,0 +1,353 @@
+"""`daemon run` as a real process: killed with SIGKILL, stopped with SIGTERM, started again.
+
+Every run here is ``python -m daemon run PIPELINE.toml`` in its own session (process group)
+against the session's Tansu broker; a crash is SIGKILL to every process of that run: the
+Python driver, Spark's JVM and Spark's Python workers, which sit in a process group of their
+own. Inputs are built so that each tweet yields exactly one view: every user is produced
+before any tweet and never updated, so a tweet's view is emitted once, when the tweet is
+joined. The output topic, read with ``read_committed``, must then hold exactly one record per
+tweet id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.broker import EmbeddedBroker
+from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic
+from tests.state_helpers import TWEETS, USERS, VIEWS, comap_toml
+
+AUTHORS = 10
+BATCH = 50  # records per micro-batch: small, so a run is a train of short batches
+STOP_TIMEOUT_S = 20
+
+
+def users() -> list[In]:
+    return [
+        In(USERS.encode({"id": i, "name": f"user {i}"}), str(i).encode(), timestamp=1000 + i)
+        for i in range(1, AUTHORS + 1)
+    ]
+
+
+def tweets(ids: range) -> list[In]:
+    return [
+        In(
+            TWEETS.encode({"id": i, "author_id": 1 + i % AUTHORS, "content": f"tweet {i}"}),
+            str(i).encode(),
+            timestamp=10_000 + i,
+        )
+        for i in ids
+    ]
+
+
+class Scenario:
+    """Topics, a pipeline file and the `daemon run` processes of one test."""
+
+    def __init__(self, broker: EmbeddedBroker, fresh_topic: Callable[[str], str], folder: Path):
+        self.conf = client_conf(broker.bootstrap_servers)
+        self.tweet_topic, self.output = fresh_topic("tweets"), fresh_topic("views")
+        user_topic = fresh_topic("users")
+        self.name = name = fresh_topic("crash")
+        for topic in (user_topic, self.tweet_topic):
+            create_topic(self.conf, topic, 2)
+        self.folder = folder
+        self.path = folder / "pipeline.toml"
+        comap_toml(
+            self.path,
+            broker.bootstrap_servers,
+            name=name,
+            users=user_topic,
+            tweets=self.tweet_topic,
+            output=self.output,
+            checkpoint=folder / "checkpoint",
+            settings={"max_records_per_batch": BATCH},
+        )
+        produce(self.conf, user_topic, users())
+        self.runs = 0
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def produce_tweets(self, ids: range) -> None:
+        produce(self.conf, self.tweet_topic, tweets(ids))
+
+    def start(self) -> subprocess.Popen[bytes]:
+        """Start `daemon run` in a session of its own, its log in ``run-N.log``."""
+        self.runs += 1
+        self.log = self.folder / f"run-{self.runs}.log"
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        with self.log.open("wb") as log:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "daemon",
+                    "run",
+                    str(self.path),
+                    "--stop-timeout",
+                    str(STOP_TIMEOUT_S),
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started.append(process)
+        return process
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def views(self) -> Counter[int]:
+        """How many times each tweet's view is in the output (``read_committed``)."""
+        counts: Counter[int] = Counter()
+        for record in read_topic(self.conf, self.output):
+            view = VIEWS.decode(record.value or b"")
+            assert record.key == str(view["id"]).encode()
+            assert view["author"]["name"] == f"user {view['tweet']['author_id']}"
+            counts[view["id"]] += 1
+        return counts
+
+    def wait_for(
+        self,
+        process: subprocess.Popen[bytes],
+        done: Callable[[Counter[int]], bool],
+        what: str,
+        timeout_s: float = 90.0,
+    ) -> Counter[int]:
+        """Poll the output until ``done(views)``; fail if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert process.poll() is None, f"daemon run exited early:\n{self.log_text()[-3000:]}"
+            counts = self.views()
+            if done(counts):
+                return counts
+            assert time.monotonic() < deadline, (
+                f"no {what} within {timeout_s:.0f}s ({len(counts)} views so far):\n"
+                f"{self.log_text()[-3000:]}"
+            )
+            time.sleep(0.5)
+
+    def batches(self) -> str:
+        """Where the last run stopped: batches planned and committed by Spark and by the sink.
+
+        Spark writes ``offsets/N`` when it plans batch N and ``commits/N`` when it is done;
+        the sink commits its marker (batch + 1, per write task) inside each Kafka transaction.
+        """
+        from confluent_kafka import Consumer, TopicPartition
+
+        checkpoint = self.folder / "checkpoint"
+        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+        markers = []
+        for task in range(2):  # spark.sql.shuffle.partitions: one write task each
+            group = f"enrichd.{self.name}.sink.{query_id}.{task}"
+            consumer = Consumer({**self.conf, "group.id": group})
+            try:
+                (marker,) = consumer.committed([TopicPartition(self.output, 0)], timeout=10)
+            finally:
+                consumer.close()
+            markers.append(marker.offset - 1 if marker.offset >= 0 else -1)
+        return (
+            f"run {self.runs}: Spark planned batch {self.last('offsets')}, committed "
+            f"{self.last('commits')}; the sink's write tasks committed batches {markers}"
+        )
+
+    def last(self, folder: str) -> int:
+        """The last batch in the checkpoint's ``offsets`` or ``commits`` log; -1: none."""
+        found = (self.folder / "checkpoint" / folder).glob("[0-9]*")
+        return max((int(p.name) for p in found), default=-1)
+
+    def wait_for_planning(self, process: subprocess.Popen[bytes], after: int) -> None:
+        """Return as soon as Spark has planned a batch after batch ``after``.
+
+        Spark plans a batch only once the one before has finished, its tasks' Kafka
+        transactions committed, so at that moment no commit is under way.
+        """
+        self._poll(
+            process, lambda: self.last("offsets") > after, f"no batch after {after}", 60.0, 0.01
+        )
+
+    def wait_for_log(self, process: subprocess.Popen[bytes], text: str, timeout_s: float = 60.0):
+        self._poll(process, lambda: text in self.log_text(), f"no {text!r} in the log", timeout_s)
+
+    def _poll(
+        self,
+        process: subprocess.Popen[bytes],
+        ready: Callable[[], bool],
+        missing: str,
+        timeout_s: float,
+        interval_s: float = 0.05,
+    ) -> None:
+        """Wait until ``ready()``; fail if the process dies or ``timeout_s`` runs out."""
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            assert process.poll() is None, f"daemon run exited early:\n{self.log_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"{missing}:\n{self.log_text()}"
+            time.sleep(interval_s)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, from /proc (Spark's Python workers leave its group)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rpartition(")")[2].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def crash(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the whole run at once: driver, JVM and Python workers."""
+    groups = {process.pid}
+    for pid in descendants(process.pid):
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            pass
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait(10)
+
+
+def stop(process: subprocess.Popen[bytes]) -> tuple[int, float]:
+    """SIGTERM the driver, as systemd or Docker would; its exit code and seconds to exit."""
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        code = process.wait(STOP_TIMEOUT_S + 10)
+    except subprocess.TimeoutExpired:
+        crash(process)
+        raise
+    return code, time.monotonic() - started
+
+
+@pytest.fixture
+def scenario(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> Iterator[Scenario]:
+    """A test's scenario; a daemon a failed test left running is killed with it."""
+    run = Scenario(broker, fresh_topic, tmp_path)
+    yield run
+    for process in run.started:
+        if process.poll() is None:
+            crash(process)
+
+
+def grew(than: Counter[int]) -> Callable[[Counter[int]], bool]:
+    return lambda counts: len(counts) > len(than)
+
+
+def test_kill_9_at_three_moments_loses_and_duplicates_nothing(scenario: Scenario) -> None:
+    """What this proves, on Tansu: the whole `daemon run` process tree, killed with SIGKILL
+    (1) just after a micro-batch's views landed, (2) just after Spark planned a batch once new
+    input was produced, while micro-batches of at most 50 records run back to back, and (3)
+    one and a half seconds into the first micro-batch of a restart (the recovery of the batch
+    (2) interrupted), restarts from its checkpoint and ends with exactly one view per tweet
+    in the output read with ``read_committed``: none lost, none written twice.
+
+    Where the kills landed is printed (``-s``) from the checkpoint and the sink's markers.
+    When (2) was half a second after producing and (3) three seconds into the restart,
+    development runs always found the batch's Kafka transactions committed and Spark's
+    commit of that batch missing, so the restarts re-ran a batch whose output had landed,
+    and the sink's marker is what kept it from being written twice. Once the source read a
+    batch in fewer tasks, batches got fast enough for those kills to land in a commit: two
+    full runs of the suite in a row failed here, one with 30 views written twice, one with
+    an open transaction holding the reader. Now (2) lands before any task of the batch has
+    begun, and the restart's recovery runs it again from scratch.
+
+    What it does not prove: anything about a kill inside an open Kafka transaction, after
+    some records were produced and before the commit. A task holds its records back until it
+    commits (``daemon.sink.task_output``), so that is only the commit itself, and none of
+    these kills is aimed there. On Tansu 0.6 such a kill would show up here
+    as a duplicate even though enrichd behaves correctly: measured with plain clients, Tansu
+    holds ``read_committed`` readers at the last stable offset while a transaction is open
+    and aborts a dead producer's transaction when its id is initialised again, but then
+    delivers the aborted records to ``read_committed`` readers. (Before tasks held their
+    records back, one run failed here with 20 views written twice after kills (2) and (3)
+    landed mid-batch: what a kill inside a transaction with records in it looks like on
+    Tansu.) A duplicate from this test must therefore be checked against that
+    before it is taken for an enrichd bug; on Apache Kafka it would be one.
+    """
+    run = scenario
+    run.produce_tweets(range(0, 100))
+    moments = []
+
+    process = run.start()
+    seen = run.wait_for(process, bool, "first view")
+    run.produce_tweets(range(100, 200))
+    seen = run.wait_for(process, grew(seen), "progress")
+    crash(process)  # (1) right after a batch's views landed
+    moments.append(run.batches())
+
+    process = run.start()
+    seen = run.wait_for(process, grew(seen), "progress after restart 1")
+    planned = run.last("offsets")
+    run.produce_tweets(range(200, 300))
+    run.wait_for_planning(process, planned)
+    crash(process)  # (2) mid-batch, just planned: no transaction is committing
+    moments.append(run.batches())
+
+    process = run.start()
+    run.wait_for_log(process, "started: joiner comap")
+    time.sleep(1.5)
+    crash(process)  # (3) inside the first micro-batch after the restart
+    moments.append(run.batches())
+
+    run.produce_tweets(range(300, 400))
+    process = run.start()
+    run.wait_for(process, lambda counts: len(counts) == 400, "view of every tweet", 120.0)
+    code, took = stop(process)
+    assert code == 0, run.log_text()[-3000:]
+    assert took < STOP_TIMEOUT_S
+    print("\n".join(moments))  # shown with -s: where each kill landed
+
+    counts = run.views()
+    assert sorted(counts) == list(range(400)), f"views lost; kills: {moments}"
+    duplicated = {tweet: n for tweet, n in counts.items() if n > 1}
+    assert not duplicated, f"{len(duplicated)} tweets have 2+ views: {duplicated}; kills: {moments}"
+
+
+def test_sigterm_exits_0_and_a_restart_continues_without_duplicates(scenario: Scenario) -> None:
+    """SIGTERM while micro-batches are running: `daemon run` finishes the batch in flight,
+    stops and exits 0 within its stop timeout; started again on the same checkpoint, it
+    picks up where it stopped and every tweet ends with exactly one view."""
+    run = scenario
+    run.produce_tweets(range(0, 150))
+
+    process = run.start()
+    run.wait_for(process, bool, "first view")
+    code, took = stop(process)
+    assert code == 0, run.log_text()[-3000:]
+    assert took < STOP_TIMEOUT_S
+    assert "stopped" in run.log_text()
+    stopped_at = run.views()
+    assert set(stopped_at.values()) == {1}
+    assert len(stopped_at) < 150, "the stop came too late to test a restart"
+
+    process = run.start()
+    run.wait_for(process, lambda counts: len(counts) == 150, "view of every tweet", 120.0)
+    code, _ = stop(process)
+    assert code == 0, run.log_text()[-3000:]
+    assert run.views() == dict.fromkeys(range(150), 1)

@@ -1,0 +1,274 @@
+"""The ``enrichd-kafka`` streaming source on the real broker and Spark, into a memory sink."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from daemon.broker import EmbeddedBroker
+from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
+from daemon.model.routing import bucket_of
+from daemon.model.wire import DEAD_LETTER_ROUTE, unpack
+from daemon.service.observability import parse_offsets
+from daemon.source.spec import SourceInput, SourceSpec
+from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, process_all, produce
+
+USER = load_schema_file(SCHEMAS / "user.avsc")
+
+# The user record with a nullable key and event time, to write records lacking either.
+LOOSE_USER = parse_schema_text(
+    """{"type": "record", "name": "User", "namespace": "enrichd.examples", "fields": [
+        {"name": "id", "type": ["null", "long"], "default": null},
+        {"name": "name", "type": "string"},
+        {"name": "avatar", "type": ["null", "string"], "default": null},
+        {"name": "updated_at", "type": ["null", "long"], "default": null}]}"""
+)
+
+
+def user(i: int) -> dict[str, Any]:
+    return {"id": i, "name": f"user-{i}", "avatar": None, "updated_at": 1000 + i}
+
+
+def run_source(
+    spark: Any, checkpoint: Path, spec: SourceSpec, name: str
+) -> tuple[list[Any], list[int]]:
+    """Run the source into a memory sink until it has read everything; rows and batch sizes."""
+    query = (
+        spark.readStream.format("enrichd-kafka")
+        .option("spec", spec.encode())
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        process_all(query)
+        sizes = [records_of(report) for report in query.recentProgress if report.numInputRows]
+    finally:
+        query.stop()
+    packs = spark.table(name).collect()
+    spark.catalog.dropTempView(name)
+    rows = []
+    for pack in packs:
+        records = [SimpleNamespace(**record) for record in unpack(pack.records).to_pylist()]
+        # A pack holds records of one bucket and one partition.
+        assert {bucket_of(r.key, spec.state_buckets) for r in records} == {pack.bucket}
+        assert len({r.partition for r in records}) == 1
+        rows.extend(records)
+    return rows, sizes
+
+
+def records_of(report: Any) -> int:
+    """The records a micro-batch read: its offset ranges' sizes (``numInputRows`` are packs)."""
+    (source,) = report.sources
+    start, end = parse_offsets(source.startOffset), parse_offsets(source.endOffset)
+    return sum(stop - start.get(name, 0) for name, stop in end.items())
+
+
+def test_reads_the_tail_of_the_last_record_batch_without_newer_data(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """All 10 records of one produce batch are read, the last one included, with nothing
+    produced after them. Tansu's ListOffsets(LATEST) says 1 here; only the Fetch high
+    watermark gives 10, so a source planning from ListOffsets reads 1 row and stops."""
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("hwm")
+    create_topic(conf, topic, 1)
+    codec = AvroCodec(USER)
+    ends = produce(
+        conf, topic, [In(codec.encode(user(i)), str(i).encode()) for i in range(10)], linger_ms=50
+    )
+    assert ends == {0: 10}
+    spec = SourceSpec(
+        inputs=(SourceInput("one", topic, "id", None, codec),),
+        client_conf=conf,
+        max_records_per_batch=100_000,
+    )
+
+    rows, _ = run_source(spark, tmp_path / "checkpoint", spec, "hwm_rows")
+
+    assert sorted(r.offset for r in rows) == list(range(10))
+    last = max(rows, key=lambda r: r.offset)
+    assert last.key == "9"
+    assert codec.decode(last.value) == user(9)
+    assert all(r.error is None and r.input == 0 for r in rows)
+
+
+@pytest.mark.parametrize("read_tasks", [0, 1])
+def test_caps_micro_batches_and_reads_every_partition_once(
+    broker: EmbeddedBroker,
+    spark: Any,
+    fresh_topic: Callable[[str], str],
+    tmp_path: Path,
+    read_tasks: int,
+) -> None:
+    """With ``read_tasks`` 1 one task reads both partitions' ranges, one after the other."""
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("cap")
+    create_topic(conf, topic, 2)
+    codec = AvroCodec(USER)
+    records = [In(codec.encode(user(i)), partition=i % 2, timestamp=5000 + i) for i in range(17)]
+    assert produce(conf, topic, records) == {0: 9, 1: 8}
+    spec = SourceSpec(
+        inputs=(SourceInput("one", topic, "id", "updated_at", codec),),
+        client_conf=conf,
+        max_records_per_batch=6,
+        read_tasks=read_tasks,
+    )
+
+    rows, sizes = run_source(spark, tmp_path / "checkpoint", spec, f"cap_rows_{read_tasks}")
+
+    assert sorted((r.partition, r.offset) for r in rows) == sorted(
+        [(0, o) for o in range(9)] + [(1, o) for o in range(8)]
+    )
+    assert sum(sizes) == 17
+    assert max(sizes) <= 6 and len(sizes) >= 3
+    by_id = {int(r.key): r for r in rows}
+    assert sorted(by_id) == list(range(17))
+    assert all(by_id[i].event_time == 1000 + i for i in by_id)  # from the time field
+    assert all(by_id[i].timestamp == 5000 + i for i in by_id)  # the Kafka timestamp
+
+
+def test_end_of_input_markers_become_control_rows_outside_the_cap(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    from daemon.model.wire import CONTROL_INPUT, END_OF_INPUT_HEADERS
+    from daemon.plugin.joiner import END_OF_TIME
+
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("markers")
+    create_topic(conf, topic, 1)
+    codec = AvroCodec(USER)
+    produce(conf, topic, [In(codec.encode(user(i)), timestamp=5000 + i) for i in range(6)])
+    producer = Producer(conf)
+    for key in (b"1", b"2", b"3"):  # after every record, as replay sends them
+        producer.produce(topic, value=None, key=key, timestamp=5005, headers=END_OF_INPUT_HEADERS)
+    assert producer.flush(30) == 0
+    spec = SourceSpec(
+        inputs=(SourceInput("one", topic, "id", None, codec, keyed_tombstones=False),),
+        client_conf=conf,
+        max_records_per_batch=3,
+    )
+
+    rows, sizes = run_source(spark, tmp_path / "checkpoint", spec, "marker_rows")
+
+    # Six records in two batches of three; the markers ride along with the second.
+    assert sizes == [3, 6]
+    control = sorted((r.key, r.event_time) for r in rows if r.input == CONTROL_INPUT)
+    assert control == [("1", END_OF_TIME), ("2", END_OF_TIME), ("3", END_OF_TIME)]
+    assert sorted(int(r.key) for r in rows if r.input == 0) == list(range(6))
+
+
+def test_routes_undecodable_and_keyless_records_to_dead_letters(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    conf = client_conf(broker.bootstrap_servers)
+    ones, manys = fresh_topic("ones"), fresh_topic("manys")
+    create_topic(conf, ones, 1)
+    create_topic(conf, manys, 1)
+    codec, loose = AvroCodec(USER), AvroCodec(LOOSE_USER)
+    good = loose.encode(user(1))
+    sent = [
+        In(good, b"k1", timestamp=10),  # 0
+        In(b"\xff\xfe not avro", b"k2", timestamp=11),  # 1
+        In(loose.encode({"id": None, "name": "no key"}), timestamp=12),  # 2
+        In(loose.encode({"id": 5, "name": "no time", "updated_at": None}), timestamp=13),  # 3
+        In(None, b"7", timestamp=14),  # 4: a keyed tombstone
+        In(None, None, timestamp=15),  # 5: a tombstone without a Kafka key
+        In(good + b"\x00\x01", timestamp=16),  # 6: trailing bytes
+    ]
+    produce(conf, ones, sent)
+    produce(conf, manys, [In(None, b"3", timestamp=20)])
+    spec = SourceSpec(
+        inputs=(
+            SourceInput("one", ones, "id", "updated_at", loose),
+            SourceInput("many", manys, "author_id", None, codec, keyed_tombstones=False),
+        ),
+        client_conf=conf,
+        max_records_per_batch=100_000,
+    )
+
+    rows, _ = run_source(spark, tmp_path / "checkpoint", spec, "dlq_rows")
+
+    one = {r.offset: r for r in rows if r.input == 0}  # the spec's inputs, in order
+    (many,) = [r for r in rows if r.input == 1]
+    assert sorted(one) == list(range(7))
+    assert (one[0].key, one[0].error, one[0].event_time) == ("1", None, 1001)
+    assert (one[4].key, one[4].error, one[4].event_time) == ("7", None, 14)
+    expected = {
+        1: "UndecodableRecord: ",
+        2: "MissingKey: ",
+        3: "MissingEventTime: ",
+        5: "UnroutableTombstone: ",
+        6: "UndecodableRecord: ",
+    }
+    for offset, prefix in expected.items():
+        row = one[offset]
+        assert row.error is not None and row.error.startswith(prefix), (offset, row.error)
+        assert row.key == DEAD_LETTER_ROUTE
+        assert row.value == sent[offset].value  # the original bytes travel on
+        assert row.kafka_key == sent[offset].key
+    assert "'id'" in (one[2].error or "")
+    assert "'updated_at'" in (one[3].error or "")
+    assert many.key == DEAD_LETTER_ROUTE
+    assert (many.error or "").startswith("UnroutableTombstone: ")
+    assert "'author_id'" in (many.error or "")
+
+
+def test_unknown_topic_fails_the_query_naming_it(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    missing = fresh_topic("missing")
+    spec = SourceSpec(
+        inputs=(SourceInput("one", missing, "id", None, AvroCodec(USER)),),
+        client_conf=client_conf(broker.bootstrap_servers),
+        max_records_per_batch=10,
+    )
+    query = (
+        spark.readStream.format("enrichd-kafka")
+        .option("spec", spec.encode())
+        .load()
+        .writeStream.format("memory")
+        .queryName("missing_rows")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match=missing):
+            process_all(query)
+    finally:
+        query.stop()
+
+
+def test_missing_input_topic_at_start_up_is_a_one_line_error_naming_it(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    from daemon.errors import KafkaUnavailableError
+    from daemon.pipeline.plan import plan_pipeline
+    from tests.kafka_helpers import comap_file
+
+    conf = client_conf(broker.bootstrap_servers)
+    users, tweets = fresh_topic("users"), fresh_topic("tweets-missing")
+    create_topic(conf, users, 1)
+    file = comap_file(
+        tmp_path,
+        broker.bootstrap_servers,
+        name=fresh_topic("missing"),
+        users=users,
+        tweets=tweets,
+        output=fresh_topic("views"),
+        dead_letters=fresh_topic("dlq"),
+    )
+    with pytest.raises(KafkaUnavailableError) as caught:
+        plan_pipeline(file, file.pipeline[0], conf)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert repr(tweets) in message and "'many'" in message
+    assert users not in message

@@ -1,0 +1,264 @@
+"""The same pipeline file on a Spark standalone cluster: a real master and worker on loopback.
+
+The master and worker are the installed pyspark's own (`spark-class`). The replay runs in a
+subprocess because this test session may already hold a local Spark session, and a JVM's
+master cannot change in-process. Only `[spark] master` and `[kafka] bootstrap_servers` of
+the example file change: the point is that an operator needs nothing else to scale out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+from daemon.demos import latest_by_key
+from daemon.model.config import load_pipeline_file
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "tweet-views.toml"
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+# Start-up guards, not measurements: a loaded 2-core machine starts a JVM in 5-15 s.
+START_TIMEOUT_S = 120.0
+REPLAY_TIMEOUT_S = 600.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Cluster:
+    url: str
+    ui_port: int
+    master_log: Path
+    worker_log: Path
+    work_dir: Path
+
+    def status(self) -> dict[str, Any]:
+        """The master's JSON view of workers and applications."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=10) as r:
+            return dict(json.load(r))
+
+    def finished_apps(self) -> list[dict[str, Any]]:
+        """The completed applications, once the master has seen the last one go."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        status = self.status()
+        while status["activeapps"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+            status = self.status()
+        return list(status["completedapps"])
+
+
+def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        # Its own process group, so stopping it also stops the JVMs it starts (executors).
+        return subprocess.Popen(
+            [str(SPARK_HOME / "bin" / "spark-class"), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 15.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _wait_for_line(log: Path, text: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while text not in log.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{log.name} never said {text!r}:\n{log.read_text(errors='replace')}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A standalone master and one worker (1 core, 1 GiB), both bound to 127.0.0.1."""
+    port, ui_port, worker_ui_port = free_port(), free_port(), free_port()
+    env = {
+        **os.environ,
+        # The installed pyspark is the Spark distribution, whatever SPARK_HOME said before.
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOCAL_DIRS": str(tmp_path / "spark-local"),
+        # The REST submission server's fixed port 6066 would clash between parallel runs.
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+    }
+    found = Cluster(
+        url=f"spark://127.0.0.1:{port}",
+        ui_port=ui_port,
+        master_log=tmp_path / "master.log",
+        worker_log=tmp_path / "worker.log",
+        work_dir=tmp_path / "worker-work",
+    )
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        master = _start(
+            [
+                "org.apache.spark.deploy.master.Master",
+                *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port)),
+            ],
+            found.master_log,
+            env,
+        )
+        started.append(master)
+        # The worker gives up on a master that is not there yet only after long retries.
+        _wait_for_line(found.master_log, "New state: ALIVE", master)
+        worker = _start(
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                found.url,
+                *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g"),
+                *("--webui-port", str(worker_ui_port), "--work-dir", str(found.work_dir)),
+            ],
+            found.worker_log,
+            env,
+        )
+        started.append(worker)
+        _wait_for_line(found.master_log, "Registering worker 127.0.0.1:", master)
+        yield found
+    finally:
+        for process in reversed(started):
+            _stop(process)
+
+
+def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def cluster_pipeline_file(tmp: Path, master: str, bootstrap_servers: str) -> Path:
+    """The example pipeline file, with only the broker and the Spark master changed."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    local = '[spark]\nmaster = "local[2]"\n'
+    assert text.count(local) == 1, "the example's [spark] section changed; update this test"
+    text = text.replace(
+        local,
+        f'[kafka]\nbootstrap_servers = "{bootstrap_servers}"\n\n[spark]\nmaster = "{master}"\n',
+    )
+    # The copy lives elsewhere: its schema paths point back at the project's schemas.
+    text = text.replace('"../schemas/', f'"{ROOT / "schemas"}/')
+    path = tmp / "tweet-views-cluster.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+USERS = [
+    {"id": 1, "name": "ada", "avatar": None, "updated_at": 1},
+    {"id": 2, "name": "bob", "avatar": "b.png", "updated_at": 2},
+    {"id": 1, "name": "ada lovelace", "avatar": "a.png", "updated_at": 3},
+    {"id": 4, "name": "cyd", "avatar": None, "updated_at": 4},
+]
+# author 3 never appears; cyd (4) arrives after her tweet; ada is renamed between her tweets.
+TWEETS = [
+    {"id": 100 + i, "author_id": author, "content": f"tweet {i}"}
+    for i, author in enumerate([1, 2, 4, 1, 3, 2, 1])
+]
+# The order records arrive in: True takes the next user, False the next tweet.
+ARRIVAL = [True, False, True, False, False, True, False, False, True, False, False]
+
+
+def recorded_inputs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    users, tweets = iter(USERS), iter(TWEETS)
+    user_lines, tweet_lines = [], []
+    for t, is_user in enumerate(ARRIVAL, start=1):
+        if is_user:
+            user = next(users)
+            user_lines.append({"key": user["id"], "value": user, "timestamp": t})
+        else:
+            tweet = next(tweets)
+            tweet_lines.append({"key": tweet["id"], "value": tweet, "timestamp": t})
+    return user_lines, tweet_lines
+
+
+def batch_join(users: list[dict[str, Any]], tweets: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each tweet with the final version of its author, if the author is known."""
+    final = {u["value"]["id"]: u["value"] for u in users}
+    return {
+        str(t["value"]["id"]): {
+            "id": t["value"]["id"],
+            "tweet": t["value"],
+            "author": final[t["value"]["author_id"]],
+        }
+        for t in tweets
+        if t["value"]["author_id"] in final
+    }
+
+
+def run_replay(pipeline: Path, users: Path, tweets: Path, out: Path, dead: Path) -> str:
+    """`daemon replay` in its own process (and process group); its stderr for diagnostics."""
+    replay = subprocess.Popen(
+        [
+            sys.executable,
+            *("-m", "daemon", "replay", str(pipeline)),
+            *("--input", f"one={users}", "--input", f"many={tweets}"),
+            *("--output", str(out), "--dead-letters", str(dead)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1"},
+        start_new_session=True,
+    )
+    try:
+        _, err = replay.communicate(timeout=REPLAY_TIMEOUT_S)
+    finally:
+        _stop(replay)
+    stderr = err.decode(errors="replace")
+    assert replay.returncode == 0, stderr
+    return stderr
+
+
+def test_example_pipeline_runs_on_a_standalone_cluster(
+    cluster: Cluster, broker: Any, tmp_path: Path
+) -> None:
+    pipeline = cluster_pipeline_file(tmp_path, cluster.url, broker.bootstrap_servers)
+    assert load_pipeline_file(pipeline).spark.master == cluster.url
+    users, tweets = recorded_inputs()
+    out, dead = tmp_path / "views.jsonl", tmp_path / "dead.jsonl"
+
+    stderr = run_replay(
+        pipeline,
+        write_jsonl(tmp_path / "users.jsonl", users),
+        write_jsonl(tmp_path / "tweets.jsonl", tweets),
+        out,
+        dead,
+    )
+
+    views = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert latest_by_key(views) == batch_join(users, tweets)
+    assert all(v["value"]["author"] for v in views), "a view without its author"
+    assert dead.read_text(encoding="utf-8") == "", stderr
+
+    # It ran on the cluster: the master saw the application come and go, and its executor,
+    # started by the worker, ran the tasks (there is no executor in the driver in this mode).
+    apps = cluster.finished_apps()
+    assert [app["name"] for app in apps] == ["enrichd"]
+    executor_logs = list((cluster.work_dir / apps[0]["id"]).glob("*/stderr"))
+    assert len(executor_logs) == 1, f"executor logs: {executor_logs}"
+    assert "Running task" in executor_logs[0].read_text(errors="replace")

@@ -1,0 +1,230 @@
+"""``daemon state``, ``daemon reset`` and ``daemon rescale`` on real checkpoints.
+
+Every checkpoint here is made by the real engine (the session's broker and Spark) running the
+tweet-views ``comap`` pipeline: here, or once for the kept checkpoint of state format 1
+(``tests/fixtures/checkpoint_format_1.py``). The commands run through the command line's own
+entry, in this process, so that they read state with the session's Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.broker import EmbeddedBroker
+from daemon.model.config import load_pipeline_file
+from daemon.model.routing import bucket_labels
+from daemon.pipeline.checkpoint import SHAPE_FILE, check_checkpoint
+from daemon.state.render import iso_ms, to_json
+from tests.fixtures.checkpoint_format_1 import FIXTURE, kept_copy, moved_to
+from tests.kafka_helpers import In, produce, run_pipeline
+from tests.state_helpers import TWEETS, Tweets, daemon, joined, listing, one_error_line, tweet, user
+
+
+@pytest.fixture(scope="module")
+def ran(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Tweets:
+    """A pipeline that joined five users (one renamed) and twelve tweets, then stopped: a copy
+    of the checkpoint of state format 1 kept in tests/fixtures, which the engine made."""
+    return kept_copy(broker, tmp_path_factory.mktemp("ran"))
+
+
+def copy_of(ran: Tweets, folder: Path) -> Path:
+    """A pipeline file like ``ran``'s on a copy of its checkpoint in ``folder``."""
+    checkpoint = folder / "checkpoint"
+    shutil.copytree(ran.checkpoint, checkpoint)
+    moved_to(checkpoint)
+    path = folder / "copy.toml"
+    path.write_text(ran.path.read_text().replace(str(ran.checkpoint), str(checkpoint)))
+    return path
+
+
+def test_the_kept_checkpoint_is_small_of_format_1_and_the_engine_reads_on_from_it(
+    ran: Tweets, spark: Any, tmp_path: Path
+) -> None:
+    """A new tweet by user 2, run by the engine on (a copy of) the kept checkpoint, is viewed
+    with the name its state kept (user 2 was renamed), and nothing else is read."""
+    size = sum(path.stat().st_size for path in FIXTURE.rglob("*") if path.is_file())
+    assert size < 1_000_000
+    shape = json.loads((ran.checkpoint / SHAPE_FILE).read_text())
+    assert shape["state"] == {"format": 1, "buckets": 4}
+    path = copy_of(ran, tmp_path)
+    produce(ran.conf, ran.tweets, [In(TWEETS.encode(tweet(100, 2, 4000)["value"]), b"100", 4000)])
+    file = load_pipeline_file(path)
+    check_checkpoint(file.pipeline[0])
+    assert run_pipeline(spark, file) == [1]
+    views = ran.views()
+    assert [(view["id"], view["author"]["name"]) for view in views] == [(100, "renamed")]
+
+
+def test_state_of_a_key_is_what_the_joiner_holds_after_a_replay(
+    ran: Tweets, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = joined(ran).states
+    assert sorted(expected) == ["1", "2", "3", "4", "5"]
+    for key, state in expected.items():
+        done = daemon(capsys, "state", str(ran.path), "--key", key)
+        assert done.code == 0, done.err
+        shown = json.loads(done.out)
+        assert (shown["pipeline"], shown["key"], shown["micro_batch"]) == (ran.name, key, 0)
+        assert shown["state"] == to_json(state)
+    two = json.loads(daemon(capsys, "state", str(ran.path), "--key", "2").out)
+    assert two["state"]["one"]["name"] == "renamed"
+    assert sorted(two["state"]["many"]) == ["1", "5", "9"]  # the stashed tweets, by id
+    assert two["event_time"] == iso_ms(3000) and two["ended"] is False
+
+
+def test_the_summary_counts_keys_bytes_and_event_times_per_bucket(
+    ran: Tweets, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = daemon(capsys, "state", str(ran.path), "--summary")
+    assert done.code == 0, done.err
+    shown = json.loads(done.out)
+    newest: dict[str, int] = {}  # each author's newest record: every record changed its state
+    for role, key_field in (("one", "id"), ("many", "author_id")):
+        for record in ran.records[role]:
+            key = str(record["value"][key_field])
+            newest[key] = max(newest.get(key, 0), record["timestamp"])
+    assert shown["keys"] == 5 and shown["micro_batch"] == 0
+    assert shown["oldest_event_time"] == iso_ms(min(newest.values()))
+    assert shown["newest_event_time"] == iso_ms(3000)
+    assert sum(bucket["keys"] for bucket in shown["buckets"]) == 5
+    assert {bucket["bucket"] for bucket in shown["buckets"]} <= set(bucket_labels(4))
+    assert all(bucket["bytes"] > 0 for bucket in shown["buckets"])
+    assert sum(bucket["stashed_values"] for bucket in shown["buckets"]) == 12
+    assert shown["bytes"] == sum(bucket["bytes"] for bucket in shown["buckets"])
+
+
+def test_bad_requests_get_one_line_and_change_nothing(
+    ran: Tweets, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    before = listing(ran.checkpoint)
+    path = str(ran.path)
+    line = one_error_line(daemon(capsys, "state", path, "--key", "42"))
+    assert "no state for key '42'" in line
+    line = one_error_line(daemon(capsys, "state", path, "--pipeline", "nope", "--summary"))
+    assert "no pipeline 'nope'" in line
+    line = one_error_line(daemon(capsys, "reset", path, "--pipeline", "nope", "--to", "latest"))
+    assert "no pipeline 'nope'" in line
+    line = one_error_line(daemon(capsys, "state", path))
+    assert "--key KEY or --summary" in line
+    line = one_error_line(daemon(capsys, "reset", path, "--to", "yesterday"))
+    assert "--to 'yesterday'" in line
+
+    # The same pipeline on another users topic: a checkpoint of another shape.
+    other = tmp_path / "other.toml"
+    other.write_text(ran.path.read_text().replace(f'"{ran.users}"', '"people"'))
+    for command in (
+        ["state", str(other), "--summary"],
+        ["reset", str(other), "--to", "earliest", "--yes"],
+        ["rescale", str(other), "--yes"],
+    ):
+        line = one_error_line(daemon(capsys, *command))
+        assert f"input 'one' topic {ran.users!r} is now 'people'" in line, line
+
+    # Asked to confirm, the operator says no.
+    done = daemon(capsys, "reset", path, "--to", "earliest", answer="n\n")
+    assert "users" in done.out and "-> 0" in done.out  # what it would change, shown first
+    assert "reset cancelled; nothing changed" in one_error_line(done)
+    assert listing(ran.checkpoint) == before
+
+
+def test_reset_to_a_time_reads_exactly_the_records_from_there(
+    broker: EmbeddedBroker,
+    spark: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ten users, then twenty tweets of them: each tweet makes one view. Reset to the time of
+    tweet 12 keeping the state, the next run reads tweets 12-19 again and views them again
+    (the users are in the kept state); reset to the time of user 8 dropping it, the next run
+    reads users 8-9 and every tweet, and views only the tweets of users 8 and 9."""
+    tweets = Tweets(broker, tmp_path)
+    tweets.produce(
+        users=[user(i, 1000 + i) for i in range(10)],
+        tweets=[tweet(t, t % 10, 2000 + t) for t in range(20)],
+    )
+    tweets.run(spark)
+    first = tweets.views()
+    assert sorted(view["id"] for view in first) == list(range(20))
+
+    done = daemon(capsys, "reset", str(tweets.path), "--to", "2012", "--keep-state", "--yes")
+    assert done.code == 0, done.err
+    assert "state kept" in done.out
+    backups = list(tmp_path.glob("checkpoint.before-reset-*"))
+    assert len(backups) == 1 and (backups[0] / "commits" / "0").exists()
+    assert tweets.run(spark) == [0]  # a new checkpoint: its micro-batches count from 0
+    second = tweets.views()
+    again = Counter(view["id"] for view in second) - Counter(view["id"] for view in first)
+    assert sorted(again.elements()) == list(range(12, 20))
+    assert all(view["author"]["id"] == view["tweet"]["author_id"] for view in second)
+
+    iso = iso_ms(1008)
+    assert iso is not None
+    done = daemon(capsys, "reset", str(tweets.path), "--to", iso, "--yes")
+    assert done.code == 0, done.err
+    assert "state dropped" in done.out
+    tweets.run(spark)
+    last = Counter(view["id"] for view in tweets.views()) - Counter(view["id"] for view in second)
+    assert sorted(last.elements()) == [t for t in range(20) if t % 10 in (8, 9)]
+
+
+def test_a_reset_keeping_state_shows_the_state_before_the_next_start(
+    ran: Tweets, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """State kept by a reset waits in the checkpoint's seed; daemon state reads it there."""
+    copy = copy_of(ran, tmp_path)
+    done = daemon(capsys, "reset", str(copy), "--to", "latest", "--keep-state", "--yes")
+    assert done.code == 0, done.err
+    shown = json.loads(daemon(capsys, "state", str(copy), "--key", "2").out)
+    assert shown["micro_batch"] is None and "seeded" in shown
+    assert shown["state"] == to_json(joined(ran).states["2"])
+    summary = json.loads(daemon(capsys, "state", str(copy), "--summary").out)
+    assert summary["keys"] == 5
+
+
+def test_rescale_moves_the_state_into_other_buckets_and_partitions(
+    broker: EmbeddedBroker,
+    spark: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Rescaled from 32 buckets over 2 partitions to 4 buckets over 1, the pipeline reads on
+    where it stopped with every key's state: a user's rename fans out to all their tweets."""
+    tweets = Tweets(broker, tmp_path, buckets=32, partitions=2)
+    tweets.produce(
+        users=[user(i, 1000 + i) for i in range(6)],
+        tweets=[tweet(t, t % 6, 2000 + t) for t in range(18)],
+    )
+    tweets.run(spark)
+    before = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "3").out)
+
+    tweets.write(buckets=4, partitions=1)
+    done = daemon(capsys, "rescale", str(tweets.path), "--yes")
+    assert done.code == 0, done.err
+    assert "from 32 buckets over 2 shuffle partitions into 4 buckets over 1" in done.out
+    moved = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "3").out)
+    assert moved["state"] == before["state"] and moved["bucket"] in bucket_labels(4)
+
+    tweets.produce(users=[user(3, 5000, "renamed")])
+    setting = "spark.sql.shuffle.partitions"  # the running session's, as a new query takes it
+    was = spark.conf.get(setting)
+    spark.conf.set(setting, "1")
+    try:
+        assert tweets.run(spark) == [0]
+    finally:
+        spark.conf.set(setting, was)
+    renamed = [view for view in tweets.views() if view["author"]["name"] == "renamed"]
+    assert sorted(view["id"] for view in renamed) == [3, 9, 15]
+    summary = json.loads(daemon(capsys, "state", str(tweets.path), "--summary").out)
+    assert summary["keys"] == 6
+    assert {bucket["bucket"] for bucket in summary["buckets"]} <= set(bucket_labels(4))
+    offsets = (tweets.checkpoint / "offsets" / "0").read_text().splitlines()
+    assert json.loads(offsets[1])["conf"][setting] == "1"
+
+    done = daemon(capsys, "rescale", str(tweets.path), "--yes")
+    assert done.code == 0 and "nothing to rescale" in done.out

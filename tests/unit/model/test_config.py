@@ -1,0 +1,183 @@
+"""The pipeline file's models and loading: every shape problem, one line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.model.config import ConfigProblems, PipelineFile, load_pipeline_file
+
+MINIMAL = """
+[[pipeline]]
+name = "p"
+joiner = "comap"
+checkpoint = "state/p"
+
+[pipeline.inputs.one]
+topic = "users"
+schema = "user.avsc"
+key = "id"
+
+[pipeline.output]
+topic = "out"
+schema = "/abs/out.avsc"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pipeline.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def problems_of(path: Path) -> list[str]:
+    with pytest.raises(ConfigProblems) as caught:
+        load_pipeline_file(path)
+    return caught.value.problems
+
+
+def test_minimal_file_gets_defaults(tmp_path: Path) -> None:
+    parsed = load_pipeline_file(write(tmp_path, MINIMAL))
+    assert isinstance(parsed, PipelineFile)
+    assert parsed.kafka.bootstrap_servers is None
+    assert parsed.schema_registry is None
+    assert parsed.spark.master == "local[2]"
+    pipe = parsed.pipeline[0]
+    assert pipe.delivery == "exactly_once"
+    assert pipe.trigger == 0
+    assert pipe.max_records_per_batch == 500_000
+    assert pipe.dead_letters == "p.dlq"
+    assert pipe.field_of("one") == "one"
+    assert parsed.source == tmp_path / "pipeline.toml"
+
+
+def test_relative_paths_resolve_against_the_files_folder(tmp_path: Path) -> None:
+    pipe = load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0]
+    assert pipe.inputs["one"].schema_file == tmp_path.resolve() / "user.avsc"
+    assert pipe.checkpoint == tmp_path.resolve() / "state/p"
+    assert pipe.output.schema_file == Path("/abs/out.avsc")
+
+
+def test_trigger_is_a_duration(tmp_path: Path) -> None:
+    text = MINIMAL.replace('checkpoint = "state/p"', 'checkpoint = "c"\ntrigger = "2s"')
+    assert load_pipeline_file(write(tmp_path, text)).pipeline[0].trigger == 2000
+
+
+def test_missing_file_is_one_problem(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    assert problems_of(missing) == [f"{missing}: no such file"]
+
+
+def test_malformed_toml_is_one_problem(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, "[[pipeline]\nname = "))
+    assert problem.startswith(f"{tmp_path / 'pipeline.toml'}: not valid TOML")
+
+
+def test_every_shape_problem_names_file_and_field(tmp_path: Path) -> None:
+    text = (
+        MINIMAL.replace('key = "id"', 'key = "id"\nkee = "typo"')
+        .replace('joiner = "comap"', 'joiner = "comap"\ndelivery = "maybe"')
+        .replace('topic = "out"\n', "")
+    )
+    problems = problems_of(write(tmp_path, text))
+    prefix = f"{tmp_path / 'pipeline.toml'}: pipeline[0] (p)"
+    assert f"{prefix}.inputs.one.kee: unknown key; remove it or check its spelling" in problems
+    assert f"{prefix}.output.topic: required but missing" in problems
+    assert any(p.startswith(f"{prefix}.delivery: ") and "exactly_once" in p for p in problems)
+    assert len(problems) == 3
+
+
+def test_schema_alone_is_plain_avro_and_beside_a_subject_uses_the_registry(
+    tmp_path: Path,
+) -> None:
+    plain = load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0].inputs["one"]
+    assert not plain.registry_value and not plain.registry_key
+    text = MINIMAL.replace('schema = "user.avsc"', 'schema = "user.avsc"\nsubject = "users-value"')
+    framed = load_pipeline_file(write(tmp_path, text)).pipeline[0].inputs["one"]
+    assert framed.registry_value
+    by_convention = MINIMAL.replace('schema = "user.avsc"\n', "", 1)
+    assert (
+        load_pipeline_file(write(tmp_path, by_convention)).pipeline[0].inputs["one"].registry_value
+    )
+
+
+def test_subject_and_strategy_are_exclusive(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'schema = "user.avsc"', 'subject = "users-value"\nsubject_name_strategy = "record"'
+    )
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "inputs.one" in problem
+    assert "give `subject` or `subject_name_strategy`, not both" in problem
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ('key_format = "yaml"', "'string', 'avro', 'json' or 'bytes'"),
+        ('key_schema = "k.avsc"', 'need key_format = "avro"'),
+        ('subject_name_strategy = "name"', "'topic', 'record' or 'topic_record'"),
+        ('envelope = "maxwell"', "'debezium'"),
+        ("key = []", "`key` needs a field name"),
+        ('key = ["tenant", "tenant"]', "names a field twice"),
+        ('writer_schema = "old.avsc"\nsubject = "users-value"', "`writer_schema` is for plain"),
+    ],
+)
+def test_bad_key_and_format_settings_are_one_problem_each(
+    tmp_path: Path, setting: str, message: str
+) -> None:
+    text = MINIMAL.replace(
+        'key = "id"', setting if setting.startswith("key =") else f'key = "id"\n{setting}'
+    )
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "inputs.one" in problem and message in problem, problem
+
+
+def test_auto_register_needs_a_schema_file(tmp_path: Path) -> None:
+    text = MINIMAL.replace('schema = "/abs/out.avsc"', "auto_register = true")
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "output" in problem and "auto_register registers the `schema`" in problem
+
+
+def test_an_output_does_not_write_bytes_keys(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'schema = "/abs/out.avsc"', 'schema = "/abs/out.avsc"\nkey_format = "bytes"'
+    )
+    (problem,) = problems_of(write(tmp_path, text))
+    assert "output" in problem and 'key_format "bytes" is for reading keys' in problem, problem
+
+
+def test_composite_keys_and_key_schemas_are_read(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'key = "id"',
+        'key = ["tenant", "kafka_key.id"]\nkey_format = "avro"\nkey_schema = "k.avsc"',
+    )
+    spec = load_pipeline_file(write(tmp_path, text)).pipeline[0].inputs["one"]
+    assert spec.key_fields == ("tenant", "kafka_key.id")
+    assert spec.key_schema == tmp_path / "k.avsc"
+    assert not spec.registry_key  # a key_schema alone: plain Avro keys
+
+
+def test_at_least_one_pipeline(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, '[spark]\nmaster = "local[1]"\n'))
+    assert "pipeline" in problem
+
+
+def test_bad_pipeline_name(tmp_path: Path) -> None:
+    (problem,) = problems_of(write(tmp_path, MINIMAL.replace('name = "p"', 'name = "a b"')))
+    assert ".name: " in problem
+
+
+def test_service_http_address_is_host_and_port(tmp_path: Path) -> None:
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).service.http is None
+    served = load_pipeline_file(write(tmp_path, '[service]\nhttp = "0.0.0.0:9464"\n' + MINIMAL))
+    assert served.service.http == "0.0.0.0:9464"
+    (problem,) = problems_of(write(tmp_path, '[service]\nhttp = "9464"\n' + MINIMAL))
+    assert "service.http" in problem
+
+
+def test_secondary_outputs_resolve_their_schema_paths(tmp_path: Path) -> None:
+    text = MINIMAL + '\n[pipeline.outputs.totals]\ntopic = "t"\nschema = "totals.avsc"\n'
+    (pipe,) = load_pipeline_file(write(tmp_path, text)).pipeline
+    assert pipe.outputs["totals"].topic == "t"
+    assert pipe.outputs["totals"].schema_file == tmp_path.resolve() / "totals.avsc"

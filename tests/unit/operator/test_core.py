@@ -1,0 +1,281 @@
+"""The engine core's apply loop, on its own: no Spark, a bucket and a stash log in memory.
+
+A recording joiner notes every call the core makes (``process`` with the records in the
+order given, ``advance`` with the time), so each test reads the loop's decisions directly:
+apply order, data before end of input, records after the end, state TTL, ticks, failures.
+The same loop under Spark is checked by the joiner tests through ``daemon replay``, and
+``tests/joins/test_micro_batches.py`` and ``tests/joins/test_comap.py`` run one interleaving
+through both.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+import pytest
+
+from daemon.operator.core import AFTER_END_OF_INPUT, EngineCore
+from daemon.operator.stash_log import MemoryChunks, StashLog
+from daemon.operator.state_format import LAST_MS, STATE, STREAM_TIME, UPDATED_MS, Bucket
+from daemon.plugin.joiner import (
+    END_OF_TIME,
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+    input_record,
+)
+from daemon.plugin.stash import Stash
+
+NOW = 1_700_000_000_000
+
+
+class RecorderOptions(JoinerOptions):
+    state_ttl: int | None = None
+    wakeup: int | None = None
+    fail_on: str | None = None
+    """A value that makes ``process`` raise."""
+
+
+class Recorder(Joiner):
+    """Keeps every value it is given; emits each as it comes and ``("end", n)`` when advanced."""
+
+    name = "recorder"
+    description = "records the core's calls"
+    roles: ClassVar[tuple[str, ...]] = ("left", "right")
+    Options = RecorderOptions
+
+    def __init__(self, options: JoinerOptions, context: JoinerContext) -> None:
+        super().__init__(options, context)
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"seen": []}
+
+    def process(
+        self, key: str, state: Any, records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterable[Emit | DeadLetter]:
+        values = [r.value["v"] if r.value else None for r in records]
+        self.calls.append(("process", key, values))
+        if self.options.fail_on in values:  # type: ignore[attr-defined]
+            raise ValueError("no")
+        state["seen"].extend(values)
+        for record, value in zip(records, values, strict=True):
+            if value == "reject":
+                yield DeadLetter(record, "not wanted", "Refused")
+            else:
+                yield Emit(key, {"v": value}, record)
+
+    def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterable[Emit]:
+        self.calls.append(("advance", key, to))
+        if to == END_OF_TIME:
+            yield Emit(key, {"v": ("end", len(state["seen"]))})
+
+    def wakeup_ms(self, state: Any) -> int | None:
+        return self.options.wakeup  # type: ignore[attr-defined, no-any-return]
+
+    def is_empty(self, state: Any) -> bool:
+        return state["seen"] == ["forget"]
+
+
+class Outlet:
+    def __init__(self) -> None:
+        self.emits: list[Emit] = []
+        self.rejected: list[DeadLetter] = []
+        self.failures: list[tuple[list[InputRecord], Exception]] = []
+
+    def emit(self, emit: Emit) -> None:
+        self.emits.append(emit)
+
+    def reject(self, letter: DeadLetter) -> None:
+        self.rejected.append(letter)
+
+    def failed(self, records: Sequence[InputRecord], error: Exception) -> None:
+        self.failures.append((list(records), error))
+
+
+class Bench:
+    """A core over one bucket, stored back after every step as the processor stores it."""
+
+    def __init__(self, **options: Any) -> None:
+        self.joiner = Recorder(RecorderOptions(**options), JoinerContext("p", {}))
+        self.outlet = Outlet()
+        self.core = EngineCore(self.joiner, self.outlet)
+        self.bucket = Bucket()
+        self.chunks = MemoryChunks()
+
+    def apply(
+        self, batch: dict[str, list[InputRecord]], ended: Iterable[str] = (), now: int = NOW
+    ) -> None:
+        log = StashLog(self.chunks, self.bucket.stash)
+        ends = set(ended)
+        parts = [(key, records, key in ends) for key, records in batch.items()]
+        self.core.apply(self.bucket, log, parts, now)
+        log.flush(self.bucket.keys)
+
+    def tick(self, now: int) -> None:
+        log = StashLog(self.chunks, self.bucket.stash)
+        self.core.tick(self.bucket, log, now)
+        log.flush(self.bucket.keys)
+
+    def state(self, key: str) -> Any:
+        entry = self.bucket.keys[key]
+        return StashLog(self.chunks, self.bucket.stash).loads(key, entry[STATE])
+
+    def values(self) -> list[Any]:
+        return [emit.value["v"] if emit.value else None for emit in self.outlet.emits]
+
+
+def rec(value: str, event_time: int, role: str = "left", offset: int = 0, key: str = "k") -> Any:
+    return input_record(role, key, {"v": value}, event_time, role, 0, offset, None, event_time)
+
+
+def test_the_core_and_the_test_kit_load_without_spark() -> None:
+    probe = (
+        "import sys; import daemon.operator.core, daemon.testing; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"
+
+
+def test_a_keys_records_are_applied_in_apply_order_then_its_end_of_input() -> None:
+    bench = Bench()
+    # Given out of order: time, then role order (left before right), then offset.
+    batch = [rec("c", 20), rec("b", 10, "right"), rec("a", 10, "left", 5), rec("a0", 10, "left")]
+    bench.apply({"k": batch}, ended={"k"})
+
+    assert bench.joiner.calls == [
+        ("process", "k", ["a0", "a", "b", "c"]),
+        ("advance", "k", END_OF_TIME),
+    ]
+    assert bench.values() == ["a0", "a", "b", "c", ("end", 4)]
+    # The ended key stays, as its clock at the end of time.
+    assert bench.bucket.keys["k"][STREAM_TIME] == END_OF_TIME
+
+
+def test_a_record_after_its_keys_end_of_input_is_flushed_at_once_and_counted() -> None:
+    bench = Bench()
+    bench.apply({"k": [rec("a", 10)]}, ended={"k"})
+    bench.joiner.calls.clear()
+
+    bench.apply({"k": [rec("late", 5, offset=1)]}, now=NOW + 1)
+
+    assert bench.joiner.calls == [("process", "k", ["late"]), ("advance", "k", END_OF_TIME)]
+    assert bench.values()[-2:] == ["late", ("end", 2)]
+    assert bench.joiner.context.metrics == {AFTER_END_OF_INPUT: 1}
+
+
+def test_an_end_of_input_alone_advances_a_new_key_and_keeps_its_end() -> None:
+    bench = Bench()
+    bench.apply({"k": []}, ended={"k"})
+    assert bench.joiner.calls == [("advance", "k", END_OF_TIME)]
+    assert bench.state("k") == {"seen": []}  # kept: empty, but its end must stay final
+    assert bench.bucket.keys["k"][STREAM_TIME] == END_OF_TIME
+
+
+def test_an_empty_state_is_dropped() -> None:
+    bench = Bench()
+    bench.apply({"k": [rec("forget", 1)]})
+    assert bench.bucket.keys == {}
+
+
+def test_state_ttl_starts_a_key_afresh_and_its_timer_drops_it() -> None:
+    bench = Bench(state_ttl=1_000)
+    bench.apply({"k": [rec("a", 1)]})
+    assert bench.bucket.keys["k"][UPDATED_MS] == NOW
+    assert bench.bucket.due == {"k": NOW + 1_000}
+
+    bench.apply({"k": [rec("b", 2, offset=1)]}, now=NOW + 999)  # still alive: joined
+    assert bench.state("k") == {"seen": ["a", "b"]}
+    bench.apply({"k": [rec("c", 3, offset=2)]}, now=NOW + 999 + 1_000)  # expired: afresh
+    assert bench.state("k") == {"seen": ["c"]}
+
+    bench.tick(NOW + 999 + 2_000)  # the TTL timer: dropped, never advanced
+    assert bench.bucket.keys == {} and bench.bucket.due == {}
+    assert [call for call in bench.joiner.calls if call[0] == "advance"] == []
+
+
+def test_a_key_stored_without_a_ttl_counts_its_ttl_from_its_next_update() -> None:
+    bench = Bench()
+    bench.apply({"k": [rec("a", 1)]})
+    assert bench.bucket.keys["k"][UPDATED_MS] == 0  # not known
+    bench.core = EngineCore(bench.joiner, bench.outlet)
+    bench.core.ttl_ms = 1_000  # the pipeline gets a state_ttl
+    bench.apply({"k": [rec("b", 2, offset=1)]}, now=NOW + 10_000)
+    assert bench.state("k") == {"seen": ["a", "b"]}
+
+
+def test_a_tick_advances_due_keys_by_the_quiet_processing_time_in_key_order() -> None:
+    bench = Bench(wakeup=100)
+    bench.apply({"b": [rec("x", 1_000, key="b")], "a": [rec("y", 5_000, key="a")]})
+    bench.apply({"c": [rec("z", 9_000, key="c")]}, now=NOW + 50)
+    assert bench.bucket.due == {"a": NOW + 100, "b": NOW + 100, "c": NOW + 150}
+    bench.joiner.calls.clear()
+
+    bench.tick(NOW + 120)  # c is not due yet
+
+    assert bench.joiner.calls == [("advance", "a", 5_120), ("advance", "b", 1_120)]
+    assert bench.bucket.keys["a"][LAST_MS] == NOW + 120
+    assert bench.bucket.due["a"] == NOW + 220 and bench.bucket.due["c"] == NOW + 150
+
+
+def test_a_failing_joiner_leaves_the_state_and_tells_the_outlet() -> None:
+    bench = Bench(fail_on="boom")
+    bench.apply({"k": [rec("a", 1)]})
+    records = [rec("boom", 2, offset=1), rec("b", 3, offset=2)]
+    bench.apply({"k": records}, now=NOW + 1)
+
+    assert [(failed, str(error)) for failed, error in bench.outlet.failures] == [(records, "no")]
+    assert bench.state("k") == {"seen": ["a"]}
+
+
+def test_dead_letters_and_stashes_go_through() -> None:
+    bench = Bench()
+    bench.apply({"k": [rec("reject", 1)]})
+    assert [letter.kind for letter in bench.outlet.rejected] == ["Refused"]
+
+    class Stashing(Recorder):
+        def initial_state(self) -> dict[str, Any]:
+            return {"seen": [], "kept": Stash()}
+
+        def process(
+            self, key: str, state: Any, records: Sequence[InputRecord], ctx: JoinerContext
+        ) -> Iterable[Emit | DeadLetter]:
+            for record in records:
+                state["kept"][record.offset] = record.value
+            return super().process(key, state, records, ctx)
+
+    bench.joiner = Stashing(RecorderOptions(), JoinerContext("p", {}))
+    bench.core = EngineCore(bench.joiner, bench.outlet)
+    bench.apply({"s": [rec("a", 1, key="s"), rec("b", 2, offset=1, key="s")]})
+    bench.apply({"s": [rec("c", 3, offset=2, key="s")]})
+    assert dict(bench.state("s")["kept"]) == {0: {"v": "a"}, 1: {"v": "b"}, 2: {"v": "c"}}
+    assert bench.bucket.stash.live == 3
+
+
+@pytest.mark.parametrize("ended", [False, True])
+def test_a_failing_advance_is_told_with_no_records_and_stops_the_wake_ups(ended: bool) -> None:
+    class Failing(Recorder):
+        def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterable[Emit]:
+            raise RuntimeError("advance")
+
+    bench = Bench(wakeup=100)
+    bench.joiner = Failing(RecorderOptions(wakeup=100), JoinerContext("p", {}))
+    bench.core = EngineCore(bench.joiner, bench.outlet)
+    bench.apply({"k": [rec("a", 1)]})
+    if ended:
+        bench.apply({"k": []}, ended={"k"}, now=NOW + 1)
+        assert [records for records, _ in bench.outlet.failures] == [[]]
+        assert bench.bucket.keys["k"][STREAM_TIME] == 1  # the end did not land
+    else:
+        bench.tick(NOW + 100)
+        assert [records for records, _ in bench.outlet.failures] == [[]]
+        assert bench.bucket.due == {}

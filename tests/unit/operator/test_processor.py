@@ -1,0 +1,335 @@
+"""How the operator keeps a bucket: written back only when a call changed it, compressed, and
+its timer moved only to an earlier time.
+
+The engine's path through Spark is covered by ``tests/joins/test_lookup.py`` and
+``tests/joins/test_engine_time.py``; here the processor runs on an in-memory stand-in for its state
+handle, which counts the writes and the timer calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
+from daemon.joiners.lookup import Lookup, LookupOptions
+from daemon.joiners.window import Window, WindowOptions
+from daemon.model.wire import INPUT, OutputRow, pack
+from daemon.operator import processor as processor_module
+from daemon.operator import state_compression
+from daemon.operator.processor import JoinerProcessor, OperatorPlan
+from daemon.operator.state_format import EVENT_TIME, decode_bucket, encode_bucket
+from daemon.plugin.joiner import (
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+)
+from daemon.sink.task_output import OutputSpec
+from tests.kafka_helpers import SCHEMAS
+
+INPUTS = (("stream", "clicks"), ("table", "regions"))
+NOW = 1_700_000_000_000
+
+
+class _State:
+    """A value state that counts the writes it is asked for."""
+
+    def __init__(self) -> None:
+        self.value: tuple[bytes] | None = None
+        self.writes = 0
+
+    def get(self) -> tuple[bytes] | None:
+        return self.value
+
+    def update(self, value: tuple[bytes]) -> None:
+        self.writes += 1
+        self.value = value
+
+    def clear(self) -> None:
+        self.writes += 1
+        self.value = None
+
+
+class _Handle:
+    def __init__(self) -> None:
+        self.state = _State()
+        self.timers: list[tuple[str, int]] = []
+        """The timer calls, in order: ("register" or "delete", time)."""
+
+    def getValueState(self, name: str, schema: Any) -> _State:  # noqa: N802
+        return self.state
+
+    def getListState(self, name: str, schema: Any) -> None:  # noqa: N802
+        return None  # neither lookup nor window stashes anything
+
+    def registerTimer(self, at: int) -> None:  # noqa: N802
+        self.timers.append(("register", at))
+
+    def deleteTimer(self, at: int) -> None:  # noqa: N802
+        self.timers.append(("delete", at))
+
+
+class _Clock:
+    def __init__(self, now: int = NOW) -> None:
+        self.now = now
+
+    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
+        return self.now
+
+
+def _codec(name: str) -> AvroCodec:
+    return AvroCodec(load_schema_file(SCHEMAS / f"{name}.avsc"))
+
+
+def _plan(joiner: Any, codecs: dict[str, str], output: str, inputs: Any) -> OperatorPlan:
+    return OperatorPlan(
+        joiner=joiner,
+        codecs={role: _codec(schema) for role, schema in codecs.items()},
+        output_codec=_codec(output),
+        output_topic="out",
+        dead_letter_topic="out.dlq",
+        plugin="enrichd",
+        inputs=inputs,
+    )
+
+
+def _lookup() -> OperatorPlan:
+    context = JoinerContext(pipeline="p", fields={"stream": "click", "table": "region"})
+    joiner = Lookup(LookupOptions(mode="left"), context)
+    codecs = {"stream": "click", "table": "user_region"}
+    return _plan(joiner, codecs, "enriched_click", INPUTS)
+
+
+def _window() -> OperatorPlan:
+    context = JoinerContext(pipeline="p", fields={"left": "left", "right": "right"})
+    joiner = Window(WindowOptions(window=10_000, idle_timeout=60_000), context)
+    codecs = {"left": "left_event", "right": "right_event"}
+    return _plan(joiner, codecs, "joined_pair", (("left", "lefts"), ("right", "rights")))
+
+
+def _processor(plan: OperatorPlan | None = None) -> tuple[JoinerProcessor, _State]:
+    processor = JoinerProcessor(plan or _lookup(), OutputSpec("p", {}, "exactly_once", "out"))
+    handle = _Handle()
+    processor.init(handle)  # type: ignore[arg-type]
+    return processor, handle.state
+
+
+def _call(
+    processor: JoinerProcessor, records: list[dict[str, Any]], now: int = NOW
+) -> list[tuple[Any, ...]]:
+    """One call with ``records`` (input, key, value, event_time) of one bucket; its output."""
+    plan = processor.plan
+    offsets = range(len(records))
+    batch = pa.RecordBatch.from_pylist(
+        [
+            {
+                "input": r["input"],
+                "key": r["key"],
+                "event_time": r["event_time"],
+                "partition": 0,
+                "offset": offset,
+                "timestamp": r["event_time"],
+                "kafka_key": r["key"].encode(),
+                "value": plan.codecs[plan.inputs[r["input"]][0]].encode(r["value"]),
+                "error": None,
+            }
+            for offset, r in zip(offsets, records, strict=True)
+        ],
+        schema=INPUT.arrow,
+    )
+    blob = pack(batch, [0] * len(records)).column("records")[0].as_py()
+    sent: list[tuple[Any, ...]] = []
+    pack_row: Any = SimpleNamespace(records=blob)  # the field of a Spark row the call reads
+    processor._input_rows(iter([pack_row]), _Clock(now), sent.append)
+    return sent
+
+
+def _region(user: str, region: str, at: int) -> dict[str, Any]:
+    return {"input": 1, "key": user, "value": {"user": user, "region": region}, "event_time": at}
+
+
+def _click(user: str, at: int) -> dict[str, Any]:
+    value = {"id": f"c{at}", "user": user, "clicks": 1}
+    return {"input": 0, "key": user, "value": value, "event_time": at}
+
+
+def test_stream_records_that_only_read_the_table_write_no_state() -> None:
+    processor, state = _processor()
+    assert _call(processor, [_region("ada", "north", 1)]) == []
+    assert state.writes == 1
+    stored = state.value
+
+    enriched = _call(processor, [_click("ada", 2), _click("bob", 3), _click("ada", 4)])
+
+    assert [OutputRow._make(row).topic for row in enriched] == ["out"] * 3  # each click joined
+    assert state.writes == 1 and state.value == stored  # the bucket was left as it was
+
+
+def test_a_call_that_changes_no_key_does_not_encode_the_bucket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    encoded: list[int] = []
+
+    def counted(bucket: Any) -> bytes:
+        encoded.append(len(bucket.keys))
+        return encode_bucket(bucket)
+
+    monkeypatch.setattr(processor_module, "encode_bucket", counted)
+    processor, state = _processor()
+    _call(processor, [_region(f"user{n}", "north", 1) for n in range(100)])
+    assert encoded == [100]
+
+    _call(processor, [_click("user1", 2), _click("user7", 3), _click("nobody", 4)])
+    assert encoded == [100]  # not encoded only to learn it had not changed
+    _call(processor, [_click("user1", 5), _region("user7", "south", 6)])
+    assert encoded == [100, 100] and state.writes == 2
+
+
+def test_a_table_update_is_written() -> None:
+    processor, state = _processor()
+    _call(processor, [_region("ada", "north", 1)])
+
+    _call(processor, [_click("ada", 2), _region("ada", "south", 3)])
+    assert state.writes == 2
+
+    # The stored bucket has the new value: a later click sees it.
+    (row,) = _call(processor, [_click("ada", 4)])
+    assert _codec("enriched_click").decode(OutputRow._make(row).value)["region"] == {
+        "user": "ada",
+        "region": "south",
+    }
+
+
+def test_a_bucket_is_stored_compressed() -> None:
+    processor, state = _processor()
+    _call(processor, [_region(f"user{n}", "north", n) for n in range(50)])
+
+    assert state.value is not None
+    (blob,) = state.value
+    pickled = state_compression.decompress(blob)
+    assert len(blob) < len(pickled) / 3  # fifty keys' pickles say much the same
+    assert set(decode_bucket(pickled).keys) == {f"user{n}" for n in range(50)}
+
+
+def test_a_key_remembers_the_newest_event_time_that_changed_its_state() -> None:
+    processor, state = _processor()
+    _call(processor, [_region("ada", "north", 10)])
+    _call(processor, [_click("ada", 30)])  # reads the table value, changes nothing
+    assert state.value is not None
+    assert decode_bucket(state_compression.decompress(state.value[0])).keys["ada"][EVENT_TIME] == 10
+
+    _call(processor, [_region("ada", "south", 20), _click("ada", 40)])
+    assert state.value is not None
+    assert decode_bucket(state_compression.decompress(state.value[0])).keys["ada"][EVENT_TIME] == 40
+
+
+def _event(side: int, key: int, at: int) -> dict[str, Any]:
+    return {
+        "input": side,
+        "key": str(key),
+        "value": {"k": key, "v": "e", "at": at},
+        "event_time": at,
+    }
+
+
+def test_the_timer_is_not_moved_later_when_touched_keys_are_due_later() -> None:
+    processor, _ = _processor(_window())
+    timers = processor.handle.timers  # type: ignore[attr-defined]
+    _call(processor, [_event(0, 1, 1), _event(0, 2, 1)])
+    assert timers == [("register", NOW + 60_000)]  # idle_timeout after the keys' records
+
+    _call(processor, [_event(1, 1, 2)], now=NOW + 5_000)  # key 1 is due later now; key 2 not
+    _call(processor, [_event(1, 2, 3)], now=NOW + 9_000)  # and now every key is
+    assert timers == [("register", NOW + 60_000)]  # two calls to the JVM saved, twice
+
+
+def test_a_timer_that_fires_before_any_key_is_due_is_set_again_at_the_earliest() -> None:
+    processor, state = _processor(_window())
+    timers = processor.handle.timers  # type: ignore[attr-defined]
+    _call(processor, [_event(0, 1, 1)])
+    _call(processor, [_event(0, 1, 2)], now=NOW + 5_000)
+
+    sent: list[tuple[Any, ...]] = []
+    processor._wake_up(_Clock(NOW + 60_000), sent.append)  # the first timer fires
+
+    assert sent == []  # nothing was due: the key's record came 55 s ago
+    assert timers == [("register", NOW + 60_000), ("register", NOW + 65_000)]
+    assert state.value is not None  # and the stored bucket knows which timer is set
+    assert decode_bucket(state_compression.decompress(state.value[0])).timer_ms == NOW + 65_000
+
+
+def test_a_key_due_earlier_than_the_timer_moves_it_earlier() -> None:
+    processor, _ = _processor(_window())
+    timers = processor.handle.timers  # type: ignore[attr-defined]
+    _call(processor, [_event(0, 1, 1)])
+    processor.plan.joiner.idle_timeout = 10_000  # type: ignore[attr-defined] # as a joiner
+    _call(processor, [_event(0, 2, 1)], now=NOW + 1_000)  # whose wake-ups differ by key
+
+    assert timers == [
+        ("register", NOW + 60_000),
+        ("delete", NOW + 60_000),
+        ("register", NOW + 11_000),
+    ]
+
+
+def test_data_and_an_expired_timer_in_one_micro_batch_apply_the_data_first() -> None:
+    """Spark's Python runner hands a task's data to the processor before its expired timers
+    (pyspark.sql.streaming.stateful_processor_util: PROCESS_TIMER after PROCESS_DATA). A key
+    quiet past its idle timeout that gets a record in the same micro-batch as the timer is
+    then not woken: the record joins as it would have in an earlier micro-batch, where the
+    timer would not have fired at all."""
+    context = JoinerContext(pipeline="p", fields={"left": "left", "right": "right"})
+    joiner = Window(WindowOptions(window=10_000, idle_timeout=60_000, mode="left"), context)
+    codecs = {"left": "left_event", "right": "right_event"}
+    processor, _ = _processor(
+        _plan(joiner, codecs, "joined_pair", (("left", "lefts"), ("right", "rights")))
+    )
+    _call(processor, [_event(0, 1, 1_000)])
+
+    later = NOW + 61_000  # the key's timer is due
+    joined = _call(processor, [_event(1, 1, 1_500)], now=later)
+    woken: list[tuple[Any, ...]] = []
+    processor._wake_up(_Clock(later), woken.append)
+
+    pairs = _codec("joined_pair")
+    assert [pairs.decode(OutputRow._make(row).value) for row in joined] == [
+        {"left": {"k": 1, "v": "e", "at": 1_000}, "right": {"k": 1, "v": "e", "at": 1_500}}
+    ]
+    assert woken == []  # not a null result for the left record, nor the right one late
+
+
+class _Regions(Joiner[JoinerOptions, dict[str, Any]]):
+    """Keeps each user's region; an empty region forgets it. Uses the default ``is_empty``."""
+
+    name, description, roles = "regions", "regions", ("stream", "table")
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"region": None}
+
+    def process(
+        self, key: str, state: dict[str, Any], records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterator[Emit | DeadLetter]:
+        for record in records:
+            if record.role == "table" and record.value is not None:
+                state["region"] = record.value["region"] or None
+        return iter(())
+
+
+def test_a_key_whose_state_is_back_to_a_new_keys_is_dropped_by_default() -> None:
+    context = JoinerContext(pipeline="p", fields={"stream": "click", "table": "region"})
+    joiner = _Regions(JoinerOptions(), context)
+    codecs = {"stream": "click", "table": "user_region"}
+    processor, state = _processor(_plan(joiner, codecs, "enriched_click", INPUTS))
+    _call(processor, [_region("ada", "north", 1), _region("bob", "south", 1)])
+
+    _call(processor, [_region("ada", "", 2)])  # ada's state is {"region": None} again
+
+    assert state.value is not None
+    assert set(decode_bucket(state_compression.decompress(state.value[0])).keys) == {"bob"}

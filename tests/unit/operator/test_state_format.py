@@ -1,0 +1,112 @@
+"""The state format: plain data that names none of enrichd's classes, and knows its version.
+
+A checkpoint made with this format is read through the real engine by
+``tests/test_state_fixture.py``; here the format's pieces are taken one at a time.
+"""
+
+from __future__ import annotations
+
+import pickle  # noqa: S403 - the test's own data
+import pickletools
+
+import pytest
+
+from daemon.operator import state_compression
+from daemon.operator.stash_log import StashLog
+from daemon.operator.state_format import (
+    STATE,
+    STATE_FORMAT,
+    Bucket,
+    UnknownStateFormatError,
+    decode_bucket,
+    decode_chunk,
+    dump_portable,
+    encode_bucket,
+    load_state,
+)
+from daemon.plugin import Stash
+from daemon.plugin.joiner import input_record
+from tests.unit.plugin.test_stash import Chunks
+
+
+def names_in(pickled: bytes) -> list[str]:
+    """Every module and name a pickle would import to load (GLOBAL, STACK_GLOBAL)."""
+    found, strings = [], []
+    for opcode, argument, _ in pickletools.genops(pickled):
+        if opcode.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
+            strings.append(argument)
+        elif opcode.name == "STACK_GLOBAL":
+            found.append(".".join(strings[-2:]))
+        elif opcode.name == "GLOBAL":
+            found.append(str(argument).replace(" ", "."))
+    return found
+
+
+def record(offset: int) -> object:
+    return input_record("left", "k", {"id": offset}, 1000 + offset, "lefts", 0, offset, b"k", 5)
+
+
+def stored_key(state: object) -> tuple[Bucket, Chunks, bytes]:
+    """``state`` stored as the processor stores a key's state: a bucket, its log, the pickle."""
+    chunks, bucket = Chunks(), Bucket()
+    log = StashLog(chunks, bucket.stash)
+    pickled = log.dumps(state)
+    bucket.keys["k"] = (7, 8, 9, 1000, pickled)
+    log.flush(bucket.keys)
+    return bucket, chunks, pickled
+
+
+def test_a_bucket_is_plain_data_with_its_format_version() -> None:
+    bucket, _, _ = stored_key({"held": [record(1)], "many": Stash([("t1", {"id": 1})])})
+    bucket.due["k"] = 123
+    encoded = encode_bucket(bucket)
+
+    assert names_in(encoded) == []
+    plain = pickle.loads(encoded)  # noqa: S301
+    assert plain["format"] == STATE_FORMAT == 1
+    assert plain["keys"]["k"][:4] == (7, 8, 9, 1000) and plain["due"] == {"k": 123}
+    assert decode_bucket(encoded) == bucket
+
+
+def test_records_and_stashes_in_a_key_state_are_written_without_names() -> None:
+    state = {"held": [record(1), record(2)], "many": Stash([("t1", {"id": 1})])}
+    bucket, chunks, pickled = stored_key(state)
+
+    assert names_in(pickled) == []
+    assert b"daemon" not in pickled
+    ((chunk,),) = chunks.items
+    assert all(names_in(value) == [] for value in decode_chunk(chunk).values())
+
+    loaded = StashLog(chunks, bucket.stash).loads("k", bucket.keys["k"][STATE])
+    assert loaded["held"] == [record(1), record(2)]
+    assert dict(loaded["many"]) == {"t1": {"id": 1}}
+
+
+def test_a_joiners_own_class_keeps_its_name() -> None:
+    from daemon.joiners.asof import AsOfState
+
+    _, _, pickled = stored_key(AsOfState())
+    assert names_in(pickled) == ["daemon.joiners.asof.AsOfState"]
+
+
+def test_state_of_a_newer_format_is_refused_with_one_line() -> None:
+    newer = pickle.dumps({"format": STATE_FORMAT + 1, "keys": {}}, protocol=5)
+    with pytest.raises(UnknownStateFormatError) as caught:
+        decode_bucket(newer)
+    assert "state format 2" in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(UnknownStateFormatError):
+        decode_chunk(state_compression.compress(newer))
+
+
+def test_a_portable_state_carries_its_stash_values_into_another_log() -> None:
+    bucket, chunks, _ = stored_key({"one": "ada", "many": Stash([("t1", {"id": 1})])})
+    loaded = StashLog(chunks, bucket.stash).loads("k", bucket.keys["k"][STATE])
+
+    portable = dump_portable(loaded)
+    assert names_in(portable) == []
+
+    moved = load_state(portable, None)
+    other, other_chunks, _ = stored_key(moved)
+    again = StashLog(other_chunks, other.stash).loads("k", other.keys["k"][STATE])
+    assert again["one"] == "ada" and dict(again["many"]) == {"t1": {"id": 1}}
+    assert other.stash.live == 1

@@ -1,0 +1,154 @@
+"""A checkpoint remembers the pipeline shape that wrote it and refuses another."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from daemon.model.config import PipelineConfig
+from daemon.operator.state_format import STATE_FORMAT
+from daemon.pipeline.checkpoint import (
+    SHAPE_FILE,
+    IncompatibleCheckpointError,
+    NewerCheckpointError,
+    NoCheckpointError,
+    check_checkpoint,
+    verify_checkpoint,
+)
+
+
+def pipeline(tmp_path: Path, **changes: object) -> PipelineConfig:
+    base = {
+        "name": "views",
+        "joiner": "comap",
+        "checkpoint": tmp_path / "checkpoint",
+        "inputs": {
+            "one": {"topic": "users", "schema": "user.avsc", "key": "id"},
+            "many": {"topic": "tweets", "schema": "tweet.avsc", "key": "author_id"},
+        },
+        "output": {"topic": "views", "schema": "view.avsc"},
+        "options": {"many_id": "id"},
+    }
+    return PipelineConfig.model_validate({**base, **changes})
+
+
+def first_start(tmp_path: Path, **changes: object) -> None:
+    """A start that records its shape and runs a micro-batch: Spark's offset log has entry 0."""
+    check_checkpoint(pipeline(tmp_path, **changes))
+    (tmp_path / "checkpoint" / "offsets").mkdir()
+    (tmp_path / "checkpoint" / "offsets" / "0").write_text("v1\n")
+
+
+def test_the_first_start_records_the_shape_and_the_same_shape_resumes(tmp_path: Path) -> None:
+    check_checkpoint(pipeline(tmp_path))
+    assert (tmp_path / "checkpoint" / SHAPE_FILE).exists()
+    # Options and outputs may change between runs.
+    check_checkpoint(pipeline(tmp_path, options={"many_id": "id", "max_many_per_key": 5}))
+
+
+def test_another_joiner_topic_or_key_is_refused_saying_what_changed(tmp_path: Path) -> None:
+    first_start(tmp_path)
+    inputs = {
+        "one": {"topic": "people", "schema": "user.avsc", "key": "id"},
+        "many": {"topic": "tweets", "schema": "tweet.avsc", "key": "user_id"},
+    }
+    with pytest.raises(IncompatibleCheckpointError) as caught:
+        check_checkpoint(pipeline(tmp_path, inputs=inputs))
+    message = str(caught.value)
+    assert "input 'many' key 'author_id' is now 'user_id'" in message
+    assert "input 'one' topic 'users' is now 'people'" in message
+    assert "start over" in message and "\n" not in message
+    with pytest.raises(IncompatibleCheckpointError, match="joiner 'comap' is now 'asof'"):
+        check_checkpoint(pipeline(tmp_path, joiner="asof"))
+
+
+def test_the_shape_records_the_state_format_and_another_bucket_count_is_refused(
+    tmp_path: Path,
+) -> None:
+    first_start(tmp_path)
+    shape = json.loads((tmp_path / "checkpoint" / SHAPE_FILE).read_text())
+    assert shape["state"] == {"format": STATE_FORMAT, "buckets": 32}
+    check_checkpoint(pipeline(tmp_path, state_buckets=32))
+    with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
+        check_checkpoint(pipeline(tmp_path, state_buckets=64))
+    assert verify_checkpoint(pipeline(tmp_path, state_buckets=64), any_buckets=True) == shape
+
+
+def test_state_of_a_pre_release_layout_is_refused(tmp_path: Path) -> None:
+    first_start(tmp_path)
+    path = tmp_path / "checkpoint" / SHAPE_FILE
+    layout = "pickled keys in 32 buckets, stashes in a log per bucket"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "state": layout}))
+    with pytest.raises(IncompatibleCheckpointError, match="of a pre-release enrichd"):
+        check_checkpoint(pipeline(tmp_path))
+
+
+def test_a_composite_key_and_its_key_format_are_recorded_and_checked(tmp_path: Path) -> None:
+    composite = {
+        "one": {
+            "topic": "users",
+            "schema": "user.avsc",
+            "key": ["kafka_key.tenant", "kafka_key.id"],
+            "key_format": "json",
+        },
+        "many": {"topic": "tweets", "schema": "tweet.avsc", "key": ["tenant", "author_id"]},
+    }
+    first_start(tmp_path, inputs=composite)
+    shape = json.loads((tmp_path / "checkpoint" / SHAPE_FILE).read_text())
+    assert shape["inputs"]["one"] == {
+        "topic": "users",
+        "key": ["kafka_key.tenant", "kafka_key.id"],
+        "time": None,
+        "key_format": "json",
+    }
+    assert "key_format" not in shape["inputs"]["many"]  # the default is not written
+    check_checkpoint(pipeline(tmp_path, inputs=composite))
+    as_avro = {**composite, "one": {**composite["one"], "key_format": "avro"}}
+    with pytest.raises(IncompatibleCheckpointError, match="input 'one' key_format 'json' is now"):
+        check_checkpoint(pipeline(tmp_path, inputs=as_avro))
+    reordered = {**composite, "many": {**composite["many"], "key": ["author_id", "tenant"]}}
+    with pytest.raises(IncompatibleCheckpointError, match="input 'many' key"):
+        check_checkpoint(pipeline(tmp_path, inputs=reordered))
+    debezium = {**composite, "many": {**composite["many"], "envelope": "debezium"}}
+    with pytest.raises(IncompatibleCheckpointError, match="envelope None is now 'debezium'"):
+        check_checkpoint(pipeline(tmp_path, inputs=debezium))
+
+
+def test_state_of_a_newer_format_is_refused_with_one_line(tmp_path: Path) -> None:
+    first_start(tmp_path)
+    path = tmp_path / "checkpoint" / SHAPE_FILE
+    newer = {"format": STATE_FORMAT + 1, "buckets": 32}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "state": newer}))
+    for check in (check_checkpoint, verify_checkpoint):
+        with pytest.raises(NewerCheckpointError) as caught:
+            check(pipeline(tmp_path))
+        message = str(caught.value)
+        assert "format 2, written by a newer enrichd" in message and "\n" not in message
+
+
+def test_verifying_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(NoCheckpointError, match="holds nothing yet"):
+        verify_checkpoint(pipeline(tmp_path))
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_a_shape_from_a_start_that_ran_no_batch_is_replaced(tmp_path: Path) -> None:
+    """A start that recorded its shape and then failed before its first micro-batch (the
+    broker went away, say) left no offsets and no state: the next start, of any shape, takes
+    the checkpoint, and its own shape counts from then on."""
+    check_checkpoint(pipeline(tmp_path, joiner="asof"))
+    check_checkpoint(pipeline(tmp_path))
+    assert '"joiner": "comap"' in (tmp_path / "checkpoint" / SHAPE_FILE).read_text()
+
+
+def test_a_seeded_checkpoint_keeps_its_shape_before_its_first_batch(tmp_path: Path) -> None:
+    """``daemon reset`` and ``daemon rescale`` leave a seed and no offsets: its state is laid
+    out for the shape recorded, so a start of another shape is refused, as after a batch."""
+    from daemon.state.seed import SEED, write_seed
+
+    check_checkpoint(pipeline(tmp_path))
+    write_seed(tmp_path / "checkpoint" / SEED, {"users/0": 5}, "reset")
+    with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
+        check_checkpoint(pipeline(tmp_path, state_buckets=64))

@@ -1,0 +1,200 @@
+"""What the Kafka sink's tasks count for the metrics: records per topic, dead letters per
+reason, the operator's counts rows (which are not produced), and what commit() relays."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from daemon.model.wire import COUNTS_TOPIC, OUTPUT
+from daemon.sink import task_output
+from daemon.sink.spark_sink import KafkaStreamWriter, Written, write_rows
+from daemon.sink.task_output import OutputSpec, TaskOutput
+
+
+class RecordingProducer:
+    """Takes what is produced; delivers nothing (no delivery callbacks, no failures)."""
+
+    def __init__(self) -> None:
+        self.produced: list[tuple[str, bytes | None]] = []
+        self.headers: list[list[tuple[str, bytes]]] = []
+
+    def produce(self, topic: str, **record: Any) -> None:
+        self.produced.append((topic, record["value"]))
+        self.headers.append(record["headers"])
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float | None = None) -> int:
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def _forget_kept_producers() -> Iterator[None]:
+    yield
+    task_output.forget_kept_clients()
+
+
+def recording_output() -> tuple[TaskOutput, RecordingProducer]:
+    """An at-least-once task output whose producer records what it is given."""
+    spec = OutputSpec("views", {}, "at_least_once", "views")
+    producer = RecordingProducer()
+    task_output._PRODUCERS["idempotent.views"] = producer
+    return TaskOutput(spec, 3, 7, "query"), producer
+
+
+def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
+    """Sink rows: topic, value and error class; each came from offset 7 of tweets/0."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "topic": [topic for topic, _, _ in items],
+            "key": [b"k" for _ in items],
+            "value": [value for _, value, _ in items],
+            "timestamp": [None for _ in items],
+            "source_topic": ["tweets" for _ in items],
+            "source_partition": [0 for _ in items],
+            "source_offset": [7 for _ in items],
+            "error_class": [kind for _, _, kind in items],
+            "error_message": [kind and f"{kind}: why" for _, _, kind in items],
+        },
+        schema=OUTPUT.arrow,
+    )
+
+
+def counts(records: dict[str, int], dead_letters: dict[str, int], joiner: dict[str, int]) -> bytes:
+    """The value of an operator's counts row."""
+    return json.dumps({"records": records, "dead_letters": dead_letters, "joiner": joiner}).encode()
+
+
+def test_records_dead_letters_and_counts_rows_are_tallied_and_counts_not_produced() -> None:
+    output, producer = recording_output()
+    batch = rows(
+        ("views", b"v1", None),
+        ("views", b"v2", None),
+        ("views.dlq", b"x", "LateRecord"),
+        (COUNTS_TOPIC, counts({"views": 4}, {}, {"matched": 2, "unmatched": 1}), None),
+        (COUNTS_TOPIC, counts({"views.dlq": 1}, {"MissingId": 1}, {"matched": 1}), None),
+    )
+    written = write_rows(output, iter([batch]))
+    assert written.records == {"views": 6, "views.dlq": 2}
+    assert written.dead_letters == {"LateRecord": 1, "MissingId": 1}
+    assert written.joiner_counts == {"matched": 3, "unmatched": 1}
+    assert (written.partition, written.batch_id, written.skipped) == (3, 7, False)
+    assert [topic for topic, _ in producer.produced] == ["views", "views", "views.dlq"]
+
+
+def test_a_task_with_only_counts_rows_opens_no_transaction() -> None:
+    """The operator wrote and committed the records; the sink must not touch its id."""
+    output, producer = recording_output()
+    batch = rows((COUNTS_TOPIC, counts({"views": 2}, {}, {}), None))
+    assert write_rows(output, iter([batch])).records == {"views": 2}
+    assert not output.opened
+    assert producer.produced == []
+
+
+def test_provenance_and_error_columns_become_the_records_headers() -> None:
+    output, producer = recording_output()
+    write_rows(output, iter([rows(("views", b"v1", None), ("views.dlq", b"x", "LateRecord"))]))
+    provenance = [
+        ("enrichd.source.topic", b"tweets"),
+        ("enrichd.source.partition", b"0"),
+        ("enrichd.source.offset", b"7"),
+    ]
+    assert producer.headers == [
+        provenance,
+        [
+            *provenance,
+            ("enrichd.error.class", b"LateRecord"),
+            ("enrichd.error.message", b"LateRecord: why"),
+        ],
+    ]
+
+
+def daemon_listening(tmp_path: Path) -> tuple[socket.socket, OutputSpec]:
+    """The daemon's end of the metrics socket, and an output spec that sends to it."""
+    daemon_end = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    address = str(tmp_path / "metrics.sock")
+    daemon_end.bind(address)
+    daemon_end.settimeout(5)
+    return daemon_end, OutputSpec("views", {}, "exactly_once", "views", metrics_address=address)
+
+
+def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
+    daemon_end, spec = daemon_listening(tmp_path)
+    writer = KafkaStreamWriter(spec)
+    writer.commit(
+        [
+            Written(
+                0, 7, {"views": 3}, dead_letters={"LateRecord": 1}, joiner_counts={"matched": 3}
+            ),
+            Written(1, 7, {}, skipped=True),  # a replay whose output had landed: adds nothing
+            Written(2, 7, {"views": 2, "views.dlq": 1}, joiner_counts={"matched": 1}),
+            None,
+        ],
+        7,
+    )
+    assert json.loads(daemon_end.recv(65536)) == {
+        "pipeline": "views",
+        "batch": 7,
+        "records": {"views": 5, "views.dlq": 1},
+        "dead_letters": {"LateRecord": 1},
+        "joiner": {"matched": 4},
+        "latency": {},
+        "event_time": {},
+    }
+    daemon_end.close()
+
+
+def test_the_stamps_of_counts_rows_become_a_latency_tally_at_the_end_of_the_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tallied against the time the task has read every row: just after the operator's
+    commit. Two records of 0.4 s ago and one of 3 s ago, from two operator calls."""
+    from daemon.model import latency
+
+    monkeypatch.setattr("time.time_ns", lambda: 10_000 * 1_000_000)
+    output, _ = recording_output()
+    first = {"records": {"views": 2}, "stamps": {"views": latency.compact([9_600, 9_600])}}
+    second = {"records": {"views": 1}, "stamps": {"views": latency.compact([7_000])}}
+    second["event_time"] = {"many": 9_000}
+    first["event_time"] = {"many": 9_500, "one": 100}
+    batch = rows(
+        (COUNTS_TOPIC, json.dumps(first).encode(), None),
+        (COUNTS_TOPIC, json.dumps(second).encode(), None),
+    )
+    written = write_rows(output, iter([batch]))
+    counts, total = written.tallies["views"]
+    bounds = list(latency.LATENCY_BUCKETS)
+    assert counts[bounds.index(0.5)] == 2 and counts[bounds.index(5.0)] == 1 and sum(counts) == 3
+    assert total == pytest.approx(0.4 + 0.4 + 3.0)
+    assert written.event_time == {"many": 9_500, "one": 100}
+
+
+def test_commit_adds_up_the_tasks_latency_tallies(tmp_path: Path) -> None:
+    daemon_end, spec = daemon_listening(tmp_path)
+    zeros = [0] * 13
+    one = [1 if i == 3 else 0 for i in range(13)]
+    KafkaStreamWriter(spec).commit(
+        [
+            Written(0, 2, {"views": 1}, tallies={"views": (one, 0.7)}, event_time={"one": 5}),
+            Written(1, 2, {"views": 1}, tallies={"views": (one, 0.9)}, event_time={"one": 9}),
+            Written(2, 2, {}, tallies={"totals": (zeros, 0.0)}),
+        ],
+        2,
+    )
+    message = json.loads(daemon_end.recv(65536))
+    assert message["latency"] == {"views": [[2 * n for n in one], 1.6], "totals": [zeros, 0.0]}
+    assert message["event_time"] == {"one": 9}
+    daemon_end.close()
+
+
+def test_commit_without_a_daemon_listening_does_not_fail(tmp_path: Path) -> None:
+    spec = OutputSpec("views", {}, "exactly_once", "views", metrics_address=str(tmp_path / "gone"))
+    KafkaStreamWriter(spec).commit([Written(0, 1, {"views": 1})], 1)
