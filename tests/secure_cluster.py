@@ -1,11 +1,12 @@
 """Secured brokers for tests: a CA made by the test, TLS in front of Tansu, SASL turned on.
 
-The test broker (Tansu 0.6) cannot serve TLS itself here (ENVIRONMENT.md), so stunnel
-(Debian's ``stunnel4``, installed by ``.ci/run``) terminates TLS in front of a Tansu process
-that listens on a loopback port of its own and advertises stunnel's port: every client then
-reaches the broker through TLS only, the connections that metadata sends it to included.
-A session's brokers of this kind are extra Tansu processes (a few MB each, started in
-milliseconds), because the session's broker advertises its plaintext port.
+The test broker (Tansu 0.6) cannot serve TLS itself here (ENVIRONMENT.md), so a TLS
+terminator written for the tests with Python's ``ssl`` (tests/tls_proxy.py) stands in front
+of a Tansu process that listens on a loopback port of its own and advertises the
+terminator's port: every client then reaches the broker through TLS only, the connections
+that metadata sends it to included. A session's brokers of this kind are extra Tansu
+processes (a few MB each, started in milliseconds), because the session's broker advertises
+its plaintext port.
 
 Certificates are made with ``cryptography``: a CA, a server certificate for 127.0.0.1 and
 localhost, a client certificate for mutual TLS, and a second CA that signed none of them.
@@ -15,14 +16,16 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.broker import broker_binary, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -183,18 +186,36 @@ def start_tansu(port: int, advertised_port: int, *extra: str) -> subprocess.Pope
     return process
 
 
-def stunnel_binary() -> str:
-    """stunnel's path; the test machines get it from Debian's ``stunnel4`` (``.ci/run``)."""
-    found = shutil.which("stunnel4") or shutil.which("stunnel")
-    if found is None:
-        raise RuntimeError("stunnel is not installed: apt-get install stunnel4 (see .ci/run)")
-    return found
+def start_tls_proxy(
+    port: int, upstream_port: int, pki: Pki, *, mutual: bool, log: Path
+) -> subprocess.Popen[bytes]:
+    """tests/tls_proxy.py on loopback ``port`` in front of ``upstream_port``, logging to ``log``.
+
+    With ``mutual`` it requires a client certificate signed by the test CA. Its standard input
+    is a pipe that stays open while it should run (it exits once the pipe closes).
+    """
+    command = [sys.executable, "-m", "tests.tls_proxy", "--port", str(port)]
+    command += ["--upstream-port", str(upstream_port)]
+    command += ["--cert", str(pki.server), "--key", str(pki.server_key)]
+    if mutual:
+        command += ["--ca", str(pki.ca)]
+    with log.open("wb") as output:
+        process = subprocess.Popen(  # noqa: S603 - our own module
+            command,
+            cwd=ROOT,  # where ``tests`` is importable from
+            stdin=subprocess.PIPE,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
+        )
+    _await_port(port, process, "tests/tls_proxy.py")
+    return process
 
 
 class TlsBroker:
-    """Tansu behind stunnel: clients must speak TLS, and with ``mutual`` show a certificate.
+    """Tansu behind tests/tls_proxy.py: clients must speak TLS, with ``mutual`` show a certificate.
 
-    ``bootstrap_servers`` is stunnel's port, which Tansu advertises.
+    ``bootstrap_servers`` is the terminator's port, which Tansu advertises.
     """
 
     def __init__(self, pki: Pki, folder: Path, *, mutual: bool) -> None:
@@ -203,27 +224,8 @@ class TlsBroker:
         self.bootstrap_servers = f"127.0.0.1:{self.port}"
         tansu_port = free_port()
         self.tansu = start_tansu(tansu_port, self.port)
-        config = folder / f"stunnel-{self.port}.conf"
-        lines = [
-            "foreground = yes",
-            "pid =",
-            f"output = {folder / f'stunnel-{self.port}.log'}",
-            "[kafka]",
-            f"accept = 127.0.0.1:{self.port}",
-            f"connect = 127.0.0.1:{tansu_port}",
-            f"cert = {pki.server}",
-            f"key = {pki.server_key}",
-        ]
-        if mutual:
-            lines += [f"CAfile = {pki.ca}", "verifyChain = yes"]
-        config.write_text("\n".join(lines) + "\n")
-        self.stunnel = subprocess.Popen(  # noqa: S603 - our own config
-            [stunnel_binary(), str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        _await_port(self.port, self.stunnel, "stunnel")
+        log = folder / f"tls-proxy-{self.port}.log"
+        self.proxy = start_tls_proxy(self.port, tansu_port, pki, mutual=mutual, log=log)
 
     def client_conf(self, *, client_cert: bool = True) -> dict[str, str]:
         """Settings of a client that trusts the CA (and shows the client certificate)."""
@@ -239,8 +241,8 @@ class TlsBroker:
         return conf
 
     def stop(self) -> None:
-        """Stop stunnel and Tansu."""
-        for process in (self.stunnel, self.tansu):
+        """Stop the terminator and Tansu."""
+        for process in (self.proxy, self.tansu):
             stop_process(process)
 
 
@@ -253,3 +255,5 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+    if process.stdin is not None:
+        process.stdin.close()

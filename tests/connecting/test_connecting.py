@@ -1,9 +1,10 @@
 """Connecting to a secured cluster: TLS, SASL, a registry behind basic auth or TLS, secrets
 from the environment, and one clear line when a connection is refused.
 
-The brokers are real (Tansu behind stunnel for TLS; Tansu with ``--authentication`` for SASL)
-and so is the HTTP(S) registry stand-in the real confluent-kafka client talks to. The failure
-tests run the real ``daemon`` command; they end before Spark starts.
+The brokers are real (Tansu behind the tests' TLS terminator, tests/tls_proxy.py, for TLS;
+Tansu with ``--authentication`` for SASL) and so is the HTTP(S) registry stand-in the real
+confluent-kafka client talks to. The failure tests run the real ``daemon`` command; they end
+before Spark starts.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 every secret from the environment, and none of them ever printed.
 
 One real `daemon run` process serves every test of this module (they run in file order): the
-broker is reached only through stunnel with a client certificate whose key is encrypted
-(``ssl.key.password``), the registry only with basic auth, and the pipeline file names both
-secrets as ``${VAR}``. Midway the registry changes its password, as a rotation would: the
-executors can no longer read a new writer schema, the batch fails and is retried with
-backoff, ``/readyz`` says why, and once the password is right again the record comes out,
-not as a dead letter.
+broker is reached only through TLS (tests/tls_proxy.py) with a client certificate whose key is
+encrypted (``ssl.key.password``), the registry only with basic auth, and the pipeline file
+names both secrets as ``${VAR}``. Midway the registry changes its password, as a rotation
+would: the executors can no longer read a new writer schema, the batch fails and is retried
+with backoff, ``/readyz`` says why, and once the password is right again the record comes
+out, not as a dead letter.
 """
 
 from __future__ import annotations
