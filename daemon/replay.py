@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
 from daemon.broker import EmbeddedBroker
 from daemon.errors import ConfigError, EnrichdError, ReplayInputError, failure_reason
 from daemon.formats.avro.codec import AvroCodec
@@ -369,6 +367,10 @@ def committed_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
 
     Read rather than asked for: some brokers' ListOffsets under-report the end (planning.py).
     """
+    # Late: confluent_kafka loads with the first client, so daemon.testing's run_joiner does
+    # without it.
+    from confluent_kafka import TopicPartition
+
     consumer = connect.consumer(conf, _READER)
     ends: dict[str, int] = {}
     try:
@@ -430,6 +432,10 @@ def _read_topic(
     Values are decoded with ``codec`` (None: their bytes in hex), keys with ``keys`` (None:
     as text).
     """
+    # Late: confluent_kafka loads with the first client, so daemon.testing's run_joiner does
+    # without it.
+    from confluent_kafka import TopicPartition
+
     consumer = connect.consumer(conf, _READER)
     results: list[dict[str, Any]] = []
     try:
