@@ -209,6 +209,8 @@ class Operations:
         from daemon.engine.session import TRACK_STATE_ROWS
 
         self.metrics.state_rows_counted = spark.conf.get(TRACK_STATE_ROWS, "true") == "true"
+        jvm = getattr(spark.sparkContext._gateway, "proc", None)  # None: not our child
+        self.metrics.jvm_pid = getattr(jvm, "pid", None)
         operations = self
 
         class ProgressListener(StreamingQueryListener):
