@@ -2,10 +2,12 @@
 
 How it works: when a pipeline file is loaded, the values of its secret settings (any key
 that names a password, secret, token, private key or user info, in ``[kafka] client_conf``
-and ``[schema_registry]``) are remembered here with :func:`remember`. Every way out of the
-process (error lines, text and JSON logs, ``/readyz``, tracebacks under ``ENRICHD_DEBUG``,
-``daemon validate``) passes its text through :func:`redact`, which replaces each remembered
-value with ``***`` and the user info of any URL (``https://user:pass@host``) likewise.
+and ``[schema_registry]``) are remembered here with :func:`remember`, and so is every value
+read from a secret file (``${file:/path}``: :mod:`daemon.pipeline.environment`). Every way
+out of the process (error lines, text and JSON logs, ``/readyz``, tracebacks under
+``ENRICHD_DEBUG``, ``daemon validate``) passes its text through :func:`redact`, which
+replaces each remembered value with ``***`` and the user info of any URL
+(``https://user:pass@host``) likewise.
 
 Spark's Python workers get the settings in pickled specs and never print them: their
 errors are made of messages composed here and passed through :func:`redact` where they are
@@ -64,6 +66,13 @@ def remember(settings: Mapping[str, Any], *, url: str | None = None) -> None:
             values += [userinfo, userinfo.split(":", 1)[-1]]
     with _lock:
         _secrets.update(v for v in values if len(v) >= _SHORTEST)
+
+
+def remember_value(value: str) -> None:
+    """Remember one value as a secret whatever it is for (one read from a ``${file:...}``)."""
+    if len(value) >= _SHORTEST:
+        with _lock:
+            _secrets.add(value)
 
 
 def url_userinfo(url: str) -> str:

@@ -14,6 +14,11 @@ How it works: three sources feed one :class:`Metrics` registry and one :class:`H
   which the event-time lag is the time since, at each scrape.
 - The supervisor: failures and restarts of each pipeline's query, whether it is running.
 
+Beside them, without a ``pipeline`` label: ``enrichd_build_info`` (enrichd's version and the
+Python and PySpark it runs on), the daemon process's own CPU, memory and open files
+(prometheus-client's ``process_*`` metrics) and the same of Spark's JVM, the driver, which
+in local mode is the executor too (``enrichd_jvm_process_*``, once the JVM has started).
+
 Input lag per partition is the log end (Kafka ListOffsets, latest) minus the end offset of
 the last batch, sampled every few seconds. On Tansu, the development broker, ListOffsets
 under-reports the log end (see ``docs/operations.md``), so lag reads low there.
@@ -25,13 +30,22 @@ Every metric is labelled with ``pipeline``, the streaming query's name: a pipeli
 from __future__ import annotations
 
 import json
+import platform
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+)
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -134,6 +148,22 @@ def is_late(reason: str) -> bool:
     return reason.startswith("Late") or reason.startswith("TooOld")
 
 
+def build_labels() -> dict[str, str]:
+    """The labels of ``enrichd_build_info``: the versions of enrichd, Python and PySpark."""
+
+    def version(distribution: str) -> str:
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {
+        "version": version("enrichd"),
+        "python_version": platform.python_version(),
+        "pyspark_version": version("pyspark"),
+    }
+
+
 class Metrics:
     """Every metric of the service, in a registry of its own (served at ``/metrics``)."""
 
@@ -142,7 +172,15 @@ class Metrics:
         self.state_rows_counted = True
         """Whether Spark counts the state's rows; if not, its reports say 0 and the state rows
         gauge is left unset rather than read 0."""
+        self.jvm_pid: int | None = None
+        """The process id of Spark's JVM, once started: ``enrichd_jvm_process_*`` read it."""
         r, p = self.registry, ["pipeline"]
+        Info(
+            "enrichd_build", "enrichd's version and the Python and PySpark it runs on.", registry=r
+        ).info(build_labels())
+        ProcessCollector(registry=r)
+        # /proc/- does not exist: nothing is reported until the JVM's pid is known.
+        ProcessCollector("enrichd_jvm", pid=lambda: self.jvm_pid or "-", registry=r)
         self.records_in = Counter(
             "enrichd_records_in", "Records read, per input.", [*p, "input"], registry=r
         )

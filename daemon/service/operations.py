@@ -204,6 +204,8 @@ class Operations:
     def attach(self, spark: SparkSession) -> None:
         """Listen to the progress reports of every query of ``spark``."""
         self.metrics.state_rows_counted = spark.conf.get(TRACK_STATE_ROWS, "true") == "true"
+        jvm = getattr(spark.sparkContext._gateway, "proc", None)  # None: not our child
+        self.metrics.jvm_pid = getattr(jvm, "pid", None)
         operations = self
 
         class ProgressListener(StreamingQueryListener):

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,57 @@ def test_variables_and_defaults_fill_any_string_of_the_file(
     assert file.kafka.bootstrap_servers == "broker.example:9093"
     assert file.kafka.client_conf == {"client.id": "enrichd", "sasl.username": "${literal}"}
     assert file.pipeline[0].inputs["one"].topic == "people"
+
+
+# -- secrets from files (a Kubernetes Secret mounted as files) ------------------------------
+
+
+def test_a_missing_secret_file_is_one_line_naming_its_path_and_key(tmp_path: Path) -> None:
+    kafka = {"sasl.password": "${file:secrets/kafka-password}"}  # beside the pipeline file
+    path = write_pipeline(tmp_path, "127.0.0.1:9", kafka=kafka)
+    expected = (
+        f"error: {path}: kafka.client_conf.sasl.password: cannot read secret file "
+        f"{tmp_path / 'secrets' / 'kafka-password'} (No such file or directory); mount or "
+        "write it there, or correct the path in ${file:...}"
+    )
+    for command in (["validate", str(path)], ["run", str(path)]):
+        assert one_error_line(daemon(*command)) == expected
+
+
+def test_a_password_from_a_file_logs_in_and_is_never_printed(
+    scram_broker: ScramGate, tmp_path: Path
+) -> None:
+    """``daemon validate --check-topics`` logs in through the SCRAM gate with the file's
+    password (written with a line ending, as ``echo`` writes it), and prints none of it;
+    a file with a wrong password is refused, and that one is not printed either."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "kafka-password").write_text(scram_broker.password + "\n")
+    users, tweets = f"users-{uuid.uuid4().hex[:8]}", f"tweets-{uuid.uuid4().hex[:8]}"
+    conf = {"bootstrap.servers": scram_broker.bootstrap_servers}
+    conf |= scram(scram_broker.user, scram_broker.password)
+    create_topic(conf, users)
+    create_topic(conf, tweets)
+    kafka = scram(scram_broker.user, "${file:" + str(secrets / "kafka-password") + "}")
+    path = write_pipeline(
+        tmp_path, scram_broker.bootstrap_servers, kafka=kafka, topics=(users, tweets, "views")
+    )
+    authenticated = scram_broker.authenticated
+    done = daemon("validate", "--check-topics", str(path))
+    assert (done.returncode, done.stdout.split(":")[0]) == (0, "ok"), done.stderr
+    assert scram_broker.authenticated > authenticated
+    assert scram_broker.password not in done.stdout + done.stderr
+
+    wrong = "not-the-password-from-a-file"
+    (secrets / "kafka-password").write_text(wrong)
+    done = daemon("validate", "--check-topics", str(path))
+    line = one_error_line(done)
+    assert line.startswith(f"error: {path}: kafka.bootstrap_servers: cannot list topics")
+    assert line.endswith(
+        "(Authentication failed: invalid credentials); check security.protocol, "
+        "sasl.mechanism, sasl.username and sasl.password in [kafka] client_conf"
+    )
+    assert wrong not in done.stdout + done.stderr
 
 
 def scram(user: str, password: str) -> dict[str, str]:

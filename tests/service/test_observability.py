@@ -170,6 +170,33 @@ def test_metrics_count_records_in_out_and_dead_letters_of_committed_batches(
     assert service.metric("enrichd_batch_duration_seconds_count", pipeline=name) == batches
 
 
+def test_metrics_carry_the_build_and_the_daemons_and_jvms_processes(service: Service) -> None:
+    """enrichd_build_info, and CPU, memory and open files of the daemon's own process and of
+    Spark's JVM (its child), each told apart by its start time."""
+    from importlib import metadata
+
+    import psutil
+
+    build = service.metric(
+        "enrichd_build_info",
+        version=metadata.version("enrichd"),
+        python_version=".".join(map(str, sys.version_info[:3])),
+        pyspark_version=metadata.version("pyspark"),
+    )
+    assert build == 1
+    daemon = psutil.Process(service.process.pid)
+    (jvm,) = [p for p in daemon.children(recursive=True) if p.name() == "java"]
+    for prefix, process in (("process", daemon), ("enrichd_jvm_process", jvm)):
+        started = service.metric(f"{prefix}_start_time_seconds")
+        assert started is not None and abs(started - process.create_time()) < 1, prefix
+        assert (service.metric(f"{prefix}_cpu_seconds_total") or 0) > 0, prefix
+        assert (service.metric(f"{prefix}_open_fds") or 0) > 3, prefix
+        assert (service.metric(f"{prefix}_max_fds") or 0) > 0, prefix
+    jvm_bytes = service.metric("enrichd_jvm_process_resident_memory_bytes") or 0
+    assert jvm_bytes > 100 * 2**20  # Spark's JVM, not a stand-in
+    assert (service.metric("process_resident_memory_bytes") or 0) > 20 * 2**20
+
+
 def test_input_lag_per_partition_falls_to_0_once_everything_is_read(service: Service) -> None:
     """Lag is sampled every 10 s against the last batch's end, so it is waited for, not read
     once. Earlier samples may be above 0 (taken between batches); once every record is read

@@ -118,3 +118,84 @@ def test_the_reason_of_a_failed_query_is_enrichd_s_own_line_inside_sparks_text()
         "schema registry http://h refused the credentials (401); check it"
     )
     assert failure_reason("boom\nat line 3") == "boom"
+
+
+# -- ${file:/path}: secrets from files (a Kubernetes Secret mounted as files) -----------------
+
+
+def test_a_file_reference_is_the_files_content_less_one_line_ending(tmp_path: Path) -> None:
+    (tmp_path / "unix").write_text("pw-file-1\n")
+    (tmp_path / "dos").write_bytes(b"pw-file-2\r\n")
+    (tmp_path / "bare").write_text("pw-file-3")
+    (tmp_path / "two").write_text("pw-file-4\n\n")
+    (tmp_path / "pem").write_text("-----BEGIN-----\nabc\n-----END-----\n")
+    names = ("unix", "dos", "bare", "two", "pem")
+    text = "|".join(f"${{file:{tmp_path / name}}}" for name in names)
+    assert expand_text(text, {}) == (
+        "pw-file-1|pw-file-2|pw-file-3|pw-file-4\n|-----BEGIN-----\nabc\n-----END-----",
+        [],
+    )
+
+
+def test_a_relative_file_reference_resolves_against_the_pipeline_files_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "kafka-password").write_text("pw-file-relative\n")
+    monkeypatch.chdir("/")  # not where the pipeline file is
+    data = {"kafka": {"client_conf": {"sasl.password": "${file:secrets/kafka-password}"}}}
+    expanded, problems = expand_environment(tmp_path / "p.toml", data, {})
+    assert problems == []
+    assert expanded["kafka"]["client_conf"]["sasl.password"] == "pw-file-relative"
+
+
+def test_file_and_variable_references_mix_and_are_expanded_once(tmp_path: Path) -> None:
+    (tmp_path / "user-info").write_text("${NOT_EXPANDED}:pw-${file:/etc/passwd}\n")
+    (tmp_path / "key").write_text("pw-file-key")
+    text = f"${{USER}}:${{file:{tmp_path / 'key'}}} $${{file:{tmp_path / 'key'}}}"
+    assert expand_text(text, {"USER": "ada"}) == (f"ada:pw-file-key ${{file:{tmp_path}/key}}", [])
+    # A file's content (and a variable's value) is taken as it is, never expanded again.
+    assert expand_text(f"${{file:{tmp_path / 'user-info'}}}", {}) == (
+        "${NOT_EXPANDED}:pw-${file:/etc/passwd}",
+        [],
+    )
+    assert expand_text("${V}", {"V": f"${{file:{tmp_path / 'key'}}}"}) == (
+        f"${{file:{tmp_path}/key}}",
+        [],
+    )
+
+
+def test_a_missing_or_unreadable_file_is_one_problem_naming_the_path_and_key(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "latin1").write_bytes(b"pw-\xe9t\xe9\n")
+    (tmp_path / "folder").mkdir()
+    data = {
+        "kafka": {
+            "client_conf": {
+                "sasl.password": f"${{file:{tmp_path / 'missing'}}}",
+                "ssl.key.password": f"${{file:{tmp_path / 'latin1'}}}",
+                "ssl.key.pem": f"${{file:{tmp_path / 'folder'}}}",
+            }
+        },
+        "pipeline": [{"name": "${file:}"}],
+    }
+    expanded, problems = expand_environment(Path("p.toml"), data, {})
+    fix = "mount or write it there, or correct the path in ${file:...}"
+    assert problems == [
+        f"p.toml: kafka.client_conf.sasl.password: cannot read secret file "
+        f"{tmp_path / 'missing'} (No such file or directory); {fix}",
+        f"p.toml: kafka.client_conf.ssl.key.password: cannot read secret file "
+        f"{tmp_path / 'latin1'} (not UTF-8 text); {fix}",
+        f"p.toml: kafka.client_conf.ssl.key.pem: cannot read secret file "
+        f"{tmp_path / 'folder'} (Is a directory); {fix}",
+        "p.toml: pipeline[0].name: ${file:} names no file; give a path, as ${file:/path/to/secret}",
+    ]
+    assert set(expanded["kafka"]["client_conf"].values()) == {""}
+
+
+def test_a_value_read_from_a_file_is_masked_whatever_setting_it_fills(tmp_path: Path) -> None:
+    """Even in a setting whose name does not say it is secret (here ``client.id``)."""
+    (tmp_path / "id").write_text("pw-file-not-by-name\n")
+    expand_environment(Path("p.toml"), {"client.id": f"${{file:{tmp_path / 'id'}}}"}, {})
+    assert redact("client pw-file-not-by-name refused") == "client *** refused"

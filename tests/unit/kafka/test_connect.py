@@ -110,6 +110,11 @@ def test_every_block_of_the_connecting_page_is_a_valid_pipeline_file_section(
     assert len(blocks) >= 8
     for name in re.findall(r"\$\{([A-Z_]+)\}", page):
         monkeypatch.setenv(name, f"value-of-{name.lower()}")
+    for secret in set(re.findall(r"\$\{file:(/[^}]+)\}", page)):  # the page's secret files
+        page = page.replace(f"${{file:{secret}}}", f"${{file:{tmp_path / secret.lstrip('/')}}}")
+        (tmp_path / secret.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / secret.lstrip("/")).write_text(f"value-of-{Path(secret).name}\n")
+    blocks = re.findall(r"```toml\n(.*?)```", page, flags=re.DOTALL)
     for block in blocks:
         data = tomllib.loads(block)
         kafka = data.get("kafka", {})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
 
 from prometheus_client import generate_latest
 
@@ -247,3 +249,28 @@ def test_a_held_back_output_makes_the_query_not_ready() -> None:
     assert health.ready(2)
     health.of("views").hidden_output = "output views/0 held back: ..."
     assert health.not_ready(2) == {"views": "output views/0 held back: ..."}
+
+
+def test_build_info_and_the_daemons_own_process_are_on_metrics() -> None:
+    from importlib import metadata
+
+    metrics = Metrics()
+    labels = {
+        "version": metadata.version("enrichd"),
+        "python_version": platform.python_version(),
+        "pyspark_version": metadata.version("pyspark"),
+    }
+    assert sample(metrics, "enrichd_build_info", **labels) == 1
+    assert (sample(metrics, "process_open_fds") or 0) >= 3  # stdin, stdout, stderr at least
+    assert (sample(metrics, "process_resident_memory_bytes") or 0) > 0
+    assert sample(metrics, "process_cpu_seconds_total") is not None
+
+
+def test_the_jvms_process_is_reported_once_its_pid_is_known() -> None:
+    metrics = Metrics()
+    assert sample(metrics, "enrichd_jvm_process_resident_memory_bytes") is None
+    metrics.jvm_pid = os.getpid()  # this process, standing in for the JVM
+    assert (sample(metrics, "enrichd_jvm_process_resident_memory_bytes") or 0) > 0
+    start = sample(metrics, "enrichd_jvm_process_start_time_seconds")
+    assert start == sample(metrics, "process_start_time_seconds")  # the same process
+    assert sample(metrics, "enrichd_jvm_process_open_fds") is not None
