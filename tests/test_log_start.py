@@ -6,8 +6,8 @@ first (issue 49: the lookup replay's totals stage, reading the topic its first s
 tasks had written together, started past the first batch of one partition and missed the
 totals of its clicks). It happens in a few runs in a hundred, so these tests put a proxy in
 front of a broker of their own that gives that answer every time
-(tests/list_offsets_proxy.py): ListOffsets says the partition starts at the second of its
-two record batches, while every record is still there, from offset 0.
+(tests/list_offsets_proxy.py): ListOffsets says the partition starts at its second record
+batch, while every record is still there, from offset 0.
 """
 
 from __future__ import annotations
@@ -89,3 +89,55 @@ def test_a_reset_to_earliest_starts_at_the_log_start(
     conf = two_batches_listed_from_the_second(proxied, topic)
 
     assert positions(conf, [topic], "earliest") == {f"{topic}/0": 0}
+
+
+def test_the_demo_viewer_shows_every_view_from_the_log_start(
+    proxied: ListOffsetsProxy, fresh_topic: Callable[[str], str]
+) -> None:
+    """``python -m daemon.demos.show_views`` (the embedded compose stack's viewer) prints the
+    views of the first batch too."""
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from daemon.demos.sample_data import SCHEMAS
+    from daemon.formats.avro.codec import load_schema_file
+
+    topic = fresh_topic("views")
+    conf = client_conf(proxied.bootstrap_servers)
+    create_topic(conf, topic, 1)
+    codec = AvroCodec(load_schema_file(SCHEMAS / "tweet_view.avsc"))
+    views = [
+        In(codec.encode({"id": i, "tweet": None, "author": None}), str(i).encode())
+        for i in range(7)
+    ]
+    assert produce(conf, topic, views[:3]) == {0: 3}
+    assert produce(conf, topic, views[3:6]) == {0: 6}
+    assert produce(conf, topic, views[6:]) == {0: 7}  # the last: the viewer got to the end
+    proxied.earliest[(topic, 0)] = 3
+    viewer = subprocess.Popen(  # noqa: S603 - fixed arguments
+        [sys.executable, "-m", "daemon.demos.show_views"]
+        + ["--bootstrap-servers", proxied.bootstrap_servers, "--topic", topic],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def forward(stream: Any) -> None:
+        for line in stream:
+            lines.put(line)
+
+    threading.Thread(target=forward, args=(viewer.stdout,), daemon=True).start()
+    shown: list[str] = []
+    try:
+        while shown[-1:] != ["6"]:  # a view a line, after a line that says which topic
+            line = lines.get(timeout=60)
+            if line.startswith("tweet "):
+                shown.append(line.split()[1])
+    finally:
+        viewer.send_signal(signal.SIGTERM)
+        viewer.wait(timeout=30)
+    assert shown == ["0", "1", "2", "3", "4", "5", "6"]
