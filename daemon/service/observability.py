@@ -245,6 +245,13 @@ class Metrics:
         )
         self._newest_event: dict[tuple[str, str], float] = {}
         self.up = Gauge("enrichd_pipeline_up", "1 while the query runs, else 0.", p, registry=r)
+        self.stuck = Gauge(
+            "enrichd_pipeline_stuck",
+            "1 while the query is stuck: one micro-batch failed the same way "
+            "[service] stuck_after_failures times in a row; else 0.",
+            p,
+            registry=r,
+        )
         self.failures = Counter(
             "enrichd_pipeline_failures", "Query failures (each one is restarted).", p, registry=r
         )
@@ -328,9 +335,12 @@ class Metrics:
                 lag = max(log_ends[name] - end, 0)
                 self.input_lag.labels(view.name, topic, str(partition)).set(lag)
 
-    def supervision(self, name: str, *, running: bool, failures: int, restarts: int) -> None:
+    def supervision(
+        self, name: str, *, running: bool, failures: int, restarts: int, stuck: bool = False
+    ) -> None:
         """Bring the failure and restart counters up to the supervisor's totals."""
         self.up.labels(name).set(1 if running else 0)
+        self.stuck.labels(name).set(1 if stuck else 0)
         seen_failures, seen_restarts = self._supervision.get(name, (0, 0))
         # labels() makes the series exist at 0: "no failures" shows as 0, not as absent.
         self.failures.labels(name).inc(max(failures - seen_failures, 0))
@@ -347,6 +357,8 @@ class QueryHealth:
     running: bool = False
     last_failure: str | None = None
     """Why the query last failed, as the supervisor logged it."""
+    stuck: str | None = None
+    """Why the query is stuck (the supervisor's words), or None."""
     hidden_output: str | None = None
     """Why what the query commits does not reach ``read_committed`` readers, if it does not
     (:class:`OutputVisibility`)."""
@@ -396,7 +408,9 @@ class Health:
         """Queries that are not ready, with why; empty when every query is."""
         reasons: dict[str, str] = {}
         for name, query in self.queries.items():
-            if not query.running:
+            if query.stuck is not None:
+                reasons[name] = query.stuck
+            elif not query.running:
                 why = f": {query.last_failure}" if query.last_failure else ""
                 reasons[name] = f"not running (failed{why}; waiting for its restart)"
             elif query.last_progress_at is None:

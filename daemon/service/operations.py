@@ -60,6 +60,7 @@ class SupervisedQuery(Protocol):
     failures: int
     restart_at: float | None
     last_failure: str | None
+    stuck: str | None
 
 
 def view_of(plan: PipelinePlan) -> PipelineView:
@@ -318,8 +319,13 @@ class Operations:
             is_running = bool(pipe.restart_at is None and query is not None and query.isActive)
             health = self.health.of(pipe.name)
             health.running, health.last_failure = is_running, pipe.last_failure
+            health.stuck = pipe.stuck
             self.metrics.supervision(
-                pipe.name, running=is_running, failures=pipe.failures, restarts=pipe.restarts
+                pipe.name,
+                running=is_running,
+                failures=pipe.failures,
+                restarts=pipe.restarts,
+                stuck=pipe.stuck is not None,
             )
             if is_running:
                 running.append(pipe.name)
@@ -330,6 +336,9 @@ class Operations:
         down = [pipe.name for pipe in pipelines if pipe.name not in running]
         if down:
             status += f"; restarting: {', '.join(down)}"
+        stuck = [pipe.name for pipe in pipelines if pipe.stuck is not None]
+        if stuck:
+            status += f"; stuck: {', '.join(stuck)}"
         if not self._ready_sent and len(running) == len(pipelines):
             self._ready_sent = True
             self._status = status
