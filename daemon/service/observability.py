@@ -247,8 +247,9 @@ class Metrics:
         self.up = Gauge("enrichd_pipeline_up", "1 while the query runs, else 0.", p, registry=r)
         self.stuck = Gauge(
             "enrichd_pipeline_stuck",
-            "1 while the query is stuck: one micro-batch failed the same way "
-            "[service] stuck_after_failures times in a row; else 0.",
+            "1 while the query is stuck: a micro-batch failed the same way "
+            "[service] stuck_after_failures times in a row, or has run without a progress "
+            "report for --stall-timeout; else 0.",
             p,
             registry=r,
         )
@@ -335,12 +336,9 @@ class Metrics:
                 lag = max(log_ends[name] - end, 0)
                 self.input_lag.labels(view.name, topic, str(partition)).set(lag)
 
-    def supervision(
-        self, name: str, *, running: bool, failures: int, restarts: int, stuck: bool = False
-    ) -> None:
+    def supervision(self, name: str, *, running: bool, failures: int, restarts: int) -> None:
         """Bring the failure and restart counters up to the supervisor's totals."""
         self.up.labels(name).set(1 if running else 0)
-        self.stuck.labels(name).set(1 if stuck else 0)
         seen_failures, seen_restarts = self._supervision.get(name, (0, 0))
         # labels() makes the series exist at 0: "no failures" shows as 0, not as absent.
         self.failures.labels(name).inc(max(failures - seen_failures, 0))

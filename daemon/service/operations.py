@@ -321,11 +321,7 @@ class Operations:
             health.running, health.last_failure = is_running, pipe.last_failure
             health.stuck = pipe.stuck
             self.metrics.supervision(
-                pipe.name,
-                running=is_running,
-                failures=pipe.failures,
-                restarts=pipe.restarts,
-                stuck=pipe.stuck is not None,
+                pipe.name, running=is_running, failures=pipe.failures, restarts=pipe.restarts
             )
             if is_running:
                 running.append(pipe.name)
@@ -356,6 +352,10 @@ class Operations:
                 extra={"pipeline": name},
             )
         self._stalled = stalled
+        # The daemon's one verdict for alerts: failing the same way again and again, or hung.
+        for pipe in pipelines:
+            stuck = pipe.stuck is not None or pipe.name in stalled
+            self.metrics.stuck.labels(pipe.name).set(1 if stuck else 0)
         interval = self.notifier.watchdog_interval_s
         if self._ready_sent and interval is not None and not stalled:
             if now - self._last_ping >= interval:

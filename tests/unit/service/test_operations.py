@@ -104,9 +104,12 @@ def test_no_watchdog_ping_while_a_query_is_stalled(
     ops.tick([views], now=190.0)
     assert systemd.messages() == []
     assert "pipeline views has not progressed for 60 s" in caplog.text
+    gauge = ops.metrics.registry.get_sample_value
+    assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 1  # hung counts as stuck
     ops.health.progressed("views", 191.0)  # the batch completed after all
     ops.tick([views], now=191.5)
     assert systemd.messages() == ["WATCHDOG=1"]
+    assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 0
 
 
 def test_a_restarted_query_gets_a_fresh_start_time(ops: Operations, systemd: Systemd) -> None:
