@@ -45,6 +45,9 @@ from daemon.model.wire import END_OF_INPUT_HEADERS, partition_name
 from daemon.service.observability import parse_offsets
 from daemon.spark.session import spark_session
 
+MAIN_OUTPUT = "output"
+"""The name of a pipeline's main output, as metrics and ``daemon replay`` call it."""
+
 REPLAY_PARTITIONS = 2
 """Partitions of each fresh input topic: more than one, so partitioning is exercised."""
 
@@ -64,7 +67,8 @@ class ReplayRecord:
 class ReplayResult:
     """What the pipeline wrote: output records and dead letters, as JSON-ready dicts.
 
-    ``extra`` holds the records of each secondary output (``[pipeline.outputs.NAME]``).
+    ``extra`` holds the records of each secondary output (``[pipeline.outputs.NAME]``, and
+    an output the engine makes, such as a versioned lookup's ``retractions``).
     """
 
     outputs: list[dict[str, Any]]
@@ -72,6 +76,10 @@ class ReplayResult:
     input_records: int
     batches: int
     extra: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def by_output(self) -> dict[str, list[dict[str, Any]]]:
+        """Every output's records by its name: ``output`` (the main one) first, then the rest."""
+        return {MAIN_OUTPUT: self.outputs, **self.extra}
 
 
 def key_bytes(key: Any) -> bytes | None:
