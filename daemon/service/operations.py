@@ -354,8 +354,8 @@ class Operations:
         self._stalled = stalled
         # The daemon's one verdict for alerts: failing the same way again and again, or hung.
         for pipe in pipelines:
-            stuck = pipe.stuck is not None or pipe.name in stalled
-            self.metrics.stuck.labels(pipe.name).set(1 if stuck else 0)
+            verdict = pipe.stuck is not None or pipe.name in stalled
+            self.metrics.stuck.labels(pipe.name).set(1 if verdict else 0)
         interval = self.notifier.watchdog_interval_s
         if self._ready_sent and interval is not None and not stalled:
             if now - self._last_ping >= interval:
