@@ -126,11 +126,14 @@ class JsonLines(logging.Handler):
 
 
 def get(url: str) -> tuple[int, str]:
+    """Status and body; (0, "") while the service is not serving yet."""
     try:
         with urllib.request.urlopen(url, timeout=10) as reply:  # noqa: S310 - loopback
             return reply.status, reply.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
+    except urllib.error.URLError:
+        return 0, ""
 
 
 def metric(url: str, name: str, pipeline: str) -> float | None:
@@ -140,11 +143,13 @@ def metric(url: str, name: str, pipeline: str) -> float | None:
     return None
 
 
-def wait_until(what: str, done: Callable[[], bool], service: threading.Thread) -> None:
-    deadline = time.monotonic() + 240
+def wait_until(
+    what: str, done: Callable[[], bool], service: threading.Thread, seen: Callable[[], str]
+) -> None:
+    deadline = time.monotonic() + 300
     while not done():
-        assert service.is_alive(), "the service ended"
-        assert time.monotonic() < deadline, f"no {what}"
+        assert service.is_alive(), f"the service ended; {seen()}"
+        assert time.monotonic() < deadline, f"no {what}; {seen()}"
         time.sleep(0.3)
 
 
@@ -160,9 +165,9 @@ def test_a_batch_failing_the_same_way_is_stuck_until_it_goes_through(
     produce(
         conf,
         users,
-        [In(b"1", USERS.encode({"id": 1, "name": "ada", "avatar": None, "updated_at": 1}))],
+        [In(USERS.encode({"id": 1, "name": "ada", "avatar": None, "updated_at": 1}), b"1")],
     )
-    produce(conf, tweets, [In(b"10", TWEETS.encode({"id": 10, "author_id": 1, "content": "leak"}))])
+    produce(conf, tweets, [In(TWEETS.encode({"id": 10, "author_id": 1, "content": "leak"}), b"10")])
     name = fresh_topic("stuck")
     file = comap_file(
         tmp_path,
@@ -188,6 +193,11 @@ def test_a_batch_failing_the_same_way_is_stuck_until_it_goes_through(
         daemon=True,
     )
     service.start()
+
+    def seen() -> str:
+        messages = "\n".join(entry["message"] for entry in logs.lines)
+        return f"/readyz: {get(f'{url}/readyz')}; the log:\n{messages}"
+
     try:
         wait_until(
             "stuck on /readyz and in its gauge",
@@ -196,6 +206,7 @@ def test_a_batch_failing_the_same_way_is_stuck_until_it_goes_through(
                 and metric(url, "enrichd_pipeline_stuck", name) == 1
             ),
             service,
+            seen,
         )
         status, ready = get(f"{url}/readyz")
         assert status == 503
@@ -229,6 +240,7 @@ def test_a_batch_failing_the_same_way_is_stuck_until_it_goes_through(
                 get(f"{url}/readyz")[0] == 200 and metric(url, "enrichd_pipeline_stuck", name) == 0
             ),
             service,
+            seen,
         )
         (view,) = read_topic(conf, views)
         assert VIEWS.decode(view.value or b"")["tweet"]["content"] == "leak"
