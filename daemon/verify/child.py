@@ -22,6 +22,7 @@ from pathlib import Path
 from daemon.service.observability import parse_offsets
 
 STOP_TIMEOUT_S = 60
+_TAIL_BYTES = 64 << 10
 
 
 class ChildRun:
@@ -96,7 +97,10 @@ class ChildRun:
     def log_tail(self, lines: int = 20) -> str:
         """The end of the current run's log."""
         try:
-            text = self.log.read_text(encoding="utf-8", errors="replace")
+            with self.log.open("rb") as log:
+                # Only the end: verify polls it many times a second, the log only grows.
+                log.seek(max(log.seek(0, os.SEEK_END) - _TAIL_BYTES, 0))
+                text = log.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])

@@ -123,8 +123,8 @@ class VerifyReport:
 
 
 @dataclass
-class _Pipeline:
-    """One joiner's part of a run."""
+class VerifiedPipeline:
+    """One joiner's part of a run: its pipeline, workload and answer, and where it went."""
 
     joiner: str
     config: PipelineConfig
@@ -135,6 +135,7 @@ class _Pipeline:
     """Item index by the ``(topic, partition, offset)`` it was produced at."""
 
     def source_item(self, record: Received) -> int | None:
+        """The workload item the record's ``enrichd.source.*`` headers name, if any."""
         headers = record.headers
         try:
             where = (
@@ -147,6 +148,7 @@ class _Pipeline:
         return self.items.get(where)
 
     def topics(self) -> list[str]:
+        """Every topic of the pipeline: inputs, outputs and dead letters."""
         spec = self.config
         names = [s.topic for s in spec.inputs.values()] + [spec.output.topic, spec.dead_letters]
         return names + [s.topic for s in spec.outputs.values()]
@@ -154,6 +156,15 @@ class _Pipeline:
 
 Progress = Callable[[str], None]
 """Told what verify is doing, one short line at a time."""
+
+
+class Interrupted(Exception):  # noqa: N818 - it names what happened, as KeyboardInterrupt does
+    """SIGTERM or SIGINT came before ``what`` (the exception's text)."""
+
+
+def _check_stop(stop: StopRequest, what: str) -> None:
+    if stop.is_set():
+        raise Interrupted(what)
 
 
 def verify(
@@ -176,6 +187,7 @@ def verify(
     """
     run_id = uuid.uuid4().hex[:8]
     base = f"{options.prefix}.{run_id}"
+    interrupted: Interrupted | None = None
     with ExitStack() as stack:
         # SIGTERM or Ctrl-C ends the run at the next poll, through the cleanup below.
         stop = stack.enter_context(StopRequest())
@@ -196,13 +208,14 @@ def verify(
         report = VerifyReport(run_id, options.prefix, broker_facts(conf, raw.settings), options)
         folder = Path(tempfile.mkdtemp(prefix="enrichd-verify-"))
         folder.chmod(0o700)
-        pipelines = [_plan(joiner, base, folder, options) for joiner in options.joiners]
         created: list[str] = []
         try:
+            pipelines = [plan_pipeline(joiner, base, folder, options) for joiner in options.joiners]
             _create_topics(conf, pipelines, options, base, created)
             _probe_transactions(conf, base, options.prefix, pipelines[0].config.output.topic)
+            _check_stop(stop, "the workload was produced")
             progress(f"producing {len(pipelines)} workload(s) under {base}")
-            _produce(conf, pipelines, options.prefix)
+            _produce(conf, pipelines, options.prefix, stop)
             report.input_records = sum(sum(p.ends.values()) for p in pipelines)
             child_path = folder / "verify.toml"
             write_child_file(
@@ -215,10 +228,12 @@ def verify(
             try:
                 _run_with_kills(child, conf, pipelines, options, report, progress, stop)
             finally:
-                if child.exited() is None:
+                if child.exited() is None:  # interrupted or failed: never left running
                     child.kill()
             progress("reading back every output and dead letter")
-            _read_back(conf, raw, pipelines, report)
+            read_back(conf, raw, pipelines, report, stop)
+        except Interrupted as stopped:
+            interrupted = stopped  # reported once the cleanup below has run
         finally:
             if options.keep:
                 report.kept = str(folder)
@@ -228,6 +243,23 @@ def verify(
                     line = refusal(exc, f"delete topic {name}", options.prefix)
                     report.notes.append(line or f"could not delete topic {name}: {exc}")
                 shutil.rmtree(folder, ignore_errors=True)
+    if interrupted is not None:
+        raise EnrichdError(_interrupted_line(interrupted, report, len(created)))
+    return report
+
+
+def _interrupted_line(exc: Interrupted, report: VerifyReport, topics: int) -> str:
+    """One line: where verify was stopped, and what became of the child and the topics."""
+    if report.kept is not None:
+        left = f"its topics under {report.prefix}.{report.run} and files in {report.kept} kept"
+    elif report.notes:
+        left = "; ".join(report.notes)
+    else:
+        left = f"its {topics} topic(s) under {report.prefix}.{report.run} deleted"
+    return (
+        f"daemon verify was stopped (SIGTERM or SIGINT) before {exc}: no child daemon run "
+        f"left running, {left}; nothing was checked"
+    )
     return report
 
 
@@ -237,7 +269,7 @@ def _client_conf(file: PipelineFile | None, servers: str) -> dict[str, str]:
     return connect.client_conf(file, servers)
 
 
-def _plan(joiner: str, base: str, folder: Path, options: VerifyOptions) -> _Pipeline:
+def plan_pipeline(joiner: str, base: str, folder: Path, options: VerifyOptions) -> VerifiedPipeline:
     """The joiner's example pipeline on topics of its own, its workload and its answer."""
     if joiner not in EXAMPLES:
         raise EnrichdError(f"--joiner {joiner}: choose one of {', '.join(JOINERS)} or all")
@@ -264,7 +296,7 @@ def _plan(joiner: str, base: str, folder: Path, options: VerifyOptions) -> _Pipe
     )
     start = int(time.time() * 1000) - options.records - 60_000  # past, within retention
     work = build(joiner, records=options.records, seed=options.seed, start_ms=start)
-    return _Pipeline(joiner, config, work, compute(work, config))
+    return VerifiedPipeline(joiner, config, work, compute(work, config))
 
 
 def _child_table(config: PipelineConfig) -> dict[str, Any]:
@@ -277,7 +309,7 @@ def _child_table(config: PipelineConfig) -> dict[str, Any]:
 
 def _create_topics(
     conf: dict[str, str],
-    pipelines: list[_Pipeline],
+    pipelines: list[VerifiedPipeline],
     options: VerifyOptions,
     base: str,
     created: list[str],
@@ -318,14 +350,16 @@ def _probe_transactions(conf: dict[str, str], base: str, prefix: str, topic: str
         consumer.close()
 
 
-def _produce(conf: dict[str, str], pipelines: list[_Pipeline], prefix: str) -> None:
+def _produce(
+    conf: dict[str, str], pipelines: list[VerifiedPipeline], prefix: str, stop: StopRequest
+) -> None:
     """Produce every workload in arrival order, then an end-of-input marker per join key."""
     producer = connect.producer(
         conf, {"linger.ms": 5, "enable.idempotence": True, "partitioner": "murmur2_random"}
     )
     failures: list[str] = []
 
-    def delivered(pipe: _Pipeline, index: int | None) -> Callable[[Any, Any], None]:
+    def delivered(pipe: VerifiedPipeline, index: int | None) -> Callable[[Any, Any], None]:
         def report(err: Any, msg: Any) -> None:
             if err is not None:
                 failures.append(str(err))
@@ -339,6 +373,7 @@ def _produce(conf: dict[str, str], pipelines: list[_Pipeline], prefix: str) -> N
         return report
 
     for pipe in pipelines:
+        _check_stop(stop, f"{pipe.joiner}'s workload was produced")
         codecs = {
             role: AvroCodec(load_schema_file(spec.schema_file))
             for role, spec in pipe.config.inputs.items()
@@ -376,7 +411,7 @@ def _produce(conf: dict[str, str], pipelines: list[_Pipeline], prefix: str) -> N
         raise EnrichdError(line or f"could not produce the workload: {failures[0]}")
 
 
-def _join_keys(pipe: _Pipeline) -> tuple[str, list[str]]:
+def _join_keys(pipe: VerifiedPipeline) -> tuple[str, list[str]]:
     """Where the markers go (the first input that does not bootstrap) and every join key."""
     joiner = registry().get(pipe.config.joiner).cls
     inputs = pipe.config.inputs
@@ -397,7 +432,7 @@ def _join_keys(pipe: _Pipeline) -> tuple[str, list[str]]:
     return inputs[role].topic, list(found)
 
 
-def _planned_records(pipelines: list[_Pipeline]) -> tuple[int, int]:
+def _planned_records(pipelines: list[VerifiedPipeline]) -> tuple[int, int]:
     """The highest micro-batch planned across the pipelines, and input records planned."""
     batch, records = -1, 0
     for pipe in pipelines:
@@ -410,7 +445,7 @@ def _planned_records(pipelines: list[_Pipeline]) -> tuple[int, int]:
 def _run_with_kills(
     child: runs.ChildRun,
     conf: dict[str, str],
-    pipelines: list[_Pipeline],
+    pipelines: list[VerifiedPipeline],
     options: VerifyOptions,
     report: VerifyReport,
     progress: Progress,
@@ -436,7 +471,8 @@ def _run_with_kills(
 
         wait(f"input planned past {point} of {total} records", past_point)
         delay = KILL_DELAYS_S[(number - 1) % len(KILL_DELAYS_S)]
-        stop.sleep(delay)
+        if stop.sleep(delay):
+            raise Interrupted(f"kill -9 #{number}")
         batch, consumed = _planned_records(pipelines)
         child.kill()
         kill = Kill(number, round(time.monotonic() - started, 1), batch, consumed, delay)
@@ -466,7 +502,7 @@ def _run_with_kills(
     report.stop_exit_code = child.stop()
 
 
-def _all_committed(pipelines: list[_Pipeline]) -> bool:
+def _all_committed(pipelines: list[VerifiedPipeline]) -> bool:
     return all(runs.reached(runs.committed(p.config.checkpoint), p.ends) for p in pipelines)
 
 
@@ -481,8 +517,7 @@ def _await(
 ) -> None:
     """Poll until ``done()``; a child that exits, a deadline passed or a stop is one line."""
     while not done():
-        if stop.is_set():
-            raise EnrichdError(f"interrupted before {what}; the child run was killed")
+        _check_stop(stop, what)
         code = child.exited()
         failure = _last_failure(child)
         if failure is not None:
@@ -519,12 +554,17 @@ def _last_line(child: runs.ChildRun) -> str:
     return lines[-1] if lines else "(nothing logged)"
 
 
-def _read_back(
-    conf: dict[str, str], raw: RawLogs, pipelines: list[_Pipeline], report: VerifyReport
+def read_back(
+    conf: dict[str, str],
+    raw: RawLogs,
+    pipelines: list[VerifiedPipeline],
+    report: VerifyReport,
+    stop: StopRequest,
 ) -> None:
     """Read every output and dead-letter topic, with raw batches where they can be read."""
     raw_problem = raw.unavailable
     for pipe in pipelines:
+        _check_stop(stop, f"{pipe.joiner}'s output was read back")
         spec = pipe.config
         codec = (
             AvroCodec(load_schema_file(spec.output.schema_file))
