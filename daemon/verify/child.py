@@ -1,7 +1,8 @@
 """The `daemon run` that verify puts through its paces, and where its checkpoints stand.
 
-verify starts ``daemon run`` as a child process in a session of its own, with its log in the
-work folder, kills it with SIGKILL (the driver, Spark's JVM and Spark's Python workers, which
+verify starts ``daemon run`` as a child process in a session of its own, tethered so that it
+dies with verify (:mod:`daemon.verify.tether`), with its log in the work folder, kills it with
+SIGKILL (the driver, Spark's JVM and Spark's Python workers, which
 leave the driver's process group, found through ``/proc``), starts it again, and at the end
 stops it with SIGTERM as systemd would. It touches no process it did not start.
 
@@ -46,6 +47,11 @@ class ChildRun:
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(  # noqa: S603 - our own command, no shell
                 [
+                    # Killed if verify dies without killing it (daemon.verify.tether says why).
+                    sys.executable,
+                    "-m",
+                    "daemon.verify.tether",
+                    str(os.getpid()),
                     sys.executable,
                     "-m",
                     "daemon",
