@@ -11,7 +11,7 @@ anywhere must give. Every record carries a *scenario*, the reason it is in the w
 the report counts each output and dead letter under the scenario of the record that made it.
 
 Example:
-    >>> work = build("comap", records=40, seed=1, start_ms=1_000)
+    >>> work = build("comap", records=40, seed=7, start_ms=1_000)
     >>> len(work.items), work.items[0].timestamp, work.items[-1].timestamp
     (40, 1000, 1039)
     >>> sorted({item.scenario for item in work.items})[:3]
