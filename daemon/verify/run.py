@@ -531,8 +531,8 @@ def _await(
             )
         if time.monotonic() > deadline:
             raise EnrichdError(
-                f"no {what} within the time allowed (--timeout): last from daemon run: "
-                f"{failure or _last_line(child)}"
+                f"timed out (--timeout) waiting for {what}; daemon run (start {child.starts}) "
+                f"logged last: {failure or _last_line(child)}"
             )
         stop.sleep(_POLL_S)
 
@@ -550,8 +550,14 @@ def _last_failure(child: runs.ChildRun) -> str | None:
 
 
 def _last_line(child: runs.ChildRun) -> str:
-    lines = child.log_tail(5).splitlines()
-    return lines[-1] if lines else "(nothing logged)"
+    """The message of the child's last log line (a restarted run may not have logged yet)."""
+    lines = [line for line in child.log_tail(5).splitlines() if line.strip()]
+    if not lines:
+        return "nothing yet"
+    try:
+        return str(json.loads(lines[-1])["message"])
+    except (ValueError, KeyError, TypeError):
+        return lines[-1]
 
 
 def read_back(
