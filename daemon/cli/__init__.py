@@ -17,7 +17,7 @@ import warnings
 
 import typer
 
-from daemon.cli import broker, demo, plugins, replay, reset, run, state, validate
+from daemon.cli import broker, demo, plugins, replay, reset, run, state, validate, verify
 from daemon.errors import EnrichdError
 from daemon.secrets import redact
 from daemon.service.logs import json_lines_configured
@@ -39,6 +39,7 @@ app.command("demo")(demo.demo)
 app.command("state")(state.state)
 app.command("reset")(reset.reset)
 app.command("rescale")(reset.rescale)
+app.command("verify")(verify.verify)
 
 
 def debug() -> bool:

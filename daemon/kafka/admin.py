@@ -37,14 +37,23 @@ def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 
-def create_topics(client_conf: dict[str, str], topics: dict[str, int]) -> None:
-    """Create the topics that do not exist yet, with the given partition counts."""
+def create_topics(
+    client_conf: dict[str, str], topics: dict[str, int], replication: int = -1
+) -> None:
+    """Create the topics that do not exist yet, with the given partition counts.
+
+    ``replication`` is their replication factor; -1: the broker's default. A refusal is
+    raised as :class:`KafkaUnavailableError` from the client's exception (its error code
+    names the refusal).
+    """
     # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
     from confluent_kafka.admin import NewTopic
 
     present = existing_topics(client_conf)
     wanted = [
-        NewTopic(name, partitions) for name, partitions in topics.items() if name not in present
+        NewTopic(name, partitions, replication)
+        for name, partitions in topics.items()
+        if name not in present
     ]
     if not wanted:
         return
@@ -54,4 +63,18 @@ def create_topics(client_conf: dict[str, str], topics: dict[str, int]) -> None:
             future.result(timeout=30)
         except Exception as exc:
             if "already exists" not in str(exc).lower():
-                raise KafkaUnavailableError(f"cannot create topic {name!r}: {exc}") from None
+                raise KafkaUnavailableError(f"cannot create topic {name!r}: {exc}") from exc
+
+
+def delete_topics(client_conf: dict[str, str], topics: list[str]) -> dict[str, Exception]:
+    """Delete the topics; the ones that could not be, with the client's exception for each."""
+    if not topics:
+        return {}
+    client = admin(client_conf)  # must outlive the futures it answers
+    failed: dict[str, Exception] = {}
+    for name, future in client.delete_topics(topics).items():
+        try:
+            future.result(timeout=30)
+        except Exception as exc:
+            failed[name] = exc
+    return failed

@@ -37,6 +37,7 @@ LAYERS = (
     "daemon.replay",  # daemon replay
     "daemon.demos",  # daemon demo
     "daemon.testing",  # the plugin authors' test kit
+    "daemon.verify",  # daemon verify: exactly once proven on a cluster
     "daemon.pytest_plugin",  # the plugin authors' fixtures
     "daemon.cli",  # the command line
     "daemon.__main__",  # python -m daemon

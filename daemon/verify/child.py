@@ -1,0 +1,182 @@
+"""The `daemon run` that verify puts through its paces, and where its checkpoints stand.
+
+verify starts ``daemon run`` as a child process in a session of its own, tethered so that it
+dies with verify (:mod:`daemon.verify.tether`), with its log in the work folder, kills it with
+SIGKILL (the driver, Spark's JVM and Spark's Python workers, which
+leave the driver's process group, found through ``/proc``), starts it again, and at the end
+stops it with SIGTERM as systemd would. It touches no process it did not start.
+
+Progress is read from the pipelines' checkpoints, which verify owns: Spark writes
+``offsets/N`` when it plans micro-batch N (one JSON line of ``topic/partition`` offsets for
+the source) and ``commits/N`` once the batch is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from daemon.service.observability import parse_offsets
+
+STOP_TIMEOUT_S = 60
+"""How long verify waits for the child to exit after SIGTERM before it kills it."""
+CHILD_STOP_TIMEOUT_S = 15
+"""The child's ``--stop-timeout``: verify stops it only once every input is committed, so the
+micro-batches in flight then hold no records, and a shorter wait spares each run the time a
+loaded machine's Spark can take to shut down (up to the whole timeout, measured)."""
+_TAIL_BYTES = 64 << 10
+
+
+class ChildRun:
+    """``daemon run PATH`` as a child process; each start logs to ``run-N.log`` in ``folder``."""
+
+    def __init__(self, path: Path, folder: Path) -> None:
+        self.path = path
+        self.folder = folder
+        self.starts = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        """The current run's log."""
+        return self.folder / f"run-{self.starts}.log"
+
+    def start(self) -> None:
+        """Start ``daemon run`` (after a kill, from the same checkpoints)."""
+        self.starts += 1
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(  # noqa: S603 - our own command, no shell
+                [
+                    # Killed if verify dies without killing it (daemon.verify.tether says why).
+                    sys.executable,
+                    "-m",
+                    "daemon.verify.tether",
+                    str(os.getpid()),
+                    sys.executable,
+                    "-m",
+                    "daemon",
+                    "run",
+                    str(self.path),
+                    "--stop-timeout",
+                    str(CHILD_STOP_TIMEOUT_S),
+                    "--log-format",
+                    "json",
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def exited(self) -> int | None:
+        """The exit code if the run has ended by itself, else None."""
+        return None if self.process is None else self.process.poll()
+
+    def kill(self) -> None:
+        """SIGKILL the whole run at once: driver, JVM and Python workers."""
+        if self.process is None:
+            return
+        groups = {self.process.pid}
+        for pid in descendants(self.process.pid):
+            try:
+                groups.add(os.getpgid(pid))
+            except ProcessLookupError:
+                pass
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait(30)
+
+    def stop(self) -> int:
+        """SIGTERM the driver, as systemd does; its exit code (killed if it does not exit)."""
+        if self.process is None or self.process.poll() is not None:
+            return -1 if self.process is None else self.process.returncode
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -int(signal.SIGKILL)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The end of the current run's log."""
+        try:
+            with self.log.open("rb") as log:
+                # Only the end: verify polls it many times a second, the log only grows.
+                log.seek(max(log.seek(0, os.SEEK_END) - _TAIL_BYTES, 0))
+                text = log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rpartition(")")[2].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _last_batch(folder: Path) -> int:
+    """The highest batch number in a checkpoint log folder; -1 for none."""
+    try:
+        names = [entry.name for entry in folder.iterdir() if entry.name.isdigit()]
+    except OSError:
+        return -1
+    return max(map(int, names), default=-1)
+
+
+def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
+    """The ``topic/partition`` offsets micro-batch ``batch`` was planned to end at."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    ends: dict[str, int] = {}
+    for line in lines[2:]:  # the log's version, then Spark's batch metadata
+        if line.strip().startswith("{"):
+            ends.update(parse_offsets(json.loads(line)))
+    return ends
+
+
+def planned(checkpoint: Path) -> tuple[int, dict[str, int]]:
+    """The last planned micro-batch and its offsets (-1 and none before the first)."""
+    batch = _last_batch(checkpoint / "offsets")
+    return batch, batch_offsets(checkpoint, batch) if batch >= 0 else {}
+
+
+def committed(checkpoint: Path) -> dict[str, int]:
+    """The offsets the last committed micro-batch ended at."""
+    batch = _last_batch(checkpoint / "commits")
+    return batch_offsets(checkpoint, batch) if batch >= 0 else {}
+
+
+def reached(offsets: dict[str, int], ends: dict[str, int]) -> bool:
+    """Whether ``offsets`` are at or past ``ends`` in every partition."""
+    return all(offsets.get(name, 0) >= end for name, end in ends.items())
+
+
+def records_within(offsets: dict[str, int], ends: dict[str, int]) -> int:
+    """Records from the start up to ``offsets``, counted within ``ends``."""
+    return sum(min(offsets.get(name, 0), end) for name, end in ends.items())

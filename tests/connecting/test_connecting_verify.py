@@ -1,0 +1,87 @@
+"""`daemon verify PIPELINE.toml` on a SASL_SSL cluster: the file's TLS and SCRAM settings
+reach every client it makes, its child `daemon run`'s and its raw batch reader's too.
+
+The cluster is the suite's two gates in a row, as most company clusters are set up
+(docs/connecting.md, SASL_SSL with SCRAM-SHA-512): the TLS terminator (tests/tls_proxy.py)
+in front of the SCRAM gate (tests/scram_proxy.py) in front of a Tansu that advertises the
+terminator's port. A client without TLS fails the handshake, one without the SASL login is
+cut off by the gate, so the run could not pass unless every client used the file's settings.
+One small `comap` run without kills: the kills are tested on the session's broker
+(tests/commands/test_verify.py), and each Spark start costs CI time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.broker import free_port
+from daemon.kafka.admin import existing_topics
+from tests.connecting.test_connecting import write_pipeline
+from tests.scram_proxy import ScramGate
+from tests.secure_cluster import Pki, start_tansu, start_tls_proxy, stop_process
+
+
+@pytest.fixture
+def sasl_ssl_gate(pki: Pki, tmp_path: Path) -> Iterator[tuple[str, ScramGate]]:
+    """The bootstrap address of TLS, then SCRAM, then Tansu; and the SCRAM gate."""
+    tls_port, gate_port, tansu_port = free_port(), free_port(), free_port()
+    tansu = start_tansu(tansu_port, tls_port)
+    gate = ScramGate(gate_port, tansu_port, "enrichd", secrets.token_urlsafe(12))
+    log = tmp_path / "tls-proxy.log"
+    proxy = start_tls_proxy(tls_port, gate_port, pki, mutual=False, log=log)
+    try:
+        yield f"127.0.0.1:{tls_port}", gate
+    finally:
+        stop_process(proxy)
+        gate.close()
+        stop_process(tansu)
+
+
+def test_verify_passes_over_sasl_ssl_with_scram(
+    sasl_ssl_gate: tuple[str, ScramGate], pki: Pki, tmp_path: Path
+) -> None:
+    servers, gate = sasl_ssl_gate
+    kafka = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": gate.user,
+        "sasl.password": "${ENRICHD_TEST_SCRAM_PASSWORD}",
+        "ssl.ca.location": str(pki.ca),
+    }
+    path = write_pipeline(tmp_path, servers, kafka=kafka)
+    prefix = f"verify-{uuid.uuid4().hex[:8]}"
+    report_file = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "verify", str(path), "--joiner", "comap"]
+        + ["--records", "20", "--kills", "0", "--prefix", prefix, "--json", str(report_file)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "ENRICHD_TEST_SCRAM_PASSWORD": gate.password,
+        },
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    report = json.loads(report_file.read_text())
+    assert (report["verdict"], report["joiners"]["comap"]["ok"]) == ("pass", True)
+    assert report["broker"]["bootstrap"] == servers
+    # The raw batches and the API versions were read through TLS and SCRAM too.
+    assert report["raw_batches"].startswith("read")
+    assert report["broker"]["api_versions"]["Fetch"]
+    # Every connection logged in; none was cut off for trying without.
+    assert gate.authenticated > 0 and gate.refused == 0
+    assert gate.password not in done.stdout + done.stderr
+    conf = {key: value for key, value in kafka.items() if key != "sasl.password"}
+    conf |= {"bootstrap.servers": servers, "sasl.password": gate.password}
+    assert [name for name in existing_topics(conf) if name.startswith(prefix + ".")] == []

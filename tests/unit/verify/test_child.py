@@ -1,0 +1,34 @@
+"""Where a pipeline's checkpoint stands: planned and committed micro-batches."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from daemon.verify.child import batch_offsets, committed, planned, reached, records_within
+
+
+def write_batch(checkpoint: Path, batch: int, offsets: dict[str, object], done: bool) -> None:
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "commits").mkdir(parents=True, exist_ok=True)
+    text = "v1\n" + json.dumps({"batchWatermarkMs": 0}) + "\n" + json.dumps(offsets)
+    (checkpoint / "offsets" / str(batch)).write_text(text)
+    (checkpoint / "offsets" / f".{batch}.crc").write_text("x")  # Spark's checksums are skipped
+    if done:
+        (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def test_planned_and_committed_batches_of_a_checkpoint(tmp_path: Path) -> None:
+    assert planned(tmp_path) == (-1, {}) and committed(tmp_path) == {}
+    write_batch(tmp_path, 0, {"t/0": 5, "t/1": 3, "clock": 17}, done=True)
+    write_batch(tmp_path, 1, {"t/0": 9, "t/1": 3, "clock": 18}, done=False)
+    assert planned(tmp_path) == (1, {"t/0": 9, "t/1": 3})  # the clock is no partition
+    assert committed(tmp_path) == {"t/0": 5, "t/1": 3}
+    assert batch_offsets(tmp_path, 7) == {}
+
+
+def test_reaching_the_ends_and_counting_records_within_them() -> None:
+    ends = {"t/0": 10, "t/1": 4}
+    assert not reached({"t/0": 10}, ends)
+    assert reached({"t/0": 10, "t/1": 5}, ends)
+    assert records_within({"t/0": 6, "t/1": 9}, ends) == 10
