@@ -145,6 +145,8 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
         state_buckets=pipe.state_buckets,
+        pipeline=pipe.name,
+        on_missing_offsets=pipe.on_missing_offsets,
     )
     output = OutputSpec(
         pipe.name,
@@ -217,6 +219,8 @@ def _downstream_plan(
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
         state_buckets=pipe.state_buckets,
+        pipeline=context.pipeline,
+        on_missing_offsets=pipe.on_missing_offsets,
     )
     operator = OperatorPlan(
         joiner=second,

@@ -51,6 +51,7 @@ from prometheus_client.registry import Collector
 
 from daemon.model.latency import LATENCY_BUCKETS, Tally
 from daemon.model.wire import is_partition_name, split_partition_name
+from daemon.source.missing_offsets import Resumed
 
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Micro-batches take from ~0.2 s (stateless) to minutes (a large first batch after downtime)."""
@@ -251,6 +252,19 @@ class Metrics:
         self.restarts = Counter(
             "enrichd_pipeline_restarts", "Queries restarted after a failure.", p, registry=r
         )
+        self.offsets_skipped = Counter(
+            "enrichd_input_offsets_skipped",
+            "Input offsets never read because the broker no longer had the one a pipeline "
+            "needed (on_missing_offsets earliest or latest), per partition.",
+            [*p, "topic", "partition"],
+            registry=r,
+        )
+        self.offset_resets = Counter(
+            "enrichd_input_offset_resets",
+            "Times a pipeline read on past offsets the broker no longer had, per partition.",
+            [*p, "topic", "partition"],
+            registry=r,
+        )
         self._supervision: dict[str, tuple[int, int]] = {}
 
     def batch_written(self, view: PipelineView, message: Mapping[str, Any]) -> None:
@@ -328,6 +342,12 @@ class Metrics:
                 lag = max(log_ends[name] - end, 0)
                 self.input_lag.labels(view.name, topic, str(partition)).set(lag)
 
+    def read_on(self, pipeline: str, resumed: Resumed) -> None:
+        """Count a partition the source went on in past offsets the broker no longer had."""
+        labels = (pipeline, resumed.missing.topic, str(resumed.missing.partition))
+        self.offset_resets.labels(*labels).inc()
+        self.offsets_skipped.labels(*labels).inc(resumed.skipped)
+
     def supervision(self, name: str, *, running: bool, failures: int, restarts: int) -> None:
         """Bring the failure and restart counters up to the supervisor's totals."""
         self.up.labels(name).set(1 if running else 0)
@@ -347,6 +367,8 @@ class QueryHealth:
     running: bool = False
     last_failure: str | None = None
     """Why the query last failed, as the supervisor logged it."""
+    stopped: bool = False
+    """The supervisor stopped the query for good: only the operator can mend its failure."""
     hidden_output: str | None = None
     """Why what the query commits does not reach ``read_committed`` readers, if it does not
     (:class:`OutputVisibility`)."""
@@ -396,7 +418,9 @@ class Health:
         """Queries that are not ready, with why; empty when every query is."""
         reasons: dict[str, str] = {}
         for name, query in self.queries.items():
-            if not query.running:
+            if not query.running and query.stopped:
+                reasons[name] = f"stopped: {query.last_failure}"
+            elif not query.running:
                 why = f": {query.last_failure}" if query.last_failure else ""
                 reasons[name] = f"not running (failed{why}; waiting for its restart)"
             elif query.last_progress_at is None:

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from daemon.errors import KafkaUnreachableError, failure_reason
+from daemon.errors import KafkaUnreachableError, failure_reason, stops_the_pipeline
 from daemon.model.config import PipelineFile
 from daemon.pipeline.checkpoint import check_checkpoint
 from daemon.pipeline.lock import lock_checkpoints
@@ -70,6 +70,9 @@ class Supervised:
     restart_at: float | None = None
     last_failure: str | None = None
     """The one-line reason of the last failure (for ``/readyz``)."""
+    stopped: bool = False
+    """Stopped for good: the last failure is one only the operator can mend
+    (:func:`~daemon.errors.stops_the_pipeline`)."""
 
     @property
     def name(self) -> str:
@@ -78,6 +81,8 @@ class Supervised:
 
     def check(self, spark: SparkSession, now: float) -> None:
         """Notice a failed query, and restart it once its delay has passed."""
+        if self.stopped:
+            return
         if self.restart_at is not None:
             if now >= self.restart_at:
                 self.restart_at = None
@@ -107,12 +112,22 @@ class Supervised:
         )
 
     def failed(self, reason: str, now: float) -> None:
-        """Log a failure and schedule the restart."""
+        """Log a failure and schedule the restart, unless only the operator can mend it."""
         self.failures_in_row += 1
         self.failures += 1
         delay = restart_delay(self.failures_in_row)
         first_line = failure_reason(reason)
         self.last_failure = first_line
+        if stops_the_pipeline(reason):
+            # A restart would fail the same way for ever: Kafka Streams, too, stops here.
+            self.stopped = True
+            log.error(
+                "pipeline %s stopped: %s",
+                self.name,
+                first_line,
+                extra={"pipeline": self.name},
+            )
+            return
         log.error(
             "pipeline %s failed: %s; restarting in %.0f s",
             self.name,

@@ -29,6 +29,7 @@ class FakePipeline:
     failures: int = 0
     restart_at: float | None = None
     last_failure: str | None = None
+    stopped: bool = False
 
 
 class Systemd:
