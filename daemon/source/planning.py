@@ -61,6 +61,9 @@ _PROBE_QUEUE = {"queued.min.messages": 100_000, "queued.max.messages.kbytes": 10
 kilobytes in all (librdkafka's defaults are 100,000 messages and 64 MB)."""
 _PROBE_DRAIN = 100_000
 """Messages the probe takes off its queue at most per call."""
+_EARLIEST_EVERY_S = 10.0
+"""How often a partition's earliest offset is asked for (ListOffsets): checking each batch's
+start against it would cost a round trip per partition and batch."""
 _PROBE_WAIT_S = 0.05
 """How long a plan waits for a Fetch response when the probe's watermarks may be old."""
 
@@ -128,6 +131,8 @@ class SourcePlanner:
         self._listed_ends: set[str] = set()
         """The partitions whose last log end came from ListOffsets, not a Fetch response: it
         may under-report, so it is not taken as proof that an offset lies past the end."""
+        self._earliest_asked: dict[str, tuple[int, float]] = {}
+        """Each partition's earliest offset, and when it was asked for (:meth:`_earliest`)."""
         self._last_plan: Offsets | None = None
         """The plan :meth:`latest_offsets` made last; any other batch Spark asks to read was
         planned before (by an earlier run) and is checked again (:meth:`partitions`)."""
@@ -307,18 +312,24 @@ class SourcePlanner:
         return resumed
 
     def _earliest(self, names: list[str]) -> dict[str, int]:
-        """Each partition's earliest offset (the broker's log start)."""
+        """Each partition's earliest offset (its log start), asked at most every 10 s.
+
+        The first plan of a run asks, so what went while the pipeline was stopped is found
+        before anything is read. Between asks, records removed under a running pipeline are
+        found by its readers (``auto.offset.reset = error``): the batch fails, and when it
+        runs again after the restart its ranges are checked anew (:meth:`partitions`).
+        """
         # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
         from confluent_kafka import TopicPartition
 
-        found: dict[str, int] = {}
+        now = time.monotonic()
         for name in names:
-            tp = TopicPartition(*split_partition_name(name))
-            low, _ = self._probe.get_watermark_offsets(tp, cached=True)
-            if low < 0:  # no Fetch response has told it yet
+            asked = self._earliest_asked.get(name)
+            if asked is None or now - asked[1] >= _EARLIEST_EVERY_S:
+                tp = TopicPartition(*split_partition_name(name))
                 low, _ = self._probe.get_watermark_offsets(tp, timeout=10)
-            found[name] = low
-        return found
+                self._earliest_asked[name] = (low, now)
+        return {name: self._earliest_asked[name][0] for name in names}
 
     def _planned(self, start: Offsets, limit: ReadLimit, ends: dict[str, int]) -> dict[str, int]:
         planned = {name: max(start.get(name, 0), end) for name, end in ends.items()}

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from daemon.errors import MissingOffsetsError
 from daemon.model.wire import RESETS
+from daemon.source import planning
 from daemon.source.planning import KafkaRange, SourcePlanner
 from daemon.source.spec import SourceSpec
 
@@ -101,3 +104,27 @@ def test_a_batch_just_planned_is_not_checked_again() -> None:
     end = source.latest_offsets(START, ReadAllAvailable())
     source._earliest = lambda names: {n: 10**9 for n in names}  # type: ignore[method-assign]
     assert KafkaRange("clicks", 0, 100, 150) in ranges(source, START, end)
+
+
+def test_the_earliest_offsets_are_asked_for_at_most_every_10_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round trip per partition and batch would slow every batch for a rare event."""
+    asked: list[str] = []
+
+    class Probe:
+        def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+            asked.append(f"{tp.topic}/{tp.partition}")
+            return 5, -1
+
+    clock = [100.0]
+    monkeypatch.setattr(planning.time, "monotonic", lambda: clock[0])
+    source = SourcePlanner(SourceSpec(inputs=(), client_conf={}, max_records_per_batch=1))
+    source._probe = Probe()
+    assert source._earliest(["t/0", "t/1"]) == {"t/0": 5, "t/1": 5}
+    clock[0] = 109.9
+    source._earliest(["t/0", "t/1"])
+    assert asked == ["t/0", "t/1"]
+    clock[0] = 110.0
+    source._earliest(["t/0"])
+    assert asked == ["t/0", "t/1", "t/0"]
