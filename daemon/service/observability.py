@@ -50,7 +50,7 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from daemon.model.latency import LATENCY_BUCKETS, Tally
-from daemon.model.wire import is_partition_name, split_partition_name
+from daemon.model.wire import RESETS, is_partition_name, split_partition_name
 from daemon.source.missing_offsets import Resumed
 
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -83,6 +83,18 @@ def parse_offsets(offsets: object) -> dict[str, int]:
     return {
         str(name): int(offset) for name, offset in offsets.items() if is_partition_name(str(name))
     }
+
+
+def moved_starts(offsets: object) -> dict[str, int]:
+    """Where a plan's ranges start instead of at the batch's start (its :data:`RESETS` entry).
+
+    The source moves a partition's start past offsets the broker no longer has
+    (``on_missing_offsets``): records between are not read, so not counted as read.
+    """
+    if isinstance(offsets, str):
+        offsets = json.loads(offsets) if offsets.strip() else {}
+    moved = offsets.get(RESETS) if isinstance(offsets, dict) else None
+    return {str(name): int(at) for name, at in (moved or {}).items()}
 
 
 def topic_of(name: str) -> str:
@@ -323,8 +335,11 @@ class Metrics:
             )
         ends: dict[str, int] = {}
         for source in progress.get("sources") or ():
-            start = parse_offsets(source.get("startOffset"))
             end = parse_offsets(source.get("endOffset"))
+            start = {
+                **parse_offsets(source.get("startOffset")),
+                **moved_starts(source.get("endOffset")),
+            }
             unknown = [name for name in end if name not in start]
             if unknown:
                 found = first_offsets(unknown) if first_offsets else {}

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from daemon.model.wire import RESETS
 from daemon.service.observability import Health, Metrics
 from daemon.service.operations import Operations, view_of
 from daemon.source.missing_offsets import MissingOffset, failure, report, resume
@@ -56,3 +57,19 @@ def test_reading_on_past_missing_offsets_is_one_warning_and_counted_per_partitio
 
 def sample(metrics: Metrics, name: str, labels: dict[str, str]) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
+
+
+def test_records_in_count_from_where_the_source_read_on() -> None:
+    """Offsets skipped past are not records read (the plan's ``resets`` entry says where)."""
+    plan: Any = SimpleNamespace(
+        config=SimpleNamespace(name="views"),
+        source=SimpleNamespace(inputs=[SimpleNamespace(role="stream", topic="clicks")]),
+        operator=SimpleNamespace(output_topic="views", outputs=None, dead_letter_topic="dlq"),
+    )
+    metrics = Metrics()
+    start = {"clicks/0": 40, "clicks/1": 500}
+    end = {"clicks/0": 150, "clicks/1": 30, RESETS: {"clicks/0": 100, "clicks/1": 0}}
+    report = {"name": "views", "sources": [{"startOffset": start, "endOffset": end}]}
+    metrics.batch_done(view_of(plan), report)
+    labels = {"pipeline": "views", "input": "stream"}
+    assert sample(metrics, "enrichd_records_in_total", labels) == 50 + 30
