@@ -471,8 +471,7 @@ class SourcePlanner:
         ]
         if not names:
             return begin
-        self._partitions()  # the probe
-        ends = self._log_ends({name: begin.get(name, 0) for name in names})
+        ends = self._log_ends({name: begin.get(name, 0) for name in names})  # makes the probe
         trusted = [name for name in ends if name not in self._listed_ends]
         checked = {name: begin.get(name, 0) for name in names}
         missing = find_missing(checked, self._earliest(names), ends, trusted_ends=trusted)
