@@ -263,15 +263,6 @@ def replay_files(
     return replay(file, files, bootstrap_servers=broker.bootstrap_servers)
 
 
-def delete_records_before(conf: dict[str, str], topic: str, partition: int, offset: int) -> int:
-    """Remove the partition's records before ``offset`` (DeleteRecords); its earliest after."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    (done,) = AdminClient(conf).delete_records([TopicPartition(topic, partition, offset)]).values()
-    return int(done.result(30).low_watermark)
-
-
 def recreate_topic(conf: dict[str, str], topic: str, partitions: int = 1) -> None:
     """Delete ``topic`` and create it again, empty: its offsets start at 0 again."""
     from confluent_kafka.admin import AdminClient
