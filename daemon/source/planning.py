@@ -62,8 +62,8 @@ kilobytes in all (librdkafka's defaults are 100,000 messages and 64 MB)."""
 _PROBE_DRAIN = 100_000
 """Messages the probe takes off its queue at most per call."""
 _EARLIEST_EVERY_S = 10.0
-"""How often a partition's earliest offset is asked for (ListOffsets): checking each batch's
-start against it would cost a round trip per partition and batch."""
+"""How often a partition's earliest offset is asked for by ListOffsets while no Fetch response
+has told it (:meth:`SourcePlanner._earliest`): a round trip per partition and batch."""
 _PROBE_WAIT_S = 0.05
 """How long a plan waits for a Fetch response when the probe's watermarks may be old."""
 
@@ -312,24 +312,29 @@ class SourcePlanner:
         return resumed
 
     def _earliest(self, names: list[str]) -> dict[str, int]:
-        """Each partition's earliest offset (its log start), asked at most every 10 s.
+        """Each partition's earliest offset: the log start of the probe's Fetch responses.
 
-        The first plan of a run asks, so what went while the pipeline was stopped is found
-        before anything is read. Between asks, records removed under a running pipeline are
-        found by its readers (``auto.offset.reset = error``): the batch fails, and when it
-        runs again after the restart its ranges are checked anew (:meth:`partitions`).
+        The probe fetches every partition all along, and each Fetch response carries the log
+        start, right on every broker; ListOffsets(EARLIEST) can answer past the first records
+        on the test broker (Tansu), which would fail a pipeline that lost nothing. Only a
+        partition no Fetch has answered yet is asked by ListOffsets, at most every 10 s.
         """
         # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
         from confluent_kafka import TopicPartition
 
         now = time.monotonic()
+        found: dict[str, int] = {}
         for name in names:
-            asked = self._earliest_asked.get(name)
-            if asked is None or now - asked[1] >= _EARLIEST_EVERY_S:
-                tp = TopicPartition(*split_partition_name(name))
-                low, _ = self._probe.get_watermark_offsets(tp, timeout=10)
-                self._earliest_asked[name] = (low, now)
-        return {name: self._earliest_asked[name][0] for name in names}
+            tp = TopicPartition(*split_partition_name(name))
+            low, _ = self._probe.get_watermark_offsets(tp, cached=True)
+            if low < 0:
+                asked = self._earliest_asked.get(name)
+                if asked is None or now - asked[1] >= _EARLIEST_EVERY_S:
+                    asked = (self._probe.get_watermark_offsets(tp, timeout=10)[0], now)
+                    self._earliest_asked[name] = asked
+                low = asked[0]
+            found[name] = low
+        return found
 
     def _planned(self, start: Offsets, limit: ReadLimit, ends: dict[str, int]) -> dict[str, int]:
         planned = {name: max(start.get(name, 0), end) for name, end in ends.items()}

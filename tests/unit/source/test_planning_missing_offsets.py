@@ -106,25 +106,32 @@ def test_a_batch_just_planned_is_not_checked_again() -> None:
     assert KafkaRange("clicks", 0, 100, 150) in ranges(source, START, end)
 
 
-def test_the_earliest_offsets_are_asked_for_at_most_every_10_s(
+def test_the_earliest_offset_is_the_log_start_fetches_report_else_asked_every_10_s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A round trip per partition and batch would slow every batch for a rare event."""
+    """ListOffsets only while no Fetch answered: a round trip per partition and batch."""
     asked: list[str] = []
 
     class Probe:
-        def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
-            asked.append(f"{tp.topic}/{tp.partition}")
+        fetched = {"t/0": 7}  # the log start of a Fetch response; t/1 has none yet
+
+        def get_watermark_offsets(
+            self, tp: Any, timeout: float = 0, cached: bool = False
+        ) -> tuple[int, int]:
+            name = f"{tp.topic}/{tp.partition}"
+            if cached:
+                return self.fetched.get(name, -1), -1
+            asked.append(name)
             return 5, -1
 
     clock = [100.0]
     monkeypatch.setattr(planning.time, "monotonic", lambda: clock[0])
     source = SourcePlanner(SourceSpec(inputs=(), client_conf={}, max_records_per_batch=1))
     source._probe = Probe()
-    assert source._earliest(["t/0", "t/1"]) == {"t/0": 5, "t/1": 5}
+    assert source._earliest(["t/0", "t/1"]) == {"t/0": 7, "t/1": 5}
     clock[0] = 109.9
     source._earliest(["t/0", "t/1"])
-    assert asked == ["t/0", "t/1"]
+    assert asked == ["t/1"]
     clock[0] = 110.0
-    source._earliest(["t/0"])
-    assert asked == ["t/0", "t/1", "t/0"]
+    source._earliest(["t/1"])
+    assert asked == ["t/1", "t/1"]
