@@ -48,6 +48,24 @@ class BrokerError(EnrichdError):
     """The embedded development broker could not start."""
 
 
+class MissingOffsetsError(EnrichdError):
+    """An input partition no longer has the offset a pipeline is to read next.
+
+    Retention or DeleteRecords removed the records, or the topic was deleted and created
+    again. With ``on_missing_offsets = "fail"`` (the default) the pipeline stops: set it to
+    "earliest" or "latest" to go on from there, or move the pipeline's start with
+    `daemon reset`, then start the daemon again.
+    """
+
+
+class RecordsRemovedWhileReadingError(EnrichdError):
+    """Records were removed from an input partition while a micro-batch was reading them.
+
+    The micro-batch fails and runs again after the restart, when the source plans its ranges
+    again as ``on_missing_offsets`` says.
+    """
+
+
 class SchemaRegistryUnavailableError(EnrichdError):
     """The Schema Registry refused the credentials, failed the TLS handshake or did not answer.
 
@@ -117,6 +135,14 @@ def _python_exception(text: str) -> tuple[str, str] | None:
         if line.strip() and not line[0].isspace():
             return "\n".join(lines[: index + 1]), line.strip()
     return None
+
+
+def stops_the_pipeline(text: str) -> bool:
+    """Whether a query failed for a reason that restarting cannot mend (the operator must act).
+
+    That is a :class:`MissingOffsetsError`, wherever in the text of its exception it is.
+    """
+    return re.search(rf"(?:^|[\s.]){MissingOffsetsError.__name__}: ", text) is not None
 
 
 def _error_names(root: type[BaseException]) -> set[str]:

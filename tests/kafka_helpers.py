@@ -261,3 +261,17 @@ def replay_files(
         files[role] = folder / f"{role}.jsonl"
         files[role].write_text("".join(json.dumps(line) + "\n" for line in lines))
     return replay(file, files, bootstrap_servers=broker.bootstrap_servers)
+
+
+def recreate_topic(conf: dict[str, str], topic: str, partitions: int = 1) -> None:
+    """Delete ``topic`` and create it again, empty: its offsets start at 0 again."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(conf)
+    for future in admin.delete_topics([topic], operation_timeout=30).values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"topic {topic} still listed 30 s after its deletion"
+        time.sleep(0.1)
+    create_topic(conf, topic, partitions)

@@ -25,6 +25,20 @@ for nothing. But a fetcher whose queue reached that bound (or 100,000 messages) 
 is drained, so reading a large range took mostly waiting; a 10 ms back-off ends that."""
 
 
+class OffsetNotAvailableError(Exception):
+    """A read's partition no longer has the offset it needs.
+
+    A consumer with ``auto.offset.reset = error`` hears so from the broker instead of jumping
+    to another offset.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(f"{topic}/{partition}: offset {offset} is not available: {reason}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
 class Deliveries:
     """A producer's ``on_delivery`` callback that keeps each partition's end and the failures.
 
@@ -99,6 +113,8 @@ def read_partition(
 
     Raises:
         TimeoutError: the position did not move for ``stall_s`` seconds short of the end.
+        OffsetNotAvailableError: the broker no longer has the offset to read, and the
+            consumer's ``auto.offset.reset`` is ``error``.
     """
     consumer.assign([tp])
     position = max(tp.offset, 0)
@@ -116,6 +132,8 @@ def read_partition(
         ]
         if len(records) < len(messages):  # looked for only then: the source reads through here
             last_error = next((m.error() for m in messages if m.error() is not None), last_error)
+            if last_error is not None and _is_offset_reset(last_error):
+                raise OffsetNotAvailableError(tp.topic, tp.partition, position, last_error.str())
         reached = max(
             [position, consumer.position([tp])[0].offset]
             + [(m.offset() or 0) + 1 for m in records[-1:]]
@@ -180,3 +198,15 @@ def log_starts(
     finally:
         consumer.close()
     return {name: starts[name] for name in (partition_name(t.topic, t.partition) for t in wanted)}
+
+
+def _is_offset_reset(error: Any) -> bool:
+    """Whether a consumer's error says its position is not on the broker, with no reset to do."""
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import KafkaError
+
+    code = getattr(error, "code", None)
+    return callable(code) and code() in (
+        KafkaError._AUTO_OFFSET_RESET,
+        KafkaError.OFFSET_OUT_OF_RANGE,
+    )

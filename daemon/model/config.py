@@ -24,6 +24,14 @@ Delivery = Literal["exactly_once", "at_least_once"]
 """How output is written: one Kafka transaction per micro-batch and task (``exactly_once``),
 or the idempotent producer without transactions (``at_least_once``)."""
 
+MissingOffsets = Literal["fail", "earliest", "latest"]
+"""What a pipeline does when an input partition no longer has the offset it is to read next
+(retention or DeleteRecords removed the records, or the topic was deleted and created again):
+``fail`` stops the pipeline with a line naming the partition, the offset it needed and the
+earliest the broker has (as Spark's ``failOnDataLoss`` and Kafka Streams' missing reset policy
+do); ``earliest`` goes on from the earliest offset the partition has, ``latest`` from its log
+end, each with a warning and the skipped offsets counted."""
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -288,6 +296,7 @@ class PipelineConfig(_Strict):
     state_buckets: int = Field(default=DEFAULT_STATE_BUCKETS, ge=1, le=65_536)
     trigger: DurationMs = 0
     delivery: Delivery = "exactly_once"
+    on_missing_offsets: MissingOffsets = "fail"
 
     @property
     def dead_letters(self) -> str:

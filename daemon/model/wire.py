@@ -13,8 +13,8 @@ what crosses each boundary (docs/architecture.md draws them):
 - **Operator to sink**: an :class:`OutputRow` per record to write, and per operator call one
   *counts row*, addressed to :data:`COUNTS_TOPIC`, whose value is :class:`CallCounts` as JSON.
 - **Planner to Spark's checkpoint** (and progress reports): a plan's offsets, one entry per
-  Kafka partition (:func:`partition_name`), plus the :data:`CLOCK` and :data:`BOOTSTRAP`
-  entries, which name no partition.
+  Kafka partition (:func:`partition_name`), plus the :data:`CLOCK`, :data:`BOOTSTRAP` and
+  :data:`RESETS` entries, which name no partition.
 
 Each row layout is declared once, as a named tuple whose fields carry their Arrow types
 (``Annotated[int, "int32"]``); its Arrow schema, Spark DDL and column positions are derived
@@ -327,7 +327,7 @@ def counts_of(value: bytes) -> CallCounts:
 
 Offsets = dict[str, Any]
 """A plan's offsets as Spark keeps them in the checkpoint: :func:`partition_name` -> offset,
-and the :data:`CLOCK` and :data:`BOOTSTRAP` entries."""
+and the :data:`CLOCK`, :data:`BOOTSTRAP` and :data:`RESETS` entries."""
 
 CLOCK = "clock"
 """The offsets' entry that counts ``wake_ms`` periods of wall-clock time; no partition's.
@@ -349,6 +349,13 @@ the entry survives a restart in the middle of a bootstrap, and a restart after o
 query that never bootstrapped) does not bootstrap again. No partition's."""
 
 
+RESETS = "resets"
+"""The offsets' entry of a plan that moved partitions off offsets the broker no longer has:
+``{partition name: offset}``, where the plan's range of each starts instead of at the
+batch's start (``on_missing_offsets``, :mod:`daemon.source.missing_offsets`). A batch that
+Spark runs again reads the same ranges; the next plan leaves the entry out."""
+
+
 def partition_name(topic: str, partition: int) -> str:
     """A Kafka partition's name in a plan's offsets: ``"topic/partition"``."""
     return f"{topic}/{partition}"
@@ -361,8 +368,9 @@ def split_partition_name(name: str) -> tuple[str, int]:
 
 
 def is_partition_name(name: str) -> bool:
-    """Whether an offsets entry is a partition's, not :data:`CLOCK` or :data:`BOOTSTRAP`.
+    """Whether an offsets entry is a partition's, not another entry (:data:`CLOCK`, ...).
 
-    A Kafka topic name cannot hold a ``/``, and the other entries' names hold none.
+    The others are :data:`CLOCK`, :data:`BOOTSTRAP` and :data:`RESETS`. A Kafka topic name
+    cannot hold a ``/``, and the other entries' names hold none.
     """
     return "/" in name

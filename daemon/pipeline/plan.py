@@ -145,8 +145,16 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
         state_buckets=pipe.state_buckets,
+        pipeline=pipe.name,
+        on_missing_offsets=pipe.on_missing_offsets,
     )
-    output = OutputSpec(pipe.name, conf, pipe.delivery, marker_topic=pipe.output.topic)
+    output = OutputSpec(
+        pipe.name,
+        conf,
+        pipe.delivery,
+        marker_topic=pipe.output.topic,
+        dead_letter_topic=pipe.dead_letters,
+    )
     operator = OperatorPlan(
         joiner=joiner,
         codecs=codecs,
@@ -211,6 +219,8 @@ def _downstream_plan(
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
         state_buckets=pipe.state_buckets,
+        pipeline=context.pipeline,
+        on_missing_offsets=pipe.on_missing_offsets,
     )
     operator = OperatorPlan(
         joiner=second,
@@ -222,7 +232,9 @@ def _downstream_plan(
         outputs={stage.output: (topic, codec)},
         inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
     )
-    output = OutputSpec(config.name, conf, pipe.delivery, marker_topic=topic)
+    output = OutputSpec(
+        config.name, conf, pipe.delivery, marker_topic=topic, dead_letter_topic=pipe.dead_letters
+    )
     return PipelinePlan(config, conf, source, output, operator)
 
 

@@ -50,7 +50,8 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from daemon.model.latency import LATENCY_BUCKETS, Tally
-from daemon.model.wire import is_partition_name, split_partition_name
+from daemon.model.wire import RESETS, is_partition_name, split_partition_name
+from daemon.source.missing_offsets import Resumed
 
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Micro-batches take from ~0.2 s (stateless) to minutes (a large first batch after downtime)."""
@@ -82,6 +83,18 @@ def parse_offsets(offsets: object) -> dict[str, int]:
     return {
         str(name): int(offset) for name, offset in offsets.items() if is_partition_name(str(name))
     }
+
+
+def moved_starts(offsets: object) -> dict[str, int]:
+    """Where a plan's ranges start instead of at the batch's start (its :data:`RESETS` entry).
+
+    The source moves a partition's start past offsets the broker no longer has
+    (``on_missing_offsets``): records between are not read, so not counted as read.
+    """
+    if isinstance(offsets, str):
+        offsets = json.loads(offsets) if offsets.strip() else {}
+    moved = offsets.get(RESETS) if isinstance(offsets, dict) else None
+    return {str(name): int(at) for name, at in (moved or {}).items()}
 
 
 def topic_of(name: str) -> str:
@@ -259,6 +272,19 @@ class Metrics:
         self.restarts = Counter(
             "enrichd_pipeline_restarts", "Queries restarted after a failure.", p, registry=r
         )
+        self.offsets_skipped = Counter(
+            "enrichd_input_offsets_skipped",
+            "Input offsets never read because the broker no longer had the one a pipeline "
+            "needed (on_missing_offsets earliest or latest), per partition.",
+            [*p, "topic", "partition"],
+            registry=r,
+        )
+        self.offset_resets = Counter(
+            "enrichd_input_offset_resets",
+            "Times a pipeline read on past offsets the broker no longer had, per partition.",
+            [*p, "topic", "partition"],
+            registry=r,
+        )
         self._supervision: dict[str, tuple[int, int]] = {}
 
     def batch_written(self, view: PipelineView, message: Mapping[str, Any]) -> None:
@@ -317,8 +343,11 @@ class Metrics:
             )
         ends: dict[str, int] = {}
         for source in progress.get("sources") or ():
-            start = parse_offsets(source.get("startOffset"))
             end = parse_offsets(source.get("endOffset"))
+            start = {
+                **parse_offsets(source.get("startOffset")),
+                **moved_starts(source.get("endOffset")),
+            }
             unknown = [name for name in end if name not in start]
             if unknown:
                 found = first_offsets(unknown) if first_offsets else {}
@@ -335,6 +364,12 @@ class Metrics:
                 topic, partition = split_partition_name(name)
                 lag = max(log_ends[name] - end, 0)
                 self.input_lag.labels(view.name, topic, str(partition)).set(lag)
+
+    def read_on(self, pipeline: str, resumed: Resumed) -> None:
+        """Count a partition the source went on in past offsets the broker no longer had."""
+        labels = (pipeline, resumed.missing.topic, str(resumed.missing.partition))
+        self.offset_resets.labels(*labels).inc()
+        self.offsets_skipped.labels(*labels).inc(resumed.skipped)
 
     def supervision(self, name: str, *, running: bool, failures: int, restarts: int) -> None:
         """Bring the failure and restart counters up to the supervisor's totals."""
@@ -357,6 +392,8 @@ class QueryHealth:
     """Why the query last failed, as the supervisor logged it."""
     stuck: str | None = None
     """Why the query is stuck (the supervisor's words), or None."""
+    stopped: bool = False
+    """The supervisor stopped the query for good: only the operator can mend its failure."""
     hidden_output: str | None = None
     """Why what the query commits does not reach ``read_committed`` readers, if it does not
     (:class:`OutputVisibility`)."""
@@ -406,7 +443,9 @@ class Health:
         """Queries that are not ready, with why; empty when every query is."""
         reasons: dict[str, str] = {}
         for name, query in self.queries.items():
-            if query.stuck is not None:
+            if not query.running and query.stopped:
+                reasons[name] = f"stopped: {query.last_failure}"
+            elif query.stuck is not None:
                 reasons[name] = query.stuck
             elif not query.running:
                 why = f": {query.last_failure}" if query.last_failure else ""

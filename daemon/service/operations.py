@@ -34,6 +34,7 @@ from daemon.service.http_endpoint import MetricsServer, serve_http
 from daemon.service.notify import Notifier
 from daemon.service.observability import Health, Metrics, OutputVisibility, PipelineView
 from daemon.sink.metrics_relay import MetricsRelay
+from daemon.source.missing_offsets import resumed_of
 from daemon.spark.session import TRACK_STATE_ROWS
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class SupervisedQuery(Protocol):
     restart_at: float | None
     last_failure: str | None
     stuck: str | None
+    stopped: bool
 
 
 def view_of(plan: PipelinePlan) -> PipelineView:
@@ -197,10 +199,15 @@ class Operations:
     # -- wiring ----------------------------------------------------------------------------
 
     def instrument(self, plan: PipelinePlan) -> PipelinePlan:
-        """The plan with its output reporting to this service's metrics; remembers its topics."""
+        """The plan with its source and output reporting to this service; remembers its topics."""
         view = view_of(plan)
         self.views[view.name] = view
-        return replace(plan, output=replace(plan.output, metrics_address=self.relay.address))
+        address = self.relay.address
+        return replace(
+            plan,
+            source=replace(plan.source, metrics_address=address),
+            output=replace(plan.output, metrics_address=address),
+        )
 
     def attach(self, spark: SparkSession) -> None:
         """Listen to the progress reports of every query of ``spark``."""
@@ -299,8 +306,18 @@ class Operations:
 
     def _batch_written(self, message: dict[str, Any]) -> None:
         view = self.views.get(str(message.get("pipeline")))
-        if view is not None:
+        if view is None:
+            return
+        if "missing_offsets" in message:
+            self._read_on(view.name, message)
+        else:
             self.metrics.batch_written(view, message)
+
+    def _read_on(self, name: str, message: dict[str, Any]) -> None:
+        """The source went on past offsets the broker no longer has: one WARN line each."""
+        for resumed in resumed_of(message):
+            log.warning("%s", resumed.warning(name), extra={"pipeline": name})
+            self.metrics.read_on(name, resumed)
 
     # -- the supervisor's tick: running, ready, watchdog ------------------------------------
 
@@ -320,6 +337,7 @@ class Operations:
             health = self.health.of(pipe.name)
             health.running, health.last_failure = is_running, pipe.last_failure
             health.stuck = pipe.stuck
+            health.stopped = pipe.stopped
             self.metrics.supervision(
                 pipe.name, running=is_running, failures=pipe.failures, restarts=pipe.restarts
             )

@@ -40,7 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark import SparkContext
 
-from daemon.errors import KafkaUnreachableError, failure_reason, task_traceback
+from daemon.errors import (
+    KafkaUnreachableError,
+    failure_reason,
+    stops_the_pipeline,
+    task_traceback,
+)
 from daemon.model.config import PipelineFile
 from daemon.pipeline.checkpoint import check_checkpoint, pending_batch
 from daemon.pipeline.lock import lock_checkpoints
@@ -85,6 +90,9 @@ class Supervised:
     """Failures in a row, with no micro-batch completed between them, for the same reason."""
     stuck: str | None = None
     """Why the pipeline is stuck (for ``/readyz``), or None while it is not."""
+    stopped: bool = False
+    """Stopped for good: the last failure is one only the operator can mend
+    (:func:`~daemon.errors.stops_the_pipeline`)."""
 
     @property
     def name(self) -> str:
@@ -102,6 +110,8 @@ class Supervised:
 
     def check(self, spark: SparkSession, now: float) -> None:
         """Notice a failed query, and restart it once its delay has passed."""
+        if self.stopped:
+            return
         if self.restart_at is not None:
             if now >= self.restart_at:
                 self.restart_at = None
@@ -139,7 +149,11 @@ class Supervised:
         )
 
     def failed(self, text: str, now: float) -> None:
-        """Log a failure (``text``: the query's exception), schedule the restart, see if stuck."""
+        """Log a failure (``text``: the query's exception), schedule the restart, see if stuck.
+
+        A failure that only the operator can mend (:func:`~daemon.errors.stops_the_pipeline`)
+        stops the pipeline instead.
+        """
         reason = failure_reason(text)
         # failures_in_row > 0: no micro-batch completed since the last failure, so the same
         # batch failed again (a restart runs the batch its checkpoint planned last).
@@ -149,6 +163,16 @@ class Supervised:
         self.failures += 1
         delay = restart_delay(self.failures_in_row)
         self.last_failure = reason
+        if stops_the_pipeline(text):
+            # A restart would fail the same way for ever: Kafka Streams, too, stops here.
+            self.stopped, self.stuck = True, None
+            log.error(
+                "pipeline %s stopped: %s",
+                self.name,
+                reason,
+                extra={"pipeline": self.name, "traceback": task_traceback(text)},
+            )
+            return
         log.error(
             "pipeline %s (%s) failed: %s; restarting in %.0f s",
             self.name,

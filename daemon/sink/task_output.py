@@ -39,6 +39,15 @@ The tasks of a micro-batch finish together; their commits take turns on each mac
 
 ``delivery = "at_least_once"`` uses the idempotent producer instead: no transactions, and a
 replayed micro-batch may be written twice.
+
+A record the client refuses to produce (one larger than ``message.max.bytes``, librdkafka's
+limit, which it checks before the record joins the transaction) goes to the dead-letter topic
+instead, as an :data:`OUTPUT_REJECTED` dead letter with the client's error name and the
+source record's provenance; the transaction goes on and commits with it. The refusal must be
+known when the record is sent, where it is counted: a record that may be near the limit
+(:data:`NEAR_LIMIT_SLACK`) ends the holding back, so that it and everything after it are
+produced as they come. A dead letter too large for its own topic keeps its headers and the
+start of its value, with an :data:`CUT_HEADER` header giving the value's whole length.
 """
 
 from __future__ import annotations
@@ -71,7 +80,24 @@ next time it must take the id over (see :meth:`TaskOutput._new_producer`)."""
 _MARKER_READERS: dict[str, Any] = {}  # consumers that read a task's batch marker
 _GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
 _TOPIC = OUTPUT.position("topic")
+_VALUE = OUTPUT.position("value")
 _ERROR_CLASS = OUTPUT.position("error_class")
+OUTPUT_REJECTED = "OutputRejected"
+"""The reason (``enrichd.error.class``) of a dead letter the client refused to produce."""
+REFUSALS = frozenset(
+    {"MSG_SIZE_TOO_LARGE", "_MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "CORRUPT_MESSAGE"}
+)
+"""The client's errors that are about one record, not the topic, the broker or the
+transaction: that record is dead-lettered and the task goes on. Any other error fails it."""
+CUT_HEADER = "enrichd.error.cut"
+"""The header of a dead letter whose value was cut to fit its topic: the value's whole length."""
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+"""librdkafka's ``message.max.bytes`` when ``[kafka] client_conf`` does not set it."""
+NEAR_LIMIT_SLACK = 65_536
+"""Bytes below ``message.max.bytes`` from which a value may make its record too large (with
+its key, headers and the record's framing)."""
+_CUT_SLACK = 1_024
+"""Bytes a cut dead letter leaves for the record's framing (librdkafka counts tens)."""
 HELD_RECORDS = 100_000
 """Records a task holds back before it starts producing them (see the module docstring)."""
 _DELIVERY_REPORTS = {"delivery.report.only.error": True}
@@ -93,6 +119,9 @@ class OutputSpec:
     metrics_address: str | None = None
     """The daemon's metrics socket (``daemon.sink.metrics_relay``), or None: counts go
     nowhere."""
+    dead_letter_topic: str | None = None
+    """Where a record the client refuses goes (:data:`OUTPUT_REJECTED`); None: the refusal
+    fails the task."""
 
     def encode(self) -> str:
         """The spec as an option string."""
@@ -126,6 +155,9 @@ class TaskOutput:
         self._opened = False
         self._held: list[tuple[Any, ...]] | None = []
         """Records sent but not yet produced; None once they go out as they come."""
+        self._limit = message_max_bytes(spec.client_conf)
+        self._near_limit = self._limit - NEAR_LIMIT_SLACK
+        """Values longer than this may be refused: see the module docstring."""
         self._deliveries = None if spec.delivery == "exactly_once" else Deliveries()
         """Failed deliveries (see _DELIVERY_REPORTS). None in a transaction: its commit fails
         if any of its records was not delivered (librdkafka's ``commit_transaction``), and
@@ -184,29 +216,58 @@ class TaskOutput:
             self.open()
         if self.skipped:
             return
-        if self._held is None:
-            self._produce(row)
+        held = self._held
+        if held is None:
+            row = self._produce(row)
         else:
-            self._held.append(row)
-            if len(self._held) >= HELD_RECORDS:
+            value = row[_VALUE]
+            if value is not None and len(value) > self._near_limit:
+                # It may be refused: the refusal must be known now, while it can be counted,
+                # and the records before it must go first.
                 self._release()
+                row = self._produce(row)
+            else:
+                held.append(row)
+                if len(held) >= HELD_RECORDS:
+                    self._release()
+        # Counted here, not by a call: this runs once per output record.
         topic = row[_TOPIC]
         self.records[topic] = self.records.get(topic, 0) + 1
         kind = row[_ERROR_CLASS]
         if kind is not None:
             self.dead_letters[kind] = self.dead_letters.get(kind, 0) + 1
 
+    def _count(self, row: tuple[Any, ...], n: int) -> None:
+        """Add ``n`` to the counts of what ``row`` is: a record of its topic, a dead letter."""
+        topic = row[_TOPIC]
+        self.records[topic] = self.records.get(topic, 0) + n
+        kind = row[_ERROR_CLASS]
+        if kind is not None:
+            self.dead_letters[kind] = self.dead_letters.get(kind, 0) + n
+
     def _release(self) -> None:
-        """Send the records held back, and from now on each as it comes."""
+        """Send the records held back, and from now on each as it comes.
+
+        A held record the client refuses (its value was short, so a long key or headers did
+        it) is counted again as what went instead: for the operator's calls, whose counts
+        have gone to the sink by the commit, that correction is lost.
+        """
         for row in self._held or ():
-            self._produce(row)
+            sent = self._produce(row)
+            if sent is not row:
+                self._count(row, -1)
+                self._count(sent, 1)
         self._held = None
 
-    def _produce(self, row: tuple[Any, ...]) -> None:
+    def _produce(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
         """Produce one record; while the local queue is full, :func:`produce` waits for room.
 
         The first try calls the client directly: this runs once per output record, and a
         call through :func:`produce` cost a Python frame each time.
+
+        Returns:
+            The row produced: ``row``, or the dead letter that went instead (see
+            :meth:`_refused`).
         """
         # A whole row in OutputRow's column order, unpacked in one step (cheaper than nine
         # lookups by position, per record).
@@ -214,24 +275,85 @@ class TaskOutput:
         headers = headers_of(source_topic, partition, offset, error, message)
         stamp = timestamp or 0  # librdkafka reads 0 as "now": a missing one is the write time
         try:
-            self._producer.produce(
-                topic,
-                value=value,
-                key=key,
-                headers=headers,
-                on_delivery=self._deliveries,
-                timestamp=stamp,
-            )
-        except BufferError:
-            produce(
-                self._producer,
-                topic,
-                value,
+            try:
+                self._producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=headers,
+                    on_delivery=self._deliveries,
+                    timestamp=stamp,
+                )
+            except BufferError:
+                produce(
+                    self._producer,
+                    topic,
+                    value,
+                    key,
+                    headers=headers,
+                    on_delivery=self._deliveries,
+                    timestamp=stamp,
+                )
+        except Exception as exc:
+            refusal = refusal_of(exc)
+            if refusal is None or self.spec.dead_letter_topic is None:
+                raise
+            return self._refused(row, refusal)
+        return row
+
+    def _refused(self, row: tuple[Any, ...], error: Any) -> tuple[Any, ...]:
+        """Dead-letter a record the client refused (``error``, its ``KafkaError``).
+
+        An output record goes to the dead-letter topic as it is, with the source record's
+        provenance. A dead letter that is refused in turn (too large for the dead-letter
+        topic too) goes there cut (:meth:`_produce_cut`).
+        """
+        topic, key, value, timestamp, source_topic, partition, offset, kind, message = row
+        dead_letters = self.spec.dead_letter_topic
+        size = len(key or b"") + len(value or b"")
+        if topic != dead_letters:
+            letter = (
+                dead_letters,
                 key,
-                headers=headers,
-                on_delivery=self._deliveries,
-                timestamp=stamp,
+                value,
+                timestamp,
+                source_topic,
+                partition,
+                offset,
+                OUTPUT_REJECTED,
+                f"{error.name()}: topic {topic!r} refused the record ({size} bytes of key and "
+                f"value; the client's message.max.bytes is {self._limit})",
             )
+            try:
+                return self._produce_cut(letter, cut=False)
+            except Exception as exc:
+                if refusal_of(exc) is None:
+                    raise
+            row = letter
+        return self._produce_cut(row, cut=True)
+
+    def _produce_cut(self, row: tuple[Any, ...], *, cut: bool) -> tuple[Any, ...]:
+        """Produce a dead letter, its value cut to fit ``message.max.bytes`` if ``cut``.
+
+        A cut letter keeps its headers and the start of its value; :data:`CUT_HEADER` gives
+        the value's whole length.
+        """
+        topic, key, value, timestamp, source_topic, partition, offset, kind, message = row
+        headers = headers_of(source_topic, partition, offset, kind, message)
+        if cut and value is not None:
+            headers.append((CUT_HEADER, str(len(value)).encode("utf-8")))
+            used = len(key or b"") + sum(len(name) + len(data) for name, data in headers)
+            value = value[: max(self._limit - used - _CUT_SLACK, 0)]
+        produce(
+            self._producer,
+            topic,
+            value,
+            key,
+            headers=headers,
+            on_delivery=self._deliveries,
+            timestamp=timestamp or 0,
+        )
+        return row
 
     def commit(self) -> None:
         """Deliver everything sent and commit it with the batch's marker.
@@ -405,6 +527,20 @@ def _group_metadata(spec: OutputSpec, group: str) -> Any:
         finally:
             consumer.close()
     return metadata
+
+
+def message_max_bytes(client_conf: dict[str, str]) -> int:
+    """The largest record the client produces: ``message.max.bytes`` of ``client_conf``."""
+    return int(client_conf.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+
+
+def refusal_of(exc: BaseException) -> Any:
+    """The client's error if ``exc`` says it refused one record (:data:`REFUSALS`), else None."""
+    error = exc.args[0] if exc.args else None
+    name = getattr(error, "name", None)
+    if callable(name) and name() in REFUSALS:
+        return error
+    return None
 
 
 def headers_of(

@@ -33,15 +33,24 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from daemon.kafka import connect
-from daemon.kafka.clients import RANGE_FETCH, log_starts, read_partition
+from daemon.kafka.clients import log_starts, read_partition
 from daemon.model.wire import (
     BOOTSTRAP,
     CLOCK,
+    RESETS,
     Offsets,
     is_end_of_input,
     is_partition_name,
     partition_name,
     split_partition_name,
+)
+from daemon.source.missing_offsets import (
+    MissingOffset,
+    Resumed,
+    failure,
+    find_missing,
+    report,
+    resume,
 )
 from daemon.source.spec import SourceSpec
 
@@ -52,6 +61,9 @@ _PROBE_QUEUE = {"queued.min.messages": 100_000, "queued.max.messages.kbytes": 10
 kilobytes in all (librdkafka's defaults are 100,000 messages and 64 MB)."""
 _PROBE_DRAIN = 100_000
 """Messages the probe takes off its queue at most per call."""
+_EARLIEST_EVERY_S = 10.0
+"""How often a partition's earliest offset is asked for by ListOffsets while no Fetch response
+has told it (:meth:`SourcePlanner._earliest`): a round trip per partition and batch."""
 _PROBE_WAIT_S = 0.05
 """How long a plan waits for a Fetch response when the probe's watermarks may be old."""
 
@@ -116,6 +128,14 @@ class SourcePlanner:
         self._read_ahead: threading.Thread | None = None
         """Reads the next plan's heads while Spark runs the batch just planned; joined before
         the cache or the reader is used again."""
+        self._listed_ends: set[str] = set()
+        """The partitions whose last log end came from ListOffsets, not a Fetch response: it
+        may under-report, so it is not taken as proof that an offset lies past the end."""
+        self._earliest_asked: dict[str, tuple[int, float]] = {}
+        """Each partition's earliest offset, and when it was asked for (:meth:`_earliest`)."""
+        self._last_plan: Offsets | None = None
+        """The plan :meth:`latest_offsets` made last; any other batch Spark asks to read was
+        planned before (by an earlier run) and is checked again (:meth:`partitions`)."""
 
     def _partitions(self) -> list[tuple[str, int]]:
         if self._probe is None:
@@ -189,6 +209,7 @@ class SourcePlanner:
             self._probe.incremental_assign(fresh)
             self._probe_assigned.update(partition_name(tp.topic, tp.partition) for tp in fresh)
         ends: dict[str, int] = {}
+        self._listed_ends = set()
         deadline = time.monotonic() + 2.0
         wait_s = _PROBE_WAIT_S if self._probe_may_have_paused() else 0.0
         while True:
@@ -209,6 +230,7 @@ class SourcePlanner:
                 for tp in missing:  # no Fetch answered yet: fall back to ListOffsets
                     _, high = self._probe.get_watermark_offsets(tp, timeout=10)
                     ends[partition_name(tp.topic, tp.partition)] = high
+                    self._listed_ends.add(partition_name(tp.topic, tp.partition))
                 break
         behind = [
             TopicPartition(*split_partition_name(name), end)
@@ -251,26 +273,78 @@ class SourcePlanner:
         text, and the same ends in another order made it run a batch that read nothing.
         """
         targets = start.get(BOOTSTRAP)
+        ends = self._log_ends(start)
+        resets = self._resets(start, ends)
+        begin = {**start, **resets}
         found = (
-            self._bootstrapping(start, targets, limit) if targets else self._planned(start, limit)
+            self._bootstrapping(begin, targets, limit, ends)
+            if targets
+            else self._planned(begin, limit, ends)
         )
         planned: Offsets = dict(sorted(found.items()))
         if targets and any(planned.get(name, 0) < end for name, end in targets.items()):
             planned[BOOTSTRAP] = targets
+        if resets:
+            planned[RESETS] = resets
         if self.spec.wake_ms:
             planned[CLOCK] = time.time_ns() // 1_000_000 // self.spec.wake_ms
+        self._last_plan = planned
         return planned
 
-    def _planned(self, start: Offsets, limit: ReadLimit) -> dict[str, int]:
-        ends = self._log_ends(start)
+    def _resets(self, start: Offsets, ends: dict[str, int]) -> dict[str, int]:
+        """Where partitions go on whose ``start`` the broker no longer has (by the policy).
+
+        Raises:
+            MissingOffsetsError: one does, and the policy is ``fail``.
+        """
+        names = [name for name in start if is_partition_name(name) and name in ends]
+        trusted = [name for name in ends if name not in self._listed_ends]
+        missing = find_missing(start, self._earliest(names), ends, trusted_ends=trusted)
+        return {item.missing.name: item.at for item in self._go_on(missing)}
+
+    def _go_on(self, missing: list[MissingOffset]) -> list[Resumed]:
+        """Fail on the first of ``missing``, or go on past each and report it, by the policy."""
+        if not missing:
+            return []
+        if self.spec.on_missing_offsets == "fail":
+            raise failure(self.spec.pipeline, missing[0])
+        resumed = [resume(item, self.spec.on_missing_offsets) for item in missing]
+        report(self.spec.metrics_address, self.spec.pipeline, resumed)
+        return resumed
+
+    def _earliest(self, names: list[str]) -> dict[str, int]:
+        """Each partition's earliest offset: the log start of the probe's Fetch responses.
+
+        The probe fetches every partition all along, and each Fetch response carries the log
+        start, right on every broker; ListOffsets(EARLIEST) can answer past the first records
+        on the test broker (Tansu), which would fail a pipeline that lost nothing. Only a
+        partition no Fetch has answered yet is asked by ListOffsets, at most every 10 s.
+        """
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        now = time.monotonic()
+        found: dict[str, int] = {}
+        for name in names:
+            tp = TopicPartition(*split_partition_name(name))
+            low, _ = self._probe.get_watermark_offsets(tp, cached=True)
+            if low < 0:
+                asked = self._earliest_asked.get(name)
+                if asked is None or now - asked[1] >= _EARLIEST_EVERY_S:
+                    asked = (self._probe.get_watermark_offsets(tp, timeout=10)[0], now)
+                    self._earliest_asked[name] = asked
+                low = asked[0]
+            found[name] = low
+        return found
+
+    def _planned(self, start: Offsets, limit: ReadLimit, ends: dict[str, int]) -> dict[str, int]:
         planned = {name: max(start.get(name, 0), end) for name, end in ends.items()}
         return self._capped(start, planned, limit)
 
     def _bootstrapping(
-        self, start: Offsets, targets: dict[str, int], limit: ReadLimit
+        self, start: Offsets, targets: dict[str, int], limit: ReadLimit, ends: dict[str, int]
     ) -> dict[str, int]:
         """A bootstrap's plan: the bootstrapped partitions up to their ends at start, no other."""
-        ends = self._log_ends(start)
         planned = {name: start.get(name, 0) for name in ends}
         for name, target in targets.items():
             planned[name] = max(start.get(name, 0), min(ends.get(name, target), target))
@@ -359,7 +433,7 @@ class SourcePlanner:
         cached.drop_before(first)
         if cached.end < stop:
             if self._reader is None:
-                self._reader = connect.consumer(self.spec.consumer_conf(), RANGE_FETCH)
+                self._reader = connect.consumer(self.spec.reader_conf())
             tp = TopicPartition(*split_partition_name(name), cached.end)
             read = [m for records in read_partition(self._reader, tp, stop) for m in records]
             # Only a complete read joins the cache: a failed one is read again next time.
@@ -372,16 +446,46 @@ class SourcePlanner:
         return cached.before(stop)
 
     def partitions(self, start: Offsets, end: Offsets) -> list[KafkaPartition]:
-        """The ranges with records, dealt out to at most ``read_tasks`` Spark partitions."""
+        """The ranges with records, dealt out to at most ``read_tasks`` Spark partitions.
+
+        A partition the plan moved (its :data:`RESETS` entry) starts there. A batch planned
+        before this run (Spark runs it again after a restart) is checked again for offsets
+        the broker no longer has (:meth:`_checked_again`).
+        """
+        begin: dict[str, int] = {**start, **(end.get(RESETS) or {})}
+        if end != self._last_plan:
+            begin = self._checked_again(begin, end)
         ranges = []
         for name, stop in sorted(end.items()):
             if not is_partition_name(name):
                 continue
-            first = start.get(name, 0)
+            first = begin.get(name, 0)
             if stop > first:
                 topic, partition = split_partition_name(name)
                 ranges.append(KafkaRange(topic, partition, first, stop))
         return [KafkaPartition(tuple(task)) for task in deal(ranges, self.spec.read_tasks)]
+
+    def _checked_again(self, begin: dict[str, int], end: Offsets) -> dict[str, int]:
+        """``begin`` past offsets the broker lost since the batch was planned, by the policy.
+
+        ``latest`` skips the rest of the planned range: the batch's end is fixed.
+        """
+        names = [
+            name
+            for name, stop in end.items()
+            if is_partition_name(name) and stop > begin.get(name, 0)
+        ]
+        if not names:
+            return begin
+        ends = self._log_ends({name: begin.get(name, 0) for name in names})  # makes the probe
+        trusted = [name for name in ends if name not in self._listed_ends]
+        checked = {name: begin.get(name, 0) for name in names}
+        missing = find_missing(checked, self._earliest(names), ends, trusted_ends=trusted)
+        moved = {item.missing.name: item.at for item in self._go_on(missing)}
+        return {
+            **begin,
+            **{name: min(at, int(end[name])) for name, at in moved.items()},
+        }
 
     def stop(self) -> None:
         """Close the probe and the planning reader."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from daemon.formats.avro.codec import AvroCodec
 from daemon.formats.kafka_keys import KafkaKeyCodec
+from daemon.kafka.clients import RANGE_FETCH
 from daemon.model.constants import DEFAULT_STATE_BUCKETS
 from daemon.model.envelope import Envelope
 from daemon.model.keys import key_parts
@@ -119,6 +120,14 @@ class SourceSpec:
     start: dict[str, int] | None = None
     """Where a new checkpoint starts reading (``"topic/partition"`` -> offset), from its seed
     (:mod:`daemon.state.seed`); None, and for partitions it leaves out: the earliest."""
+    pipeline: str = ""
+    """The pipeline's name, for the lines about offsets the broker no longer has."""
+    on_missing_offsets: str = "fail"
+    """What to do when a partition no longer has the offset to read next: ``fail``,
+    ``earliest`` or ``latest`` (:mod:`daemon.source.missing_offsets`)."""
+    metrics_address: str | None = None
+    """The daemon's metrics socket, told where the source went on past missing offsets; None:
+    only logged."""
 
     def consumer_conf(self) -> dict[str, Any]:
         """The settings of every consumer the source makes: assigned, never in a group."""
@@ -130,6 +139,14 @@ class SourceSpec:
             "enable.partition.eof": False,
             "isolation.level": "read_committed",
         }
+
+    def reader_conf(self) -> dict[str, Any]:
+        """The settings of the consumers that read planned ranges.
+
+        ``auto.offset.reset = error``: an offset the broker no longer has is an error to
+        handle (:mod:`daemon.source.missing_offsets`), not a jump elsewhere without a word.
+        """
+        return {**self.consumer_conf(), **RANGE_FETCH, "auto.offset.reset": "error"}
 
     def encode(self) -> str:
         """The spec as an option string."""

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from daemon.kafka.clients import read_partition
+from daemon.kafka.clients import OffsetNotAvailableError, read_partition
 
 
 class _Message:
@@ -49,3 +49,19 @@ def test_a_stalled_read_names_its_end_and_the_clients_last_error() -> None:
         "out/0: no progress past offset 50 in 0.1 s, short of offset 53; "
         "last client error: Broker: Not leader for partition"
     )
+
+
+def test_an_offset_the_broker_no_longer_has_ends_the_read_at_once() -> None:
+    """With ``auto.offset.reset = error`` the client says so instead of jumping elsewhere."""
+    from confluent_kafka import KafkaError
+
+    class Gone(_StuckConsumer):
+        def consume(self, num_messages: int, timeout: float) -> list[Any]:
+            error = KafkaError(KafkaError._AUTO_OFFSET_RESET, "offset 50 is out of range")
+            return [type("M", (), {"error": lambda self: error, "offset": lambda self: -1})()]
+
+    with pytest.raises(OffsetNotAvailableError) as raised:
+        list(read_partition(Gone(), TopicPartition("in", 3, 50), stall_s=60))
+    gone = raised.value
+    assert (gone.topic, gone.partition, gone.offset) == ("in", 3, 50)
+    assert "offset 50 is out of range" in str(gone)

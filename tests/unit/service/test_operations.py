@@ -30,6 +30,7 @@ class FakePipeline:
     restart_at: float | None = None
     last_failure: str | None = None
     stuck: str | None = None
+    stopped: bool = False
 
 
 class Systemd:

@@ -33,6 +33,7 @@ def planner(*, bootstrap: bool = True, wake_ms: int = 0) -> SourcePlanner:
     spec = SourceSpec(inputs=inputs, client_conf={}, max_records_per_batch=4, wake_ms=wake_ms)
     reader = SourcePlanner(spec)
     reader._log_ends = lambda start: dict(ENDS)  # type: ignore[method-assign]  # no broker
+    reader._earliest = lambda names: dict.fromkeys(names, 0)  # type: ignore[method-assign]
     # A capped plan reads the timestamps of the records it may admit: each record's is
     # 100 + its offset, in every partition, so that clicks and regions interleave.
     reader._heads = lambda name, first, stop: Heads(  # type: ignore[method-assign]

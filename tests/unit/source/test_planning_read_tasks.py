@@ -41,18 +41,27 @@ def test_every_range_is_read_once_by_at_most_the_tasks_asked(
         assert max(loads) - min(loads) <= largest
 
 
+def no_broker(planner: SourcePlanner, ends: dict[str, int]) -> SourcePlanner:
+    """``planner`` on a broker that has every offset up to ``ends`` (and no broker at all)."""
+    planner._partitions = lambda: []  # type: ignore[method-assign]
+    planner._log_ends = lambda start: dict(ends)  # type: ignore[method-assign]
+    planner._earliest = lambda names: dict.fromkeys(names, 0)  # type: ignore[method-assign]
+    return planner
+
+
 def test_two_topics_of_two_partitions_on_two_cores_make_two_tasks() -> None:
     """The case that ran in two waves; the smaller ranges go where the records are fewer."""
     spec = SourceSpec(inputs=(), client_conf={}, max_records_per_batch=10, read_tasks=2)
     end = {"clicks/0": 1_000, "clicks/1": 900, "users/0": 30, "users/1": 200}
-    planned = SourcePlanner(spec).partitions({}, end)
+    planned = no_broker(SourcePlanner(spec), end).partitions({}, end)
     names = [[(r.topic, r.partition) for r in p.ranges] for p in planned]  # type: ignore[attr-defined]
     assert names == [[("clicks", 0), ("users", 0)], [("clicks", 1), ("users", 1)]]
 
 
 def test_without_a_task_count_each_partition_is_a_task() -> None:
     reader = SourcePlanner(SourceSpec(inputs=(), client_conf={}, max_records_per_batch=10))
-    planned = reader.partitions({"t/0": 5}, {"t/0": 9, "t/1": 3, "t/2": 0})
+    end = {"t/0": 9, "t/1": 3, "t/2": 0}
+    planned = no_broker(reader, end).partitions({"t/0": 5}, end)
     assert [p.ranges for p in planned] == [  # type: ignore[attr-defined]
         (KafkaRange("t", 0, 5, 9),),
         (KafkaRange("t", 1, 0, 3),),

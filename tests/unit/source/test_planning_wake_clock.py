@@ -23,6 +23,8 @@ def reader(wake_ms: int) -> SourcePlanner:
     spec = SourceSpec(inputs=(), client_conf={}, max_records_per_batch=10, wake_ms=wake_ms)
     planner = SourcePlanner(spec)
     planner._log_ends = lambda start: {"t/0": 7}  # type: ignore[method-assign]  # no broker
+    planner._earliest = lambda names: dict.fromkeys(names, 0)  # type: ignore[method-assign]
+    planner._partitions = lambda: [("t", 0)]  # type: ignore[method-assign]
     return planner
 
 
