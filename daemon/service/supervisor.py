@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daemon.errors import KafkaUnreachableError, failure_reason
+from daemon.kafka.names import reader_group
 from daemon.model.config import PipelineFile
 from daemon.pipeline.checkpoint import check_checkpoint
 from daemon.pipeline.lock import lock_checkpoints
@@ -208,7 +209,12 @@ def run_service(
     if owns_process:
         request.install()
     # Up before planning, so that /healthz answers while the broker is waited for.
-    ops = Operations(conf, http=http or file.service.http, stall_after_s=stall_timeout_s)
+    ops = Operations(
+        conf,
+        http=http or file.service.http,
+        stall_after_s=stall_timeout_s,
+        reader_group=reader_group(file.kafka.id_prefix),
+    )
     try:
         plans = _plan_when_kafka_answers(file, conf, request, ops)
         # Only a pipeline that planned without fault leaves its shape in its checkpoint.
@@ -225,7 +231,7 @@ def run_service(
         return
     spark = spark_session(file.spark)
     if not spark_output.verbose():
-        log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_path())
+        log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_name())
     ops.attach(spark)
     if owns_process:
         request.install()  # again: PySpark installs its own SIGINT handler as it starts

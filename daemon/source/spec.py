@@ -15,7 +15,8 @@ from typing import Any
 
 from daemon.formats.avro.codec import AvroCodec
 from daemon.formats.kafka_keys import KafkaKeyCodec
-from daemon.model.constants import DEFAULT_STATE_BUCKETS
+from daemon.kafka.names import reader_group
+from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_STATE_BUCKETS
 from daemon.model.envelope import Envelope
 from daemon.model.keys import key_parts
 from daemon.model.routing import Routing, route
@@ -119,12 +120,14 @@ class SourceSpec:
     start: dict[str, int] | None = None
     """Where a new checkpoint starts reading (``"topic/partition"`` -> offset), from its seed
     (:mod:`daemon.state.seed`); None, and for partitions it leaves out: the earliest."""
+    id_prefix: str = DEFAULT_ID_PREFIX
+    """``[kafka] id_prefix``: the readers name the group :func:`reader_group` of it."""
 
     def consumer_conf(self) -> dict[str, Any]:
         """The settings of every consumer the source makes: assigned, never in a group."""
         return {
             **self.client_conf,
-            "group.id": "enrichd-unused",  # required by the client; never joined or committed
+            "group.id": reader_group(self.id_prefix),  # required; never joined or committed
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
