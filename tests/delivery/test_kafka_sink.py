@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -307,3 +309,120 @@ def test_a_task_produces_its_records_when_it_commits_or_holds_too_many(
         assert [record.value for record in read_topic(conf, topic)] == [b"a", b"b", b"c", b"d"]
     finally:  # what the task keeps would outlive the broker in this process
         forget_kept_clients()
+
+
+COMMIT_GUARD_S = 120.0
+"""A guard against a hang, not a measurement: a task that waited for the commit turn held by
+the test would wait for as long as the test holds it."""
+
+
+def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """A plan asks the cluster for its id: the embedded broker's takes the turn, any other
+    cluster's (here a Tansu with its own id) does not, and ``[kafka] commit_turn`` forces
+    either. On the other cluster a task initialises, writes and commits while this process
+    holds the turn, which a task that took it would wait for."""
+    import fcntl
+
+    from daemon.broker import free_port
+    from daemon.pipeline.plan import plan_pipeline
+    from daemon.private_paths import open_private, runtime_folder
+    from daemon.sink.commit_turn import LOCK_NAME
+    from daemon.sink.task_output import OutputSpec, forget_kept_clients
+    from tests.secure_cluster import start_tansu, stop_process
+
+    port = free_port()
+    tansu = start_tansu(port, port, cluster_id="tansu_cluster")
+    other = f"127.0.0.1:{port}"
+    topic = fresh_topic("unturned")
+
+    def planned(servers: str, **kafka: Any) -> OutputSpec:
+        file = comap_file(
+            tmp_path,
+            servers,
+            name=topic,
+            users=fresh_topic("users"),
+            tweets=fresh_topic("tweets"),
+            output=topic,
+            dead_letters=fresh_topic("dlq"),
+            kafka=kafka,
+        )
+        return plan_pipeline(file, file.pipeline[0], client_conf(servers)).output
+
+    try:
+        assert planned(broker.bootstrap_servers).commit_turn is True
+        assert planned(other).commit_turn is False
+        assert planned(other, commit_turn=True).commit_turn is True
+        assert planned(broker.bootstrap_servers, commit_turn=False).commit_turn is False
+
+        spec = planned(other)
+        create_topic(client_conf(other), topic)
+        written: list[Any] = []  # the task's output, once it committed
+        writer = threading.Thread(target=lambda: written.append(commit_one(spec, topic, 0, b"a")))
+        turn = open_private(runtime_folder() / LOCK_NAME)
+        try:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            writer.start()
+            writer.join(COMMIT_GUARD_S)
+            took_turn = writer.is_alive()
+        finally:
+            os.close(turn)  # releases the turn: a waiting task goes on and ends
+            writer.join()
+        assert not took_turn, "the task waited for the commit turn on a cluster not embedded"
+        assert written and written[0].records == {topic: 1}
+        assert [record.value for record in read_topic(client_conf(other), topic)] == [b"a"]
+    finally:
+        forget_kept_clients()  # before the broker goes: the task keeps its producer
+        stop_process(tansu)
+
+
+def test_two_environments_of_one_pipeline_run_side_by_side_without_fencing(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Staging and production of one pipeline (one name, the same inputs, outputs and
+    checkpoints of their own) run at once on one cluster with their own ``id_prefix``: every
+    view in each output exactly once over two rounds of input, and each one's marker groups
+    named by its prefix. With one prefix their tasks would own the same transactional ids
+    and fence each other's producers."""
+    from daemon.pipeline.plan import plan_pipeline, start_query
+    from tests.kafka_helpers import groups_starting, process_all
+
+    conf = client_conf(broker.bootstrap_servers)
+    name, user_topic, tweet_topic = fresh_topic("views"), fresh_topic("users"), fresh_topic("t")
+    create_topic(conf, user_topic, 2)
+    create_topic(conf, tweet_topic, 2)
+    produce(conf, user_topic, users(1, 2))
+    environments = ("staging", "production")
+    files = {
+        env: comap_file(
+            tmp_path / env,
+            broker.bootstrap_servers,
+            name=name,
+            users=user_topic,
+            tweets=tweet_topic,
+            output=fresh_topic(f"{env}-views"),
+            dead_letters=fresh_topic(f"{env}-dlq"),
+            kafka={"id_prefix": env},
+        )
+        for env in environments
+    }
+    queries = {
+        env: start_query(spark, plan_pipeline(file, file.pipeline[0], conf))
+        for env, file in files.items()
+    }
+    try:
+        for ids in (range(0, 20), range(20, 40)):
+            produce(conf, tweet_topic, tweets(ids))
+            for query in queries.values():
+                process_all(query)
+            assert all(query.isActive for query in queries.values())
+    finally:
+        for query in queries.values():
+            query.stop()
+    for env, file in files.items():
+        assert view_counts(conf, file.pipeline[0].output.topic) == Counter(
+            {i: 1 for i in range(40)}
+        ), env
+        assert groups_starting(conf, f"{env}.{name}.sink."), env
+    assert groups_starting(conf, f"enrichd.{name}.") == []
