@@ -48,7 +48,8 @@ def groups_starting(conf: dict[str, str], prefix: str) -> list[str]:
     """The consumer groups of the cluster whose names start with ``prefix``, sorted."""
     from confluent_kafka.admin import AdminClient
 
-    listed = AdminClient(conf).list_consumer_groups(request_timeout=30).result(timeout=30)
+    client = AdminClient(conf)  # held until the answer is in: a client gone answers nothing
+    listed = client.list_consumer_groups(request_timeout=30).result(timeout=30)
     return sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix))
 
 

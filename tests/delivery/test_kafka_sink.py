@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import PipelineFile
@@ -335,15 +337,15 @@ def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
     port = free_port()
     tansu = start_tansu(port, port, cluster_id="tansu_cluster")
     other = f"127.0.0.1:{port}"
-    topic = fresh_topic("unturned")
+    topic, user_topic, tweet_topic = fresh_topic("unturned"), fresh_topic("u"), fresh_topic("t")
 
     def planned(servers: str, **kafka: Any) -> OutputSpec:
         file = comap_file(
             tmp_path,
             servers,
             name=topic,
-            users=fresh_topic("users"),
-            tweets=fresh_topic("tweets"),
+            users=user_topic,
+            tweets=tweet_topic,
             output=topic,
             dead_letters=fresh_topic("dlq"),
             kafka=kafka,
@@ -351,13 +353,15 @@ def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
         return plan_pipeline(file, file.pipeline[0], client_conf(servers)).output
 
     try:
+        for servers in (broker.bootstrap_servers, other):
+            create_topic(client_conf(servers), user_topic)
+            create_topic(client_conf(servers), tweet_topic)
         assert planned(broker.bootstrap_servers).commit_turn is True
         assert planned(other).commit_turn is False
         assert planned(other, commit_turn=True).commit_turn is True
         assert planned(broker.bootstrap_servers, commit_turn=False).commit_turn is False
 
-        spec = planned(other)
-        create_topic(client_conf(other), topic)
+        spec = planned(other)  # the plan made the output topic
         written: list[Any] = []  # the task's output, once it committed
         writer = threading.Thread(target=lambda: written.append(commit_one(spec, topic, 0, b"a")))
         turn = open_private(runtime_folder() / LOCK_NAME)
@@ -377,25 +381,50 @@ def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
         stop_process(tansu)
 
 
-def test_two_environments_of_one_pipeline_run_side_by_side_without_fencing(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+OTHER_DAEMON = """
+import sys
+from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+
+spec = OutputSpec.decode(sys.argv[1])
+output = TaskOutput(spec, 0, 0, sys.argv[2])
+output.open()
+print("open", flush=True)
+sys.stdin.readline()
+try:
+    output.send(spec.marker_topic, b"k", b"from the other daemon", None)
+    output.commit()
+    print("committed", flush=True)
+finally:
+    forget_kept_clients()
+"""
+"""Task 0 of micro-batch 0 of a pipeline in a daemon of its own: it opens its transaction,
+says so, and writes and commits when told."""
+
+
+def test_two_environments_of_one_pipeline_write_side_by_side_without_fencing(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
-    """Staging and production of one pipeline (one name, the same inputs, outputs and
-    checkpoints of their own) run at once on one cluster with their own ``id_prefix``: every
-    view in each output exactly once over two rounds of input, and each one's marker groups
-    named by its prefix. With one prefix their tasks would own the same transactional ids
-    and fence each other's producers."""
-    from daemon.pipeline.plan import plan_pipeline, start_query
-    from tests.kafka_helpers import groups_starting, process_all
+    """Staging and production of one pipeline (one name, one input, outputs of their own),
+    each planned from its own file: task 0 of each opens its transaction of the same
+    micro-batch at once, production's in a process of its own as in its own daemon, and
+    both commit. With their own ``id_prefix`` neither fences the other; with one prefix
+    (the control) production's initialisation fences staging's open transaction."""
+    import subprocess
+    import sys
+
+    from confluent_kafka import KafkaException
+
+    from daemon.pipeline.plan import plan_pipeline
+    from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+    from tests.kafka_helpers import groups_starting
 
     conf = client_conf(broker.bootstrap_servers)
     name, user_topic, tweet_topic = fresh_topic("views"), fresh_topic("users"), fresh_topic("t")
-    create_topic(conf, user_topic, 2)
-    create_topic(conf, tweet_topic, 2)
-    produce(conf, user_topic, users(1, 2))
-    environments = ("staging", "production")
-    files = {
-        env: comap_file(
+    create_topic(conf, user_topic)
+    create_topic(conf, tweet_topic)
+
+    def planned(env: str, prefix: str) -> OutputSpec:
+        file = comap_file(
             tmp_path / env,
             broker.bootstrap_servers,
             name=name,
@@ -403,26 +432,47 @@ def test_two_environments_of_one_pipeline_run_side_by_side_without_fencing(
             tweets=tweet_topic,
             output=fresh_topic(f"{env}-views"),
             dead_letters=fresh_topic(f"{env}-dlq"),
-            kafka={"id_prefix": env},
+            kafka={"id_prefix": prefix},
         )
-        for env in environments
-    }
-    queries = {
-        env: start_query(spark, plan_pipeline(file, file.pipeline[0], conf))
-        for env, file in files.items()
-    }
+        return plan_pipeline(file, file.pipeline[0], conf).output
+
+    def side_by_side(staging: OutputSpec, production: OutputSpec) -> subprocess.Popen[str]:
+        """Staging's task opens, then production's; staging commits, then production."""
+        here = TaskOutput(staging, 0, 0, "staging-query")
+        here.open()
+        other = subprocess.Popen(
+            [sys.executable, "-c", OTHER_DAEMON, production.encode(), "production-query"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert other.stdout is not None and other.stdin is not None
+        try:
+            assert other.stdout.readline() == "open\n"
+            here.send(staging.marker_topic, b"k", b"from this daemon", None)
+            here.commit()
+        finally:
+            other.stdin.write("go\n")
+            other.stdin.close()
+            other.wait(120)
+        return other
+
     try:
-        for ids in (range(0, 20), range(20, 40)):
-            produce(conf, tweet_topic, tweets(ids))
-            for query in queries.values():
-                process_all(query)
-            assert all(query.isActive for query in queries.values())
-    finally:
-        for query in queries.values():
-            query.stop()
-    for env, file in files.items():
-        assert view_counts(conf, file.pipeline[0].output.topic) == Counter(
-            {i: 1 for i in range(40)}
-        ), env
-        assert groups_starting(conf, f"{env}.{name}.sink."), env
-    assert groups_starting(conf, f"enrichd.{name}.") == []
+        staging, production = planned("staging", "staging"), planned("production", "production")
+        other = side_by_side(staging, production)
+        assert other.returncode == 0 and other.stdout is not None
+        assert other.stdout.read() == "committed\n"
+        assert [r.value for r in read_topic(conf, staging.marker_topic)] == [b"from this daemon"]
+        assert [r.value for r in read_topic(conf, production.marker_topic)] == [
+            b"from the other daemon"
+        ]
+        for env in ("staging", "production"):
+            assert groups_starting(conf, f"{env}.{name}.sink."), env
+        assert groups_starting(conf, f"enrichd.{name}.") == []
+
+        # The control: one prefix, one transactional id for both tasks.
+        forget_kept_clients()
+        with pytest.raises(KafkaException, match="(?i)fenced"):
+            side_by_side(planned("staging", "shared"), planned("production", "shared"))
+    finally:  # what the task keeps would outlive the broker in this process
+        forget_kept_clients()
