@@ -57,18 +57,66 @@ class SchemaRegistryUnavailableError(EnrichdError):
     """
 
 
+class PipelineFailedError(EnrichdError):
+    """A pipeline's query failed: the message names the pipeline, its joiner and the error.
+
+    ``traceback`` holds the Python traceback of the Spark task that failed, when there is
+    one; ``ENRICHD_DEBUG=1`` prints it.
+    """
+
+    def __init__(self, message: str, traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.traceback = traceback
+
+
 def failure_reason(text: str) -> str:
     """The one line that says why a query failed, from the text of its exception.
 
     A failure that enrichd raised in a Spark task (a registry that refused the credentials,
     ...) arrives wrapped in Spark's and the Python worker's text, its own line deep inside:
-    that line is the reason. Otherwise the text's first line is.
+    that line is the reason. So is, for any other Python exception raised in a task, its
+    class and message: the last line of the worker's traceback, not Spark's
+    ``[PYTHON_EXCEPTION]`` preamble. Otherwise the text's first line is.
     """
     match = _enrichd_error().search(text)
     if match is not None:
         return redact(match.group("message").strip())
+    raised = _python_exception(text)
+    if raised is not None:
+        return redact(raised[1])
     first = text.strip().splitlines()[0] if text.strip() else "unknown error"
     return redact(first)
+
+
+def task_traceback(text: str) -> str | None:
+    """The Python traceback inside the text of a failed query, or None when it has none.
+
+    From its first ``Traceback (most recent call last):`` line (so chained exceptions are
+    kept) to the exception's own line, without the JVM's stack around it.
+    """
+    raised = _python_exception(text)
+    return None if raised is None else redact(raised[0])
+
+
+_TRACEBACK_START = "Traceback (most recent call last):"
+
+
+def _python_exception(text: str) -> tuple[str, str] | None:
+    """A Python traceback in ``text`` and its exception's line (``Class: message``); None.
+
+    A traceback's frames are indented; the exception's line is the first one after the last
+    ``Traceback`` header that is not. Spark appends its JVM stack after a blank line.
+    """
+    start = text.find(_TRACEBACK_START)
+    if start < 0:
+        return None
+    lines = text[start:].splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith(_TRACEBACK_START))
+    for index in range(last + 1, len(lines)):
+        line = lines[index]
+        if line.strip() and not line[0].isspace():
+            return "\n".join(lines[: index + 1]), line.strip()
+    return None
 
 
 def _error_names(root: type[BaseException]) -> set[str]:

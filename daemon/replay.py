@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
-from daemon.errors import ConfigError, EnrichdError, ReplayInputError, failure_reason
+from daemon.errors import (
+    ConfigError,
+    EnrichdError,
+    PipelineFailedError,
+    ReplayInputError,
+    failure_reason,
+    task_traceback,
+)
 from daemon.formats.avro.codec import AvroCodec
 from daemon.formats.kafka_keys import KafkaKeyCodec
 from daemon.formats.serdes import codec_for, key_codec_for
@@ -38,6 +45,9 @@ from daemon.model.config import PipelineConfig, PipelineFile, pick_pipeline
 from daemon.model.wire import END_OF_INPUT_HEADERS, partition_name
 from daemon.service.observability import parse_offsets
 from daemon.spark.session import spark_session
+
+MAIN_OUTPUT = "output"
+"""The name of a pipeline's main output, as metrics and ``daemon replay`` call it."""
 
 REPLAY_PARTITIONS = 2
 """Partitions of each fresh input topic: more than one, so partitioning is exercised."""
@@ -58,7 +68,8 @@ class ReplayRecord:
 class ReplayResult:
     """What the pipeline wrote: output records and dead letters, as JSON-ready dicts.
 
-    ``extra`` holds the records of each secondary output (``[pipeline.outputs.NAME]``).
+    ``extra`` holds the records of each secondary output (``[pipeline.outputs.NAME]``, and
+    an output the engine makes, such as a versioned lookup's ``retractions``).
     """
 
     outputs: list[dict[str, Any]]
@@ -66,6 +77,10 @@ class ReplayResult:
     input_records: int
     batches: int
     extra: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def by_output(self) -> dict[str, list[dict[str, Any]]]:
+        """Every output's records by its name: ``output`` (the main one) first, then the rest."""
+        return {MAIN_OUTPUT: self.outputs, **self.extra}
 
 
 def key_bytes(key: Any) -> bytes | None:
@@ -212,8 +227,11 @@ def replay(
                 if not ends:
                     continue
             query = start_query(spark, stage)
+            plugin = stage.operator.plugin
+            of = f" of plugin {plugin}" if plugin != pipe.joiner else ""  # as daemon run says it
+            joiner = f"joiner {pipe.joiner}{of}"
             try:
-                batches += _await_consumed(query, ends, progress, timeout_s)
+                batches += _await_consumed(query, ends, progress, timeout_s, (pipe.name, joiner))
             finally:
                 query.stop()
         output_keys = plan.operator.output_keys or {}
@@ -402,16 +420,32 @@ def reached(report: Any, ends: dict[str, int]) -> bool:
 
 
 def _await_consumed(
-    query: Any, ends: dict[str, int], progress: Progress | None, timeout_s: float
+    query: Any,
+    ends: dict[str, int],
+    progress: Progress | None,
+    timeout_s: float,
+    names: tuple[str, str],
 ) -> int:
-    """Wait until ``query`` has read its fresh topics to ``ends``; its batches that read any."""
+    """Wait until ``query`` has read its fresh topics to ``ends``; its batches that read any.
+
+    ``names``: the pipeline's name and its joiner's, for the line that says it failed.
+
+    Raises:
+        PipelineFailedError: the query failed; the one line names the pipeline, its joiner
+            and the error.
+    """
     deadline = time.monotonic() + timeout_s
     total = sum(ends.values())  # the topics are fresh: offsets count from 0
     seen_batches: set[int] = set()
     read = 0
     while True:
         if query.exception() is not None:
-            raise EnrichdError(f"the pipeline failed: {failure_reason(str(query.exception()))}")
+            text = str(query.exception())
+            pipeline, joiner = names
+            raise PipelineFailedError(
+                f"pipeline {pipeline} ({joiner}) failed: {failure_reason(text)}",
+                task_traceback(text),
+            )
         reports = query.recentProgress
         seen_batches.update(report.batchId for report in reports if report.numInputRows)
         if reports and reports[-1].sources:

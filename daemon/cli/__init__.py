@@ -91,5 +91,11 @@ def main() -> None:
 
 
 def _print_traceback(exc: BaseException) -> None:
-    """The traceback of ``exc`` on stderr, secrets masked: Python's own would print them."""
+    """The traceback of ``exc`` on stderr, secrets masked: Python's own would print them.
+
+    A failed pipeline's Spark task traceback comes first: that is where it went wrong.
+    """
+    task = getattr(exc, "traceback", None)
+    if isinstance(task, str):
+        sys.stderr.write(redact(f"the Spark task's traceback:\n{task}\n\n"))
     sys.stderr.write(redact("".join(traceback.format_exception(exc))))

@@ -122,13 +122,30 @@ def describe(name: JoinerName) -> None:
         for option in info.options:
             options.add_row(
                 escape(option.name),
-                escape(option.type),
+                escape(option.type_and_field()),
                 escape(option.default_text()),
                 escape(option.description),
             )
         console.print(options)
     else:
         console.print("[bold]options:[/bold] none")
+    for output in info.outputs:
+        console.print()
+        title = "output value" if output.output == "output" else f"output {output.output}"
+        table = Table(title=f"{title} (default options)", title_justify="left")
+        table.add_column("field", no_wrap=True)
+        table.add_column("holds")
+        table.add_column("what")
+        for name, kind, what in output.fields:
+            table.add_row(escape(name), escape(kind), escape(what))
+        console.print(table)
+        if output.key:
+            console.print(f"key: {escape(output.key)}")
+        if output.tombstones:
+            console.print(f"tombstones: {escape(output.tombstones)}")
+    if not info.outputs:
+        console.print()
+        console.print("[bold]output value:[/bold] not declared (the semantics say it)")
     console.print()
     console.print("[bold]semantics[/bold]")
     console.print(escape(info.semantics))

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import TopicPartition
 
 from daemon.demos.sample_data import SCHEMAS
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
@@ -61,11 +61,16 @@ def main(argv: list[str] | None = None) -> None:
             "group.id": "enrichd-show-views",  # required by the client; assign() joins no group
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
         },
     )
     try:
         partitions = wait_for_partitions(consumer, args.topic, stop)
-        consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in partitions])
+        # From offset 0, not the client's logical beginning, which it looks up with
+        # ListOffsets(EARLIEST): the embedded broker can answer that past the first views
+        # (daemon.kafka.clients.log_starts). A log that starts later answers that 0 is out
+        # of range, and the client resets to its earliest offset.
+        consumer.assign([TopicPartition(args.topic, p, 0) for p in partitions])
         print(f"showing the views written to {args.topic!r}", flush=True)
         while not stop.is_set():
             message = consumer.poll(_POLL_S)

@@ -186,7 +186,7 @@ def _field_problems(spec: InputConfig, schema: Schema, source: str, where: str) 
     value_parts = [part.path for part in key_parts(spec.key) if not part.from_kafka_key]
     for attribute, paths in (("key", value_parts), ("time", [spec.time] if spec.time else [])):
         for path in paths:
-            missing = _missing_field(row, path, named)
+            missing = missing_field(row, path, named)
             if missing is not None:
                 name, fields = missing
                 problems.append(
@@ -221,7 +221,7 @@ def _key_schema_problems(part: KeyPart, key_schema: Schema, where: str) -> list[
             ]
         return []
     named = key_schema.get("__named_schemas", {}) if isinstance(key_schema, dict) else {}
-    missing = _missing_field(key_schema, part.path, named)
+    missing = missing_field(key_schema, part.path, named)
     if missing is None:
         return []
     name, known = missing
@@ -231,10 +231,31 @@ def _key_schema_problems(part: KeyPart, key_schema: Schema, where: str) -> list[
     ]
 
 
-def _missing_field(
+def missing_field(
     schema: Any, path: str, named: dict[str, Any]
 ) -> tuple[str, tuple[str, ...]] | None:
     """The first name of dotted ``path`` not in its record, with that record's fields; None."""
+    found = _walk(schema, path, named)
+    return None if isinstance(found, _Found) else found
+
+
+def type_at(schema: Any, path: str, named: dict[str, Any] | None = None) -> Any:
+    """The Avro type of the field at dotted ``path`` of a record schema; None if absent.
+
+    ``named``: the named types it may refer to; by default those fastavro parsed with it.
+    """
+    if named is None:
+        named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
+    found = _walk(schema, path, named)
+    return found.type if isinstance(found, _Found) else None
+
+
+class _Found:
+    def __init__(self, type_: Any) -> None:
+        self.type = type_
+
+
+def _walk(schema: Any, path: str, named: dict[str, Any]) -> _Found | tuple[str, tuple[str, ...]]:
     current = schema
     for name in path.split("."):
         current = _record_of(current, named)
@@ -242,7 +263,7 @@ def _missing_field(
         if name not in fields:
             return name, tuple(fields)
         current = fields[name]
-    return None
+    return _Found(current)
 
 
 def _record_of(schema: Any, named: dict[str, Any]) -> dict[str, Any] | None:

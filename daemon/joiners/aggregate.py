@@ -36,11 +36,12 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from daemon.model.routing import field_at
+from daemon.plugin.fields import MAIN_OUTPUT, NUMBERS, FieldOf, OutputValue, Written
 from daemon.plugin.joiner import (
     JOINED,
     RETRACTED,
@@ -66,12 +67,12 @@ RETRACTIONS = "retractions"
 class AggregateOptions(JoinerOptions):
     """``[pipeline.options.aggregate]`` of ``lookup``: what to group by and what to total."""
 
-    group_by: str = Field(
+    group_by: Annotated[str, FieldOf(MAIN_OUTPUT)] = Field(
         min_length=1,
         description='dotted path of the group in the joined record, e.g. "region.region"',
     )
     op: AggregateOp = Field(default="count", description="running count or sum per group")
-    field: str | None = Field(
+    field: Annotated[str | None, FieldOf(MAIN_OUTPUT, NUMBERS)] = Field(
         default=None,
         min_length=1,
         description='sum only: dotted path of the summed number, e.g. "click.clicks"',
@@ -106,6 +107,26 @@ class AggregateOptions(JoinerOptions):
         if self.total_field is not None:
             return self.total_field
         return "count" if self.field is None else self.field.rsplit(".", 1)[-1]
+
+
+def totals_value(options: AggregateOptions) -> OutputValue:
+    """What the totals output holds: the group and its running total."""
+    if options.field is None:
+        total = Written.typed(options.total_name, "long", "the group's running count")
+    else:
+        total = Written.value_of(
+            options.total_name, MAIN_OUTPUT, options.field, "the group's running sum of `field`"
+        )
+    return OutputValue(
+        [
+            Written.value_of(
+                options.group_name, MAIN_OUTPUT, options.group_by, "the group (at `group_by`)"
+            ),
+            total,
+        ],
+        output=TOTALS,
+        key="the group, as text",
+    )
 
 
 class Aggregate(Joiner[AggregateOptions, dict[str, Any]]):

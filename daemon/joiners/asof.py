@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from daemon.joiners.versions import Kept, Versions, rejoin, too_old
 from daemon.model.durations import DurationMs
+from daemon.plugin.fields import FieldOf, OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
 from daemon.plugin.joiner import (
     END_OF_TIME,
@@ -31,7 +32,7 @@ time (like a wall-clock punctuator)."""
 class AsOfOptions(JoinerOptions):
     """Options of ``asof``."""
 
-    left_id: str | None = Field(
+    left_id: Annotated[str | None, FieldOf("left")] = Field(
         default=None,
         min_length=1,
         description="field that identifies a left event (default: join key and event time)",
@@ -149,6 +150,26 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
     def initial_state(self) -> AsOfState:
         """No clocks, no right history, no left events."""
         return AsOfState()
+
+    def writes(self) -> list[OutputValue]:
+        """A revision: the left event, the right record as of its time (or null), its number."""
+        fields = self.context.fields
+        identity = "KEY@EVENT_TIME" if self.options.left_id is None else "the left_id field"
+        return [
+            OutputValue(
+                [
+                    Written.record(fields["left"], "left", "the left event"),
+                    Written.record(
+                        fields["right"],
+                        "right",
+                        "the right record as of the left event's time; null when none",
+                        nullable=True,
+                    ),
+                    Written.typed("revision", "int", "0 for the first answer, then 1, 2, ..."),
+                ],
+                key=f"the left event's identity: {identity}",
+            )
+        ]
 
     def is_empty(self, state: AsOfState) -> bool:
         """Only a cleared state is empty.

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from daemon.model.durations import DurationMs
+from daemon.plugin.fields import FieldOf, OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
 from daemon.plugin.joiner import (
     DeadLetter,
@@ -23,11 +24,13 @@ from daemon.plugin.stash import Stash
 class CoMapOptions(JoinerOptions):
     """Options of ``comap``."""
 
-    many_id: str = Field(min_length=1, description="field that identifies a many-side record")
+    many_id: Annotated[str, FieldOf("many")] = Field(
+        min_length=1, description="field that identifies a many-side record"
+    )
     max_many_per_key: int = Field(
         default=10_000, gt=0, description="cap on many-side records kept per key"
     )
-    many_deleted_field: str | None = Field(
+    many_deleted_field: Annotated[str | None, FieldOf("many", ("boolean",))] = Field(
         default=None,
         description="boolean field that marks a many-side record as deleted (e.g. __deleted)",
     )
@@ -42,6 +45,9 @@ class CoMap(Joiner[CoMapOptions, dict[str, Any]]):
     State per join key: the latest one-side record and every many-side record by its id
     (option ``many_id``). A many-side record emits a view when the one side is known; a
     one-side record re-emits a view for every stored many-side record of its key (fan-out).
+    A view is ``{"id": the many-side id, one field: the one-side record, many field: the
+    many-side record}`` (the fields named by the inputs' ``field``, else their roles), so the
+    output schema needs an ``id`` field of the many-side id's type.
     Views are keyed by the many-side id, so a compacted output topic holds the latest view
     per many-side record, and that latest view is the same for every interleaving of the two
     inputs that keeps each topic's per-key order. A one-side tombstone deletes the one side
@@ -67,6 +73,23 @@ class CoMap(Joiner[CoMapOptions, dict[str, Any]]):
     def is_empty(self, state: dict[str, Any]) -> bool:
         """A key with neither side holds nothing worth keeping."""
         return state["one"] is None and not state["many"]
+
+    def writes(self) -> list[OutputValue]:
+        """A view: the many-side id as ``id``, and the two sides' records."""
+        fields = self.context.fields
+        return [
+            OutputValue(
+                [
+                    Written.value_of(
+                        "id", "many", self.options.many_id, "the many-side record's id (many_id)"
+                    ),
+                    Written.record(fields["one"], "one", "the one-side record"),
+                    Written.record(fields["many"], "many", "the many-side record"),
+                ],
+                key="the many-side record's id, as text",
+                tombstones="when the one side is deleted, or a many-side record is",
+            )
+        ]
 
     def _view(self, state: dict[str, Any], many: dict[str, Any]) -> dict[str, Any]:
         fields = self.context.fields

@@ -14,9 +14,16 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from daemon.errors import ConfigError
-from daemon.joiners.aggregate import RETRACTIONS, TOTALS, Aggregate, AggregateOptions
+from daemon.joiners.aggregate import (
+    RETRACTIONS,
+    TOTALS,
+    Aggregate,
+    AggregateOptions,
+    totals_value,
+)
 from daemon.joiners.versions import Kept, Versions, rejoin, too_old
 from daemon.model.durations import DurationMs
+from daemon.plugin.fields import OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
 from daemon.plugin.joiner import (
     END_OF_TIME,
@@ -247,6 +254,36 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                 f"pipeline {context.pipeline!r}: revisions = true numbers each answer in a "
                 "`revision` field; add an int field `revision` to the output schema"
             )
+
+    def writes(self) -> list[OutputValue]:
+        """The stream record and the table's answer; ``revision`` and totals when asked for."""
+        options, fields = self.options, self.context.fields
+        answer = "the table value joined; null when the key has none (left mode)"
+        if options.default is not None:
+            answer = "the table value joined, or `default` when the key has none"
+        written = [
+            Written.record(fields["stream"], "stream", "the stream record"),
+            Written.record(
+                fields["table"],
+                "table",
+                answer,
+                nullable=options.mode == "left" and options.default is None,
+            ),
+        ]
+        if options.revisions:
+            written.append(
+                Written.typed("revision", "int", "0 for the first answer, then 1, 2, ...")
+            )
+        values = [
+            OutputValue(
+                written,
+                key="the stream record's Kafka key",
+                tombstones="with revisions: an inner answer a late table tombstone withdrew",
+            )
+        ]
+        if options.aggregate is not None:
+            values.append(totals_value(options.aggregate))
+        return values
 
     def initial_state(self) -> dict[str, Any] | VersionedState:
         """No table value yet (and, versioned, no history, no stream time)."""

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from daemon.plugin.fields import OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
 from daemon.plugin.joiner import (
     DeadLetter,
@@ -69,6 +70,30 @@ class Table(Joiner[TableOptions, dict[str, Any]]):
     description = "Table-table join: every update joins the other side's current value."
     roles = ("left", "right")
     keyed_tombstones = frozenset({"left", "right"})
+
+    def writes(self) -> list[OutputValue]:
+        """The two sides' records, either null where the mode lets it be missing."""
+        fields = self.context.fields
+        return [
+            OutputValue(
+                [
+                    Written.record(
+                        fields["left"],
+                        "left",
+                        "the left side's current value; null where the mode lets it be missing",
+                        nullable=self.options.mode == "outer",
+                    ),
+                    Written.record(
+                        fields["right"],
+                        "right",
+                        "the right side's current value; null where the mode lets it be missing",
+                        nullable=self.options.mode != "inner",
+                    ),
+                ],
+                key="the join key",
+                tombstones="when the join stops holding for a key that had a result",
+            )
+        ]
 
     def initial_state(self) -> dict[str, Any]:
         """Neither side known, no result emitted."""

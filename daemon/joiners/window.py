@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from daemon.model.durations import DurationMs
+from daemon.plugin.fields import OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
 from daemon.plugin.joiner import (
     DeadLetter,
@@ -155,6 +156,29 @@ class Window(Joiner[WindowOptions, dict[str, Any]]):
         self.keep = self.before + self.after + self.grace
         self.unmatched_roles = {"inner": (), "left": ("left",), "outer": ("left", "right")}[
             window.mode
+        ]
+
+    def writes(self) -> list[OutputValue]:
+        """The two sides' records, either null where the mode lets it be missing."""
+        fields = self.context.fields
+        return [
+            OutputValue(
+                [
+                    Written.record(
+                        fields["left"],
+                        "left",
+                        "the left record; null for an unmatched right record (outer)",
+                        nullable=self.options.mode == "outer",
+                    ),
+                    Written.record(
+                        fields["right"],
+                        "right",
+                        "the right record; null for an unmatched left record (left, outer)",
+                        nullable=self.options.mode != "inner",
+                    ),
+                ],
+                key="the join key",
+            )
         ]
 
     def initial_state(self) -> dict[str, Any]:

@@ -1,11 +1,15 @@
-"""Pieces every Kafka client of enrichd shares: producing, delivery reports, reading to the end."""
+"""Pieces every Kafka client of enrichd shares: producing, delivery reports, reading to the end.
+
+And where a partition's log starts (:func:`log_starts`).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+from daemon.kafka import connect
 from daemon.model.wire import partition_name
 
 RANGE_FETCH = {
@@ -127,3 +131,52 @@ def read_partition(
             )
         if records:
             yield records
+
+
+def log_starts(
+    conf: dict[str, Any], partitions: Iterable[tuple[str, int]], wait_s: float = 10.0
+) -> dict[str, int]:
+    """Where each partition's log starts (``"topic/partition"`` -> offset), by Fetch responses.
+
+    Every Fetch response carries the partition's log start offset, and that is right on every
+    broker. ListOffsets(EARLIEST) is not: Tansu 0.6, the test broker, answers it with the
+    base offset of the record batch it *stored* first. It gives each batch its offsets
+    before it stores the batch, so when two producers write a partition at once (the two
+    tasks of a micro-batch writing its output), the batch at offset 0 can be stored after a
+    later one, and ListOffsets then says the log starts at that later batch: a reader that
+    started there skipped the records before it (docs/contributing.md).
+
+    A consumer of its own (``conf``: the caller's consumer settings) fetches each partition
+    from offset 0: any Fetch response tells the log start. Where the log starts later, the
+    broker answers that 0 is out of range and the client resets the position, after which
+    a Fetch answers all the same. (Not from the client's logical beginning: it looks that up
+    with ListOffsets first, which took the client half a second here.) A partition that no
+    Fetch answered within ``wait_s`` is asked by ListOffsets after all.
+    """
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import TopicPartition
+
+    wanted = [TopicPartition(topic, partition, 0) for topic, partition in partitions]
+    starts: dict[str, int] = {}
+    if not wanted:
+        return starts
+    consumer = connect.consumer(conf, {**RANGE_FETCH, "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign(wanted)
+        deadline = time.monotonic() + wait_s
+        while True:
+            for tp in wanted:
+                low, _ = consumer.get_watermark_offsets(tp, cached=True)
+                if low >= 0:
+                    starts.setdefault(partition_name(tp.topic, tp.partition), low)
+            if len(starts) == len(wanted) or time.monotonic() > deadline:
+                break
+            consumer.consume(num_messages=1, timeout=_CONSUME_WAIT_S)  # serves the fetches
+        for tp in wanted:
+            name = partition_name(tp.topic, tp.partition)
+            if name not in starts:
+                low, _ = consumer.get_watermark_offsets(tp, timeout=10)
+                starts[name] = max(low, 0)
+    finally:
+        consumer.close()
+    return {name: starts[name] for name in (partition_name(t.topic, t.partition) for t in wanted)}

@@ -146,6 +146,14 @@ class ServiceConfig(_Strict):
         pattern=r"^[^:\s]*:\d+$",
         description="HOST:PORT of /healthz, /readyz and /metrics; unset: no endpoint",
     )
+    stuck_after_failures: int = Field(
+        default=5,
+        ge=2,
+        description=(
+            "failures in a row of one micro-batch, with the same error, after which its "
+            "pipeline is reported stuck (/readyz, enrichd_pipeline_stuck)"
+        ),
+    )
 
 
 class SparkConfig(_Strict):

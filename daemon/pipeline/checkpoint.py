@@ -87,6 +87,27 @@ def ran_a_batch(checkpoint: Path) -> bool:
     return offsets.is_dir() and any(entry.name.isdigit() for entry in offsets.iterdir())
 
 
+def pending_batch(checkpoint: Path) -> int | None:
+    """The micro-batch Spark planned in ``checkpoint`` and has not committed, if there is one.
+
+    A restarted query runs that batch again, with the same offsets: a batch that fails for
+    good fails as this one, again and again. None when every planned batch committed (the
+    next one fails while it is being planned) or none was planned.
+    """
+    planned = _batch_numbers(Path(checkpoint) / "offsets")
+    if not planned:
+        return None
+    last = max(planned)
+    return None if last in _batch_numbers(Path(checkpoint) / "commits") else last
+
+
+def _batch_numbers(log: Path) -> set[int]:
+    try:
+        return {int(entry.name) for entry in log.iterdir() if entry.name.isdigit()}
+    except OSError:  # no log yet
+        return set()
+
+
 def check_checkpoint(pipe: PipelineConfig) -> None:
     """Record the pipeline's shape in a new checkpoint, or check it against an existing one.
 

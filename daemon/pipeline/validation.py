@@ -1,4 +1,4 @@
-"""Checking a pipeline file beyond its shape: joiners, roles, options, schemas, topics.
+"""Checking a pipeline file beyond its shape: joiners, roles, options, fields, schemas, topics.
 
 How it works: :func:`validate_pipeline_file` loads the file (its shape problems end the check
 there, since nothing further can be trusted), then checks every pipeline against the
@@ -35,6 +35,7 @@ from daemon.formats.registry import client_settings, new_client
 from daemon.kafka.admin import existing_topics
 from daemon.kafka.connect import client_conf
 from daemon.model.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
+from daemon.pipeline.field_checks import field_problems
 from daemon.plugin.describe import describe_joiner
 from daemon.plugin.host import JoinerRegistry, registry
 from daemon.plugin.joiner import Joiner, JoinerContext
@@ -146,6 +147,9 @@ def _pipeline_problems(
     problems += serde_problems(parsed, pipeline.output, f"{where}.output", asked)
     for name, extra in pipeline.outputs.items():
         problems += serde_problems(parsed, extra, f"{where}.outputs.{name}", asked)
+    joiner = None if cls is None else _configured(pipeline, cls)
+    if joiner is not None:
+        problems += field_problems(pipeline, where, joiner)
     return problems
 
 
@@ -179,6 +183,30 @@ def _output_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) ->
             f"options; add [pipeline.outputs.{stage.output}] with its topic and schema"
         )
     return problems
+
+
+def _configured(pipeline: PipelineConfig, cls: type[Joiner]) -> Joiner | None:
+    """The pipeline's joiner with its options, as a start makes it; None if it cannot be.
+
+    Why it cannot be (options, roles, the output schema) is reported by the other checks.
+    """
+    if set(pipeline.inputs) != set(cls.roles):
+        return None
+    fields: tuple[str, ...] = ()
+    if pipeline.output.schema_file is not None:
+        try:
+            fields = record_fields(load_schema_file(pipeline.output.schema_file))
+        except SchemaError:
+            pass  # reported by serde_problems
+    context = JoinerContext(
+        pipeline=pipeline.name,
+        fields={role: pipeline.field_of(role) for role in cls.roles},
+        output_fields=fields,
+    )
+    try:
+        return cls(cls.Options.model_validate(pipeline.options), context)
+    except (ValidationError, ConfigError):
+        return None
 
 
 def _role_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) -> list[str]:

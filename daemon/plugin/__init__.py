@@ -4,13 +4,16 @@ A plugin author imports from here, from :mod:`daemon.testing` (the test kit) and
 fixtures of :mod:`daemon.pytest_plugin`; every other module of enrichd is internal and may
 move between releases (docs/plugins.md). The modules behind these names:
 :mod:`~daemon.plugin.joiner` (the :class:`Joiner` base and the records it handles),
-:mod:`~daemon.plugin.stash` (:class:`Stash`), :mod:`~daemon.plugin.hookspecs` (the hook and
-its marker), :mod:`~daemon.plugin.host` (the plugin host that loads the ``enrichd`` entry
-points) and :mod:`~daemon.plugin.describe` (what ``daemon plugins describe`` shows);
+:mod:`~daemon.plugin.stash` (:class:`Stash`), :mod:`~daemon.plugin.fields` (what a joiner
+declares it reads and writes: :class:`FieldOf`, :class:`OutputValue`, :class:`Written`),
+:mod:`~daemon.plugin.hookspecs` (the hook and its marker), :mod:`~daemon.plugin.host`
+(the plugin host that loads the ``enrichd`` entry points) and :mod:`~daemon.plugin.describe`
+(what ``daemon plugins describe`` shows);
 :data:`DurationMs` is the type of an option written as a duration (``"5m"``).
 """
 
 from daemon.model.durations import DurationMs
+from daemon.plugin.fields import MAIN_OUTPUT, NUMBERS, FieldOf, OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
 from daemon.plugin.joiner import (
     END_OF_TIME,
@@ -27,16 +30,21 @@ from daemon.plugin.stash import Stash
 
 __all__ = [
     "END_OF_TIME",
+    "MAIN_OUTPUT",
+    "NUMBERS",
     "DeadLetter",
     "Downstream",
     "DurationMs",
     "Emit",
+    "FieldOf",
     "InputRecord",
     "Joiner",
     "JoinerContext",
     "JoinerOptions",
+    "OutputValue",
     "Register",
     "Stash",
+    "Written",
     "apply_order",
     "hookimpl",
 ]

@@ -5,7 +5,10 @@ How it works: a joiner's options are its pydantic ``Options`` model, so everythi
 ``model_fields``: the annotation gives the type (``Literal`` gives the choices, ``DurationMs``
 shows as ``duration``), the field gives the default, whether it is required and its
 description. Nothing is declared twice, so a plugin author documents an option once, in
-``Field(description=...)``.
+``Field(description=...)``. An option marked :class:`~daemon.plugin.fields.FieldOf` says
+which input's field it names. What the joiner writes comes from its
+:meth:`~daemon.plugin.joiner.Joiner.writes`, asked of a joiner made with its default
+options (a required option stands as ``<name>``) and each role's field named after the role.
 
 Example:
     >>> from daemon.plugin.host import registry
@@ -26,7 +29,9 @@ from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
 from daemon.model.durations import DurationMs
+from daemon.plugin.fields import MAIN_OUTPUT, FieldOf, OutputValue
 from daemon.plugin.host import RegisteredJoiner
+from daemon.plugin.joiner import JoinerContext
 
 # The validator object inside the DurationMs alias; pydantic keeps this very object in a
 # field's metadata, which is how a duration option is told apart from a plain int.
@@ -45,6 +50,8 @@ class OptionInfo:
         default: the default value (None when required or when the default is None).
         description: the ``Field(description=...)`` text, or "".
         choices: the allowed values of a ``Literal`` option, else None.
+        field_of: the role whose records hold the field the option names
+            (:class:`~daemon.plugin.fields.FieldOf`; ``output``: the main output's), else None.
     """
 
     name: str
@@ -53,6 +60,14 @@ class OptionInfo:
     default: Any
     description: str
     choices: tuple[Any, ...] | None = None
+    field_of: str | None = None
+
+    def type_and_field(self) -> str:
+        """The type, and whose field the option names, e.g. ``str, a field of many``."""
+        if self.field_of is None:
+            return self.type
+        whose = "the output" if self.field_of == MAIN_OUTPUT else self.field_of
+        return f"{self.type}, a field of {whose}"
 
     def default_text(self) -> str:
         """Write the default as a user would write it in the pipeline file."""
@@ -76,7 +91,35 @@ class OptionInfo:
         }
         if self.choices is not None:
             data["choices"] = list(self.choices)
+        if self.field_of is not None:
+            data["field_of"] = self.field_of
         return data
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    """What a joiner writes to one output, as users see it.
+
+    Attributes:
+        output: ``output`` for the main output, else the secondary output's name.
+        key: what the Kafka key is.
+        tombstones: when a tombstone is written instead.
+        fields: each field's name, what it holds as a type, and in words.
+    """
+
+    output: str
+    key: str
+    tombstones: str
+    fields: tuple[tuple[str, str, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-ready mapping."""
+        return {
+            "output": self.output,
+            "key": self.key,
+            "tombstones": self.tombstones,
+            "fields": [{"name": n, "type": t, "holds": d} for n, t, d in self.fields],
+        }
 
 
 @dataclass(frozen=True)
@@ -93,6 +136,8 @@ class JoinerInfo:
         roles: the input roles.
         options: the options, in declaration order.
         semantics: the semantics paragraphs.
+        outputs: what it writes with its default options; empty when it does not declare it
+            (:meth:`~daemon.plugin.joiner.Joiner.writes`).
     """
 
     name: str
@@ -104,6 +149,7 @@ class JoinerInfo:
     roles: tuple[str, ...]
     options: tuple[OptionInfo, ...]
     semantics: str
+    outputs: tuple[OutputInfo, ...] = ()
 
     def option_names(self) -> list[str]:
         """Return the option names, in declaration order."""
@@ -121,6 +167,7 @@ class JoinerInfo:
             "roles": list(self.roles),
             "options": {option.name: option.to_json() for option in self.options},
             "semantics": self.semantics,
+            "outputs": [output.to_json() for output in self.outputs],
         }
 
 
@@ -188,6 +235,33 @@ def describe_option(name: str, field: FieldInfo) -> OptionInfo:
         default=default,
         description=field.description or "",
         choices=_choices(field.annotation),
+        field_of=next((m.role for m in field.metadata if isinstance(m, FieldOf)), None),
+    )
+
+
+def default_outputs(registered: RegisteredJoiner) -> tuple[OutputInfo, ...]:
+    """What the joiner writes with its default options (see the module docstring)."""
+    cls = registered.cls
+    placeholders = {
+        name: f"<{field.alias or name}>"
+        for name, field in cls.Options.model_fields.items()
+        if field.is_required()
+    }
+    context = JoinerContext(pipeline="PIPELINE", fields={role: role for role in cls.roles})
+    try:
+        # Not validated: a placeholder stands where a required option's value would be.
+        joiner = cls(cls.Options.model_construct(None, **placeholders), context)
+        values: tuple[OutputValue, ...] = tuple(joiner.writes())
+    except Exception:  # a joiner that needs real options to say: nothing to show
+        return ()
+    return tuple(
+        OutputInfo(
+            output=value.output or MAIN_OUTPUT,
+            key=value.key,
+            tombstones=value.tombstones,
+            fields=tuple((f.name, f.type_text(), f.doc) for f in value.fields),
+        )
+        for value in values
     )
 
 
@@ -207,12 +281,15 @@ def describe_joiner(registered: RegisteredJoiner) -> JoinerInfo:
         ),
         # cleandoc: class docstrings keep their source indentation on Python < 3.13.
         semantics=inspect.cleandoc(cls.semantics()),
+        outputs=default_outputs(registered),
     )
 
 
 __all__ = [
     "JoinerInfo",
     "OptionInfo",
+    "OutputInfo",
+    "default_outputs",
     "describe_joiner",
     "describe_option",
     "format_duration_ms",

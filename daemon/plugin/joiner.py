@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict
 from typing_extensions import TypeVar
 
 from daemon.model.constants import END_OF_TIME as END_OF_TIME  # where joiners have long found it
+from daemon.plugin.fields import OutputValue
 
 Order = Literal["event_time", "arrival"]
 """How a key's records of one micro-batch are put in apply order (:attr:`Joiner.order`)."""
@@ -357,6 +358,16 @@ class Joiner(ABC, Generic[OptionsT, StateT]):
         quiet processing time, with ``to`` = the key's latest event time plus the processing
         time since its last record. ``to`` never goes backwards for a key. By default nothing
         waits, so nothing is emitted.
+        """
+        return ()
+
+    def writes(self) -> Sequence[OutputValue]:
+        """What the joiner writes, with its options and context: one value per output.
+
+        ``daemon validate`` checks each output's schema against it and ``daemon plugins
+        describe`` shows it (:mod:`daemon.plugin.fields`). By default nothing is declared,
+        and no output schema is checked. Called on the driver, never per record; field names
+        that follow the pipeline come from ``self.context.fields``.
         """
         return ()
 

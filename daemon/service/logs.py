@@ -4,8 +4,10 @@ Secrets never reach a line: both formats pass it through :func:`daemon.secrets.r
 
 JSON lines are for log shippers (journald's JSON export, Loki, Elasticsearch): every line has
 ``time`` (UTC, ISO 8601), ``level``, ``logger`` and ``message``, plus ``pipeline`` when the
-line is about one pipeline (the service passes it with ``extra={"pipeline": name}``) and
-``error`` with the traceback when one was logged.
+line is about one pipeline (the service passes it with ``extra={"pipeline": name}``),
+``error`` with the traceback when one was logged, and ``traceback`` with the Python traceback
+of a failed Spark task (passed as ``extra={"traceback": text}``), so that the message stays
+one line. Text lines show that traceback under the line, as Python shows ``error``'s.
 
 Example::
 
@@ -46,6 +48,9 @@ class JsonFormatter(logging.Formatter):
             line["pipeline"] = pipeline
         if record.exc_info:
             line["error"] = redact(self.formatException(record.exc_info))
+        task = getattr(record, "traceback", None)
+        if task:
+            line["traceback"] = redact(str(task))
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
@@ -56,8 +61,12 @@ class TextFormatter(logging.Formatter):
         super().__init__(TEXT_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
-        """The record as text, a traceback included, secrets masked."""
-        return redact(super().format(record))
+        """The record as text, a traceback included (a Spark task's too), secrets masked."""
+        text = super().format(record)
+        task = getattr(record, "traceback", None)
+        if task:
+            text = f"{text}\n{task}"
+        return redact(text)
 
 
 def configure_logging(log_format: LogFormat = "text", level: int = logging.INFO) -> None:

@@ -245,6 +245,14 @@ class Metrics:
         )
         self._newest_event: dict[tuple[str, str], float] = {}
         self.up = Gauge("enrichd_pipeline_up", "1 while the query runs, else 0.", p, registry=r)
+        self.stuck = Gauge(
+            "enrichd_pipeline_stuck",
+            "1 while the query is stuck: a micro-batch failed the same way "
+            "[service] stuck_after_failures times in a row, or has run without a progress "
+            "report for --stall-timeout; else 0.",
+            p,
+            registry=r,
+        )
         self.failures = Counter(
             "enrichd_pipeline_failures", "Query failures (each one is restarted).", p, registry=r
         )
@@ -347,6 +355,8 @@ class QueryHealth:
     running: bool = False
     last_failure: str | None = None
     """Why the query last failed, as the supervisor logged it."""
+    stuck: str | None = None
+    """Why the query is stuck (the supervisor's words), or None."""
     hidden_output: str | None = None
     """Why what the query commits does not reach ``read_committed`` readers, if it does not
     (:class:`OutputVisibility`)."""
@@ -396,7 +406,9 @@ class Health:
         """Queries that are not ready, with why; empty when every query is."""
         reasons: dict[str, str] = {}
         for name, query in self.queries.items():
-            if not query.running:
+            if query.stuck is not None:
+                reasons[name] = query.stuck
+            elif not query.running:
                 why = f": {query.last_failure}" if query.last_failure else ""
                 reasons[name] = f"not running (failed{why}; waiting for its restart)"
             elif query.last_progress_at is None:

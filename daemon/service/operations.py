@@ -60,6 +60,7 @@ class SupervisedQuery(Protocol):
     failures: int
     restart_at: float | None
     last_failure: str | None
+    stuck: str | None
 
 
 def view_of(plan: PipelinePlan) -> PipelineView:
@@ -321,6 +322,7 @@ class Operations:
             is_running = bool(pipe.restart_at is None and query is not None and query.isActive)
             health = self.health.of(pipe.name)
             health.running, health.last_failure = is_running, pipe.last_failure
+            health.stuck = pipe.stuck
             self.metrics.supervision(
                 pipe.name, running=is_running, failures=pipe.failures, restarts=pipe.restarts
             )
@@ -333,6 +335,9 @@ class Operations:
         down = [pipe.name for pipe in pipelines if pipe.name not in running]
         if down:
             status += f"; restarting: {', '.join(down)}"
+        stuck = [pipe.name for pipe in pipelines if pipe.stuck is not None]
+        if stuck:
+            status += f"; stuck: {', '.join(stuck)}"
         if not self._ready_sent and len(running) == len(pipelines):
             self._ready_sent = True
             self._status = status
@@ -350,6 +355,10 @@ class Operations:
                 extra={"pipeline": name},
             )
         self._stalled = stalled
+        # The daemon's one verdict for alerts: failing the same way again and again, or hung.
+        for pipe in pipelines:
+            verdict = pipe.stuck is not None or pipe.name in stalled
+            self.metrics.stuck.labels(pipe.name).set(1 if verdict else 0)
         interval = self.notifier.watchdog_interval_s
         if self._ready_sent and interval is not None and not stalled:
             if now - self._last_ping >= interval:

@@ -6,7 +6,14 @@ Spark starts, so a configuration problem ends the process at once with one line 
 one streaming query per pipeline. A query that fails is logged with its pipeline's name and
 started again from its checkpoint after a delay that doubles from 1 s to 60 s, and goes back
 to 1 s once a restarted query completes a micro-batch. Failures after start-up never end the
-process.
+process. A failure is logged as one line naming the pipeline, its joiner and the error (for
+a Python exception in a Spark task, its class and message); the task's traceback goes with
+it, as the JSON log's ``traceback`` field. A micro-batch that fails the same way
+``[service] stuck_after_failures`` times in a row, with no micro-batch completed in
+between, is *stuck*: retrying alone will not get it through. The pipeline is then reported
+stuck (one ERROR line, ``/readyz``, ``enrichd_pipeline_stuck``) and still retried, since
+what the operator fixes (a registry back up, a plugin upgraded and the daemon restarted) is
+outside; the report clears once a micro-batch completes.
 
 Stopping (SIGTERM or SIGINT): Structured Streaming has no "finish the batch, then stop";
 ``query.stop()`` interrupts whatever micro-batch is running. So each query is first given
@@ -31,10 +38,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from daemon.errors import KafkaUnreachableError, failure_reason
+from pyspark import SparkContext
+
+from daemon.errors import KafkaUnreachableError, failure_reason, task_traceback
 from daemon.kafka.names import reader_group
 from daemon.model.config import PipelineFile
-from daemon.pipeline.checkpoint import check_checkpoint
+from daemon.pipeline.checkpoint import check_checkpoint, pending_batch
 from daemon.pipeline.lock import lock_checkpoints
 from daemon.pipeline.plan import PipelinePlan, client_conf, plan_pipeline, start_query
 from daemon.service.operations import Operations
@@ -71,11 +80,26 @@ class Supervised:
     restart_at: float | None = None
     last_failure: str | None = None
     """The one-line reason of the last failure (for ``/readyz``)."""
+    stuck_after: int = 5
+    """Failures in a row with the same reason that make the pipeline stuck."""
+    same_failures: int = 0
+    """Failures in a row, with no micro-batch completed between them, for the same reason."""
+    stuck: str | None = None
+    """Why the pipeline is stuck (for ``/readyz``), or None while it is not."""
 
     @property
     def name(self) -> str:
         """The pipeline's name."""
         return self.plan.config.name
+
+    @property
+    def joiner(self) -> str:
+        """The pipeline's joiner as a failure names it, with its plugin."""
+        joiner = self.plan.config.joiner
+        plugin = getattr(self.plan.operator, "plugin", None)
+        # A built-in's plugin has the joiner's name: "joiner comap of plugin comap" says no more.
+        of = f" of plugin {plugin}" if plugin and plugin != joiner else ""
+        return f"joiner {joiner}{of}"
 
     def check(self, spark: SparkSession, now: float) -> None:
         """Notice a failed query, and restart it once its delay has passed."""
@@ -88,6 +112,14 @@ class Supervised:
         if self.query.isActive:
             if self.failures_in_row and self.query.lastProgress is not None:
                 self.failures_in_row = 0  # a batch went through: the next failure starts over
+                self.same_failures = 0
+                if self.stuck is not None:
+                    self.stuck = None
+                    log.info(
+                        "pipeline %s is no longer stuck: a micro-batch completed",
+                        self.name,
+                        extra={"pipeline": self.name},
+                    )
             return
         self.failed(str(self.query.exception() or "the query stopped"), now)
 
@@ -107,21 +139,45 @@ class Supervised:
             extra={"pipeline": self.name},
         )
 
-    def failed(self, reason: str, now: float) -> None:
-        """Log a failure and schedule the restart."""
+    def failed(self, text: str, now: float) -> None:
+        """Log a failure (``text``: the query's exception), schedule the restart, see if stuck."""
+        reason = failure_reason(text)
+        # failures_in_row > 0: no micro-batch completed since the last failure, so the same
+        # batch failed again (a restart runs the batch its checkpoint planned last).
+        repeated = self.failures_in_row > 0 and reason == self.last_failure
+        self.same_failures = self.same_failures + 1 if repeated else 1
         self.failures_in_row += 1
         self.failures += 1
         delay = restart_delay(self.failures_in_row)
-        first_line = failure_reason(reason)
-        self.last_failure = first_line
+        self.last_failure = reason
         log.error(
-            "pipeline %s failed: %s; restarting in %.0f s",
+            "pipeline %s (%s) failed: %s; restarting in %.0f s",
             self.name,
-            first_line,
+            self.joiner,
+            reason,
             delay,
-            extra={"pipeline": self.name},
+            extra={"pipeline": self.name, "traceback": task_traceback(text)},
         )
         self.restart_at = now + delay
+        if self.same_failures < self.stuck_after:
+            self.stuck = None
+            return
+        batch = pending_batch(self.plan.config.checkpoint)
+        which = "its next micro-batch" if batch is None else f"micro-batch {batch}"
+        first = self.stuck is None
+        self.stuck = (
+            f"stuck: {which} failed {self.same_failures} times in a row with the same error "
+            f"({self.joiner}): {reason}; retried every {delay:.0f} s"
+        )
+        if first:
+            log.error(
+                "pipeline %s is stuck: %s failed %d times in a row with the same error; it "
+                "is retried, but needs the operator",
+                self.name,
+                which,
+                self.same_failures,
+                extra={"pipeline": self.name},
+            )
 
     def stop(self, deadline: float) -> None:
         """Let the micro-batch in flight finish (until ``deadline``), then stop the query."""
@@ -184,7 +240,8 @@ def run_service(
         file: the pipeline file.
         stop_timeout_s: time to finish micro-batches in flight and exit after the signal.
         stop: set it to stop, as a signal would (for running the service in a thread,
-            where it installs no signal handlers and never exits the process).
+            where it installs no signal handlers and never exits the process). A Spark
+            session that was running before the service started is left running.
         http: ``HOST:PORT`` for ``/healthz``, ``/readyz`` and ``/metrics``; None: the
             file's ``[service] http``, and no endpoint if that is not set either.
         stall_timeout_s: a query without a progress report for this long is stalled: not
@@ -229,13 +286,17 @@ def run_service(
         locks.release()
         log.info("stopped before any pipeline started")
         return
+    # The context, not SparkSession.getActiveSession(): that one is per thread. A session the
+    # program around the service started (it embeds the service in a thread) stays its own.
+    owns_session = SparkContext._active_spark_context is None
     spark = spark_session(file.spark)
     if not spark_output.verbose():
         log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_name())
     ops.attach(spark)
     if owns_process:
         request.install()  # again: PySpark installs its own SIGINT handler as it starts
-    pipelines = [Supervised(ops.instrument(plan)) for plan in plans]
+    stuck_after = file.service.stuck_after_failures
+    pipelines = [Supervised(ops.instrument(plan), stuck_after=stuck_after) for plan in plans]
     for pipe in pipelines:
         pipe.start(spark, "started", time.monotonic())
     ops.tick(pipelines, time.monotonic())
@@ -250,11 +311,17 @@ def run_service(
         _exit_at(now + stop_timeout_s)
     # Half the time for batches in flight, the rest for stopping queries and Spark; this
     # bounds each query.stop(), which raises rather than wait longer.
+    stop_timeout = spark.conf.get("spark.sql.streaming.stopTimeout", None)
     spark.conf.set("spark.sql.streaming.stopTimeout", str(int(stop_timeout_s * 250)))
     for pipe in pipelines:
         pipe.stop(now + stop_timeout_s / 2)
     ops.close()
-    spark.stop()
+    if owns_session:
+        spark.stop()
+    elif stop_timeout is None:
+        spark.conf.unset("spark.sql.streaming.stopTimeout")
+    else:
+        spark.conf.set("spark.sql.streaming.stopTimeout", stop_timeout)
     locks.release()
     log.info("stopped")
 

@@ -33,7 +33,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from daemon.kafka import connect
-from daemon.kafka.clients import RANGE_FETCH, read_partition
+from daemon.kafka.clients import RANGE_FETCH, log_starts, read_partition
 from daemon.model.wire import (
     BOOTSTRAP,
     CLOCK,
@@ -144,22 +144,23 @@ class SourcePlanner:
 
         Spark asks only when the query has no checkpoint yet. A seeded checkpoint starts where
         its seed says (``spec.start``), but never before the earliest offset still there.
+        The earliest offset is the log start of a Fetch response, not ListOffsets' answer,
+        which on some brokers lies past the first records (:func:`log_starts`).
         With bootstrapped inputs, the ends their partitions have now go along as the
         :data:`BOOTSTRAP` entry.
         """
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import TopicPartition
-
         offsets: Offsets = {}
         start = self.spec.start or {}
-        for topic, partition in self._partitions():
-            low, _ = self._probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            name = partition_name(topic, partition)
+        for name, low in self._log_starts(self._partitions()).items():
             offsets[name] = max(low, start.get(name, 0), 0)
         targets = self._bootstrap_ends(offsets)
         if targets:
             offsets[BOOTSTRAP] = targets
         return offsets
+
+    def _log_starts(self, partitions: list[tuple[str, int]]) -> dict[str, int]:
+        """Where every partition starts, from the log start offsets of Fetch responses."""
+        return log_starts(self.spec.consumer_conf(), partitions)
 
     def _bootstrap_ends(self, start: Offsets) -> dict[str, int]:
         """The ends now of the bootstrapped inputs' partitions that hold records past ``start``."""

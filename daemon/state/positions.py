@@ -1,6 +1,8 @@
 """Where ``daemon reset --to`` starts each input partition: earliest, latest, or a time.
 
-- ``earliest``: the partition's first offset still in the log (its low watermark).
+- ``earliest``: the partition's first offset still in the log (its log start, as Fetch
+  responses give it; some brokers' ListOffsets put it past the first records, see
+  :func:`daemon.kafka.clients.log_starts`).
 - ``latest``: its end, as a ``read_committed`` reader finds it: the high watermark of a Fetch
   response, read by fetching from where ListOffsets puts the end (some brokers' ListOffsets
   under-report it; see ``daemon.source.planning``).
@@ -24,7 +26,7 @@ from confluent_kafka import TopicPartition
 
 from daemon.errors import ConfigError
 from daemon.kafka import connect
-from daemon.kafka.clients import read_partition
+from daemon.kafka.clients import log_starts, read_partition
 from daemon.model.wire import partition_name
 
 Target = Literal["earliest", "latest"] | int
@@ -72,21 +74,24 @@ def positions(
     found: dict[str, int] = {}
     try:
         metadata = consumer.list_topics(timeout=10)
+        partitions: list[tuple[str, int]] = []
         for topic in topics:
             described = metadata.topics.get(topic)
             if described is None or described.error is not None:
                 raise ConfigError(f"topic {topic!r} does not exist; create it or fix `topic`")
-            for partition in sorted(described.partitions):
-                tp = TopicPartition(topic, partition)
-                found[partition_name(topic, partition)] = _position(consumer, tp, target)
+            partitions.extend((topic, partition) for partition in sorted(described.partitions))
+        starts = log_starts({**client_conf, **_READER}, partitions)
+        for topic, partition in partitions:
+            name = partition_name(topic, partition)
+            tp = TopicPartition(topic, partition)
+            found[name] = _position(consumer, tp, target, starts[name])
     finally:
         consumer.close()
     return found
 
 
-def _position(consumer: Any, tp: Any, target: Target) -> int:
-    low, _ = consumer.get_watermark_offsets(tp, timeout=10)
-    low = max(low, 0)
+def _position(consumer: Any, tp: Any, target: Target, low: int) -> int:
+    """Where ``tp`` starts for ``target``; ``low`` is where its log starts."""
     if target == "earliest":
         return low
     end = _end(consumer, tp)

@@ -73,7 +73,25 @@ def test_list_json_has_every_joiner_with_options() -> None:
         "default": None,
         "required": True,
         "description": "field that identifies a many-side record",
+        "field_of": "many",
     }
+    assert "field_of" not in comap["options"]["max_many_per_key"]
+    assert comap["outputs"] == [
+        {
+            "output": "output",
+            "key": "the many-side record's id, as text",
+            "tombstones": "when the one side is deleted, or a many-side record is",
+            "fields": [
+                {
+                    "name": "id",
+                    "type": "many field '<many_id>'",
+                    "holds": "the many-side record's id (many_id)",
+                },
+                {"name": "one", "type": "one record", "holds": "the one-side record"},
+                {"name": "many", "type": "many record", "holds": "the many-side record"},
+            ],
+        }
+    ]
     assert comap["options"]["state_ttl"]["type"] == "duration | None"
     assert comap["options"]["max_many_per_key"]["default"] == 10_000
     assert all(joiners[name]["implemented"] for name in BUILTINS)
@@ -105,6 +123,21 @@ def test_describe_shows_roles_options_and_semantics() -> None:
     assert "10000" in out
     assert "fan-out" in out  # from the semantics paragraph
     assert "\n    State per join key" not in out  # docstring indentation is removed
+    assert "a field of many" in out  # many_id names a field of the many records
+    assert "output value (default options)" in out
+    assert "the many-side record's id (many_id)" in out  # the id comap writes
+    assert "key: the many-side record's id, as text" in out
+
+
+def test_describe_of_a_joiner_that_declares_no_output_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    use_registry(
+        monkeypatch, build_registry(builtins_plus(fake("extra", "tests.fixtures.extra_plugin")))
+    )
+    result = runner.invoke(app, ["plugins", "describe", "echo"])  # extra_plugin's joiner
+    assert result.exit_code == 0, result.output
+    assert "output value: not declared (the semantics say it)" in result.output
 
 
 def test_describe_shows_literal_choices_and_duration_defaults(

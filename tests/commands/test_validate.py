@@ -37,11 +37,13 @@ topic = "users"
 schema = "{SCHEMAS / "user.avsc"}"
 key = "id"
 time = "updated_at"
+field = "author"
 
 [pipeline.inputs.many]
 topic = "tweets"
 schema = "{SCHEMAS / "tweet.avsc"}"
 key = "author_id"
+field = "tweet"
 
 [pipeline.output]
 topic = "views"
@@ -412,10 +414,16 @@ def test_the_fields_of_a_debezium_row_and_of_a_key_schema_are_checked(write: Wri
         ('time = "updated_at"', 'time = "ts_ms"'),
     )
     row = f"the 'after' row of {SCHEMAS / 'customer_change.avsc'}"
+    # The row is no User: the views' author field cannot hold it (see the output checks).
+    author = (
+        where(path, "output.schema") + f"field 'author' of {SCHEMAS / 'tweet_view.avsc'} "
+        "cannot hold the one-side record (one record): field 'tier' is not in record User"
+    )
     assert problems(path) == [
         where(path, "inputs.one.time") + f"field 'ts_ms' is not in schema {row}; "
         "its fields: id, name, tier",
         where(path, "inputs.one.key") + "field 'customer' is not in the key schema; its fields: id",
+        author,
     ]
     fixed = write(
         (
@@ -426,7 +434,7 @@ def test_the_fields_of_a_debezium_row_and_of_a_key_schema_are_checked(write: Wri
         ('key = "id"', 'key = "kafka_key.id"'),
         ('time = "updated_at"', ""),
     )
-    assert problems(fixed) == []
+    assert problems(fixed) == [author.replace(str(path), str(fixed))]
 
 
 @pytest.mark.parametrize("example", sorted((REPO / "examples").glob("*.toml")))
@@ -444,4 +452,136 @@ def test_lookup_revisions_need_a_revision_field(tmp_path: Path) -> None:
         f"{path}: pipeline[0] (clicks-per-region-versioned).output: pipeline "
         "'clicks-per-region-versioned': revisions = true numbers each answer in a `revision` "
         "field; add an int field `revision` to the output schema"
+    ]
+
+
+# -- what would dead-letter every record: option fields and output schemas (issue 49) -------
+
+
+def schema_file(folder: Path, name: str, fields: list[dict[str, object]]) -> Path:
+    """An output schema named ``name`` with ``fields`` (a record of the tweet view's shape)."""
+    import json
+
+    path = folder / f"{name}.avsc"
+    path.write_text(json.dumps({"type": "record", "name": name, "fields": fields}))
+    return path
+
+
+USER = {"type": "record", "name": "User", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": "string"},
+    {"name": "avatar", "type": ["null", "string"], "default": None},
+    {"name": "updated_at", "type": "long", "default": 0},
+]}  # fmt: skip
+TWEET = {"type": "record", "name": "Tweet", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "author_id", "type": "long"},
+    {"name": "content", "type": "string"},
+]}  # fmt: skip
+
+
+def test_a_comap_output_schema_without_the_id_comap_writes(write: Write, tmp_path: Path) -> None:
+    sides = [{"name": "author", "type": USER}, {"name": "tweet", "type": TWEET}]
+    views = schema_file(tmp_path, "View", sides)
+    path = write((str(SCHEMAS / "tweet_view.avsc"), str(views)))
+    assert problems(path) == [
+        where(path, "output.schema") + f"{views} has no field 'id', where joiner 'comap' writes "
+        "the many-side record's id (many_id); add it"
+    ]
+
+
+def test_option_fields_must_be_in_their_inputs_schema_and_of_their_type(write: Write) -> None:
+    path = write(
+        ('many_id = "id"', 'many_id = "tweet_id"\nmany_deleted_field = "content"'),
+    )
+    assert problems(path) == [
+        where(path, "options.many_id") + "field 'tweet_id' is not in the 'many' input's schema "
+        f"{SCHEMAS / 'tweet.avsc'}, so joiner 'comap' would dead-letter every record; its "
+        "fields: id, author_id, content",
+        where(path, "options.many_deleted_field") + f"field 'content' of {SCHEMAS / 'tweet.avsc'} "
+        "is string; joiner 'comap' needs boolean there",
+    ]
+
+
+def test_an_asof_left_id_the_left_schema_lacks(tmp_path: Path) -> None:
+    example = REPO / "examples" / "recommendations.toml"
+    text = example.read_text(encoding="utf-8").replace('"../', f'"{REPO}/')
+    path = tmp_path / "recommendations.toml"
+    path.write_text(text.replace("[pipeline.options]", '[pipeline.options]\nleft_id = "rec_id"'))
+    assert problems(path) == [
+        f"{path}: pipeline[0] (recommendations).options.left_id: field 'rec_id' is not in the "
+        f"'left' input's schema {REPO / 'schemas' / 'recommendation.avsc'}, so joiner 'asof' "
+        "would dead-letter every record; its fields: consultant, event_time, ingestion_time, "
+        "recommendation"
+    ]
+
+
+def test_an_output_schema_that_cannot_hold_what_the_joiner_writes(
+    write: Write, tmp_path: Path
+) -> None:
+    narrow_user = {**USER, "fields": USER["fields"][:2]}  # no avatar, no updated_at
+    views = schema_file(tmp_path, "View", [
+        {"name": "id", "type": "int"},  # the tweets' id is a long
+        {"name": "author", "type": narrow_user},
+        {"name": "tweet", "type": TWEET},
+        {"name": "seen", "type": "boolean"},  # no default, and nothing writes it
+    ])  # fmt: skip
+    path = write((str(SCHEMAS / "tweet_view.avsc"), str(views)))
+    assert problems(path) == [
+        where(path, "output.schema") + f"field 'id' of {views} cannot hold the many-side "
+        "record's id (many_id) (many field 'id'): a long does not fit an int",
+        where(path, "output.schema") + f"field 'author' of {views} cannot hold the one-side "
+        "record (one record): field 'avatar' is not in record User",
+        where(path, "output.schema") + f"field 'seen' of {views} has no default, and joiner "
+        "'comap' does not write it (it writes id, author, tweet); give it a default or remove it",
+    ]
+
+
+def test_a_side_the_mode_lets_be_missing_needs_a_nullable_field(tmp_path: Path) -> None:
+    example = REPO / "examples" / "window-join.toml"
+    text = example.read_text(encoding="utf-8").replace('"../', f'"{REPO}/')
+    path = tmp_path / "window.toml"
+    path.write_text(text.replace('mode = "left"', 'mode = "outer"'), encoding="utf-8")
+    assert problems(path) == []  # the example's pair schema has both sides nullable
+    import json
+
+    pair = json.loads((REPO / "schemas" / "joined_pair.avsc").read_text(encoding="utf-8"))
+    for field in pair["fields"]:
+        field["type"] = next(t for t in field["type"] if t != "null")
+        field.pop("default", None)
+    strict = tmp_path / "pair.avsc"
+    strict.write_text(json.dumps(pair), encoding="utf-8")
+    path.write_text(
+        text.replace('mode = "left"', 'mode = "outer"').replace(
+            f"{REPO}/schemas/joined_pair.avsc", str(strict)
+        ),
+        encoding="utf-8",
+    )
+    found = problems(path)
+    assert len(found) == 2
+    assert [problem.split(": field ")[1].split(" of ")[0] for problem in found] == [
+        "'left'",
+        "'right'",
+    ]
+    assert all(problem.endswith('make it a union with "null"') for problem in found), found
+
+
+def test_lookup_totals_fields_are_checked_against_the_enriched_records(tmp_path: Path) -> None:
+    example = REPO / "examples" / "clicks-per-region.toml"
+    text = example.read_text(encoding="utf-8").replace('"../', f'"{REPO}/')
+    path = tmp_path / "clicks.toml"
+    path.write_text(
+        text.replace('group_by = "region.region"', 'group_by = "region.zone"').replace(
+            'field = "click.clicks"', 'field = "click.user"'
+        ),
+        encoding="utf-8",
+    )
+    found = problems(path)
+    at = f"{path}: pipeline[0] (clicks-per-region)"
+    enriched = REPO / "schemas" / "enriched_click.avsc"
+    assert found[:2] == [
+        f"{at}.options.aggregate.group_by: field 'zone' is not in the output's schema "
+        f"{enriched}, so joiner 'lookup' would dead-letter every record; its fields: user, region",
+        f"{at}.options.aggregate.field: field 'click.user' of {enriched} is string; joiner "
+        "'lookup' needs int or long or float or double there",
     ]

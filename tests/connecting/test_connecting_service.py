@@ -265,9 +265,11 @@ def test_a_registry_refusing_mid_run_fails_the_batch_which_is_retried_until_it_p
     failures = [
         line["message"]
         for line in map(json.loads, _json_lines(secured.daemon.log_text()))
-        if line["message"].startswith(f"pipeline {secured.name} failed")
+        if line["message"].startswith(f"pipeline {secured.name} (joiner comap) failed")
     ]
-    assert failures[0] == f"pipeline {secured.name} failed: {refused}; restarting in 1 s"
+    assert failures[0] == (
+        f"pipeline {secured.name} (joiner comap) failed: {refused}; restarting in 1 s"
+    )
 
     registry.registry.password = password
     secured.daemon.wait_until("the held-back tweet's view", lambda: 107 in secured.views())

@@ -379,3 +379,34 @@ def test_a_restart_from_the_checkpoint_does_not_bootstrap_again(
         if out.value is not None
     }
     assert joined == {"c1": "eu", "c2": "eu"}
+
+
+def test_replay_prints_the_totals_and_retractions_it_reads_back(
+    runs: dict[int | None, ReplayResult], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What `daemon replay` prints and writes of this real run: every output, by name."""
+    import json
+
+    from daemon.cli.replay import summary, write_outputs
+
+    result = runs[None]
+    write_outputs(result, None, tmp_path / "each")
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert printed == []  # --output-dir alone: the files, not stdout
+    write_outputs(result, None, None)
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    counts = {name: len(records) for name, records in result.by_output().items()}
+    assert counts == {"output": len(result.outputs), "totals": 10, "retractions": 1}
+    assert [line["output"] for line in printed] == [
+        name for name, n in counts.items() for _ in range(n)
+    ]
+    for name, records in result.by_output().items():
+        written = (tmp_path / "each" / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+        assert [json.loads(line) for line in written] == [
+            {"output": name, **record} for record in records
+        ]
+    assert summary(result) == (
+        f"replayed {result.input_records} records in {result.batches} micro-batches: "
+        f"output {len(result.outputs)}, totals 10, retractions 1; "
+        f"{len(result.dead_letters)} dead letters"
+    )

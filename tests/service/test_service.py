@@ -260,8 +260,8 @@ def test_a_failed_query_is_logged_and_restarted_with_backoff(
         return started[-1]
 
     monkeypatch.setattr(service, "start_query", start_query)
-    pipeline = SimpleNamespace(name="views", joiner="comap", checkpoint="state/views")
-    plan: Any = SimpleNamespace(config=pipeline)
+    pipeline = SimpleNamespace(name="views", joiner="comap", checkpoint=Path("state/views"))
+    plan: Any = SimpleNamespace(config=pipeline, operator=SimpleNamespace(plugin="comap"))
     pipe = Supervised(plan, query=FakeQuery("boom\nat line 3"))
     with caplog.at_level(logging.ERROR, logger="enrichd.service"):
         pipe.check(None, now=100.0)  # type: ignore[arg-type]
@@ -275,8 +275,8 @@ def test_a_failed_query_is_logged_and_restarted_with_backoff(
         pipe.check(None, now=104.0)  # type: ignore[arg-type]
     assert (pipe.restarts, pipe.failures_in_row, pipe.restart_at) == (2, 0, None)
     assert [r.getMessage() for r in caplog.records] == [
-        "pipeline views failed: boom; restarting in 1 s",
-        "pipeline views failed: boom again; restarting in 2 s",
+        "pipeline views (joiner comap) failed: boom; restarting in 1 s",
+        "pipeline views (joiner comap) failed: boom again; restarting in 2 s",
     ]
 
 
@@ -295,14 +295,16 @@ def test_a_query_that_cannot_start_is_logged_with_the_jvm_error(
         raise JavaError("org.apache.spark.SparkClassNotFoundException: [DATA_SOURCE_NOT_FOUND] x")
 
     monkeypatch.setattr(service, "start_query", start_query)
-    pipeline = SimpleNamespace(name="views", joiner="comap", checkpoint="state/views")
-    pipe = Supervised(SimpleNamespace(config=pipeline))  # type: ignore[arg-type]
+    pipeline = SimpleNamespace(name="views", joiner="comap", checkpoint=Path("state/views"))
+    plan: Any = SimpleNamespace(config=pipeline, operator=SimpleNamespace(plugin="comap"))
+    pipe = Supervised(plan)
     with caplog.at_level(logging.ERROR, logger="enrichd.service"):
         pipe.start(None, "started", now=10.0)  # type: ignore[arg-type]
     assert pipe.restart_at == 11.0
     assert [r.getMessage() for r in caplog.records] == [
-        "pipeline views failed: could not start: org.apache.spark.SparkClassNotFoundException: "
-        "[DATA_SOURCE_NOT_FOUND] x; restarting in 1 s"
+        "pipeline views (joiner comap) failed: could not start: "
+        "org.apache.spark.SparkClassNotFoundException: [DATA_SOURCE_NOT_FOUND] x; "
+        "restarting in 1 s"
     ]
 
 

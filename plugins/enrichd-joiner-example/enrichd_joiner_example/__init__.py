@@ -2,7 +2,11 @@
 
 Everything a plugin needs is in this module: a :class:`~daemon.plugin.Joiner` subclass
 typed by its options and its state (``Joiner[LatestNOptions, list[...]]``: mypy then knows
-``self.options`` and ``state``), and the ``enrichd_register_joiners`` hook that registers it. The
+``self.options`` and ``state``), and the ``enrichd_register_joiners`` hook that registers it.
+Two declarations let ``daemon validate`` catch a pipeline that would dead-letter every
+record: the ``left_id`` option is marked as naming a field of the left records
+(``FieldOf("left")``), and ``writes`` says what each output record holds. Both are
+optional; a joiner without them runs the same, unchecked. The
 distribution's ``pyproject.toml`` names this module in the ``enrichd`` entry-point group, so
 ``pip install`` is all it takes for ``daemon plugins list`` to show ``latest-n``.
 """
@@ -10,18 +14,21 @@ distribution's ``pyproject.toml`` names this module in the ``enrichd`` entry-poi
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from daemon.plugin import (
     DeadLetter,
     Emit,
+    FieldOf,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
+    OutputValue,
     Register,
+    Written,
     hookimpl,
 )
 
@@ -32,7 +39,7 @@ class LatestNOptions(JoinerOptions):
     """Options of ``latest-n``."""
 
     n: int = Field(default=3, gt=0, description="right records kept per key")
-    left_id: str = Field(
+    left_id: Annotated[str, FieldOf("left")] = Field(
         default="id", min_length=1, description="field that identifies a left record"
     )
 
@@ -56,6 +63,25 @@ class LatestN(Joiner[LatestNOptions, list[dict[str, Any]]]):
     description = "Each left record enriched with the last N right records of its key."
     roles = ("left", "right")
     keyed_tombstones = frozenset({"right"})
+
+    def writes(self) -> list[OutputValue]:
+        """What each output record holds, for ``daemon validate`` and ``plugins describe``."""
+        fields = self.context.fields
+        return [
+            OutputValue(
+                [
+                    Written.value_of("id", "left", self.options.left_id, "the left record's id"),
+                    Written.record(fields["left"], "left", "the left record"),
+                    Written.record(
+                        fields["right"],
+                        "right",
+                        "the key's last n right records before it, oldest first",
+                        many=True,
+                    ),
+                ],
+                key="the left record's id",
+            )
+        ]
 
     def initial_state(self) -> list[dict[str, Any]]:
         """No right records yet."""

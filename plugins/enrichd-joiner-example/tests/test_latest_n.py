@@ -158,3 +158,21 @@ def test_the_engine_gives_what_run_joiner_gives(broker: Any, spark: Any) -> None
     assert all(
         o["headers"]["enrichd.source.topic"].startswith("latest-n.left") for o in engine.outputs
     )
+
+
+def test_validate_checks_left_id_and_the_output_schema_against_what_latest_n_declares(
+    tmp_path: Path,
+) -> None:
+    """``FieldOf("left")`` and ``writes`` let `daemon validate` catch what would dead-letter."""
+    from daemon.pipeline.validation import validate_pipeline_file
+
+    example = SCHEMAS.parent / "clicks-with-views.toml"
+    text = example.read_text(encoding="utf-8").replace('"schemas/', f'"{SCHEMAS}/')
+    assert validate_pipeline_file(example, check_registry=False)[1] == []
+    path = tmp_path / "clicks.toml"
+    path.write_text(text.replace("n = 2", 'n = 2\nleft_id = "click_id"'), encoding="utf-8")
+    (problem,) = validate_pipeline_file(path, check_registry=False)[1]
+    assert problem.startswith(
+        f"{path}: pipeline[0] (clicks-with-views).options.left_id: field 'click_id' is not in "
+        "the 'left' input's schema"
+    )

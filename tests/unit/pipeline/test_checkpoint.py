@@ -15,6 +15,7 @@ from daemon.pipeline.checkpoint import (
     NewerCheckpointError,
     NoCheckpointError,
     check_checkpoint,
+    pending_batch,
     verify_checkpoint,
 )
 
@@ -152,3 +153,15 @@ def test_a_seeded_checkpoint_keeps_its_shape_before_its_first_batch(tmp_path: Pa
     write_seed(tmp_path / "checkpoint" / SEED, {"users/0": 5}, "reset")
     with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
         check_checkpoint(pipeline(tmp_path, state_buckets=64))
+
+
+def test_the_pending_batch_is_the_last_planned_one_not_yet_committed(tmp_path: Path) -> None:
+    assert pending_batch(tmp_path) is None  # nothing planned yet
+    for log, batches in (("offsets", (0, 1, 2)), ("commits", (0, 1))):
+        (tmp_path / log).mkdir()
+        for batch in batches:
+            (tmp_path / log / str(batch)).write_text("v1")
+    (tmp_path / "offsets" / ".2.crc").write_text("")  # Spark's checksum files are no batches
+    assert pending_batch(tmp_path) == 2
+    (tmp_path / "commits" / "2").write_text("v1")
+    assert pending_batch(tmp_path) is None  # all committed: the next one fails in planning

@@ -44,3 +44,19 @@ def test_a_traceback_stays_inside_the_one_line() -> None:
     line = JsonFormatter().format(with_error)
     assert len(line.splitlines()) == 1
     assert json.loads(line)["error"].endswith("ValueError: bad\nvalue")
+
+
+def test_a_spark_tasks_traceback_goes_in_its_own_field_and_under_a_text_line() -> None:
+    from daemon.service.logs import TextFormatter
+
+    task = 'Traceback (most recent call last):\n  File "core.py", line 1\nTypeError: no'
+    failed = record("pipeline views failed: TypeError: no", pipeline="views", traceback=task)
+    line = JsonFormatter().format(failed)
+    assert len(line.splitlines()) == 1
+    parsed = json.loads(line)
+    assert (parsed["message"], parsed["traceback"]) == (
+        "pipeline views failed: TypeError: no",
+        task,
+    )
+    assert TextFormatter().format(failed).endswith(f"pipeline views failed: TypeError: no\n{task}")
+    assert "traceback" not in json.loads(JsonFormatter().format(record("x", traceback=None)))

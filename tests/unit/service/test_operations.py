@@ -29,6 +29,7 @@ class FakePipeline:
     failures: int = 0
     restart_at: float | None = None
     last_failure: str | None = None
+    stuck: str | None = None
 
 
 class Systemd:
@@ -103,9 +104,12 @@ def test_no_watchdog_ping_while_a_query_is_stalled(
     ops.tick([views], now=190.0)
     assert systemd.messages() == []
     assert "pipeline views has not progressed for 60 s" in caplog.text
+    gauge = ops.metrics.registry.get_sample_value
+    assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 1  # hung counts as stuck
     ops.health.progressed("views", 191.0)  # the batch completed after all
     ops.tick([views], now=191.5)
     assert systemd.messages() == ["WATCHDOG=1"]
+    assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 0
 
 
 def test_a_restarted_query_gets_a_fresh_start_time(ops: Operations, systemd: Systemd) -> None:
@@ -129,6 +133,26 @@ def test_waiting_for_kafka_extends_the_start_timeout_and_shows_in_readyz(
         False,
         "no pipeline has started yet; waiting for Kafka: try 2 failed, the next in 2 s",
     )
+
+
+def test_a_stuck_pipeline_shows_in_readyz_status_and_its_gauge(
+    ops: Operations, systemd: Systemd
+) -> None:
+    views = FakePipeline("views", query=FakeQuery())
+    ops.tick([views], now=1.0)
+    why = "stuck: micro-batch 2 failed 5 times in a row with the same error (joiner x): boom"
+    views.query.isActive, views.failures, views.restart_at = False, 5, 30.0
+    views.last_failure, views.stuck = "boom", why
+    ops.tick([views], now=2.0)
+    assert "STATUS=0 of 1 pipelines running; restarting: views; stuck: views" in (
+        systemd.messages()
+    )
+    assert ops.readiness() == (False, f"views: {why}")
+    gauge = ops.metrics.registry.get_sample_value
+    assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 1
+    views.stuck, views.restart_at, views.query = None, None, FakeQuery()  # a batch went through
+    ops.tick([views], now=40.0)
+    assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 0
 
 
 def test_stopping_is_told_to_systemd(ops: Operations, systemd: Systemd) -> None:

@@ -1,7 +1,7 @@
 """A bootstrapping source plans the table to its start ends first, then every input.
 
-The planner's reads of the broker (log ends, the timestamps of capped plans' records, low
-watermarks) are replaced by fixed answers here; tests/joins/test_lookup_versioned.py runs the same
+The planner's reads of the broker (log starts and ends, the timestamps of capped plans'
+records) are replaced by fixed answers here; tests/joins/test_lookup_versioned.py runs the same
 plans through the real broker and Spark, restarts included.
 """
 
@@ -54,12 +54,8 @@ def plan(reader: SourcePlanner, start: dict[str, Any], limit: Any) -> dict[str, 
 
 def test_a_new_query_notes_the_bootstrapped_inputs_ends_at_start() -> None:
     reader = planner()
-
-    class Probe:
-        def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
-            return 0, -1  # the low watermark; the end comes from _log_ends
-
-    reader._probe = Probe()
+    # Every partition starts at 0; the ends come from _log_ends.
+    reader._log_starts = lambda partitions: dict.fromkeys(ENDS, 0)  # type: ignore[method-assign]
     reader._partitions = lambda: [  # type: ignore[method-assign]
         (name.partition("/")[0], int(name.partition("/")[2])) for name in ENDS
     ]
@@ -72,7 +68,7 @@ def test_a_new_query_notes_the_bootstrapped_inputs_ends_at_start() -> None:
         BOOTSTRAP: {"regions/0": 8, "regions/1": 3},
     }
     without = planner(bootstrap=False)
-    without._probe, without._partitions = reader._probe, reader._partitions  # type: ignore[method-assign]
+    without._log_starts, without._partitions = reader._log_starts, reader._partitions  # type: ignore[method-assign]
     assert BOOTSTRAP not in without.initial_offsets()
 
 
