@@ -60,7 +60,10 @@ ENV PATH=/opt/enrichd/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     ENRICHD_HTTP=0.0.0.0:9464 \
     ENRICHD_LOG_FORMAT=json \
+    ENRICHD_SPARK_LOG=stdout \
     ENRICHD_CLASS_ARCHIVE=map
+# ENRICHD_SPARK_LOG=stdout: `daemon run`'s Spark log goes to the container's output (its
+# own lines go to stderr, as JSON), not to a file inside the container.
 # /healthz, /readyz, /metrics (the health check is in the compose files: the image also
 # runs Spark's master and worker, which do not serve it).
 EXPOSE 9464

@@ -31,7 +31,16 @@ from bench.report import print_section, write_section
 from bench.workloads import REPO
 from daemon.spark import class_archive
 
-WORKLOADS = ("passthrough", "comap", "lookup", "asof", "window", "state", "startup")
+WORKLOADS = (
+    "passthrough",
+    "comap",
+    "lookup",
+    "asof",
+    "window",
+    "state",
+    "startup",
+    "commit_turn",
+)
 """Every workload, in the order ``all`` runs them (cheapest first)."""
 
 

@@ -52,6 +52,7 @@ SIZES: dict[str, list[str]] = {
     ],
     "state": ["--keys", "1000", "--clicks", "1000", "--max-batch", "800"],
     "startup": ["--users", "20", "--tweets", "100", "--runs", "1", "--no-demo", "--no-archive"],
+    "commit_turn": ["--tasks", "2", "--rounds", "3", "--records", "5"],
 }  # fmt: skip
 """Each workload's tiny options, with the parts the module's docstring names left out.
 

@@ -2,7 +2,9 @@
 
 It keeps everything in memory, so every start is a fresh, empty cluster. Used by
 ``daemon broker``, by ``daemon replay`` and ``daemon demo`` when no broker is configured,
-and by the test suite's session fixture.
+and by the test suite's session fixture. It starts with the cluster id
+:data:`~daemon.kafka.admin.EMBEDDED_CLUSTER_ID`, by which a pipeline knows that its
+transactions must take turns (:mod:`daemon.sink.commit_turn`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from types import TracebackType
 
 from daemon.errors import BrokerError
+from daemon.kafka.admin import EMBEDDED_CLUSTER_ID
 from daemon.kafka.connect import admin
 
 _START_TIMEOUT_S = 30.0
@@ -83,6 +86,9 @@ class EmbeddedBroker:
             [
                 broker_binary(),
                 "broker",
+                # How enrichd tells this broker from others (daemon.sink.commit_turn).
+                "--cluster-id",
+                EMBEDDED_CLUSTER_ID,
                 "--listener-url",
                 listener,
                 "--advertised-listener-url",

@@ -40,6 +40,7 @@ from daemon.kafka import connect
 from daemon.kafka.admin import create_topics
 from daemon.kafka.clients import Deliveries, produce, read_partition
 from daemon.kafka.connect import client_conf
+from daemon.kafka.names import reader_group
 from daemon.model.config import PipelineConfig, PipelineFile, pick_pipeline
 from daemon.model.wire import END_OF_INPUT_HEADERS, partition_name
 from daemon.service.observability import parse_offsets
@@ -209,6 +210,7 @@ def replay(
         checkpoint = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="enrichd-")))
         fresh = _fresh_pipeline(pipe, checkpoint / "checkpoint", max_batch)
         conf = client_conf(file, servers)
+        reader = {**_READER, "group.id": reader_group(file.kafka.id_prefix)}
         create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
         records = arrival_order(inputs)
         plan = plan_pipeline(file, fresh, conf)
@@ -220,7 +222,7 @@ def replay(
                 ends = {
                     name: end
                     for spec in stage.source.inputs
-                    for name, end in committed_ends(conf, spec.topic).items()
+                    for name, end in committed_ends(conf, spec.topic, reader).items()
                 }
                 if not ends:
                     continue
@@ -234,11 +236,11 @@ def replay(
                 query.stop()
         output_keys = plan.operator.output_keys or {}
         outputs = _read_topic(
-            conf, fresh.output.topic, plan.operator.output_codec, output_keys.get(None)
+            conf, reader, fresh.output.topic, plan.operator.output_codec, output_keys.get(None)
         )
-        dead = _read_topic(conf, fresh.dead_letters, None)
+        dead = _read_topic(conf, reader, fresh.dead_letters, None)
         extra = {
-            name: _read_topic(conf, topic, codec, output_keys.get(name))
+            name: _read_topic(conf, reader, topic, codec, output_keys.get(name))
             for name, (topic, codec) in (plan.operator.outputs or {}).items()
         }
     return ReplayResult(outputs, dead, len(records), batches, extra)
@@ -370,7 +372,7 @@ def _produce(
 
 
 _READER = {
-    "group.id": "enrichd-replay",  # required by the client; never joined or committed
+    "group.id": reader_group(),  # required by the client; never joined or committed
     "enable.auto.commit": False,
     "isolation.level": "read_committed",
     # A fetch of an empty partition (the dead letters, most often) waited the broker's
@@ -380,16 +382,19 @@ _READER = {
 """Settings of replay's consumers, which read committed records by partition."""
 
 
-def committed_ends(conf: dict[str, str], topic: str) -> dict[str, int]:
+def committed_ends(
+    conf: dict[str, str], topic: str, reader: dict[str, Any] | None = None
+) -> dict[str, int]:
     """Past each partition's last committed record (``"topic/partition"`` -> offset).
 
     Read rather than asked for: some brokers' ListOffsets under-report the end (planning.py).
+    ``reader``: the reading consumer's own settings (its group id: ``[kafka] id_prefix``).
     """
     # Late: confluent_kafka loads with the first client, so daemon.testing's run_joiner does
     # without it.
     from confluent_kafka import TopicPartition
 
-    consumer = connect.consumer(conf, _READER)
+    consumer = connect.consumer(conf, reader or _READER)
     ends: dict[str, int] = {}
     try:
         for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
@@ -457,6 +462,7 @@ def _await_consumed(
 
 def _read_topic(
     conf: dict[str, str],
+    reader: dict[str, Any],
     topic: str,
     codec: AvroCodec | None,
     keys: KafkaKeyCodec | None = None,
@@ -470,7 +476,7 @@ def _read_topic(
     # without it.
     from confluent_kafka import TopicPartition
 
-    consumer = connect.consumer(conf, _READER)
+    consumer = connect.consumer(conf, reader)
     results: list[dict[str, Any]] = []
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]

@@ -1,9 +1,10 @@
 """Keeping secrets out of everything enrichd prints.
 
 How it works: when a pipeline file is loaded, the values of its secret settings (any key
-that names a password, secret, token, private key or user info, in ``[kafka] client_conf``
-and ``[schema_registry]``) are remembered here with :func:`remember`, and so is every value
-read from a secret file (``${file:/path}``: :mod:`daemon.pipeline.environment`). Every way
+whose name says secret, password, token, credential, passphrase or key, or user info, in
+``[kafka] client_conf``, ``[schema_registry]`` and ``[spark.conf]``: :func:`is_secret_key`)
+are remembered here with :func:`remember`, and so is every value read from a secret file
+(``${file:/path}``: :mod:`daemon.model.environment`). Every way
 out of the process (error lines, text and JSON logs, ``/readyz``, tracebacks under
 ``ENRICHD_DEBUG``, ``daemon validate``) passes its text through :func:`redact`, which
 replaces each remembered value with ``***`` and the user info of any URL
@@ -28,9 +29,23 @@ from typing import Any
 
 MASK = "***"
 
-_SECRET_KEY = re.compile(
-    r"password|secret|token|passphrase|user\.info|oauthbearer\.config|\.pem$", re.IGNORECASE
+_SECRET_WORDS = frozenset({"password", "secret", "token", "credential", "passphrase", "key"})
+"""A setting whose name has one of these words (or its plural) holds a secret..."""
+_NAMES_SOMETHING_ELSE = frozenset(
+    "location file store source provider url endpoint size bit bits length type algorithm "
+    "format schema subject enabled enable".split()
 )
+"""...unless a word after it says the setting names something else: ``ssl.key.location``
+(a path), ``basic.auth.credentials.source``, ``sasl.oauthbearer.token.endpoint.url``,
+``spark.io.encryption.keySizeBits``, ``spark.authenticate.secret.file``,
+``spark.security.credentials.hive.enabled``."""
+_SWITCHES = frozenset({"true", "false"})
+"""Values never taken for a secret, whatever their setting: masking every "true" in a log
+would hide more than it keeps."""
+_SECRET_ANYWAY = re.compile(r"user\.info|oauthbearer\.config|\.pem$", re.IGNORECASE)
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+"""The words of a setting's name: split at dots, dashes and underscores and in camelCase
+(``spark.ssl.keyPassword``: spark, ssl, key, password)."""
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 _SHORTEST = 3
 """Values shorter than this are not masked: masking every "1" or "ab" in a log would mangle
@@ -41,8 +56,23 @@ _secrets: set[str] = set()
 
 
 def is_secret_key(key: str) -> bool:
-    """Whether a client setting's name says its value is a secret (``sasl.password``, ...)."""
-    return bool(_SECRET_KEY.search(key))
+    """Whether a setting's name says its value is a secret.
+
+    Example:
+        >>> [is_secret_key(k) for k in ("sasl.password", "fs.s3a.secret.key", "apiKey")]
+        [True, True, True]
+        >>> [is_secret_key(k) for k in ("ssl.key.location", "spark.io.encryption.keySizeBits")]
+        [False, False]
+    """
+    if _SECRET_ANYWAY.search(key):
+        return True
+    words = [word.lower() for word in _WORD.findall(key)]
+    for at, word in enumerate(words):
+        if (word in _SECRET_WORDS or word.removesuffix("s") in _SECRET_WORDS) and (
+            _NAMES_SOMETHING_ELSE.isdisjoint(words[at + 1 :])
+        ):
+            return True
+    return False
 
 
 def secret_values(settings: Mapping[str, Any]) -> list[str]:
@@ -50,6 +80,8 @@ def secret_values(settings: Mapping[str, Any]) -> list[str]:
     found: list[str] = []
     for key, value in settings.items():
         if not isinstance(value, str) or not is_secret_key(key):
+            continue
+        if value.lower() in _SWITCHES:
             continue
         found.append(value)
         if key.endswith("user.info") and ":" in value:

@@ -44,6 +44,15 @@ def client_conf(servers: str) -> dict[str, str]:
     return {"bootstrap.servers": servers}
 
 
+def groups_starting(conf: dict[str, str], prefix: str) -> list[str]:
+    """The consumer groups of the cluster whose names start with ``prefix``, sorted."""
+    from confluent_kafka.admin import AdminClient
+
+    client = AdminClient(conf)  # held until the answer is in: a client gone answers nothing
+    listed = client.list_consumer_groups(request_timeout=30).result(timeout=30)
+    return sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix))
+
+
 def create_topic(conf: dict[str, str], topic: str, partitions: int = 1) -> None:
     from daemon.kafka.admin import create_topics
 
@@ -124,11 +133,15 @@ def comap_file(
     output: str,
     dead_letters: str,
     checkpoint: Path | None = None,
+    kafka: dict[str, Any] | None = None,
     **pipeline: Any,
 ) -> PipelineFile:
-    """A one-pipeline file of the tweet-views ``comap`` example on the given topics."""
+    """A one-pipeline file of the tweet-views ``comap`` example on the given topics.
+
+    ``kafka``: more ``[kafka]`` settings (``id_prefix``, ``commit_turn``).
+    """
     data = {
-        "kafka": {"bootstrap_servers": servers},
+        "kafka": {"bootstrap_servers": servers, **(kafka or {})},
         "spark": {"master": "local[2]"},
         "pipeline": [
             {

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.broker import broker_binary, free_port
+from daemon.kafka.admin import EMBEDDED_CLUSTER_ID
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,12 +167,20 @@ def _await_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
     raise RuntimeError(f"{what} did not listen on port {port}")
 
 
-def start_tansu(port: int, advertised_port: int, *extra: str) -> subprocess.Popen[bytes]:
-    """A Tansu process listening on loopback ``port`` that advertises ``advertised_port``."""
+def start_tansu(
+    port: int, advertised_port: int, *extra: str, cluster_id: str = EMBEDDED_CLUSTER_ID
+) -> subprocess.Popen[bytes]:
+    """A Tansu process listening on loopback ``port`` that advertises ``advertised_port``.
+
+    ``cluster_id``: the embedded broker's by default, so that pipelines take the commit turn
+    on it as on the embedded broker (daemon.sink.commit_turn); Tansu's own is ``tansu_cluster``.
+    """
     process = subprocess.Popen(  # noqa: S603 - fixed arguments
         [
             broker_binary(),
             "broker",
+            "--cluster-id",
+            cluster_id,
             "--listener-url",
             f"tcp://127.0.0.1:{port}",
             "--advertised-listener-url",

@@ -27,7 +27,7 @@ VIEWS = AvroCodec(load_schema_file(SCHEMAS / "tweet_view.avsc"))
 COMAP = """\
 [kafka]
 bootstrap_servers = "{servers}"
-
+{kafka_settings}
 [spark]
 master = "local[2]"
 {spark_conf}
@@ -72,16 +72,19 @@ def comap_toml(
     buckets: int = 32,
     partitions: int | None = None,
     settings: dict[str, int] | None = None,
+    id_prefix: str | None = None,
 ) -> Path:
     """Write the tweet-views ``comap`` pipeline on the given topics to ``path``; return it.
 
-    ``settings``: more of the pipeline's numeric settings (``max_records_per_batch``, ...).
+    ``settings``: more of the pipeline's numeric settings (``max_records_per_batch``, ...);
+    ``id_prefix``: ``[kafka] id_prefix`` (None: left out, the default).
     """
     setting = f'"spark.sql.shuffle.partitions" = "{partitions}"'
     conf = "" if partitions is None else f"conf = {{ {setting} }}\n"
     path.write_text(
         COMAP.format(
             servers=servers,
+            kafka_settings="" if id_prefix is None else f'id_prefix = "{id_prefix}"\n',
             spark_conf=conf,
             name=name,
             checkpoint=checkpoint,

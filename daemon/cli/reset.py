@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from daemon.errors import EnrichdError
+from daemon.secrets import redact
 
 if TYPE_CHECKING:
     from daemon.model.config import PipelineConfig
@@ -124,7 +125,7 @@ def _locked(pipe: PipelineConfig, *, fresh_allowed: bool) -> Iterator[bool]:
 
 def _confirm_and_apply(change: Change, verb: str, yes: bool) -> None:
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
-    from daemon.pipeline.reset import apply, summary_line
+    from daemon.pipeline.reset import apply, forget_markers, summary_line
 
     for line in change.describe():
         typer.echo(line)
@@ -132,3 +133,16 @@ def _confirm_and_apply(change: Change, verb: str, yes: bool) -> None:
         raise NothingChangedError(f"{verb.lower()} cancelled; nothing changed")
     apply(change)
     typer.echo(summary_line(change))
+    try:
+        deleted = forget_markers(change)
+    except EnrichdError as exc:  # the reset is done: the groups are only left over
+        typer.echo(
+            redact(
+                f"warning: {exc}; the old checkpoint's marker groups are of no more use: "
+                "delete them with kafka-consumer-groups --delete"
+            ),
+            err=True,
+        )
+        return
+    if deleted:
+        typer.echo(f"deleted the old checkpoint's marker groups: {', '.join(deleted)}")

@@ -1,11 +1,16 @@
-"""Topic checks and creation at pipeline start-up."""
+"""Topic checks and creation at pipeline start-up, and which cluster enrichd talks to."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from daemon.errors import KafkaUnavailableError, KafkaUnreachableError
 from daemon.kafka.connect import ClientErrors, admin, connection_failure
+
+EMBEDDED_CLUSTER_ID = "enrichd-embedded"
+"""The cluster id the embedded development broker (:mod:`daemon.broker`) is started with,
+by which enrichd knows it wherever it runs (``daemon broker`` in another terminal too)."""
 
 
 def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[str, int]:
@@ -17,6 +22,28 @@ def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[
         KafkaUnavailableError: the broker refused the credentials or failed the TLS
             handshake (the message says which): only the operator can fix that.
     """
+    metadata = _metadata(client_conf, timeout)
+    return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
+
+
+def cluster_id(client_conf: dict[str, str], timeout: float = 10.0) -> str | None:
+    """The id the cluster gives in its metadata (None: a broker too old to give one).
+
+    Raises:
+        KafkaUnreachableError: the broker did not answer in time.
+        KafkaUnavailableError: the broker refused the credentials or the TLS handshake.
+    """
+    found = _metadata(client_conf, timeout).cluster_id
+    return None if found is None else str(found)
+
+
+def is_embedded(client_conf: dict[str, str]) -> bool:
+    """Whether the cluster is enrichd's embedded development broker (see its cluster id)."""
+    return cluster_id(client_conf) == EMBEDDED_CLUSTER_ID
+
+
+def _metadata(client_conf: dict[str, str], timeout: float) -> Any:
+    """The cluster's metadata (topics, brokers, cluster id), waited for up to ``timeout``."""
     errors = ClientErrors()
     client = admin(client_conf, errors)
     deadline = time.monotonic() + timeout
@@ -34,7 +61,7 @@ def existing_topics(client_conf: dict[str, str], timeout: float = 10.0) -> dict[
                 if errors.refused():
                     raise KafkaUnavailableError(failure) from None
                 raise KafkaUnreachableError(failure) from None
-    return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
+    return metadata
 
 
 def create_topics(
@@ -78,3 +105,33 @@ def delete_topics(client_conf: dict[str, str], topics: list[str]) -> dict[str, E
         except Exception as exc:
             failed[name] = exc
     return failed
+
+
+def delete_groups(client_conf: dict[str, str], starting_with: list[str]) -> list[str]:
+    """Delete every consumer group whose name starts with one of ``starting_with``.
+
+    Returns:
+        The groups deleted, in order.
+
+    Raises:
+        KafkaUnavailableError: the cluster would not list or delete them (the message says
+            why: no ACL to, say).
+    """
+    if not starting_with:
+        return []
+    client = admin(client_conf)  # must outlive the futures it answers
+    try:
+        listed = client.list_consumer_groups(request_timeout=30).result(timeout=30)
+        doomed = sorted(
+            group.group_id
+            for group in listed.valid
+            if any(group.group_id.startswith(prefix) for prefix in starting_with)
+        )
+        if not doomed:
+            return []
+        for future in client.delete_consumer_groups(doomed, request_timeout=30).values():
+            future.result(timeout=30)
+    except Exception as exc:
+        names = ", ".join(f"{prefix}*" for prefix in starting_with)
+        raise KafkaUnavailableError(f"cannot delete the groups {names}: {exc}") from None
+    return doomed

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from daemon import secrets
 from daemon.errors import ConfigError
-from daemon.model.constants import DEFAULT_STATE_BUCKETS
+from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_STATE_BUCKETS
 from daemon.model.durations import DurationMs
 from daemon.model.envelope import Envelope
 from daemon.model.environment import expand_environment
@@ -58,10 +58,24 @@ class KafkaConfig(_Strict):
 
     ``client_conf`` holds librdkafka settings (``security.protocol``, ``sasl.*``, ``ssl.*``,
     ...) given to every Kafka client enrichd makes, on the driver and on every executor.
+    ``id_prefix`` starts every transactional id and consumer group enrichd makes
+    (``enrichd``: the names before it existed); give each environment that shares a cluster
+    its own. ``commit_turn`` forces the commit turn on or off (docs/semantics.md).
     """
 
     bootstrap_servers: str | None = None
     client_conf: dict[str, ClientValue] = Field(default_factory=dict)
+    id_prefix: str = Field(
+        default=DEFAULT_ID_PREFIX,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="what every transactional id and group enrichd makes starts with: one "
+        "per environment sharing a cluster (daemon.kafka.names)",
+    )
+    commit_turn: bool | None = Field(
+        default=None,
+        description="whether transactions on one host end one at a time; unset: on the "
+        "embedded broker only (daemon.sink.commit_turn)",
+    )
 
 
 REGISTRY_SETTINGS = (
@@ -415,6 +429,7 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
         )
         secrets.remember(registry.settings, url=registry.url)
     secrets.remember(kafka.client_conf)
+    secrets.remember(parsed.spark.conf)
     return parsed.model_copy(
         update={
             "pipeline": pipelines,

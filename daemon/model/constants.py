@@ -25,3 +25,7 @@ of PySpark and state-store calls, and a batch of a few thousand keys touches all
 More buckets, less state rewritten: a touched bucket's blob is read and written whole. With
 128 buckets the comap latency run spent its batches on the calls, and its p99 was twice
 that with 32 (``BENCHMARKS.md``, "Measurements behind the defaults")."""
+
+DEFAULT_ID_PREFIX: Final = "enrichd"
+"""What every transactional id and consumer group of enrichd starts with, unless
+``[kafka] id_prefix`` says otherwise (:mod:`daemon.kafka.names`)."""

@@ -26,6 +26,7 @@ from typing import Any
 from daemon.errors import ConfigError
 from daemon.model.config import InputConfig, PipelineConfig
 from daemon.operator.state_format import STATE_FORMAT
+from daemon.private_paths import private_folder, write_private_text
 from daemon.state.seed import seed_of
 
 SHAPE_FILE = "enrichd-pipeline.json"
@@ -186,8 +187,8 @@ def buckets_of_shape(shape: dict[str, Any]) -> int:
 def write_shape(pipe: PipelineConfig) -> None:
     """Record the pipeline's shape in its checkpoint, replacing what was there."""
     path = Path(pipe.checkpoint) / SHAPE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(shape_of(pipe), indent=2) + "\n", encoding="utf-8")
+    private_folder(path.parent, what=f"pipeline {pipe.name!r}: checkpoint")
+    write_private_text(path, json.dumps(shape_of(pipe), indent=2) + "\n")
 
 
 def refuse_mismatch(pipe: PipelineConfig, written: dict[str, Any], shape: dict[str, Any]) -> None:

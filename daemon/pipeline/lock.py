@@ -18,6 +18,7 @@ from typing import IO
 
 from daemon.errors import EnrichdError
 from daemon.model.config import PipelineFile
+from daemon.private_paths import open_private, private_folder
 
 LOCK_NAME = "enrichd.lock"
 
@@ -42,6 +43,7 @@ class CheckpointLocks:
         Raises:
             CheckpointInUseError: another process, or another pipeline of this file, holds it.
             CheckpointUnwritableError: the folder or its lock file cannot be written.
+            SharedFolderError: the folder is another user's, or others may write in it.
         """
         folder = checkpoint.resolve()
         if folder in self._held:
@@ -51,8 +53,14 @@ class CheckpointLocks:
             )
         path = folder / LOCK_NAME
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            handle = path.open("a+", encoding="utf-8")
+            # The checkpoint holds the join state, and so the records joined: 0700 (and
+            # refused if another user owns it or may write in it: daemon.private_paths).
+            private_folder(
+                folder,
+                what=f"pipeline {pipeline!r}: checkpoint",
+                elsewhere="or point `checkpoint` at a folder of your own",
+            )
+            handle = os.fdopen(open_private(path), "a+", encoding="utf-8")
         except OSError as exc:
             raise CheckpointUnwritableError(
                 f"pipeline {pipeline!r}: cannot write checkpoint {checkpoint} "

@@ -19,6 +19,7 @@ from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor, OperatorPlan
 from daemon.plugin.host import registry
 from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
+from daemon.sink.commit_turn import turn_needed
 from daemon.sink.spark_sink import KafkaSink
 from daemon.sink.task_output import OutputSpec
 from daemon.source.spark_source import KafkaSource
@@ -147,6 +148,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         state_buckets=pipe.state_buckets,
         pipeline=pipe.name,
         on_missing_offsets=pipe.on_missing_offsets,
+        id_prefix=file.kafka.id_prefix,
     )
     output = OutputSpec(
         pipe.name,
@@ -154,6 +156,8 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         pipe.delivery,
         marker_topic=pipe.output.topic,
         dead_letter_topic=pipe.dead_letters,
+        id_prefix=file.kafka.id_prefix,
+        commit_turn=turn_needed(file.kafka.commit_turn, conf),
     )
     operator = OperatorPlan(
         joiner=joiner,
@@ -169,13 +173,13 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
     )
     if stage is None:
         return PipelinePlan(pipe, conf, source, output, operator)
-    downstream = _downstream_plan(pipe, conf, stage, plugin, output_codec, outputs)
+    downstream = _downstream_plan(pipe, output, stage, plugin, output_codec, outputs)
     return PipelinePlan(pipe, conf, source, output, operator, downstream)
 
 
 def _downstream_plan(
     pipe: PipelineConfig,
-    conf: dict[str, str],
+    first: OutputSpec,
     stage: Downstream,
     plugin: str,
     output_codec: AvroCodec,
@@ -184,8 +188,10 @@ def _downstream_plan(
     """The plan of the joiner's second stage.
 
     It reads the pipeline's output topic (role ``joined``) and, when the first stage
-    retracts, its retractions (role ``retracted``).
+    retracts, its retractions (role ``retracted``), and writes as the first stage does
+    (``first``: its cluster, delivery, id prefix and commit turn).
     """
+    conf = first.client_conf
     if stage.output not in outputs:
         raise ConfigError(
             f"pipeline {pipe.name!r}: joiner {pipe.joiner!r} writes output {stage.output!r}; "
@@ -221,6 +227,7 @@ def _downstream_plan(
         state_buckets=pipe.state_buckets,
         pipeline=context.pipeline,
         on_missing_offsets=pipe.on_missing_offsets,
+        id_prefix=first.id_prefix,
     )
     operator = OperatorPlan(
         joiner=second,
@@ -232,9 +239,7 @@ def _downstream_plan(
         outputs={stage.output: (topic, codec)},
         inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
     )
-    output = OutputSpec(
-        config.name, conf, pipe.delivery, marker_topic=topic, dead_letter_topic=pipe.dead_letters
-    )
+    output = replace(first, pipeline=config.name, marker_topic=topic)
     return PipelinePlan(config, conf, source, output, operator)
 
 

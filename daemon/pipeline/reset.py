@@ -17,7 +17,8 @@ leaves the second stage as it is. A rescale moves every stage's state.
 
 A new checkpoint is a new query to Spark: its micro-batches count from 0 again, and the
 output's exactly-once markers are kept per query (``daemon.sink.task_output``), so nothing
-of the old run's is taken for the new one's.
+of the old run's is taken for the new one's. The old query's marker groups are of no more
+use, and :func:`forget_markers` deletes them from the cluster.
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.errors import ConfigError
+from daemon.kafka.admin import delete_groups
+from daemon.kafka.names import marker_groups_of, reader_group
 from daemon.model.config import PipelineConfig, PipelineFile
+from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import is_partition_name
 from daemon.pipeline.checkpoint import buckets_of_shape, write_shape
 from daemon.pipeline.lock import LOCK_NAME
 from daemon.pipeline.plan import client_conf, plan_pipeline
+from daemon.private_paths import private_folder
 from daemon.spark.session import default_setting
 from daemon.state.export import committed_keys, seed_rows, seeded_keys
 from daemon.state.positions import Target, positions
@@ -42,6 +47,7 @@ from daemon.state.reader import (
     batch_conf,
     last_committed,
     planned_past_commit,
+    query_id,
     source_offsets,
 )
 from daemon.state.seed import SEED, STATE_FOLDER, seed_of, write_seed
@@ -67,6 +73,8 @@ class StageChange:
     """What becomes of its state, in words."""
     keys: DataFrame | None = None
     """Its state's keys, portable (``daemon.state.export``), when they move with it."""
+    query_id: str | None = None
+    """The id of the query the old checkpoint held, whose marker groups go with it."""
 
 
 @dataclass
@@ -77,6 +85,10 @@ class Change:
     verb: str
     """``reset`` or ``rescale``."""
     stages: list[StageChange] = field(default_factory=list)
+    client_conf: dict[str, str] = field(default_factory=dict)
+    """The cluster's client settings, to delete the old marker groups."""
+    id_prefix: str = DEFAULT_ID_PREFIX
+    """``[kafka] id_prefix``: what the marker groups' names start with."""
     backup: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -152,9 +164,10 @@ def reset_change(
     """What ``daemon reset`` would do (nothing is changed yet)."""
     conf = client_conf(file)
     stages = plan_pipeline(file, pipe, conf).stages()
-    change = Change(pipe, "reset")
+    change = Change(pipe, "reset", client_conf=conf, id_prefix=file.kafka.id_prefix)
     for number, stage in enumerate(stages):
         checkpoint = Path(stage.config.checkpoint)
+        old_query = query_id(checkpoint)
         topics = sorted({spec.topic for spec in stage.source.inputs})
         before = committed_or_seeded(checkpoint)
         if number == 0:
@@ -164,17 +177,21 @@ def reset_change(
                 assert spark is not None  # noqa: S101 - the command starts it for --keep-state
                 keys = state_keys(spark, checkpoint, pipe.state_buckets)
             what = "state kept" if keep_state else "state dropped"
-            after = positions(conf, topics, target)
-            stage_change = StageChange(stage.config.name, checkpoint, before, after, what, keys)
+            after = positions(conf, topics, target, reader_group(file.kafka.id_prefix))
+            stage_change = StageChange(
+                stage.config.name, checkpoint, before, after, what, keys, old_query
+            )
             change.stages.append(stage_change)
         elif keep_state:
             change.stages.append(
                 StageChange(stage.config.name, checkpoint, before, None, "left as it is")
             )
         else:
-            after = positions(conf, topics, "latest")
+            after = positions(conf, topics, "latest", reader_group(file.kafka.id_prefix))
             what = "state dropped; reads the first stage's output from its end"
-            change.stages.append(StageChange(stage.config.name, checkpoint, before, after, what))
+            change.stages.append(
+                StageChange(stage.config.name, checkpoint, before, after, what, None, old_query)
+            )
     return change
 
 
@@ -194,16 +211,18 @@ def rescale_change(
     file: PipelineFile, pipe: PipelineConfig, spark: SparkSession, layout: tuple[str, str]
 ) -> Change:
     """What ``daemon rescale`` would do: every stage's state into the file's layout."""
-    stages = plan_pipeline(file, pipe, client_conf(file)).stages()
-    change = Change(pipe, "rescale")
+    conf = client_conf(file)
+    stages = plan_pipeline(file, pipe, conf).stages()
+    change = Change(pipe, "rescale", client_conf=conf, id_prefix=file.kafka.id_prefix)
     for stage in stages:
         checkpoint = Path(stage.config.checkpoint)
         refuse_unfinished(pipe, checkpoint)
         before = committed_or_seeded(checkpoint)
         keys = state_keys(spark, checkpoint, pipe.state_buckets)
         what = f"state moved from {layout[0]} into {layout[1]}; reads on where it stopped"
+        old_query = query_id(checkpoint)
         change.stages.append(
-            StageChange(stage.config.name, checkpoint, before, before or {}, what, keys)
+            StageChange(stage.config.name, checkpoint, before, before or {}, what, keys, old_query)
         )
     return change
 
@@ -224,7 +243,7 @@ def apply(change: Change) -> None:
     kept = {LOCK_NAME, STAGING}
     if any(stage.after is None for stage in change.stages):
         kept.add("downstream")  # a second stage left as it is
-    change.backup.mkdir(parents=True)
+    private_folder(change.backup, what="the checkpoint's backup")
     for entry in sorted(folder.iterdir()):
         if entry.name not in kept:
             entry.rename(change.backup / entry.name)
@@ -238,6 +257,23 @@ def apply(change: Change) -> None:
             staged.rename(seed / STATE_FOLDER)
     shutil.rmtree(staging, ignore_errors=True)
     write_shape(change.pipe)
+
+
+def forget_markers(change: Change) -> list[str]:
+    """Delete the marker groups of the queries ``change`` replaced; the groups deleted.
+
+    Called once :func:`apply` is done: the new checkpoint is a new query, with groups of its
+    own (see the module docstring).
+
+    Raises:
+        KafkaUnavailableError: the cluster would not list or delete them.
+    """
+    replaced = [
+        marker_groups_of(change.id_prefix, stage.name, stage.query_id)
+        for stage in change.stages
+        if stage.after is not None and stage.query_id is not None
+    ]
+    return delete_groups(change.client_conf, replaced)
 
 
 def summary_line(change: Change) -> str:

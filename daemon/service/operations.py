@@ -27,7 +27,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 from pyspark.sql.streaming import StreamingQueryListener
 
-from daemon.kafka import connect
+from daemon.kafka import connect, names
 from daemon.model.wire import partition_name, split_partition_name
 from daemon.secrets import redact
 from daemon.service.http_endpoint import MetricsServer, serve_http
@@ -82,8 +82,9 @@ def view_of(plan: PipelinePlan) -> PipelineView:
 class LogOffsets:
     """Reads partitions' first offsets and log ends with one consumer (no group, no fetch)."""
 
-    def __init__(self, client_conf: dict[str, str]) -> None:
+    def __init__(self, client_conf: dict[str, str], group: str) -> None:
         self.client_conf = client_conf
+        self.group = group
         self._consumer: Any = None
         self._admin: Any = None
 
@@ -92,7 +93,7 @@ class LogOffsets:
 
         if self._consumer is None:
             self._consumer = connect.consumer(
-                self.client_conf, {"group.id": "enrichd.metrics", "enable.auto.commit": False}
+                self.client_conf, {"group.id": self.group, "enable.auto.commit": False}
             )
         found: dict[str, tuple[int, int]] = {}
         for name in names:
@@ -158,6 +159,7 @@ class Operations:
         http: ``HOST:PORT`` to serve ``/healthz``, ``/readyz`` and ``/metrics`` on; None: off.
         stall_after_s: a running query with no progress report for this long is stalled.
         notifier: where systemd notifications go (default: from ``$NOTIFY_SOCKET``).
+        reader_group: the group id its sampler names (:func:`daemon.kafka.names.reader_group`).
     """
 
     def __init__(
@@ -167,6 +169,7 @@ class Operations:
         http: str | None = None,
         stall_after_s: float = 300.0,
         notifier: Notifier | None = None,
+        reader_group: str = names.reader_group(),
     ) -> None:
         self.metrics = Metrics()
         self.health = Health(stall_after_s)
@@ -174,7 +177,7 @@ class Operations:
         self.views: dict[str, PipelineView] = {}
         self._lock = threading.Lock()
         self._reports: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._offsets = LogOffsets(client_conf)
+        self._offsets = LogOffsets(client_conf, reader_group)
         self._ends: dict[str, dict[str, int]] = {}
         self._batches: dict[str, int] = {}
         """Micro-batches completed per query, for :class:`OutputVisibility`."""

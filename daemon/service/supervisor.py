@@ -46,6 +46,7 @@ from daemon.errors import (
     stops_the_pipeline,
     task_traceback,
 )
+from daemon.kafka.names import reader_group
 from daemon.model.config import PipelineFile
 from daemon.pipeline.checkpoint import check_checkpoint, pending_batch
 from daemon.pipeline.lock import lock_checkpoints
@@ -289,7 +290,12 @@ def run_service(
     if owns_process:
         request.install()
     # Up before planning, so that /healthz answers while the broker is waited for.
-    ops = Operations(conf, http=http or file.service.http, stall_after_s=stall_timeout_s)
+    ops = Operations(
+        conf,
+        http=http or file.service.http,
+        stall_after_s=stall_timeout_s,
+        reader_group=reader_group(file.kafka.id_prefix),
+    )
     try:
         plans = _plan_when_kafka_answers(file, conf, request, ops)
         # Only a pipeline that planned without fault leaves its shape in its checkpoint.
@@ -309,7 +315,7 @@ def run_service(
     owns_session = SparkContext._active_spark_context is None
     spark = spark_session(file.spark)
     if not spark_output.verbose():
-        log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_path())
+        log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_name())
     ops.attach(spark)
     if owns_process:
         request.install()  # again: PySpark installs its own SIGINT handler as it starts

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from daemon.private_paths import runtime_folder
+
 log = logging.getLogger("enrichd.metrics")
 
 _MAX_DATAGRAM = 65_536
@@ -77,8 +79,9 @@ class MetricsRelay:
 
     def __init__(self, on_batch: Callable[[dict[str, Any]], None]) -> None:
         self.on_batch = on_batch
-        # mkdtemp makes a folder only this user can enter, so no one else can feed the counters.
-        self._folder = Path(tempfile.mkdtemp(prefix="enrichd-"))
+        # mkdtemp makes a folder only this user can enter, so no one else can feed the
+        # counters; in the runtime folder, with the daemon's other files.
+        self._folder = Path(tempfile.mkdtemp(prefix="metrics-", dir=runtime_folder()))
         self.address = str(self._folder / "metrics.sock")
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._socket.bind(self.address)

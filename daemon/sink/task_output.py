@@ -6,9 +6,10 @@ operator at the end of the task, before Spark commits the task's state. (The Kaf
 :mod:`daemon.sink.spark_sink`, uses the same class for rows it is given to write.)
 
 How it stays exactly once: every task (one per Spark partition of the joiner's output) owns
-the transactional id ``enrichd.<pipeline>.<partition>``. It writes its share of micro-batch
-N in one Kafka transaction, and inside that same transaction commits the "offset" N + 1 for
-the consumer group ``enrichd.<pipeline>.sink.<query id>.<partition>``, where the query id is
+the transactional id ``<prefix>.<pipeline>.<partition>`` (``[kafka] id_prefix``, ``enrichd``
+by default: :mod:`daemon.kafka.names`). It writes its share of micro-batch N in one Kafka
+transaction, and inside that same transaction commits the "offset" N + 1 for the consumer
+group ``<prefix>.<pipeline>.sink.<query id>.<partition>``, where the query id is
 the one Spark keeps in the checkpoint (a new checkpoint, a new id: its batches start again at
 0 and must not be taken for the old ones). The records and that marker become visible
 together or not at all. When Spark runs micro-batch N again after a crash, the task first
@@ -34,8 +35,8 @@ whichever Python worker is idle, so a partition's tasks move between workers. St
 takes a spare producer the worker created ahead and initialises it, much quicker than
 making a new producer (its connections and the coordinator lookup).
 
-The tasks of a micro-batch finish together; their commits take turns on each machine
-(:mod:`daemon.sink.commit_turn`).
+The tasks of a micro-batch finish together; on the embedded broker their commits take turns
+on each machine (:mod:`daemon.sink.commit_turn`).
 
 ``delivery = "at_least_once"`` uses the idempotent producer instead: no transactions, and a
 replayed micro-batch may be written twice.
@@ -59,8 +60,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark import TaskContext
 
-from daemon.kafka import connect
+from daemon.kafka import connect, names
 from daemon.kafka.clients import Deliveries, produce
+from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import OUTPUT, OutputRow
 from daemon.sink.commit_turn import ending_transaction
 
@@ -122,6 +124,11 @@ class OutputSpec:
     dead_letter_topic: str | None = None
     """Where a record the client refuses goes (:data:`OUTPUT_REJECTED`); None: the refusal
     fails the task."""
+    id_prefix: str = DEFAULT_ID_PREFIX
+    """What the transactional ids and marker groups start with (``[kafka] id_prefix``)."""
+    commit_turn: bool = True
+    """Whether transactions on one machine end one at a time (:mod:`daemon.sink.commit_turn`;
+    the pipeline's plan decides, by its cluster). Taking turns is never wrong, only slower."""
 
     def encode(self) -> str:
         """The spec as an option string."""
@@ -378,12 +385,12 @@ class TaskOutput:
                 failures = self._deliveries.failures
                 raise RuntimeError(f"{len(failures)} records were not delivered: {failures[0]}")
             if transactional:
-                with ending_transaction():
+                with ending_transaction(self.spec.commit_turn):
                     producer.commit_transaction()
         except BaseException:
             if transactional:
                 try:
-                    with ending_transaction():
+                    with ending_transaction(self.spec.commit_turn):
                         producer.abort_transaction(10)
                 except KafkaException:
                     pass  # nothing open, or already fenced: the next init aborts it anyway
@@ -393,12 +400,13 @@ class TaskOutput:
 
     @property
     def _txn_id(self) -> str:
-        return f"enrichd.{self.spec.pipeline}.{self.partition}"
+        return names.transactional_id(self.spec.id_prefix, self.spec.pipeline, self.partition)
 
     @property
     def _group(self) -> str:
         """The consumer group whose offset marks the task's last committed batch."""
-        return f"enrichd.{self.spec.pipeline}.sink.{self.query_id}.{self.partition}"
+        spec = self.spec
+        return names.marker_group(spec.id_prefix, spec.pipeline, self.query_id, self.partition)
 
     def open(self) -> None:
         """Open the transaction now, or learn that the batch was committed before."""
@@ -463,7 +471,7 @@ class TaskOutput:
             self.spec, self._txn_id
         )
         _SPARES[self._txn_id] = _transactional_producer(self.spec, self._txn_id)
-        with ending_transaction():  # it aborts what a predecessor left open
+        with ending_transaction(self.spec.commit_turn):  # it aborts a predecessor's leftovers
             producer.init_transactions(30)
         return producer
 
@@ -503,7 +511,7 @@ def _transactional_producer(spec: OutputSpec, txn_id: str) -> Any:
 
 
 def _idempotent_producer(spec: OutputSpec) -> Any:
-    key = f"idempotent.{spec.pipeline}"
+    key = f"idempotent.{spec.id_prefix}.{spec.pipeline}"
     producer = _PRODUCERS.get(key)
     if producer is None:
         producer = _PRODUCERS[key] = connect.producer(

@@ -16,7 +16,8 @@ from typing import Any
 from daemon.formats.avro.codec import AvroCodec
 from daemon.formats.kafka_keys import KafkaKeyCodec
 from daemon.kafka.clients import RANGE_FETCH
-from daemon.model.constants import DEFAULT_STATE_BUCKETS
+from daemon.kafka.names import reader_group
+from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_STATE_BUCKETS
 from daemon.model.envelope import Envelope
 from daemon.model.keys import key_parts
 from daemon.model.routing import Routing, route
@@ -128,12 +129,14 @@ class SourceSpec:
     metrics_address: str | None = None
     """The daemon's metrics socket, told where the source went on past missing offsets; None:
     only logged."""
+    id_prefix: str = DEFAULT_ID_PREFIX
+    """``[kafka] id_prefix``: the readers name the group :func:`reader_group` of it."""
 
     def consumer_conf(self) -> dict[str, Any]:
         """The settings of every consumer the source makes: assigned, never in a group."""
         return {
             **self.client_conf,
-            "group.id": "enrichd-unused",  # required by the client; never joined or committed
+            "group.id": reader_group(self.id_prefix),  # required; never joined or committed
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,

@@ -15,6 +15,11 @@ Where: ``$ENRICHD_CLASS_ARCHIVE_DIR``, else ``$XDG_CACHE_HOME/enrichd``, else
 ``~/.cache/enrichd``. ``ENRICHD_CLASS_ARCHIVE=map`` maps an archive but never records one
 (the container image, whose archive is made as it is built, and the test suite);
 ``ENRICHD_CLASS_ARCHIVE=off`` turns it off.
+
+A JVM trusts the classes it maps, so an archive is used only from a folder and a file that
+no one but the user (or root, who made the image's) may write to; one another user could
+have planted is ignored, with a warning. An archive holds Spark's classes and nothing of the
+user's: it is readable by everyone, like the jars it comes from.
 """
 
 from __future__ import annotations
@@ -23,12 +28,16 @@ import atexit
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+log = logging.getLogger("enrichd.spark")
 
 SWITCH = "ENRICHD_CLASS_ARCHIVE"
 DIRECTORY = "ENRICHD_CLASS_ARCHIVE_DIR"
@@ -42,6 +51,28 @@ def directory() -> Path:
         return Path(chosen)
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "enrichd"
+
+
+def _trusted(path: Path) -> bool:
+    """Whether only this user or root may write ``path`` (a missing one: nothing to fear)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if stat.S_ISLNK(info.st_mode) or info.st_uid not in (os.getuid(), 0):
+        owner = "a link" if stat.S_ISLNK(info.st_mode) else f"owned by uid {info.st_uid}"
+    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        owner = f"writable by other users (mode {stat.S_IMODE(info.st_mode):04o})"
+    else:
+        return True
+    log.warning(
+        "not using Spark's class archive at %s: it is %s, so it may not be Spark's; "
+        "remove it, or set %s to a folder of your own",
+        path,
+        owner,
+        DIRECTORY,
+    )
+    return False
 
 
 def archive_path() -> Path | None:
@@ -75,6 +106,9 @@ class _Recording:
                 jvm.stdin.close()  # Spark's gateway exits when its stdin ends
             jvm.wait(_WRITE_TIMEOUT_S)
             if jvm.returncode == 0 and self.partial.exists() and self.partial.stat().st_size:
+                # Written under the JVM's umask of 077; every user of the host (an image's)
+                # may map it.
+                os.chmod(self.partial, 0o644)
                 os.replace(self.partial, self.archive)
         except (OSError, subprocess.TimeoutExpired):
             pass  # no archive this time; the next start that finds none records again
@@ -93,9 +127,11 @@ class ClassArchive:
         if switch in ("off", "0", "false", "no"):
             return
         archive = archive_path()
-        if archive is None:
+        if archive is None or not _trusted(archive.parent):
             return
         if archive.exists():
+            if not _trusted(archive):
+                return
             self.options = f"-XX:SharedArchiveFile={archive} {_QUIET}"
             return
         if switch == "map":  # use one that exists, never record

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from daemon.model.config import SparkConfig
 from daemon.spark import spark_output
 from daemon.spark.class_archive import ClassArchive
+from daemon.spark.jvm import launch_gateway
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,6 +47,17 @@ _DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    # Spark's own masking, in its logs, plans and errors: the settings whose names
+    # daemon.secrets.is_secret_key takes for secrets (Spark's default misses "credential",
+    # "passphrase" and most keys).
+    "spark.redaction.regex": (
+        r"(?i)secret|password|token|credential|passphrase|access[._-]?key|account[._]key"
+        r"|private[._-]?key|api[._-]?key|key[._-]?password"
+    ),
+    # The checkpoint's files are made through Hadoop's file system API, which sets their
+    # modes itself from this umask (022 by default: readable by everyone), whatever the
+    # process's: the join state holds the records joined.
+    "spark.hadoop.fs.permissions.umask-mode": "077",
 }
 
 
@@ -62,7 +74,7 @@ def spark_session(config: SparkConfig) -> SparkSession:
     queries it may be running (a replay in a test session or a notebook).
     """
     # Late: Spark loads when a session starts, not in commands that start none.
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     if SparkContext._active_spark_context is None:
@@ -75,18 +87,20 @@ def spark_session(config: SparkConfig) -> SparkSession:
         archive = ClassArchive() if SparkContext._gateway is None else None
         if archive is not None and archive.options:
             settings[JAVA_OPTIONS] = f"{settings.get(JAVA_OPTIONS, '')} {archive.options}".strip()
-        quiet = SparkContext._gateway is None and not spark_output.verbose()
-        if quiet:  # its output into a file (a running JVM keeps its own)
-            path = spark_output.log_path()
-            options = settings.get(JAVA_OPTIONS, "")
-            settings[JAVA_OPTIONS] = f"{options} {spark_output.java_options(path)}".strip()
-            conf = (
-                SparkConf()
-                .setMaster(config.master)
-                .setAppName("enrichd")
-                .setAll(list(settings.items()))
-            )
-            SparkContext._ensure_initialized(gateway=spark_output.launch_jvm(conf, path))
+        ours = SparkContext._gateway is None
+        quiet = ours and not spark_output.verbose()
+        if ours:
+            # Started here rather than by getOrCreate(), which would put every setting on the
+            # JVM's command line (daemon.spark.jvm says why not).
+            launch = {**settings, "spark.master": config.master, "spark.app.name": "enrichd"}
+            if quiet:  # its output into a file (a running JVM keeps its own)
+                options = settings.get(JAVA_OPTIONS, "")
+                launch[JAVA_OPTIONS] = f"{options} {spark_output.java_options()}".strip()
+                gateway = spark_output.launch_jvm(launch, spark_output.log_path())
+            else:
+                gateway = launch_gateway(launch)
+            settings[JAVA_OPTIONS] = launch.get(JAVA_OPTIONS, "")
+            SparkContext._ensure_initialized(gateway=gateway)
         builder = SparkSession.builder.master(config.master).appName("enrichd")
         for key, value in settings.items():
             builder = builder.config(key, value)

@@ -1,29 +1,34 @@
-"""Where Spark's own output goes: a log file, unless the user asks to see it.
+"""Where Spark's own output goes: a log file, rotated, unless the user asks to see it.
 
 enrichd's commands print their own lines and Spark's errors, nothing else: the JVM's log
 (log4j's warnings, "Your hostname resolves to a loopback address", ...) and what Spark's
 Python workers print ("Streaming TransformWithStateInPandas Python worker ...") go to a file,
-:func:`log_path`. ``--verbose``, ``ENRICHD_VERBOSE=1`` or ``ENRICHD_DEBUG=1`` leave all of it
-on the terminal, as Spark prints it.
+:func:`log_path`, which is rotated at :data:`MAX_LOG_BYTES` (:data:`KEPT_LOGS` older ones
+are kept beside it). ``--verbose``, ``ENRICHD_VERBOSE=1`` or ``ENRICHD_DEBUG=1`` leave all of
+it on the terminal, as Spark prints it. ``ENRICHD_SPARK_LOG=stdout`` sends it to standard
+output instead of a file, for ``daemon run`` in a container, whose log collector reads the
+process's output (the image sets it); the commands that print their results on standard
+output keep using the file.
 
 How: the JVM starts with a log4j configuration of enrichd's (:data:`LOG4J`): everything from
-``WARN`` up into the file, and errors also to the JVM's stderr, one line each, tagged. The
-JVM's stdout and stderr, which also carry its Python workers' output, are a pipe that a
-thread copies into the file; it passes each tagged error line on to the ``enrichd.spark``
-logger, so it reaches the terminal in the command's own format.
+``WARN`` up to the JVM's stderr, and errors once more, one line each, tagged. The JVM's
+stdout and stderr, which also carry its Python workers' output, are a pipe that a thread
+copies into the file; it passes each tagged error line on to the ``enrichd.spark`` logger,
+so it reaches the terminal in the command's own format.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-if TYPE_CHECKING:
-    from pyspark import SparkConf
+from daemon.private_paths import open_private, runtime_folder, write_private_text
+from daemon.spark.jvm import launch_gateway
 
 log = logging.getLogger("enrichd.spark")
 
@@ -32,27 +37,35 @@ ERROR_TAG = "enrichd-spark-error "
 
 LOG4J = f"""\
 rootLogger.level = warn
-rootLogger.appenderRef.file.ref = file
-rootLogger.appenderRef.console.ref = console
+rootLogger.appenderRef.log.ref = log
+rootLogger.appenderRef.errors.ref = errors
 
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = ${{sys:enrichd.spark.log}}
-appender.file.append = true
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.log.type = Console
+appender.log.name = log
+appender.log.target = SYSTEM_ERR
+appender.log.layout.type = PatternLayout
+appender.log.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
 
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.filter.threshold.type = ThresholdFilter
-appender.console.filter.threshold.level = error
-appender.console.layout.type = PatternLayout
-appender.console.layout.alwaysWriteExceptions = false
-appender.console.layout.pattern = {ERROR_TAG}%c{{1}}: %replace{{%m}}{{[\\r\\n]+}}{{ }}%n
+appender.errors.type = Console
+appender.errors.name = errors
+appender.errors.target = SYSTEM_ERR
+appender.errors.filter.threshold.type = ThresholdFilter
+appender.errors.filter.threshold.level = error
+appender.errors.layout.type = PatternLayout
+appender.errors.layout.alwaysWriteExceptions = false
+appender.errors.layout.pattern = {ERROR_TAG}%c{{1}}: %replace{{%m}}{{[\\r\\n]+}}{{ }}%n
 """
-"""log4j2's configuration: the file gets ``WARN`` and up with exceptions; stderr gets
-errors alone, one tagged line each."""
+"""log4j2's configuration: ``WARN`` and up with exceptions, then errors alone, one tagged
+line each, all to the JVM's stderr (the pipe to the log)."""
+
+MAX_LOG_BYTES = 16 * 2**20
+"""The size at which the log file is rotated: renamed ``NAME.1`` (``.1`` to ``.2``, ...)."""
+KEPT_LOGS = 3
+"""How many rotated files are kept beside the log."""
+STDOUT = "stdout"
+"""``ENRICHD_SPARK_LOG``'s value that sends the log to standard output (``daemon run``)."""
+
+_stdout_allowed = False
 
 
 VERBOSE_VARIABLES = ("ENRICHD_VERBOSE", "ENRICHD_DEBUG")
@@ -64,42 +77,62 @@ def verbose() -> bool:
     return any(os.environ.get(name, "") not in ("", "0") for name in VERBOSE_VARIABLES)
 
 
-def log_path() -> Path:
-    """The file Spark's output goes to: ``$ENRICHD_SPARK_LOG``, or one per process.
+def allow_stdout() -> None:
+    """Let ``ENRICHD_SPARK_LOG=stdout`` have its way: this command prints nothing there."""
+    global _stdout_allowed
+    _stdout_allowed = True
 
-    The default is ``enrichd-UID/spark-PID.log`` in the temporary folder.
+
+def log_path() -> Path | None:
+    """The file Spark's output goes to, or None for standard output.
+
+    ``$ENRICHD_SPARK_LOG`` if set (``stdout``: standard output, where :func:`allow_stdout`
+    was called), else ``spark-PID.log`` in the runtime folder (``enrichd-UID`` in the
+    temporary folder, :func:`daemon.private_paths.runtime_folder`).
+
+    Raises:
+        SharedFolderError: the runtime folder is another user's or open to others.
     """
     given = os.environ.get("ENRICHD_SPARK_LOG")
-    if given:
+    if given == STDOUT and _stdout_allowed:
+        return None
+    if given and given != STDOUT:
         return Path(given)
-    return Path(tempfile.gettempdir()) / f"enrichd-{os.getuid()}" / f"spark-{os.getpid()}.log"
+    return runtime_folder() / f"spark-{os.getpid()}.log"
 
 
-def java_options(path: Path) -> str:
-    """The JVM options that send log4j's output to ``path`` (its configuration beside it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    config = path.with_suffix(".log4j2.properties")
-    config.write_text(LOG4J, encoding="utf-8")
-    return f"-Dlog4j2.configurationFile={config} -Denrichd.spark.log={path}"
+def log_name() -> str:
+    """Where Spark's output goes, in words for the daemon's log."""
+    path = log_path()
+    return "standard output" if path is None else str(path)
 
 
-def launch_jvm(conf: SparkConf, path: Path) -> Any:
-    """Start Spark's JVM (PySpark's gateway) with its stdout and stderr copied into ``path``.
+def java_options() -> str:
+    """The JVM option that gives log4j enrichd's configuration (a file in the runtime folder)."""
+    config = runtime_folder() / f"spark-{os.getpid()}.log4j2.properties"
+    write_private_text(config, LOG4J)
+    return f"-Dlog4j2.configurationFile={config}"
+
+
+def launch_jvm(settings: Mapping[str, str], path: Path | None) -> Any:
+    """Start Spark's JVM (PySpark's gateway) with its stdout and stderr copied to ``path``.
+
+    Args:
+        settings: every Spark setting (:func:`daemon.spark.jvm.launch_gateway`).
+        path: the log file; None: standard output.
 
     Returns:
         The gateway, for ``SparkContext._ensure_initialized``.
     """
-    # Late: Spark loads when a session starts, not in commands that start none.
-    from pyspark.java_gateway import launch_gateway
-
+    out: RotatingLog | IO[bytes] = sys.stdout.buffer if path is None else RotatingLog(path)
     reader, writer = os.pipe()
     try:
-        gateway = launch_gateway(conf, popen_kwargs={"stdout": writer, "stderr": writer})
+        gateway = launch_gateway(settings, popen_kwargs={"stdout": writer, "stderr": writer})
     finally:
         os.close(writer)  # the JVM holds its own copy: the pipe ends when the JVM does
     copier = threading.Thread(
         target=_copy,
-        args=(os.fdopen(reader, "rb"), path),
+        args=(os.fdopen(reader, "rb"), out),
         name="enrichd-spark-output",
         daemon=True,
     )
@@ -107,9 +140,64 @@ def launch_jvm(conf: SparkConf, path: Path) -> Any:
     return gateway
 
 
-def _copy(pipe: IO[bytes], path: Path) -> None:
-    """Copy the JVM's output into the log file; hand its error lines to :data:`log`."""
-    with pipe, path.open("ab") as out:
+class RotatingLog:
+    """A log file of mode 0600, rotated when the next line would take it past ``max_bytes``.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "spark.log"
+        >>> log = RotatingLog(path, max_bytes=10, kept=1)
+        >>> for line in (b"one 123;", b"two 123;", b"three 1;"):
+        ...     _ = log.write(line)
+        >>> log.flush()
+        >>> path.read_bytes(), path.with_name("spark.log.1").read_bytes()
+        (b'three 1;', b'two 123;')
+    """
+
+    def __init__(self, path: Path, max_bytes: int = MAX_LOG_BYTES, kept: int = KEPT_LOGS):
+        self.path = path
+        self.max_bytes = max_bytes
+        self.kept = kept
+        self._out = self._open()
+
+    def _open(self) -> IO[bytes]:
+        out = os.fdopen(open_private(self.path, os.O_WRONLY | os.O_APPEND), "ab")
+        self._size = out.seek(0, os.SEEK_END)
+        return out
+
+    def write(self, line: bytes) -> int:
+        """Append ``line``, first rotating the file if it would grow past the cap."""
+        if self._size and self._size + len(line) > self.max_bytes:
+            self._rotate()
+        self._size += len(line)
+        return self._out.write(line)
+
+    def _rotate(self) -> None:
+        """``NAME.k-1`` becomes ``NAME.k`` (the oldest goes), ..., ``NAME`` becomes ``NAME.1``."""
+        self._out.close()
+        for number in range(self.kept, 0, -1):
+            older = self._numbered(number - 1)
+            if older.exists():
+                older.replace(self._numbered(number))
+        self.path.unlink(missing_ok=True)  # kept == 0: no older files at all
+        self._out = self._open()
+
+    def _numbered(self, number: int) -> Path:
+        return self.path if number == 0 else self.path.with_name(f"{self.path.name}.{number}")
+
+    def flush(self) -> None:
+        """Flush the file."""
+        self._out.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._out.close()
+
+
+def _copy(pipe: IO[bytes], out: RotatingLog | IO[bytes]) -> None:
+    """Copy the JVM's output to the log; hand its error lines to :data:`log`."""
+    with pipe:
         for raw in pipe:
             out.write(raw)
             out.flush()

@@ -34,7 +34,6 @@ Target = Literal["earliest", "latest"] | int
 (epoch milliseconds)."""
 
 _READER = {
-    "group.id": "enrichd-reset",  # required by the client; never joined or committed
     "enable.auto.commit": False,
     "isolation.level": "read_committed",
 }
@@ -63,9 +62,15 @@ def parse_target(text: str) -> Target:
     return int(moment.timestamp() * 1000)
 
 
-def positions(client_conf: dict[str, str], topics: list[str], target: Target) -> dict[str, int]:
-    """Where each partition of ``topics`` starts for ``target``: ``"topic/partition"`` -> offset."""
-    consumer = connect.consumer(client_conf, _READER)
+def positions(
+    client_conf: dict[str, str], topics: list[str], target: Target, group: str
+) -> dict[str, int]:
+    """Where each partition of ``topics`` starts for ``target``: ``"topic/partition"`` -> offset.
+
+    ``group``: the group id the reader names, never joined or committed to
+    (:func:`daemon.kafka.names.reader_group`).
+    """
+    consumer = connect.consumer(client_conf, {**_READER, "group.id": group})
     found: dict[str, int] = {}
     try:
         metadata = consumer.list_topics(timeout=10)

@@ -69,6 +69,15 @@ def source_offsets(checkpoint: Path, batch: int) -> dict[str, Any]:
     return offsets
 
 
+def query_id(checkpoint: Path) -> str | None:
+    """The id Spark gave the checkpoint's query (its ``metadata`` file); None: it has none."""
+    try:
+        found = json.loads((Path(checkpoint) / "metadata").read_text(encoding="utf-8"))["id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(found)
+
+
 def batch_conf(checkpoint: Path, batch: int) -> dict[str, str]:
     """The settings Spark fixed for the checkpoint, as micro-batch ``batch`` recorded them.
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daemon.private_paths import private_folder, write_private_text
 from daemon.state.reader import last_committed
 from daemon.state.render import iso_ms
 
@@ -78,13 +79,13 @@ def seed_of(checkpoint: Path) -> Seed | None:
 
 def write_seed(folder: Path, offsets: dict[str, int], made_by: str) -> None:
     """Write a seed's offsets into ``folder`` (its state, if any, is written apart)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    private_folder(folder, what="seed")
     record: dict[str, Any] = {
         "offsets": dict(sorted(offsets.items())),
         "made_by": made_by,
         "made_at": iso_ms(time.time_ns() // 1_000_000),
     }
-    (folder / OFFSETS_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_private_text(folder / OFFSETS_FILE, json.dumps(record, indent=2) + "\n")
 
 
 def discard_if_applied(checkpoint: Path) -> None:

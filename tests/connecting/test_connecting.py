@@ -57,8 +57,10 @@ def write_pipeline(
     kafka: dict[str, Any] | None = None,
     registry: dict[str, Any] | None = None,
     topics: tuple[str, str, str] = ("users", "tweets", "views"),
+    spark_conf: dict[str, Any] | None = None,
 ) -> Path:
-    """The tweet-views pipeline: by subject when ``registry`` is given, else by .avsc file."""
+    """The tweet-views pipeline: by subject when ``registry`` is given, else by .avsc file;
+    ``spark_conf``: its ``[spark.conf]``."""
     users, tweets, views = topics
 
     def serde(topic: str, subject: str, schema: str) -> str:
@@ -69,6 +71,7 @@ def write_pipeline(
         toml_table("kafka", {"bootstrap_servers": servers})
         + (toml_table("kafka.client_conf", kafka) if kafka else "")
         + (toml_table("schema_registry", registry) if registry else "")
+        + (toml_table("spark.conf", spark_conf) if spark_conf else "")
         + f"""[[pipeline]]
 name = "views-{views}"
 joiner = "comap"

@@ -13,7 +13,9 @@ out, not as a dead letter.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +34,12 @@ from tests.secure_cluster import Pki, TlsBroker
 
 USERS = 3
 STOP_TIMEOUT_S = 20
+SPARK_SECRETS = {
+    # Secrets a pipeline gives Spark (object storage keys, say), which PySpark would put on
+    # the JVM's command line: enrichd must not.
+    "spark.hadoop.fs.s3a.secret.key": "${ENRICHD_TEST_S3_SECRET}",
+    "spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net": "${ENRICHD_TEST_AZURE_KEY}",
+}
 
 
 @dataclass
@@ -93,6 +101,7 @@ def secured(
 ) -> Iterator[Secured]:
     tmp = tmp_path_factory.mktemp("secured")
     suffix = uuid.uuid4().hex[:8]
+    s3_secret, azure_key = f"s3-secret-{uuid.uuid4().hex}", f"azure-key-{uuid.uuid4().hex}"
     topics = (f"users-{suffix}", f"tweets-{suffix}", f"views-{suffix}")
     conf = mtls_broker.client_conf()
     for topic in topics[:2]:
@@ -109,12 +118,22 @@ def secured(
             "basic.auth.user.info": "${ENRICHD_TEST_SR_USER}:${ENRICHD_TEST_SR_PASSWORD}",
         }
         path = write_pipeline(
-            tmp, mtls_broker.bootstrap_servers, kafka=kafka, registry=settings, topics=topics
+            tmp,
+            mtls_broker.bootstrap_servers,
+            kafka=kafka,
+            registry=settings,
+            topics=topics,
+            spark_conf=SPARK_SECRETS,
         )
+        (tmp / "tmp").mkdir()
         env = {
             "ENRICHD_TEST_KEY_PASSWORD": pki.key_password,
             "ENRICHD_TEST_SR_USER": registry.registry.user,
             "ENRICHD_TEST_SR_PASSWORD": registry.registry.password,
+            "ENRICHD_TEST_S3_SECRET": s3_secret,
+            "ENRICHD_TEST_AZURE_KEY": azure_key,
+            # Its runtime folder (enrichd-UID) apart from every other process's.
+            "TMPDIR": str(tmp / "tmp"),
         }
         secured = Secured(
             daemon=DaemonProcess(
@@ -132,7 +151,7 @@ def secured(
             registry=registry,
             ids=ids,
             topics=topics,
-            secrets=(pki.key_password, registry.registry.password),
+            secrets=(pki.key_password, registry.registry.password, s3_secret, azure_key),
         )
         try:
             secured.produce("one", [(user(i), i) for i in range(USERS)], "users-value")
@@ -153,6 +172,68 @@ def test_every_view_arrives_through_mutual_tls_with_secrets_from_the_environment
     assert {(secured.ids["users-value"], "ok"), (secured.ids["tweets-value"], "ok")} <= (
         secured.registry.asked_by_id()
     )
+
+
+def _command_lines() -> dict[int, str]:
+    """Every process's command line, as ``ps`` shows it to every user of the host."""
+    lines = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                raw = (entry / "cmdline").read_bytes()
+            except OSError:  # gone meanwhile
+                continue
+            lines[int(entry.name)] = raw.replace(b"\0", b" ").decode(errors="replace")
+    return lines
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_no_secret_is_on_any_command_line_and_the_daemons_files_are_private(
+    secured: Secured,
+) -> None:
+    """While it runs (views are out: Spark, its Python workers and every Kafka client are
+    up), no process of the host shows a secret of the pipeline file on its command line; the
+    JVM got its settings from a file that is gone. The checkpoint and the runtime folder
+    (Spark's log, the commit turn's lock, the metrics socket) are the user's alone."""
+    secured.daemon.wait_until("a view of every tweet", lambda: len(secured.views()) == 6)
+    lines = _command_lines()
+    shown = [pid for pid, line in lines.items() if any(s in line for s in secured.secrets)]
+    assert shown == [], f"secrets on the command lines of processes {shown}"
+    children = [lines.get(c, "") for c in _children(secured.daemon.process.pid)]
+    (jvm,) = [line for line in children if "org.apache.spark.deploy.SparkSubmit" in line]
+    assert "--properties-file" in jvm, jvm
+    assert "spark.hadoop" not in jvm, jvm
+
+    def modes(folder: Path) -> set[tuple[str, str]]:
+        """(kind, mode) of ``folder`` and everything in it, sockets aside."""
+        found = set()
+        for path in [folder, *folder.rglob("*")]:
+            info = path.lstat()
+            if stat.S_ISDIR(info.st_mode):
+                found.add(("folder", oct(stat.S_IMODE(info.st_mode))))
+            elif stat.S_ISREG(info.st_mode):
+                found.add(("file", oct(stat.S_IMODE(info.st_mode))))
+        return found
+
+    private = {("folder", "0o700"), ("file", "0o600")}
+    checkpoint = secured.path.parent / "checkpoint"
+    assert (checkpoint / "state").is_dir() and (checkpoint / "enrichd.lock").is_file()
+    assert modes(checkpoint) == private
+    runtime = secured.path.parent / "tmp" / f"enrichd-{os.getuid()}"
+    assert (runtime / "transactions.lock").is_file()  # the test broker takes the turn
+    logs = list(runtime.glob("spark-*.log"))
+    assert len(logs) == 1
+    # Spark's settings were removed once the JVM answered; log4j's settings stay.
+    settings = [p for p in runtime.glob("spark-*.properties") if ".log4j2." not in p.name]
+    assert settings == []
+    assert modes(runtime) == private
+    secured.assert_no_secret(logs[0].read_text(errors="replace"))
 
 
 def test_a_registry_refusing_mid_run_fails_the_batch_which_is_retried_until_it_passes(

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
@@ -305,5 +309,170 @@ def test_a_task_produces_its_records_when_it_commits_or_holds_too_many(
         output.send(topic, b"k", b"d", None)
         output.commit()
         assert [record.value for record in read_topic(conf, topic)] == [b"a", b"b", b"c", b"d"]
+    finally:  # what the task keeps would outlive the broker in this process
+        forget_kept_clients()
+
+
+COMMIT_GUARD_S = 120.0
+"""A guard against a hang, not a measurement: a task that waited for the commit turn held by
+the test would wait for as long as the test holds it."""
+
+
+def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """A plan asks the cluster for its id: the embedded broker's takes the turn, any other
+    cluster's (here a Tansu with its own id) does not, and ``[kafka] commit_turn`` forces
+    either. On the other cluster a task initialises, writes and commits while this process
+    holds the turn, which a task that took it would wait for."""
+    import fcntl
+
+    from daemon.broker import free_port
+    from daemon.pipeline.plan import plan_pipeline
+    from daemon.private_paths import open_private, runtime_folder
+    from daemon.sink.commit_turn import LOCK_NAME
+    from daemon.sink.task_output import OutputSpec, forget_kept_clients
+    from tests.secure_cluster import start_tansu, stop_process
+
+    port = free_port()
+    tansu = start_tansu(port, port, cluster_id="tansu_cluster")
+    other = f"127.0.0.1:{port}"
+    topic, user_topic, tweet_topic = fresh_topic("unturned"), fresh_topic("u"), fresh_topic("t")
+
+    def planned(servers: str, **kafka: Any) -> OutputSpec:
+        file = comap_file(
+            tmp_path,
+            servers,
+            name=topic,
+            users=user_topic,
+            tweets=tweet_topic,
+            output=topic,
+            dead_letters=fresh_topic("dlq"),
+            kafka=kafka,
+        )
+        return plan_pipeline(file, file.pipeline[0], client_conf(servers)).output
+
+    try:
+        for servers in (broker.bootstrap_servers, other):
+            create_topic(client_conf(servers), user_topic)
+            create_topic(client_conf(servers), tweet_topic)
+        assert planned(broker.bootstrap_servers).commit_turn is True
+        assert planned(other).commit_turn is False
+        assert planned(other, commit_turn=True).commit_turn is True
+        assert planned(broker.bootstrap_servers, commit_turn=False).commit_turn is False
+
+        spec = planned(other)  # the plan made the output topic
+        written: list[Any] = []  # the task's output, once it committed
+        writer = threading.Thread(target=lambda: written.append(commit_one(spec, topic, 0, b"a")))
+        turn = open_private(runtime_folder() / LOCK_NAME)
+        try:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            writer.start()
+            writer.join(COMMIT_GUARD_S)
+            took_turn = writer.is_alive()
+        finally:
+            os.close(turn)  # releases the turn: a waiting task goes on and ends
+            writer.join()
+        assert not took_turn, "the task waited for the commit turn on a cluster not embedded"
+        assert written and written[0].records == {topic: 1}
+        assert [record.value for record in read_topic(client_conf(other), topic)] == [b"a"]
+    finally:
+        forget_kept_clients()  # before the broker goes: the task keeps its producer
+        stop_process(tansu)
+
+
+OTHER_DAEMON = """
+import sys
+from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+
+spec = OutputSpec.decode(sys.argv[1])
+output = TaskOutput(spec, 0, 0, sys.argv[2])
+output.open()
+print("open", flush=True)
+sys.stdin.readline()
+try:
+    output.send(spec.marker_topic, b"k", b"from the other daemon", None)
+    output.commit()
+    print("committed", flush=True)
+finally:
+    forget_kept_clients()
+"""
+"""Task 0 of micro-batch 0 of a pipeline in a daemon of its own: it opens its transaction,
+says so, and writes and commits when told."""
+
+
+def test_two_environments_of_one_pipeline_write_side_by_side_without_fencing(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Staging and production of one pipeline (one name, one input, outputs of their own),
+    each planned from its own file: task 0 of each opens its transaction of the same
+    micro-batch at once, production's in a process of its own as in its own daemon, and
+    both commit. With their own ``id_prefix`` neither fences the other; with one prefix
+    (the control) production's initialisation fences staging's open transaction."""
+    import subprocess
+    import sys
+
+    from confluent_kafka import KafkaException
+
+    from daemon.pipeline.plan import plan_pipeline
+    from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+    from tests.kafka_helpers import groups_starting
+
+    conf = client_conf(broker.bootstrap_servers)
+    name, user_topic, tweet_topic = fresh_topic("views"), fresh_topic("users"), fresh_topic("t")
+    create_topic(conf, user_topic)
+    create_topic(conf, tweet_topic)
+
+    def planned(env: str, prefix: str) -> OutputSpec:
+        file = comap_file(
+            tmp_path / env,
+            broker.bootstrap_servers,
+            name=name,
+            users=user_topic,
+            tweets=tweet_topic,
+            output=fresh_topic(f"{env}-views"),
+            dead_letters=fresh_topic(f"{env}-dlq"),
+            kafka={"id_prefix": prefix},
+        )
+        return plan_pipeline(file, file.pipeline[0], conf).output
+
+    def side_by_side(staging: OutputSpec, production: OutputSpec) -> subprocess.Popen[str]:
+        """Staging's task opens, then production's; staging commits, then production."""
+        here = TaskOutput(staging, 0, 0, "staging-query")
+        here.open()
+        other = subprocess.Popen(
+            [sys.executable, "-c", OTHER_DAEMON, production.encode(), "production-query"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert other.stdout is not None and other.stdin is not None
+        try:
+            assert other.stdout.readline() == "open\n"
+            here.send(staging.marker_topic, b"k", b"from this daemon", None)
+            here.commit()
+        finally:
+            other.stdin.write("go\n")
+            other.stdin.close()
+            other.wait(120)
+        return other
+
+    try:
+        staging, production = planned("staging", "staging"), planned("production", "production")
+        other = side_by_side(staging, production)
+        assert other.returncode == 0 and other.stdout is not None
+        assert other.stdout.read() == "committed\n"
+        assert [r.value for r in read_topic(conf, staging.marker_topic)] == [b"from this daemon"]
+        assert [r.value for r in read_topic(conf, production.marker_topic)] == [
+            b"from the other daemon"
+        ]
+        for env in ("staging", "production"):
+            assert groups_starting(conf, f"{env}.{name}.sink."), env
+        assert groups_starting(conf, f"enrichd.{name}.") == []
+
+        # The control: one prefix, one transactional id for both tasks.
+        forget_kept_clients()
+        with pytest.raises(KafkaException, match="(?i)fenced"):
+            side_by_side(planned("staging", "shared"), planned("production", "shared"))
     finally:  # what the task keeps would outlive the broker in this process
         forget_kept_clients()

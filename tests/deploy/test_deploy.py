@@ -20,11 +20,13 @@ from configparser import ConfigParser
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import load_pipeline_file
+from daemon.model.environment import expand_text
 from daemon.pipeline.validation import validate_pipeline_file
 from tests.kafka_helpers import client_conf, read_topic
 
@@ -105,10 +107,37 @@ def test_start_order_waits_for_kafka_health_and_the_sample_data() -> None:
     assert "kafka-broker-api-versions.sh" in " ".join(services["kafka"]["healthcheck"]["test"])
 
 
+def compose_secret(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The Spark secret the compose file gives its services, set in this process's
+    environment as compose would (its default, as SPARK_AUTHENTICATE_SECRET is unset here)."""
+    monkeypatch.delenv("SPARK_AUTHENTICATE_SECRET", raising=False)
+    services = compose()["services"]
+    given = {
+        services[name]["environment"]["SPARK_AUTHENTICATE_SECRET"]
+        for name in ("spark-master", "spark-worker", "enrichd")
+    }
+    (reference,) = given  # one secret for the whole cluster
+    secret, problems = expand_text(reference, {})
+    assert problems == [] and secret
+    monkeypatch.setenv("SPARK_AUTHENTICATE_SECRET", secret)
+    return secret
+
+
 def test_spark_master_and_worker_are_started_with_spark_class() -> None:
     services = compose()["services"]
     master, worker = services["spark-master"], services["spark-worker"]
     assert master["entrypoint"][-1] == worker["entrypoint"][-1] == "spark-class"
+    # Authenticated and encrypted, the secret from the environment into a private file that
+    # spark-class is given, never onto a command line.
+    for service in (master, worker):
+        script = service["entrypoint"][service["entrypoint"].index("-c") + 1]
+        assert script.startswith("umask 077 && printf ")
+        for setting in ("spark.authenticate=true", "spark.network.crypto.enabled=true"):
+            assert setting in script
+        assert '"$$SPARK_AUTHENTICATE_SECRET" > /tmp/spark-secured.properties' in script
+        assert script.endswith(
+            'exec spark-class "$$@" --properties-file /tmp/spark-secured.properties'
+        )
     assert master["command"][0] == "org.apache.spark.deploy.master.Master"
     assert master["command"][master["command"].index("--port") + 1] == "7077"
     assert worker["command"][:2] == [
@@ -118,7 +147,10 @@ def test_spark_master_and_worker_are_started_with_spark_class() -> None:
     assert "8080:8080" in master["ports"]
 
 
-def test_the_daemon_runs_the_mounted_demo_pipeline_against_the_stack() -> None:
+def test_the_daemon_runs_the_mounted_demo_pipeline_against_the_stack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = compose_secret(monkeypatch)
     services = compose()["services"]
     daemon = services["enrichd"]
     assert daemon["command"][:2] == ["run", "/etc/enrichd/pipelines.toml"]
@@ -135,6 +167,9 @@ def test_the_daemon_runs_the_mounted_demo_pipeline_against_the_stack() -> None:
     assert file.schema_registry is not None
     assert file.schema_registry.url == "http://schema-registry:8081"
     assert file.spark.conf["spark.driver.host"] == daemon["hostname"]
+    assert file.spark.conf["spark.authenticate"] == "true"
+    assert file.spark.conf["spark.network.crypto.enabled"] == "true"
+    assert file.spark.conf["spark.authenticate.secret"] == secret  # the master's and worker's
     (pipe,) = file.pipeline
     assert (pipe.name, pipe.joiner) == ("tweet-views", "comap")
     # The checkpoint is on the volume the worker's executors share, at the same path.
@@ -143,8 +178,11 @@ def test_the_daemon_runs_the_mounted_demo_pipeline_against_the_stack() -> None:
     assert pipe.checkpoint.is_relative_to("/var/lib/enrichd/state")
 
 
-def test_the_mounted_pipeline_is_valid_at_the_containers_paths(tmp_path: Path) -> None:
+def test_the_mounted_pipeline_is_valid_at_the_containers_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Rebuild the container's /etc/enrichd from the bind mounts, then validate there."""
+    compose_secret(monkeypatch)
     for target, source in bind_mounts(compose()["services"]["enrichd"]).items():
         assert source.exists(), f"{source} (mounted at {target}) is missing"
         where = tmp_path / target.lstrip("/")

@@ -3,7 +3,9 @@
 The master and worker are the installed pyspark's own (`spark-class`). The replay runs in a
 subprocess because this test session may already hold a local Spark session, and a JVM's
 master cannot change in-process. Only `[spark] master` and `[kafka] bootstrap_servers` of
-the example file change: the point is that an operator needs nothing else to scale out.
+the example file change, and the settings that secure Spark's own network, as
+docs/operations.md says to set them: RPC authentication and encryption, the shared secret
+from the environment (the master's and worker's from a properties file).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +29,6 @@ import pyspark
 import pytest
 
 from daemon.demos import latest_by_key
-from daemon.model.config import load_pipeline_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tweet-views.toml"
@@ -97,10 +100,26 @@ def _wait_for_line(log: Path, text: str, process: subprocess.Popen[bytes]) -> No
         time.sleep(0.2)
 
 
+SECURED = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+"""Spark's RPC authentication and encryption, on the cluster and in the pipeline file."""
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A standalone master and one worker (1 core, 1 GiB), both bound to 127.0.0.1."""
+def rpc_secret() -> str:
+    """The cluster's shared secret, made for this test."""
+    return f"rpc-secret-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, rpc_secret: str) -> Iterator[Cluster]:
+    """A standalone master and one worker (1 core, 1 GiB), both bound to 127.0.0.1, that
+    accept only applications that know ``rpc_secret`` and encrypt their traffic."""
     port, ui_port, worker_ui_port = free_port(), free_port(), free_port()
+    # The daemons' secret from a file of their user's, not their command line (docs).
+    properties = tmp_path / "spark-cluster.properties"
+    settings = {**SECURED, "spark.authenticate.secret": rpc_secret}
+    properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    properties.chmod(0o600)
     env = {
         **os.environ,
         # The installed pyspark is the Spark distribution, whatever SPARK_HOME said before.
@@ -123,6 +142,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             [
                 "org.apache.spark.deploy.master.Master",
                 *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port)),
+                *("--properties-file", str(properties)),
             ],
             found.master_log,
             env,
@@ -136,6 +156,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
                 found.url,
                 *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g"),
                 *("--webui-port", str(worker_ui_port), "--work-dir", str(found.work_dir)),
+                *("--properties-file", str(properties)),
             ],
             found.worker_log,
             env,
@@ -158,9 +179,13 @@ def cluster_pipeline_file(tmp: Path, master: str, bootstrap_servers: str) -> Pat
     text = EXAMPLE.read_text(encoding="utf-8")
     local = '[spark]\nmaster = "local[2]"\n'
     assert text.count(local) == 1, "the example's [spark] section changed; update this test"
+    secured = "".join(f'"{key}" = "{value}"\n' for key, value in SECURED.items())
     text = text.replace(
         local,
-        f'[kafka]\nbootstrap_servers = "{bootstrap_servers}"\n\n[spark]\nmaster = "{master}"\n',
+        f'[kafka]\nbootstrap_servers = "{bootstrap_servers}"\n\n[spark]\nmaster = "{master}"\n'
+        f'\n[spark.conf]\n{secured}"spark.authenticate.secret" = "${{SPARK_RPC_SECRET}}"\n'
+        # A secret for something else, which PySpark alone would put on the command line.
+        f'"spark.hadoop.fs.s3a.secret.key" = "${{S3_SECRET}}"\n\n',
     )
     # The copy lives elsewhere: its schema paths point back at the project's schemas.
     text = text.replace('"../schemas/', f'"{ROOT / "schemas"}/')
@@ -211,8 +236,43 @@ def batch_join(users: list[dict[str, Any]], tweets: list[dict[str, Any]]) -> dic
     }
 
 
-def run_replay(pipeline: Path, users: Path, tweets: Path, out: Path, dead: Path) -> str:
-    """`daemon replay` in its own process (and process group); its stderr for diagnostics."""
+class CommandLines:
+    """Every process's command line, read from /proc every half second in a thread."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> CommandLines:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while True:
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit():
+                    try:
+                        raw = (entry / "cmdline").read_bytes()
+                    except OSError:  # gone meanwhile
+                        continue
+                    self.seen[int(entry.name)] = raw.replace(b"\0", b" ").decode(errors="replace")
+            if self._stop.wait(0.5):
+                return
+
+    def showing(self, text: str) -> list[int]:
+        """The processes whose command line held ``text``."""
+        return [pid for pid, line in self.seen.items() if text in line]
+
+
+def run_replay(
+    pipeline: Path, users: Path, tweets: Path, out: Path, dead: Path, env: dict[str, str]
+) -> tuple[str, str]:
+    """`daemon replay` in its own process (and process group); its stdout and stderr."""
     replay = subprocess.Popen(
         [
             sys.executable,
@@ -222,33 +282,45 @@ def run_replay(pipeline: Path, users: Path, tweets: Path, out: Path, dead: Path)
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1"},
+        env={
+            **os.environ,
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            **env,
+        },
         start_new_session=True,
     )
     try:
-        _, err = replay.communicate(timeout=REPLAY_TIMEOUT_S)
+        out, err = replay.communicate(timeout=REPLAY_TIMEOUT_S)
     finally:
         _stop(replay)
     stderr = err.decode(errors="replace")
     assert replay.returncode == 0, stderr
-    return stderr
+    return out.decode(errors="replace"), stderr
 
 
-def test_example_pipeline_runs_on_a_standalone_cluster(
-    cluster: Cluster, broker: Any, tmp_path: Path
+def test_example_pipeline_runs_on_a_secured_standalone_cluster(
+    cluster: Cluster, broker: Any, tmp_path: Path, rpc_secret: str
 ) -> None:
+    s3_secret = f"s3-secret-{uuid.uuid4().hex}"
+    env = {
+        "SPARK_RPC_SECRET": rpc_secret,
+        "S3_SECRET": s3_secret,
+        "ENRICHD_SPARK_LOG": str(tmp_path / "spark.log"),
+    }
     pipeline = cluster_pipeline_file(tmp_path, cluster.url, broker.bootstrap_servers)
-    assert load_pipeline_file(pipeline).spark.master == cluster.url
     users, tweets = recorded_inputs()
     out, dead = tmp_path / "views.jsonl", tmp_path / "dead.jsonl"
 
-    stderr = run_replay(
-        pipeline,
-        write_jsonl(tmp_path / "users.jsonl", users),
-        write_jsonl(tmp_path / "tweets.jsonl", tweets),
-        out,
-        dead,
-    )
+    with CommandLines() as commands:
+        stdout, stderr = run_replay(
+            pipeline,
+            write_jsonl(tmp_path / "users.jsonl", users),
+            write_jsonl(tmp_path / "tweets.jsonl", tweets),
+            out,
+            dead,
+            env,
+        )
 
     views = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert latest_by_key(views) == batch_join(users, tweets)
@@ -261,4 +333,23 @@ def test_example_pipeline_runs_on_a_standalone_cluster(
     assert [app["name"] for app in apps] == ["enrichd"]
     executor_logs = list((cluster.work_dir / apps[0]["id"]).glob("*/stderr"))
     assert len(executor_logs) == 1, f"executor logs: {executor_logs}"
-    assert "Running task" in executor_logs[0].read_text(errors="replace")
+    executor_log = executor_logs[0].read_text(errors="replace")
+    assert "Running task" in executor_log
+
+    # With authentication and encryption on: the executor was started with them (the
+    # worker's launch command heads its log) and talked to the driver, which it could only
+    # do knowing the secret, handed to it by the worker outside its command line.
+    command = next(line for line in executor_log.splitlines() if "Executor Command" in line)
+    assert "-Dspark.authenticate=true" in command
+    assert "-Dspark.network.crypto.enabled=true" in command
+    # No secret on any command line while it ran: the driver's JVM (its settings in a file),
+    # the executor, the workers' Python processes; the watcher saw them all.
+    assert commands.showing("org.apache.spark.deploy.SparkSubmit")
+    assert commands.showing("CoarseGrainedExecutorBackend")
+    for secret in (rpc_secret, s3_secret):
+        assert commands.showing(secret) == [], "a secret on a command line"
+        # ...nor in anything printed or logged: the replay's output, Spark's logs.
+        printed = [stdout, stderr, out.read_text(), (tmp_path / "spark.log").read_text()]
+        printed += [cluster.master_log.read_text(), cluster.worker_log.read_text()]
+        printed += [log.read_text() for log in (cluster.work_dir / apps[0]["id"]).glob("*/std*")]
+        assert not [text for text in printed if secret in text], "a secret printed"

@@ -22,7 +22,7 @@ from daemon.model.routing import bucket_labels
 from daemon.pipeline.checkpoint import SHAPE_FILE, check_checkpoint
 from daemon.state.render import iso_ms, to_json
 from tests.fixtures.checkpoint_format_1 import FIXTURE, kept_copy, moved_to
-from tests.kafka_helpers import In, produce, run_pipeline
+from tests.kafka_helpers import In, groups_starting, produce, run_pipeline
 from tests.state_helpers import TWEETS, Tweets, daemon, joined, listing, one_error_line, tweet, user
 
 
@@ -142,8 +142,10 @@ def test_reset_to_a_time_reads_exactly_the_records_from_there(
     """Ten users, then twenty tweets of them: each tweet makes one view. Reset to the time of
     tweet 12 keeping the state, the next run reads tweets 12-19 again and views them again
     (the users are in the kept state); reset to the time of user 8 dropping it, the next run
-    reads users 8-9 and every tweet, and views only the tweets of users 8 and 9."""
-    tweets = Tweets(broker, tmp_path)
+    reads users 8-9 and every tweet, and views only the tweets of users 8 and 9. Each reset
+    deletes the marker groups of the checkpoint it replaces ([kafka] id_prefix's)."""
+    tweets = Tweets(broker, tmp_path, id_prefix="reset-env")
+    markers = f"reset-env.{tweets.name}.sink."
     tweets.produce(
         users=[user(i, 1000 + i) for i in range(10)],
         tweets=[tweet(t, t % 10, 2000 + t) for t in range(20)],
@@ -151,10 +153,15 @@ def test_reset_to_a_time_reads_exactly_the_records_from_there(
     tweets.run(spark)
     first = tweets.views()
     assert sorted(view["id"] for view in first) == list(range(20))
+    old_markers = groups_starting(tweets.conf, markers)
+    assert old_markers, "the run left no marker groups named by its id_prefix"
+    assert groups_starting(tweets.conf, f"enrichd.{tweets.name}.") == []
 
     done = daemon(capsys, "reset", str(tweets.path), "--to", "2012", "--keep-state", "--yes")
     assert done.code == 0, done.err
     assert "state kept" in done.out
+    assert f"deleted the old checkpoint's marker groups: {', '.join(old_markers)}" in done.out
+    assert groups_starting(tweets.conf, markers) == []
     backups = list(tmp_path.glob("checkpoint.before-reset-*"))
     assert len(backups) == 1 and (backups[0] / "commits" / "0").exists()
     assert tweets.run(spark) == [0]  # a new checkpoint: its micro-batches count from 0
@@ -163,11 +170,15 @@ def test_reset_to_a_time_reads_exactly_the_records_from_there(
     assert sorted(again.elements()) == list(range(12, 20))
     assert all(view["author"]["id"] == view["tweet"]["author_id"] for view in second)
 
+    new_markers = groups_starting(tweets.conf, markers)
+    assert new_markers and not set(new_markers) & set(old_markers)
+
     iso = iso_ms(1008)
     assert iso is not None
     done = daemon(capsys, "reset", str(tweets.path), "--to", iso, "--yes")
     assert done.code == 0, done.err
     assert "state dropped" in done.out
+    assert groups_starting(tweets.conf, markers) == []
     tweets.run(spark)
     last = Counter(view["id"] for view in tweets.views()) - Counter(view["id"] for view in second)
     assert sorted(last.elements()) == [t for t in range(20) if t % 10 in (8, 9)]
@@ -203,9 +214,13 @@ def test_rescale_moves_the_state_into_other_buckets_and_partitions(
     tweets.run(spark)
     before = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "3").out)
 
+    markers = f"enrichd.{tweets.name}.sink."  # the default id_prefix
+    assert groups_starting(tweets.conf, markers)
     tweets.write(buckets=4, partitions=1)
     done = daemon(capsys, "rescale", str(tweets.path), "--yes")
     assert done.code == 0, done.err
+    assert "deleted the old checkpoint's marker groups" in done.out
+    assert groups_starting(tweets.conf, markers) == []
     assert "from 32 buckets over 2 shuffle partitions into 4 buckets over 1" in done.out
     moved = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "3").out)
     assert moved["state"] == before["state"] and moved["bucket"] in bucket_labels(4)

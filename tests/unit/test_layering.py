@@ -20,6 +20,7 @@ PACKAGE = ROOT / "daemon"
 LAYERS = (
     "daemon.secrets",  # keeping secrets out of what enrichd prints
     "daemon.errors",  # the one exception root
+    "daemon.private_paths",  # the daemon's own folders and files, 0700 and 0600
     "daemon.signals",  # a stop signal as a request
     "daemon.model",  # the vocabulary: pipeline file, wire rows, routing, constants
     "daemon.formats",  # Avro, Kafka keys, the registry, each input's codecs

@@ -29,13 +29,38 @@ from daemon.service.logs import JsonFormatter, TextFormatter
         "bearer.auth.token",
         "bearer.auth.client.secret",
         "ssl.key.pem",
+        # [spark.conf]: every setting whose name says secret, password, token, credential
+        # or key, in Spark's camelCase too.
+        "spark.hadoop.fs.s3a.secret.key",
+        "spark.hadoop.fs.s3a.access.key",
+        "spark.authenticate.secret",
+        "spark.ssl.keyPassword",
+        "spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net",
+        "spark.hadoop.aws.credentials",
+        "spark.kubernetes.authenticate.oauthToken",
+        "apiKey",
     ],
 )
 def test_secret_settings_are_known_by_name(key: str) -> None:
     assert is_secret_key(key)
 
 
-@pytest.mark.parametrize("key", ["sasl.username", "security.protocol", "ssl.ca.location", "url"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sasl.username",
+        "security.protocol",
+        "ssl.ca.location",
+        "url",
+        # Named for a key or secret, but holding a path, a size or a switch.
+        "ssl.key.location",
+        "spark.authenticate.secret.file",
+        "spark.io.encryption.keySizeBits",
+        "basic.auth.credentials.source",
+        "sasl.oauthbearer.token.endpoint.url",
+        "spark.security.credentials.hive.enabled",
+    ],
+)
 def test_other_settings_are_not_secret(key: str) -> None:
     assert not is_secret_key(key)
 
@@ -199,3 +224,17 @@ def test_a_value_read_from_a_file_is_masked_whatever_setting_it_fills(tmp_path: 
     (tmp_path / "id").write_text("pw-file-not-by-name\n")
     expand_environment(Path("p.toml"), {"client.id": f"${{file:{tmp_path / 'id'}}}"}, {})
     assert redact("client pw-file-not-by-name refused") == "client *** refused"
+
+
+def test_spark_settings_are_masked_but_switches_and_paths_are_not() -> None:
+    remember(
+        {
+            "spark.hadoop.fs.s3a.secret.key": "s3-planted-secret",
+            "spark.authenticate.secret": "rpc-planted-secret",
+            "spark.authenticate.secret.file": "/etc/spark/secret-path",
+            "spark.authenticate": "true",
+            "spark.some.token.renewal": "false",
+        }
+    )
+    text = "s3-planted-secret rpc-planted-secret /etc/spark/secret-path true false"
+    assert redact(text) == "*** *** /etc/spark/secret-path true false"

@@ -181,3 +181,22 @@ def test_secondary_outputs_resolve_their_schema_paths(tmp_path: Path) -> None:
     (pipe,) = load_pipeline_file(write(tmp_path, text)).pipeline
     assert pipe.outputs["totals"].topic == "t"
     assert pipe.outputs["totals"].schema_file == tmp_path.resolve() / "totals.avsc"
+
+
+def test_id_prefix_defaults_to_todays_names_and_takes_one_per_environment(
+    tmp_path: Path,
+) -> None:
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).kafka.id_prefix == "enrichd"
+    staged = load_pipeline_file(write(tmp_path, '[kafka]\nid_prefix = "staging"\n' + MINIMAL))
+    assert staged.kafka.id_prefix == "staging"
+    (problem,) = problems_of(write(tmp_path, '[kafka]\nid_prefix = "a b"\n' + MINIMAL))
+    assert "kafka.id_prefix" in problem
+
+
+def test_the_commit_turn_is_unset_unless_forced_either_way(tmp_path: Path) -> None:
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).kafka.commit_turn is None
+    for value in (True, False):
+        text = f"[kafka]\ncommit_turn = {str(value).lower()}\n" + MINIMAL
+        assert load_pipeline_file(write(tmp_path, text)).kafka.commit_turn is value
+    (problem,) = problems_of(write(tmp_path, '[kafka]\ncommit_turn = "sometimes"\n' + MINIMAL))
+    assert "kafka.commit_turn" in problem

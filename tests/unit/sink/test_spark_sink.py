@@ -46,7 +46,7 @@ def recording_output() -> tuple[TaskOutput, RecordingProducer]:
     """An at-least-once task output whose producer records what it is given."""
     spec = OutputSpec("views", {}, "at_least_once", "views")
     producer = RecordingProducer()
-    task_output._PRODUCERS["idempotent.views"] = producer
+    task_output._PRODUCERS["idempotent.enrichd.views"] = producer
     return TaskOutput(spec, 3, 7, "query"), producer
 
 

@@ -67,7 +67,7 @@ def refusing_output(
         "views",
         dead_letter_topic=dead_letter_topic,
     )
-    task_output._PRODUCERS["idempotent.views"] = producer
+    task_output._PRODUCERS["idempotent.enrichd.views"] = producer
     return TaskOutput(spec, 0, 4, "query")
 
 

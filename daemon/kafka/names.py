@@ -1,0 +1,49 @@
+"""What enrichd names on a Kafka cluster: its transactional ids and consumer groups.
+
+Every one starts with ``[kafka] id_prefix`` and a dot (``enrichd.`` by default), so that two
+environments of one pipeline on one cluster (staging and production, say) never share one,
+and so that one prefixed ACL on groups and one on transactional ids cover a pipeline
+(docs/connecting.md, "What a pipeline may do on the cluster"):
+
+- ``<prefix>.<pipeline>.<task>``: the transactional id of each task of the joiner operator
+  (:mod:`daemon.sink.task_output`); two producers of one id fence each other off.
+- ``<prefix>.<pipeline>.sink.<query id>.<task>``: the group whose committed offset marks the
+  task's last committed micro-batch, per query (a new checkpoint, a new query id).
+- ``<prefix>.reader``: the group every reader names, as librdkafka's consumers must, though
+  they read by ``assign()`` and never join it or commit to it. (librdkafka still looks up
+  its coordinator, which a cluster with ACLs allows only to a principal that may describe
+  the group.)
+
+Example:
+    >>> transactional_id("staging", "tweet-views", 1)
+    'staging.tweet-views.1'
+    >>> marker_group("staging", "tweet-views", "5f0c", 1)
+    'staging.tweet-views.sink.5f0c.1'
+    >>> marker_group("staging", "tweet-views", "5f0c", 1).startswith(
+    ...     marker_groups_of("staging", "tweet-views", "5f0c"))
+    True
+"""
+
+from __future__ import annotations
+
+from daemon.model.constants import DEFAULT_ID_PREFIX
+
+
+def transactional_id(prefix: str, pipeline: str, task: int) -> str:
+    """The transactional id of task ``task`` of ``pipeline``'s writer."""
+    return f"{prefix}.{pipeline}.{task}"
+
+
+def marker_groups_of(prefix: str, pipeline: str, query_id: str) -> str:
+    """What the names of one query's marker groups start with."""
+    return f"{prefix}.{pipeline}.sink.{query_id}."
+
+
+def marker_group(prefix: str, pipeline: str, query_id: str, task: int) -> str:
+    """The group whose committed offset marks task ``task``'s last committed micro-batch."""
+    return f"{marker_groups_of(prefix, pipeline, query_id)}{task}"
+
+
+def reader_group(prefix: str = DEFAULT_ID_PREFIX) -> str:
+    """The group id every reader names (never joined, never committed to)."""
+    return f"{prefix}.reader"
