@@ -28,6 +28,8 @@ LONGEST_FIRST = (
     "tests/bench/test_bench_smoke.py",
     "tests/joins/test_micro_batches.py",
     "tests/delivery/test_crash_recovery.py",
+    "tests/service/test_nothing_lost.py",
+    "tests/commands/test_verify.py",
     "tests/service/test_service.py",
     "tests/commands/test_demos.py",
     "tests/service/test_observability.py",
@@ -35,6 +37,9 @@ LONGEST_FIRST = (
     "tests/delivery/test_kafka_sink.py",
     "tests/joins/test_lookup_versioned.py",
     "tests/service/test_spark_cluster.py",
+    "tests/delivery/test_output_rejected.py",
+    "tests/service/test_task_failure.py",
+    "tests/connecting/test_connecting_verify.py",
 )
 
 
