@@ -80,7 +80,7 @@ def positions(
             if described is None or described.error is not None:
                 raise ConfigError(f"topic {topic!r} does not exist; create it or fix `topic`")
             partitions.extend((topic, partition) for partition in sorted(described.partitions))
-        starts = log_starts({**client_conf, **_READER}, partitions)
+        starts = log_starts({**client_conf, **_READER, "group.id": group}, partitions)
         for topic, partition in partitions:
             name = partition_name(topic, partition)
             tp = TopicPartition(topic, partition)

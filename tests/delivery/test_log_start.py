@@ -83,12 +83,15 @@ def test_a_new_query_reads_from_the_log_start_where_list_offsets_says_later(
 def test_a_reset_to_earliest_starts_at_the_log_start(
     proxied: ListOffsetsProxy, fresh_topic: Callable[[str], str]
 ) -> None:
+    from daemon.kafka.names import reader_group
+    from daemon.model.constants import DEFAULT_ID_PREFIX
     from daemon.state.positions import positions
 
     topic = fresh_topic("reset-start")
     conf = two_batches_listed_from_the_second(proxied, topic)
 
-    assert positions(conf, [topic], "earliest") == {f"{topic}/0": 0}
+    group = reader_group(DEFAULT_ID_PREFIX)
+    assert positions(conf, [topic], "earliest", group) == {f"{topic}/0": 0}
 
 
 def test_the_demo_viewer_shows_every_view_from_the_log_start(
