@@ -237,10 +237,14 @@ def batch_join(users: list[dict[str, Any]], tweets: list[dict[str, Any]]) -> dic
 
 
 class CommandLines:
-    """Every process's command line, read from /proc every half second in a thread."""
+    """Every process's command line, read from /proc every half second in a thread.
+
+    Every line a pid ever showed is kept: pids are reused (the suite starts thousands of
+    processes), and keeping only the last line let a later process hide the executor's.
+    """
 
     def __init__(self) -> None:
-        self.seen: dict[int, str] = {}
+        self.seen: dict[int, set[str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -260,13 +264,14 @@ class CommandLines:
                         raw = (entry / "cmdline").read_bytes()
                     except OSError:  # gone meanwhile
                         continue
-                    self.seen[int(entry.name)] = raw.replace(b"\0", b" ").decode(errors="replace")
+                    line = raw.replace(b"\0", b" ").decode(errors="replace")
+                    self.seen.setdefault(int(entry.name), set()).add(line)
             if self._stop.wait(0.5):
                 return
 
     def showing(self, text: str) -> list[int]:
         """The processes whose command line held ``text``."""
-        return [pid for pid, line in self.seen.items() if text in line]
+        return [pid for pid, lines in self.seen.items() if any(text in line for line in lines)]
 
 
 def run_replay(
