@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.verify.child import descendants
 from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic
 from tests.state_helpers import TWEETS, USERS, VIEWS, comap_toml
 
@@ -192,27 +193,6 @@ class Scenario:
             assert process.poll() is None, f"daemon run exited early:\n{self.log_text()[-3000:]}"
             assert time.monotonic() < deadline, f"{missing}:\n{self.log_text()}"
             time.sleep(interval_s)
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid``, from /proc (Spark's Python workers leave its group)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat.rpartition(")")[2].split()[1])
-            children.setdefault(parent, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def crash(process: subprocess.Popen[bytes]) -> None:
