@@ -23,24 +23,11 @@ import struct
 import threading
 from typing import Any
 
+from tests.scram_proxy import _read_frame
+
 _LIST_OFFSETS, _API_VERSIONS = 2, 18
 _MAX_LIST_OFFSETS = 5
 _EARLIEST = -2
-
-
-def _read_exact(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    (size,) = struct.unpack(">i", _read_exact(sock, 4))
-    return _read_exact(sock, size)
 
 
 def _send_frame(sock: socket.socket, payload: bytes | bytearray) -> None:
