@@ -175,6 +175,55 @@ def test_one_daemon_per_checkpoint_a_statefulset_of_one(overlay: str) -> None:
         assert claims == ["state"]
 
 
+def test_every_spark_process_of_the_cluster_authenticates_with_a_secret_on_no_command_line(
+    tmp_path: Path,
+) -> None:
+    """The spark-cluster overlay turns on Spark's RPC authentication and encryption on the
+    master, the workers and the daemon (the executors get it from their worker), each taking
+    the one Secret's value from its environment. The master's and workers' shell, run here
+    with a stand-in ``spark-class``, writes it into a 0600 properties file it passes on."""
+    docs = rendered("spark-cluster")
+    secret = named(docs, "Secret", "enrichd-spark-auth")["stringData"]["secret"]
+    daemon = daemon_of(docs)
+    conf = toml(pipeline_file(docs, daemon)[0])["spark"]["conf"]
+    assert conf["spark.authenticate"] == conf["spark.network.crypto.enabled"] == "true"
+    assert conf["spark.authenticate.secret"] == "${SPARK_AUTHENTICATE_SECRET}"
+    spark_class = tmp_path / "bin" / "spark-class"
+    spark_class.parent.mkdir()
+    spark_class.write_text('#!/bin/sh\necho "$@"\n', encoding="utf-8")
+    spark_class.chmod(0o755)
+    master = named(docs, "StatefulSet", "enrichd-spark-master")
+    worker = named(docs, "Deployment", "enrichd-spark-worker")
+    for workload in (daemon, master, worker):
+        box = pod_template(workload)["spec"]["containers"][0]
+        env = {e["name"]: e for e in box.get("env", [])}
+        source = env["SPARK_AUTHENTICATE_SECRET"]["valueFrom"]["secretKeyRef"]
+        assert source == {"name": "enrichd-spark-auth", "key": "secret"}
+        command = box.get("command", []) + box.get("args", [])
+        assert not any(secret in part for part in command)
+        if workload is daemon:
+            continue
+        properties = tmp_path / f"{workload['kind']}.properties"
+        tini, dashes, sh, c, script, *rest = command  # rest: $0, then the class and its args
+        assert (tini, dashes, sh, c) == ("tini", "--", "sh", "-c")
+        script = script.replace("/tmp/spark-secured.properties", str(properties))  # noqa: S108
+        done = subprocess.run(
+            ["sh", "-c", script, *rest],
+            env={"PATH": f"{spark_class.parent}:/usr/bin:/bin", "SPARK_AUTHENTICATE_SECRET": "s3"},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert done.stdout.split()[-2:] == ["--properties-file", str(properties)]
+        assert done.stdout.split()[0] == rest[1]  # the Spark class, then its own arguments
+        assert properties.stat().st_mode & 0o777 == 0o600
+        assert properties.read_text(encoding="utf-8").splitlines() == [
+            "spark.authenticate=true",
+            "spark.network.crypto.enabled=true",
+            "spark.authenticate.secret=s3",
+        ]
+
+
 @pytest.mark.parametrize("overlay", OVERLAY_NAMES)
 def test_every_pod_is_restricted_and_writes_only_to_its_volumes(overlay: str) -> None:
     docs = rendered(overlay)
@@ -252,8 +301,12 @@ def test_the_pipeline_file_is_valid_in_the_image_where_the_pod_mounts_it(
         folder.chmod(0o755)
         for file in folder.iterdir():
             file.chmod(0o644)  # read by the image's user
+    environment = [  # what the pod takes from Secrets into its environment
+        f"--env={name}=enrichd-stand-in"
+        for name in sorted(set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", text)))
+    ]
     done = podman(
-        "run", "--rm", "--network", "none", "--read-only",
+        "run", "--rm", "--network", "none", "--read-only", *environment,
         "-v", f"{config}:{str(Path(path).parent)}:ro",
         "-v", f"{secrets}:/etc/enrichd/secrets:ro",
         image, "validate", "--offline", path,
