@@ -3,9 +3,10 @@
 How it works: the file is checked and every pipeline planned (joiner, schemas, topics) before
 Spark starts, so a configuration problem ends the process at once with one line and exit code
 1; a broker that does not answer yet is waited for, with backoff. Then one Spark session runs
-one streaming query per pipeline. A query that fails is logged with its pipeline's name and
-started again from its checkpoint after a delay that doubles from 1 s to 60 s, and goes back
-to 1 s once a restarted query completes a micro-batch. Failures after start-up never end the
+one streaming query per pipeline, started one after another (:func:`settled`). A query that
+fails is logged with its pipeline's name and started again from its checkpoint after a delay
+that doubles from 1 s to 60 s, and goes back to 1 s once a restarted query completes a
+micro-batch. Failures after start-up never end the
 process. A failure is logged as one line naming the pipeline, its joiner and the error (for
 a Python exception in a Spark task, its class and message); the task's traceback goes with
 it, as the JSON log's ``traceback`` field. A micro-batch that fails the same way
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("enrichd.service")
 
 MAX_RESTART_DELAY_S = 60.0
+START_WAIT_S = 30.0
+"""The longest a pipeline's start waits for the pipeline started before it (:func:`settled`)."""
 _POLL_S = 0.5
 _KAFKA_TRY_S = 30.0
 """Ample time for one try to reach Kafka (a metadata request waits up to 10 s)."""
@@ -71,6 +74,26 @@ _KAFKA_TRY_S = 30.0
 def restart_delay(failures: int) -> float:
     """Seconds to wait before restarting after the ``failures``-th failure in a row (1, 2, ...)."""
     return float(min(MAX_RESTART_DELAY_S, 2.0 ** max(failures - 1, 0)))
+
+
+def settled(pipe: Supervised, since: float, now: float) -> bool:
+    """Whether the pipeline started at ``since`` lets the next one start.
+
+    Pipelines start one after another: a query's first micro-batch starts a chain of Python
+    processes (docs/operations.md, "Start-up and rolling restarts"), and Spark gives most of
+    them 10 s to connect back to its JVM, a limit no setting changes. The five queries of
+    ``daemon verify --joiner all`` starting at once on two cores at load 9-18 missed it
+    again and again: each miss fails the query, which is restarted with backoff. So the next
+    pipeline starts once this one has reported progress (its first micro-batch, or Spark's
+    idle report), has failed, or has had :data:`START_WAIT_S`.
+    """
+    query = pipe.query
+    return (
+        query is None  # it could not start: its restart is scheduled
+        or not query.isActive
+        or query.lastProgress is not None
+        or now - since >= START_WAIT_S
+    )
 
 
 @dataclass
@@ -321,13 +344,19 @@ def run_service(
         request.install()  # again: PySpark installs its own SIGINT handler as it starts
     stuck_after = file.service.stuck_after_failures
     pipelines = [Supervised(ops.instrument(plan), stuck_after=stuck_after) for plan in plans]
-    for pipe in pipelines:
-        pipe.start(spark, "started", time.monotonic())
-    ops.tick(pipelines, time.monotonic())
-    while not request.sleep(_POLL_S):
-        for pipe in pipelines:
-            pipe.check(spark, time.monotonic())
-        ops.tick(pipelines, time.monotonic())
+    waiting, started = list(pipelines), list[Supervised]()
+    since = 0.0
+    while True:
+        now = time.monotonic()
+        for pipe in started:
+            pipe.check(spark, now)
+        if waiting and (not started or settled(started[-1], since, now)):
+            started.append(waiting.pop(0))
+            started[-1].start(spark, "started", now)
+            since = now
+        ops.tick(pipelines, now)
+        if request.sleep(_POLL_S):
+            break
     ops.stopping()
     now = time.monotonic()
     log.info("stopping: letting micro-batches in flight finish (up to %.0f s)", stop_timeout_s)

@@ -133,3 +133,19 @@ def test_a_micro_batch_that_goes_through_clears_stuck(
     pipe.query = FakeQuery(TASK_ERROR)
     pipe.check(None, now + 20)  # type: ignore[arg-type]
     assert (pipe.same_failures, pipe.stuck) == (1, None)
+
+
+def test_the_next_pipeline_starts_once_the_last_progressed_failed_or_waited_long_enough(
+    tmp_path: Path,
+) -> None:
+    waiting = pipeline(tmp_path)
+    waiting.query = FakeQuery()
+    assert not service.settled(waiting, since=10.0, now=10.0 + service.START_WAIT_S - 0.5)
+    assert service.settled(waiting, since=10.0, now=10.0 + service.START_WAIT_S)
+    progressed = pipeline(tmp_path)
+    progressed.query = FakeQuery(progress={"batchId": 0})
+    failed = pipeline(tmp_path)
+    failed.query = FakeQuery("boom")
+    not_started = pipeline(tmp_path)  # its start raised: a restart is scheduled
+    for pipe in (progressed, failed, not_started):
+        assert service.settled(pipe, since=10.0, now=10.5)
