@@ -49,6 +49,22 @@ known when the record is sent, where it is counted: a record that may be near th
 (:data:`NEAR_LIMIT_SLACK`) ends the holding back, so that it and everything after it are
 produced as they come. A dead letter too large for its own topic keeps its headers and the
 start of its value, with an :data:`CUT_HEADER` header giving the value's whole length.
+
+A record the broker refuses (larger than the topic's ``max.message.bytes``, failing its
+validation: :data:`~daemon.sink.refusals.REFUSALS`) fails its delivery, which makes the
+transaction abortable: the commit raises the error, or a record produced as it comes meets
+``_STATE`` first. So the task keeps every record it put into the transaction (a refused
+one's dead letter in its place), up to :data:`HELD_RECORDS`, and writes them all again
+(:meth:`TaskOutput._write_again`): a new producer takes the id over, as at the start of a
+task, opens a transaction with the marker and sends one record per batch, so that the
+broker's answer is about that record alone; each refused record becomes an
+:data:`OUTPUT_REJECTED` dead letter with the broker's error and the source record's
+provenance, in the next round, until one commits. The other records are written once, in
+the transaction that commits; readers never see the aborted ones (Tansu, the test broker,
+shows them all the same: ``tests/committed_read.py``). A task that let go of its records
+(more than :data:`HELD_RECORDS`), and a dead letter refused in turn, fail the task with
+one line naming the record's source, as Kafka Streams fails on a record it cannot send by
+default: the micro-batch is retried, and reported as stuck if it keeps failing.
 """
 
 from __future__ import annotations
