@@ -120,9 +120,9 @@ _CUT_SLACK = 1_024
 """Bytes a cut dead letter leaves for the record's framing (librdkafka counts tens)."""
 HELD_RECORDS = 100_000
 _ABORT_WAIT_S = 2.0
+"""How long the abort of a transaction with a refused record may wait (see _abort_refused)."""
 _FLUSH_STEP_S = 0.2
 """How often a task writing its output again looks for a refusal while it flushes."""
-"""How long the abort of a transaction with a refused record may wait (see _abort_refused)."""
 """Records a task holds back before it starts producing them (see the module docstring)."""
 _DELIVERY_REPORTS = {"delivery.report.only.error": True}
 """An at-least-once task only needs to hear of failed deliveries; a report per record is a
@@ -184,10 +184,12 @@ class TaskOutput:
         self._opened = False
         self._held: list[tuple[Any, ...]] | None = []
         """Records sent but not yet produced; None once they go out as they come."""
-        self._written: list[tuple[Any, ...]] | None = []
+        self._written: list[tuple[Any, ...]] | None = (
+            [] if spec.delivery == "exactly_once" else None
+        )
         """Records produced (a client-refused one's dead letter in its place), kept to write
         them again if the broker refuses one (:meth:`_write_again`); None past
-        :data:`HELD_RECORDS`."""
+        :data:`HELD_RECORDS`, and without a transaction to write again."""
         self._doomed: BaseException | None = None
         """What made the transaction abortable while records went out as they came: the rest
         wait in :attr:`_written` for :meth:`_write_again`."""
