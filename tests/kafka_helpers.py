@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.clients import Deliveries, read_partition
 from daemon.model.config import PipelineConfig, PipelineFile, parse_pipeline_file
 from daemon.replay import ReplayResult, replay
@@ -38,6 +39,22 @@ class In:
     key: bytes | None = None
     timestamp: int | None = None
     partition: int | None = None
+
+
+USERS = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
+TWEETS = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))
+VIEWS = AvroCodec(load_schema_file(SCHEMAS / "tweet_view.avsc"))
+
+
+def user(user_id: int, name: str, timestamp: int) -> In:
+    """A user record of the tweet-views pipelines, keyed by its id."""
+    return In(USERS.encode({"id": user_id, "name": name}), str(user_id).encode(), timestamp)
+
+
+def tweet(tweet_id: int, author: int, content: str = "hi") -> In:
+    """A tweet record of the tweet-views pipelines, keyed by its id, at 10,000 + its id."""
+    value = TWEETS.encode({"id": tweet_id, "author_id": author, "content": content})
+    return In(value, str(tweet_id).encode(), 10_000 + tweet_id)
 
 
 def client_conf(servers: str) -> dict[str, str]:

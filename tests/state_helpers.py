@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import sys
 import uuid
 from dataclasses import dataclass
@@ -12,17 +13,22 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
-from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.comap import CoMap
 from daemon.model.config import load_pipeline_file
 from daemon.pipeline.checkpoint import check_checkpoint
 from daemon.testing import run_joiner
-from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, produce, read_topic
+from tests.kafka_helpers import (
+    SCHEMAS,
+    TWEETS,
+    USERS,
+    VIEWS,
+    In,
+    client_conf,
+    create_topic,
+    produce,
+    read_topic,
+)
 from tests.kafka_helpers import run_pipeline as run_query
-
-USERS = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
-TWEETS = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))
-VIEWS = AvroCodec(load_schema_file(SCHEMAS / "tweet_view.avsc"))
 
 COMAP = """\
 [kafka]
@@ -31,11 +37,14 @@ bootstrap_servers = "{servers}"
 [spark]
 master = "local[2]"
 {spark_conf}
+"""
+
+COMAP_PIPELINE = """\
 [[pipeline]]
 name = "{name}"
 joiner = "comap"
 checkpoint = "{checkpoint}"
-dead_letter_topic = "{name}.dlq"
+dead_letter_topic = "{dead_letters}"
 state_buckets = {buckets}
 {settings}
 
@@ -71,7 +80,7 @@ def comap_toml(
     checkpoint: Path,
     buckets: int = 32,
     partitions: int | None = None,
-    settings: dict[str, int] | None = None,
+    settings: dict[str, int | str] | None = None,
     id_prefix: str | None = None,
 ) -> Path:
     """Write the tweet-views ``comap`` pipeline on the given topics to ``path``; return it.
@@ -81,22 +90,52 @@ def comap_toml(
     """
     setting = f'"spark.sql.shuffle.partitions" = "{partitions}"'
     conf = "" if partitions is None else f"conf = {{ {setting} }}\n"
-    path.write_text(
-        COMAP.format(
-            servers=servers,
-            kafka_settings="" if id_prefix is None else f'id_prefix = "{id_prefix}"\n',
-            spark_conf=conf,
-            name=name,
-            checkpoint=checkpoint,
-            buckets=buckets,
-            settings="".join(f"{key} = {value}\n" for key, value in (settings or {}).items()),
-            users=users,
-            tweets=tweets,
-            output=output,
-            schemas=SCHEMAS,
-        )
+    header = COMAP.format(
+        servers=servers,
+        kafka_settings="" if id_prefix is None else f'id_prefix = "{id_prefix}"\n',
+        spark_conf=conf,
     )
+    pipeline = comap_pipeline(
+        name=name,
+        users=users,
+        tweets=tweets,
+        output=output,
+        checkpoint=checkpoint,
+        buckets=buckets,
+        settings=settings,
+    )
+    path.write_text(header + pipeline)
     return path
+
+
+def comap_pipeline(
+    *,
+    name: str,
+    users: str,
+    tweets: str,
+    output: str,
+    checkpoint: Path,
+    dead_letters: str | None = None,
+    buckets: int = 32,
+    settings: dict[str, int | str] | None = None,
+) -> str:
+    """The ``[[pipeline]]`` tables of the tweet-views ``comap`` pipeline on the given topics.
+
+    ``dead_letters``: its dead-letter topic (None: ``NAME.dlq``); ``settings``: more of the
+    pipeline's settings (``max_records_per_batch = 5``, ``on_missing_offsets = "fail"``).
+    """
+    more = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (settings or {}).items())
+    return COMAP_PIPELINE.format(
+        name=name,
+        checkpoint=checkpoint,
+        dead_letters=dead_letters or f"{name}.dlq",
+        buckets=buckets,
+        settings=more,
+        users=users,
+        tweets=tweets,
+        output=output,
+        schemas=SCHEMAS,
+    )
 
 
 @dataclass(frozen=True)

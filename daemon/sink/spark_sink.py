@@ -146,6 +146,7 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
     now_ms = time.time_ns() // 1_000_000
     tallies = {topic: latency.tally(found, now_ms) for topic, found in stamps.items()}
     if output.opened:
+        output.reports_refusals = False  # its dead letters are counted below, with the rest
         output.commit()
         _add(counts["records"], output.records)
         _add(counts["dead_letters"], output.dead_letters)

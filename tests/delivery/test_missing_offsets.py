@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
-from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from tests.kafka_helpers import (
-    SCHEMAS,
+    VIEWS,
     In,
     client_conf,
     comap_file,
@@ -28,27 +27,14 @@ from tests.kafka_helpers import (
     read_topic,
     recreate_topic,
     run_pipeline,
+    tweet,
+    user,
 )
-
-USERS = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
-TWEETS = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))
-VIEWS = AvroCodec(load_schema_file(SCHEMAS / "tweet_view.avsc"))
-
-
-def user(user_id: int, name: str, timestamp: int) -> In:
-    return In(USERS.encode({"id": user_id, "name": name}), str(user_id).encode(), timestamp)
 
 
 def tweets(ids: range) -> list[In]:
     """Tweets by users 1 (even ids) and 2 (odd ids)."""
-    return [
-        In(
-            TWEETS.encode({"id": i, "author_id": 1 + i % 2, "content": f"tweet {i}"}),
-            str(i).encode(),
-            timestamp=10_000 + i,
-        )
-        for i in ids
-    ]
+    return [tweet(i, 1 + i % 2, f"tweet {i}") for i in ids]
 
 
 def test_topics_recreated_under_a_stopped_pipeline_are_read_from_their_earliest(

@@ -4,8 +4,10 @@ One `daemon run` process runs three `comap` pipelines on the session's broker, e
 of its own:
 
 - ``oversize``: two 600 kB inputs make a 1.2 MB view, more than the Kafka client's
-  ``message.max.bytes``: that view goes to the dead-letter topic (``OutputRejected``), the
-  others are written, and a tweet produced later is joined too.
+  ``message.max.bytes``, and the broker refuses another view it is sent (a proxy in front of
+  the session's broker answers ``MESSAGE_TOO_LARGE``, tests/refusing_proxy.py): both views go
+  to the dead-letter topic (``OutputRejected``), the others are written once, and a tweet
+  produced later is joined too.
 - ``lost`` (``on_missing_offsets = "fail"``) ran before, in this process's Spark; then, with
   it stopped, its tweets topic was deleted and created again with fewer records than it had
   read. It stops with one line, which the log and ``/readyz`` give; the daemon runs on.
@@ -18,56 +20,34 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.broker import EmbeddedBroker
-from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import load_pipeline_file
+from daemon.model.constants import DEFAULT_STATE_BUCKETS
+from tests.committed_read import committed
 from tests.daemon_process import DaemonProcess
 from tests.kafka_helpers import (
-    SCHEMAS,
-    In,
+    VIEWS,
     client_conf,
     create_topic,
     produce,
     read_topic,
     recreate_topic,
     run_pipeline,
+    tweet,
+    user,
 )
+from tests.refusing_proxy import RefusingProxy, refusing
+from tests.state_helpers import comap_pipeline
 
-USERS = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
-TWEETS = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))
-VIEWS = AvroCodec(load_schema_file(SCHEMAS / "tweet_view.avsc"))
-PIPELINE = """
-[[pipeline]]
-name = "{name}"
-joiner = "comap"
-checkpoint = "{checkpoint}"
-dead_letter_topic = "{dead_letters}"
-on_missing_offsets = "{policy}"
-
-[pipeline.inputs.one]
-topic = "{users}"
-schema = "{schemas}/user.avsc"
-key = "id"
-field = "author"
-
-[pipeline.inputs.many]
-topic = "{tweets}"
-schema = "{schemas}/tweet.avsc"
-key = "author_id"
-field = "tweet"
-
-[pipeline.output]
-topic = "{views}"
-schema = "{schemas}/tweet_view.avsc"
-
-[pipeline.options]
-many_id = "id"
-"""
+REFUSED = "refused by the broker"
+"""The content of the tweet whose view the proxy refuses: its bytes mark the record batch."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +76,16 @@ class Comap:
         )
 
     def toml(self) -> str:
-        return PIPELINE.format(schemas=SCHEMAS, **self.__dict__)
+        return "\n" + comap_pipeline(
+            name=self.name,
+            users=self.users,
+            tweets=self.tweets,
+            output=self.views,
+            checkpoint=self.checkpoint,
+            dead_letters=self.dead_letters,
+            buckets=DEFAULT_STATE_BUCKETS,
+            settings={"on_missing_offsets": self.policy},
+        )
 
     def views_by_id(self, conf: dict[str, str]) -> dict[int, dict[str, Any]]:
         """The latest view of each tweet."""
@@ -106,25 +95,28 @@ class Comap:
         }
 
 
-def user(user_id: int, name: str, timestamp: int) -> In:
-    return In(USERS.encode({"id": user_id, "name": name}), str(user_id).encode(), timestamp)
-
-
-def tweet(tweet_id: int, author: int, content: str = "hi") -> In:
-    value = TWEETS.encode({"id": tweet_id, "author_id": author, "content": content})
-    return In(value, str(tweet_id).encode(), 10_000 + tweet_id)
+@pytest.fixture
+def proxy(broker: EmbeddedBroker) -> Iterator[RefusingProxy]:
+    """The daemon's way to the session's broker; the test names the topic it refuses."""
+    with refusing(broker, "no topic yet", REFUSED.encode()) as found:
+        yield found
 
 
 def test_daemon_run_dead_letters_what_it_cannot_write_and_says_what_it_cannot_read(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    broker: EmbeddedBroker,
+    proxy: RefusingProxy,
+    spark: Any,
+    fresh_topic: Callable[[str], str],
+    tmp_path: Path,
 ) -> None:
     conf = client_conf(broker.bootstrap_servers)
     oversize = Comap.make(fresh_topic, tmp_path, "oversize", "fail")
     lost = Comap.make(fresh_topic, tmp_path, "lost", "fail")
     reads_on = Comap.make(fresh_topic, tmp_path, "reads-on", "latest")
+    proxy.prefix = oversize.views
     path = tmp_path / "pipelines.toml"
     path.write_text(
-        f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n'
+        f'[kafka]\nbootstrap_servers = "{proxy.bootstrap_servers}"\n\n'
         '[spark]\nmaster = "local[2]"\n'
         + "".join(pipe.toml() for pipe in (oversize, lost, reads_on)),
         encoding="utf-8",
@@ -133,6 +125,13 @@ def test_daemon_run_dead_letters_what_it_cannot_write_and_says_what_it_cannot_re
         create_topic(conf, pipe.users, 1)
         create_topic(conf, pipe.tweets, 1)
     file = load_pipeline_file(path)
+    # These two run in the test's Spark first, straight to the broker: only the daemon
+    # goes through the proxy.
+    file = file.model_copy(
+        update={
+            "kafka": file.kafka.model_copy(update={"bootstrap_servers": broker.bootstrap_servers})
+        }
+    )
     for pipe, config in ((lost, file.pipeline[1]), (reads_on, file.pipeline[2])):
         produce(conf, pipe.users, [user(1, "ada", 1_000), user(2, "grace", 1_001)])
         produce(conf, pipe.tweets, [tweet(i, 1 + i % 2) for i in range(4)])
@@ -148,16 +147,17 @@ def test_daemon_run_dead_letters_what_it_cannot_write_and_says_what_it_cannot_re
     produce(
         conf,
         oversize.tweets,
-        [tweet(10, 1, long_tweet), tweet(11, 1, "short"), tweet(12, 2, "short")],
+        [tweet(10, 1, long_tweet), tweet(11, 1, "short"), tweet(12, 2, "short")]
+        + [tweet(14, 2, REFUSED)],  # offset 3: the broker refuses its view
     )
 
     service = DaemonProcess(path, tmp_path / "daemon.log", env={})
     try:
         service.wait_until(
-            "views 11 and 12 and a dead letter",
+            "views 11 and 12 and two dead letters",
             lambda: (
                 set(oversize.views_by_id(conf)) == {11, 12}
-                and len(read_topic(conf, oversize.dead_letters)) == 1
+                and len(read_topic(conf, oversize.dead_letters)) >= 2
             ),
         )
         # Both go on: a tweet after the refused view, a user update after the skipped one.
@@ -172,15 +172,28 @@ def test_daemon_run_dead_letters_what_it_cannot_write_and_says_what_it_cannot_re
             ),
         )
 
-        (letter,) = read_topic(conf, oversize.dead_letters)
-        assert letter.headers["enrichd.error.class"] == b"OutputRejected"
-        reason = letter.headers["enrichd.error.message"].decode()
-        assert reason.startswith(f"MSG_SIZE_TOO_LARGE: topic '{oversize.views}' refused")
-        assert letter.headers["enrichd.source.topic"] == oversize.tweets.encode()
-        assert letter.headers["enrichd.source.offset"] == b"0"  # tweet 10
-        assert int(letter.headers["enrichd.error.cut"]) > 1_200_000
+        assert proxy.refused >= 1  # the broker's refusal did happen
+        # Exactly once, by what committed (the test broker shows aborted records too).
+        views = committed(conf, oversize.views, VIEWS)
+        assert sorted(view.value["id"] for view in views) == [11, 12, 13]
+        letters = {
+            letter.headers["enrichd.source.offset"]: letter.headers
+            for letter in committed(conf, oversize.dead_letters)
+        }
+        assert sorted(letters) == ["0", "3"]  # tweets 10 and 14
+        for headers in letters.values():
+            assert headers["enrichd.error.class"] == "OutputRejected"
+            assert headers["enrichd.source.topic"] == oversize.tweets
+        client_refused, broker_refused = letters["0"], letters["3"]
+        reason = client_refused["enrichd.error.message"]
+        assert reason.startswith(f"MSG_SIZE_TOO_LARGE: topic '{oversize.views}' refused"), reason
+        assert reason.endswith("the client's message.max.bytes is 1000000)"), reason
+        assert int(client_refused["enrichd.error.cut"]) > 1_200_000
+        reason = broker_refused["enrichd.error.message"]
+        assert reason.startswith(f"MSG_SIZE_TOO_LARGE: topic '{oversize.views}' refused"), reason
+        assert reason.endswith("the broker answered: Broker: Message size too large)"), reason
         rejected = {"pipeline": oversize.name, "reason": "OutputRejected"}
-        assert service.metric("enrichd_dead_letters_total", **rejected) == 1
+        assert service.metric("enrichd_dead_letters_total", **rejected) == 2
 
         line = (
             f"pipeline '{lost.name}': input topic '{lost.tweets}' partition 0 no longer has "

@@ -1,0 +1,262 @@
+"""A record the broker refuses: the task aborts, writes its output again with that record as a
+dead letter, and commits.
+
+The producers here act as librdkafka's transactional producer does when a broker refuses a
+record batch (measured against a refusing proxy, tests/refusing_proxy.py): every record of
+the refused batch fails its delivery with the broker's error, the transaction becomes
+abortable, ``produce()`` then raises ``_STATE``, and the commit raises the first failed
+delivery's error. With ``batch.num.messages = 1`` a batch is one record. The real path is
+tested in tests/delivery/test_output_rejected.py and tests/service/test_nothing_lost.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from daemon.sink import task_output
+from daemon.sink.refusals import OUTPUT_REJECTED
+from daemon.sink.task_output import NEAR_LIMIT_SLACK, OutputSpec, TaskOutput
+
+DEAD_LETTERS = "views.dlq"
+LIMIT = 200_000
+
+
+@dataclass
+class Message:
+    """What a delivery report carries of a record."""
+
+    topic_: str
+    headers_: list[tuple[str, bytes]]
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self.headers_
+
+
+@dataclass
+class Broker:
+    """What the producers wrote: the records of each committed and aborted transaction."""
+
+    refuses: dict[str, bytes] = field(default_factory=lambda: {"views": b"refuse"})
+    """A topic's records whose value holds these bytes are refused."""
+    error: int = KafkaError.MSG_SIZE_TOO_LARGE
+    committed: list[list[tuple[str, bytes | None, dict[str, bytes]]]] = field(default_factory=list)
+    aborted: int = 0
+    markers: list[int] = field(default_factory=list)
+    producers: list[TransactionalProducer] = field(default_factory=list)
+
+
+class TransactionalProducer:
+    """Refuses batches as a broker answers them, when it is flushed (see the module docstring)."""
+
+    def __init__(self, broker: Broker, config: dict[str, Any]) -> None:
+        self.broker = broker
+        self.one_per_batch = config.get("batch.num.messages") == 1
+        self.records: list[tuple[str, bytes | None, dict[str, bytes], Any]] = []
+        self.failure: KafkaError | None = None
+        self.sent = 0  # records of the transaction the broker has answered
+        broker.producers.append(self)
+
+    def init_transactions(self, timeout: float) -> None:
+        pass
+
+    def begin_transaction(self) -> None:
+        self.records, self.failure, self.sent = [], None, 0
+
+    def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any) -> None:
+        self.broker.markers.append(offsets[0].offset)
+
+    def produce(self, topic: str, **record: Any) -> None:
+        if self.failure is not None:
+            raise KafkaException(KafkaError(KafkaError._STATE))
+        self.records.append(
+            (topic, record["value"], dict(record["headers"]), record["on_delivery"])
+        )
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float | None = None) -> int:
+        """The broker answers every record sent since the last flush."""
+        pending = self.records[self.sent :]
+        self.sent = len(self.records)
+        refused = [self._refused(topic, value) for topic, value, _, _ in pending]
+        for index, (topic, _, headers, on_delivery) in enumerate(pending):
+            # Without one record per batch, a refusal fails its topic's other records too.
+            failed = refused[index] or (
+                not self.one_per_batch
+                and any(r and pending[i][0] == topic for i, r in enumerate(refused))
+            )
+            if failed:
+                error = KafkaError(self.broker.error)
+                self.failure = self.failure or KafkaError(
+                    self.broker.error, "refused", txn_requires_abort=True
+                )
+                if on_delivery is not None:
+                    on_delivery(error, Message(topic, list(headers.items())))
+        return 0
+
+    def _refused(self, topic: str, value: bytes | None) -> bool:
+        marker = self.broker.refuses.get(topic)
+        return marker is not None and value is not None and marker in value
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self.flush()
+        if self.failure is not None:
+            raise KafkaException(self.failure)
+        self.broker.committed.append([(t, v, h) for t, v, h, _ in self.records])
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self.broker.aborted += 1
+        self.failure = None
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
+    """Every producer a task output makes writes to one :class:`Broker`."""
+    found = Broker()
+
+    def producer(spec: OutputSpec, txn_id: str, extra: dict[str, Any] | None = None) -> Any:
+        return TransactionalProducer(found, extra or {})
+
+    monkeypatch.setattr(task_output, "_transactional_producer", producer)
+    monkeypatch.setattr(task_output, "_group_metadata", lambda spec, group: None)
+    monkeypatch.setattr(TaskOutput, "_last_committed", lambda self, group, marker: -1)
+    yield found
+    task_output.forget_kept_clients()
+
+
+def output(dead_letter_topic: str | None = DEAD_LETTERS) -> TaskOutput:
+    """An exactly-once task output of batch 4 of pipeline ``views``."""
+    spec = OutputSpec(
+        "views",
+        {"message.max.bytes": str(LIMIT)},
+        "exactly_once",
+        "views",
+        dead_letter_topic=dead_letter_topic,
+        commit_turn=False,
+    )
+    return TaskOutput(spec, 0, 4, "query")
+
+
+def view(value: bytes, offset: int, topic: str = "views") -> tuple[Any, ...]:
+    """An output row made from offset ``offset`` of tweets/1."""
+    return (topic, b"k%d" % offset, value, 1000 + offset, "tweets", 1, offset, None, None)
+
+
+def test_a_refused_record_is_written_again_as_a_dead_letter_with_the_others_once(
+    broker: Broker,
+) -> None:
+    task = output()
+    for row in (view(b"first", 1), view(b"refuse me", 2), view(b"third", 3)):
+        task.send_row(row)
+    task.commit()
+
+    # The first try, then a round that finds which record of the refused batch it was.
+    assert broker.aborted == 2
+    assert broker.markers == [5, 5, 5]  # the marker went into every transaction
+    (written,) = broker.committed
+    assert [(topic, value) for topic, value, _ in written] == [
+        ("views", b"first"),
+        (DEAD_LETTERS, b"refuse me"),
+        ("views", b"third"),
+    ]
+    headers = written[1][2]
+    assert headers["enrichd.error.class"] == OUTPUT_REJECTED.encode()
+    assert (
+        headers["enrichd.error.message"]
+        .decode()
+        .startswith(
+            "MSG_SIZE_TOO_LARGE: topic 'views' refused the record (11 bytes of key and value; "
+            "the broker answered: "
+        )
+    )
+    assert (headers["enrichd.source.topic"], headers["enrichd.source.offset"]) == (
+        b"tweets",
+        b"2",
+    )
+    # Written again by producers that send one record per batch, a new one each round.
+    assert sum(p.one_per_batch for p in broker.producers) == 2
+    assert task.records == {"views": 2, DEAD_LETTERS: 1}
+    assert task.dead_letters == {OUTPUT_REJECTED: 1}
+
+
+def test_a_record_refused_after_records_went_out_as_they_came_is_written_again(
+    broker: Broker,
+) -> None:
+    """A value near the client's limit ends the holding back; the refusal comes back while
+    the task still produces, which then raises ``_STATE``: the rest wait for the redo."""
+    task = output()
+    near = b"refuse" + b"n" * (LIMIT - NEAR_LIMIT_SLACK)
+    task.send_row(view(near, 1))
+    broker.producers[0].flush()  # the broker answers: the transaction is now abortable
+    task.send_row(view(b"after", 2))
+    task.commit()
+    (written,) = broker.committed
+    assert [(topic, value) for topic, value, _ in written] == [
+        (DEAD_LETTERS, near),
+        ("views", b"after"),
+    ]
+
+
+def test_a_dead_letter_the_dead_letter_topic_refuses_too_fails_the_task_with_one_line(
+    broker: Broker,
+) -> None:
+    broker.refuses[DEAD_LETTERS] = b"refuse"
+    task = output()
+    task.send_row(view(b"refuse me", 7))
+    with pytest.raises(RuntimeError) as failed:
+        task.commit()
+    assert str(failed.value) == (
+        f"pipeline 'views': the dead-letter topic '{DEAD_LETTERS}' refused the "
+        f"{OUTPUT_REJECTED} dead letter made from input topic 'tweets' partition 1 offset 7 "
+        "(MSG_SIZE_TOO_LARGE: Broker: Message size too large); raise its max.message.bytes, "
+        "or lower the client's message.max.bytes to it"
+    )
+    assert broker.committed == []
+
+
+@pytest.mark.parametrize(
+    "error", [KafkaError.REQUEST_TIMED_OUT, KafkaError.TOPIC_AUTHORIZATION_FAILED]
+)
+def test_an_error_that_is_no_refusal_fails_the_task_as_before(broker: Broker, error: int) -> None:
+    broker.error = error
+    task = output()
+    task.send_row(view(b"refuse me", 1))
+    with pytest.raises(KafkaException):
+        task.commit()
+    assert broker.committed == []
+    assert not any(p.one_per_batch for p in broker.producers)  # nothing was written again
+
+
+def test_without_a_dead_letter_topic_a_refusal_fails_the_task(broker: Broker) -> None:
+    task = output(dead_letter_topic=None)
+    task.send_row(view(b"refuse me", 1))
+    with pytest.raises(KafkaException):
+        task.commit()
+    assert broker.committed == []
+
+
+def test_past_the_records_it_keeps_a_refusal_fails_the_task_naming_the_record(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(task_output, "HELD_RECORDS", 3)
+    task = output()
+    for offset in range(5):
+        task.send_row(view(b"refuse me" if offset == 4 else b"fine", offset))
+    with pytest.raises(RuntimeError) as failed:
+        task.commit()
+    # The broker refused the batch whole: all five, of which the first is named.
+    assert str(failed.value).startswith(
+        "pipeline 'views': topic 'views' refused 5 records (MSG_SIZE_TOO_LARGE: Broker: "
+        "Message size too large; it refuses a record batch whole), the first made from input "
+        "topic 'tweets' partition 1 offset 0; the task wrote more than 3 records"
+    )
+    assert broker.committed == []
