@@ -1,5 +1,7 @@
 """`daemon demo [NAME]`: the comap, lookup and versioned demos end to end (asof's is in
-test_asof.py)."""
+test_asof.py), on the session's broker and Spark. `daemon demo` as a process of its own, with
+its own broker and Spark and nothing on stderr, runs from a wheel in a fresh virtualenv
+(tests/commands/test_install.py, a deployment test)."""
 
 from __future__ import annotations
 
@@ -98,27 +100,6 @@ def test_an_unknown_demo_lists_the_demos() -> None:
     assert "no demo 'nope'" in str(result.exception)
     for name in ("comap", "asof", "lookup", "versioned"):
         assert name in str(result.exception)
-
-
-def test_the_demo_command_prints_its_results_and_nothing_of_sparks(tmp_path: Path) -> None:
-    """The README's first command as a newcomer runs it: its own broker and Spark, exit 0,
-    and nothing on stderr: Spark's own output goes to its log file.
-
-    Spark's Python workers keep Kafka clients between micro-batches; had Spark outlived the
-    demo's broker, each would print "Connection refused" after the results.
-    """
-    spark_log = tmp_path / "spark.log"
-    done = subprocess.run(
-        [sys.executable, "-m", "daemon", "demo"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "ENRICHD_SPARK_LOG": str(spark_log)},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "7 input records, 5 views, 0 dead letters." in " ".join(done.stdout.split())
-    assert done.stderr == ""
-    assert "Streaming TransformWithStateInPandas Python worker" in spark_log.read_text()
 
 
 def test_verbose_shows_sparks_own_output(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 Deployment test (``pytest -m deploy``): the wheel must carry what the demo reads (the example
 pipelines and their schemas, package data of ``daemon``), so the demo runs away from any
-checkout. Dependencies come through pip's usual cache and index.
+checkout. Dependencies come through pip's usual cache and index. It is also the suite's test
+of `daemon demo` as a command of its own (tests/commands/test_demos.py runs the demos
+in-process, on the session's broker and Spark).
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ pytestmark = pytest.mark.deploy
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(*args: str | Path, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str | Path, cwd: Path, timeout: float = 900, **extra: str
+) -> subprocess.CompletedProcess[str]:
     # Nothing of this checkout's environment: the fresh venv stands alone.
     env = {
         key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")
     }
     env["PYSPARK_PYTHON"] = str(cwd / "venv" / "bin" / "python")
+    env |= extra
     done = subprocess.run(
         [str(arg) for arg in args],
         capture_output=True,
@@ -63,5 +68,14 @@ def test_the_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path: Path) -> None:
     assert "[pytest11]\nenrichd = daemon.pytest_plugin" in entry_points_text
     run(sys.executable, "-m", "venv", tmp_path / "venv", cwd=tmp_path)
     run(tmp_path / "venv" / "bin" / "pip", "install", "--quiet", wheel, cwd=tmp_path)
-    done = run(tmp_path / "venv" / "bin" / "daemon", "demo", cwd=tmp_path)
+    # The README's first command as a newcomer runs it: its own broker and Spark, exit 0, and
+    # nothing on stderr, Spark's own output going to its log file. Had Spark outlived the
+    # demo's broker, each of its Python workers (they keep Kafka clients between
+    # micro-batches) would have printed "Connection refused" after the results.
+    spark_log = tmp_path / "spark.log"
+    done = run(
+        tmp_path / "venv" / "bin" / "daemon", "demo", cwd=tmp_path, ENRICHD_SPARK_LOG=str(spark_log)
+    )
     assert "7 input records, 5 views, 0 dead letters." in " ".join(done.stdout.split())
+    assert done.stderr == ""
+    assert "Streaming TransformWithStateInPandas Python worker" in spark_log.read_text()

@@ -1,8 +1,10 @@
-"""`daemon verify` on the session's broker: a pass through a kill -9, its report and JSON; a
-tampered output reported as lost, duplicated and unexpected; and SIGTERM to verify itself.
+"""`daemon verify` on the session's broker: a tampered output reported as lost, duplicated and
+unexpected; and SIGTERM to verify itself. A pass through a kill -9, with its report as tables
+and JSON, runs on a SASL_SSL cluster (tests/connecting/test_connecting_verify.py): one such
+run proves both (a run with a kill starts Spark twice).
 
-The first and last tests run the real command, whose child `daemon run` starts a Spark of
-its own. The tampered output needs no Spark: the test writes what the pipeline would have
+The last test runs the real command, whose child `daemon run` starts a Spark of its own.
+The tampered output needs no Spark: the test writes what the pipeline would have
 written, transactionally as enrichd does, changes it, and reads it back through verify's own
 reading and check, raw record batches included.
 """
@@ -53,57 +55,6 @@ def environment(**extra: str) -> dict[str, str]:
 
 def topics_under(conf: dict[str, str], prefix: str) -> list[str]:
     return sorted(name for name in existing_topics(conf) if name.startswith(prefix + "."))
-
-
-def test_verify_passes_through_a_kill_and_reports_it_as_tables_and_json(
-    broker: EmbeddedBroker, tmp_path: Path
-) -> None:
-    prefix = f"verify-{uuid.uuid4().hex[:8]}"
-    report_file = tmp_path / "report.json"
-    done = subprocess.run(
-        verify_command(
-            "--bootstrap",
-            broker.bootstrap_servers,
-            "--joiner",
-            "comap",
-            "--records",
-            "40",
-            "--kills",
-            "1",
-            "--seed",
-            "7",  # its 40 records hold poison and an unroutable tombstone
-            "--prefix",
-            prefix,
-            "--json",
-            str(report_file),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=environment(),
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert "PASS: exactly once through 1 kill -9(s): nothing lost, nothing duplicated" in (
-        done.stdout
-    )
-    assert "tweet joins its user" in done.stdout and "restarts" in done.stdout
-
-    report = json.loads(report_file.read_text())
-    assert (report["verdict"], report["exit_code"], report["prefix"]) == ("pass", 0, prefix)
-    comap = report["joiners"]["comap"]
-    assert comap["ok"] and comap["examples"] == []
-    rows = comap["scenarios"] + comap["dead_letters"]
-    assert all(row["expected"] == row["observed"] and row["verdict"] == "ok" for row in rows)
-    assert sum(row["expected"] for row in comap["scenarios"]) > 0
-    letters = {row["scenario"] for row in comap["dead_letters"]}
-    assert letters == {"UndecodableRecord", "UnroutableTombstone"}
-    assert len(report["restarts"]) == 1 and report["starts"] == 2
-    assert report["stop_exit_code"] == 0
-    assert report["rates"]["input_records"] > 40  # the workload and an end marker per key
-    assert report["raw_batches"].startswith("read")
-    assert report["broker"]["bootstrap"] == broker.bootstrap_servers
-    # Its topics are gone (no --keep).
-    assert topics_under({"bootstrap.servers": broker.bootstrap_servers}, prefix) == []
 
 
 # -- the check against a tampered output ------------------------------------------------------

@@ -6,8 +6,10 @@ The cluster is the suite's two gates in a row, as most company clusters are set 
 in front of the SCRAM gate (tests/scram_proxy.py) in front of a Tansu that advertises the
 terminator's port. A client without TLS fails the handshake, one without the SASL login is
 cut off by the gate, so the run could not pass unless every client used the file's settings.
-One small `comap` run without kills: the kills are tested on the session's broker
-(tests/commands/test_verify.py), and each Spark start costs CI time.
+It is also the suite's `daemon verify` through a kill -9 and its report (tables and JSON):
+one `comap` run killed once and restarted, so that the restarted child's clients are shown to
+log in too, and no second verify run with a kill (a Spark start of its own, twice) is needed
+on the session's broker (tests/commands/test_verify.py tests the rest of verify there).
 """
 
 from __future__ import annotations
@@ -62,7 +64,9 @@ def test_verify_passes_over_sasl_ssl_with_scram(
     report_file = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, "-m", "daemon", "verify", str(path), "--joiner", "comap"]
-        + ["--records", "20", "--kills", "0", "--prefix", prefix, "--json", str(report_file)],
+        # 28 records of seed 12 hold every scenario, poison and an unroutable tombstone too.
+        + ["--records", "28", "--seed", "12", "--kills", "1"]
+        + ["--prefix", prefix, "--json", str(report_file)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -73,15 +77,33 @@ def test_verify_passes_over_sasl_ssl_with_scram(
         },
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    # The report as tables...
+    assert "PASS: exactly once through 1 kill -9(s): nothing lost, nothing duplicated" in (
+        done.stdout
+    )
+    assert "tweet joins its user" in done.stdout and "restarts" in done.stdout
+    # ... and as JSON.
     report = json.loads(report_file.read_text())
-    assert (report["verdict"], report["joiners"]["comap"]["ok"]) == ("pass", True)
+    assert (report["verdict"], report["exit_code"], report["prefix"]) == ("pass", 0, prefix)
+    comap = report["joiners"]["comap"]
+    assert comap["ok"] and comap["examples"] == []
+    rows = comap["scenarios"] + comap["dead_letters"]
+    assert all(row["expected"] == row["observed"] and row["verdict"] == "ok" for row in rows)
+    assert sum(row["expected"] for row in comap["scenarios"]) > 0
+    letters = {row["scenario"] for row in comap["dead_letters"]}
+    assert letters == {"UndecodableRecord", "UnroutableTombstone"}
+    assert len(report["restarts"]) == 1 and report["starts"] == 2
+    assert report["stop_exit_code"] == 0
+    assert report["rates"]["input_records"] > 28  # the workload and an end marker per key
     assert report["broker"]["bootstrap"] == servers
     # The raw batches and the API versions were read through TLS and SCRAM too.
     assert report["raw_batches"].startswith("read")
     assert report["broker"]["api_versions"]["Fetch"]
-    # Every connection logged in; none was cut off for trying without.
+    # Every connection, the restarted child's too, logged in; none was cut off for trying
+    # without.
     assert gate.authenticated > 0 and gate.refused == 0
     assert gate.password not in done.stdout + done.stderr
     conf = {key: value for key, value in kafka.items() if key != "sasl.password"}
     conf |= {"bootstrap.servers": servers, "sasl.password": gate.password}
+    # Its topics are gone (no --keep).
     assert [name for name in existing_topics(conf) if name.startswith(prefix + ".")] == []
