@@ -49,6 +49,7 @@ def test_run_as_a_module_it_exits_with_the_line_and_no_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "psutil", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "bench.__main__", raising=False)  # run afresh, as python -m
     monkeypatch.setattr(sys, "argv", ["python -m bench", "comap"])
 
     with pytest.raises(SystemExit) as exit_:
