@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -42,6 +43,17 @@ WORKLOADS = (
     "commit_turn",
 )
 """Every workload, in the order ``all`` runs them (cheapest first)."""
+MEASURING = ("psutil", "matplotlib")
+"""What the ``bench`` extra brings that the workloads and their charts need (psutil samples
+memory, matplotlib draws): missing, a run would end in a traceback, the charts' only after
+the measuring."""
+PEER = "quixstreams"
+"""The peer's package, also from the ``bench`` extra; ``--no-quix`` leaves the peer out."""
+INSTALL = "pip install -e '.[bench]'"
+
+
+def _missing(names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if importlib.util.find_spec(name) is None]
 
 
 def _modules() -> dict[str, ModuleType | str]:
@@ -107,9 +119,21 @@ def _parser(modules: dict[str, ModuleType | str]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the chosen workloads; 0 when every check passed."""
+    missing = _missing(MEASURING)
+    if missing:
+        print(f"python -m bench needs {' and '.join(missing)}: {INSTALL}", file=sys.stderr)
+        return 1
     modules = _modules()
     parser = _parser(modules)
     args = parser.parse_args(argv)
+    quix = getattr(args, "quix_python", "")
+    if quix == sys.executable and args.command != "smoke" and _missing((PEER,)):
+        print(
+            f"python -m bench needs {PEER} for its peer: {INSTALL}, or leave the peer out "
+            "with --no-quix",
+            file=sys.stderr,
+        )
+        return 1
     # A JVM that records Spark's class archive runs slower: no measured run records one (it
     # maps one made before, e.g. by `daemon demo`). startup sets this for its own starts.
     os.environ.setdefault(class_archive.SWITCH, "map")

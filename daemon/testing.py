@@ -548,6 +548,7 @@ def replay_joiner(
     max_batch: int | None = None,
     bootstrap_servers: str | None = None,
     output_schemas: Mapping[str, Path] | None = None,
+    state_cache: bool = True,
 ) -> ReplayResult:
     """Run an installed joiner over ``inputs`` through the real broker and Spark engine.
 
@@ -569,6 +570,8 @@ def replay_joiner(
         bootstrap_servers: a running broker; None starts the embedded one for this call.
         output_schemas: per secondary output, its .avsc file (its records come back in
             :attr:`ReplayResult.extra`).
+        state_cache: whether the Python workers keep decoded state between micro-batches
+            (``[state] cache``); the outputs are the same either way.
 
     Returns:
         The outputs and dead letters as JSON-ready dicts (see :class:`ReplayResult`).
@@ -589,6 +592,8 @@ def replay_joiner(
             bootstrap_servers=bootstrap_servers,
             output_schemas=output_schemas,
         )
+        if not state_cache:
+            file = file.model_copy(update={"state": file.state.model_copy(update={"cache": False})})
         files = {}
         for role, lines in inputs.items():
             path = work / f"{role}.jsonl"

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, model_validator
 
 from daemon import secrets
 from daemon.errors import ConfigError
@@ -169,6 +169,29 @@ class SparkConfig(_Strict):
 
     master: str = "local[2]"
     conf: dict[str, str] = Field(default_factory=dict)
+
+
+class StateConfig(_Strict):
+    """``[state]``: how the joiner operators keep their state in Spark's Python workers.
+
+    Spark's state store is always the durable copy. With ``cache`` on, each Python worker also
+    keeps the buckets it decoded, and uses one in the next micro-batch only when a stamp
+    written with the store's copy says it is that copy (docs/operations.md, State).
+    """
+
+    cache: bool = Field(
+        default=True,
+        description="keep decoded state buckets in the Python workers between micro-batches",
+    )
+    cache_size: ByteSize | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            'bytes of decoded buckets each Python worker may keep ("512MiB"); unset: a quarter '
+            "of spark.executor.pyspark.memory if set, else 1/32 of the machine's memory, "
+            "at most 1 GiB"
+        ),
+    )
 
 
 SubjectNameStrategy = Literal["topic", "record", "topic_record"]
@@ -339,6 +362,7 @@ class PipelineFile(_Strict):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     schema_registry: SchemaRegistryConfig | None = None
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    state: StateConfig = Field(default_factory=StateConfig)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     pipeline: list[PipelineConfig] = Field(min_length=1)
     source: Path | None = Field(default=None, exclude=True)

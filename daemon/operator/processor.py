@@ -53,9 +53,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql import Row as SparkRow
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec
@@ -73,6 +74,13 @@ from daemon.model.wire import (
     unpack,
 )
 from daemon.operator import state_compression
+from daemon.operator.bucket_cache import (
+    DECODED_FACTOR,
+    BucketCache,
+    CachedBucket,
+    new_stamp,
+    worker_cache,
+)
 from daemon.operator.core import EngineCore, KeyBatch
 from daemon.operator.stash_log import StashLog
 from daemon.operator.state_format import Bucket, decode_bucket, decode_portable, encode_bucket
@@ -85,6 +93,9 @@ BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
 to parse it in every task)."""
 CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
 """Schema of the bucket's list state of stash chunks (:mod:`daemon.operator.stash_log`)."""
+STAMP_SCHEMA = StructType([StructField("stamp", LongType())])
+"""Schema of the bucket's stamp, written with each write of the bucket while the worker cache
+is on (:mod:`daemon.operator.bucket_cache`)."""
 
 
 Send = Callable[[tuple[Any, ...]], None]
@@ -110,6 +121,11 @@ class OperatorPlan:
     """The value envelope of each role that has one (``debezium``)."""
     output_keys: dict[str | None, KafkaKeyCodec] | None = None
     """How keys are written, by output (None: the main one), where not as UTF-8 text."""
+    state_cache: bool = True
+    """Whether buckets stay decoded in the Python worker between micro-batches
+    (:mod:`daemon.operator.bucket_cache`; ``[state] cache``)."""
+    state_cache_bytes: int | None = None
+    """The worker cache's byte budget; None: sized from the worker's memory."""
 
 
 class JoinerProcessor(StatefulProcessor):
@@ -130,6 +146,14 @@ class JoinerProcessor(StatefulProcessor):
         """The newest event time of the call's records, by input (event-time lag)."""
         self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
         self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
+        # Declared whether the cache is on or not, so that switching it keeps the
+        # checkpoint's state variables as they were.
+        self.stamps = handle.getValueState("bucket_stamp", STAMP_SCHEMA)
+        self._cache: BucketCache | None = None
+        self._cache_space = ""
+        if self.plan.state_cache:
+            self._cache = worker_cache(self.plan.state_cache_bytes)
+            self._cache_space = _query_id()
         envelopes = self.plan.envelopes or {}
         self._decoders = tuple(
             _decoder(self.plan.codecs[role], envelopes.get(role)) for role, _ in self.plan.inputs
@@ -150,10 +174,12 @@ class JoinerProcessor(StatefulProcessor):
         timerValues: Any,  # noqa: N803
     ) -> Iterator[SparkRow]:
         """Apply this micro-batch's packs of one bucket, key by key."""
-        self._input_rows(rows, timerValues, self._sender())
+        self._input_rows(key, rows, timerValues, self._sender())
         yield from self._counts()
 
-    def _input_rows(self, packs: Iterator[SparkRow], timer_values: Any, send: Send) -> None:
+    def _input_rows(
+        self, key: Any, packs: Iterator[SparkRow], timer_values: Any, send: Send
+    ) -> None:
         """Group the call's records by key and hand them to the core (:mod:`.core`)."""
         by_key: dict[str, list[InputRow]] = {}
         for row in _rows_of(packs, self._newest):
@@ -165,10 +191,10 @@ class JoinerProcessor(StatefulProcessor):
         if not by_key:
             return
         self._send = send
-        bucket, log, stored = self._load_bucket()
+        bucket, log, stored = self._load_bucket(key)
         now = timer_values.getCurrentProcessingTimeInMs()
         self.core.apply(bucket, log, self._decoded(by_key), now)
-        self._store_bucket(bucket, log, stored)
+        self._store_bucket(key, bucket, log, stored)
 
     def _decoded(self, by_key: dict[str, list[InputRow]]) -> Iterator[KeyBatch]:
         """Each key's part of the call, decoded when the core comes to the key.
@@ -222,15 +248,15 @@ class JoinerProcessor(StatefulProcessor):
         (:func:`~daemon.operator.state_format.encode_portable`). Each key's state is stored
         anew, its stashes' values in this bucket's log.
         """
-        bucket, log, stored = self._load_bucket()
+        bucket, log, stored = self._load_bucket(key)
         for item in initialState.keys:  # PySpark gives the structs as dicts
-            key = item["key"]
+            join_key = item["key"]
             clock, due, state = decode_portable(bytes(item["entry"]))
-            bucket.keys[key] = (*clock, log.dumps(state))
+            bucket.keys[join_key] = (*clock, log.dumps(state))
             if due is not None:
-                bucket.due[key] = due
+                bucket.due[join_key] = due
             bucket.changed = True
-        self._store_bucket(bucket, log, stored)
+        self._store_bucket(key, bucket, log, stored)
 
     def handleExpiredTimer(  # noqa: N802
         self,
@@ -242,16 +268,16 @@ class JoinerProcessor(StatefulProcessor):
 
         A key whose state outlived ``state_ttl`` is dropped instead.
         """
-        self._wake_up(timerValues, self._sender())
+        self._wake_up(key, timerValues, self._sender())
         yield from self._counts()
 
-    def _wake_up(self, timer_values: Any, send: Send) -> None:
-        bucket, log, stored = self._load_bucket()
+    def _wake_up(self, key: Any, timer_values: Any, send: Send) -> None:
+        bucket, log, stored = self._load_bucket(key)
         bucket.timer_ms = None  # fired, so gone: the stored bucket must say so
         bucket.changed = True
         self._send, self._raw = send, _Originals([], ())
         self.core.tick(bucket, log, timer_values.getCurrentProcessingTimeInMs())
-        self._store_bucket(bucket, log, stored)
+        self._store_bucket(key, bucket, log, stored)
 
     def _sender(self) -> Send:
         """Where a call's output rows go: the task's transaction, opened at its first call.
@@ -289,15 +315,30 @@ class JoinerProcessor(StatefulProcessor):
         if any(counts.values()):
             yield SparkRow(**counts_row(counts)._asdict())
 
-    def _load_bucket(self) -> tuple[Bucket, StashLog, bytes | None]:
-        """The bucket, its stash log for this call, and its stored bytes (None: none yet)."""
-        blob = self.state.get()
-        stored = state_compression.decompress(blob[0]) if blob else None
-        bucket = decode_bucket(stored) if stored else Bucket()
+    def _load_bucket(self, key: Any) -> tuple[Bucket, StashLog, Stored]:
+        """The bucket, its stash log for this call, and what the store holds for it.
+
+        With the worker cache on, the bucket comes from the cache when the store's stamp
+        says the cached copy is the committed one (:mod:`daemon.operator.bucket_cache`); it
+        is taken out of the cache meanwhile, and :meth:`_store_bucket` puts it back.
+        """
+        stamp = None
+        if self._cache is not None:
+            row = self.stamps.get()
+            stamp = row[0] if row else None
+            cached = self._cache.take((self._cache_space, key), stamp)
+            if cached is not None:
+                stored = Stored(cached.blob, cached.stamp, cached.size)
+                return cached.bucket, StashLog(self.stash_chunks, cached.bucket.stash), stored
+        row = self.state.get()
+        blob = row[0] if row else None
+        pickled = state_compression.decompress(blob) if blob else None
+        bucket = decode_bucket(pickled) if pickled else Bucket()
+        stored = Stored(blob, stamp, len(pickled) * DECODED_FACTOR if pickled else 0)
         return bucket, StashLog(self.stash_chunks, bucket.stash), stored
 
-    def _store_bucket(self, bucket: Bucket, log: StashLog, stored: bytes | None) -> None:
-        """Write the bucket back unless ``stored`` holds it already; keep one timer.
+    def _store_bucket(self, key: Any, bucket: Bucket, log: StashLog, stored: Stored) -> None:
+        """Write the bucket back unless the store holds it already; keep one timer.
 
         The timer is at or before the earliest key's due time: it moves only to an earlier
         time. Keys that a batch touches are due later than before (a window key a minute after
@@ -311,6 +352,9 @@ class JoinerProcessor(StatefulProcessor):
         bucket to find that out, which at a million keys cost a seventh of a lookup's call: the
         engine core marks the bucket ``changed`` when it changes a key's entry or due time,
         and the stash log's counts and the timer are compared here.
+
+        With the worker cache on, each write comes with a new stamp, and the bucket goes back
+        into the cache with it only after both writes (see :mod:`.bucket_cache`).
         """
         counts = replace(bucket.stash)
         log.flush(bucket.keys)
@@ -322,14 +366,38 @@ class JoinerProcessor(StatefulProcessor):
         if bucket.timer_ms is None and earliest is not None:
             self.handle.registerTimer(earliest)
             bucket.timer_ms = earliest
-        if not (bucket.changed or bucket.timer_ms != timer or bucket.stash != counts):
-            return
-        if bucket.keys:
-            blob = encode_bucket(bucket)
-            if blob != stored:
-                self.state.update((state_compression.compress(blob),))
-        elif stored is not None:
-            self.state.clear()
+        blob, size = stored.blob, stored.size
+        if bucket.changed or bucket.timer_ms != timer or bucket.stash != counts:
+            bucket.changed = False  # what is kept below is what the store holds
+            if not bucket.keys:
+                if blob is not None:
+                    self.state.clear()
+                    if self._cache is not None:
+                        self.stamps.clear()
+                return  # an empty bucket is not worth a cache entry
+            pickled = encode_bucket(bucket)
+            new = state_compression.compress(pickled)
+            size = len(pickled) * DECODED_FACTOR
+            if new != blob:
+                self.state.update((new,))
+                blob = new
+                if self._cache is not None:
+                    self._keep(key, bucket, blob, size, None)
+                return
+        if self._cache is not None and blob is not None:
+            self._keep(key, bucket, blob, size, stored.stamp)
+
+    def _keep(self, key: Any, bucket: Bucket, blob: bytes, size: int, stamp: int | None) -> None:
+        """Put the bucket back into the worker cache, under the stamp the store holds.
+
+        ``stamp`` None: the store's value was just written (or never stamped, as in a
+        checkpoint written before the cache or with it off), so a new stamp is written first.
+        """
+        assert self._cache is not None  # noqa: S101 - only called with the cache on
+        if stamp is None:
+            stamp = new_stamp()
+            self.stamps.update((stamp,))
+        self._cache.put((self._cache_space, key), CachedBucket(bucket, blob, stamp, size))
 
     def emit(self, emit: Emit) -> None:
         """Send an output record the joiner emitted (:class:`~daemon.operator.core.Outlet`)."""
@@ -446,6 +514,27 @@ class JoinerProcessor(StatefulProcessor):
         """
         if self.output is not None:
             self.output.commit()
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the state store holds for a call's bucket, as its load found it."""
+
+    blob: bytes | None
+    """The stored, compressed bucket (None: none stored)."""
+    stamp: int | None
+    """The stored stamp (None: none, or the cache is off)."""
+    size: int
+    """The decoded bucket's estimated memory (:mod:`.bucket_cache`)."""
+
+
+def _query_id() -> str:
+    """The streaming query this task runs for: cached buckets are kept apart by query.
+
+    Stable across restarts from one checkpoint; the stamps, not this, decide what is current.
+    """
+    context = TaskContext.get()
+    return (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
 
 
 class _Originals:

@@ -14,7 +14,7 @@ from daemon.formats.serdes import codec_for as codec_for  # where callers look f
 from daemon.formats.serdes import key_codec_for
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
-from daemon.model.config import PipelineConfig, PipelineFile
+from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
 from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor, OperatorPlan
 from daemon.plugin.host import registry
@@ -170,10 +170,12 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
         envelopes={role: spec.envelope for role, spec in pipe.inputs.items() if spec.envelope},
         output_keys={n: c for n, c in output_keys.items() if c.key_format in ("avro", "json")},
+        state_cache=file.state.cache,
+        state_cache_bytes=file.state.cache_size,
     )
     if stage is None:
         return PipelinePlan(pipe, conf, source, output, operator)
-    downstream = _downstream_plan(pipe, output, stage, plugin, output_codec, outputs)
+    downstream = _downstream_plan(pipe, output, stage, plugin, output_codec, outputs, file.state)
     return PipelinePlan(pipe, conf, source, output, operator, downstream)
 
 
@@ -184,6 +186,7 @@ def _downstream_plan(
     plugin: str,
     output_codec: AvroCodec,
     outputs: dict[str, tuple[str, AvroCodec]],
+    state: StateConfig,
 ) -> PipelinePlan:
     """The plan of the joiner's second stage.
 
@@ -238,6 +241,8 @@ def _downstream_plan(
         plugin=plugin,
         outputs={stage.output: (topic, codec)},
         inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
+        state_cache=state.cache,
+        state_cache_bytes=state.cache_size,
     )
     output = replace(first, pipeline=config.name, marker_topic=topic)
     return PipelinePlan(config, conf, source, output, operator)

@@ -1,7 +1,8 @@
 """Results do not depend on how records fall into micro-batches, through the real engine.
 
 Every built-in joiner replays the same input with ``max_batch`` unset, 1, and 2 or 3 (drawn
-with the input) and must write the same outputs and dead letters (as multisets: the engine
+with the input; that replay with the Python workers' state cache off, ``[state] cache``, the
+others with it on) and must write the same outputs and dead letters (as multisets: the engine
 promises no order across keys). The inputs are random (hypothesis), many keys to a replay,
 with timestamps from a small range so that records of different inputs tie, and each key
 ends with a record that matters: a partner on the other input with the same timestamp as the
@@ -138,7 +139,11 @@ class Case:
         return lines
 
     def replay(
-        self, inputs: dict[str, list[dict[str, Any]]], cap: int | None, broker: Any
+        self,
+        inputs: dict[str, list[dict[str, Any]]],
+        cap: int | None,
+        broker: Any,
+        state_cache: bool = True,
     ) -> ReplayResult:
         return replay_joiner(
             self.joiner,
@@ -151,6 +156,7 @@ class Case:
             times=self.times,
             max_batch=cap,
             bootstrap_servers=broker.bootstrap_servers,
+            state_cache=state_cache,
         )
 
 
@@ -320,7 +326,11 @@ def test_outputs_and_dead_letters_do_not_depend_on_micro_batches(
         caps = (1, coarse)
         # One after the other: four replays started at once in a fresh session failed their
         # first tasks inside Spark (java.io.OptionalDataException deserializing a task).
-        whole, *capped = (case.replay(inputs, cap, broker) for cap in (None, *caps))
+        # The coarse cap's replay runs with the workers' state cache off, the others with it
+        # on (the default): so the same outputs also mean the cache changes nothing.
+        whole, *capped = (
+            case.replay(inputs, cap, broker, state_cache=cap != coarse) for cap in (None, *caps)
+        )
         assert whole.batches == 1
         for cap, result in zip(caps, capped, strict=True):
             assert result.batches > 1, f"max_batch {cap} did not split the input"

@@ -200,3 +200,17 @@ def test_the_commit_turn_is_unset_unless_forced_either_way(tmp_path: Path) -> No
         assert load_pipeline_file(write(tmp_path, text)).kafka.commit_turn is value
     (problem,) = problems_of(write(tmp_path, '[kafka]\ncommit_turn = "sometimes"\n' + MINIMAL))
     assert "kafka.commit_turn" in problem
+
+
+def test_the_state_cache_is_on_by_default_and_its_size_reads_units(tmp_path: Path) -> None:
+    default = load_pipeline_file(write(tmp_path, MINIMAL)).state
+    assert default.cache is True and default.cache_size is None
+
+    text = '[state]\ncache = false\ncache_size = "512MiB"\n' + MINIMAL
+    state = load_pipeline_file(write(tmp_path, text)).state
+    assert state.cache is False and state.cache_size == 512 * 2**20
+
+    (problem,) = problems_of(write(tmp_path, "[state]\ncache_size = 0\n" + MINIMAL))
+    assert "state.cache_size" in problem
+    (problem,) = problems_of(write(tmp_path, "[state]\ncache_bytes = 5\n" + MINIMAL))
+    assert "state.cache_bytes" in problem

@@ -9,6 +9,7 @@ handle, which counts the writes and the timer calls.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,6 +22,7 @@ from daemon.joiners.window import Window, WindowOptions
 from daemon.model.wire import INPUT, OutputRow, pack
 from daemon.operator import processor as processor_module
 from daemon.operator import state_compression
+from daemon.operator.bucket_cache import BucketCache
 from daemon.operator.processor import JoinerProcessor, OperatorPlan
 from daemon.operator.state_format import EVENT_TIME, decode_bucket, encode_bucket
 from daemon.plugin.joiner import (
@@ -36,19 +38,23 @@ from tests.kafka_helpers import SCHEMAS
 
 INPUTS = (("stream", "clicks"), ("table", "regions"))
 NOW = 1_700_000_000_000
+BUCKET = (7,)
+"""The grouping key of every call here: one bucket."""
 
 
 class _State:
-    """A value state that counts the writes it is asked for."""
+    """A value state that counts the reads and writes it is asked for."""
 
     def __init__(self) -> None:
-        self.value: tuple[bytes] | None = None
+        self.value: tuple[Any] | None = None
         self.writes = 0
+        self.reads = 0
 
-    def get(self) -> tuple[bytes] | None:
+    def get(self) -> tuple[Any] | None:
+        self.reads += 1
         return self.value
 
-    def update(self, value: tuple[bytes]) -> None:
+    def update(self, value: tuple[Any]) -> None:
         self.writes += 1
         self.value = value
 
@@ -59,12 +65,17 @@ class _State:
 
 class _Handle:
     def __init__(self) -> None:
-        self.state = _State()
+        self.values: dict[str, _State] = {}
+        """Each value state by name (the bucket, its stamp)."""
         self.timers: list[tuple[str, int]] = []
         """The timer calls, in order: ("register" or "delete", time)."""
 
+    @property
+    def state(self) -> _State:
+        return self.values.setdefault("state_bucket", _State())
+
     def getValueState(self, name: str, schema: Any) -> _State:  # noqa: N802
-        return self.state
+        return self.values.setdefault(name, _State())
 
     def getListState(self, name: str, schema: Any) -> None:  # noqa: N802
         return None  # neither lookup nor window stashes anything
@@ -114,9 +125,11 @@ def _window() -> OperatorPlan:
     return _plan(joiner, codecs, "joined_pair", (("left", "lefts"), ("right", "rights")))
 
 
-def _processor(plan: OperatorPlan | None = None) -> tuple[JoinerProcessor, _State]:
+def _processor(
+    plan: OperatorPlan | None = None, handle: _Handle | None = None
+) -> tuple[JoinerProcessor, _State]:
     processor = JoinerProcessor(plan or _lookup(), OutputSpec("p", {}, "exactly_once", "out"))
-    handle = _Handle()
+    handle = handle or _Handle()
     processor.init(handle)  # type: ignore[arg-type]
     return processor, handle.state
 
@@ -147,7 +160,7 @@ def _call(
     blob = pack(batch, [0] * len(records)).column("records")[0].as_py()
     sent: list[tuple[Any, ...]] = []
     pack_row: Any = SimpleNamespace(records=blob)  # the field of a Spark row the call reads
-    processor._input_rows(iter([pack_row]), _Clock(now), sent.append)
+    processor._input_rows(BUCKET, iter([pack_row]), _Clock(now), sent.append)
     return sent
 
 
@@ -257,7 +270,7 @@ def test_a_timer_that_fires_before_any_key_is_due_is_set_again_at_the_earliest()
     _call(processor, [_event(0, 1, 2)], now=NOW + 5_000)
 
     sent: list[tuple[Any, ...]] = []
-    processor._wake_up(_Clock(NOW + 60_000), sent.append)  # the first timer fires
+    processor._wake_up(BUCKET, _Clock(NOW + 60_000), sent.append)  # the first timer fires
 
     assert sent == []  # nothing was due: the key's record came 55 s ago
     assert timers == [("register", NOW + 60_000), ("register", NOW + 65_000)]
@@ -296,7 +309,7 @@ def test_data_and_an_expired_timer_in_one_micro_batch_apply_the_data_first() -> 
     later = NOW + 61_000  # the key's timer is due
     joined = _call(processor, [_event(1, 1, 1_500)], now=later)
     woken: list[tuple[Any, ...]] = []
-    processor._wake_up(_Clock(later), woken.append)
+    processor._wake_up(BUCKET, _Clock(later), woken.append)
 
     pairs = _codec("joined_pair")
     assert [pairs.decode(OutputRow._make(row).value) for row in joined] == [
@@ -333,3 +346,113 @@ def test_a_key_whose_state_is_back_to_a_new_keys_is_dropped_by_default() -> None
 
     assert state.value is not None
     assert set(decode_bucket(state_compression.decompress(state.value[0])).keys) == {"bob"}
+
+
+# The worker cache (daemon.operator.bucket_cache): the processors below share this process's
+# cache, as the tasks of one Python worker do; the handle stands for Spark's state store.
+
+
+def _bucket_reads(handle: _Handle) -> int:
+    return handle.state.reads
+
+
+def _region_of(row: tuple[Any, ...]) -> Any:
+    return _codec("enriched_click").decode(OutputRow._make(row).value)["region"]
+
+
+def test_a_cached_bucket_is_used_while_the_store_holds_its_stamp() -> None:
+    handle = _Handle()
+    processor, _ = _processor(handle=handle)
+    _call(processor, [_region("ada", "north", 1)])
+    reads = _bucket_reads(handle)
+
+    (row,) = _call(processor, [_click("ada", 2)])
+    (again,) = _call(processor, [_click("ada", 3)])
+
+    assert _region_of(row) == _region_of(again) == {"user": "ada", "region": "north"}
+    assert _bucket_reads(handle) == reads  # the bucket did not cross from the store again
+    assert handle.values["bucket_stamp"].value is not None
+
+
+def test_a_bucket_another_worker_wrote_is_loaded_from_the_store() -> None:
+    ours, theirs = _Handle(), _Handle()
+    processor, _ = _processor(handle=ours)
+    _call(processor, [_region("ada", "north", 1)])
+    # Another worker's task wrote the bucket (its own cache, the same store): what the
+    # store then holds is a bucket and a stamp this worker's entry does not have.
+    other, _ = _processor(handle=theirs)
+    other._cache = BucketCache(1 << 30)  # the other worker's
+    _call(other, [_region("ada", "south", 2)])
+    for name, state in theirs.values.items():
+        ours.values[name].value = state.value
+    ours.values["state_bucket"].reads = 0
+
+    (row,) = _call(processor, [_click("ada", 3)])
+
+    assert _region_of(row) == {"user": "ada", "region": "south"}
+    assert _bucket_reads(ours) == 1
+
+
+def test_a_write_spark_does_not_commit_leaves_no_cached_bucket_ahead_of_the_store() -> None:
+    """The task writes the bucket, puts it back into the cache, and fails before Spark
+    commits its state: the store goes back to the committed value and stamp, which the
+    cached entry (with the new stamp) no longer matches."""
+    handle = _Handle()
+    processor, _ = _processor(handle=handle)
+    _call(processor, [_region("ada", "north", 1)])
+    committed = {name: state.value for name, state in handle.values.items()}
+
+    _call(processor, [_region("ada", "south", 2)])
+    for name, value in committed.items():  # the task failed: its state is not committed
+        handle.values[name].value = value
+    (row,) = _call(processor, [_click("ada", 3)])  # the retry
+
+    assert _region_of(row) == {"user": "ada", "region": "north"}
+
+
+def test_a_call_that_fails_half_way_leaves_no_cached_bucket() -> None:
+    handle = _Handle()
+    processor, _ = _processor(handle=handle)
+    _call(processor, [_region("ada", "north", 1)])
+    apply = processor.core.apply
+
+    def half_way(bucket: Any, *args: Any) -> None:
+        bucket.keys.clear()  # the engine changes the bucket in place ...
+        raise RuntimeError("the task dies here")  # ... and the call fails before its write
+
+    processor.core.apply = half_way  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        _call(processor, [_region("ada", "south", 2)])
+    processor.core.apply = apply  # type: ignore[method-assign]
+    (row,) = _call(processor, [_click("ada", 3)])
+
+    assert _region_of(row) == {"user": "ada", "region": "north"}
+
+
+def test_with_the_cache_off_every_call_loads_and_no_stamp_is_written() -> None:
+    handle = _Handle()
+    processor, _ = _processor(replace(_lookup(), state_cache=False), handle)
+    _call(processor, [_region("ada", "north", 1)])
+    _call(processor, [_click("ada", 2)])
+    _call(processor, [_click("ada", 3)])
+
+    assert _bucket_reads(handle) == 3
+    assert handle.values["bucket_stamp"].value is None
+
+
+def test_the_cache_on_and_off_give_the_same_outputs_and_stored_bucket() -> None:
+    calls = [
+        [_region(f"u{n}", f"r{n}", n) for n in range(20)],
+        [_click("u3", 30), _region("u3", "east", 31), _click("u3", 32), _click("zed", 33)],
+        [_region("u4", "", 40), _click("u4", 41), _click("u5", 42)],
+        [_click(f"u{n}", 50 + n) for n in range(20)],
+    ]
+    results = {}
+    for cache in (True, False):
+        handle = _Handle()
+        processor, _ = _processor(replace(_lookup(), state_cache=cache), handle)
+        outputs = [_call(processor, records) for records in calls]
+        assert handle.state.value is not None
+        results[cache] = outputs, decode_bucket(state_compression.decompress(handle.state.value[0]))
+
+    assert results[True] == results[False]
