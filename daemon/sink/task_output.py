@@ -119,11 +119,11 @@ its key, headers and the record's framing)."""
 _CUT_SLACK = 1_024
 """Bytes a cut dead letter leaves for the record's framing (librdkafka counts tens)."""
 HELD_RECORDS = 100_000
+"""Records a task holds back before it starts producing them (see the module docstring)."""
 _ABORT_WAIT_S = 2.0
 """How long the abort of a transaction with a refused record may wait (see _abort_refused)."""
 _FLUSH_STEP_S = 0.2
 """How often a task writing its output again looks for a refusal while it flushes."""
-"""Records a task holds back before it starts producing them (see the module docstring)."""
 _DELIVERY_REPORTS = {"delivery.report.only.error": True}
 """An at-least-once task only needs to hear of failed deliveries; a report per record is a
 Python callback per record. It hears of them when it flushes, at commit: nothing else polls
