@@ -245,19 +245,28 @@ def await_committed(checkpoint: Path, timeout_s: float) -> None:
         time.sleep(0.1)
 
 
-def run_pipeline(spark: Any, file: PipelineFile, timeout_s: float = 120.0) -> list[int]:
+def run_pipeline(
+    spark: Any, file: PipelineFile, timeout_s: float = 120.0, *, metrics_address: str | None = None
+) -> list[int]:
     """Run the file's one pipeline until it has consumed its inputs, then stop it.
 
     Returns the ids of the micro-batches this run committed to the checkpoint's commit log,
     which are the batches that read input (the session runs no batches without data). The
     commit log says it more reliably than progress reports, which Spark posts after the
     commit and which were seen to report no input rows for a re-run batch.
+
+    ``metrics_address``: the socket its source reports to, as to the daemon
+    (:class:`daemon.sink.metrics_relay.MetricsRelay`); None: none.
     """
+    from dataclasses import replace
+
     from daemon.pipeline.plan import plan_pipeline, start_query
 
     (pipe,) = file.pipeline
     assert file.kafka.bootstrap_servers is not None
     plan = plan_pipeline(file, pipe, client_conf(file.kafka.bootstrap_servers))
+    if metrics_address is not None:
+        plan = replace(plan, source=replace(plan.source, metrics_address=metrics_address))
     commits = pipe.checkpoint / "commits"
     committed_before = _batch_files(commits)
     query = start_query(spark, plan)

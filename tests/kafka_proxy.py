@@ -6,7 +6,9 @@ ListOffsets answer from a race it rarely loses, a Produce refused as a topic's
 the clients and the broker and changes those requests or their answers; everything else
 passes through as it came. It caps the versions of the APIs it reads in the ApiVersions
 answer (:attr:`RewritingProxy.caps`) at their last version without flexible fields, so
-that its readers and writers stay small.
+that its readers and writers stay small. A proxy in front of a broker that advertises its own
+port (the session's) rewrites that port to its own in the answers that name brokers
+(:func:`readvertise`), so that clients send everything through it.
 
 The frame readers are the SCRAM gate's (tests/scram_proxy.py); the field readers below read
 the protocol's plain (not flexible) encodings.
@@ -22,6 +24,9 @@ from typing import Any, ClassVar
 from tests.scram_proxy import _read_frame
 
 API_VERSIONS = 18
+METADATA, FIND_COORDINATOR = 3, 10
+READVERTISED: dict[int, int] = {METADATA: 8, FIND_COORDINATOR: 2}
+"""The APIs whose answers name brokers, capped at their last versions without flexible fields."""
 
 
 def send_frame(sock: socket.socket, payload: bytes | bytearray) -> None:
@@ -82,6 +87,38 @@ def cap_versions(version: int, body: bytearray, caps: dict[int, int]) -> None:
         at += 6
         if version >= 3:
             at = skip_tags(body, at)
+
+
+def _advertise(body: bytearray, at: int, count: int, upstream: int, port: int, rack: bool) -> None:
+    """Rewrite the port of each of ``count`` brokers at ``at`` from ``upstream`` to ``port``."""
+    for _ in range(count):
+        at += 4  # node id
+        _, at = string(body, at)
+        if struct.unpack_from(">i", body, at)[0] == upstream:
+            struct.pack_into(">i", body, at, port)
+        at += 4
+        if rack:
+            _, at = string(body, at)
+
+
+def readvertise(api_key: int, version: int, body: bytearray, upstream: int, port: int) -> None:
+    """A Metadata or FindCoordinator answer (:data:`READVERTISED`) naming ``port`` for ``upstream``.
+
+    Every client that bootstraps from a proxy in front of a broker that advertises its own
+    port then sends everything through the proxy, its coordinator requests too.
+    """
+    if api_key == METADATA:
+        at = 4 if version >= 3 else 0  # throttle time
+        count, at = int32(body, at)
+        _advertise(body, at, count, upstream, port, rack=version >= 1)
+    elif api_key == FIND_COORDINATOR:
+        at = 0
+        if version >= 1:
+            at = 6  # throttle time, error code
+            _, at = string(body, at)
+        else:
+            at = 2
+        _advertise(body, at, 1, upstream, port, rack=False)
 
 
 class RewritingProxy:

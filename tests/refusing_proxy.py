@@ -9,8 +9,9 @@ enrichd's producers send) is not sent on to the broker, and its answer says
 :attr:`RefusingProxy.error`. Everything else passes through.
 
 It stands in front of a broker that advertises its own port (the session's), so it rewrites
-that port to its own in Metadata and FindCoordinator answers: every client that bootstraps
-from the proxy then sends everything through it, its coordinator requests too.
+that port to its own in Metadata and FindCoordinator answers (tests/kafka_proxy.py): every
+client that bootstraps from the proxy then sends everything through it, its coordinator
+requests too.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from daemon.broker import EmbeddedBroker, free_port
-from tests.kafka_proxy import RewritingProxy, int32, string
+from tests.kafka_proxy import READVERTISED, RewritingProxy, int32, readvertise, string
 
-PRODUCE, METADATA, FIND_COORDINATOR = 0, 3, 10
+PRODUCE = 0
 MESSAGE_TOO_LARGE = 10
 
 
@@ -130,18 +131,6 @@ def _add_refusals(version: int, body: bytes, refused: dict[str, list[int]], erro
     return out + rest
 
 
-def _advertise(body: bytearray, at: int, count: int, upstream: int, port: int, rack: bool) -> None:
-    """Rewrite the port of each of ``count`` brokers at ``at`` from ``upstream`` to ``port``."""
-    for _ in range(count):
-        at += 4  # node id
-        _, at = string(body, at)
-        if struct.unpack_from(">i", body, at)[0] == upstream:
-            struct.pack_into(">i", body, at, port)
-        at += 4
-        if rack:
-            _, at = string(body, at)
-
-
 class RefusingProxy(RewritingProxy):
     """Refuses the batches of topics named :attr:`prefix`... that hold :attr:`marker`.
 
@@ -149,7 +138,7 @@ class RefusingProxy(RewritingProxy):
     """
 
     # The last versions without flexible fields.
-    caps: ClassVar[dict[int, int]] = {PRODUCE: 8, METADATA: 8, FIND_COORDINATOR: 2}
+    caps: ClassVar[dict[int, int]] = {PRODUCE: 8, **READVERTISED}
 
     def __init__(self, port: int, upstream_port: int, prefix: str, marker: bytes) -> None:
         super().__init__(port, upstream_port)
@@ -182,21 +171,9 @@ class RefusingProxy(RewritingProxy):
         return produce.write(version), refused
 
     def answer(self, api_key: int, version: int, body: bytearray, asked: Any) -> bytes:
-        upstream, port = self.upstream_port, self.port
         if api_key == PRODUCE:
             return _add_refusals(version, bytes(body), asked, self.error)
-        if api_key == METADATA:
-            at = 4 if version >= 3 else 0  # throttle time
-            count, at = int32(body, at)
-            _advertise(body, at, count, upstream, port, rack=version >= 1)
-        elif api_key == FIND_COORDINATOR:
-            at = 0
-            if version >= 1:
-                at = 6  # throttle time, error code
-                _, at = string(body, at)
-            else:
-                at = 2
-            _advertise(body, at, 1, upstream, port, rack=False)
+        readvertise(api_key, version, body, self.upstream_port, self.port)
         return bytes(body)
 
 
