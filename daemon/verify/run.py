@@ -85,7 +85,8 @@ class Kill:
     """Input records planned so far, of :attr:`VerifyReport.input_records`."""
     delay_s: float
     recovered_s: float | None = None
-    """Seconds from the restart until the restarted run planned a micro-batch."""
+    """Seconds from the restart until a pipeline of the restarted run planned a micro-batch
+    past those it had planned before the kill."""
 
 
 @dataclass
@@ -290,8 +291,9 @@ def plan_pipeline(joiner: str, base: str, folder: Path, options: VerifyOptions) 
                 for out, spec in example.outputs.items()
             },
             "options": {**example.options, **OPTIONS.get(joiner, {})},
-            # Many small micro-batches, so that kills land between and inside them.
-            "max_records_per_batch": max(10, options.records // 12),
+            # Several micro-batches a pipeline, so that kills land between and inside them;
+            # each batch of the five queries costs seconds of fixed work on two cores.
+            "max_records_per_batch": max(10, options.records // 8),
         }
     )
     start = int(time.time() * 1000) - options.records - 60_000  # past, within retention
@@ -432,14 +434,24 @@ def _join_keys(pipe: VerifiedPipeline) -> tuple[str, list[str]]:
     return inputs[role].topic, list(found)
 
 
-def _planned_records(pipelines: list[VerifiedPipeline]) -> tuple[int, int]:
-    """The highest micro-batch planned across the pipelines, and input records planned."""
-    batch, records = -1, 0
+def _planned_records(pipelines: list[VerifiedPipeline]) -> tuple[list[int], int]:
+    """The last micro-batch each pipeline planned, and the input records planned in all."""
+    batches, records = [], 0
     for pipe in pipelines:
         number, offsets = runs.planned(pipe.config.checkpoint)
-        batch = max(batch, number)
+        batches.append(number)
         records += runs.records_within(offsets, pipe.ends)
-    return batch, records
+    return batches, records
+
+
+def _planned_since(before: list[int], now: list[int]) -> bool:
+    """Whether some pipeline planned a micro-batch after those it had planned ``before``.
+
+    Per pipeline: after a restart each replays the batch a kill cut short under its old
+    number, and the pipelines that were furthest may have nothing left to plan, so the highest
+    number across them says nothing about whether the restart is back.
+    """
+    return any(later > earlier for earlier, later in zip(before, now, strict=True))
 
 
 def _run_with_kills(
@@ -463,26 +475,27 @@ def _run_with_kills(
     progress("daemon run started")
     for number in range(1, options.kills + 1):
         point = total * number // (options.kills + 1)
-        batch_at_start, _ = _planned_records(pipelines)
+        at_start, _ = _planned_records(pipelines)
 
-        def past_point(since: int = batch_at_start, point: int = point) -> bool:
-            batch, records = _planned_records(pipelines)
-            return batch > since and records >= point
+        def past_point(since: list[int] = at_start, point: int = point) -> bool:
+            batches, records = _planned_records(pipelines)
+            return _planned_since(since, batches) and records >= point
 
         wait(f"input planned past {point} of {total} records", past_point)
         delay = KILL_DELAYS_S[(number - 1) % len(KILL_DELAYS_S)]
         if stop.sleep(delay):
             raise Interrupted(f"kill -9 #{number}")
-        batch, consumed = _planned_records(pipelines)
+        batches, consumed = _planned_records(pipelines)
         child.kill()
-        kill = Kill(number, round(time.monotonic() - started, 1), batch, consumed, delay)
+        kill = Kill(number, round(time.monotonic() - started, 1), max(batches), consumed, delay)
         report.kills.append(kill)
         progress(f"kill -9 #{number} at {consumed} of {total} input records; restarting")
         restarted = time.monotonic()
         child.start()
 
-        def planned_again(before: int = batch) -> bool:
-            return _planned_records(pipelines)[0] > before or _all_committed(pipelines)
+        def planned_again(before: list[int] = batches) -> bool:
+            now, _ = _planned_records(pipelines)
+            return _planned_since(before, now) or _all_committed(pipelines)
 
         wait("a micro-batch after the restart", planned_again)
         kill.recovered_s = round(time.monotonic() - restarted, 1)

@@ -1,4 +1,4 @@
-"""SIGTERM or SIGINT to `daemon verify`: where it stops, and the one line it ends with."""
+"""How `daemon verify` waits on its child: progress after a restart, and where a stop ends it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,24 @@ from daemon.errors import EnrichdError
 from daemon.signals import StopRequest
 from daemon.verify.child import ChildRun
 from daemon.verify.facts import BrokerFacts
-from daemon.verify.run import Interrupted, VerifyOptions, VerifyReport, _await, _interrupted_line
+from daemon.verify.run import (
+    Interrupted,
+    VerifyOptions,
+    VerifyReport,
+    _await,
+    _interrupted_line,
+    _planned_since,
+)
+
+
+def test_a_restart_is_back_once_any_pipeline_plans_past_its_own_last_batch() -> None:
+    at_kill = [12, 7, -1]  # the third had planned nothing yet
+    assert not _planned_since(at_kill, [12, 7, -1])  # replaying the cut batches: not yet
+    assert _planned_since(at_kill, [12, 8, -1])  # the second is past its own last batch
+    assert _planned_since(at_kill, [12, 7, 0])
+    # The highest number across pipelines is not the measure: the first may have nothing
+    # left to plan while the others go on.
+    assert _planned_since([12, 3], [12, 4])
 
 
 def test_a_stop_ends_the_wait_for_the_child_at_once(tmp_path: Path) -> None:
