@@ -78,8 +78,8 @@ def verify(
     from rich.console import Console
 
     # When the command runs: other commands load neither rich's console nor verify's clients.
+    from daemon.verify.plan import JOINERS, VerifyOptions
     from daemon.verify.report import as_json, show
-    from daemon.verify.run import JOINERS, VerifyOptions
     from daemon.verify.run import verify as run_verify
 
     options = VerifyOptions(

@@ -8,8 +8,10 @@ from rich.console import Console
 
 from daemon.verify.check import JoinerCheck, Row
 from daemon.verify.facts import BrokerFacts
+from daemon.verify.kills import Kill
+from daemon.verify.plan import VerifyOptions
 from daemon.verify.report import as_json, show, verdict_line
-from daemon.verify.run import Kill, VerifyOptions, VerifyReport
+from daemon.verify.run import VerifyReport
 
 
 def report(rows: list[Row], leaked: dict[str, int] | None = None) -> VerifyReport:

@@ -1,0 +1,127 @@
+"""``daemon verify`` on the cluster: its topics made, transactions tried, the workload written.
+
+Each step that the cluster refuses is one line naming the ACL it lacks
+(:mod:`~daemon.verify.acl`), before any Spark starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from daemon.errors import EnrichdError, KafkaUnavailableError
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
+from daemon.kafka import connect
+from daemon.kafka.admin import create_topics, existing_topics
+from daemon.kafka.clients import produce
+from daemon.model.wire import END_OF_INPUT_HEADERS, partition_name
+from daemon.replay import key_bytes
+from daemon.signals import StopRequest
+from daemon.verify.acl import acl_line, code_in_text, refusal
+from daemon.verify.kills import check_stop
+from daemon.verify.plan import VerifiedPipeline, VerifyOptions, join_keys
+
+
+def make_topics(
+    conf: dict[str, str],
+    pipelines: list[VerifiedPipeline],
+    options: VerifyOptions,
+    base: str,
+    created: list[str],
+) -> None:
+    """Create every pipeline's topics; add to ``created`` each that exists afterwards."""
+    topics = [topic for pipe in pipelines for topic in pipe.topics()]
+    try:
+        create_topics(conf, dict.fromkeys(topics, options.partitions), options.replication)
+    except KafkaUnavailableError as exc:
+        line = refusal(exc.__cause__ or exc, f"create topics under {base}", options.prefix)
+        raise EnrichdError(line or str(exc)) from None
+    finally:  # the ones that exist now are verify's to delete, even after a refusal
+        present = existing_topics(conf)
+        created.extend(topic for topic in topics if topic in present)
+
+
+def probe_transactions(conf: dict[str, str], base: str, prefix: str, topic: str) -> None:
+    """Begin and abort a transaction with a batch-marker group, as the child's tasks will.
+
+    A missing ACL on transactional ids or groups then is one line before any Spark starts.
+    """
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import KafkaException, TopicPartition
+
+    name = f"enrichd.{base}.probe"
+    producer = connect.producer(conf, {"transactional.id": name})
+    consumer = connect.consumer(conf, {"group.id": name})
+    try:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, 0)], consumer.consumer_group_metadata(), 30
+        )
+        producer.abort_transaction(30)
+    except KafkaException as exc:
+        line = refusal(exc, "use transactions and batch-marker groups", prefix)
+        raise EnrichdError(line or f"transactions do not work on this cluster: {exc}") from None
+    finally:
+        consumer.close()
+
+
+def produce_workloads(
+    conf: dict[str, str], pipelines: list[VerifiedPipeline], prefix: str, stop: StopRequest
+) -> None:
+    """Produce every workload in arrival order, then an end-of-input marker per join key."""
+    producer = connect.producer(
+        conf, {"linger.ms": 5, "enable.idempotence": True, "partitioner": "murmur2_random"}
+    )
+    failures: list[str] = []
+
+    def delivered(pipe: VerifiedPipeline, index: int | None) -> Callable[[Any, Any], None]:
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+                return
+            where = (msg.topic(), msg.partition(), msg.offset())
+            name = partition_name(where[0], where[1])
+            pipe.ends[name] = max(pipe.ends.get(name, 0), where[2] + 1)
+            if index is not None:
+                pipe.items[where] = index
+
+        return report
+
+    for pipe in pipelines:
+        check_stop(stop, f"{pipe.joiner}'s workload was produced")
+        codecs = {
+            role: AvroCodec(load_schema_file(spec.schema_file))
+            for role, spec in pipe.config.inputs.items()
+            if spec.schema_file is not None
+        }
+        for index, item in enumerate(pipe.work.items):
+            value = item.poison
+            if value is None and item.value is not None:
+                value = codecs[item.role].encode(item.value)
+            produce(
+                producer,
+                pipe.config.inputs[item.role].topic,
+                value=value,
+                key=key_bytes(item.key),
+                timestamp=item.timestamp,
+                on_delivery=delivered(pipe, index),
+            )
+            producer.poll(0)
+        marker_topic, keys = join_keys(pipe)
+        last = max((item.timestamp for item in pipe.work.items), default=1)
+        for key in keys:
+            produce(
+                producer,
+                marker_topic,
+                value=None,
+                key=key.encode("utf-8"),
+                timestamp=last,
+                headers=END_OF_INPUT_HEADERS,
+                on_delivery=delivered(pipe, None),
+            )
+            producer.poll(0)
+    producer.flush(60)
+    if failures:
+        line = acl_line(code_in_text(failures[0]) or 0, "write to its topics", prefix)
+        raise EnrichdError(line or f"could not produce the workload: {failures[0]}")

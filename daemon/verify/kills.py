@@ -1,0 +1,208 @@
+"""``daemon verify``'s child run: started, killed with SIGKILL at spread points, restarted.
+
+A kill lands once the input planned (read from the checkpoints' offset logs) passes the next
+of ``kills`` spread points and a micro-batch was planned since the last restart, a little
+after that batch was planned (:data:`KILL_DELAYS_S`); the next waits until the restarted run
+is back. The run ends with SIGTERM once every input, and a second stage's input, is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from daemon.errors import EnrichdError
+from daemon.replay import committed_ends
+from daemon.signals import StopRequest
+from daemon.verify import child as runs
+from daemon.verify.acl import acl_line, code_in_text
+from daemon.verify.plan import VerifiedPipeline, VerifyOptions
+
+KILL_DELAYS_S = (0.0, 0.7, 1.5)
+"""How long after a micro-batch is planned each kill lands, in turn: before its tasks start,
+while they run, and about when they commit."""
+_POLL_S = 0.05
+
+
+@dataclass
+class Kill:
+    """One kill -9 of the child run."""
+
+    number: int
+    at_s: float
+    """Seconds since the first start."""
+    batch: int
+    """The micro-batch last planned (of all pipelines, the highest) when it landed."""
+    consumed: int
+    """Input records planned so far, of all the workloads' records."""
+    delay_s: float
+    recovered_s: float | None = None
+    """Seconds from the restart until a pipeline of the restarted run planned a micro-batch
+    past those it had planned before the kill."""
+
+
+@dataclass
+class ChildOutcome:
+    """How the child run went, once every input was committed."""
+
+    run_s: float
+    """Seconds from the first start to the SIGTERM."""
+    starts: int
+    stop_exit_code: int | None
+
+
+Progress = Callable[[str], None]
+"""Told what verify is doing, one short line at a time."""
+
+
+class Interrupted(Exception):  # noqa: N818 - it names what happened, as KeyboardInterrupt does
+    """SIGTERM or SIGINT came before ``what`` (the exception's text)."""
+
+
+def check_stop(stop: StopRequest, what: str) -> None:
+    """Raise :class:`Interrupted` if SIGTERM or SIGINT came before ``what``."""
+    if stop.is_set():
+        raise Interrupted(what)
+
+
+def _planned_records(pipelines: list[VerifiedPipeline]) -> tuple[list[int], int]:
+    """The last micro-batch each pipeline planned, and the input records planned in all."""
+    batches, records = [], 0
+    for pipe in pipelines:
+        number, offsets = runs.planned(pipe.config.checkpoint)
+        batches.append(number)
+        records += runs.records_within(offsets, pipe.ends)
+    return batches, records
+
+
+def planned_since(before: list[int], now: list[int]) -> bool:
+    """Whether some pipeline planned a micro-batch after those it had planned ``before``.
+
+    Per pipeline: after a restart each replays the batch a kill cut short under its old
+    number, and the pipelines that were furthest may have nothing left to plan, so the highest
+    number across them says nothing about whether the restart is back.
+    """
+    return any(later > earlier for earlier, later in zip(before, now, strict=True))
+
+
+def run_with_kills(
+    child: runs.ChildRun,
+    conf: dict[str, str],
+    pipelines: list[VerifiedPipeline],
+    options: VerifyOptions,
+    kills: list[Kill],
+    progress: Progress,
+    stop: StopRequest,
+) -> ChildOutcome:
+    """Start the child, kill it at spread points, restart it, and stop it once all is in.
+
+    Each kill is added to ``kills`` as it lands, so that a run stopped half-way has them.
+    """
+    started = time.monotonic()
+    deadline = started + options.timeout_s
+
+    def wait(what: str, done: Callable[[], bool]) -> None:
+        await_progress(child, deadline, what, done, prefix=options.prefix, stop=stop)
+
+    total = sum(sum(pipe.ends.values()) for pipe in pipelines)
+    child.start()
+    progress("daemon run started")
+    for number in range(1, options.kills + 1):
+        point = total * number // (options.kills + 1)
+        at_start, _ = _planned_records(pipelines)
+
+        def past_point(since: list[int] = at_start, point: int = point) -> bool:
+            batches, records = _planned_records(pipelines)
+            return planned_since(since, batches) and records >= point
+
+        wait(f"input planned past {point} of {total} records", past_point)
+        delay = KILL_DELAYS_S[(number - 1) % len(KILL_DELAYS_S)]
+        if stop.sleep(delay):
+            raise Interrupted(f"kill -9 #{number}")
+        batches, consumed = _planned_records(pipelines)
+        child.kill()
+        kill = Kill(number, round(time.monotonic() - started, 1), max(batches), consumed, delay)
+        kills.append(kill)
+        progress(f"kill -9 #{number} at {consumed} of {total} input records; restarting")
+        restarted = time.monotonic()
+        child.start()
+
+        def planned_again(before: list[int] = batches) -> bool:
+            now, _ = _planned_records(pipelines)
+            return planned_since(before, now) or _all_committed(pipelines)
+
+        wait("a micro-batch after the restart", planned_again)
+        kill.recovered_s = round(time.monotonic() - restarted, 1)
+    wait("every input record committed", lambda: _all_committed(pipelines))
+    for pipe in pipelines:
+        for name, stage in pipe.config.outputs.items():
+            downstream = pipe.config.checkpoint / "downstream" / name
+            ends = committed_ends(conf, pipe.config.output.topic)
+            progress(f"waiting for {pipe.joiner}'s {name} stage")
+            wait(
+                f"{pipe.joiner}'s second stage ({stage.topic}) caught up",
+                lambda d=downstream, e=ends: runs.reached(runs.committed(d), e),  # type: ignore[misc]
+            )
+    run_s = round(time.monotonic() - started, 1)
+    progress("stopping daemon run with SIGTERM")
+    return ChildOutcome(run_s, child.starts, child.stop())
+
+
+def _all_committed(pipelines: list[VerifiedPipeline]) -> bool:
+    return all(runs.reached(runs.committed(p.config.checkpoint), p.ends) for p in pipelines)
+
+
+def await_progress(
+    child: runs.ChildRun,
+    deadline: float,
+    what: str,
+    done: Callable[[], bool],
+    *,
+    prefix: str,
+    stop: StopRequest,
+) -> None:
+    """Poll until ``done()``; a child that exits, a deadline passed or a stop is one line."""
+    while not done():
+        check_stop(stop, what)
+        code = child.exited()
+        failure = _last_failure(child)
+        if failure is not None:
+            line = acl_line(code_in_text(failure) or 0, "run the pipelines", prefix)
+            if line is not None:
+                raise EnrichdError(line)
+        if code is not None:
+            raise EnrichdError(
+                f"the child daemon run exited with code {code} before {what}: "
+                f"{failure or _last_line(child)}"
+            )
+        if time.monotonic() > deadline:
+            raise EnrichdError(
+                f"timed out (--timeout) waiting for {what}; daemon run (start {child.starts}) "
+                f"logged last: {failure or _last_line(child)}"
+            )
+        stop.sleep(_POLL_S)
+
+
+def _last_failure(child: runs.ChildRun) -> str | None:
+    """The last 'pipeline ... failed' line of the child's JSON log, if any."""
+    for line in reversed(child.log_tail(50).splitlines()):
+        try:
+            message = json.loads(line).get("message", "")
+        except (ValueError, AttributeError):
+            continue
+        if " failed: " in message and message.startswith("pipeline "):
+            return str(message)
+    return None
+
+
+def _last_line(child: runs.ChildRun) -> str:
+    """The message of the child's last log line (a restarted run may not have logged yet)."""
+    lines = [line for line in child.log_tail(5).splitlines() if line.strip()]
+    if not lines:
+        return "nothing yet"
+    try:
+        return str(json.loads(lines[-1])["message"])
+    except (ValueError, KeyError, TypeError):
+        return lines[-1]
