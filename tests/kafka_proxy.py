@@ -10,8 +10,8 @@ that its readers and writers stay small. A proxy in front of a broker that adver
 port (the session's) rewrites that port to its own in the answers that name brokers
 (:func:`readvertise`), so that clients send everything through it.
 
-The frame readers are the SCRAM gate's (tests/scram_proxy.py); the field readers below read
-the protocol's plain (not flexible) encodings.
+The frame readers and the accept loop are the SCRAM gate's (tests/scram_proxy.py); the
+field readers below read the protocol's plain (not flexible) encodings.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import struct
 import threading
 from typing import Any, ClassVar
 
-from tests.scram_proxy import _read_frame
+from tests.scram_proxy import _read_frame, serve_in_threads
 
 API_VERSIONS = 18
 METADATA, FIND_COORDINATOR = 3, 10
@@ -135,8 +135,7 @@ class RewritingProxy:
         self.port = port
         self.bootstrap_servers = f"127.0.0.1:{port}"
         self.upstream_port = upstream_port
-        self._server = socket.create_server(("127.0.0.1", port))
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._server = serve_in_threads(port, self._serve)
 
     def asked(self, api_key: int, version: int, body: bytes) -> tuple[bytes | None, Any]:
         """Look at a request (its body after the header) of an API in :attr:`caps`.
@@ -150,14 +149,6 @@ class RewritingProxy:
     def answer(self, api_key: int, version: int, body: bytearray, asked: Any) -> bytes:
         """The answer (its body after the correlation id) to send the client instead."""
         return bytes(body)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
         try:

@@ -20,6 +20,7 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 _API_VERSIONS, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 18, 17, 36
@@ -52,6 +53,25 @@ def _string(text: str | None) -> bytes:
         return struct.pack(">h", -1)
     raw = text.encode()
     return struct.pack(">h", len(raw)) + raw
+
+
+def serve_in_threads(port: int, serve: Callable[[socket.socket], None]) -> socket.socket:
+    """Listen on the loopback ``port``; hand each connection to ``serve`` in a thread of its own.
+
+    Returns the listening socket: closing it stops the accepting (open connections go on).
+    """
+    server = socket.create_server(("127.0.0.1", port))
+
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=serve, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server
 
 
 def _hmac(key: bytes, message: bytes) -> bytes:
@@ -109,16 +129,7 @@ class ScramGate:
         self.refused = 0
         """Connections that failed the exchange or sent a request before authenticating."""
         self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", port))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+        self._server = serve_in_threads(port, self._serve)
 
     def _count(self, authenticated: bool) -> None:
         with self._lock:
