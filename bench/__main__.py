@@ -10,7 +10,9 @@ down; ``BENCHMARKS.md`` has the figures). ``smoke`` runs every workload at tiny 
 report of its own, to show the benchmark still works (:mod:`bench.smoke`).
 Either prints a table per workload and writes its section (between
 ``<!-- bench:NAME -->`` markers) and chart to ``BENCHMARKS.md`` at the repository top, as each
-workload finishes, so a failure late in the run keeps the sections before it.
+workload finishes, so a failure late in the run keeps the sections before it; a joiner's
+workload also rewrites its row of the summary atop the file. ``summary`` rebuilds that
+summary from the sections as they stand, running nothing (:mod:`bench.summary`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from types import ModuleType
 
 from rich.console import Console
 
-from bench import smoke
+from bench import smoke, summary
 from bench.report import print_section, write_section
 from bench.workloads import REPO
 from daemon.spark import class_archive
@@ -107,6 +109,12 @@ def _parser(modules: dict[str, ModuleType | str]) -> argparse.ArgumentParser:
     smoke.add_arguments(
         commands.add_parser("smoke", help="every workload at tiny sizes, into a report of its own")
     )
+    summary.add_arguments(
+        commands.add_parser(
+            "summary", help="rebuild the summary atop the report from its sections (runs nothing)"
+        ),
+        REPO / "BENCHMARKS.md",
+    )
     for name, module in modules.items():
         if isinstance(module, str):
             continue
@@ -126,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     modules = _modules()
     parser = _parser(modules)
     args = parser.parse_args(argv)
+    if args.command == "summary":
+        return summary.run(args)
     quix = getattr(args, "quix_python", "")
     if quix == sys.executable and args.command != "smoke" and _missing((PEER,)):
         print(

@@ -30,7 +30,7 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Any
 
-from bench import twostream
+from bench import commit, headline, twostream
 from bench.enrichd import resources_lines
 from bench.latency import (
     LatencyResult,
@@ -51,10 +51,11 @@ from bench.report import (
     markdown_table,
     plot_of,
     quix_option,
+    run_date,
     run_header,
     throughput_table,
 )
-from bench.runs import add_runs_argument, run_checks
+from bench.runs import add_runs_argument, local_cores, run_checks, spark_master
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
 from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
@@ -300,7 +301,8 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
     from rich.console import Console
 
     console = Console()
-    machine_line = machine()
+    measured = commit.measured()
+    machine_line = machine(measured=measured)
     conf = {"bootstrap.servers": broker.bootstrap_servers}
     suffix = uuid.uuid4().hex[:8]
     topics = {"left": f"recommendations-{suffix}", "right": f"moods-{suffix}"}
@@ -346,7 +348,7 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
     latency = latency_workload(broker.bootstrap_servers, args.keys, args.max_batch)
     latencies = run_latencies(args, broker.bootstrap_servers, latency, console, [])
     return _section(
-        args, machine_line, runs, views, counted, ran, stale, differ, latency, latencies
+        args, machine_line, measured, runs, views, counted, ran, stale, differ, latency, latencies
     )
 
 
@@ -368,6 +370,7 @@ def _latest_answers(conf: dict[str, str], topic: str) -> dict[bytes, tuple[Any, 
 def _section(
     args: argparse.Namespace,
     machine_line: str,
+    measured: str,
     runs: twostream.Runs,
     views: dict[bytes, int],
     counted: dict[str, int],
@@ -411,8 +414,9 @@ def _section(
         f"{args.right} --late {args.late:g} --step-ms {args.step_ms} --max-batch {args.max_batch} "
         f"--runs {args.runs}" + latency_command(args) + quix_option(args.quix_python)
     )
+    date = run_date()
     lines = [
-        *run_header(command, machine_line),
+        *run_header(command, machine_line, date),
         f"Workload: {args.left:,} recommendations and {args.right:,} moods over {args.keys:,} "
         f"consultants ({total:,} input records, plain Avro), one record every "
         f"{args.step_ms} ms of event time ({total * args.step_ms / 3_600_000:.1f} h in all); "
@@ -470,4 +474,15 @@ def _section(
         table=table,
         plot=plot_of(contenders),
         ok=ok,
+        headline=headline.measured(
+            "asof",
+            runs.enrichd.sustained,
+            two.rate,
+            local_cores(spark_master(EXAMPLE)),
+            quix,
+            latencies,
+            (),
+            date,
+            measured,
+        ),
     )

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from bench import commit, headline
 from bench.ceiling import RawResult
 from bench.enrichd import (
     EXAMPLE,
@@ -63,6 +64,7 @@ from bench.report import (
     quix_note,
     quix_option,
     quix_status,
+    run_date,
     run_header,
     scaling_caveat,
     short_of,
@@ -341,10 +343,11 @@ def _lines(
     latency_lines: list[str],
     checks: list[str],
     machine_line: str,
+    date: str,
 ) -> list[str]:
     """The section's Markdown body; ``spark`` is the median run."""
     return [
-        *run_header(_command(args), machine_line),
+        *run_header(_command(args), machine_line, date),
         f"Workload: {workload.users:,} users then {workload.tweets:,} tweets "
         f"({workload.records:,} input records, plain Avro, about 100 B each) on an embedded "
         "Tansu broker, 2 partitions per input topic (keys partitioned with murmur2, as "
@@ -455,7 +458,8 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     points of the key-count sweep."""
     console = Console()
     master = spark_master(EXAMPLE)
-    machine_line = machine(master)
+    measured = commit.measured()
+    machine_line = machine(master, measured)
     conf = {"bootstrap.servers": broker.bootstrap_servers}
     workload, topics, ends = _produced(conf, args.users[0], args, console)
     outputs = contender_outputs(conf)
@@ -516,6 +520,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         if not line.startswith("- Target"):  # print_section shows the verdicts
             console.print(line, highlight=False)
     console.print("Checks: " + "; ".join(checks), highlight=False)
+    date = run_date()
     return Section(
         name="comap",
         title=TITLE,
@@ -530,8 +535,12 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             latency_section(latencies, latency, spark.max_records_per_batch, runs.sustained),
             checks,
             f"{machine_line}. {busy}",
+            date,
         ),
         table=table,
         plot={name: value for name, value, *_ in rows if value is not None},
         ok=ok,
+        headline=headline.measured(
+            "comap", runs.sustained, two.rate, cores, quix, latencies, points, date, measured
+        ),
     )

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import fastavro
 from rich.console import Console
 
-from bench import ceiling
+from bench import ceiling, commit, headline
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import Batch, EnrichdResult, batch_table, resources_lines, run_pipeline
 from bench.latency import (
@@ -84,6 +84,7 @@ from bench.report import (
     quix_option,
     quix_status,
     rate,
+    run_date,
     run_header,
     throughput_table,
 )
@@ -510,7 +511,8 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     points of the key-count sweep."""
     console = Console()
     master = spark_master(EXAMPLE)
-    machine_line = machine(master)
+    measured = commit.measured()
+    machine_line = machine(master, measured)
     conf = {"bootstrap.servers": broker.bootstrap_servers}
     users = args.users[0]
     records = users + args.clicks
@@ -617,8 +619,9 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     for line in sweep:
         console.print(line, highlight=False)
     table_rows = throughput_table(contenders, two.rate, quix.rate if quix.ran else None)
+    date = run_date()
     lines = [
-        *run_header(_command(args), f"{machine_line}. {busy}"),
+        *run_header(_command(args), f"{machine_line}. {busy}", date),
         f"Workload: {users:,} user regions (one per user, {len(REGIONS)} regions) then "
         f"{args.clicks:,} clicks ({records:,} input records, plain Avro, 30-50 B each) on an "
         f"embedded Tansu broker, {INPUT_PARTITIONS} partitions per topic; clicks are keyed by "
@@ -642,7 +645,10 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         *latency_section(latencies, latency, args.max_batch, runs.sustained),
         checks_line(checks),
     ]
-    return Section("lookup", TITLE, lines, table_rows, plot_of(contenders), ok)
+    figures = headline.measured(
+        "lookup", runs.sustained, two.rate, cores, quix, latencies, points, date, measured
+    )
+    return Section("lookup", TITLE, lines, table_rows, plot_of(contenders), ok, figures)
 
 
 def _versioned_notes(

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import twostream
+from bench import commit, headline, twostream
 from bench.enrichd import Batch, EnrichdResult, resources_lines
 from bench.latency import (
     LatencyResult,
@@ -56,11 +56,12 @@ from bench.report import (
     plot_of,
     quix_option,
     rate,
+    run_date,
     run_header,
     throughput_table,
 )
 from bench.resources import MIB, PeakMemory, state_bytes, state_line
-from bench.runs import add_runs_argument, run_checks
+from bench.runs import add_runs_argument, local_cores, run_checks, spark_master
 from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
 from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
@@ -405,7 +406,8 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
     from rich.console import Console
 
     console = Console()
-    machine_line = machine()
+    measured = commit.measured()
+    machine_line = machine(measured=measured)
     conf = {"bootstrap.servers": broker.bootstrap_servers}
     suffix = uuid.uuid4().hex[:8]
     topics = {"left": f"left-events-{suffix}", "right": f"right-events-{suffix}"}
@@ -446,12 +448,15 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
         )
     latency = latency_workload(broker.bootstrap_servers, args.latency_rate, args.max_batch)
     latencies = run_latencies(args, broker.bootstrap_servers, latency, console, [])
-    return _section(args, machine_line, options, runs, own, counted, ran, latency, latencies)
+    return _section(
+        args, machine_line, measured, options, runs, own, counted, ran, latency, latencies
+    )
 
 
 def _section(
     args: argparse.Namespace,
     machine_line: str,
+    measured: str,
     options: dict[str, Any],
     runs: twostream.Runs,
     own: tuple[EnrichdResult, dict[str, Any]] | None,
@@ -510,8 +515,9 @@ def _section(
         + latency_command(args)
         + quix_option(args.quix_python)
     )
+    date = run_date()
     lines = [
-        *run_header(command, machine_line),
+        *run_header(command, machine_line, date),
         f"Workload: {args.per_side:,} left and {args.per_side:,} right events over "
         f"{args.keys:,} keys ({total:,} input records, plain Avro), one every "
         f"{args.step_ms} ms of event time, in order, the event time also the Kafka timestamp; "
@@ -552,4 +558,15 @@ def _section(
         table=table,
         plot=plot_of(contenders),
         ok=ok,
+        headline=headline.measured(
+            "window",
+            runs.enrichd.sustained,
+            two.rate,
+            local_cores(spark_master(EXAMPLE)),
+            quix,
+            latencies,
+            (),
+            date,
+            measured,
+        ),
     )

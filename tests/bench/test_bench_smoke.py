@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench import headline, summary
 from bench.__main__ import WORKLOADS
 from bench.report import markers, plot_path
 from bench.smoke import SIZES
@@ -64,6 +65,23 @@ def test_every_workload_runs_end_to_end_and_writes_its_section_to_the_given_repo
         chart = plot_path(report, name)
         assert chart.stat().st_size > 0, name
         assert f"]({chart.relative_to(tmp_path).as_posix()})" in text, name
+    # The summary atop the report: each joiner's row is the headline its section carries,
+    # from this run of this checkout (no peer, no 1M-key point, latency where SIZES asks).
+    top, bottom = markers("summary")
+    assert text.index(bottom) < min(text.index(markers(name)[0]) for name in WORKLOADS)
+    block = text[text.index(top) : text.index(bottom)]
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    for joiner in summary.JOINERS:
+        start, end = markers(joiner)
+        figures = headline.read(text[text.index(start) : text.index(end)])
+        assert figures is not None, joiner
+        assert "| " + " | ".join(summary.cells(summary.Row(joiner, figures))) + " |" in block
+        assert figures.sustained > 0 and head and figures.commit.startswith(head), figures
+        assert (figures.quix_per_core, figures.memory_mib) == ("not run", "no 1M point")
+        assert isinstance(figures.p99_ms, float) == ("--no-latency" not in SIZES[joiner])
+    assert plot_path(report, "summary").stat().st_size > 0
     assert _digest(BENCHMARKS) == before
     charts_after = {p: p.stat().st_mtime_ns for p in (REPO / "bench" / "charts").glob("*.png")}
     assert charts_after == charts_before
