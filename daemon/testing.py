@@ -549,6 +549,7 @@ def replay_joiner(
     bootstrap_servers: str | None = None,
     output_schemas: Mapping[str, Path] | None = None,
     state_cache: bool = True,
+    state_deltas: bool = True,
 ) -> ReplayResult:
     """Run an installed joiner over ``inputs`` through the real broker and Spark engine.
 
@@ -572,6 +573,8 @@ def replay_joiner(
             :attr:`ReplayResult.extra`).
         state_cache: whether the Python workers keep decoded state between micro-batches
             (``[state] cache``); the outputs are the same either way.
+        state_deltas: whether a micro-batch writes only the keys it changed (``[state]
+            deltas``); the outputs are the same either way.
 
     Returns:
         The outputs and dead letters as JSON-ready dicts (see :class:`ReplayResult`).
@@ -592,8 +595,8 @@ def replay_joiner(
             bootstrap_servers=bootstrap_servers,
             output_schemas=output_schemas,
         )
-        if not state_cache:
-            file = file.model_copy(update={"state": file.state.model_copy(update={"cache": False})})
+        settings = {"cache": state_cache, "deltas": state_deltas}
+        file = file.model_copy(update={"state": file.state.model_copy(update=settings)})
         files = {}
         for role, lines in inputs.items():
             path = work / f"{role}.jsonl"
