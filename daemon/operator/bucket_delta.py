@@ -9,11 +9,12 @@ it), the keys it removed, the bucket's timer and stash counts
 (:func:`~daemon.operator.state_format.encode_delta`). The stored bucket is its value with its
 deltas applied in order.
 
-When the deltas grow past :data:`MAX_SHARE` of the value's bytes, or past
-:data:`MAX_DELTAS` of them, the next write *folds*: it writes the bucket whole and clears the
-deltas, as a log-structured store compacts. So a load decodes at most about one and a half
-times the bucket's bytes, in a bounded number of deltas; a call whose delta alone would
-pass the share (most of a small bucket changed) writes the bucket whole at once. Sizes are
+When the deltas grow past :data:`MAX_SHARE` of the value's bytes (or :data:`SMALL`, if
+that is more), or past :data:`MAX_DELTAS` of them, the next write *folds*: it writes the
+bucket whole and clears the deltas, as a log-structured store compacts. So a load decodes at
+most about one and a half times the bucket's bytes, in a bounded number of deltas; a call
+whose delta alone would pass the share (most of a bucket changed) writes the bucket whole at
+once. Sizes are
 compared uncompressed, as pickles: unpickling is what a load spends its time on, and a
 delta of a few keys compresses far less than a bucket of many similar ones.
 
@@ -41,6 +42,10 @@ MAX_SHARE = 0.5
 then decodes at most one and a half times what the bucket alone would."""
 MAX_DELTAS = 32
 """Pending deltas a bucket may have: each is decoded on a load."""
+SMALL = 4096
+"""Pending deltas may always take this many bytes (pickled), whatever the share: a few
+kilobytes cost a load microseconds, so that small buckets (a pipeline of few keys, a test)
+take the same path as large ones rather than fold at every write."""
 
 
 @dataclass(frozen=True)
@@ -58,14 +63,21 @@ class Pending:
         """Whether a delta of ``touched`` of the bucket's ``keys`` keys is worth making.
 
         A shortcut before :meth:`admits`, which needs the delta made: one naming more than
-        :data:`MAX_SHARE` of the keys would, with keys of about one size, not be admitted.
+        :data:`MAX_SHARE` of the keys of a bucket past :data:`SMALL` would, with keys of
+        about one size, not be admitted.
         """
-        return self.base > 0 and self.count < MAX_DELTAS and touched <= keys * MAX_SHARE
+        return (
+            self.base > 0
+            and self.count < MAX_DELTAS
+            and (touched <= keys * MAX_SHARE or self.base * MAX_SHARE <= SMALL)
+        )
 
     def admits(self, delta: int) -> bool:
         """Whether a delta of ``delta`` bytes (pickled) may follow, or the bucket must fold."""
         return (
-            self.base > 0 and self.count < MAX_DELTAS and self.size + delta <= self.base * MAX_SHARE
+            self.base > 0
+            and self.count < MAX_DELTAS
+            and self.size + delta <= max(self.base * MAX_SHARE, SMALL)
         )
 
     def after(self, delta: int) -> Pending:

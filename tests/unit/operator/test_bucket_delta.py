@@ -11,7 +11,7 @@ import pickle
 import pytest
 
 from daemon.operator import state_compression
-from daemon.operator.bucket_delta import MAX_DELTAS, MAX_SHARE, Pending, delta_of, load
+from daemon.operator.bucket_delta import MAX_DELTAS, MAX_SHARE, SMALL, Pending, delta_of, load
 from daemon.operator.state_format import (
     Bucket,
     StashCounts,
@@ -40,12 +40,21 @@ def _delta(bucket: Bucket, pending: Pending) -> bytes:
 
 
 def test_a_delta_follows_while_the_deltas_stay_under_their_share_of_the_value() -> None:
-    pending = Pending(1_000)
-    assert pending.admits(int(1_000 * MAX_SHARE))
-    assert not pending.admits(int(1_000 * MAX_SHARE) + 1)
+    base = 100 * SMALL
+    share = int(base * MAX_SHARE)
+    pending = Pending(base)
+    assert pending.admits(share)
+    assert not pending.admits(share + 1)
     grown = pending.after(300)
     assert (grown.size, grown.count) == (300, 1)
-    assert grown.admits(200) and not grown.admits(201)
+    assert grown.admits(share - 300) and not grown.admits(share - 299)
+
+
+def test_a_small_buckets_deltas_may_take_a_few_kilobytes_whatever_the_share() -> None:
+    pending = Pending(100)  # far less than its deltas may take
+    assert pending.admits(SMALL) and not pending.admits(SMALL + 1)
+    assert pending.may_admit(1, 1)  # one key of one: still a delta
+    assert pending.after(SMALL - 10).admits(10) and not pending.after(SMALL - 10).admits(11)
 
 
 def test_no_delta_follows_past_the_count_or_without_a_value() -> None:
@@ -55,9 +64,9 @@ def test_no_delta_follows_past_the_count_or_without_a_value() -> None:
     assert not Pending(0).admits(1) and not Pending(0).may_admit(1, 1_000)
 
 
-def test_a_delta_naming_most_keys_is_not_worth_making() -> None:
-    assert Pending(10_000).may_admit(5, 10)
-    assert not Pending(10_000).may_admit(6, 10)
+def test_a_delta_naming_most_keys_of_a_larger_bucket_is_not_worth_making() -> None:
+    assert Pending(100 * SMALL).may_admit(5, 10)
+    assert not Pending(100 * SMALL).may_admit(6, 10)
 
 
 def test_an_old_value_without_deltas_loads_as_it_was_written() -> None:
