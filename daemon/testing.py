@@ -305,6 +305,7 @@ class JoinerHarness:
     def _stored_back(self, log: StashLog) -> None:
         """End a step as the engine stores a bucket; show the keys' states in the run."""
         log.flush(self._bucket.keys)
+        self._bucket.touched.clear()  # what the engine's delta would hold: written now
         keys, states = self._bucket.keys, self.run.states
         for key in [key for key in self._stored if key not in keys]:
             del self._stored[key]
