@@ -27,7 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark.errors import AnalysisException
+from pyspark.errors import SparkRuntimeException
 from pyspark.sql import functions as F  # noqa: N812
 
 from daemon.model.config import PipelineFile, SparkConfig
@@ -166,8 +166,11 @@ class CheckpointState:
         """
         try:
             frame = self.frame(DELTAS_VARIABLE)
-        except AnalysisException:
+        except SparkRuntimeException as exc:
             # Spark knows the checkpoint's state variables by name, and has none of this one.
+            unknown = (exc.getCondition() or "").startswith("STDS_INVALID_OPTION_VALUE")
+            if not unknown or DELTAS_VARIABLE not in str(exc):
+                raise
             return self.spark.createDataFrame([], "bucket int, delta binary")
         return frame.selectExpr("key.bucket AS bucket", "list_element.delta AS delta")
 
