@@ -305,6 +305,7 @@ class JoinerHarness:
     def _stored_back(self, log: StashLog) -> None:
         """End a step as the engine stores a bucket; show the keys' states in the run."""
         log.flush(self._bucket.keys)
+        self._bucket.touched.clear()  # what the engine's delta would hold: written now
         keys, states = self._bucket.keys, self.run.states
         for key in [key for key in self._stored if key not in keys]:
             del self._stored[key]
@@ -549,6 +550,7 @@ def replay_joiner(
     bootstrap_servers: str | None = None,
     output_schemas: Mapping[str, Path] | None = None,
     state_cache: bool = True,
+    state_deltas: bool = True,
 ) -> ReplayResult:
     """Run an installed joiner over ``inputs`` through the real broker and Spark engine.
 
@@ -572,6 +574,8 @@ def replay_joiner(
             :attr:`ReplayResult.extra`).
         state_cache: whether the Python workers keep decoded state between micro-batches
             (``[state] cache``); the outputs are the same either way.
+        state_deltas: whether a micro-batch writes only the keys it changed (``[state]
+            deltas``); the outputs are the same either way.
 
     Returns:
         The outputs and dead letters as JSON-ready dicts (see :class:`ReplayResult`).
@@ -592,8 +596,8 @@ def replay_joiner(
             bootstrap_servers=bootstrap_servers,
             output_schemas=output_schemas,
         )
-        if not state_cache:
-            file = file.model_copy(update={"state": file.state.model_copy(update={"cache": False})})
+        settings = {"cache": state_cache, "deltas": state_deltas}
+        file = file.model_copy(update={"state": file.state.model_copy(update=settings)})
         files = {}
         for role, lines in inputs.items():
             path = work / f"{role}.jsonl"

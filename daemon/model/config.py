@@ -176,7 +176,8 @@ class StateConfig(_Strict):
 
     Spark's state store is always the durable copy. With ``cache`` on, each Python worker also
     keeps the buckets it decoded, and uses one in the next micro-batch only when a stamp
-    written with the store's copy says it is that copy (docs/operations.md, State).
+    written with the store's copy says it is that copy (docs/operations.md, State). With
+    ``deltas`` on, a micro-batch that changed a few keys of a bucket writes only those.
     """
 
     cache: bool = Field(
@@ -190,6 +191,13 @@ class StateConfig(_Strict):
             'bytes of decoded buckets each Python worker may keep ("512MiB"); unset: a quarter '
             "of spark.executor.pyspark.memory if set, else 1/32 of the machine's memory, "
             "at most 1 GiB"
+        ),
+    )
+    deltas: bool = Field(
+        default=True,
+        description=(
+            "write only the keys a micro-batch changed, as a delta after the state bucket, "
+            "folded into it now and then; off: write every changed bucket whole"
         ),
     )
 

@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from daemon.operator.bucket_delta import Pending
 from daemon.operator.state_format import Bucket
 
 DECODED_FACTOR = 4
@@ -60,12 +61,15 @@ class CachedBucket:
 
     bucket: Bucket
     blob: bytes | None
-    """The compressed bytes the store holds (None: no value stored): a call that changes the
-    bucket writes it only when the new bytes differ."""
+    """The compressed bytes the store holds as the bucket's value (None: none stored): a
+    call that changes the bucket writes it whole only when the new bytes differ, or to fold
+    its deltas."""
     stamp: int
     """The stamp written with ``blob``."""
     size: int
     """Its estimated memory, bytes."""
+    pending: Pending = Pending(0)
+    """The deltas the store holds after ``blob`` (:mod:`daemon.operator.bucket_delta`)."""
 
 
 class BucketCache:

@@ -156,7 +156,7 @@ class EngineCore:
             advanced = self._step(self.joiner.advance, key, state, clock.stream_time, ())
             if advanced is None:  # the joiner raised: no more wake-ups until its next record
                 bucket.due.pop(key, None)
-                bucket.changed = True
+                bucket.touch(key)
             else:
                 self._store(bucket, log, key, clock, advanced, now)
 
@@ -205,9 +205,9 @@ class EngineCore:
             at = min(due)
             if bucket.due.get(key) != at:
                 bucket.due[key] = at
-                bucket.changed = True
+                bucket.touch(key)
         elif bucket.due and bucket.due.pop(key, None) is not None:
-            bucket.changed = True
+            bucket.touch(key)
         pickled = log.dumps(state)
         before = bucket.keys.get(key)
         event_time = 0 if before is None else before[EVENT_TIME]
@@ -216,7 +216,7 @@ class EngineCore:
         entry = (clock.stream_time, clock.last_ms, clock.updated_ms, event_time, pickled)
         if entry != before:
             bucket.keys[key] = entry
-            bucket.changed = True
+            bucket.touch(key)
 
     def _step(
         self,
@@ -253,7 +253,7 @@ def _drop(bucket: Bucket, log: StashLog, key: str) -> None:
     log.forget(key)
     forgotten = bucket.keys.pop(key, None) is not None
     if bucket.due.pop(key, None) is not None or forgotten:
-        bucket.changed = True
+        bucket.touch(key)
 
 
 _EVENT_TIME_OF = attrgetter("event_time")

@@ -73,7 +73,7 @@ from daemon.model.wire import (
     counts_row,
     unpack,
 )
-from daemon.operator import state_compression
+from daemon.operator import bucket_delta, state_compression
 from daemon.operator.bucket_cache import (
     DECODED_FACTOR,
     BucketCache,
@@ -81,9 +81,10 @@ from daemon.operator.bucket_cache import (
     new_stamp,
     worker_cache,
 )
+from daemon.operator.bucket_delta import Pending
 from daemon.operator.core import EngineCore, KeyBatch
 from daemon.operator.stash_log import StashLog
-from daemon.operator.state_format import Bucket, decode_bucket, decode_portable, encode_bucket
+from daemon.operator.state_format import Bucket, decode_portable, encode_bucket
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, Joiner, input_record
 from daemon.sink.task_output import OutputSpec, TaskOutput
 from daemon.spark.worker_gc import freeze_loaded
@@ -93,6 +94,8 @@ BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
 to parse it in every task)."""
 CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
 """Schema of the bucket's list state of stash chunks (:mod:`daemon.operator.stash_log`)."""
+DELTA_SCHEMA = StructType([StructField("delta", BinaryType())])
+"""Schema of the bucket's list state of deltas (:mod:`daemon.operator.bucket_delta`)."""
 STAMP_SCHEMA = StructType([StructField("stamp", LongType())])
 """Schema of the bucket's stamp, written with each write of the bucket while the worker cache
 is on (:mod:`daemon.operator.bucket_cache`)."""
@@ -126,6 +129,9 @@ class OperatorPlan:
     (:mod:`daemon.operator.bucket_cache`; ``[state] cache``)."""
     state_cache_bytes: int | None = None
     """The worker cache's byte budget; None: sized from the worker's memory."""
+    state_deltas: bool = True
+    """Whether a call that changed a few keys of a bucket appends them as a delta instead of
+    writing the bucket whole (:mod:`daemon.operator.bucket_delta`; ``[state] deltas``)."""
 
 
 class JoinerProcessor(StatefulProcessor):
@@ -146,9 +152,10 @@ class JoinerProcessor(StatefulProcessor):
         """The newest event time of the call's records, by input (event-time lag)."""
         self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
         self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
-        # Declared whether the cache is on or not, so that switching it keeps the
-        # checkpoint's state variables as they were.
+        # Declared whether the cache and the deltas are on or not, so that switching them
+        # keeps the checkpoint's state variables as they were.
         self.stamps = handle.getValueState("bucket_stamp", STAMP_SCHEMA)
+        self.deltas = handle.getListState("bucket_delta", DELTA_SCHEMA)
         self._cache: BucketCache | None = None
         self._cache_space = ""
         if self.plan.state_cache:
@@ -255,7 +262,7 @@ class JoinerProcessor(StatefulProcessor):
             bucket.keys[join_key] = (*clock, log.dumps(state))
             if due is not None:
                 bucket.due[join_key] = due
-            bucket.changed = True
+            bucket.touch(join_key)
         self._store_bucket(key, bucket, log, stored)
 
     def handleExpiredTimer(  # noqa: N802
@@ -328,13 +335,15 @@ class JoinerProcessor(StatefulProcessor):
             stamp = row[0] if row else None
             cached = self._cache.take((self._cache_space, key), stamp)
             if cached is not None:
-                stored = Stored(cached.blob, cached.stamp, cached.size)
+                stored = Stored(cached.blob, cached.stamp, cached.size, cached.pending)
                 return cached.bucket, StashLog(self.stash_chunks, cached.bucket.stash), stored
         row = self.state.get()
         blob = row[0] if row else None
-        pickled = state_compression.decompress(blob) if blob else None
-        bucket = decode_bucket(pickled) if pickled else Bucket()
-        stored = Stored(blob, stamp, len(pickled) * DECODED_FACTOR if pickled else 0)
+        # Read whether deltas are on or not: a bucket keeps those written while they were.
+        deltas = [delta for (delta,) in self.deltas.get()] if blob else []
+        loaded = bucket_delta.load(blob, deltas)
+        bucket = loaded.bucket
+        stored = Stored(blob, stamp, loaded.pickled * DECODED_FACTOR, loaded.pending)
         return bucket, StashLog(self.stash_chunks, bucket.stash), stored
 
     def _store_bucket(self, key: Any, bucket: Bucket, log: StashLog, stored: Stored) -> None:
@@ -345,6 +354,10 @@ class JoinerProcessor(StatefulProcessor):
         its last record), and moving the timer after them cost two calls to the JVM per
         bucket in nearly every batch, about a fifth of a window task; a timer that fires
         before any key is due costs a read of the bucket and a new timer, once in a while.
+
+        A call that changed a few keys appends them as a delta (:mod:`.bucket_delta`), unless
+        the deltas have grown past their share of the bucket: then it writes the bucket whole
+        and clears them.
 
         A call that changed no key (a lookup's stream records read the table value and leave
         it) writes nothing: writing the same bytes again would cost a round trip to the JVM
@@ -366,28 +379,55 @@ class JoinerProcessor(StatefulProcessor):
         if bucket.timer_ms is None and earliest is not None:
             self.handle.registerTimer(earliest)
             bucket.timer_ms = earliest
-        blob, size = stored.blob, stored.size
+        blob, size, pending = stored.blob, stored.size, stored.pending
         if bucket.changed or bucket.timer_ms != timer or bucket.stash != counts:
             bucket.changed = False  # what is kept below is what the store holds
             if not bucket.keys:
+                bucket.touched.clear()
                 if blob is not None:
                     self.state.clear()
+                    if pending.count:
+                        self.deltas.clear()
                     if self._cache is not None:
                         self.stamps.clear()
                 return  # an empty bucket is not worth a cache entry
+            if (
+                self.plan.state_deltas
+                and blob is not None
+                and pending.may_admit(len(bucket.touched), len(bucket.keys))
+            ):
+                delta, pickled_size = bucket_delta.delta_of(bucket, pending)
+                if pending.admits(pickled_size):
+                    self.deltas.appendValue((delta,))
+                    bucket.touched.clear()
+                    if self._cache is not None:
+                        size += pickled_size * DECODED_FACTOR
+                        self._keep(key, bucket, blob, size, pending.after(pickled_size), None)
+                    return
+            bucket.touched.clear()
             pickled = encode_bucket(bucket)
             new = state_compression.compress(pickled)
             size = len(pickled) * DECODED_FACTOR
-            if new != blob:
+            if new != blob or pending.count:
                 self.state.update((new,))
-                blob = new
+                if pending.count:
+                    self.deltas.clear()
+                blob, pending = new, Pending(len(pickled))
                 if self._cache is not None:
-                    self._keep(key, bucket, blob, size, None)
+                    self._keep(key, bucket, blob, size, pending, None)
                 return
         if self._cache is not None and blob is not None:
-            self._keep(key, bucket, blob, size, stored.stamp)
+            self._keep(key, bucket, blob, size, pending, stored.stamp)
 
-    def _keep(self, key: Any, bucket: Bucket, blob: bytes, size: int, stamp: int | None) -> None:
+    def _keep(
+        self,
+        key: Any,
+        bucket: Bucket,
+        blob: bytes,
+        size: int,
+        pending: Pending,
+        stamp: int | None,
+    ) -> None:
         """Put the bucket back into the worker cache, under the stamp the store holds.
 
         ``stamp`` None: the store's value was just written (or never stamped, as in a
@@ -397,7 +437,7 @@ class JoinerProcessor(StatefulProcessor):
         if stamp is None:
             stamp = new_stamp()
             self.stamps.update((stamp,))
-        self._cache.put((self._cache_space, key), CachedBucket(bucket, blob, stamp, size))
+        self._cache.put((self._cache_space, key), CachedBucket(bucket, blob, stamp, size, pending))
 
     def emit(self, emit: Emit) -> None:
         """Send an output record the joiner emitted (:class:`~daemon.operator.core.Outlet`)."""
@@ -526,6 +566,8 @@ class Stored:
     """The stored stamp (None: none, or the cache is off)."""
     size: int
     """The decoded bucket's estimated memory (:mod:`.bucket_cache`)."""
+    pending: Pending
+    """The deltas the store holds after ``blob`` (:mod:`.bucket_delta`)."""
 
 
 def _query_id() -> str:

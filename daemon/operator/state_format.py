@@ -8,6 +8,12 @@ names no class of enrichd's, so moving or renaming one breaks no checkpoint.
   ``{"format": 1, "keys": {join key: entry}, "due": {join key: ms}, "timer_ms": ms or None,
   "stash": (next sequence number, values written, values live, chunks)}``, where an entry
   is ``(stream_time, last_ms, updated_ms, event_time, state)`` (see :class:`Bucket`).
+- A **delta** of a bucket (the list state ``bucket_delta``, a list per state bucket,
+  :mod:`daemon.operator.bucket_delta`): what one write changed, appended instead of writing
+  the bucket whole, ``{"format": 1, "delta": sequence number, "keys": {join key: (entry or
+  None, due ms or None)}, "timer_ms": ms or None, "stash": (...)}``, stored compressed. The
+  bucket is its value with its deltas applied by sequence number; a key's None entry means
+  it went. Checkpoints written before deltas have none, and read as before.
 - A **chunk** of the bucket's stash log (the list state ``stash_chunks``):
   ``{"format": 1, "values": {sequence number: value}}``.
 - A key's **state** and each stashed **value**: the joiner's own objects, pickled. The joiner
@@ -35,9 +41,10 @@ import copyreg
 import functools
 import io
 import pickle  # noqa: S403 - the state store holds only what the processor wrote
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Final
 
 from daemon.errors import EnrichdError
@@ -109,8 +116,16 @@ class Bucket:
     """Its stash log's counts (:mod:`daemon.operator.stash_log`)."""
     changed: bool = field(default=False, compare=False)
     """Whether a key's entry or due time changed since the bucket was loaded (not stored):
-    whoever changes ``keys`` or ``due`` sets it, so that a call that changed neither (a
-    lookup's stream records) need not encode the bucket to find that out."""
+    whoever changes ``keys`` or ``due`` sets it (:meth:`touch`), so that a call that changed
+    neither (a lookup's stream records) need not encode the bucket to find that out."""
+    touched: set[str] = field(default_factory=set, compare=False)
+    """The keys whose entry or due time changed (or went) since the bucket was last stored
+    (not stored): what a :func:`encode_delta` of the bucket holds."""
+
+    def touch(self, key: str) -> None:
+        """Note that ``key``'s entry or due time changed, or went."""
+        self.changed = True
+        self.touched.add(key)
 
 
 def encode_bucket(bucket: Bucket) -> bytes:
@@ -135,6 +150,55 @@ def decode_bucket(pickled: bytes) -> Bucket:
     """
     data = _plain(pickled, "bucket")
     return Bucket(data["keys"], data["due"], data["timer_ms"], StashCounts(*data["stash"]))
+
+
+def encode_delta(bucket: Bucket, seq: int) -> bytes:
+    """What changed in the bucket since it was last stored, pickled; the ``seq``-th delta.
+
+    Holds each :attr:`Bucket.touched` key's entry and due time as the bucket holds them now
+    (None: gone), and the bucket's timer and stash counts, which are small.
+    """
+    keys, due = bucket.keys, bucket.due
+    counts = bucket.stash
+    data = {
+        "format": STATE_FORMAT,
+        "delta": seq,
+        "keys": {key: (keys.get(key), due.get(key)) for key in bucket.touched},
+        "timer_ms": bucket.timer_ms,
+        "stash": (counts.seq, counts.entries, counts.live, counts.chunks),
+    }
+    return pickle.dumps(data, protocol=PROTOCOL)
+
+
+def decode_delta(pickled: bytes) -> dict[str, Any]:
+    """A delta from :func:`encode_delta`'s bytes, as plain data, for :func:`apply_deltas`.
+
+    Raises:
+        UnknownStateFormatError: it was written in a format this enrichd does not know.
+    """
+    return _plain(pickled, "bucket delta")
+
+
+def apply_deltas(bucket: Bucket, deltas: Iterable[dict[str, Any]]) -> Bucket:
+    """The bucket with ``deltas`` (from :func:`decode_delta`) applied, in their order.
+
+    Applied by their sequence numbers, not by how they came: a delta is the whole truth about
+    the keys it names, so the last one written for a key wins.
+    """
+    keys, due = bucket.keys, bucket.due
+    for delta in sorted(deltas, key=itemgetter("delta")):
+        for key, (entry, at) in delta["keys"].items():
+            if entry is None:
+                keys.pop(key, None)
+            else:
+                keys[key] = entry
+            if at is None:
+                due.pop(key, None)
+            else:
+                due[key] = at
+        bucket.timer_ms = delta["timer_ms"]
+        bucket.stash = StashCounts(*delta["stash"])
+    return bucket
 
 
 def encode_chunk(values: dict[int, bytes]) -> bytes:

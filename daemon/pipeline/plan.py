@@ -172,6 +172,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         output_keys={n: c for n, c in output_keys.items() if c.key_format in ("avro", "json")},
         state_cache=file.state.cache,
         state_cache_bytes=file.state.cache_size,
+        state_deltas=file.state.deltas,
     )
     if stage is None:
         return PipelinePlan(pipe, conf, source, output, operator)
@@ -243,6 +244,7 @@ def _downstream_plan(
         inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
         state_cache=state.cache,
         state_cache_bytes=state.cache_size,
+        state_deltas=state.deltas,
     )
     output = replace(first, pipeline=config.name, marker_topic=topic)
     return PipelinePlan(config, conf, source, output, operator)

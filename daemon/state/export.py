@@ -31,7 +31,7 @@ _KEYS_ARROW = pa.schema([("bucket", pa.int32()), ("key", pa.string()), ("entry",
 def committed_keys(state: CheckpointState, buckets: int) -> DataFrame:
     """Every key of the committed state, portable, in its bucket among ``buckets``."""
     chunks = state.chunks_frame().groupBy("bucket").agg(F.collect_list("chunk").alias("chunks"))
-    stored = state.buckets_frame().join(chunks, "bucket", "left")
+    stored = state.with_deltas().join(chunks, "bucket", "left")
     return stored.mapInArrow(partial(_export_buckets, buckets=buckets), KEYS_SCHEMA)
 
 
@@ -51,9 +51,12 @@ def _export_buckets(batches: Iterator[pa.RecordBatch], buckets: int) -> Iterator
         labels = batch.column("bucket").to_pylist()
         stored = batch.column("blob").to_pylist()
         chunk_lists = batch.column("chunks").to_pylist()
+        delta_lists = batch.column("deltas").to_pylist()
         rows: dict[str, list[object]] = {"bucket": [], "key": [], "entry": []}
-        for label, blob, chunks in zip(labels, stored, chunk_lists, strict=True):
-            found = StoredBucket(label, blob, tuple(chunks or ()))
+        for label, blob, chunks, deltas in zip(
+            labels, stored, chunk_lists, delta_lists, strict=True
+        ):
+            found = StoredBucket(label, blob, tuple(chunks or ()), tuple(deltas or ()))
             log = found.log()
             for key, entry in found.bucket.keys.items():
                 state = log.loads(key, entry[STATE])

@@ -4,11 +4,14 @@ How it works: Spark's ``statestore`` data source (``spark.read.format("statestor
 the state a streaming query committed, version by version, from the checkpoint's files alone:
 the query may be stopped, or running in another process (what it reads was committed, so it
 does not change under it). It knows ``transformWithState`` state variables by name: the
-operator's ``state_bucket`` (a row per state bucket: its label and the stored bucket) and its
-``stash_chunks`` (a row per chunk of each bucket's stash log). This module pins the
+operator's ``state_bucket`` (a row per state bucket: its label and the stored bucket), its
+``bucket_delta`` (a row per delta written after a bucket's value,
+:mod:`daemon.operator.bucket_delta`) and its ``stash_chunks`` (a row per chunk of each
+bucket's stash log). A checkpoint written before deltas has no ``bucket_delta``: its
+buckets read as their values alone. This module pins the
 micro-batch it reads to the last one in the checkpoint's commit log, and hands the buckets on
-as :class:`StoredBucket`, which decodes them with the state format
-(:mod:`daemon.operator.state_format`).
+as :class:`StoredBucket`, which decodes each value with its deltas applied, as the operator
+does.
 
 Spark's offset and commit logs (``offsets/N``, ``commits/N``) are read here too, as files: a
 line ``v1``, a line of batch metadata, then a line of offsets per source (enrichd's queries
@@ -24,18 +27,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pyspark.errors import SparkRuntimeException
 from pyspark.sql import functions as F  # noqa: N812
 
 from daemon.model.config import PipelineFile, SparkConfig
-from daemon.operator import state_compression
+from daemon.operator import bucket_delta
 from daemon.operator.stash_log import StashLog
-from daemon.operator.state_format import Bucket, decode_bucket
+from daemon.operator.state_format import Bucket
 from daemon.spark.session import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 BUCKETS_VARIABLE = "state_bucket"
+DELTAS_VARIABLE = "bucket_delta"
 CHUNKS_VARIABLE = "stash_chunks"
 
 
@@ -91,16 +96,22 @@ def batch_conf(checkpoint: Path, batch: int) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class StoredBucket:
-    """One state bucket as the checkpoint holds it: its value and its stash log's chunks."""
+    """One state bucket as the checkpoint holds it: value, deltas, stash log's chunks."""
 
     label: int
     blob: bytes
     chunks: tuple[bytes, ...] = ()
+    deltas: tuple[bytes, ...] = ()
 
     @cached_property
     def bucket(self) -> Bucket:
-        """The bucket, decoded."""
-        return decode_bucket(state_compression.decompress(self.blob))
+        """The bucket, decoded, its deltas applied."""
+        return bucket_delta.load(self.blob, self.deltas).bucket
+
+    @property
+    def size(self) -> int:
+        """Bytes its value and deltas take, as stored."""
+        return len(self.blob) + sum(map(len, self.deltas))
 
     def log(self) -> StashLog:
         """The bucket's stash log, read only: what a loaded key state's stashes read from."""
@@ -147,6 +158,22 @@ class CheckpointState:
         """``bucket int, blob binary``: every stored bucket."""
         return self.frame(BUCKETS_VARIABLE).selectExpr("key.bucket AS bucket", "value.blob AS blob")
 
+    def deltas_frame(self) -> DataFrame:
+        """``bucket int, delta binary``: every delta of every bucket.
+
+        In no order: each delta carries its sequence number. Empty for a checkpoint written
+        before deltas.
+        """
+        try:
+            frame = self.frame(DELTAS_VARIABLE)
+        except SparkRuntimeException as exc:
+            # Spark knows the checkpoint's state variables by name, and has none of this one.
+            unknown = (exc.getCondition() or "").startswith("STDS_INVALID_OPTION_VALUE")
+            if not unknown or DELTAS_VARIABLE not in str(exc):
+                raise
+            return self.spark.createDataFrame([], "bucket int, delta binary")
+        return frame.selectExpr("key.bucket AS bucket", "list_element.delta AS delta")
+
     def chunks_frame(self) -> DataFrame:
         """``bucket int, chunk binary``: every chunk of every bucket's stash log."""
         return self.frame(CHUNKS_VARIABLE).selectExpr(
@@ -154,18 +181,31 @@ class CheckpointState:
         )
 
     def bucket(self, label: int) -> StoredBucket | None:
-        """The bucket ``label`` with its chunks; None when it holds no key."""
-        rows = self.buckets_frame().where(f"bucket = {int(label)}").collect()
+        """The bucket ``label`` with its deltas and chunks; None when it holds no key."""
+        where = f"bucket = {int(label)}"
+        rows = self.buckets_frame().where(where).collect()
         if not rows:
             return None
-        chunks = self.chunks_frame().where(f"bucket = {int(label)}").collect()
-        return StoredBucket(label, bytes(rows[0].blob), tuple(bytes(row.chunk) for row in chunks))
+        chunks = self.chunks_frame().where(where).collect()
+        deltas = self.deltas_frame().where(where).collect()
+        return StoredBucket(
+            label,
+            bytes(rows[0].blob),
+            tuple(bytes(row.chunk) for row in chunks),
+            tuple(bytes(row.delta) for row in deltas),
+        )
+
+    def with_deltas(self) -> DataFrame:
+        """``bucket int, blob binary, deltas array<binary>``: every stored bucket."""
+        deltas = self.deltas_frame().groupBy("bucket").agg(F.collect_list("delta").alias("deltas"))
+        return self.buckets_frame().join(deltas, "bucket", "left")
 
     def sizes(self) -> Iterator[tuple[StoredBucket, int]]:
-        """Every stored bucket (without its chunks) and the bytes its chunks take."""
+        """Every stored bucket (with its deltas, not its chunks) and its chunks' bytes."""
         sized = self.chunks_frame().groupBy("bucket").agg(F.sum(F.length("chunk")).alias("size"))
-        for row in self.buckets_frame().join(sized, "bucket", "left").toLocalIterator():
-            yield StoredBucket(row.bucket, bytes(row.blob)), int(row.size or 0)
+        for row in self.with_deltas().join(sized, "bucket", "left").toLocalIterator():
+            deltas = tuple(bytes(delta) for delta in row.deltas or ())
+            yield StoredBucket(row.bucket, bytes(row.blob), deltas=deltas), int(row.size or 0)
 
 
 def state_session(file: PipelineFile) -> SparkSession:

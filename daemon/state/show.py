@@ -61,13 +61,13 @@ def _view(
 
 
 def bucket_summary(stored: StoredBucket, chunk_bytes: int) -> dict[str, Any]:
-    """A bucket's keys, bytes (its value and its stash log's chunks, as stored) and times."""
+    """A bucket's keys, bytes (its value, deltas and stash log's chunks, as stored) and times."""
     bucket = stored.bucket
     times = [entry[EVENT_TIME] for entry in bucket.keys.values() if entry[EVENT_TIME]]
     return {
         "bucket": stored.label,
         "keys": len(bucket.keys),
-        "bytes": len(stored.blob) + chunk_bytes,
+        "bytes": stored.size + chunk_bytes,
         "stashed_values": bucket.stash.live,
         "ended_keys": sum(entry[STREAM_TIME] == END_OF_TIME for entry in bucket.keys.values()),
         "oldest_event_time": iso_ms(min(times, default=None)),

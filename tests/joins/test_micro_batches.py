@@ -144,6 +144,7 @@ class Case:
         cap: int | None,
         broker: Any,
         state_cache: bool = True,
+        state_deltas: bool = True,
     ) -> ReplayResult:
         return replay_joiner(
             self.joiner,
@@ -157,6 +158,7 @@ class Case:
             max_batch=cap,
             bootstrap_servers=broker.bootstrap_servers,
             state_cache=state_cache,
+            state_deltas=state_deltas,
         )
 
 
@@ -326,10 +328,12 @@ def test_outputs_and_dead_letters_do_not_depend_on_micro_batches(
         caps = (1, coarse)
         # One after the other: four replays started at once in a fresh session failed their
         # first tasks inside Spark (java.io.OptionalDataException deserializing a task).
-        # The coarse cap's replay runs with the workers' state cache off, the others with it
-        # on (the default): so the same outputs also mean the cache changes nothing.
+        # The coarse cap's replay runs with the workers' state cache and the state deltas off,
+        # the others with both on (the default): so the same outputs also mean neither
+        # changes anything.
         whole, *capped = (
-            case.replay(inputs, cap, broker, state_cache=cap != coarse) for cap in (None, *caps)
+            case.replay(inputs, cap, broker, state_cache=cap != coarse, state_deltas=cap != coarse)
+            for cap in (None, *caps)
         )
         assert whole.batches == 1
         for cap, result in zip(caps, capped, strict=True):

@@ -20,6 +20,7 @@ from daemon.broker import EmbeddedBroker
 from daemon.model.config import load_pipeline_file
 from daemon.model.routing import bucket_labels
 from daemon.pipeline.checkpoint import SHAPE_FILE, check_checkpoint
+from daemon.state.reader import CheckpointState, last_committed
 from daemon.state.render import iso_ms, to_json
 from tests.fixtures.checkpoint_format_1 import FIXTURE, kept_copy, moved_to
 from tests.kafka_helpers import In, groups_starting, produce, run_pipeline
@@ -31,6 +32,13 @@ def ran(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Twe
     """A pipeline that joined five users (one renamed) and twelve tweets, then stopped: a copy
     of the checkpoint of state format 1 kept in tests/fixtures, which the engine made."""
     return kept_copy(broker, tmp_path_factory.mktemp("ran"))
+
+
+def _pending_deltas(spark: Any, checkpoint: Path) -> int:
+    """Deltas the checkpoint's committed state holds after its buckets' values."""
+    batch = last_committed(checkpoint)
+    assert batch is not None
+    return int(CheckpointState(spark, checkpoint, batch).deltas_frame().count())
 
 
 def copy_of(ran: Tweets, folder: Path) -> Path:
@@ -205,14 +213,24 @@ def test_rescale_moves_the_state_into_other_buckets_and_partitions(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Rescaled from 32 buckets over 2 partitions to 4 buckets over 1, the pipeline reads on
-    where it stopped with every key's state: a user's rename fans out to all their tweets."""
-    tweets = Tweets(broker, tmp_path, buckets=32, partitions=2)
+    where it stopped with every key's state: a user's rename fans out to all their tweets.
+
+    The users come in the first of four micro-batches and their tweets in the next three, so
+    the buckets hold deltas after their values ([state] deltas) when ``daemon state`` and the
+    rescale read them."""
+    tweets = Tweets(
+        broker, tmp_path, buckets=32, partitions=2, settings={"max_records_per_batch": 6}
+    )
     tweets.produce(
         users=[user(i, 1000 + i) for i in range(6)],
         tweets=[tweet(t, t % 6, 2000 + t) for t in range(18)],
     )
-    tweets.run(spark)
+    assert len(tweets.run(spark)) >= 4
+    assert _pending_deltas(spark, tweets.checkpoint) > 0
     before = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "3").out)
+    assert before["state"] == to_json(joined(tweets).states["3"])  # the value and its deltas
+    whole = json.loads(daemon(capsys, "state", str(tweets.path), "--summary").out)
+    assert whole["keys"] == 6 and sum(b["stashed_values"] for b in whole["buckets"]) == 18
 
     markers = f"enrichd.{tweets.name}.sink."  # the default id_prefix
     assert groups_starting(tweets.conf, markers)

@@ -214,3 +214,11 @@ def test_the_state_cache_is_on_by_default_and_its_size_reads_units(tmp_path: Pat
     assert "state.cache_size" in problem
     (problem,) = problems_of(write(tmp_path, "[state]\ncache_bytes = 5\n" + MINIMAL))
     assert "state.cache_bytes" in problem
+
+
+def test_state_deltas_are_on_by_default_and_can_be_turned_off(tmp_path: Path) -> None:
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).state.deltas is True
+    text = "[state]\ndeltas = false\n" + MINIMAL
+    assert load_pipeline_file(write(tmp_path, text)).state.deltas is False
+    (problem,) = problems_of(write(tmp_path, '[state]\ndeltas = "sometimes"\n' + MINIMAL))
+    assert "state.deltas" in problem

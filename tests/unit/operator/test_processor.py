@@ -20,11 +20,11 @@ from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.lookup import Lookup, LookupOptions
 from daemon.joiners.window import Window, WindowOptions
 from daemon.model.wire import INPUT, OutputRow, pack
+from daemon.operator import bucket_delta, state_compression
 from daemon.operator import processor as processor_module
-from daemon.operator import state_compression
 from daemon.operator.bucket_cache import BucketCache
 from daemon.operator.processor import JoinerProcessor, OperatorPlan
-from daemon.operator.state_format import EVENT_TIME, decode_bucket, encode_bucket
+from daemon.operator.state_format import EVENT_TIME, Bucket, decode_bucket, encode_bucket
 from daemon.plugin.joiner import (
     DeadLetter,
     Emit,
@@ -63,10 +63,33 @@ class _State:
         self.value = None
 
 
+class _List:
+    """A list state that counts the calls it is asked for."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Any]] = []
+        self.writes = 0
+        self.reads = 0
+
+    def get(self) -> Iterator[tuple[Any]]:
+        self.reads += 1
+        return iter(list(self.items))
+
+    def appendValue(self, value: tuple[Any]) -> None:  # noqa: N802
+        self.writes += 1
+        self.items.append(value)
+
+    def clear(self) -> None:
+        self.writes += 1
+        self.items = []
+
+
 class _Handle:
     def __init__(self) -> None:
         self.values: dict[str, _State] = {}
         """Each value state by name (the bucket, its stamp)."""
+        self.lists: dict[str, _List] = {}
+        """Each list state by name (the bucket's deltas)."""
         self.timers: list[tuple[str, int]] = []
         """The timer calls, in order: ("register" or "delete", time)."""
 
@@ -77,8 +100,10 @@ class _Handle:
     def getValueState(self, name: str, schema: Any) -> _State:  # noqa: N802
         return self.values.setdefault(name, _State())
 
-    def getListState(self, name: str, schema: Any) -> None:  # noqa: N802
-        return None  # neither lookup nor window stashes anything
+    def getListState(self, name: str, schema: Any) -> _List | None:  # noqa: N802
+        if name == "stash_chunks":
+            return None  # neither lookup nor window stashes anything
+        return self.lists.setdefault(name, _List())
 
     def registerTimer(self, at: int) -> None:  # noqa: N802
         self.timers.append(("register", at))
@@ -123,6 +148,13 @@ def _window() -> OperatorPlan:
     joiner = Window(WindowOptions(window=10_000, idle_timeout=60_000), context)
     codecs = {"left": "left_event", "right": "right_event"}
     return _plan(joiner, codecs, "joined_pair", (("left", "lefts"), ("right", "rights")))
+
+
+def _stored_bucket(handle: _Handle) -> Bucket:
+    """The bucket the store holds: its value with its deltas applied."""
+    value = handle.state.value
+    deltas = handle.lists.get("bucket_delta", _List()).items
+    return bucket_delta.load(value[0] if value else None, [d for (d,) in deltas]).bucket
 
 
 def _processor(
@@ -195,7 +227,8 @@ def test_a_call_that_changes_no_key_does_not_encode_the_bucket(
         return encode_bucket(bucket)
 
     monkeypatch.setattr(processor_module, "encode_bucket", counted)
-    processor, state = _processor()
+    # Deltas off: a call that changes a key then encodes the bucket, which is counted.
+    processor, state = _processor(replace(_lookup(), state_deltas=False))
     _call(processor, [_region(f"user{n}", "north", 1) for n in range(100)])
     assert encoded == [100]
 
@@ -210,7 +243,8 @@ def test_a_table_update_is_written() -> None:
     _call(processor, [_region("ada", "north", 1)])
 
     _call(processor, [_click("ada", 2), _region("ada", "south", 3)])
-    assert state.writes == 2
+    deltas = processor.handle.lists["bucket_delta"]  # type: ignore[attr-defined]
+    assert state.writes + deltas.writes == 2  # the bucket whole, or a delta
 
     # The stored bucket has the new value: a later click sees it.
     (row,) = _call(processor, [_click("ada", 4)])
@@ -236,11 +270,11 @@ def test_a_key_remembers_the_newest_event_time_that_changed_its_state() -> None:
     _call(processor, [_region("ada", "north", 10)])
     _call(processor, [_click("ada", 30)])  # reads the table value, changes nothing
     assert state.value is not None
-    assert decode_bucket(state_compression.decompress(state.value[0])).keys["ada"][EVENT_TIME] == 10
+    assert _stored_bucket(processor.handle).keys["ada"][EVENT_TIME] == 10
 
     _call(processor, [_region("ada", "south", 20), _click("ada", 40)])
     assert state.value is not None
-    assert decode_bucket(state_compression.decompress(state.value[0])).keys["ada"][EVENT_TIME] == 40
+    assert _stored_bucket(processor.handle).keys["ada"][EVENT_TIME] == 40
 
 
 def _event(side: int, key: int, at: int) -> dict[str, Any]:
@@ -275,7 +309,7 @@ def test_a_timer_that_fires_before_any_key_is_due_is_set_again_at_the_earliest()
     assert sent == []  # nothing was due: the key's record came 55 s ago
     assert timers == [("register", NOW + 60_000), ("register", NOW + 65_000)]
     assert state.value is not None  # and the stored bucket knows which timer is set
-    assert decode_bucket(state_compression.decompress(state.value[0])).timer_ms == NOW + 65_000
+    assert _stored_bucket(processor.handle).timer_ms == NOW + 65_000  # type: ignore[arg-type]
 
 
 def test_a_key_due_earlier_than_the_timer_moves_it_earlier() -> None:
@@ -345,7 +379,7 @@ def test_a_key_whose_state_is_back_to_a_new_keys_is_dropped_by_default() -> None
     _call(processor, [_region("ada", "", 2)])  # ada's state is {"region": None} again
 
     assert state.value is not None
-    assert set(decode_bucket(state_compression.decompress(state.value[0])).keys) == {"bob"}
+    assert set(_stored_bucket(processor.handle).keys) == {"bob"}
 
 
 # The worker cache (daemon.operator.bucket_cache): the processors below share this process's
@@ -385,6 +419,8 @@ def test_a_bucket_another_worker_wrote_is_loaded_from_the_store() -> None:
     _call(other, [_region("ada", "south", 2)])
     for name, state in theirs.values.items():
         ours.values[name].value = state.value
+    for name, items in theirs.lists.items():
+        ours.lists[name].items = list(items.items)
     ours.values["state_bucket"].reads = 0
 
     (row,) = _call(processor, [_click("ada", 3)])
@@ -401,10 +437,13 @@ def test_a_write_spark_does_not_commit_leaves_no_cached_bucket_ahead_of_the_stor
     processor, _ = _processor(handle=handle)
     _call(processor, [_region("ada", "north", 1)])
     committed = {name: state.value for name, state in handle.values.items()}
+    listed = {name: list(state.items) for name, state in handle.lists.items()}
 
     _call(processor, [_region("ada", "south", 2)])
     for name, value in committed.items():  # the task failed: its state is not committed
         handle.values[name].value = value
+    for name, items in listed.items():
+        handle.lists[name].items = items
     (row,) = _call(processor, [_click("ada", 3)])  # the retry
 
     assert _region_of(row) == {"user": "ada", "region": "north"}
@@ -453,6 +492,163 @@ def test_the_cache_on_and_off_give_the_same_outputs_and_stored_bucket() -> None:
         processor, _ = _processor(replace(_lookup(), state_cache=cache), handle)
         outputs = [_call(processor, records) for records in calls]
         assert handle.state.value is not None
-        results[cache] = outputs, decode_bucket(state_compression.decompress(handle.state.value[0]))
+        results[cache] = outputs, _stored_bucket(handle)
 
     assert results[True] == results[False]
+
+
+# Deltas (daemon.operator.bucket_delta): a call that changes a few keys of a bucket appends
+# them instead of writing the bucket whole.
+
+
+def _table(users: range, region: str, at: int) -> list[dict[str, Any]]:
+    return [_region(f"u{n}", region, at) for n in users]
+
+
+def test_a_call_that_changes_a_few_keys_appends_a_delta_and_leaves_the_value() -> None:
+    handle = _Handle()
+    processor, state = _processor(handle=handle)
+    _call(processor, _table(range(100), "north", 1))
+    value = state.value
+
+    _call(processor, [_region("u7", "south", 2), _click("u8", 3)])
+
+    assert state.value == value and state.writes == 1  # the value was not written again
+    (delta,) = handle.lists["bucket_delta"].items
+    plain = state_compression.decompress
+    assert len(plain(delta[0])) < len(plain(value[0])) / 10  # type: ignore[index]
+    stored = _stored_bucket(handle)
+    assert len(stored.keys) == 100
+    assert processor.plan.joiner.initial_state() != stored.keys["u7"]
+    (row,) = _call(_processor(replace(_lookup(), state_cache=False), handle)[0], [_click("u7", 4)])
+    assert _region_of(row) == {"user": "u7", "region": "south"}  # read from value and delta
+
+
+def test_deltas_past_their_share_of_the_value_are_folded_into_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bucket_delta, "MAX_DELTAS", 1_000)  # the share, not the count
+    monkeypatch.setattr(bucket_delta, "SMALL", 0)  # nor the small bucket's allowance
+    handle = _Handle()
+    processor, state = _processor(handle=handle)
+    _call(processor, _table(range(40), "north", 1))
+    deltas = handle.lists["bucket_delta"]
+    sizes = []
+    for n in range(40):  # one key a call, each a delta, until they pass half the value
+        _call(processor, [_region(f"u{n}", f"r{n}", 10 + n)])
+        sizes.append(len(deltas.items))
+        if state.writes > 1:
+            break
+    assert state.writes == 2, "the deltas were never folded"
+    assert deltas.items == [] and sizes[-1] == 0 and max(sizes) > 3
+    folded = _stored_bucket(handle)
+    assert [folded.keys[f"u{n}"] for n in range(len(sizes))] == [
+        decode_bucket(state_compression.decompress(state.value[0])).keys[f"u{n}"]  # type: ignore[index]
+        for n in range(len(sizes))
+    ]
+
+
+def test_a_delta_count_cap_folds_even_small_deltas(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bucket_delta, "MAX_DELTAS", 3)
+    monkeypatch.setattr(bucket_delta, "MAX_SHARE", 100.0)  # the count, not the share
+    handle = _Handle()
+    processor, state = _processor(handle=handle)
+    _call(processor, _table(range(200), "north", 1))
+    for n in range(4):
+        _call(processor, [_region(f"u{n}", "south", 10 + n)])
+    assert state.writes == 2 and handle.lists["bucket_delta"].items == []
+
+
+def test_a_call_that_changes_most_keys_writes_the_value_whole_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bucket_delta, "SMALL", 0)  # as in a bucket of many more keys
+    handle = _Handle()
+    processor, state = _processor(handle=handle)
+    _call(processor, _table(range(10), "north", 1))
+    _call(processor, _table(range(8), "south", 2))
+    assert state.writes == 2 and handle.lists["bucket_delta"].writes == 0
+
+
+def test_a_key_removed_by_a_delta_is_gone_for_a_load_from_the_store() -> None:
+    context = JoinerContext(pipeline="p", fields={"stream": "click", "table": "region"})
+    joiner = _Regions(JoinerOptions(), context)
+    plan = _plan(joiner, {"stream": "click", "table": "user_region"}, "enriched_click", INPUTS)
+    handle = _Handle()
+    processor, state = _processor(plan, handle)
+    _call(processor, _table(range(20), "north", 1))
+
+    _call(processor, [_region("u3", "", 2)])  # u3's state is a new key's: dropped
+
+    assert state.writes == 1 and len(handle.lists["bucket_delta"].items) == 1
+    assert "u3" not in _stored_bucket(handle).keys and len(_stored_bucket(handle).keys) == 19
+
+
+def test_every_write_delta_or_whole_renews_the_stamp() -> None:
+    handle = _Handle()
+    processor, _ = _processor(handle=handle)
+    _call(processor, _table(range(50), "north", 1))
+    stamps = [handle.values["bucket_stamp"].value]
+    _call(processor, [_region("u1", "south", 2)])  # a delta
+    stamps.append(handle.values["bucket_stamp"].value)
+    _call(processor, [_click("u1", 3)])  # nothing written
+    stamps.append(handle.values["bucket_stamp"].value)
+    assert stamps[0] != stamps[1] == stamps[2]
+
+
+def test_a_cached_bucket_is_not_used_once_another_worker_appended_a_delta() -> None:
+    handle = _Handle()
+    processor, _ = _processor(handle=handle)
+    _call(processor, _table(range(50), "north", 1))
+    other, _ = _processor(handle=handle)
+    other._cache = BucketCache(1 << 30)  # the other worker's, which loads from the store
+    _call(other, [_region("u1", "south", 2)])  # appends a delta with a new stamp
+
+    (row,) = _call(processor, [_click("u1", 3)])
+
+    assert _region_of(row) == {"user": "u1", "region": "south"}
+
+
+def test_deltas_switched_off_fold_what_is_pending_at_the_next_write() -> None:
+    handle = _Handle()
+    processor, state = _processor(handle=handle)
+    _call(processor, _table(range(50), "north", 1))
+    _call(processor, [_region("u1", "south", 2)])
+    assert len(handle.lists["bucket_delta"].items) == 1
+
+    off, _ = _processor(replace(_lookup(), state_deltas=False), handle)
+    _call(off, [_region("u2", "east", 3)])
+
+    assert handle.lists["bucket_delta"].items == [] and state.writes == 2
+    whole = decode_bucket(state_compression.decompress(state.value[0]))  # type: ignore[index]
+    assert whole == _stored_bucket(handle)
+    (row,) = _call(off, [_click("u1", 4)])
+    assert _region_of(row) == {"user": "u1", "region": "south"}
+
+
+def test_deltas_on_and_off_give_the_same_outputs_and_stored_bucket() -> None:
+    calls = [
+        _table(range(60), "north", 1),
+        *([_click(f"u{n}", 10 + n), _region(f"u{n}", f"r{n}", 11 + n)] for n in range(30)),
+        [_click(f"u{n}", 100 + n) for n in range(60)],
+    ]
+    results = {}
+    for deltas in (True, False):
+        handle = _Handle()
+        processor, _ = _processor(replace(_lookup(), state_deltas=deltas), handle)
+        outputs = [_call(processor, records) for records in calls]
+        results[deltas] = outputs, _stored_bucket(handle)
+    assert results[True] == results[False]
+
+
+def test_a_bucket_of_one_key_takes_deltas_too() -> None:
+    """A small bucket's deltas may take a few kilobytes (``bucket_delta.SMALL``): so a
+    pipeline of few keys writes deltas as a large one does, rather than fold every time."""
+    handle = _Handle()
+    processor, state = _processor(handle=handle)
+    _call(processor, [_region("ada", "north", 1)])
+    for n in range(3):
+        _call(processor, [_region("ada", f"r{n}", 2 + n)])
+    assert state.writes == 1 and len(handle.lists["bucket_delta"].items) == 3
+    (row,) = _call(_processor(replace(_lookup(), state_cache=False), handle)[0], [_click("ada", 9)])
+    assert _region_of(row) == {"user": "ada", "region": "r2"}
