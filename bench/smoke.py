@@ -12,8 +12,11 @@ Left out, to keep it to a few minutes: the Quix Streams peer (``--no-quix``: a c
 group's join alone takes the embedded broker 20-25 s), the latency runs but comap's (they
 share :mod:`bench.latency`), lookup's second run with a versioned table (the same code path
 with another pipeline file), window's run of Spark's own join (no enrichd code in it) and
-startup's ``daemon demo`` (the suite runs the demo itself) and its recording of Spark's
-class archive (``tests/service/test_class_archive.py`` tests that), the repeated enrichd runs
+startup's ``daemon demo`` (the suite runs the demo itself), its recording of Spark's
+class archive (``tests/service/test_class_archive.py`` tests that) and its restarted
+``daemon run`` (a second JVM start on the same code path: about half the smoke's time on a
+loaded machine; ``tests/delivery/test_crash_recovery.py`` restarts ``daemon run`` on its
+checkpoint), the repeated enrichd runs
 (``--runs 1``) and comap's and lookup's key-count sweep (one ``--users``). Each enrichd run
 still starts Spark's session and Python workers afresh, most of the smoke's time, since the
 service of ``daemon run`` stops the session when it ends.
@@ -51,7 +54,10 @@ SIZES: dict[str, list[str]] = {
         "--no-latency", "--no-spark-join",
     ],
     "state": ["--keys", "1000", "--clicks", "1000", "--max-batch", "800"],
-    "startup": ["--users", "20", "--tweets", "100", "--runs", "1", "--no-demo", "--no-archive"],
+    "startup": [
+        "--users", "20", "--tweets", "100", "--runs", "1", "--no-demo", "--no-archive",
+        "--no-restart",
+    ],
     "commit_turn": ["--tasks", "2", "--rounds", "3", "--records", "5"],
 }  # fmt: skip
 """Each workload's tiny options, with the parts the module's docstring names left out.

@@ -9,7 +9,8 @@ makes it:
 - ``daemon run``, cold: the tweet-views pipeline of ``examples/tweet-views.toml`` over a small
   backlog, with no checkpoint;
 - ``daemon run``, restarted: the same pipeline, stopped with SIGTERM once its backlog was
-  written and started again on its checkpoint, with new tweets waiting.
+  written and started again on its checkpoint, with new tweets waiting (``--no-restart``
+  leaves it out).
 
 Each ``daemon run`` start is timed from the process start to: its Spark session up (the log
 line naming Spark's own log, written as the session is up), its query started (the
@@ -85,6 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-archive", action="store_true", help="start without Spark's class archive"
     )
+    parser.add_argument(
+        "--no-restart", action="store_true", help="time no restart on the cold run's checkpoint"
+    )
 
 
 @dataclass
@@ -154,7 +158,8 @@ def _python_kind(process: psutil.Process) -> str | None:
 
 
 def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
-    """Time ``daemon demo``, then a cold and a restarted ``daemon run`` on ``broker``."""
+    """Time ``daemon demo``, then a cold and (unless ``--no-restart``) a restarted ``daemon
+    run`` on ``broker``."""
     console = Console()
     machine_line = machine()
     demos: list[Start] = []
@@ -178,6 +183,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         f"python -m bench startup --users {args.users} --tweets {args.tweets} --runs {args.runs}"
         + (" --no-demo" if args.no_demo else "")
         + (" --no-archive" if args.no_archive else "")
+        + (" --no-restart" if args.no_restart else "")
     )
     table = _table(demos, colds, restarts)
     if not args.no_archive:
@@ -193,8 +199,9 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         *run_header(command, machine_line),
         f"Each start is a fresh process; seconds from its start, median of {args.runs} runs "
         "(min-max). The backlog: "
-        f"{args.users:,} users and {args.tweets:,} tweets cold, {args.tweets:,} new tweets on "
-        f"restart. {archive_note}",
+        f"{args.users:,} users and {args.tweets:,} tweets cold"
+        + ("" if args.no_restart else f", {args.tweets:,} new tweets on restart")
+        + f". {archive_note}",
         "",
         *markdown_table(table),
         "",
@@ -231,17 +238,13 @@ def _one_run(
     with console.status(f"run {n}/{args.runs}: daemon run, cold and restarted"):
         cold, restart = _cold_and_restart(servers, args)
     colds.append(cold)
-    restarts.append(restart)
-    console.print(
-        f"run {n}: first output {cold.at['first output']:.1f} s cold, "
-        f"{restart.at['first output']:.1f} s restarted"
-    )
-    checks.extend(
-        [
-            f"run {n} cold wrote {cold.outputs:,} views (expected {args.tweets:,})",
-            f"run {n} restart wrote {restart.outputs:,} (expected {args.tweets:,})",
-        ]
-    )
+    checks.append(f"run {n} cold wrote {cold.outputs:,} views (expected {args.tweets:,})")
+    shown = f"run {n}: first output {cold.at['first output']:.1f} s cold"
+    if restart is not None:
+        restarts.append(restart)
+        checks.append(f"run {n} restart wrote {restart.outputs:,} (expected {args.tweets:,})")
+        shown += f", {restart.at['first output']:.1f} s restarted"
+    console.print(shown)
 
 
 def _spread(values: list[float]) -> str:
@@ -254,6 +257,8 @@ def _spread(values: list[float]) -> str:
 def _table(demos: list[Start], colds: list[Start], restarts: list[Start]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = [("start", *MILESTONES, "exit", "CPU seconds")]
     for name, starts in (("daemon run, cold", colds), ("daemon run, restarted", restarts)):
+        if not starts:  # --no-restart
+            continue
         cells = [_spread([s.at[m] for s in starts]) for m in MILESTONES]
         rows.append((name, *cells, "-", _spread([s.cpu_s for s in starts])))
     if demos:
@@ -295,8 +300,9 @@ def _demo() -> Start:
     return start
 
 
-def _cold_and_restart(servers: str, args: argparse.Namespace) -> tuple[Start, Start]:
-    """A cold start over a fresh backlog, then a restart on its checkpoint with new tweets."""
+def _cold_and_restart(servers: str, args: argparse.Namespace) -> tuple[Start, Start | None]:
+    """A cold start over a fresh backlog, then a restart on its checkpoint with new tweets
+    (None with ``--no-restart``)."""
     conf = {"bootstrap.servers": servers}
     suffix = uuid.uuid4().hex[:8]
     topics = Topics(f"startup-users-{suffix}", f"startup-tweets-{suffix}")
@@ -306,6 +312,8 @@ def _cold_and_restart(servers: str, args: argparse.Namespace) -> tuple[Start, St
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-startup-") as tmp:
         pipeline = _pipeline_file(Path(tmp), servers, topics, output)
         cold = _timed_run(pipeline, conf, output, args.tweets, before=None)
+        if args.no_restart:
+            return cold, None
         # Read, not asked for: the embedded broker's ListOffsets under-reports a log's end.
         committed = committed_ends(conf, output)  # "topic/partition" -> offset
         ends = {int(key.rsplit("/", 1)[1]): end for key, end in committed.items()}

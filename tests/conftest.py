@@ -25,8 +25,8 @@ from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_pro
 # so both workers end together. Measured with `pytest --durations=60`; a file that takes
 # minutes belongs here.
 LONGEST_FIRST = (
-    "tests/bench/test_bench_smoke.py",
     "tests/joins/test_micro_batches.py",
+    "tests/bench/test_bench_smoke.py",
     "tests/delivery/test_crash_recovery.py",
     "tests/service/test_service.py",
     "tests/connecting/test_connecting_verify.py",

@@ -1,6 +1,9 @@
 """`daemon run` as a real process: killed with SIGKILL, stopped with SIGTERM, started again.
 
-Every run here is ``python -m daemon run PIPELINE.toml`` in its own session (process group)
+Both tests read one pipeline's story (:func:`story`): five `daemon run` starts on one
+checkpoint, each ended by SIGTERM or SIGKILL at a chosen moment. Each start is a JVM's and a
+Spark session's (the most of this file's time), so the SIGTERM'd run and the kills share
+them. Every run here is ``python -m daemon run PIPELINE.toml`` in its own session (process group)
 against the session's Tansu broker; a crash is SIGKILL to every process of that run: the
 Python driver, Spark's JVM and Spark's Python workers, which sit in a process group of their
 own. Inputs are built so that each tweet yields exactly one view: every user is produced
@@ -17,8 +20,10 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -223,23 +228,100 @@ def stop(process: subprocess.Popen[bytes]) -> tuple[int, float]:
     return code, time.monotonic() - started
 
 
-@pytest.fixture
-def scenario(
-    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
-) -> Iterator[Scenario]:
-    """A test's scenario; a daemon a failed test left running is killed with it."""
-    run = Scenario(broker, fresh_topic, tmp_path)
-    yield run
-    for process in run.started:
-        if process.poll() is None:
-            crash(process)
+def fresh_name(stem: str) -> str:
+    """A topic or pipeline name no other test uses (as the ``fresh_topic`` fixture makes)."""
+    return f"{stem}-{uuid.uuid4().hex[:10]}"
 
 
 def grew(than: Counter[int]) -> Callable[[Counter[int]], bool]:
     return lambda counts: len(counts) > len(than)
 
 
-def test_kill_9_at_three_moments_loses_and_duplicates_nothing(scenario: Scenario) -> None:
+@dataclass
+class Story:
+    """What the runs of :func:`story` left: exit codes, logs and the views at each step."""
+
+    sigterm_exit: int
+    sigterm_took_s: float
+    sigterm_log: str
+    stopped_at: Counter[int]
+    """The views once the SIGTERM'd first run had exited."""
+    first_produced: int
+    """Tweets produced before the SIGTERM'd run."""
+    restarted: Counter[int]
+    """The views once the restart after SIGTERM had written more (before any kill)."""
+    moments: list[str]
+    """Where each kill landed (the checkpoint's batches and the sink's markers)."""
+    produced: int
+    final_exit: int
+    final_took_s: float
+    final_log: str
+    views: Counter[int]
+
+
+@pytest.fixture(scope="module")
+def story(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
+    """One pipeline's five `daemon run` starts on one checkpoint, shared by this file's tests.
+
+    1. Stopped with SIGTERM once its first views landed, while micro-batches of at most 50
+       records run back to back over the 150 tweets waiting.
+    2. Started again, it writes more views; 100 more tweets are produced and, just after a
+       micro-batch's views landed, SIGKILL: kill (1).
+    3. Started again, once it made progress 100 more tweets are produced and, just after
+       Spark planned a batch, SIGKILL: kill (2).
+    4. Started again, SIGKILL one and a half seconds into its first micro-batch (the
+       recovery of the batch kill (2) interrupted): kill (3).
+    5. With 100 more tweets waiting, started again until every tweet has its view, then
+       stopped with SIGTERM.
+    """
+    run = Scenario(broker, fresh_name, tmp_path_factory.mktemp("crash-recovery"))
+    try:
+        first = 150
+        run.produce_tweets(range(0, first))
+        process = run.start()
+        # The old SIGTERM test's first start had 90 s; at a load of 22-25 it needed more.
+        run.wait_for(process, bool, "first view", 120.0)
+        sigterm_exit, sigterm_took = stop(process)  # (SIGTERM) while micro-batches run
+        sigterm_log, stopped_at = run.log_text(), run.views()
+
+        moments = []
+        process = run.start()
+        restarted = run.wait_for(process, grew(stopped_at), "progress after the SIGTERM")
+        run.produce_tweets(range(first, 250))
+        seen = run.wait_for(process, grew(restarted), "progress")
+        crash(process)  # (1) right after a batch's views landed
+        moments.append(run.batches())
+
+        process = run.start()
+        seen = run.wait_for(process, grew(seen), "progress after kill 1")
+        planned = run.last("offsets")
+        run.produce_tweets(range(250, 350))
+        run.wait_for_planning(process, planned)
+        crash(process)  # (2) mid-batch, just planned: no transaction is committing
+        moments.append(run.batches())
+
+        process = run.start()
+        run.wait_for_log(process, "started: joiner comap")
+        time.sleep(1.5)
+        crash(process)  # (3) inside the first micro-batch after the restart
+        moments.append(run.batches())
+
+        produced = 450
+        run.produce_tweets(range(350, produced))
+        process = run.start()
+        run.wait_for(process, lambda counts: len(counts) == produced, "view of every tweet", 120.0)
+        final_exit, final_took = stop(process)
+        yield Story(
+            sigterm_exit, sigterm_took, sigterm_log, stopped_at, first, restarted,
+            moments, produced, final_exit, final_took, run.log_text(), run.views(),
+        )  # fmt: skip
+    finally:
+        for process in run.started:
+            if process.poll() is None:
+                crash(process)
+
+
+def test_kill_9_at_three_moments_loses_and_duplicates_nothing(story: Story) -> None:
     """What this proves, on Tansu: the whole `daemon run` process tree, killed with SIGKILL
     (1) just after a micro-batch's views landed, (2) just after Spark planned a batch once new
     input was produced, while micro-batches of at most 50 records run back to back, and (3)
@@ -270,64 +352,27 @@ def test_kill_9_at_three_moments_loses_and_duplicates_nothing(scenario: Scenario
     Tansu.) A duplicate from this test must therefore be checked against that
     before it is taken for an enrichd bug; on Apache Kafka it would be one.
     """
-    run = scenario
-    run.produce_tweets(range(0, 100))
-    moments = []
-
-    process = run.start()
-    seen = run.wait_for(process, bool, "first view")
-    run.produce_tweets(range(100, 200))
-    seen = run.wait_for(process, grew(seen), "progress")
-    crash(process)  # (1) right after a batch's views landed
-    moments.append(run.batches())
-
-    process = run.start()
-    seen = run.wait_for(process, grew(seen), "progress after restart 1")
-    planned = run.last("offsets")
-    run.produce_tweets(range(200, 300))
-    run.wait_for_planning(process, planned)
-    crash(process)  # (2) mid-batch, just planned: no transaction is committing
-    moments.append(run.batches())
-
-    process = run.start()
-    run.wait_for_log(process, "started: joiner comap")
-    time.sleep(1.5)
-    crash(process)  # (3) inside the first micro-batch after the restart
-    moments.append(run.batches())
-
-    run.produce_tweets(range(300, 400))
-    process = run.start()
-    run.wait_for(process, lambda counts: len(counts) == 400, "view of every tweet", 120.0)
-    code, took = stop(process)
-    assert code == 0, run.log_text()[-3000:]
-    assert took < STOP_TIMEOUT_S
-    print("\n".join(moments))  # shown with -s: where each kill landed
-
-    counts = run.views()
-    assert sorted(counts) == list(range(400)), f"views lost; kills: {moments}"
+    print("\n".join(story.moments))  # shown with -s: where each kill landed
+    counts = story.views
+    assert sorted(counts) == list(range(story.produced)), f"views lost; kills: {story.moments}"
     duplicated = {tweet: n for tweet, n in counts.items() if n > 1}
-    assert not duplicated, f"{len(duplicated)} tweets have 2+ views: {duplicated}; kills: {moments}"
+    assert not duplicated, (
+        f"{len(duplicated)} tweets have 2+ views: {duplicated}; kills: {story.moments}"
+    )
+    assert story.final_exit == 0, story.final_log[-3000:]
+    assert story.final_took_s < STOP_TIMEOUT_S
 
 
-def test_sigterm_exits_0_and_a_restart_continues_without_duplicates(scenario: Scenario) -> None:
+def test_sigterm_exits_0_and_a_restart_continues_without_duplicates(story: Story) -> None:
     """SIGTERM while micro-batches are running: `daemon run` finishes the batch in flight,
     stops and exits 0 within its stop timeout; started again on the same checkpoint, it
-    picks up where it stopped and every tweet ends with exactly one view."""
-    run = scenario
-    run.produce_tweets(range(0, 150))
-
-    process = run.start()
-    run.wait_for(process, bool, "first view")
-    code, took = stop(process)
-    assert code == 0, run.log_text()[-3000:]
-    assert took < STOP_TIMEOUT_S
-    assert "stopped" in run.log_text()
-    stopped_at = run.views()
-    assert set(stopped_at.values()) == {1}
-    assert len(stopped_at) < 150, "the stop came too late to test a restart"
-
-    process = run.start()
-    run.wait_for(process, lambda counts: len(counts) == 150, "view of every tweet", 120.0)
-    code, _ = stop(process)
-    assert code == 0, run.log_text()[-3000:]
-    assert run.views() == dict.fromkeys(range(150), 1)
+    picks up where it stopped (more views, none twice, before any kill of the story) and
+    every tweet ends with exactly one view."""
+    assert story.sigterm_exit == 0, story.sigterm_log[-3000:]
+    assert story.sigterm_took_s < STOP_TIMEOUT_S
+    assert "stopped" in story.sigterm_log
+    assert set(story.stopped_at.values()) == {1}
+    assert len(story.stopped_at) < story.first_produced, "the stop came too late to test a restart"
+    assert set(story.restarted.values()) == {1}
+    assert set(story.restarted) > set(story.stopped_at)
+    assert story.views == dict.fromkeys(range(story.produced), 1)

@@ -1,9 +1,10 @@
 """Results do not depend on how records fall into micro-batches, through the real engine.
 
-Every built-in joiner replays the same input with ``max_batch`` unset, 1, and 2 or 3 (drawn
-with the input; that replay with the Python workers' state cache off, ``[state] cache``, the
-others with it on) and must write the same outputs and dead letters (as multisets: the engine
-promises no order across keys). The inputs are random (hypothesis), many keys to a replay,
+Every built-in joiner replays the same input with ``max_batch`` unset, 1, and 2 or 3 (the
+joiners take them in turn; that replay with the Python workers' state cache off, ``[state]
+cache``, the others with it on) and must write the same outputs and dead letters (as
+multisets: the engine promises no order across keys). The inputs are random (hypothesis),
+many keys to a replay (every drawn input's, each in key spaces of its own, side by side),
 with timestamps from a small range so that records of different inputs tie, and each key
 ends with a record that matters: a partner on the other input with the same timestamp as the
 one before, a late record, or a tombstone. Event time is the Kafka timestamp for the joiners
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from daemon.replay import ReplayResult
@@ -38,13 +39,14 @@ SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 T0 = 1_000_000
 """The first Kafka timestamp of every replay here; a step's tick is added to it."""
 COARSE_CAPS = (2, 3)
-"""Besides one record a batch, each input is replayed with one of these caps, drawn with it:
-a replay is mostly a query's start (about 3 s) plus half a second per batch, so a fourth
-replay of every input cost this file a minute of the suite."""
+"""Besides one record a batch, each joiner's inputs are replayed with one of these caps (the
+cases take them in turn): a replay is mostly a query's start (about 3 s) plus half a second
+per batch, so a fourth replay of every joiner cost this file a minute of the suite."""
 EXAMPLES = int(os.environ.get("ENRICHD_BATCH_EXAMPLES", "2"))
-"""Inputs per joiner; each costs three replays. Hypothesis tries the simplest first (here: the
-smallest distinct key histories, each ending at the end of the input), then random ones.
-Raise it for a longer search."""
+"""Inputs per joiner. Hypothesis draws them (the simplest first: here the smallest distinct
+key histories, each ending at the end of the input; then random ones) and they are replayed
+side by side, each in key spaces of its own, so that a query's start and its topics are paid
+once per cap, not once per input. Raise it for a longer search."""
 SPACES = 3
 """Key spaces (join keys) per replay, each with a history of its own."""
 END_TICK = 7
@@ -84,8 +86,8 @@ class Case:
     max_delay: int = 0
     """How late events may be, in ticks; 0 where event time is the Kafka timestamp."""
     explicit: tuple[tuple[tuple[Step, ...], ...], ...] = ()
-    """Key spaces' histories to run before the random ones: stories the random ones reach
-    too rarely (each costs three replays, as a random one does; its cap is 2)."""
+    """Key spaces' histories replayed beside the random ones: stories the random ones reach
+    too rarely."""
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -308,41 +310,58 @@ def written(result: ReplayResult) -> Counter[str]:
     return Counter(_REPLAY_SUFFIX.sub("", json.dumps(line, sort_keys=True)) for line in lines)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
-def test_outputs_and_dead_letters_do_not_depend_on_micro_batches(
-    case: Case, broker: Any, spark: Any
-) -> None:
+def drawn_inputs(case: Case) -> list[tuple[Step, ...]]:
+    """The explicit key histories of ``case``, then :data:`EXAMPLES` inputs' worth drawn by
+    hypothesis (:data:`SPACES` histories each), in one list: key space N is entry N."""
+    drawn: list[tuple[Step, ...]] = [history for spaces in case.explicit for history in spaces]
+
     @settings(
         max_examples=EXAMPLES,
         deadline=None,
         database=None,
-        phases=[Phase.explicit, Phase.generate],
+        phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
-    @given(
-        spaces=st.lists(case.history(), min_size=SPACES, max_size=SPACES, unique=True),
-        coarse=st.sampled_from(COARSE_CAPS),
-    )
-    def check(spaces: list[tuple[Step, ...]], coarse: int) -> None:
-        inputs = case.inputs(spaces)
-        caps = (1, coarse)
-        # One after the other: four replays started at once in a fresh session failed their
-        # first tasks inside Spark (java.io.OptionalDataException deserializing a task).
-        # The coarse cap's replay runs with the workers' state cache and the state deltas off,
-        # the others with both on (the default): so the same outputs also mean neither
-        # changes anything.
-        whole, *capped = (
-            case.replay(inputs, cap, broker, state_cache=cap != coarse, state_deltas=cap != coarse)
-            for cap in (None, *caps)
-        )
-        assert whole.batches == 1
-        for cap, result in zip(caps, capped, strict=True):
-            assert result.batches > 1, f"max_batch {cap} did not split the input"
-            assert written(result) == written(whole), f"max_batch {cap}"
+    @given(spaces=st.lists(case.history(), min_size=SPACES, max_size=SPACES, unique=True))
+    def draw(spaces: list[tuple[Step, ...]]) -> None:
+        drawn.extend(spaces)
 
-    for spaces in case.explicit:
-        check = example(spaces=list(spaces), coarse=COARSE_CAPS[0])(check)
-    check()
+    draw()
+    return drawn
+
+
+def differences(result: Counter[str], whole: Counter[str]) -> str:
+    """What a capped replay wrote that the whole one did not, and the other way round."""
+    extra = sorted((result - whole).elements())
+    missing = sorted((whole - result).elements())
+    return f"written only capped: {extra}; written only whole: {missing}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_outputs_and_dead_letters_do_not_depend_on_micro_batches(
+    case: Case, broker: Any, spark: Any
+) -> None:
+    spaces = drawn_inputs(case)
+    assert len(spaces) == len(case.explicit) * SPACES + EXAMPLES * SPACES
+    inputs = case.inputs(spaces)
+    coarse = COARSE_CAPS[CASES.index(case) % len(COARSE_CAPS)]
+    caps = (1, coarse)
+    # One after the other: four replays started at once in a fresh session failed their
+    # first tasks inside Spark (java.io.OptionalDataException deserializing a task).
+    # The coarse cap's replay runs with the workers' state cache and the state deltas off,
+    # the others with both on (the default): so the same outputs also mean neither changes
+    # anything.
+    whole, *capped = (
+        case.replay(inputs, cap, broker, state_cache=cap != coarse, state_deltas=cap != coarse)
+        for cap in (None, *caps)
+    )
+    assert whole.batches == 1
+    histories = "\n".join(f"key space {n}: {history}" for n, history in enumerate(spaces))
+    for cap, result in zip(caps, capped, strict=True):
+        assert result.batches > 1, f"max_batch {cap} did not split the input"
+        assert written(result) == written(whole), (
+            f"max_batch {cap}: {differences(written(result), written(whole))}\n{histories}"
+        )
 
 
 def pairs_of(result: ReplayResult) -> list[tuple[str | None, str | None]]:
