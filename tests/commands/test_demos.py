@@ -1,7 +1,7 @@
 """`daemon demo [NAME]`: the comap, lookup and versioned demos end to end (asof's is in
 test_asof.py), on the session's broker and Spark. `daemon demo` as a process of its own, with
 its own broker and Spark and nothing on stderr, runs from a wheel in a fresh virtualenv
-(tests/commands/test_install.py, a deployment test)."""
+(tests/commands/test_install.py)."""
 
 from __future__ import annotations
 
