@@ -273,7 +273,8 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     checkpoint = str(pipe.checkpoint) if wakes else None
     output = replace(plan.output, checkpoint=checkpoint)
     if wakes:
-        private_folder(Path(pipe.checkpoint), what=f"pipeline {pipe.name!r}: checkpoint")
+        if not Path(pipe.checkpoint).exists():  # Spark would make it; the map goes in first
+            private_folder(Path(pipe.checkpoint), what=f"pipeline {pipe.name!r}: checkpoint")
         if seed is None or not seed.has_state:  # a seed's map comes with it (reset.py)
             due_times.start_known(pipe.checkpoint)
     source = replace(
