@@ -310,6 +310,10 @@ class CallCounts(TypedDict, total=False):
     (:func:`daemon.model.latency.compact` pairs)."""
     event_time: dict[str, int]
     """The newest event time of the records read, by input role."""
+    timers: dict[int, int | None]
+    """The timer each bucket the call stored holds after it, by bucket label (None: none;
+    as JSON the labels are text). Sent by a replay that counts nothing too: the sink's
+    commit keeps them for the planner's clock (:mod:`daemon.model.due_times`)."""
 
 
 def counts_row(counts: CallCounts) -> OutputRow:
@@ -333,10 +337,14 @@ CLOCK = "clock"
 """The offsets' entry that counts ``wake_ms`` periods of wall-clock time; no partition's.
 
 Spark runs a micro-batch when a source's offset changes, and fires timers only in
-micro-batches: a clock that moves makes a batch every ``wake_ms`` while no record comes in,
-and the query keeps the default trigger, so a record that does come in starts its batch at
-once. Spark's other way, a batch per processing-time trigger with no-data batches on, makes
-every record wait up to that interval for its batch."""
+micro-batches: the planner moves the clock to the current period when a bucket's timer is
+due, which makes a batch that fires it within about ``wake_ms`` of its time, and otherwise
+keeps the value it had, so an idle query whose keys are not due runs no batch at all. The
+timers come from the checkpoint's due-time map (:mod:`daemon.model.due_times`); where that
+map is not known (a checkpoint that an older enrichd ran), the clock moves every ``wake_ms``.
+The query keeps the default trigger, so a record that does come in starts its batch at once.
+Spark's other way, a batch per processing-time trigger with no-data batches on, makes every
+record wait up to that interval for its batch, and runs a batch per interval."""
 
 BOOTSTRAP = "bootstrap"
 """The offsets' entry of a query that bootstraps: ``{partition name: end}``, the end each

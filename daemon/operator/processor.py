@@ -39,8 +39,10 @@ appended to the bucket's stash log once, and read only when looked at
 Time: when the joiner wants a wake-up (:meth:`Joiner.wakeup_ms`) or the key's state has a
 TTL, the bucket notes when the key is due (:mod:`daemon.operator.core`), and the processor keeps
 one processing-time timer at or before its earliest due key; when it fires, the core ticks the
-bucket. An end-of-input marker row (see :data:`daemon.model.wire.CONTROL_INPUT`) ends its
-key's input, after the records of its micro-batch.
+bucket. Each call's counts row says which timer its bucket holds after it, so that the
+planner's clock makes a batch only when one is due (:mod:`daemon.model.due_times`). An
+end-of-input marker row (see :data:`daemon.model.wire.CONTROL_INPUT`) ends its key's input,
+after the records of its micro-batch.
 """
 
 from __future__ import annotations
@@ -150,6 +152,9 @@ class JoinerProcessor(StatefulProcessor):
         """Source timestamps of the call's output records, by topic (``daemon.model.latency``)."""
         self._newest: dict[int, int] = {}
         """The newest event time of the call's records, by input (event-time lag)."""
+        self._timers: dict[int, int | None] = {}
+        """The timer each bucket stored since the last counts row holds (None: none), for the
+        planner's clock (:mod:`daemon.model.due_times`)."""
         self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
         self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
         # Declared whether the cache and the deltas are on or not, so that switching them
@@ -302,16 +307,21 @@ class JoinerProcessor(StatefulProcessor):
 
         With them go the source timestamps of its output records (:mod:`daemon.model.latency`)
         and its inputs' newest event times. A replay that writes nothing counts nothing: its
-        counts were reported the first time.
+        counts were reported the first time. The bucket's timer goes along either way: it is
+        a fact about the state the batch commits, the same in a replay, not a count.
         """
         output = self.output
         metrics = self.plan.joiner.context.metrics
         counts: CallCounts = {"joiner": dict(metrics)}
         metrics.clear()
-        stamps, newest = self._stamps, self._newest
-        self._stamps, self._newest = {}, {}
+        stamps, newest, timers = self._stamps, self._newest, self._timers
+        self._stamps, self._newest, self._timers = {}, {}, {}
         if output is None or output.skipped:
+            if timers:
+                yield SparkRow(**counts_row({"timers": timers})._asdict())
             return
+        if timers:
+            counts["timers"] = timers
         counts["records"], counts["dead_letters"] = output.records, output.dead_letters
         output.records, output.dead_letters = {}, {}
         if stamps:
@@ -379,6 +389,7 @@ class JoinerProcessor(StatefulProcessor):
         if bucket.timer_ms is None and earliest is not None:
             self.handle.registerTimer(earliest)
             bucket.timer_ms = earliest
+        self._timers[int(key[0])] = bucket.timer_ms
         blob, size, pending = stored.blob, stored.size, stored.pending
         if bucket.changed or bucket.timer_ms != timer or bucket.stash != counts:
             bucket.changed = False  # what is kept below is what the store holds

@@ -312,6 +312,21 @@ def decode_portable(pickled: bytes) -> tuple[tuple[int, int, int, int], int | No
     return (stream_time, last_ms, updated_ms, event_time), due, load_state(state, None)
 
 
+def portable_due(pickled: bytes) -> int | None:
+    """The due time in :func:`encode_portable`'s bytes (the rest is not loaded into objects).
+
+    Raises:
+        UnknownStateFormatError: they were written in a format this enrichd does not know.
+    """
+    version, *_, due, _state = pickle.loads(pickled)  # noqa: S301 - enrichd's own state
+    if version != STATE_FORMAT:
+        raise UnknownStateFormatError(
+            f"a moved key state in state format {version!r}, which this enrichd (state format "
+            f"{STATE_FORMAT}) cannot read; run the enrichd that moved it"
+        )
+    return due  # type: ignore[no-any-return]
+
+
 def _dumps(value: Any, table: dict[type, Callable[[Any], tuple[Any, ...]]]) -> bytes:
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, protocol=PROTOCOL)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -14,11 +15,13 @@ from daemon.formats.serdes import codec_for as codec_for  # where callers look f
 from daemon.formats.serdes import key_codec_for
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
+from daemon.model import due_times
 from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
 from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor, OperatorPlan
 from daemon.plugin.host import registry
 from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
+from daemon.private_paths import private_folder
 from daemon.sink.commit_turn import turn_needed
 from daemon.sink.spark_sink import KafkaSink
 from daemon.sink.task_output import OutputSpec
@@ -264,13 +267,22 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     wakes = joiner.wakes_up()
     time_mode = "ProcessingTime" if joiner.state_ttl_ms() or wakes else "None"
     # As many read tasks as the cluster runs at once: see daemon.source.planning. A joiner that
-    # wakes keys gets a batch at least every trigger interval (or WAKEUP_MS) from the
-    # source's clock, since Spark fires timers only in batches.
+    # wakes keys gets a batch within a trigger interval (or WAKEUP_MS) of a bucket's timer
+    # from the source's clock, since Spark fires timers only in batches; the sink's commit
+    # keeps the buckets' timers in the checkpoint for it (daemon.model.due_times).
+    checkpoint = str(pipe.checkpoint) if wakes else None
+    output = replace(plan.output, checkpoint=checkpoint)
+    if wakes:
+        if not Path(pipe.checkpoint).exists():  # Spark would make it; the map goes in first
+            private_folder(Path(pipe.checkpoint), what=f"pipeline {pipe.name!r}: checkpoint")
+        if seed is None or not seed.has_state:  # a seed's map comes with it (reset.py)
+            due_times.start_known(pipe.checkpoint)
     source = replace(
         plan.source,
         read_tasks=spark.sparkContext.defaultParallelism,
         wake_ms=(pipe.trigger or WAKEUP_MS) if wakes else 0,
         start=None if seed is None else seed.offsets,
+        checkpoint=checkpoint,
     )
     if seed is not None and seed.has_state:
         # The seed's state holds what was bootstrapped before, as a restart's does: read on
@@ -280,7 +292,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     register_data_sources(spark)
     stream: Any = spark.readStream.format(KafkaSource.name()).option("spec", source.encode()).load()
     joined = stream.groupBy(SOURCE.column("bucket")).transformWithState(
-        statefulProcessor=JoinerProcessor(plan.operator, plan.output),
+        statefulProcessor=JoinerProcessor(plan.operator, output),
         outputStructType=OUTPUT.ddl,
         outputMode="Append",
         timeMode=time_mode,
@@ -288,7 +300,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     )
     writer = (
         joined.writeStream.format(KafkaSink.name())
-        .option("spec", plan.output.encode())
+        .option("spec", output.encode())
         .option("checkpointLocation", str(pipe.checkpoint))
         .queryName(pipe.name)
     )

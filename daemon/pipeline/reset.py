@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 from daemon.errors import ConfigError
 from daemon.kafka.admin import delete_groups
 from daemon.kafka.names import marker_groups_of, reader_group
+from daemon.model import due_times
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
+from daemon.model.due_times import NO_BATCH, DueTimes
 from daemon.model.wire import is_partition_name
 from daemon.pipeline.checkpoint import buckets_of_shape, write_shape
 from daemon.pipeline.lock import LOCK_NAME
@@ -50,7 +52,7 @@ from daemon.state.reader import (
     query_id,
     source_offsets,
 )
-from daemon.state.seed import SEED, STATE_FOLDER, seed_of, write_seed
+from daemon.state.seed import SEED, SEED_SCHEMA, STATE_FOLDER, seed_of, seed_timers, write_seed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -237,9 +239,13 @@ def apply(change: Change) -> None:
     folder = Path(change.pipe.checkpoint)
     staging = folder / STAGING
     shutil.rmtree(staging, ignore_errors=True)
+    timers: dict[int, dict[int, int]] = {}
     for number, stage in enumerate(change.stages):
         if stage.keys is not None:
-            seed_rows(stage.keys).write.parquet(str(staging / str(number) / STATE_FOLDER))
+            staged = staging / str(number) / STATE_FOLDER
+            seed_rows(stage.keys).write.parquet(str(staged))
+            written = stage.keys.sparkSession.read.schema(SEED_SCHEMA).parquet(str(staged))
+            timers[number] = seed_timers(written)
     kept = {LOCK_NAME, STAGING}
     if any(stage.after is None for stage in change.stages):
         kept.add("downstream")  # a second stage left as it is
@@ -255,6 +261,8 @@ def apply(change: Change) -> None:
         staged = staging / str(number) / STATE_FOLDER
         if staged.exists():
             staged.rename(seed / STATE_FOLDER)
+        if number in timers:  # when the seeded keys are due, for the query's clock
+            due_times.write(stage.checkpoint, DueTimes(NO_BATCH, timers[number]))
     shutil.rmtree(staging, ignore_errors=True)
     write_shape(change.pipe)
 

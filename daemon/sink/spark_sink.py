@@ -27,7 +27,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from daemon.model import latency
+from daemon.model import due_times, latency
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT, counts_of
 from daemon.sink.metrics_relay import send_batch_counts
 from daemon.sink.task_output import OutputSpec, TaskOutput
@@ -54,6 +54,9 @@ class Written(WriterCommitMessage):
     (:mod:`daemon.model.latency`)."""
     event_time: dict[str, int] = field(default_factory=dict)
     """The newest event time of the records read, per input."""
+    timers: dict[int, int | None] = field(default_factory=dict)
+    """The timer each bucket the task's calls stored holds after them (None: none), reported
+    by a skipped replay too (:mod:`daemon.model.due_times`)."""
 
 
 class KafkaSink(DataSource):
@@ -84,8 +87,12 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         """Report what the batch wrote to the daemon's metrics (the tasks committed already).
 
         Spark calls this once per micro-batch after every task succeeded, on the driver host,
-        so the counts are of committed output only (a skipped replay adds nothing).
+        so the counts are of committed output only (a skipped replay adds nothing). First,
+        the buckets' timers go into the checkpoint's due-time map, which the planner reads
+        before the next batch (:mod:`daemon.model.due_times`).
         """
+        if self.spec.checkpoint is not None:
+            keep_due_times(self.spec.checkpoint, messages, batchId)
         if self.spec.metrics_address is None:
             return
         try:
@@ -118,6 +125,28 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         """Nothing to do: an uncommitted transaction is aborted when its id is next used."""
 
 
+def keep_due_times(
+    checkpoint: str, messages: list[WriterCommitMessage | None], batch_id: int
+) -> None:
+    """Merge the batch's reported timers into the checkpoint's due-time map, and write it.
+
+    A map that is not known (none written, or behind this batch) is left as it is: the
+    planner then moves its clock every period, as without it. A write that fails does the
+    same, since the map stays behind Spark's commit log; it never fails the batch, whose
+    output is committed already.
+    """
+    reported: dict[int, int | None] = {}
+    try:
+        for message in messages:
+            if isinstance(message, Written):
+                reported.update(getattr(message, "timers", {}))
+        due = due_times.merged(due_times.read(checkpoint), batch_id, reported)
+        if due is not None:
+            due_times.write(checkpoint, due)
+    except Exception:  # noqa: S110 - behind the commit log, the map is not trusted: the clock ticks
+        pass
+
+
 def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written:
     """Send every row to ``output`` and commit it, unless no row is a record.
 
@@ -129,6 +158,7 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
     counts: dict[str, dict[str, int]] = {"records": {}, "dead_letters": {}, "joiner": {}}
     stamps: dict[str, dict[int, int]] = {}
     event_time: dict[str, int] = {}
+    timers: dict[int, int | None] = {}
     for batch in batches:
         # Plain tuples, handed on as they are: most rows of the pass-through benchmark's.
         for row in OUTPUT.tuples(batch):
@@ -139,6 +169,8 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
             for topic, pairs in added.get("stamps", {}).items():
                 latency.merge(stamps.setdefault(topic, {}), pairs)
             _newest(event_time, added.get("event_time", {}))
+            # In call order: a bucket's later call (its timer after its data) wins.
+            timers.update((int(b), ms) for b, ms in added.get("timers", {}).items())
             _add(counts["records"], added.get("records", {}))
             _add(counts["dead_letters"], added.get("dead_letters", {}))
             _add(counts["joiner"], added.get("joiner", {}))
@@ -159,6 +191,7 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
         joiner_counts=counts["joiner"],
         tallies=tallies,
         event_time=event_time,
+        timers=timers,
     )
 
 

@@ -151,6 +151,9 @@ class OutputSpec:
     commit_turn: bool = True
     """Whether transactions on one machine end one at a time (:mod:`daemon.sink.commit_turn`;
     the pipeline's plan decides, by its cluster). Taking turns is never wrong, only slower."""
+    checkpoint: str | None = None
+    """The query's checkpoint folder, where the sink's commit keeps the buckets' due times
+    for the planner's clock (:mod:`daemon.model.due_times`); None: a query without one."""
 
     def encode(self) -> str:
         """The spec as an option string."""

@@ -34,6 +34,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from daemon.kafka import connect
 from daemon.kafka.clients import log_starts, read_partition
+from daemon.model import due_times
 from daemon.model.wire import (
     BOOTSTRAP,
     CLOCK,
@@ -268,7 +269,8 @@ class SourcePlanner:
 
         While the query bootstraps (``start`` has a :data:`BOOTSTRAP` entry), only the
         bootstrapped partitions move, and the entry goes on until they reach its ends. With
-        the spec's ``wake_ms``, also the :data:`CLOCK`. The partitions come in the order of
+        the spec's ``wake_ms``, also the :data:`CLOCK`, when a timer is due
+        (:meth:`_clock`). The partitions come in the order of
         their names, whatever order their ends were found in: Spark compares offsets as JSON
         text, and the same ends in another order made it run a batch that read nothing.
         """
@@ -287,9 +289,28 @@ class SourcePlanner:
         if resets:
             planned[RESETS] = resets
         if self.spec.wake_ms:
-            planned[CLOCK] = time.time_ns() // 1_000_000 // self.spec.wake_ms
+            clock = self._clock(start)
+            if clock is not None:
+                planned[CLOCK] = clock
         self._last_plan = planned
         return planned
+
+    def _clock(self, start: Offsets) -> int | None:
+        """The plan's :data:`CLOCK`: the current ``wake_ms`` period when a timer is due.
+
+        Otherwise the start's, so that a plan without records equals its start and Spark
+        runs no batch. Whether one is due, the checkpoint's due-time map says, which the
+        sink's commit wrote after the last batch (:mod:`daemon.model.due_times`); a map that
+        is not known moves the clock every period.
+        """
+        now_ms = time.time_ns() // 1_000_000
+        checkpoint = self.spec.checkpoint
+        if checkpoint is None or due_times.clock_moves(
+            due_times.read(checkpoint), due_times.last_committed(checkpoint), now_ms
+        ):
+            return now_ms // self.spec.wake_ms
+        clock = start.get(CLOCK)
+        return None if clock is None else int(clock)
 
     def _resets(self, start: Offsets, ends: dict[str, int]) -> dict[str, int]:
         """Where partitions go on whose ``start`` the broker no longer has (by the policy).

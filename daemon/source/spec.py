@@ -116,8 +116,11 @@ class SourceSpec:
     """How many Spark tasks read a micro-batch at most (the cluster's cores); 0: one task
     per Kafka partition."""
     wake_ms: int = 0
-    """How often the plan's :data:`CLOCK` moves, for a joiner that wakes quiet keys; 0: no
+    """How often the plan's :data:`CLOCK` may move, for a joiner that wakes quiet keys; 0: no
     clock."""
+    checkpoint: str | None = None
+    """The query's checkpoint folder, whose due-time map tells the planner when a bucket's
+    timer is due (:mod:`daemon.model.due_times`); None: the clock moves every ``wake_ms``."""
     start: dict[str, int] | None = None
     """Where a new checkpoint starts reading (``"topic/partition"`` -> offset), from its seed
     (:mod:`daemon.state.seed`); None, and for partitions it leaves out: the earliest."""

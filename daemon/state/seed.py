@@ -14,6 +14,10 @@ old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/`
   to start a stateful query from existing state, and the state is written to the state
   store by Spark as any other.
 
+With state, the new checkpoint also gets its due-time map (:mod:`daemon.model.due_times`):
+each bucket's timer is its earliest due key, as ``handleInitialState`` registers it, so the
+query's clock wakes the seeded keys when they are due and runs no batch before.
+
 Once a micro-batch has committed in the new checkpoint, the seed has done its work (Spark
 keeps the offsets and the state from then on) and :func:`discard_if_applied` removes it.
 """
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daemon.operator.state_format import portable_due
 from daemon.private_paths import private_folder, write_private_text
 from daemon.state.reader import last_committed
 from daemon.state.render import iso_ms
@@ -93,3 +98,18 @@ def discard_if_applied(checkpoint: Path) -> None:
     folder = Path(checkpoint) / SEED
     if folder.exists() and last_committed(checkpoint) is not None:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def seed_timers(state: DataFrame) -> dict[int, int]:
+    """The timer each bucket of a seed's state (:data:`SEED_SCHEMA`) gets in its first batch.
+
+    A bucket's earliest due key, as the processor's ``handleInitialState`` registers it; a
+    bucket without a due key gets none. Found on executors: a bucket's keys may be many.
+    """
+    found = state.rdd.map(_bucket_timer).collect()
+    return {bucket: ms for bucket, ms in found if ms is not None}
+
+
+def _bucket_timer(row: Any) -> tuple[int, int | None]:
+    dues = (portable_due(bytes(item["entry"])) for item in row["keys"])
+    return int(row["bucket"]), min((due for due in dues if due is not None), default=None)

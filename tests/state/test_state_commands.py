@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.model import due_times
 from daemon.model.config import load_pipeline_file
+from daemon.model.due_times import NO_BATCH, DueTimes
 from daemon.model.routing import bucket_labels
 from daemon.pipeline.checkpoint import SHAPE_FILE, check_checkpoint
 from daemon.state.reader import CheckpointState, last_committed
@@ -242,6 +244,9 @@ def test_rescale_moves_the_state_into_other_buckets_and_partitions(
     assert "from 32 buckets over 2 shuffle partitions into 4 buckets over 1" in done.out
     moved = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "3").out)
     assert moved["state"] == before["state"] and moved["bucket"] in bucket_labels(4)
+    # The new checkpoint knows when its seeded keys are due (comap's never are), so a
+    # pipeline that wakes keys would run no batch before one is.
+    assert due_times.read(tweets.checkpoint) == DueTimes(NO_BATCH, {})
 
     tweets.produce(users=[user(3, 5000, "renamed")])
     setting = "spark.sql.shuffle.partitions"  # the running session's, as a new query takes it

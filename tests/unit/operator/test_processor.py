@@ -8,6 +8,7 @@ handle, which counts the writes and the timer calls.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from types import SimpleNamespace
@@ -652,3 +653,27 @@ def test_a_bucket_of_one_key_takes_deltas_too() -> None:
     assert state.writes == 1 and len(handle.lists["bucket_delta"].items) == 3
     (row,) = _call(_processor(replace(_lookup(), state_cache=False), handle)[0], [_click("ada", 9)])
     assert _region_of(row) == {"user": "ada", "region": "r2"}
+
+
+def _reported_timers(processor: JoinerProcessor) -> list[dict[str, int | None]]:
+    """The timers the counts rows of the calls since the last ones report."""
+    return [json.loads(row.value)["timers"] for row in processor._counts()]
+
+
+def test_each_call_reports_the_timer_its_bucket_holds_after_it() -> None:
+    processor, _ = _processor(_window())
+    _call(processor, [_event(0, 1, 1)])
+    assert _reported_timers(processor) == [{"7": NOW + 60_000}]
+    processor._wake_up(BUCKET, _Clock(NOW + 60_000), [].append)  # key 1 is woken, and gone
+    assert _reported_timers(processor) == [{"7": None}]
+    assert _reported_timers(processor) == []  # nothing since
+
+
+def test_a_replay_that_counts_nothing_still_reports_its_timers() -> None:
+    processor, _ = _processor(_window())
+    processor.output = SimpleNamespace(skipped=True)  # type: ignore[assignment]
+    processor.plan.joiner.context.count("matched")
+    _call(processor, [_event(0, 1, 1)])
+    assert [json.loads(row.value) for row in processor._counts()] == [
+        {"timers": {"7": NOW + 60_000}}
+    ]

@@ -12,9 +12,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from daemon.model import due_times
+from daemon.model.due_times import NO_BATCH, DueTimes
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT
 from daemon.sink import task_output
-from daemon.sink.spark_sink import KafkaStreamWriter, Written, write_rows
+from daemon.sink.spark_sink import KafkaStreamWriter, Written, keep_due_times, write_rows
 from daemon.sink.task_output import OutputSpec, TaskOutput
 
 
@@ -198,3 +200,47 @@ def test_commit_adds_up_the_tasks_latency_tallies(tmp_path: Path) -> None:
 def test_commit_without_a_daemon_listening_does_not_fail(tmp_path: Path) -> None:
     spec = OutputSpec("views", {}, "exactly_once", "views", metrics_address=str(tmp_path / "gone"))
     KafkaStreamWriter(spec).commit([Written(0, 1, {"views": 1})], 1)
+
+
+def test_a_tasks_counts_rows_hand_on_each_buckets_last_reported_timer() -> None:
+    output, _ = recording_output()
+    batch = rows(
+        (COUNTS_TOPIC, json.dumps({"timers": {"3": 1_000, "4": 2_000}}).encode(), None),
+        (COUNTS_TOPIC, json.dumps({"timers": {"3": None}}).encode(), None),  # its timer fired
+    )
+    assert write_rows(output, iter([batch])).timers == {3: None, 4: 2_000}
+
+
+def test_commit_merges_the_tasks_timers_into_the_checkpoints_map(tmp_path: Path) -> None:
+    due_times.write(tmp_path, DueTimes(4, {1: 500, 3: 900}))
+    spec = OutputSpec("views", {}, "exactly_once", "views", checkpoint=str(tmp_path))
+    messages: list[Any] = [
+        Written(0, 5, {}, skipped=True, timers={1: None, 2: 700}),  # a replay reports them too
+        Written(1, 5, {}, timers={3: 1_200}),
+        None,
+    ]
+    KafkaStreamWriter(spec).commit(messages, 5)
+    assert due_times.read(tmp_path) == DueTimes(5, {2: 700, 3: 1_200})
+
+
+def test_commit_leaves_a_map_it_cannot_carry_on_as_it_was(tmp_path: Path) -> None:
+    """No map (an older enrichd's checkpoint) stays none; one behind the batch stays behind,
+    which the planner does not trust: both make the clock tick every period."""
+    keep_due_times(str(tmp_path), [Written(0, 3, {}, timers={1: 5})], 3)
+    assert due_times.read(tmp_path) is None
+    due_times.write(tmp_path, DueTimes(NO_BATCH, {}))
+    keep_due_times(str(tmp_path), [Written(0, 3, {}, timers={1: 5})], 3)
+    assert due_times.read(tmp_path) == DueTimes(NO_BATCH, {})
+
+
+def test_commit_does_not_fail_when_the_map_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    due_times.write(tmp_path, DueTimes(0, {}))
+
+    def disk_full(checkpoint: Any, due: DueTimes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(due_times, "write", disk_full)
+    keep_due_times(str(tmp_path), [Written(0, 1, {}, timers={1: 5})], 1)
+    assert due_times.read(tmp_path) == DueTimes(0, {})  # behind batch 1: not trusted
