@@ -385,8 +385,8 @@ def latency_workload(servers: str, rate: int, max_records_per_batch: int) -> Lat
         prepare,
         offered_per_output=2,
         default_trigger=(
-            "the next batch as soon as the last one ends, and one a second while idle, since "
-            "the joiner wakes quiet keys"
+            "the next batch as soon as the last one ends, and one within a second of a key's "
+            "due time while no record comes in, since the joiner wakes quiet keys"
         ),
         detail=(
             f"Events are offered in pairs, a left and then a right event of one key with the "
@@ -394,9 +394,9 @@ def latency_workload(servers: str, rate: int, max_records_per_batch: int) -> Lat
             f"({keys:,} of them, so a key comes round every {LATENCY_REPEAT_S} s, after its "
             "window): each pair makes one output, timed from the CreateTime of the event whose "
             "arrival completed it (the one its `enrichd.source.*` headers name). A pipeline "
-            "whose joiner wakes keys also runs a batch a second while no event comes in (a "
-            "clock in the source's offsets makes them: Spark fires timers only in batches); "
-            "see `docs/operations.md` for what that costs idle."
+            "whose joiner wakes keys also runs a batch when a key is due and no event comes in "
+            "(a clock in the source's offsets makes it: Spark fires timers only in batches), "
+            "and none while no key is due; see `docs/operations.md`."
         ),
     )
 
