@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from daemon.model.checkpoint_logs import last_committed
 from daemon.private_paths import FILE_MODE
 
 DUE_TIMES_FILE = "enrichd-due-times.json"
@@ -113,15 +114,6 @@ def write(checkpoint: str | Path, due: DueTimes) -> None:
         out.flush()
         os.fsync(fd)
     os.replace(partial, path)
-
-
-def last_committed(checkpoint: str | Path) -> int | None:
-    """The checkpoint's last committed micro-batch (Spark's ``commits/N``), or None."""
-    try:
-        names = os.listdir(Path(checkpoint) / "commits")
-    except OSError:
-        return None
-    return max((int(name) for name in names if name.isdigit()), default=None)
 
 
 def start_known(checkpoint: str | Path) -> None:

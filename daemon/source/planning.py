@@ -35,6 +35,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from daemon.kafka import connect
 from daemon.kafka.clients import log_starts, read_partition
 from daemon.model import due_times
+from daemon.model.checkpoint_logs import last_committed
 from daemon.model.wire import (
     BOOTSTRAP,
     CLOCK,
@@ -306,7 +307,7 @@ class SourcePlanner:
         now_ms = time.time_ns() // 1_000_000
         checkpoint = self.spec.checkpoint
         if checkpoint is None or due_times.clock_moves(
-            due_times.read(checkpoint), due_times.last_committed(checkpoint), now_ms
+            due_times.read(checkpoint), last_committed(checkpoint), now_ms
         ):
             return now_ms // self.spec.wake_ms
         clock = start.get(CLOCK)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.errors import SparkRuntimeException
 from pyspark.sql import functions as F  # noqa: N812
 
+from daemon.model.checkpoint_logs import batches, last_committed
 from daemon.model.config import PipelineFile, SparkConfig
 from daemon.operator import bucket_delta
 from daemon.operator.stash_log import StashLog
@@ -42,20 +43,6 @@ if TYPE_CHECKING:
 BUCKETS_VARIABLE = "state_bucket"
 DELTAS_VARIABLE = "bucket_delta"
 CHUNKS_VARIABLE = "stash_chunks"
-
-
-def batches(checkpoint: Path, log: str) -> list[int]:
-    """The micro-batch ids in one of a checkpoint's logs (``offsets`` or ``commits``), in order."""
-    folder = Path(checkpoint) / log
-    if not folder.is_dir():
-        return []
-    return sorted(int(entry.name) for entry in folder.iterdir() if entry.name.isdigit())
-
-
-def last_committed(checkpoint: Path) -> int | None:
-    """The last micro-batch the checkpoint's commit log holds; None: none yet."""
-    committed = batches(checkpoint, "commits")
-    return committed[-1] if committed else None
 
 
 def planned_past_commit(checkpoint: Path) -> int | None:

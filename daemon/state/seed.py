@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daemon.model.checkpoint_logs import last_committed
 from daemon.operator.state_format import portable_due
 from daemon.private_paths import private_folder, write_private_text
-from daemon.state.reader import last_committed
 from daemon.state.render import iso_ms
 
 if TYPE_CHECKING:

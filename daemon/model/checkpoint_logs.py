@@ -1,0 +1,24 @@
+"""The micro-batch ids in a checkpoint's logs, as Spark writes them.
+
+Spark writes ``offsets/N`` when it plans micro-batch N and ``commits/N`` once the batch is
+done. The planner's clock (:mod:`daemon.model.due_times`) and the commands that read a
+checkpoint from outside (:mod:`daemon.state`) both ask which batch committed last.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def batches(checkpoint: str | Path, log: str) -> list[int]:
+    """The micro-batch ids in one of a checkpoint's logs (``offsets`` or ``commits``), in order."""
+    folder = Path(checkpoint) / log
+    if not folder.is_dir():
+        return []
+    return sorted(int(entry.name) for entry in folder.iterdir() if entry.name.isdigit())
+
+
+def last_committed(checkpoint: str | Path) -> int | None:
+    """The last micro-batch the checkpoint's commit log holds; None: none yet."""
+    committed = batches(checkpoint, "commits")
+    return committed[-1] if committed else None
