@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,6 +37,10 @@ from tests.state_helpers import TWEETS, USERS, VIEWS, comap_toml
 AUTHORS = 10
 BATCH = 50  # records per micro-batch: small, so a run is a train of short batches
 STOP_TIMEOUT_S = 20
+COLD_START_S = 120.0
+"""How long a start may take to its first views: the JVM, Spark's Python workers, the state
+store loaded. The first run once needed more than 90 s at a load of 22-25, and a CI run's
+restart after the SIGTERM missed 90 s too."""
 
 
 def users() -> list[In]:
@@ -137,10 +142,31 @@ class Scenario:
             if done(counts):
                 return counts
             assert time.monotonic() < deadline, (
-                f"no {what} within {timeout_s:.0f}s ({len(counts)} views so far):\n"
-                f"{self.log_text()[-3000:]}"
+                f"no {what} within {timeout_s:.0f}s ({len(counts)} views so far); "
+                f"{self.where()}:\n{self.log_text()[-3000:]}\n{self.spark_log_tail()}"
             )
             time.sleep(0.5)
+
+    def where(self) -> str:
+        """:meth:`batches`, or why it cannot tell: for a failure's message, never raising.
+
+        Whether Spark went on committing batches tells a stuck query from a reader held
+        back (an open Kafka transaction holds ``read_committed`` readers)."""
+        try:
+            return self.batches()
+        except Exception as error:  # noqa: BLE001 - the message must not hide the failure
+            return f"run {self.runs}: batches unknown ({error!r})"
+
+    def spark_log_tail(self) -> str:
+        """The end of the run's Spark log, whose path the run's log names first."""
+        match = re.search(r"Spark's own log: (\S+)", self.log_text())
+        if match is None:
+            return "(no Spark log named)"
+        try:
+            text = Path(match.group(1)).read_text(encoding="utf-8", errors="replace")
+        except OSError as error:
+            return f"(Spark log {match.group(1)}: {error})"
+        return f"Spark log {match.group(1)}, its end:\n{text[-4000:]}"
 
     def batches(self) -> str:
         """Where the last run stopped: batches planned and committed by Spark and by the sink.
@@ -279,21 +305,22 @@ def story(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> I
         first = 150
         run.produce_tweets(range(0, first))
         process = run.start()
-        # The old SIGTERM test's first start had 90 s; at a load of 22-25 it needed more.
-        run.wait_for(process, bool, "first view", 120.0)
+        run.wait_for(process, bool, "first view", COLD_START_S)
         sigterm_exit, sigterm_took = stop(process)  # (SIGTERM) while micro-batches run
         sigterm_log, stopped_at = run.log_text(), run.views()
 
         moments = []
         process = run.start()
-        restarted = run.wait_for(process, grew(stopped_at), "progress after the SIGTERM")
+        restarted = run.wait_for(
+            process, grew(stopped_at), "progress after the SIGTERM", COLD_START_S
+        )
         run.produce_tweets(range(first, 250))
         seen = run.wait_for(process, grew(restarted), "progress")
         crash(process)  # (1) right after a batch's views landed
         moments.append(run.batches())
 
         process = run.start()
-        seen = run.wait_for(process, grew(seen), "progress after kill 1")
+        seen = run.wait_for(process, grew(seen), "progress after kill 1", COLD_START_S)
         planned = run.last("offsets")
         run.produce_tweets(range(250, 350))
         run.wait_for_planning(process, planned)
@@ -309,7 +336,9 @@ def story(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> I
         produced = 450
         run.produce_tweets(range(350, produced))
         process = run.start()
-        run.wait_for(process, lambda counts: len(counts) == produced, "view of every tweet", 120.0)
+        run.wait_for(
+            process, lambda counts: len(counts) == produced, "view of every tweet", COLD_START_S
+        )
         final_exit, final_took = stop(process)
         yield Story(
             sigterm_exit, sigterm_took, sigterm_log, stopped_at, first, restarted,
