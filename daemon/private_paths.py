@@ -135,12 +135,22 @@ def check_private_folder(
         log.warning("%s %s was readable by other users (mode %04o): closed it", what, path, mode)
 
 
-def write_private_text(path: Path, text: str) -> None:
-    """Write ``path`` whole with mode 0600 (an existing file of the user's becomes 0600 too)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
+def write_private_text(path: Path, text: str, *, atomic: bool = False) -> None:
+    """Write ``path`` whole with mode 0600 (an existing file of the user's becomes 0600 too).
+
+    ``atomic``: write a hidden file beside it, flush it to disk and rename it over ``path``,
+    so that a crash leaves either the old text or the new one, never a torn file.
+    """
+    target = path.with_name(f".{path.name}.partial") if atomic else path
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         os.fchmod(fd, FILE_MODE)
         out.write(text)
+        if atomic:
+            out.flush()
+            os.fsync(fd)
+    if atomic:
+        os.replace(target, path)
 
 
 def open_private(path: Path, flags: int = os.O_RDWR) -> int:

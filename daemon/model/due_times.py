@@ -23,13 +23,12 @@ merging them twice changes nothing.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.model.checkpoint_logs import last_committed
-from daemon.private_paths import FILE_MODE
+from daemon.private_paths import write_private_text
 
 DUE_TIMES_FILE = "enrichd-due-times.json"
 """The file's name inside the checkpoint folder; Spark's own logs sit beside it."""
@@ -102,18 +101,10 @@ def read(checkpoint: str | Path) -> DueTimes | None:
 
 def write(checkpoint: str | Path, due: DueTimes) -> None:
     """Write ``due`` whole, or leave the file as it was (a new file renamed over it)."""
-    path = path_of(checkpoint)
     text = json.dumps(
         {"batch": due.batch, "timers": {str(b): ms for b, ms in sorted(due.timers.items())}}
     )
-    partial = path.with_name(f".{path.name}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        os.fchmod(fd, FILE_MODE)
-        out.write(text)
-        out.flush()
-        os.fsync(fd)
-    os.replace(partial, path)
+    write_private_text(path_of(checkpoint), text, atomic=True)
 
 
 def start_known(checkpoint: str | Path) -> None:

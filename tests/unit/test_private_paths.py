@@ -112,6 +112,19 @@ def test_files_are_written_0600_even_over_an_older_readable_one(tmp_path: Path) 
     assert mode(tmp_path / "lock") == 0o600
 
 
+def test_an_atomic_write_replaces_the_file_whole_and_leaves_nothing_beside_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "due.json"
+    path.write_text("old", encoding="utf-8")
+    path.chmod(0o644)
+    old_inode = path.stat().st_ino
+    write_private_text(path, "new", atomic=True)
+    assert (path.read_text(encoding="utf-8"), mode(path)) == ("new", 0o600)
+    assert path.stat().st_ino != old_inode  # renamed over it, not written in place
+    assert [p.name for p in tmp_path.iterdir()] == ["due.json"]
+
+
 def test_files_are_never_opened_through_a_link(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").write_text("theirs", encoding="utf-8")
     (tmp_path / "lock").symlink_to(tmp_path / "elsewhere")
