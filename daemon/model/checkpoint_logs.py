@@ -12,10 +12,17 @@ from pathlib import Path
 
 def batches(checkpoint: str | Path, log: str) -> list[int]:
     """The micro-batch ids in one of a checkpoint's logs (``offsets`` or ``commits``), in order."""
-    folder = Path(checkpoint) / log
-    if not folder.is_dir():
+    try:
+        entries = list((Path(checkpoint) / log).iterdir())
+    except OSError:  # no such log (yet)
         return []
-    return sorted(int(entry.name) for entry in folder.iterdir() if entry.name.isdigit())
+    return sorted(int(entry.name) for entry in entries if entry.name.isdigit())
+
+
+def last_planned(checkpoint: str | Path) -> int | None:
+    """The last micro-batch the checkpoint's offset log holds; None: none yet."""
+    planned = batches(checkpoint, "offsets")
+    return planned[-1] if planned else None
 
 
 def last_committed(checkpoint: str | Path) -> int | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.errors import ConfigError
+from daemon.model.checkpoint_logs import batches, last_planned
 from daemon.model.config import InputConfig, PipelineConfig
 from daemon.operator.state_format import STATE_FORMAT
 from daemon.private_paths import private_folder, write_private_text
@@ -83,8 +84,7 @@ def _routing_of(spec: InputConfig) -> dict[str, Any]:
 
 def ran_a_batch(checkpoint: Path) -> bool:
     """Whether Spark planned a micro-batch in ``checkpoint`` (its offset log has an entry)."""
-    offsets = Path(checkpoint) / "offsets"
-    return offsets.is_dir() and any(entry.name.isdigit() for entry in offsets.iterdir())
+    return last_planned(checkpoint) is not None
 
 
 def pending_batch(checkpoint: Path) -> int | None:
@@ -94,18 +94,10 @@ def pending_batch(checkpoint: Path) -> int | None:
     good fails as this one, again and again. None when every planned batch committed (the
     next one fails while it is being planned) or none was planned.
     """
-    planned = _batch_numbers(Path(checkpoint) / "offsets")
-    if not planned:
+    last = last_planned(checkpoint)
+    if last is None:
         return None
-    last = max(planned)
-    return None if last in _batch_numbers(Path(checkpoint) / "commits") else last
-
-
-def _batch_numbers(log: Path) -> set[int]:
-    try:
-        return {int(entry.name) for entry in log.iterdir() if entry.name.isdigit()}
-    except OSError:  # no log yet
-        return set()
+    return None if last in batches(checkpoint, "commits") else last
 
 
 def check_checkpoint(pipe: PipelineConfig) -> None:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from daemon.model.checkpoint_logs import last_committed, last_planned
 from daemon.service.observability import parse_offsets
 
 STOP_TIMEOUT_S = 60
@@ -138,15 +139,6 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def _last_batch(folder: Path) -> int:
-    """The highest batch number in a checkpoint log folder; -1 for none."""
-    try:
-        names = [entry.name for entry in folder.iterdir() if entry.name.isdigit()]
-    except OSError:
-        return -1
-    return max(map(int, names), default=-1)
-
-
 def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
     """The ``topic/partition`` offsets micro-batch ``batch`` was planned to end at."""
     try:
@@ -162,14 +154,14 @@ def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
 
 def planned(checkpoint: Path) -> tuple[int, dict[str, int]]:
     """The last planned micro-batch and its offsets (-1 and none before the first)."""
-    batch = _last_batch(checkpoint / "offsets")
-    return batch, batch_offsets(checkpoint, batch) if batch >= 0 else {}
+    batch = last_planned(checkpoint)
+    return (-1, {}) if batch is None else (batch, batch_offsets(checkpoint, batch))
 
 
 def committed(checkpoint: Path) -> dict[str, int]:
     """The offsets the last committed micro-batch ended at."""
-    batch = _last_batch(checkpoint / "commits")
-    return batch_offsets(checkpoint, batch) if batch >= 0 else {}
+    batch = last_committed(checkpoint)
+    return {} if batch is None else batch_offsets(checkpoint, batch)
 
 
 def reached(offsets: dict[str, int], ends: dict[str, int]) -> bool:

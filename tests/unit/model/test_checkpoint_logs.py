@@ -1,0 +1,28 @@
+"""Reading which micro-batches a checkpoint's logs hold, as Spark leaves them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.model.checkpoint_logs import batches, last_committed, last_planned
+
+
+def spark_log(checkpoint: Path, log: str, *names: str) -> None:
+    folder = checkpoint / log
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_text("v1\n", encoding="utf-8")
+
+
+def test_a_new_checkpoint_has_no_batches(tmp_path: Path) -> None:
+    assert batches(tmp_path, "offsets") == []
+    assert (last_planned(tmp_path), last_committed(tmp_path)) == (None, None)
+
+
+def test_batches_are_the_digit_named_entries_in_numeric_order(tmp_path: Path) -> None:
+    # Spark writes a hidden checksum beside each entry, and leaves temporary files while
+    # it writes; neither is a batch. 10 sorts after 9 as a number, not as text.
+    spark_log(tmp_path, "offsets", "9", "10", ".10.crc", "8", ".8.tmp")
+    spark_log(tmp_path, "commits", "8", "9", ".9.crc")
+    assert batches(tmp_path, "offsets") == [8, 9, 10]
+    assert (last_planned(tmp_path), last_committed(tmp_path)) == (10, 9)
