@@ -29,3 +29,12 @@ def last_committed(checkpoint: str | Path) -> int | None:
     """The last micro-batch the checkpoint's commit log holds; None: none yet."""
     committed = batches(checkpoint, "commits")
     return committed[-1] if committed else None
+
+
+def planned_past_commit(checkpoint: str | Path) -> int | None:
+    """A micro-batch planned (in the offset log) after the last committed one, if any."""
+    planned = last_planned(checkpoint)
+    committed = last_committed(checkpoint)
+    if planned is not None and (committed is None or planned > committed):
+        return planned
+    return None

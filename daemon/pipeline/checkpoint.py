@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.errors import ConfigError
-from daemon.model.checkpoint_logs import batches, last_planned
+from daemon.model.checkpoint_logs import last_planned, planned_past_commit
 from daemon.model.config import InputConfig, PipelineConfig
 from daemon.operator.state_format import STATE_FORMAT
 from daemon.private_paths import private_folder, write_private_text
@@ -94,10 +94,7 @@ def pending_batch(checkpoint: Path) -> int | None:
     good fails as this one, again and again. None when every planned batch committed (the
     next one fails while it is being planned) or none was planned.
     """
-    last = last_planned(checkpoint)
-    if last is None:
-        return None
-    return None if last in batches(checkpoint, "commits") else last
+    return planned_past_commit(checkpoint)
 
 
 def check_checkpoint(pipe: PipelineConfig) -> None:

@@ -33,7 +33,7 @@ from daemon.errors import ConfigError
 from daemon.kafka.admin import delete_groups
 from daemon.kafka.names import marker_groups_of, reader_group
 from daemon.model import due_times
-from daemon.model.checkpoint_logs import last_committed
+from daemon.model.checkpoint_logs import last_committed, planned_past_commit
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.due_times import NO_BATCH, DueTimes
@@ -48,7 +48,6 @@ from daemon.state.positions import Target, positions
 from daemon.state.reader import (
     CheckpointState,
     batch_conf,
-    planned_past_commit,
     query_id,
     source_offsets,
 )

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from pyspark.errors import SparkRuntimeException
 from pyspark.sql import functions as F  # noqa: N812
 
-from daemon.model.checkpoint_logs import batches, last_committed
 from daemon.model.config import PipelineFile, SparkConfig
 from daemon.operator import bucket_delta
 from daemon.operator.stash_log import StashLog
@@ -43,15 +42,6 @@ if TYPE_CHECKING:
 BUCKETS_VARIABLE = "state_bucket"
 DELTAS_VARIABLE = "bucket_delta"
 CHUNKS_VARIABLE = "stash_chunks"
-
-
-def planned_past_commit(checkpoint: Path) -> int | None:
-    """A micro-batch planned (in the offset log) after the last committed one, if any."""
-    planned = batches(checkpoint, "offsets")
-    committed = last_committed(checkpoint)
-    if planned and (committed is None or planned[-1] > committed):
-        return planned[-1]
-    return None
 
 
 def source_offsets(checkpoint: Path, batch: int) -> dict[str, Any]:

@@ -18,11 +18,12 @@ import pytest
 
 from daemon.broker import EmbeddedBroker
 from daemon.model import due_times
+from daemon.model.checkpoint_logs import last_committed
 from daemon.model.config import load_pipeline_file
 from daemon.model.due_times import NO_BATCH, DueTimes
 from daemon.model.routing import bucket_labels
 from daemon.pipeline.checkpoint import SHAPE_FILE, check_checkpoint
-from daemon.state.reader import CheckpointState, last_committed
+from daemon.state.reader import CheckpointState
 from daemon.state.render import iso_ms, to_json
 from tests.fixtures.checkpoint_format_1 import FIXTURE, kept_copy, moved_to
 from tests.kafka_helpers import In, groups_starting, produce, run_pipeline
