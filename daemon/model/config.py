@@ -189,8 +189,8 @@ class StateConfig(_Strict):
         gt=0,
         description=(
             'bytes of decoded buckets each Python worker may keep ("512MiB"); unset: a quarter '
-            "of spark.executor.pyspark.memory if set, else 1/32 of the machine's memory, "
-            "at most 1 GiB"
+            "of spark.executor.pyspark.memory if set, else 1/128 of the machine's memory, "
+            "at most 256 MiB"
         ),
     )
     deltas: bool = Field(

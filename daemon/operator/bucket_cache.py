@@ -42,9 +42,14 @@ DECODED_FACTOR = 4
 """A decoded bucket's memory over its pickle's length: its keys' entries are tuples of
 ints and pickled bytes in a dict, which cost more than their pickle (measured with
 :mod:`tracemalloc`: 3.1 for a lookup bucket of 100 keys, 3.3 for one of 3,000), rounded up."""
-DEFAULT_SHARE = 32
-"""Without a setting, a worker's budget is this fraction of the machine's memory ..."""
-DEFAULT_CAP = 1 << 30
+DEFAULT_SHARE = 128
+"""Without a setting, a worker's budget is this fraction of the machine's memory ...
+
+Sized by the whole service's memory at 1,000,000 keys (``examples/tweet-views.toml``,
+``daemon run`` alone, two workers on a 24 GiB machine): 3.31 GB without the cache, 4.06 GB
+with a 768 MiB budget a worker (a thirty-second), 3.58 GB with 192 MiB (BENCHMARKS.md). A
+worker may hold a copy of every bucket, so the budget counts once per worker."""
+DEFAULT_CAP = 256 << 20
 """... up to this many bytes."""
 EXECUTOR_SHARE = 4
 """With ``spark.executor.pyspark.memory`` set, a worker's budget is this fraction of it."""
@@ -124,8 +129,8 @@ def default_budget() -> int:
     """A worker's budget without a setting, from the memory it may use.
 
     A quarter of ``spark.executor.pyspark.memory`` where it is set (Spark tells its workers in
-    ``PYSPARK_EXECUTOR_MEMORY_MB``), else a thirty-second of the machine's memory, at most
-    1 GiB: on a 24 GiB machine with two workers, 768 MiB each.
+    ``PYSPARK_EXECUTOR_MEMORY_MB``), else a 128th of the machine's memory, at most
+    256 MiB: on a 24 GiB machine with two workers, 192 MiB each.
     """
     limit = os.environ.get("PYSPARK_EXECUTOR_MEMORY_MB")
     if limit and limit.isdigit():

@@ -98,10 +98,10 @@ def test_the_default_budget_without_a_pyspark_memory_is_a_share_of_the_machine(
     pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 24 * 2**30 // 4096}
     monkeypatch.setattr(bucket_cache.os, "sysconf", pages.__getitem__)
 
-    assert default_budget() == 24 * 2**30 // 32  # 768 MiB, under the 1 GiB cap
+    assert default_budget() == 24 * 2**30 // 128  # 192 MiB, under the 256 MiB cap
 
     pages["SC_PHYS_PAGES"] = 256 * 2**30 // 4096
-    assert default_budget() == 2**30
+    assert default_budget() == 256 * 2**20
 
 
 def test_the_worker_cache_is_one_per_process_and_takes_the_latest_budget() -> None:
