@@ -326,7 +326,7 @@ service = threading.Thread(  # a daemon thread: a failed assertion ends the scri
     target=run_service, args=(file,), kwargs={"stop": stop, "stop_timeout_s": 2.0}, daemon=True
 )
 service.start()
-deadline = time.monotonic() + 120
+deadline = time.monotonic() + 300  # a bound on a hang: a JVM's start and a first batch
 while not (commits / "0").exists():
     assert service.is_alive() and time.monotonic() < deadline, "no micro-batch committed"
     time.sleep(0.2)
@@ -351,7 +351,7 @@ def test_a_service_in_a_thread_runs_its_pipeline_and_stops_without_ending_the_pr
         [sys.executable, "-c", EMBEDDING, str(run.path), session_from],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=420,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
     assert done.returncode == 0, done.stderr[-3000:]
