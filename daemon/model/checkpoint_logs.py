@@ -1,13 +1,19 @@
-"""The micro-batch ids in a checkpoint's logs, as Spark writes them.
+"""A checkpoint's logs as Spark writes them: the micro-batches they hold, where each ended.
 
 Spark writes ``offsets/N`` when it plans micro-batch N and ``commits/N`` once the batch is
 done. The planner's clock (:mod:`daemon.model.due_times`) and the commands that read a
-checkpoint from outside (:mod:`daemon.state`) both ask which batch committed last.
+checkpoint from outside (:mod:`daemon.state`, :mod:`daemon.pipeline.reset`,
+:mod:`daemon.verify`) ask which batch committed last, and what its entry in the offset log
+says: a line ``v1``, a line of Spark's batch metadata (among it the settings Spark fixed for
+the checkpoint), then a line per source, its offset as JSON (``-`` before it has one).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def batches(checkpoint: str | Path, log: str) -> list[int]:
@@ -38,3 +44,34 @@ def planned_past_commit(checkpoint: str | Path) -> int | None:
     if planned is not None and (committed is None or planned > committed):
         return planned
     return None
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """A micro-batch's entry in the offset log."""
+
+    metadata: dict[str, Any]
+    """Spark's batch metadata: its watermark, its timestamp, ``conf``."""
+    sources: list[dict[str, Any] | None]
+    """Each source's offset, parsed (enrichd's queries have one source); None: ``-``."""
+
+    @property
+    def conf(self) -> dict[str, str]:
+        """The settings Spark fixed for the checkpoint's life, as this batch recorded them.
+
+        Among them ``spark.sql.shuffle.partitions``, the stateful stage's partition count.
+        """
+        found: dict[str, str] = self.metadata.get("conf", {})
+        return found
+
+
+def planned_batch(checkpoint: str | Path, batch: int) -> PlannedBatch:
+    """Micro-batch ``batch``'s entry in the checkpoint's offset log.
+
+    Raises:
+        OSError: the log has no such entry.
+    """
+    path = Path(checkpoint) / "offsets" / str(batch)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    sources = [json.loads(line) if line.startswith("{") else None for line in lines[2:]]
+    return PlannedBatch(json.loads(lines[1]), sources)

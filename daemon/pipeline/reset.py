@@ -33,7 +33,7 @@ from daemon.errors import ConfigError
 from daemon.kafka.admin import delete_groups
 from daemon.kafka.names import marker_groups_of, reader_group
 from daemon.model import due_times
-from daemon.model.checkpoint_logs import last_committed, planned_past_commit
+from daemon.model.checkpoint_logs import last_committed, planned_batch, planned_past_commit
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.due_times import NO_BATCH, DueTimes
@@ -45,12 +45,7 @@ from daemon.private_paths import private_folder
 from daemon.spark.session import default_setting
 from daemon.state.export import committed_keys, seed_rows, seeded_keys
 from daemon.state.positions import Target, positions
-from daemon.state.reader import (
-    CheckpointState,
-    batch_conf,
-    query_id,
-    source_offsets,
-)
+from daemon.state.reader import CheckpointState, query_id
 from daemon.state.seed import SEED, SEED_SCHEMA, STATE_FOLDER, seed_of, seed_timers, write_seed
 
 if TYPE_CHECKING:
@@ -115,9 +110,10 @@ def committed_or_seeded(checkpoint: Path) -> dict[str, int] | None:
     """Where a stage would go on reading: its last committed end offsets, or its seed's."""
     batch = last_committed(checkpoint)
     if batch is not None:
+        (source,) = planned_batch(checkpoint, batch).sources
         return {
             name: int(offset)
-            for name, offset in source_offsets(checkpoint, batch).items()
+            for name, offset in (source or {}).items()
             if is_partition_name(name)  # not the source's clock or other entries
         }
     seed = seed_of(checkpoint)
@@ -203,7 +199,9 @@ def layout_of(file: PipelineFile, pipe: PipelineConfig, shape: dict[str, Any]) -
     """The checkpoint's state layout and the file's, in words (equal: nothing to rescale)."""
     partitions = file.spark.conf.get(PARTITIONS, default_setting(PARTITIONS))
     batch = last_committed(pipe.checkpoint)
-    was = partitions if batch is None else batch_conf(pipe.checkpoint, batch).get(PARTITIONS, "?")
+    was = partitions
+    if batch is not None:  # Spark keeps the count the checkpoint began with
+        was = planned_batch(pipe.checkpoint, batch).conf.get(PARTITIONS, "?")
     old = f"{buckets_of_shape(shape)} buckets over {was} shuffle partitions"
     return old, f"{pipe.state_buckets} buckets over {partitions} shuffle partitions"
 

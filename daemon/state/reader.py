@@ -12,10 +12,6 @@ buckets read as their values alone. This module pins the
 micro-batch it reads to the last one in the checkpoint's commit log, and hands the buckets on
 as :class:`StoredBucket`, which decodes each value with its deltas applied, as the operator
 does.
-
-Spark's offset and commit logs (``offsets/N``, ``commits/N``) are read here too, as files: a
-line ``v1``, a line of batch metadata, then a line of offsets per source (enrichd's queries
-have one).
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.errors import SparkRuntimeException
 from pyspark.sql import functions as F  # noqa: N812
@@ -44,13 +40,6 @@ DELTAS_VARIABLE = "bucket_delta"
 CHUNKS_VARIABLE = "stash_chunks"
 
 
-def source_offsets(checkpoint: Path, batch: int) -> dict[str, Any]:
-    """Where micro-batch ``batch`` ended, as the source wrote it to the offset log."""
-    lines = (Path(checkpoint) / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
-    offsets: dict[str, Any] = json.loads(lines[2])
-    return offsets
-
-
 def query_id(checkpoint: Path) -> str | None:
     """The id Spark gave the checkpoint's query (its ``metadata`` file); None: it has none."""
     try:
@@ -58,17 +47,6 @@ def query_id(checkpoint: Path) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return str(found)
-
-
-def batch_conf(checkpoint: Path, batch: int) -> dict[str, str]:
-    """The settings Spark fixed for the checkpoint, as micro-batch ``batch`` recorded them.
-
-    Spark keeps some settings for a checkpoint's life whatever the session says, among them
-    ``spark.sql.shuffle.partitions``, the stateful stage's partition count.
-    """
-    lines = (Path(checkpoint) / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
-    conf: dict[str, str] = json.loads(lines[1]).get("conf", {})
-    return conf
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,13 @@ the source) and ``commits/N`` once the batch is done.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from daemon.model.checkpoint_logs import last_committed, last_planned
+from daemon.model.checkpoint_logs import last_committed, last_planned, planned_batch
 from daemon.service.observability import parse_offsets
 
 STOP_TIMEOUT_S = 60
@@ -142,13 +141,12 @@ def descendants(pid: int) -> set[int]:
 def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
     """The ``topic/partition`` offsets micro-batch ``batch`` was planned to end at."""
     try:
-        lines = (checkpoint / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
+        entry = planned_batch(checkpoint, batch)
     except OSError:
         return {}
     ends: dict[str, int] = {}
-    for line in lines[2:]:  # the log's version, then Spark's batch metadata
-        if line.strip().startswith("{"):
-            ends.update(parse_offsets(json.loads(line)))
+    for source in entry.sources:
+        ends.update(parse_offsets(source))
     return ends
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from daemon.model.checkpoint_logs import batches, last_committed, last_planned
+import pytest
+
+from daemon.model.checkpoint_logs import batches, last_committed, last_planned, planned_batch
 
 
 def spark_log(checkpoint: Path, log: str, *names: str) -> None:
@@ -26,3 +29,17 @@ def test_batches_are_the_digit_named_entries_in_numeric_order(tmp_path: Path) ->
     spark_log(tmp_path, "commits", "8", "9", ".9.crc")
     assert batches(tmp_path, "offsets") == [8, 9, 10]
     assert (last_planned(tmp_path), last_committed(tmp_path)) == (10, 9)
+
+
+def test_a_planned_batch_reads_spark_s_metadata_and_each_source_s_offset(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    metadata = {"batchWatermarkMs": 0, "conf": {"spark.sql.shuffle.partitions": "4"}}
+    source = {"users/0": 3, "users/1": 5}
+    (tmp_path / "offsets" / "7").write_text(
+        f"v1\n{json.dumps(metadata)}\n{json.dumps(source)}\n-", encoding="utf-8"
+    )
+    entry = planned_batch(tmp_path, 7)
+    assert entry.conf == {"spark.sql.shuffle.partitions": "4"}
+    assert entry.sources == [source, None]  # a source without an offset yet is written "-"
+    with pytest.raises(OSError):
+        planned_batch(tmp_path, 8)
