@@ -110,7 +110,7 @@ def committed_or_seeded(checkpoint: Path) -> dict[str, int] | None:
     """Where a stage would go on reading: its last committed end offsets, or its seed's."""
     batch = last_committed(checkpoint)
     if batch is not None:
-        (source,) = planned_batch(checkpoint, batch).sources
+        source = planned_batch(checkpoint, batch).sources[0]  # enrichd's queries have one
         return {
             name: int(offset)
             for name, offset in (source or {}).items()
