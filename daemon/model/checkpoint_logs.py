@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.model.wire import is_partition_name
+
 
 def batches(checkpoint: str | Path, log: str) -> list[int]:
     """The micro-batch ids in one of a checkpoint's logs (``offsets`` or ``commits``), in order."""
@@ -54,6 +56,19 @@ class PlannedBatch:
     """Spark's batch metadata: its watermark, its timestamp, ``conf``."""
     sources: list[dict[str, Any] | None]
     """Each source's offset, parsed (enrichd's queries have one source); None: ``-``."""
+
+    @property
+    def ends(self) -> dict[str, int]:
+        """Where the batch was planned to end: ``topic/partition`` -> offset, over its sources.
+
+        A source's other entries, such as its wake-up clock, are left out.
+        """
+        return {
+            name: int(offset)
+            for source in self.sources
+            for name, offset in (source or {}).items()
+            if is_partition_name(name)
+        }
 
     @property
     def conf(self) -> dict[str, str]:

@@ -37,7 +37,6 @@ from daemon.model.checkpoint_logs import last_committed, planned_batch, planned_
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.due_times import NO_BATCH, DueTimes
-from daemon.model.wire import is_partition_name
 from daemon.pipeline.checkpoint import buckets_of_shape, write_shape
 from daemon.pipeline.lock import LOCK_NAME
 from daemon.pipeline.plan import client_conf, plan_pipeline
@@ -110,12 +109,7 @@ def committed_or_seeded(checkpoint: Path) -> dict[str, int] | None:
     """Where a stage would go on reading: its last committed end offsets, or its seed's."""
     batch = last_committed(checkpoint)
     if batch is not None:
-        source = planned_batch(checkpoint, batch).sources[0]  # enrichd's queries have one
-        return {
-            name: int(offset)
-            for name, offset in (source or {}).items()
-            if is_partition_name(name)  # not the source's clock or other entries
-        }
+        return planned_batch(checkpoint, batch).ends
     seed = seed_of(checkpoint)
     return None if seed is None else dict(seed.offsets)
 

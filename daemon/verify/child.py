@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 from daemon.model.checkpoint_logs import last_committed, last_planned, planned_batch
-from daemon.service.observability import parse_offsets
 
 STOP_TIMEOUT_S = 60
 """How long verify waits for the child to exit after SIGTERM before it kills it."""
@@ -141,13 +140,9 @@ def descendants(pid: int) -> set[int]:
 def batch_offsets(checkpoint: Path, batch: int) -> dict[str, int]:
     """The ``topic/partition`` offsets micro-batch ``batch`` was planned to end at."""
     try:
-        entry = planned_batch(checkpoint, batch)
+        return planned_batch(checkpoint, batch).ends
     except OSError:
         return {}
-    ends: dict[str, int] = {}
-    for source in entry.sources:
-        ends.update(parse_offsets(source))
-    return ends
 
 
 def planned(checkpoint: Path) -> tuple[int, dict[str, int]]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from daemon.model.checkpoint_logs import batches, last_committed, last_planned, planned_batch
+from daemon.model.wire import CLOCK
 
 
 def spark_log(checkpoint: Path, log: str, *names: str) -> None:
@@ -34,12 +35,13 @@ def test_batches_are_the_digit_named_entries_in_numeric_order(tmp_path: Path) ->
 def test_a_planned_batch_reads_spark_s_metadata_and_each_source_s_offset(tmp_path: Path) -> None:
     (tmp_path / "offsets").mkdir()
     metadata = {"batchWatermarkMs": 0, "conf": {"spark.sql.shuffle.partitions": "4"}}
-    source = {"users/0": 3, "users/1": 5}
+    source = {"users/0": 3, "users/1": 5, CLOCK: 1_000}
     (tmp_path / "offsets" / "7").write_text(
         f"v1\n{json.dumps(metadata)}\n{json.dumps(source)}\n-", encoding="utf-8"
     )
     entry = planned_batch(tmp_path, 7)
     assert entry.conf == {"spark.sql.shuffle.partitions": "4"}
     assert entry.sources == [source, None]  # a source without an offset yet is written "-"
+    assert entry.ends == {"users/0": 3, "users/1": 5}  # the partitions' alone
     with pytest.raises(OSError):
         planned_batch(tmp_path, 8)
