@@ -31,6 +31,8 @@ from types import TracebackType
 
 import psutil
 
+from daemon.checkpoint.layout import state_folder
+
 MIB = 1024 * 1024
 SAMPLE_INTERVAL_S = 1.0
 """How often :class:`PeakMemory` samples (see the module docstring for why not more often)."""
@@ -173,7 +175,7 @@ def dir_bytes(path: Path) -> int:
 
 def state_bytes(checkpoint: Path) -> int:
     """Bytes of the checkpoint's ``state`` folder (every stage's stores, every version kept)."""
-    return dir_bytes(checkpoint / "state")
+    return dir_bytes(state_folder(checkpoint))
 
 
 def state_line(checkpoint_bytes: int, keys: int) -> str:

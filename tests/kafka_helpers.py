@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint.batch_logs import batches
+from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.clients import Deliveries, read_partition
 from daemon.model.config import PipelineConfig, PipelineFile, parse_pipeline_file
@@ -227,10 +229,6 @@ def process_all(query: Any, timeout_s: float = 120.0) -> None:
         raise failure[0]
 
 
-def _batch_files(folder: Path) -> set[int]:
-    return {int(f.name) for f in folder.glob("[0-9]*")} if folder.exists() else set()
-
-
 def await_committed(checkpoint: Path, timeout_s: float) -> None:
     """Wait until every micro-batch in the checkpoint's offset log is in its commit log.
 
@@ -238,8 +236,8 @@ def await_committed(checkpoint: Path, timeout_s: float) -> None:
     processAllAvailable() can return before that re-run has finished.
     """
     deadline = time.monotonic() + timeout_s
-    while max(_batch_files(checkpoint / "offsets"), default=-1) > max(
-        _batch_files(checkpoint / "commits"), default=-1
+    while max(batches(checkpoint, OFFSET_LOG), default=-1) > max(
+        batches(checkpoint, COMMIT_LOG), default=-1
     ):
         assert time.monotonic() < deadline, f"{checkpoint}: a planned micro-batch never committed"
         time.sleep(0.1)
@@ -267,15 +265,14 @@ def run_pipeline(
     plan = plan_pipeline(file, pipe, client_conf(file.kafka.bootstrap_servers))
     if metrics_address is not None:
         plan = replace(plan, source=replace(plan.source, metrics_address=metrics_address))
-    commits = pipe.checkpoint / "commits"
-    committed_before = _batch_files(commits)
+    committed_before = set(batches(pipe.checkpoint, COMMIT_LOG))
     query = start_query(spark, plan)
     try:
         process_all(query, timeout_s)
         await_committed(pipe.checkpoint, timeout_s)
     finally:
         query.stop()
-    return sorted(_batch_files(commits) - committed_before)
+    return sorted(set(batches(pipe.checkpoint, COMMIT_LOG)) - committed_before)
 
 
 def replay_files(

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint.layout import LOCK
 from daemon.joiners.comap import CoMap
 from daemon.model.config import load_pipeline_file
-from daemon.pipeline.checkpoint import check_checkpoint
+from daemon.pipeline.checkpoint_shape import check_checkpoint
 from daemon.testing import run_joiner
 from tests.kafka_helpers import (
     SCHEMAS,
@@ -186,7 +187,7 @@ def listing(folder: Path) -> dict[str, tuple[int, int]]:
     return {
         str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
         for path in sorted(folder.rglob("*"))
-        if path.is_file() and path.name != "enrichd.lock"
+        if path.is_file() and path.name != LOCK
     }
 
 

@@ -77,7 +77,7 @@ def rescale(pipeline_file: PipelinePath, pipeline: PipelineName = None, yes: Yes
     """
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.model.config import load_pipeline_file, pick_pipeline
-    from daemon.pipeline.checkpoint import verify_checkpoint
+    from daemon.pipeline.checkpoint_shape import verify_checkpoint
     from daemon.pipeline.reset import layout_of, rescale_change
     from daemon.state.reader import state_session
 
@@ -100,7 +100,7 @@ def _locked(pipe: PipelineConfig, *, fresh_allowed: bool) -> Iterator[bool]:
     pipeline's first start read from there), and removed again if the reset does not happen.
     """
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
-    from daemon.pipeline.checkpoint import NoCheckpointError, verify_checkpoint
+    from daemon.pipeline.checkpoint_shape import NoCheckpointError, verify_checkpoint
     from daemon.pipeline.lock import CheckpointLocks
 
     existed = Path(pipe.checkpoint).exists()

@@ -45,9 +45,9 @@ def state(
     stopped or running.
     """
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
-    from daemon.model.checkpoint_logs import last_committed
+    from daemon.checkpoint.batch_logs import last_committed
     from daemon.model.config import load_pipeline_file, pick_pipeline
-    from daemon.pipeline.checkpoint import buckets_of_shape, verify_checkpoint
+    from daemon.pipeline.checkpoint_shape import buckets_of_shape, verify_checkpoint
     from daemon.state.reader import CheckpointState, state_session
     from daemon.state.seed import seed_of
 

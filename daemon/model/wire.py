@@ -313,7 +313,7 @@ class CallCounts(TypedDict, total=False):
     timers: dict[int, int | None]
     """The timer each bucket the call stored holds after it, by bucket label (None: none;
     as JSON the labels are text). Sent by a replay that counts nothing too: the sink's
-    commit keeps them for the planner's clock (:mod:`daemon.model.due_times`)."""
+    commit keeps them for the planner's clock (:mod:`daemon.checkpoint.due_times`)."""
 
 
 def counts_row(counts: CallCounts) -> OutputRow:
@@ -340,7 +340,7 @@ Spark runs a micro-batch when a source's offset changes, and fires timers only i
 micro-batches: the planner moves the clock to the current period when a bucket's timer is
 due, which makes a batch that fires it within about ``wake_ms`` of its time, and otherwise
 keeps the value it had, so an idle query whose keys are not due runs no batch at all. The
-timers come from the checkpoint's due-time map (:mod:`daemon.model.due_times`); where that
+timers come from the checkpoint's due-time map (:mod:`daemon.checkpoint.due_times`); where that
 map is not known (a checkpoint that an older enrichd ran), the clock moves every ``wake_ms``.
 The query keeps the default trigger, so a record that does come in starts its batch at once.
 Spark's other way, a batch per processing-time trigger with no-data batches on, makes every

@@ -40,7 +40,7 @@ Time: when the joiner wants a wake-up (:meth:`Joiner.wakeup_ms`) or the key's st
 TTL, the bucket notes when the key is due (:mod:`daemon.operator.core`), and the processor keeps
 one processing-time timer at or before its earliest due key; when it fires, the core ticks the
 bucket. Each call's counts row says which timer its bucket holds after it, so that the
-planner's clock makes a batch only when one is due (:mod:`daemon.model.due_times`). An
+planner's clock makes a batch only when one is due (:mod:`daemon.checkpoint.due_times`). An
 end-of-input marker row (see :data:`daemon.model.wire.CONTROL_INPUT`) ends its key's input,
 after the records of its micro-batch.
 """
@@ -154,7 +154,7 @@ class JoinerProcessor(StatefulProcessor):
         """The newest event time of the call's records, by input (event-time lag)."""
         self._timers: dict[int, int | None] = {}
         """The timer each bucket stored since the last counts row holds (None: none), for the
-        planner's clock (:mod:`daemon.model.due_times`)."""
+        planner's clock (:mod:`daemon.checkpoint.due_times`)."""
         self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
         self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
         # Declared whether the cache and the deltas are on or not, so that switching them

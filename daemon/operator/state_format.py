@@ -31,8 +31,8 @@ the values must be written to another bucket's log.
 
 How a new format version comes about: a change to any of the shapes above gets a new
 :data:`STATE_FORMAT`; this module keeps reading every older version it knows, and the
-checkpoint records which one it holds (``daemon.pipeline.checkpoint``), so an older enrichd
-refuses a newer checkpoint with one line instead of misreading it.
+checkpoint records which one it holds (``daemon.pipeline.checkpoint_shape``), so an older
+enrichd refuses a newer checkpoint with one line instead of misreading it.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 Two Spark queries writing one checkpoint corrupt it (both plan batch N, both commit), and two
 sinks sharing one transactional id fence each other off in turn. So ``daemon run`` takes
-``fcntl.flock`` on ``<checkpoint>/enrichd.lock`` before Spark starts and holds it for the
-life of the process. The kernel drops the lock when the process ends, however it ends (kill -9
-included), so a stale file never blocks a restart. The file holds the holder's pid, for the
-error message only. ``flock`` is advisory and per host: a checkpoint on a network file system
-shared by two hosts is not protected by it.
+``fcntl.flock`` on ``<checkpoint>/enrichd.lock`` (:func:`~daemon.checkpoint.layout.lock_file`)
+before Spark starts and holds it for the life of the process. The kernel drops the lock when
+the process ends, however it ends (kill -9 included), so a stale file never blocks a restart.
+The file holds the holder's pid, for the error message only. ``flock`` is advisory and per
+host: a checkpoint on a network file system shared by two hosts is not protected by it.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ import os
 from pathlib import Path
 from typing import IO
 
+from daemon.checkpoint.layout import lock_file
 from daemon.errors import EnrichdError
 from daemon.model.config import PipelineFile
 from daemon.private_paths import open_private, private_folder
-
-LOCK_NAME = "enrichd.lock"
 
 
 class CheckpointInUseError(EnrichdError):
@@ -51,7 +50,7 @@ class CheckpointLocks:
                 f"pipeline {pipeline!r}: checkpoint {checkpoint} is also used by another "
                 "pipeline of this file; give each pipeline its own checkpoint"
             )
-        path = folder / LOCK_NAME
+        path = lock_file(folder)
         try:
             # The checkpoint holds the join state, and so the records joined: 0700 (and
             # refused if another user owns it or may write in it: daemon.private_paths).

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from daemon.checkpoint import due_times
+from daemon.checkpoint.layout import downstream
 from daemon.errors import ConfigError, KafkaUnavailableError
 from daemon.formats.avro.codec import AvroCodec, record_fields
 from daemon.formats.kafka_keys import KafkaKeyCodec
@@ -15,7 +17,6 @@ from daemon.formats.serdes import codec_for as codec_for  # where callers look f
 from daemon.formats.serdes import key_codec_for
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
-from daemon.model import due_times
 from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
 from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor, OperatorPlan
@@ -218,7 +219,7 @@ def _downstream_plan(
     config = pipe.model_copy(
         update={
             "name": context.pipeline,
-            "checkpoint": pipe.checkpoint / "downstream" / stage.output,
+            "checkpoint": downstream(pipe.checkpoint, stage.output),
         }
     )
     source = SourceSpec(
@@ -269,7 +270,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     # As many read tasks as the cluster runs at once: see daemon.source.planning. A joiner that
     # wakes keys gets a batch within a trigger interval (or WAKEUP_MS) of a bucket's timer
     # from the source's clock, since Spark fires timers only in batches; the sink's commit
-    # keeps the buckets' timers in the checkpoint for it (daemon.model.due_times).
+    # keeps the buckets' timers in the checkpoint for it (daemon.checkpoint.due_times).
     checkpoint = str(pipe.checkpoint) if wakes else None
     output = replace(plan.output, checkpoint=checkpoint)
     if wakes:

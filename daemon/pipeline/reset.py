@@ -29,29 +29,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daemon.checkpoint import due_times
+from daemon.checkpoint.batch_logs import last_committed, planned_batch, planned_past_commit
+from daemon.checkpoint.due_times import NO_BATCH, DueTimes
+from daemon.checkpoint.layout import (
+    DOWNSTREAM,
+    LOCK,
+    SEED_STAGING,
+    SEED_STATE,
+    backup_folder,
+    seed_folder,
+    staging_folder,
+)
 from daemon.errors import ConfigError
 from daemon.kafka.admin import delete_groups
 from daemon.kafka.names import marker_groups_of, reader_group
-from daemon.model import due_times
-from daemon.model.checkpoint_logs import last_committed, planned_batch, planned_past_commit
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
-from daemon.model.due_times import NO_BATCH, DueTimes
-from daemon.pipeline.checkpoint import buckets_of_shape, write_shape
-from daemon.pipeline.lock import LOCK_NAME
+from daemon.pipeline.checkpoint_shape import buckets_of_shape, write_shape
 from daemon.pipeline.plan import client_conf, plan_pipeline
 from daemon.private_paths import private_folder
 from daemon.spark.session import default_setting
 from daemon.state.export import committed_keys, seed_rows, seeded_keys
 from daemon.state.positions import Target, positions
 from daemon.state.reader import CheckpointState, query_id
-from daemon.state.seed import SEED, SEED_SCHEMA, STATE_FOLDER, seed_of, seed_timers, write_seed
+from daemon.state.seed import SEED_SCHEMA, seed_of, seed_timers, write_seed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-STAGING = "enrichd-seed.new"
-"""Where the new seeds' state is written inside the checkpoint before the old contents move."""
 
 
 @dataclass
@@ -88,8 +93,7 @@ class Change:
 
     def __post_init__(self) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        folder = Path(self.pipe.checkpoint)
-        self.backup = folder.with_name(f"{folder.name}.before-{self.verb}-{stamp}")
+        self.backup = backup_folder(self.pipe.checkpoint, self.verb, stamp)
 
     def describe(self) -> list[str]:
         """Lines saying what will change."""
@@ -228,18 +232,18 @@ def apply(change: Change) -> None:
     leaves the checkpoint as it was.
     """
     folder = Path(change.pipe.checkpoint)
-    staging = folder / STAGING
+    staging = staging_folder(folder)
     shutil.rmtree(staging, ignore_errors=True)
     timers: dict[int, dict[int, int]] = {}
     for number, stage in enumerate(change.stages):
         if stage.keys is not None:
-            staged = staging / str(number) / STATE_FOLDER
+            staged = staging / str(number) / SEED_STATE
             seed_rows(stage.keys).write.parquet(str(staged))
             written = stage.keys.sparkSession.read.schema(SEED_SCHEMA).parquet(str(staged))
             timers[number] = seed_timers(written)
-    kept = {LOCK_NAME, STAGING}
+    kept = {LOCK, SEED_STAGING}
     if any(stage.after is None for stage in change.stages):
-        kept.add("downstream")  # a second stage left as it is
+        kept.add(DOWNSTREAM)  # a second stage left as it is
     private_folder(change.backup, what="the checkpoint's backup")
     for entry in sorted(folder.iterdir()):
         if entry.name not in kept:
@@ -247,11 +251,11 @@ def apply(change: Change) -> None:
     for number, stage in enumerate(change.stages):
         if stage.after is None:
             continue
-        seed = Path(stage.checkpoint) / SEED
+        seed = seed_folder(stage.checkpoint)
         write_seed(seed, stage.after, change.verb)
-        staged = staging / str(number) / STATE_FOLDER
+        staged = staging / str(number) / SEED_STATE
         if staged.exists():
-            staged.rename(seed / STATE_FOLDER)
+            staged.rename(seed / SEED_STATE)
         if number in timers:  # when the seeded keys are due, for the query's clock
             due_times.write(stage.checkpoint, DueTimes(NO_BATCH, timers[number]))
     shutil.rmtree(staging, ignore_errors=True)

@@ -49,7 +49,7 @@ from daemon.errors import (
 )
 from daemon.kafka.names import reader_group
 from daemon.model.config import PipelineFile
-from daemon.pipeline.checkpoint import check_checkpoint, pending_batch
+from daemon.pipeline.checkpoint_shape import check_checkpoint, pending_batch
 from daemon.pipeline.lock import lock_checkpoints
 from daemon.pipeline.plan import PipelinePlan, client_conf, plan_pipeline, start_query
 from daemon.service.operations import Operations

@@ -27,7 +27,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from daemon.model import due_times, latency
+from daemon.checkpoint import due_times
+from daemon.model import latency
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT, counts_of
 from daemon.sink.metrics_relay import send_batch_counts
 from daemon.sink.task_output import OutputSpec, TaskOutput
@@ -56,7 +57,7 @@ class Written(WriterCommitMessage):
     """The newest event time of the records read, per input."""
     timers: dict[int, int | None] = field(default_factory=dict)
     """The timer each bucket the task's calls stored holds after them (None: none), reported
-    by a skipped replay too (:mod:`daemon.model.due_times`)."""
+    by a skipped replay too (:mod:`daemon.checkpoint.due_times`)."""
 
 
 class KafkaSink(DataSource):
@@ -89,7 +90,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         Spark calls this once per micro-batch after every task succeeded, on the driver host,
         so the counts are of committed output only (a skipped replay adds nothing). First,
         the buckets' timers go into the checkpoint's due-time map, which the planner reads
-        before the next batch (:mod:`daemon.model.due_times`).
+        before the next batch (:mod:`daemon.checkpoint.due_times`).
         """
         if self.spec.checkpoint is not None:
             keep_due_times(self.spec.checkpoint, messages, batchId)

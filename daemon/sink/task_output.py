@@ -153,7 +153,7 @@ class OutputSpec:
     the pipeline's plan decides, by its cluster). Taking turns is never wrong, only slower."""
     checkpoint: str | None = None
     """The query's checkpoint folder, where the sink's commit keeps the buckets' due times
-    for the planner's clock (:mod:`daemon.model.due_times`); None: a query without one."""
+    for the planner's clock (:mod:`daemon.checkpoint.due_times`); None: a query without one."""
 
     def encode(self) -> str:
         """The spec as an option string."""

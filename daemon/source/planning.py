@@ -32,10 +32,10 @@ import numpy as np
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from daemon.checkpoint import due_times
+from daemon.checkpoint.batch_logs import last_committed
 from daemon.kafka import connect
 from daemon.kafka.clients import log_starts, read_partition
-from daemon.model import due_times
-from daemon.model.checkpoint_logs import last_committed
 from daemon.model.wire import (
     BOOTSTRAP,
     CLOCK,
@@ -301,7 +301,7 @@ class SourcePlanner:
 
         Otherwise the start's, so that a plan without records equals its start and Spark
         runs no batch. Whether one is due, the checkpoint's due-time map says, which the
-        sink's commit wrote after the last batch (:mod:`daemon.model.due_times`); a map that
+        sink's commit wrote after the last batch (:mod:`daemon.checkpoint.due_times`); a map that
         is not known moves the clock every period.
         """
         now_ms = time.time_ns() // 1_000_000

@@ -120,7 +120,7 @@ class SourceSpec:
     clock."""
     checkpoint: str | None = None
     """The query's checkpoint folder, whose due-time map tells the planner when a bucket's
-    timer is due (:mod:`daemon.model.due_times`); None: the clock moves every ``wake_ms``."""
+    timer is due (:mod:`daemon.checkpoint.due_times`); None: the clock moves every ``wake_ms``."""
     start: dict[str, int] | None = None
     """Where a new checkpoint starts reading (``"topic/partition"`` -> offset), from its seed
     (:mod:`daemon.state.seed`); None, and for partitions it leaves out: the earliest."""

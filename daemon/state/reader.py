@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from pyspark.errors import SparkRuntimeException
 from pyspark.sql import functions as F  # noqa: N812
 
+from daemon.checkpoint.layout import metadata_file
 from daemon.model.config import PipelineFile, SparkConfig
 from daemon.operator import bucket_delta
 from daemon.operator.stash_log import StashLog
@@ -43,7 +44,7 @@ CHUNKS_VARIABLE = "stash_chunks"
 def query_id(checkpoint: Path) -> str | None:
     """The id Spark gave the checkpoint's query (its ``metadata`` file); None: it has none."""
     try:
-        found = json.loads((Path(checkpoint) / "metadata").read_text(encoding="utf-8"))["id"]
+        found = json.loads(metadata_file(checkpoint).read_text(encoding="utf-8"))["id"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return str(found)

@@ -1,7 +1,8 @@
 """A new checkpoint's seed: where its query starts reading, and the state it starts with.
 
 ``daemon reset`` and ``daemon rescale`` do not edit Spark's checkpoint files: they move the
-old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/``:
+old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/``
+(:func:`~daemon.checkpoint.layout.seed_folder`):
 
 - ``offsets.json``: ``{"offsets": {"topic/partition": offset}, "made_by": ..., "made_at":
   ...}``, where each input partition starts. The source's :meth:`initialOffset` (which Spark
@@ -14,7 +15,7 @@ old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/`
   to start a stateful query from existing state, and the state is written to the state
   store by Spark as any other.
 
-With state, the new checkpoint also gets its due-time map (:mod:`daemon.model.due_times`):
+With state, the new checkpoint also gets its due-time map (:mod:`daemon.checkpoint.due_times`):
 each bucket's timer is its earliest due key, as ``handleInitialState`` registers it, so the
 query's clock wakes the seeded keys when they are due and runs no batch before.
 
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.model.checkpoint_logs import last_committed
+from daemon.checkpoint.batch_logs import last_committed
+from daemon.checkpoint.layout import SEED_OFFSETS, SEED_STATE, seed_folder
 from daemon.operator.state_format import portable_due
 from daemon.private_paths import private_folder, write_private_text
 from daemon.state.render import iso_ms
@@ -39,9 +41,6 @@ from daemon.state.render import iso_ms
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, GroupedData, SparkSession
 
-SEED = "enrichd-seed"
-OFFSETS_FILE = "offsets.json"
-STATE_FOLDER = "state"
 SEED_SCHEMA = "bucket int, keys array<struct<key: string, entry: binary>>"
 """A seed's state: a row per bucket, with every key moved into it and its portable entry."""
 
@@ -56,7 +55,7 @@ class Seed:
     @property
     def state_folder(self) -> Path:
         """Where the seed's state is (Parquet), if it has any."""
-        return self.folder / STATE_FOLDER
+        return self.folder / SEED_STATE
 
     @property
     def has_state(self) -> bool:
@@ -74,8 +73,8 @@ class Seed:
 
 def seed_of(checkpoint: Path) -> Seed | None:
     """The checkpoint's seed, if it has one that no micro-batch has applied yet."""
-    folder = Path(checkpoint) / SEED
-    path = folder / OFFSETS_FILE
+    folder = seed_folder(checkpoint)
+    path = folder / SEED_OFFSETS
     if not path.exists() or last_committed(checkpoint) is not None:
         return None
     written = json.loads(path.read_text(encoding="utf-8"))
@@ -90,12 +89,12 @@ def write_seed(folder: Path, offsets: dict[str, int], made_by: str) -> None:
         "made_by": made_by,
         "made_at": iso_ms(time.time_ns() // 1_000_000),
     }
-    write_private_text(folder / OFFSETS_FILE, json.dumps(record, indent=2) + "\n")
+    write_private_text(folder / SEED_OFFSETS, json.dumps(record, indent=2) + "\n")
 
 
 def discard_if_applied(checkpoint: Path) -> None:
     """Remove the checkpoint's seed once a micro-batch committed: Spark holds it all now."""
-    folder = Path(checkpoint) / SEED
+    folder = seed_folder(checkpoint)
     if folder.exists() and last_committed(checkpoint) is not None:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon.model.checkpoint_logs import last_committed, last_planned, planned_batch
+from daemon.checkpoint.batch_logs import last_committed, last_planned, planned_batch
 
 STOP_TIMEOUT_S = 60
 """How long verify waits for the child to exit after SIGTERM before it kills it."""

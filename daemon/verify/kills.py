@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from daemon.checkpoint import layout
 from daemon.errors import EnrichdError
 from daemon.replay import committed_ends
 from daemon.signals import StopRequest
@@ -138,7 +139,7 @@ def run_with_kills(
     wait("every input record committed", lambda: _all_committed(pipelines))
     for pipe in pipelines:
         for name, stage in pipe.config.outputs.items():
-            downstream = pipe.config.checkpoint / "downstream" / name
+            downstream = layout.downstream(pipe.config.checkpoint, name)
             ends = committed_ends(conf, pipe.config.output.topic)
             progress(f"waiting for {pipe.joiner}'s {name} stage")
             wait(

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
+from daemon.checkpoint.layout import lock_file, state_folder
 from daemon.formats.avro.codec import AvroCodec, parse_schema_text
 from tests.connecting.test_connecting import daemon, register_views_schemas, write_pipeline
 from tests.daemon_process import DaemonProcess
@@ -223,7 +224,7 @@ def test_no_secret_is_on_any_command_line_and_the_daemons_files_are_private(
 
     private = {("folder", "0o700"), ("file", "0o600")}
     checkpoint = secured.path.parent / "checkpoint"
-    assert (checkpoint / "state").is_dir() and (checkpoint / "enrichd.lock").is_file()
+    assert state_folder(checkpoint).is_dir() and lock_file(checkpoint).is_file()
     assert modes(checkpoint) == private
     runtime = secured.path.parent / "tmp" / f"enrichd-{os.getuid()}"
     assert (runtime / "transactions.lock").is_file()  # the test broker takes the turn

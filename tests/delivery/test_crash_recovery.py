@@ -30,6 +30,8 @@ from pathlib import Path
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint.batch_logs import batches
+from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, metadata_file
 from daemon.verify.child import descendants
 from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic
 from tests.state_helpers import TWEETS, USERS, VIEWS, comap_toml
@@ -178,7 +180,7 @@ class Scenario:
         from confluent_kafka import Consumer, TopicPartition
 
         checkpoint = self.folder / "checkpoint"
-        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+        query_id = json.loads(metadata_file(checkpoint).read_text())["id"]
         markers = []
         for task in range(2):  # spark.sql.shuffle.partitions: one write task each
             group = f"enrichd.{self.name}.sink.{query_id}.{task}"
@@ -189,14 +191,13 @@ class Scenario:
                 consumer.close()
             markers.append(marker.offset - 1 if marker.offset >= 0 else -1)
         return (
-            f"run {self.runs}: Spark planned batch {self.last('offsets')}, committed "
-            f"{self.last('commits')}; the sink's write tasks committed batches {markers}"
+            f"run {self.runs}: Spark planned batch {self.last(OFFSET_LOG)}, committed "
+            f"{self.last(COMMIT_LOG)}; the sink's write tasks committed batches {markers}"
         )
 
-    def last(self, folder: str) -> int:
+    def last(self, log: str) -> int:
         """The last batch in the checkpoint's ``offsets`` or ``commits`` log; -1: none."""
-        found = (self.folder / "checkpoint" / folder).glob("[0-9]*")
-        return max((int(p.name) for p in found), default=-1)
+        return max(batches(self.folder / "checkpoint", log), default=-1)
 
     def wait_for_planning(self, process: subprocess.Popen[bytes], after: int) -> None:
         """Return as soon as Spark has planned a batch after batch ``after``.
@@ -205,7 +206,7 @@ class Scenario:
         transactions committed, so at that moment no commit is under way.
         """
         self._poll(
-            process, lambda: self.last("offsets") > after, f"no batch after {after}", 60.0, 0.01
+            process, lambda: self.last(OFFSET_LOG) > after, f"no batch after {after}", 60.0, 0.01
         )
 
     def wait_for_log(self, process: subprocess.Popen[bytes], text: str, timeout_s: float = 60.0):
@@ -322,7 +323,7 @@ def story(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> I
 
         process = run.start()
         seen = run.wait_for(process, grew(seen), "progress after kill 1", COLD_START_S)
-        planned = run.last("offsets")
+        planned = run.last(OFFSET_LOG)
         run.produce_tweets(range(250, 350))
         run.wait_for_planning(process, planned)
         crash(process)  # (2) mid-batch, just planned: no transaction is committing

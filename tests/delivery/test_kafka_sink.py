@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import PipelineFile
 from tests.kafka_helpers import (
@@ -84,11 +85,12 @@ def _setup(
 def forget_from(checkpoint: Path, batch: int) -> None:
     """Make Spark's checkpoint look as after a crash between the Kafka commit of ``batch``
     and Spark's own: ``batch`` planned but not committed, and nothing after it."""
-    for log, first in (("commits", batch), ("offsets", batch + 1)):
-        for path in (checkpoint / log).glob("[0-9]*"):
+    for log, first in ((COMMIT_LOG, batch), (OFFSET_LOG, batch + 1)):
+        folder = log_folder(checkpoint, log)
+        for path in folder.glob("[0-9]*"):
             if int(path.name) >= first:
                 path.unlink()
-                (checkpoint / log / f".{path.name}.crc").unlink(missing_ok=True)
+                (folder / f".{path.name}.crc").unlink(missing_ok=True)
 
 
 def test_restarts_from_the_checkpoint_write_each_output_once(
@@ -143,7 +145,7 @@ def test_restarts_from_the_checkpoint_write_each_output_once(
 
 def planned_offsets(checkpoint: Path, batches: list[int]) -> dict[int, str]:
     """The source offsets each batch planned, as the checkpoint's offset log holds them."""
-    logs = {n: checkpoint / "offsets" / str(n) for n in batches}
+    logs = {n: log_folder(checkpoint, OFFSET_LOG) / str(n) for n in batches}
     return {n: path.read_text().splitlines()[-1] for n, path in logs.items() if path.exists()}
 
 

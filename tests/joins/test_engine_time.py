@@ -70,12 +70,15 @@ def await_outputs(query: Any, conf: dict[str, str], topic: str, count: int) -> l
 
 def planned_batches(checkpoint: Path) -> int:
     """How many micro-batches Spark has planned in the checkpoint (its ``offsets/`` log)."""
-    return sum(1 for entry in (checkpoint / "offsets").iterdir() if entry.name.isdigit())
+    from daemon.checkpoint.batch_logs import batches
+    from daemon.checkpoint.layout import OFFSET_LOG
+
+    return len(batches(checkpoint, OFFSET_LOG))
 
 
 def await_nothing_due(checkpoint: Path, for_s: float) -> None:
     """Wait until no bucket's timer is due within ``for_s`` (the woken key is forgotten)."""
-    from daemon.model import due_times
+    from daemon.checkpoint import due_times
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint.layout import COMMIT_LOG, log_folder
 from daemon.model.config import load_pipeline_file
 from tests.daemon_process import DaemonProcess
 from tests.delivery.test_crash_recovery import Scenario, crash
@@ -289,7 +290,7 @@ def test_state_reads_the_running_daemons_checkpoint_and_reset_and_rescale_refuse
     from tests.state_helpers import daemon, listing, one_error_line
 
     path, checkpoint = str(service.run.path), service.run.folder / "checkpoint"
-    before = listing(checkpoint / "commits")
+    before = listing(log_folder(checkpoint, COMMIT_LOG))
     done = daemon(capsys, "state", path, "--key", "1")
     assert done.code == 0, done.err
     shown = json.loads(done.out)
@@ -298,7 +299,7 @@ def test_state_reads_the_running_daemons_checkpoint_and_reset_and_rescale_refuse
     for command in (["reset", path, "--to", "earliest", "--yes"], ["rescale", path, "--yes"]):
         line = one_error_line(daemon(capsys, *command))
         assert f"checkpoint {checkpoint} is in use by another daemon" in line, line
-    assert set(before) <= set(listing(checkpoint / "commits"))
+    assert set(before) <= set(listing(log_folder(checkpoint, COMMIT_LOG)))
     assert not list(service.run.folder.glob("checkpoint.before-*"))
     assert service.process.poll() is None
 

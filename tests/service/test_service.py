@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint.layout import OFFSET_LOG, log_folder
 from daemon.service import supervisor as service
 from daemon.service.supervisor import Supervised, restart_delay
 from daemon.signals import StopRequest
@@ -96,14 +97,14 @@ def test_run_on_a_checkpoint_of_another_pipeline_shape_is_a_one_line_error(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     from daemon.model.config import load_pipeline_file
-    from daemon.pipeline.checkpoint import check_checkpoint
+    from daemon.pipeline.checkpoint_shape import check_checkpoint
 
     path = example_against(tmp_path, broker.bootstrap_servers)
     with_fresh_topics(path, broker, "users", "tweets")
     (pipe,) = load_pipeline_file(path).pipeline
     check_checkpoint(pipe)  # as the first run of this pipeline left it, after a batch:
-    (pipe.checkpoint / "offsets").mkdir()
-    (pipe.checkpoint / "offsets" / "0").write_text("v1\n")
+    log_folder(pipe.checkpoint, OFFSET_LOG).mkdir()
+    (log_folder(pipe.checkpoint, OFFSET_LOG) / "0").write_text("v1\n")
     users = pipe.inputs["one"].topic
     with_fresh_topics(path, broker, users)
     people = load_pipeline_file(path).pipeline[0].inputs["one"].topic
@@ -121,8 +122,8 @@ def test_a_start_refused_for_a_typo_leaves_the_checkpoint_to_the_fixed_pipeline(
     checkpoint; the fixed file then starts on the same checkpoint."""
     import urllib.error
 
+    from daemon.checkpoint.layout import shape_file
     from daemon.model.config import load_pipeline_file
-    from daemon.pipeline.checkpoint import SHAPE_FILE
     from tests.daemon_process import DaemonProcess
 
     path = example_against(tmp_path, broker.bootstrap_servers)
@@ -135,7 +136,7 @@ def test_a_start_refused_for_a_typo_leaves_the_checkpoint_to_the_fixed_pipeline(
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
     assert "unknown joiner 'comapp'" in line, line
-    assert not (pipe.checkpoint / SHAPE_FILE).exists()
+    assert not shape_file(pipe.checkpoint).exists()
 
     path.write_text(fixed)
     service = DaemonProcess(path, tmp_path / "daemon.log", env={})
@@ -148,7 +149,7 @@ def test_a_start_refused_for_a_typo_leaves_the_checkpoint_to_the_fixed_pipeline(
 
     try:
         service.wait_until("/readyz", ready, timeout_s=180)
-        assert '"joiner": "comap"' in (pipe.checkpoint / SHAPE_FILE).read_text()
+        assert '"joiner": "comap"' in shape_file(pipe.checkpoint).read_text()
     finally:
         service.process.send_signal(signal.SIGTERM)
         assert service.process.wait(60) == 0, service.log_text()[-2000:]
@@ -312,6 +313,7 @@ EMBEDDING = """\
 import sys, threading, time
 from pathlib import Path
 
+from daemon.checkpoint.layout import COMMIT_LOG, log_folder
 from daemon.model.config import load_pipeline_file
 from daemon.service.supervisor import run_service
 
@@ -320,7 +322,7 @@ if sys.argv[2] == "caller":  # a program that uses Spark itself starts the sessi
     from daemon.spark.session import spark_session
 
     spark_session(file.spark)
-commits = Path(file.pipeline[0].checkpoint) / "commits"
+commits = log_folder(file.pipeline[0].checkpoint, COMMIT_LOG)
 stop = threading.Event()
 service = threading.Thread(  # a daemon thread: a failed assertion ends the script at once
     target=run_service, args=(file,), kwargs={"stop": stop, "stop_timeout_s": 2.0}, daemon=True

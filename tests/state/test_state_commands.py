@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
-from daemon.model import due_times
-from daemon.model.checkpoint_logs import last_committed
+from daemon.checkpoint import due_times
+from daemon.checkpoint.batch_logs import last_committed
+from daemon.checkpoint.due_times import NO_BATCH, DueTimes
+from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder, shape_file
 from daemon.model.config import load_pipeline_file
-from daemon.model.due_times import NO_BATCH, DueTimes
 from daemon.model.routing import bucket_labels
-from daemon.pipeline.checkpoint import SHAPE_FILE, check_checkpoint
+from daemon.pipeline.checkpoint_shape import check_checkpoint
 from daemon.state.reader import CheckpointState
 from daemon.state.render import iso_ms, to_json
 from tests.fixtures.checkpoint_format_1 import FIXTURE, kept_copy, moved_to
@@ -61,7 +62,7 @@ def test_the_kept_checkpoint_is_small_of_format_1_and_the_engine_reads_on_from_i
     with the name its state kept (user 2 was renamed), and nothing else is read."""
     size = sum(path.stat().st_size for path in FIXTURE.rglob("*") if path.is_file())
     assert size < 1_000_000
-    shape = json.loads((ran.checkpoint / SHAPE_FILE).read_text())
+    shape = json.loads(shape_file(ran.checkpoint).read_text())
     assert shape["state"] == {"format": 1, "buckets": 4}
     path = copy_of(ran, tmp_path)
     produce(ran.conf, ran.tweets, [In(TWEETS.encode(tweet(100, 2, 4000)["value"]), b"100", 4000)])
@@ -174,7 +175,7 @@ def test_reset_to_a_time_reads_exactly_the_records_from_there(
     assert f"deleted the old checkpoint's marker groups: {', '.join(old_markers)}" in done.out
     assert groups_starting(tweets.conf, markers) == []
     backups = list(tmp_path.glob("checkpoint.before-reset-*"))
-    assert len(backups) == 1 and (backups[0] / "commits" / "0").exists()
+    assert len(backups) == 1 and (log_folder(backups[0], COMMIT_LOG) / "0").exists()
     assert tweets.run(spark) == [0]  # a new checkpoint: its micro-batches count from 0
     second = tweets.views()
     again = Counter(view["id"] for view in second) - Counter(view["id"] for view in first)
@@ -262,7 +263,7 @@ def test_rescale_moves_the_state_into_other_buckets_and_partitions(
     summary = json.loads(daemon(capsys, "state", str(tweets.path), "--summary").out)
     assert summary["keys"] == 6
     assert {bucket["bucket"] for bucket in summary["buckets"]} <= set(bucket_labels(4))
-    offsets = (tweets.checkpoint / "offsets" / "0").read_text().splitlines()
+    offsets = (log_folder(tweets.checkpoint, OFFSET_LOG) / "0").read_text().splitlines()
     assert json.loads(offsets[1])["conf"][setting] == "1"
 
     done = daemon(capsys, "rescale", str(tweets.path), "--yes")

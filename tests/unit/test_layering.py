@@ -23,6 +23,7 @@ LAYERS = (
     "daemon.private_paths",  # the daemon's own folders and files, 0700 and 0600
     "daemon.signals",  # a stop signal as a request
     "daemon.model",  # the vocabulary: pipeline file, wire rows, routing, constants
+    "daemon.checkpoint",  # a checkpoint's files: their names, Spark's logs, the due-time map
     "daemon.formats",  # Avro, Kafka keys, the registry, each input's codecs
     "daemon.plugin",  # the plugin contract
     "daemon.joiners",  # the built-in joiners

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from daemon.checkpoint.layout import lock_file
 from daemon.model.config import parse_pipeline_file
 from daemon.pipeline.lock import (
-    LOCK_NAME,
     CheckpointInUseError,
     CheckpointLocks,
     CheckpointUnwritableError,
@@ -42,7 +42,7 @@ def test_a_second_holder_is_refused_with_the_holders_pid(tmp_path: Path) -> None
         second.acquire("views", checkpoint)
     assert str(refused.value) == (
         f"pipeline 'views': checkpoint {checkpoint} is in use by another daemon "
-        f"(pid {os.getpid()}, lock {checkpoint / LOCK_NAME}); stop that one first, or give "
+        f"(pid {os.getpid()}, lock {lock_file(checkpoint)}); stop that one first, or give "
         "this pipeline another checkpoint"
     )
     first.release()
@@ -94,7 +94,7 @@ def test_kill_9_of_the_holder_frees_the_checkpoint(tmp_path: Path) -> None:
         except CheckpointInUseError:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-    assert (checkpoint / LOCK_NAME).read_text() == f"{os.getpid()}\n"
+    assert lock_file(checkpoint).read_text() == f"{os.getpid()}\n"
     locks.release()
 
 

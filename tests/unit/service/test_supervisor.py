@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder
 from daemon.service import supervisor as service
 from daemon.service.supervisor import Supervised
 
@@ -45,10 +46,10 @@ def pipeline(checkpoint: Path, stuck_after: int = 3) -> Supervised:
 
 def planned(checkpoint: Path, *batches: int, committed: tuple[int, ...] = ()) -> None:
     """A checkpoint whose offset log planned ``batches`` and whose commit log has ``committed``."""
-    for log, numbers in (("offsets", batches), ("commits", committed)):
-        (checkpoint / log).mkdir(parents=True, exist_ok=True)
+    for log, numbers in ((OFFSET_LOG, batches), (COMMIT_LOG, committed)):
+        log_folder(checkpoint, log).mkdir(parents=True, exist_ok=True)
         for number in numbers:
-            (checkpoint / log / str(number)).write_text("v1")
+            (log_folder(checkpoint, log) / str(number)).write_text("v1")
 
 
 def fail_again(pipe: Supervised, monkeypatch: pytest.MonkeyPatch, error: str, now: float) -> float:

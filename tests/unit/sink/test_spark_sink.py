@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from daemon.model import due_times
-from daemon.model.due_times import NO_BATCH, DueTimes
+from daemon.checkpoint import due_times
+from daemon.checkpoint.due_times import NO_BATCH, DueTimes
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT
 from daemon.sink import task_output
 from daemon.sink.spark_sink import KafkaStreamWriter, Written, keep_due_times, write_rows

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from daemon.model import due_times
-from daemon.model.due_times import NO_BATCH, DueTimes
+from daemon.checkpoint import due_times
+from daemon.checkpoint.due_times import NO_BATCH, DueTimes
+from daemon.checkpoint.layout import COMMIT_LOG, log_folder
 from daemon.model.wire import CLOCK
 from daemon.service.observability import parse_offsets, records_read
 from daemon.source.planning import KafkaRange, SourcePlanner
@@ -83,8 +84,8 @@ def test_a_new_checkpoint_without_a_clock_plans_none_until_a_timer_is_due(tmp_pa
 
 
 def test_a_due_timer_moves_the_clock_to_the_current_period(tmp_path: Path) -> None:
-    (tmp_path / "commits").mkdir()
-    (tmp_path / "commits" / "5").write_text("v1", encoding="utf-8")
+    log_folder(tmp_path, COMMIT_LOG).mkdir()
+    (log_folder(tmp_path, COMMIT_LOG) / "5").write_text("v1", encoding="utf-8")
     due_times.write(tmp_path, DueTimes(5, {1: 10**15, 2: 1_000}))  # bucket 2 is long due
     before = now_period(250)
     planned = reader(250, tmp_path).latest_offsets({"t/0": 7, CLOCK: 3}, ReadAllAvailable())
@@ -94,8 +95,8 @@ def test_a_due_timer_moves_the_clock_to_the_current_period(tmp_path: Path) -> No
 def test_without_a_known_map_the_clock_moves_every_period(tmp_path: Path) -> None:
     """A checkpoint that committed batches without the map (an older enrichd's), or whose map
     is behind its commit log, cannot tell when its buckets are due: it wakes every period."""
-    (tmp_path / "commits").mkdir()
-    (tmp_path / "commits" / "5").write_text("v1", encoding="utf-8")
+    log_folder(tmp_path, COMMIT_LOG).mkdir()
+    (log_folder(tmp_path, COMMIT_LOG) / "5").write_text("v1", encoding="utf-8")
     planner = reader(250, tmp_path)
     before = now_period(250)
     assert planner.latest_offsets({"t/0": 7, CLOCK: 3}, ReadAllAvailable())[CLOCK] >= before

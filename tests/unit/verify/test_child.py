@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder
 from daemon.verify.child import batch_offsets, committed, planned, reached, records_within
 
 
 def write_batch(checkpoint: Path, batch: int, offsets: dict[str, object], done: bool) -> None:
-    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
-    (checkpoint / "commits").mkdir(parents=True, exist_ok=True)
+    planned, committed = log_folder(checkpoint, OFFSET_LOG), log_folder(checkpoint, COMMIT_LOG)
+    planned.mkdir(parents=True, exist_ok=True)
+    committed.mkdir(parents=True, exist_ok=True)
     text = "v1\n" + json.dumps({"batchWatermarkMs": 0}) + "\n" + json.dumps(offsets)
-    (checkpoint / "offsets" / str(batch)).write_text(text)
-    (checkpoint / "offsets" / f".{batch}.crc").write_text("x")  # Spark's checksums are skipped
+    (planned / str(batch)).write_text(text)
+    (planned / f".{batch}.crc").write_text("x")  # Spark's checksums are skipped
     if done:
-        (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+        (committed / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
 
 
 def test_planned_and_committed_batches_of_a_checkpoint(tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ micro-batch, and runs one only when a source's offsets move, so the source plans
 ``wake_ms`` costs a batch a period while nothing happens. Instead each operator call reports,
 in its counts row, the timer its bucket holds after the call (bucket label -> ms, None for
 no timer); the sink's commit, on the driver, merges them into :class:`DueTimes` and writes
-them to :data:`DUE_TIMES_FILE` in the checkpoint folder (:func:`write`); the planner, also on
-the driver, reads it and moves the clock only when a timer is due (:func:`clock_moves`).
+them to the checkpoint's due-time file (:func:`~daemon.checkpoint.layout.due_times_file`,
+:func:`write`); the planner, also on the driver, reads it and moves the clock only when a
+timer is due (:func:`clock_moves`).
 
 The map is *known* only when it holds every bucket's timer: it starts known, empty, in a new
 checkpoint (or holds a seed's timers, written by ``daemon reset``/``daemon rescale``), and each
@@ -27,11 +28,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.model.checkpoint_logs import last_committed
+from daemon.checkpoint.batch_logs import last_committed
+from daemon.checkpoint.layout import due_times_file
 from daemon.private_paths import write_private_text
 
-DUE_TIMES_FILE = "enrichd-due-times.json"
-"""The file's name inside the checkpoint folder; Spark's own logs sit beside it."""
 NO_BATCH = -1
 """The batch id a map is current as of before the checkpoint's first micro-batch."""
 
@@ -84,15 +84,10 @@ def clock_moves(due: DueTimes | None, last_committed: int | None, now_ms: int) -
     return earliest is not None and now_ms >= earliest
 
 
-def path_of(checkpoint: str | Path) -> Path:
-    """Where a checkpoint keeps its due times."""
-    return Path(checkpoint) / DUE_TIMES_FILE
-
-
 def read(checkpoint: str | Path) -> DueTimes | None:
     """The checkpoint's due times; None when it has none or they do not read."""
     try:
-        data = json.loads(path_of(checkpoint).read_text(encoding="utf-8"))
+        data = json.loads(due_times_file(checkpoint).read_text(encoding="utf-8"))
         timers = {int(bucket): int(ms) for bucket, ms in data["timers"].items()}
         return DueTimes(int(data["batch"]), timers)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -104,7 +99,7 @@ def write(checkpoint: str | Path, due: DueTimes) -> None:
     text = json.dumps(
         {"batch": due.batch, "timers": {str(b): ms for b, ms in sorted(due.timers.items())}}
     )
-    write_private_text(path_of(checkpoint), text, atomic=True)
+    write_private_text(due_times_file(checkpoint), text, atomic=True)
 
 
 def start_known(checkpoint: str | Path) -> None:
@@ -113,6 +108,6 @@ def start_known(checkpoint: str | Path) -> None:
     A checkpoint that committed batches without the map (an older enrichd's) stays unknown:
     its buckets' timers cannot be told from here.
     """
-    if path_of(checkpoint).exists() or last_committed(checkpoint) is not None:
+    if due_times_file(checkpoint).exists() or last_committed(checkpoint) is not None:
         return
     write(checkpoint, DueTimes(NO_BATCH))

@@ -1,11 +1,12 @@
 """A checkpoint's logs as Spark writes them: the micro-batches they hold, where each ended.
 
 Spark writes ``offsets/N`` when it plans micro-batch N and ``commits/N`` once the batch is
-done. The planner's clock (:mod:`daemon.model.due_times`) and the commands that read a
-checkpoint from outside (:mod:`daemon.state`, :mod:`daemon.pipeline.reset`,
-:mod:`daemon.verify`) ask which batch committed last, and what its entry in the offset log
-says: a line ``v1``, a line of Spark's batch metadata (among it the settings Spark fixed for
-the checkpoint), then a line per source, its offset as JSON (``-`` before it has one).
+done (:mod:`daemon.checkpoint.layout`). The planner's clock
+(:mod:`daemon.checkpoint.due_times`) and the commands that read a checkpoint from outside
+(:mod:`daemon.state`, :mod:`daemon.pipeline.reset`, :mod:`daemon.verify`) ask which batch
+committed last, and what its entry in the offset log says: a line ``v1``, a line of Spark's
+batch metadata (among it the settings Spark fixed for the checkpoint), then a line per source,
+its offset as JSON (``-`` before it has one).
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder
 from daemon.model.wire import is_partition_name
 
 
 def batches(checkpoint: str | Path, log: str) -> list[int]:
-    """The micro-batch ids in one of a checkpoint's logs (``offsets`` or ``commits``), in order."""
+    """The micro-batch ids in one of a checkpoint's logs, in order.
+
+    ``log``: :data:`~daemon.checkpoint.layout.OFFSET_LOG` or
+    :data:`~daemon.checkpoint.layout.COMMIT_LOG`.
+    """
     try:
-        entries = list((Path(checkpoint) / log).iterdir())
+        entries = list(log_folder(checkpoint, log).iterdir())
     except OSError:  # no such log (yet)
         return []
     return sorted(int(entry.name) for entry in entries if entry.name.isdigit())
@@ -29,13 +35,13 @@ def batches(checkpoint: str | Path, log: str) -> list[int]:
 
 def last_planned(checkpoint: str | Path) -> int | None:
     """The last micro-batch the checkpoint's offset log holds; None: none yet."""
-    planned = batches(checkpoint, "offsets")
+    planned = batches(checkpoint, OFFSET_LOG)
     return planned[-1] if planned else None
 
 
 def last_committed(checkpoint: str | Path) -> int | None:
     """The last micro-batch the checkpoint's commit log holds; None: none yet."""
-    committed = batches(checkpoint, "commits")
+    committed = batches(checkpoint, COMMIT_LOG)
     return committed[-1] if committed else None
 
 
@@ -86,7 +92,7 @@ def planned_batch(checkpoint: str | Path, batch: int) -> PlannedBatch:
     Raises:
         OSError: the log has no such entry.
     """
-    path = Path(checkpoint) / "offsets" / str(batch)
+    path = log_folder(checkpoint, OFFSET_LOG) / str(batch)
     lines = path.read_text(encoding="utf-8").splitlines()
     sources = [json.loads(line) if line.startswith("{") else None for line in lines[2:]]
     return PlannedBatch(json.loads(lines[1]), sources)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder, seed_folder, shape_file
 from daemon.model.config import PipelineConfig
 from daemon.operator.state_format import STATE_FORMAT
-from daemon.pipeline.checkpoint import (
-    SHAPE_FILE,
+from daemon.pipeline.checkpoint_shape import (
     IncompatibleCheckpointError,
     NewerCheckpointError,
     NoCheckpointError,
@@ -38,13 +38,13 @@ def pipeline(tmp_path: Path, **changes: object) -> PipelineConfig:
 def first_start(tmp_path: Path, **changes: object) -> None:
     """A start that records its shape and runs a micro-batch: Spark's offset log has entry 0."""
     check_checkpoint(pipeline(tmp_path, **changes))
-    (tmp_path / "checkpoint" / "offsets").mkdir()
-    (tmp_path / "checkpoint" / "offsets" / "0").write_text("v1\n")
+    log_folder(tmp_path / "checkpoint", OFFSET_LOG).mkdir()
+    (log_folder(tmp_path / "checkpoint", OFFSET_LOG) / "0").write_text("v1\n")
 
 
 def test_the_first_start_records_the_shape_and_the_same_shape_resumes(tmp_path: Path) -> None:
     check_checkpoint(pipeline(tmp_path))
-    assert (tmp_path / "checkpoint" / SHAPE_FILE).exists()
+    assert shape_file(tmp_path / "checkpoint").exists()
     # Options and outputs may change between runs.
     check_checkpoint(pipeline(tmp_path, options={"many_id": "id", "max_many_per_key": 5}))
 
@@ -69,7 +69,7 @@ def test_the_shape_records_the_state_format_and_another_bucket_count_is_refused(
     tmp_path: Path,
 ) -> None:
     first_start(tmp_path)
-    shape = json.loads((tmp_path / "checkpoint" / SHAPE_FILE).read_text())
+    shape = json.loads(shape_file(tmp_path / "checkpoint").read_text())
     assert shape["state"] == {"format": STATE_FORMAT, "buckets": 32}
     check_checkpoint(pipeline(tmp_path, state_buckets=32))
     with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
@@ -79,7 +79,7 @@ def test_the_shape_records_the_state_format_and_another_bucket_count_is_refused(
 
 def test_state_of_a_pre_release_layout_is_refused(tmp_path: Path) -> None:
     first_start(tmp_path)
-    path = tmp_path / "checkpoint" / SHAPE_FILE
+    path = shape_file(tmp_path / "checkpoint")
     layout = "pickled keys in 32 buckets, stashes in a log per bucket"
     path.write_text(json.dumps({**json.loads(path.read_text()), "state": layout}))
     with pytest.raises(IncompatibleCheckpointError, match="of a pre-release enrichd"):
@@ -97,7 +97,7 @@ def test_a_composite_key_and_its_key_format_are_recorded_and_checked(tmp_path: P
         "many": {"topic": "tweets", "schema": "tweet.avsc", "key": ["tenant", "author_id"]},
     }
     first_start(tmp_path, inputs=composite)
-    shape = json.loads((tmp_path / "checkpoint" / SHAPE_FILE).read_text())
+    shape = json.loads(shape_file(tmp_path / "checkpoint").read_text())
     assert shape["inputs"]["one"] == {
         "topic": "users",
         "key": ["kafka_key.tenant", "kafka_key.id"],
@@ -119,7 +119,7 @@ def test_a_composite_key_and_its_key_format_are_recorded_and_checked(tmp_path: P
 
 def test_state_of_a_newer_format_is_refused_with_one_line(tmp_path: Path) -> None:
     first_start(tmp_path)
-    path = tmp_path / "checkpoint" / SHAPE_FILE
+    path = shape_file(tmp_path / "checkpoint")
     newer = {"format": STATE_FORMAT + 1, "buckets": 32}
     path.write_text(json.dumps({**json.loads(path.read_text()), "state": newer}))
     for check in (check_checkpoint, verify_checkpoint):
@@ -141,27 +141,27 @@ def test_a_shape_from_a_start_that_ran_no_batch_is_replaced(tmp_path: Path) -> N
     the checkpoint, and its own shape counts from then on."""
     check_checkpoint(pipeline(tmp_path, joiner="asof"))
     check_checkpoint(pipeline(tmp_path))
-    assert '"joiner": "comap"' in (tmp_path / "checkpoint" / SHAPE_FILE).read_text()
+    assert '"joiner": "comap"' in shape_file(tmp_path / "checkpoint").read_text()
 
 
 def test_a_seeded_checkpoint_keeps_its_shape_before_its_first_batch(tmp_path: Path) -> None:
     """``daemon reset`` and ``daemon rescale`` leave a seed and no offsets: its state is laid
     out for the shape recorded, so a start of another shape is refused, as after a batch."""
-    from daemon.state.seed import SEED, write_seed
+    from daemon.state.seed import write_seed
 
     check_checkpoint(pipeline(tmp_path))
-    write_seed(tmp_path / "checkpoint" / SEED, {"users/0": 5}, "reset")
+    write_seed(seed_folder(tmp_path / "checkpoint"), {"users/0": 5}, "reset")
     with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
         check_checkpoint(pipeline(tmp_path, state_buckets=64))
 
 
 def test_the_pending_batch_is_the_last_planned_one_not_yet_committed(tmp_path: Path) -> None:
     assert pending_batch(tmp_path) is None  # nothing planned yet
-    for log, batches in (("offsets", (0, 1, 2)), ("commits", (0, 1))):
-        (tmp_path / log).mkdir()
+    for log, batches in ((OFFSET_LOG, (0, 1, 2)), (COMMIT_LOG, (0, 1))):
+        log_folder(tmp_path, log).mkdir()
         for batch in batches:
-            (tmp_path / log / str(batch)).write_text("v1")
-    (tmp_path / "offsets" / ".2.crc").write_text("")  # Spark's checksum files are no batches
+            (log_folder(tmp_path, log) / str(batch)).write_text("v1")
+    (log_folder(tmp_path, OFFSET_LOG) / ".2.crc").write_text("")  # checksum files are no batches
     assert pending_batch(tmp_path) == 2
-    (tmp_path / "commits" / "2").write_text("v1")
+    (log_folder(tmp_path, COMMIT_LOG) / "2").write_text("v1")
     assert pending_batch(tmp_path) is None  # all committed: the next one fails in planning

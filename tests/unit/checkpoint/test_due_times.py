@@ -8,8 +8,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.model import due_times
-from daemon.model.due_times import NO_BATCH, DueTimes, clock_moves, merged
+from daemon.checkpoint import due_times
+from daemon.checkpoint.due_times import NO_BATCH, DueTimes, clock_moves, merged
+from daemon.checkpoint.layout import COMMIT_LOG, due_times_file, log_folder
 
 
 def test_a_batchs_reports_set_move_and_clear_bucket_timers() -> None:
@@ -66,22 +67,22 @@ def test_the_file_round_trips_private_and_whole(tmp_path: Path) -> None:
     due = DueTimes(12, {3: 1_700_000_000_123, 0: 5})
     due_times.write(tmp_path, due)
     assert due_times.read(tmp_path) == due
-    path = due_times.path_of(tmp_path)
+    path = due_times_file(tmp_path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no partial file left
 
 
 def test_a_missing_or_torn_file_reads_as_unknown(tmp_path: Path) -> None:
     assert due_times.read(tmp_path) is None
-    due_times.path_of(tmp_path).write_text('{"batch": 3, "tim', encoding="utf-8")
+    due_times_file(tmp_path).write_text('{"batch": 3, "tim', encoding="utf-8")
     assert due_times.read(tmp_path) is None
 
 
 def test_a_new_checkpoint_starts_known_and_empty_but_an_old_one_does_not(tmp_path: Path) -> None:
     new, old = tmp_path / "new", tmp_path / "old"
     new.mkdir()
-    (old / "commits").mkdir(parents=True)
-    (old / "commits" / "4").write_text("v1", encoding="utf-8")
+    log_folder(old, COMMIT_LOG).mkdir(parents=True)
+    (log_folder(old, COMMIT_LOG) / "4").write_text("v1", encoding="utf-8")
     due_times.start_known(new)
     due_times.start_known(old)
     assert due_times.read(new) == DueTimes(NO_BATCH)

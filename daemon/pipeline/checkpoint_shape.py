@@ -3,13 +3,13 @@
 Spark's checkpoint holds per-partition offsets of the input topics and the joiner's keyed
 state. Resumed by a pipeline with another joiner, other topics or other key fields, Spark
 either fails deep inside the state store or, worse, carries on with offsets and state that
-mean something else. So a start writes ``<checkpoint>/enrichd-pipeline.json``, once the
-pipeline has planned without fault: the joiner, per role the topic and the key and time
-fields, and how the state is laid out (:func:`state_layout`); every later start compares and
-refuses a mismatch with one line saying what changed and how to start over, unless no
-micro-batch ever ran in the checkpoint (:func:`ran_a_batch`). Options are left
-out: most can change between runs (a cap, a timeout), and the joiner's own state carries
-what it needs.
+mean something else. So a start writes ``<checkpoint>/enrichd-pipeline.json``
+(:func:`~daemon.checkpoint.layout.shape_file`), once the pipeline has planned without fault:
+the joiner, per role the topic and the key and time fields, and how the state is laid out
+(:func:`state_layout`); every later start compares and refuses a mismatch with one line saying
+what changed and how to start over, unless no micro-batch ever ran in the checkpoint
+(:func:`ran_a_batch`). Options are left out: most can change between runs (a cap, a
+timeout), and the joiner's own state carries what it needs.
 
 The state's layout records the version of the state format
 (:data:`~daemon.operator.state_format.STATE_FORMAT`) and the number of state buckets: an
@@ -23,14 +23,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from daemon.checkpoint.batch_logs import last_planned, planned_past_commit
+from daemon.checkpoint.layout import SHAPE, shape_file
 from daemon.errors import ConfigError
-from daemon.model.checkpoint_logs import last_planned, planned_past_commit
 from daemon.model.config import InputConfig, PipelineConfig
 from daemon.operator.state_format import STATE_FORMAT
 from daemon.private_paths import private_folder, write_private_text
 from daemon.state.seed import seed_of
-
-SHAPE_FILE = "enrichd-pipeline.json"
 
 
 def state_layout(buckets: int) -> dict[str, int]:
@@ -109,7 +108,7 @@ def check_checkpoint(pipe: PipelineConfig) -> None:
     Raises:
         IncompatibleCheckpointError: the checkpoint was written by a pipeline of another shape.
     """
-    path = Path(pipe.checkpoint) / SHAPE_FILE
+    path = shape_file(pipe.checkpoint)
     shape = shape_of(pipe)
 
     started = ran_a_batch(pipe.checkpoint) or seed_of(pipe.checkpoint) is not None
@@ -133,11 +132,11 @@ def recorded_shape(pipe: PipelineConfig) -> dict[str, Any]:
         NoCheckpointError: the checkpoint records no shape (the pipeline never ran).
         IncompatibleCheckpointError: the shape file cannot be read.
     """
-    path = Path(pipe.checkpoint) / SHAPE_FILE
+    path = shape_file(pipe.checkpoint)
     if not path.exists():
         raise NoCheckpointError(
             f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} holds nothing yet (no "
-            f"{SHAPE_FILE}): the pipeline has not run there"
+            f"{SHAPE}): the pipeline has not run there"
         )
     try:
         shape: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -175,7 +174,7 @@ def buckets_of_shape(shape: dict[str, Any]) -> int:
 
 def write_shape(pipe: PipelineConfig) -> None:
     """Record the pipeline's shape in its checkpoint, replacing what was there."""
-    path = Path(pipe.checkpoint) / SHAPE_FILE
+    path = shape_file(pipe.checkpoint)
     private_folder(path.parent, what=f"pipeline {pipe.name!r}: checkpoint")
     write_private_text(path, json.dumps(shape_of(pipe), indent=2) + "\n")
 

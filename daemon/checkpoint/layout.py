@@ -1,0 +1,113 @@
+"""The names of a checkpoint folder's files and folders, Spark's and enrichd's, in one place.
+
+A pipeline's ``checkpoint`` folder holds what Spark writes for the pipeline's streaming query
+and what enrichd keeps beside it. Every module that opens one of them asks here for its
+path, so the whole folder reads on one page (each enrichd entry with the module of
+``daemon`` that writes it):
+
+.. code-block:: text
+
+    <checkpoint>/
+      metadata                Spark: the query's id              (metadata_file)
+      offsets/N               Spark: micro-batch N as planned    (OFFSET_LOG)
+      commits/N               Spark: micro-batch N done          (COMMIT_LOG)
+      state/                  Spark: the operator's state store  (state_folder)
+      enrichd.lock            one daemon at a time               (pipeline.lock)
+      enrichd-pipeline.json   the pipeline's shape               (pipeline.checkpoint_shape)
+      enrichd-due-times.json  when each bucket is next due       (checkpoint.due_times)
+      enrichd-seed/           where a reset or rescale starts    (state.seed)
+        offsets.json            each input partition's start
+        state/                  the state it starts with, if kept
+      enrichd-seed.new/       the seeds' state being written     (pipeline.reset)
+      downstream/OUTPUT/      a joiner's second stage: a checkpoint of this same layout
+    <checkpoint>.before-reset-TIME/  beside it: what a reset (or rescale) moved aside
+
+Spark writes its entries and enrichd only reads them (a reset or rescale moves them aside
+whole); enrichd's own entries all start with ``enrichd``, but for ``downstream``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Spark's entries.
+METADATA = "metadata"
+"""The query's metadata: its id, which names the exactly-once markers' groups."""
+OFFSET_LOG = "offsets"
+"""Spark's offset log: an entry per micro-batch, written when it is planned."""
+COMMIT_LOG = "commits"
+"""Spark's commit log: an entry per micro-batch, written once it is done."""
+STATE = "state"
+"""Spark's state store: the operator's buckets, every version it keeps."""
+
+# enrichd's entries.
+LOCK = "enrichd.lock"
+"""The lock file ``daemon run``, ``daemon reset`` and ``daemon rescale`` hold."""
+SHAPE = "enrichd-pipeline.json"
+"""What the checkpoint was written by: the pipeline's shape."""
+DUE_TIMES = "enrichd-due-times.json"
+"""Each state bucket's next timer, for the planner's clock."""
+SEED = "enrichd-seed"
+"""A new checkpoint's seed, left by ``daemon reset`` or ``daemon rescale``."""
+SEED_OFFSETS = "offsets.json"
+"""In a seed: where each input partition starts."""
+SEED_STATE = "state"
+"""In a seed (and in each stage's staging folder): the state it starts with, as Parquet."""
+SEED_STAGING = "enrichd-seed.new"
+"""Where a reset or rescale writes the new seeds' state before the old contents move."""
+DOWNSTREAM = "downstream"
+"""The folder of the checkpoints of a joiner's second stages, one per output."""
+
+
+def metadata_file(checkpoint: str | Path) -> Path:
+    """Spark's metadata file of the checkpoint's query."""
+    return Path(checkpoint) / METADATA
+
+
+def log_folder(checkpoint: str | Path, log: str) -> Path:
+    """One of Spark's logs, :data:`OFFSET_LOG` or :data:`COMMIT_LOG`."""
+    return Path(checkpoint) / log
+
+
+def state_folder(checkpoint: str | Path) -> Path:
+    """Spark's state store of the checkpoint's query."""
+    return Path(checkpoint) / STATE
+
+
+def lock_file(checkpoint: str | Path) -> Path:
+    """The checkpoint's lock file."""
+    return Path(checkpoint) / LOCK
+
+
+def shape_file(checkpoint: str | Path) -> Path:
+    """The file recording the shape of the pipeline that wrote the checkpoint."""
+    return Path(checkpoint) / SHAPE
+
+
+def due_times_file(checkpoint: str | Path) -> Path:
+    """The file of the checkpoint's due-time map."""
+    return Path(checkpoint) / DUE_TIMES
+
+
+def seed_folder(checkpoint: str | Path) -> Path:
+    """The checkpoint's seed folder (whether or not there is one)."""
+    return Path(checkpoint) / SEED
+
+
+def staging_folder(checkpoint: str | Path) -> Path:
+    """Where a reset or rescale stages the new seeds' state inside the checkpoint."""
+    return Path(checkpoint) / SEED_STAGING
+
+
+def downstream(checkpoint: str | Path, output: str) -> Path:
+    """The checkpoint of the joiner's second stage that writes ``output``."""
+    return Path(checkpoint) / DOWNSTREAM / output
+
+
+def backup_folder(checkpoint: str | Path, verb: str, stamp: str) -> Path:
+    """Where ``daemon reset`` or ``daemon rescale`` (``verb``) moves the old contents to.
+
+    Beside the checkpoint, not in it: ``<checkpoint>.before-<verb>-<stamp>``.
+    """
+    folder = Path(checkpoint)
+    return folder.with_name(f"{folder.name}.before-{verb}-{stamp}")
