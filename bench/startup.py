@@ -63,7 +63,7 @@ from bench.workloads import (
 from daemon.kafka import clients
 from daemon.replay import committed_ends
 from daemon.spark import class_archive
-from daemon.spark.spark_output import VERBOSE_VARIABLES
+from daemon.spark.spark_log import VERBOSE_VARIABLES
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker

@@ -78,7 +78,7 @@ from daemon.plugin.joiner import (
     JoinerOptions,
 )
 from daemon.replay import ReplayRecord, ReplayResult, arrival_order, key_bytes, replay
-from daemon.source.router import Router
+from daemon.source.key_router import KeyRouter
 
 Inputs = Mapping[str, Sequence[Mapping[str, Any]]]
 """Records per role, each ``{"key": ..., "value": ..., "timestamp": ...}`` as in replay files."""
@@ -463,7 +463,7 @@ def _route(
         kafka_key=kafka_key,
         timestamp=item.timestamp,
     )
-    router = Router(item.role, key_parts(key), time_field, item.role in joiner.keyed_tombstones)
+    router = KeyRouter(item.role, key_parts(key), time_field, item.role in joiner.keyed_tombstones)
     routing = router.route(item.value, kafka_key, item.timestamp)
     if routing.error is not None or routing.key is None:
         kind, _, reason = (routing.error or "MissingKey: no join key").partition(": ")

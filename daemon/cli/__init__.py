@@ -21,7 +21,7 @@ from daemon.cli import broker, demo, plugins, replay, reset, run, state, validat
 from daemon.errors import EnrichdError
 from daemon.secrets import redact
 from daemon.service.logs import json_lines_configured
-from daemon.spark import spark_output
+from daemon.spark import spark_log
 
 app = typer.Typer(
     name="daemon",
@@ -65,7 +65,7 @@ def main() -> None:
     Everything printed here passes through :func:`daemon.secrets.redact`, the traceback
     under ``ENRICHD_DEBUG`` too.
     """
-    if not spark_output.verbose():
+    if not spark_log.verbose():
         # PySpark 4.3 warns on every start that it does not fully support pandas 3: chatter
         # to a user, who can do nothing about it (the Spark log has PySpark's own warnings).
         warnings.filterwarnings(

@@ -9,7 +9,7 @@ import typer
 
 from daemon.cli.options import Verbose, show_spark_output
 from daemon.service.logs import LogFormat
-from daemon.spark import spark_output
+from daemon.spark import spark_log
 
 PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
 StopTimeout = Annotated[
@@ -62,7 +62,7 @@ def run(
     """Run every pipeline in the file until SIGTERM/SIGINT, then finish and exit 0."""
     show_spark_output(verbose)
     # The service prints nothing on standard output: Spark's log may go there.
-    spark_output.allow_stdout()
+    spark_log.allow_stdout()
     # A configuration problem at start-up raises EnrichdError: one line and exit 1 (cli.main).
     from daemon.model.config import load_pipeline_file
     from daemon.service.logs import configure_logging

@@ -90,7 +90,7 @@ def _key(
     spark: SparkSession, found: CheckpointState | Seed, key: str, buckets: int
 ) -> dict[str, Any] | None:
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
-    from daemon.model.routing import bucket_of
+    from daemon.model.record_route import bucket_of
     from daemon.state.reader import CheckpointState
     from daemon.state.show import key_view, seeded_key_view
 

@@ -40,7 +40,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.model.routing import field_at
+from daemon.model.record_route import field_at
 from daemon.plugin.fields import MAIN_OUTPUT, NUMBERS, FieldOf, OutputValue, Written
 from daemon.plugin.joiner import (
     JOINED,

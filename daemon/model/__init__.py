@@ -3,7 +3,7 @@
 The pipeline file's model (:mod:`~daemon.model.config`, with its durations, environment
 expansion, key formats and envelopes), the rows that travel between the stages and the
 markers that ride in them (:mod:`~daemon.model.wire`), where a record goes: its join key,
-event time and state bucket (:mod:`~daemon.model.routing`), the latency stamps the operator
+event time and state bucket (:mod:`~daemon.model.record_route`), the latency stamps the operator
 hands to the metrics (:mod:`~daemon.model.latency`), and the constants the driver and Spark's
 workers share (:mod:`~daemon.model.constants`).
 

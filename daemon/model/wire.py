@@ -185,7 +185,7 @@ class SourceRow(NamedTuple):
     """
 
     bucket: Int32
-    """The state bucket's label (:func:`daemon.model.routing.bucket_labels`), by which the
+    """The state bucket's label (:func:`daemon.model.record_route.bucket_labels`), by which the
     operator groups: its grouping key in the checkpoint's state schema."""
     records: Blob
     """The records, an Arrow IPC record batch of :data:`INPUT`'s schema, all from one Kafka

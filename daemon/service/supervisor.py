@@ -52,9 +52,9 @@ from daemon.model.config import PipelineFile
 from daemon.pipeline.checkpoint_shape import check_checkpoint, pending_batch
 from daemon.pipeline.lock import lock_checkpoints
 from daemon.pipeline.plan import PipelinePlan, client_conf, plan_pipeline, start_query
-from daemon.service.operations import Operations
+from daemon.service.monitor import Monitor
 from daemon.signals import StopRequest
-from daemon.spark import spark_output
+from daemon.spark import spark_log
 from daemon.spark.session import spark_session
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ def run_service(
         http: ``HOST:PORT`` for ``/healthz``, ``/readyz`` and ``/metrics``; None: the
             file's ``[service] http``, and no endpoint if that is not set either.
         stall_timeout_s: a query without a progress report for this long is stalled: not
-            ready, and the systemd watchdog is no longer fed (``daemon.service.operations``).
+            ready, and the systemd watchdog is no longer fed (``daemon.service.monitor``).
 
     A broker that does not answer at start-up is waited for: one log line per try, with the
     delays of :func:`restart_delay` between tries, until it answers or the service is stopped.
@@ -313,23 +313,23 @@ def run_service(
     if owns_process:
         request.install()
     # Up before planning, so that /healthz answers while the broker is waited for.
-    ops = Operations(
+    monitor = Monitor(
         conf,
         http=http or file.service.http,
         stall_after_s=stall_timeout_s,
         reader_group=reader_group(file.kafka.id_prefix),
     )
     try:
-        plans = _plan_when_kafka_answers(file, conf, request, ops)
+        plans = _plan_when_kafka_answers(file, conf, request, monitor)
         # Only a pipeline that planned without fault leaves its shape in its checkpoint.
         for config in file.pipeline if plans is not None else ():
             check_checkpoint(config)
     except BaseException:
-        ops.close()
+        monitor.close()
         locks.release()  # a caller that goes on (a test, an embedding) may start again
         raise
     if plans is None:  # stopped while waiting for the broker
-        ops.close()
+        monitor.close()
         locks.release()
         log.info("stopped before any pipeline started")
         return
@@ -337,13 +337,13 @@ def run_service(
     # program around the service started (it embeds the service in a thread) stays its own.
     owns_session = SparkContext._active_spark_context is None
     spark = spark_session(file.spark)
-    if not spark_output.verbose():
-        log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_name())
-    ops.attach(spark)
+    if not spark_log.verbose():
+        log.info("Spark's own log: %s (--verbose shows it here)", spark_log.log_name())
+    monitor.attach(spark)
     if owns_process:
         request.install()  # again: PySpark installs its own SIGINT handler as it starts
     stuck_after = file.service.stuck_after_failures
-    pipelines = [Supervised(ops.instrument(plan), stuck_after=stuck_after) for plan in plans]
+    pipelines = [Supervised(monitor.instrument(plan), stuck_after=stuck_after) for plan in plans]
     waiting, started = list(pipelines), list[Supervised]()
     since = 0.0
     while True:
@@ -354,10 +354,10 @@ def run_service(
             started.append(waiting.pop(0))
             started[-1].start(spark, "started", now)
             since = now
-        ops.tick(pipelines, now)
+        monitor.tick(pipelines, now)
         if request.sleep(_POLL_S):
             break
-    ops.stopping()
+    monitor.stopping()
     now = time.monotonic()
     log.info("stopping: letting micro-batches in flight finish (up to %.0f s)", stop_timeout_s)
     if owns_process:
@@ -368,7 +368,7 @@ def run_service(
     spark.conf.set("spark.sql.streaming.stopTimeout", str(int(stop_timeout_s * 250)))
     for pipe in pipelines:
         pipe.stop(now + stop_timeout_s / 2)
-    ops.close()
+    monitor.close()
     if owns_session:
         spark.stop()
     elif stop_timeout is None:
@@ -380,7 +380,7 @@ def run_service(
 
 
 def _plan_when_kafka_answers(
-    file: PipelineFile, conf: dict[str, str], stop: StopRequest, ops: Operations
+    file: PipelineFile, conf: dict[str, str], stop: StopRequest, monitor: Monitor
 ) -> list[PipelinePlan] | None:
     """Plan every pipeline, retrying with backoff while no broker answers.
 
@@ -405,7 +405,7 @@ def _plan_when_kafka_answers(
             delay = restart_delay(failures)
             log.error("%s; retrying in %.0f s", exc, delay)
             why = f"waiting for Kafka: try {failures} failed, the next in {delay:.0f} s"
-            ops.waiting(why, for_s=delay + _KAFKA_TRY_S)
+            monitor.waiting(why, for_s=delay + _KAFKA_TRY_S)
             stop.sleep(delay)
     return None
 

@@ -26,7 +26,7 @@ from daemon.formats.avro.codegen import CompiledCodecError
 from daemon.kafka import connect
 from daemon.kafka.clients import OffsetNotAvailableError, read_partition
 from daemon.model.constants import END_OF_TIME
-from daemon.model.routing import Routing, buckets_of, route_fields
+from daemon.model.record_route import Routing, buckets_of, route_fields
 from daemon.model.wire import (
     CONTROL_INPUT,
     DEAD_LETTER_ROUTE,

@@ -20,8 +20,8 @@ from daemon.kafka.names import reader_group
 from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_STATE_BUCKETS
 from daemon.model.envelope import Envelope
 from daemon.model.keys import key_parts
-from daemon.model.routing import Routing, route
-from daemon.source.router import Router
+from daemon.model.record_route import Routing, route
+from daemon.source.key_router import KeyRouter
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,14 @@ class SourceInput:
         )
 
     @cached_property
-    def router(self) -> Router | None:
+    def router(self) -> KeyRouter | None:
         """How the records are routed, unless by one field of the value (None).
 
         The common case, a join key from one field of a value that is the row, with the
         Kafka key as text for tombstones, keeps its own path
         (:func:`daemon.source.reading._route`), which costs no more per record than it did
         before keys could be composite or come from the Kafka key; everything else goes
-        through a :class:`~daemon.source.router.Router`.
+        through a :class:`~daemon.source.key_router.KeyRouter`.
         """
         parts = key_parts(self.key_field)
         if (
@@ -93,7 +93,7 @@ class SourceInput:
             and self.envelope is None
         ):
             return None
-        return Router(
+        return KeyRouter(
             self.role,
             parts,
             self.time_field,

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from daemon.model.config import SparkConfig
-from daemon.spark import spark_output
+from daemon.spark import spark_log
 from daemon.spark.class_archive import ClassArchive
 from daemon.spark.jvm import launch_gateway
 
@@ -88,15 +88,15 @@ def spark_session(config: SparkConfig) -> SparkSession:
         if archive is not None and archive.options:
             settings[JAVA_OPTIONS] = f"{settings.get(JAVA_OPTIONS, '')} {archive.options}".strip()
         ours = SparkContext._gateway is None
-        quiet = ours and not spark_output.verbose()
+        quiet = ours and not spark_log.verbose()
         if ours:
             # Started here rather than by getOrCreate(), which would put every setting on the
             # JVM's command line (daemon.spark.jvm says why not).
             launch = {**settings, "spark.master": config.master, "spark.app.name": "enrichd"}
             if quiet:  # its output into a file (a running JVM keeps its own)
                 options = settings.get(JAVA_OPTIONS, "")
-                launch[JAVA_OPTIONS] = f"{options} {spark_output.java_options()}".strip()
-                gateway = spark_output.launch_jvm(launch, spark_output.log_path())
+                launch[JAVA_OPTIONS] = f"{options} {spark_log.java_options()}".strip()
+                gateway = spark_log.launch_jvm(launch, spark_log.log_path())
             else:
                 gateway = launch_gateway(launch)
             settings[JAVA_OPTIONS] = launch.get(JAVA_OPTIONS, "")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from pyspark.sql import functions as F  # noqa: N812
 
-from daemon.model.routing import bucket_of
+from daemon.model.record_route import bucket_of
 from daemon.operator.state_format import STATE, encode_portable
 from daemon.state.reader import CheckpointState, StoredBucket
 

@@ -18,7 +18,7 @@ from daemon.model.config import PipelineConfig, load_pipeline_file
 from daemon.model.keys import key_parts
 from daemon.plugin.host import registry
 from daemon.replay import key_bytes
-from daemon.source.router import Router
+from daemon.source.key_router import KeyRouter
 from daemon.verify.answer import Answer, compute, run_context
 from daemon.verify.check import Received
 from daemon.verify.workload import EXAMPLES, OPTIONS, Workload, build
@@ -122,7 +122,7 @@ def join_keys(pipe: VerifiedPipeline) -> tuple[str, list[str]]:
         if item.poison is not None:
             continue
         spec = inputs[item.role]
-        router = Router(
+        router = KeyRouter(
             item.role, key_parts(spec.key), spec.time, item.role in joiner.keyed_tombstones
         )
         routing = router.route(item.value, key_bytes(item.key), item.timestamp)

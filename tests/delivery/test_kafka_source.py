@@ -11,7 +11,7 @@ import pytest
 
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
-from daemon.model.routing import bucket_of
+from daemon.model.record_route import bucket_of
 from daemon.model.wire import DEAD_LETTER_ROUTE, unpack
 from daemon.service.observability import parse_offsets
 from daemon.source.spec import SourceInput, SourceSpec

@@ -12,7 +12,7 @@ import pytest
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import DEFAULT_STATE_BUCKETS
-from daemon.model.routing import bucket_labels, bucket_of
+from daemon.model.record_route import bucket_labels, bucket_of
 from tests.kafka_helpers import (
     SCHEMAS,
     In,

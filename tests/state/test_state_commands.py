@@ -22,7 +22,7 @@ from daemon.checkpoint.batch_logs import last_committed
 from daemon.checkpoint.due_times import NO_BATCH, DueTimes
 from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder, shape_file
 from daemon.model.config import load_pipeline_file
-from daemon.model.routing import bucket_labels
+from daemon.model.record_route import bucket_labels
 from daemon.pipeline.checkpoint_shape import check_checkpoint
 from daemon.state.reader import CheckpointState
 from daemon.state.render import iso_ms, to_json

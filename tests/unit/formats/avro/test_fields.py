@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.formats.avro.codec import AvroCodec, parse_schema_text
-from daemon.model.routing import route
+from daemon.model.record_route import route
 
 # Every Avro type sits in front of the routed fields, so reading them means stepping over each.
 EVERY_TYPE = parse_schema_text(

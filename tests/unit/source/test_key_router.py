@@ -1,4 +1,4 @@
-"""Routing by composite keys, Kafka keys and Debezium envelopes (daemon/source/router.py)."""
+"""Routing by composite keys, Kafka keys and Debezium envelopes (daemon/source/key_router.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from daemon.formats.avro.codec import AvroCodec
 from daemon.formats.kafka_keys import KafkaKeyCodec
 from daemon.model.keys import key_parts
-from daemon.model.routing import Routing, route
-from daemon.source.router import Router
+from daemon.model.record_route import Routing, route
+from daemon.source.key_router import KeyRouter
 
 ID_KEY = AvroCodec(
     fastavro.parse_schema(
@@ -20,8 +20,8 @@ ID_KEY = AvroCodec(
 )
 
 
-def router(key: Any, *, time: str | None = None, keyed: bool = True, **extra: Any) -> Router:
-    return Router("table", key_parts(key), time, keyed, **extra)
+def router(key: Any, *, time: str | None = None, keyed: bool = True, **extra: Any) -> KeyRouter:
+    return KeyRouter("table", key_parts(key), time, keyed, **extra)
 
 
 def test_a_composite_key_joins_its_parts() -> None:
@@ -97,7 +97,7 @@ def test_a_tombstone_on_a_role_without_keyed_tombstones_is_refused() -> None:
 
 
 def test_one_value_field_routes_as_the_common_path_does() -> None:
-    """The Router must agree with the source's own path for what both can route."""
+    """The KeyRouter must agree with the source's own path for what both can route."""
     for value, kafka_key in (({"id": 7}, b"k"), ({"id": "x"}, None), (None, b"7"), ({}, b"1")):
         assert router("id").route(value, kafka_key, 3) == route(
             value,

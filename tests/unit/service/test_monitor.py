@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from daemon.service.monitor import Monitor
 from daemon.service.notify import Notifier
-from daemon.service.operations import Operations
 
 
 @dataclass
@@ -56,115 +56,117 @@ def systemd(tmp_path: Path) -> Iterator[Systemd]:
 
 
 @pytest.fixture
-def ops(systemd: Systemd, tmp_path: Path) -> Iterator[Operations]:
+def monitor(systemd: Systemd, tmp_path: Path) -> Iterator[Monitor]:
     notifier = Notifier(str(tmp_path / "notify.sock"), watchdog_usec=2_000_000)  # ping every 1 s
-    running = Operations({"bootstrap.servers": "127.0.0.1:1"}, stall_after_s=60, notifier=notifier)
+    running = Monitor({"bootstrap.servers": "127.0.0.1:1"}, stall_after_s=60, notifier=notifier)
     yield running
     running.close()
 
 
-def test_ready_only_once_every_query_has_started(ops: Operations, systemd: Systemd) -> None:
+def test_ready_only_once_every_query_has_started(monitor: Monitor, systemd: Systemd) -> None:
     views = FakePipeline("views", query=FakeQuery())
     totals = FakePipeline("views.totals", query=FakeQuery(isActive=False), restart_at=5.0)
-    ops.tick([views, totals], now=1.0)
+    monitor.tick([views, totals], now=1.0)
     assert systemd.messages() == []
     totals.query, totals.restart_at, totals.restarts = FakeQuery(), None, 1
-    ops.tick([views, totals], now=5.0)
+    monitor.tick([views, totals], now=5.0)
     assert systemd.messages() == ["READY=1\nSTATUS=2 of 2 pipelines running", "WATCHDOG=1"]
-    ops.tick([views, totals], now=5.5)
+    monitor.tick([views, totals], now=5.5)
     assert systemd.messages() == []  # the next ping is due a second after the last
 
 
-def test_status_names_a_pipeline_waiting_for_its_restart(ops: Operations, systemd: Systemd) -> None:
+def test_status_names_a_pipeline_waiting_for_its_restart(
+    monitor: Monitor, systemd: Systemd
+) -> None:
     views = FakePipeline("views", query=FakeQuery())
-    ops.tick([views], now=1.0)
+    monitor.tick([views], now=1.0)
     views.query.isActive, views.failures, views.restart_at = False, 1, 3.0
-    ops.tick([views], now=1.2)
+    monitor.tick([views], now=1.2)
     assert systemd.messages() == [
         "READY=1\nSTATUS=1 of 1 pipelines running",
         "WATCHDOG=1",
         "STATUS=0 of 1 pipelines running; restarting: views",
     ]
-    reg = ops.metrics.registry
+    reg = monitor.metrics.registry
     assert reg.get_sample_value("enrichd_pipeline_failures_total", {"pipeline": "views"}) == 1
 
 
 def test_no_watchdog_ping_while_a_query_is_stalled(
-    ops: Operations, systemd: Systemd, caplog: pytest.LogCaptureFixture
+    monitor: Monitor, systemd: Systemd, caplog: pytest.LogCaptureFixture
 ) -> None:
     views = FakePipeline("views", query=FakeQuery())
-    ops.tick([views], now=100.0)  # started: READY and a first ping
-    ops.health.progressed("views", 120.0)
-    ops.tick([views], now=150.0)
+    monitor.tick([views], now=100.0)  # started: READY and a first ping
+    monitor.health.progressed("views", 120.0)
+    monitor.tick([views], now=150.0)
     assert systemd.messages() == [
         "READY=1\nSTATUS=1 of 1 pipelines running",
         "WATCHDOG=1",
         "WATCHDOG=1",
     ]
-    ops.tick([views], now=181.0)  # 61 s since the last report: stalled
-    ops.tick([views], now=190.0)
+    monitor.tick([views], now=181.0)  # 61 s since the last report: stalled
+    monitor.tick([views], now=190.0)
     assert systemd.messages() == []
     assert "pipeline views has not progressed for 60 s" in caplog.text
-    gauge = ops.metrics.registry.get_sample_value
+    gauge = monitor.metrics.registry.get_sample_value
     assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 1  # hung counts as stuck
-    ops.health.progressed("views", 191.0)  # the batch completed after all
-    ops.tick([views], now=191.5)
+    monitor.health.progressed("views", 191.0)  # the batch completed after all
+    monitor.tick([views], now=191.5)
     assert systemd.messages() == ["WATCHDOG=1"]
     assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 0
 
 
-def test_a_restarted_query_gets_a_fresh_start_time(ops: Operations, systemd: Systemd) -> None:
+def test_a_restarted_query_gets_a_fresh_start_time(monitor: Monitor, systemd: Systemd) -> None:
     views = FakePipeline("views", query=FakeQuery())
-    ops.tick([views], now=100.0)
+    monitor.tick([views], now=100.0)
     views.query, views.restarts = FakeQuery(), 1  # restarted at 170: not stalled at 181
-    ops.tick([views], now=170.0)
-    ops.tick([views], now=181.0)
-    assert ops.health.stalled(181.0) == []
+    monitor.tick([views], now=170.0)
+    monitor.tick([views], now=181.0)
+    assert monitor.health.stalled(181.0) == []
     assert systemd.messages()[-1] == "WATCHDOG=1"
 
 
 def test_waiting_for_kafka_extends_the_start_timeout_and_shows_in_readyz(
-    ops: Operations, systemd: Systemd
+    monitor: Monitor, systemd: Systemd
 ) -> None:
-    ops.waiting("waiting for Kafka: try 2 failed, the next in 2 s", for_s=32)
+    monitor.waiting("waiting for Kafka: try 2 failed, the next in 2 s", for_s=32)
     assert systemd.messages() == [
         "STATUS=waiting for Kafka: try 2 failed, the next in 2 s\nEXTEND_TIMEOUT_USEC=32000000"
     ]
-    assert ops.readiness() == (
+    assert monitor.readiness() == (
         False,
         "no pipeline has started yet; waiting for Kafka: try 2 failed, the next in 2 s",
     )
 
 
 def test_a_stuck_pipeline_shows_in_readyz_status_and_its_gauge(
-    ops: Operations, systemd: Systemd
+    monitor: Monitor, systemd: Systemd
 ) -> None:
     views = FakePipeline("views", query=FakeQuery())
-    ops.tick([views], now=1.0)
+    monitor.tick([views], now=1.0)
     why = "stuck: micro-batch 2 failed 5 times in a row with the same error (joiner x): boom"
     views.query.isActive, views.failures, views.restart_at = False, 5, 30.0
     views.last_failure, views.stuck = "boom", why
-    ops.tick([views], now=2.0)
+    monitor.tick([views], now=2.0)
     assert "STATUS=0 of 1 pipelines running; restarting: views; stuck: views" in (
         systemd.messages()
     )
-    assert ops.readiness() == (False, f"views: {why}")
-    gauge = ops.metrics.registry.get_sample_value
+    assert monitor.readiness() == (False, f"views: {why}")
+    gauge = monitor.metrics.registry.get_sample_value
     assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 1
     views.stuck, views.restart_at, views.query = None, None, FakeQuery()  # a batch went through
-    ops.tick([views], now=40.0)
+    monitor.tick([views], now=40.0)
     assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 0
 
 
-def test_stopping_is_told_to_systemd(ops: Operations, systemd: Systemd) -> None:
-    ops.stopping()
+def test_stopping_is_told_to_systemd(monitor: Monitor, systemd: Systemd) -> None:
+    monitor.stopping()
     assert systemd.messages() == ["STOPPING=1\nSTATUS=stopping"]
 
 
 def test_a_query_view_names_inputs_by_role_and_outputs_by_name() -> None:
     from types import SimpleNamespace
 
-    from daemon.service.operations import view_of
+    from daemon.service.monitor import view_of
 
     plan: Any = SimpleNamespace(
         config=SimpleNamespace(name="clicks"),

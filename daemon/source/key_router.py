@@ -1,7 +1,7 @@
 """Routing a record by a key of several parts, from its Kafka key, or through an envelope.
 
 The source routes most records by one field of the value, read from the bytes
-(:func:`daemon.model.routing.route_fields`), and that path stays as it is. A :class:`Router`
+(:func:`daemon.model.record_route.route_fields`), and that path stays as it is. A :class:`KeyRouter`
 routes the rest: join keys of several parts (:mod:`daemon.model.keys`), parts taken from the Kafka
 key in its ``key_format``, and Debezium change events (:mod:`daemon.model.envelope`), whose row
 is the record and whose delete is a tombstone.
@@ -24,13 +24,13 @@ from typing import Any
 from daemon.formats.kafka_keys import KafkaKeyCodec
 from daemon.model.envelope import Envelope, debezium_row
 from daemon.model.keys import KeyPart, join_key
-from daemon.model.routing import Routing, field_at, route_fields
+from daemon.model.record_route import Routing, field_at, route_fields
 
 _UNREAD: Any = object()
 
 
 @dataclass(frozen=True)
-class Router:
+class KeyRouter:
     """How one input's records find their join key and event time (see the module docstring).
 
     Attributes:

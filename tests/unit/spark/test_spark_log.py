@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.spark import spark_output
-from daemon.spark.spark_output import RotatingLog
+from daemon.spark import spark_log
+from daemon.spark.spark_log import RotatingLog
 
 
 def test_the_log_is_rotated_at_its_cap_and_keeps_so_many_older_files(tmp_path: Path) -> None:
@@ -43,11 +43,11 @@ def test_stdout_only_for_a_command_that_prints_nothing_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(spark_output, "_stdout_allowed", False)
+    monkeypatch.setattr(spark_log, "_stdout_allowed", False)
     monkeypatch.setenv("ENRICHD_SPARK_LOG", "stdout")
     # `daemon replay` prints its outputs on stdout: Spark's log stays in the runtime folder.
     runtime = tmp_path / f"enrichd-{os.getuid()}"
-    assert spark_output.log_path() == runtime / f"spark-{os.getpid()}.log"
-    spark_output.allow_stdout()  # `daemon run`
-    assert spark_output.log_path() is None
-    assert spark_output.log_name() == "standard output"
+    assert spark_log.log_path() == runtime / f"spark-{os.getpid()}.log"
+    spark_log.allow_stdout()  # `daemon run`
+    assert spark_log.log_path() is None
+    assert spark_log.log_name() == "standard output"

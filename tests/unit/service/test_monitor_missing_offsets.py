@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from daemon.model.wire import RESETS
+from daemon.service.monitor import Monitor, view_of
 from daemon.service.observability import Health, Metrics
-from daemon.service.operations import Operations, view_of
 from daemon.source.missing_offsets import MissingOffset, failure, report, resume
 
 REMOVED = MissingOffset("clicks", 2, needed=40, earliest=100, end=150)
@@ -38,19 +38,19 @@ def test_reading_on_past_missing_offsets_is_one_warning_and_counted_per_partitio
     )
     labels = {"pipeline": "views", "topic": "clicks", "partition": "2"}
     resumed = resume(REMOVED, "earliest")
-    ops = Operations({})
+    monitor = Monitor({})
     try:
-        ops.views["views"] = view_of(plan)
+        monitor.views["views"] = view_of(plan)
         with caplog.at_level(logging.WARNING, logger="enrichd.operations"):
-            assert report(ops.relay.address, "views", [resumed])
+            assert report(monitor.relay.address, "views", [resumed])
             deadline = time.monotonic() + 10
-            while sample(ops.metrics, "enrichd_input_offset_resets_total", labels) is None:
+            while sample(monitor.metrics, "enrichd_input_offset_resets_total", labels) is None:
                 assert time.monotonic() < deadline, "the daemon did not hear the report"
                 time.sleep(0.05)
     finally:
-        ops.close()
-    assert sample(ops.metrics, "enrichd_input_offsets_skipped_total", labels) == 60
-    assert sample(ops.metrics, "enrichd_input_offset_resets_total", labels) == 1
+        monitor.close()
+    assert sample(monitor.metrics, "enrichd_input_offsets_skipped_total", labels) == 60
+    assert sample(monitor.metrics, "enrichd_input_offset_resets_total", labels) == 1
     heard = [r.getMessage() for r in caplog.records if r.name == "enrichd.operations"]
     assert heard == [resumed.warning("views")]
 

@@ -1,12 +1,12 @@
-"""What ``daemon run`` tells its operator: metrics, health endpoint, systemd notifications.
+"""The queries' monitor: what ``daemon run`` tells its operator (metrics, health, systemd).
 
-How it works: :class:`Operations` sits beside the supervisor (``daemon.service.supervisor``)
+How it works: :class:`Monitor` sits beside the supervisor (``daemon.service.supervisor``)
 and is fed from three places. A Spark ``StreamingQueryListener`` hears every progress and idle
 report of every query; it marks the query alive at once and hands the report to a worker thread,
 which turns it into metrics and, every few seconds, samples each input partition's log end
 for the lag (network calls stay off the supervisor's thread). The sink's per-batch counts
 arrive through :class:`daemon.sink.metrics_relay.MetricsRelay`. And the supervisor calls
-:meth:`Operations.tick` every half second with its pipelines: which queries run, failures
+:meth:`Monitor.tick` every half second with its pipelines: which queries run, failures
 and restarts, and from that ``READY=1`` (once every query has started), ``WATCHDOG=1`` pings
 (only while no query is stalled, so systemd restarts a daemon whose micro-batches hang) and
 ``STATUS=`` lines for systemd.
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from daemon.pipeline.plan import PipelinePlan
 
+# Named before the module was: operators may filter the daemon's logs by it.
 log = logging.getLogger("enrichd.operations")
 
 LAG_EVERY_S = 10.0
@@ -49,7 +50,7 @@ LAG_EVERY_S = 10.0
 
 
 class SupervisedQuery(Protocol):
-    """What :meth:`Operations.tick` reads of a supervised pipeline (``service.Supervised``)."""
+    """What :meth:`Monitor.tick` reads of a supervised pipeline (``service.Supervised``)."""
 
     @property
     def name(self) -> str:
@@ -151,7 +152,7 @@ class LogOffsets:
         self._admin = None  # an admin client has nothing to close
 
 
-class Operations:
+class Monitor:
     """Metrics, health endpoint and systemd notifications of one service run.
 
     Args:
@@ -217,22 +218,22 @@ class Operations:
         self.metrics.state_rows_counted = spark.conf.get(TRACK_STATE_ROWS, "true") == "true"
         jvm = getattr(spark.sparkContext._gateway, "proc", None)  # None: not our child
         self.metrics.jvm_pid = getattr(jvm, "pid", None)
-        operations = self
+        monitor = self
 
         class ProgressListener(StreamingQueryListener):
             def onQueryStarted(self, event: Any) -> None:  # noqa: N802
-                """Nothing: :meth:`Operations.tick` sees starts."""
+                """Nothing: :meth:`Monitor.tick` sees starts."""
 
             def onQueryProgress(self, event: Any) -> None:  # noqa: N802
                 """A micro-batch completed."""
-                operations._report(event.progress.name, event.progress.json)
+                monitor._report(event.progress.name, event.progress.json)
 
             def onQueryIdle(self, event: Any) -> None:  # noqa: N802
                 """The query waits for data: alive."""
-                name = operations._run_ids.get(str(event.runId))
+                name = monitor._run_ids.get(str(event.runId))
                 if name is not None:
-                    operations.health.progressed(name, time.monotonic())
-                    operations.metrics.last_progress.labels(name).set(time.time())
+                    monitor.health.progressed(name, time.monotonic())
+                    monitor.metrics.last_progress.labels(name).set(time.time())
 
             def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
                 """Nothing: the supervisor notices a stopped query."""
