@@ -10,8 +10,9 @@ that its readers and writers stay small. A proxy in front of a broker that adver
 port (the session's) rewrites that port to its own in the answers that name brokers
 (:func:`readvertise`), so that clients send everything through it.
 
-The frame readers and the accept loop are the SCRAM gate's (tests/scram_proxy.py); the
-field readers below read the protocol's plain (not flexible) encodings.
+It reads and writes the protocol with ``daemon verify``'s codec (:mod:`daemon.verify.protocol`:
+frames, and a :class:`~daemon.verify.protocol.Reader` whose position says where to rewrite a
+field in place); the accept loop is the SCRAM gate's (tests/scram_proxy.py).
 """
 
 from __future__ import annotations
@@ -21,84 +22,41 @@ import struct
 import threading
 from typing import Any, ClassVar
 
-from tests.scram_proxy import _read_frame, serve_in_threads
+from daemon.verify.protocol import API_VERSIONS, ProtocolError, Reader, frame, read_frame
+from tests.scram_proxy import serve_in_threads
 
-API_VERSIONS = 18
 METADATA, FIND_COORDINATOR = 3, 10
 READVERTISED: dict[int, int] = {METADATA: 8, FIND_COORDINATOR: 2}
 """The APIs whose answers name brokers, capped at their last versions without flexible fields."""
 
 
-def send_frame(sock: socket.socket, payload: bytes | bytearray) -> None:
-    """Write one size-prefixed frame."""
-    sock.sendall(struct.pack(">i", len(payload)) + bytes(payload))
-
-
-def uvarint(data: bytes | bytearray, at: int) -> tuple[int, int]:
-    """An unsigned varint at ``at``, and where the next field starts."""
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-
-
-def skip_tags(data: bytes | bytearray, at: int) -> int:
-    """Where the field after a tagged-fields section at ``at`` starts."""
-    count, at = uvarint(data, at)
-    for _ in range(count):
-        _, at = uvarint(data, at)
-        size, at = uvarint(data, at)
-        at += size
-    return at
-
-
-def string(data: bytes | bytearray, at: int) -> tuple[str | None, int]:
-    """A (nullable) int16-sized string at ``at``, and where the next field starts."""
-    (size,) = struct.unpack_from(">h", data, at)
-    at += 2
-    if size < 0:
-        return None, at
-    return bytes(data[at : at + size]).decode(), at + size
-
-
-def int32(data: bytes | bytearray, at: int) -> tuple[int, int]:
-    """An int32 at ``at``, and where the next field starts."""
-    (value,) = struct.unpack_from(">i", data, at)
-    return value, at + 4
-
-
 def cap_versions(version: int, body: bytearray, caps: dict[int, int]) -> None:
     """An ApiVersions answer (after its correlation id) with the APIs of ``caps`` capped."""
-    at = 2  # error code
-    if version >= 3:
-        count, at = uvarint(body, at)
-        count -= 1
-    else:
-        count, at = int32(body, at)
+    reader = Reader(bytes(body))
+    reader.int16()  # error code
+    count = reader.uvarint() - 1 if version >= 3 else reader.int32()
     for _ in range(max(count, 0)):
-        api_key, _, highest = struct.unpack_from(">hhh", body, at)
+        at = reader.at
+        api_key, _, highest = reader.int16(), reader.int16(), reader.int16()
         cap = caps.get(api_key)
         if cap is not None and highest > cap:
             struct.pack_into(">h", body, at + 4, cap)
-        at += 6
         if version >= 3:
-            at = skip_tags(body, at)
+            reader.skip_tags()
 
 
-def _advertise(body: bytearray, at: int, count: int, upstream: int, port: int, rack: bool) -> None:
-    """Rewrite the port of each of ``count`` brokers at ``at`` from ``upstream`` to ``port``."""
+def _advertise(
+    body: bytearray, reader: Reader, count: int, upstream: int, port: int, rack: bool
+) -> None:
+    """Rewrite the port of the ``count`` brokers at ``reader`` from ``upstream`` to ``port``."""
     for _ in range(count):
-        at += 4  # node id
-        _, at = string(body, at)
-        if struct.unpack_from(">i", body, at)[0] == upstream:
+        reader.int32()  # node id
+        reader.string()  # host
+        at = reader.at
+        if reader.int32() == upstream:
             struct.pack_into(">i", body, at, port)
-        at += 4
         if rack:
-            _, at = string(body, at)
+            reader.string()
 
 
 def readvertise(api_key: int, version: int, body: bytearray, upstream: int, port: int) -> None:
@@ -107,18 +65,19 @@ def readvertise(api_key: int, version: int, body: bytearray, upstream: int, port
     Every client that bootstraps from a proxy in front of a broker that advertises its own
     port then sends everything through the proxy, its coordinator requests too.
     """
+    reader = Reader(bytes(body))
     if api_key == METADATA:
-        at = 4 if version >= 3 else 0  # throttle time
-        count, at = int32(body, at)
-        _advertise(body, at, count, upstream, port, rack=version >= 1)
+        if version >= 3:
+            reader.int32()  # throttle time
+        brokers = reader.int32()
+        _advertise(body, reader, brokers, upstream, port, rack=version >= 1)
     elif api_key == FIND_COORDINATOR:
-        at = 0
         if version >= 1:
-            at = 6  # throttle time, error code
-            _, at = string(body, at)
-        else:
-            at = 2
-        _advertise(body, at, 1, upstream, port, rack=False)
+            reader.int32()  # throttle time
+        reader.int16()  # error code
+        if version >= 1:
+            reader.string()  # error message
+        _advertise(body, reader, 1, upstream, port, rack=False)
 
 
 class RewritingProxy:
@@ -164,27 +123,27 @@ class RewritingProxy:
         ).start()
         with _closing(client, upstream):
             while True:
-                request = _read_frame(client)
-                api_key, version, correlation_id = struct.unpack_from(">hhi", request)
+                request = read_frame(client, "the client")
+                header = Reader(request)
+                api_key, version, correlation_id = header.int16(), header.int16(), header.int32()
                 if api_key == API_VERSIONS:
                     pending[correlation_id] = (api_key, version, None)
                 elif api_key in self.caps and version <= self.caps[api_key]:
-                    (client_id_size,) = struct.unpack_from(">h", request, 8)
-                    header = request[: 10 + max(client_id_size, 0)]
-                    body, asked = self.asked(api_key, version, request[len(header) :])
+                    header.string()  # client id
+                    body, asked = self.asked(api_key, version, request[header.at :])
                     if asked is not None:
                         pending[correlation_id] = (api_key, version, asked)
                     if body is not None:
-                        request = header + body
-                send_frame(upstream, request)
+                        request = request[: header.at] + body
+                upstream.sendall(frame(request))
 
     def _answers(
         self, upstream: socket.socket, client: socket.socket, pending: dict[int, Any]
     ) -> None:
         with _closing(client, upstream):
             while True:
-                response = _read_frame(upstream)
-                (correlation_id,) = struct.unpack_from(">i", response)
+                response = read_frame(upstream)
+                correlation_id = Reader(response).int32()
                 asked = pending.pop(correlation_id, None)
                 if asked is not None:
                     api_key, version, context = asked
@@ -195,7 +154,7 @@ class RewritingProxy:
                     else:
                         answer = self.answer(api_key, version, body, context)
                     response = response[:4] + answer
-                send_frame(client, response)
+                client.sendall(frame(response))
 
     def close(self) -> None:
         """Stop accepting connections (open ones end with their clients)."""
@@ -214,4 +173,5 @@ class _closing:  # noqa: N801 - used as a statement, like contextlib's
     def __exit__(self, kind: Any, exc: Any, trace: Any) -> bool:
         for sock in self.sockets:
             sock.close()
-        return kind is None or issubclass(kind, (ConnectionError, OSError, struct.error))
+        ended = (ConnectionError, OSError, struct.error, ProtocolError)
+        return kind is None or issubclass(kind, ended)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import struct
 from typing import Any, ClassVar
 
-from tests.kafka_proxy import RewritingProxy, int32, string
+from daemon.verify.protocol import Reader
+from tests.kafka_proxy import RewritingProxy
 
 _LIST_OFFSETS = 2
 _EARLIEST = -2
@@ -29,19 +30,19 @@ _EARLIEST = -2
 
 def earliest_asked(version: int, body: bytes) -> set[tuple[str, int]]:
     """The partitions a ListOffsets request (v1-v5, after its header) asks EARLIEST of."""
-    at = 4 + (1 if version >= 2 else 0)  # replica id, isolation level
+    reader = Reader(body)
+    reader.int32()  # replica id
+    if version >= 2:
+        reader.int8()  # isolation level
     asked = set()
-    topics, at = int32(body, at)
-    for _ in range(topics):
-        topic, at = string(body, at)
-        partitions, at = int32(body, at)
-        for _ in range(partitions):
-            partition, at = int32(body, at)
-            at += 4 if version >= 4 else 0  # current leader epoch
-            (timestamp,) = struct.unpack_from(">q", body, at)
-            at += 8
-            if timestamp == _EARLIEST:
-                asked.add((topic or "", partition))
+    for _ in range(reader.int32()):
+        topic = reader.string() or ""
+        for _ in range(reader.int32()):
+            partition = reader.int32()
+            if version >= 4:
+                reader.int32()  # current leader epoch
+            if reader.int64() == _EARLIEST:
+                asked.add((topic, partition))
     return asked
 
 
@@ -49,18 +50,21 @@ def rewrite_answer(
     version: int, body: bytearray, asked: set[tuple[str, int]], answers: dict[tuple[str, int], int]
 ) -> None:
     """Put ``answers`` into a ListOffsets answer (v1-v5) for the ``asked`` partitions."""
-    at = 4 if version >= 2 else 0  # throttle time
-    topics, at = int32(body, at)
-    for _ in range(topics):
-        topic, at = string(body, at)
-        partitions, at = int32(body, at)
-        for _ in range(partitions):
-            (partition, error) = struct.unpack_from(">ih", body, at)
-            offset_at = at + 4 + 2 + 8
-            wanted = answers.get((topic or "", partition))
-            if error == 0 and (topic or "", partition) in asked and wanted is not None:
+    reader = Reader(bytes(body))
+    if version >= 2:
+        reader.int32()  # throttle time
+    for _ in range(reader.int32()):
+        topic = reader.string() or ""
+        for _ in range(reader.int32()):
+            partition, error = reader.int32(), reader.int16()
+            reader.int64()  # timestamp
+            offset_at = reader.at
+            reader.int64()  # offset
+            if version >= 4:
+                reader.int32()  # leader epoch
+            wanted = answers.get((topic, partition))
+            if error == 0 and (topic, partition) in asked and wanted is not None:
                 struct.pack_into(">q", body, offset_at, wanted)
-            at = offset_at + 8 + (4 if version >= 4 else 0)  # leader epoch
 
 
 class ListOffsetsProxy(RewritingProxy):

@@ -24,17 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from daemon.broker import EmbeddedBroker, free_port
-from tests.kafka_proxy import READVERTISED, RewritingProxy, int32, readvertise, string
+from daemon.verify.protocol import Reader, bytes_, string
+from tests.kafka_proxy import READVERTISED, RewritingProxy, readvertise
 
 PRODUCE = 0
 MESSAGE_TOO_LARGE = 10
-
-
-def _string(text: str | None) -> bytes:
-    if text is None:
-        return struct.pack(">h", -1)
-    raw = text.encode()
-    return struct.pack(">h", len(raw)) + raw
 
 
 @dataclass
@@ -48,39 +42,26 @@ class _Produce:
 
     @classmethod
     def read(cls, version: int, body: bytes) -> _Produce:
-        at = 0
-        transactional_id = None
-        if version >= 3:
-            transactional_id, at = string(body, at)
-        acks, timeout = struct.unpack_from(">hi", body, at)
-        at += 6
+        reader = Reader(body)
+        transactional_id = reader.string() if version >= 3 else None
+        acks, timeout = reader.int16(), reader.int32()
         produce = cls(transactional_id, acks, timeout)
-        count, at = int32(body, at)
-        for _ in range(count):
-            topic, at = string(body, at)
+        for _ in range(reader.int32()):
+            topic = reader.string() or ""
             partitions: list[tuple[int, bytes | None]] = []
-            many, at = int32(body, at)
-            for _ in range(many):
-                partition, at = int32(body, at)
-                size, at = int32(body, at)
-                records = None if size < 0 else body[at : at + size]
-                at += max(size, 0)
-                partitions.append((partition, records))
-            produce.topics.append((topic or "", partitions))
+            for _ in range(reader.int32()):
+                partition = reader.int32()
+                partitions.append((partition, reader.bytes_()))
+            produce.topics.append((topic, partitions))
         return produce
 
     def write(self, version: int) -> bytes:
-        out = _string(self.transactional_id) if version >= 3 else b""
+        out = string(self.transactional_id) if version >= 3 else b""
         out += struct.pack(">hi", self.acks, self.timeout) + struct.pack(">i", len(self.topics))
         for topic, partitions in self.topics:
-            out += _string(topic) + struct.pack(">i", len(partitions))
+            out += string(topic) + struct.pack(">i", len(partitions))
             for partition, records in partitions:
-                out += struct.pack(">i", partition)
-                out += (
-                    struct.pack(">i", -1)
-                    if records is None
-                    else (struct.pack(">i", len(records)) + records)
-                )
+                out += struct.pack(">i", partition) + bytes_(records)
         return out
 
 
@@ -92,31 +73,28 @@ def _partition_answer(version: int, partition: int, error: int) -> bytes:
     if version >= 5:
         out += struct.pack(">q", -1)  # log start offset
     if version >= 8:
-        out += struct.pack(">i", 0) + _string(None)  # record errors; error message
+        out += struct.pack(">i", 0) + string(None)  # record errors; error message
     return out
 
 
 def _add_refusals(version: int, body: bytes, refused: dict[str, list[int]], error: int) -> bytes:
     """A Produce answer (after the correlation id) with the ``refused`` partitions added."""
     topics: list[tuple[str, list[bytes]]] = []
-    at = 0
-    count, at = int32(body, at)
-    for _ in range(count):
-        topic, at = string(body, at)
+    reader = Reader(body)
+    for _ in range(reader.int32()):
+        topic = reader.string() or ""
         parts: list[bytes] = []
-        many, at = int32(body, at)
-        for _ in range(many):
-            start = at
-            at += 4 + 2 + 8 + (8 if version >= 2 else 0) + (8 if version >= 5 else 0)
+        for _ in range(reader.int32()):
+            start = reader.at
+            reader.take(4 + 2 + 8 + (8 if version >= 2 else 0) + (8 if version >= 5 else 0))
             if version >= 8:
-                errors, at = int32(body, at)
-                for _ in range(errors):
-                    at += 4
-                    _, at = string(body, at)
-                _, at = string(body, at)
-            parts.append(body[start:at])
-        topics.append((topic or "", parts))
-    rest = body[at:]  # the throttle time
+                for _ in range(reader.int32()):  # record errors
+                    reader.int32()
+                    reader.string()
+                reader.string()  # error message
+            parts.append(body[start : reader.at])
+        topics.append((topic, parts))
+    rest = body[reader.at :]  # the throttle time
     for topic, partitions in refused.items():
         added = [_partition_answer(version, partition, error) for partition in partitions]
         for name, parts in topics:
@@ -127,7 +105,7 @@ def _add_refusals(version: int, body: bytes, refused: dict[str, list[int]], erro
             topics.append((topic, added))
     out = struct.pack(">i", len(topics))
     for topic, parts in topics:
-        out += _string(topic) + struct.pack(">i", len(parts)) + b"".join(parts)
+        out += string(topic) + struct.pack(">i", len(parts)) + b"".join(parts)
     return out + rest
 
 

@@ -29,28 +29,29 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from daemon.broker import EmbeddedBroker, free_port
-from tests.kafka_proxy import READVERTISED, RewritingProxy, int32, readvertise, string
+from daemon.verify.protocol import API_FETCH, Reader
+from tests.kafka_proxy import READVERTISED, RewritingProxy, readvertise
 from tests.list_offsets_proxy import earliest_asked, rewrite_answer
 
-FETCH, LIST_OFFSETS = 1, 2
+LIST_OFFSETS = 2
 OFFSET_OUT_OF_RANGE = 1
 
 
 def fetch_offsets(version: int, body: bytes) -> dict[tuple[str, int], int]:
     """The offset a Fetch request (v5-v11, after its header) asks of each partition."""
-    at = 4 + 4 + 4 + 4 + 1  # replica id, max wait, min bytes, max bytes, isolation level
-    at += 8 if version >= 7 else 0  # session id and epoch
+    reader = Reader(body)
+    reader.take(4 + 4 + 4 + 4 + 1)  # replica id, max wait, min bytes, max bytes, isolation level
+    if version >= 7:
+        reader.take(8)  # session id and epoch
     asked: dict[tuple[str, int], int] = {}
-    topics, at = int32(body, at)
-    for _ in range(topics):
-        topic, at = string(body, at)
-        partitions, at = int32(body, at)
-        for _ in range(partitions):
-            partition, at = int32(body, at)
-            at += 4 if version >= 9 else 0  # current leader epoch
-            (offset,) = struct.unpack_from(">q", body, at)
-            at += 8 + 8 + 4  # fetch offset, log start offset, partition max bytes
-            asked[(topic or "", partition)] = offset
+    for _ in range(reader.int32()):
+        topic = reader.string() or ""
+        for _ in range(reader.int32()):
+            partition = reader.int32()
+            if version >= 9:
+                reader.int32()  # current leader epoch
+            asked[(topic, partition)] = reader.int64()  # fetch offset
+            reader.take(8 + 4)  # log start offset, partition max bytes
     return asked
 
 
@@ -65,38 +66,39 @@ def rewrite_fetch(
     ``asked``: the offset the request asked of each partition; ``removed``: each partition's
     log start offset L, below which it has no records.
     """
-    head = 4 + (6 if version >= 7 else 0)  # throttle time; error code, session id
-    out = bytearray(body[:head])
-    at = head
-    topics, at = int32(body, at)
+    reader = Reader(body)
+    reader.take(4 + (6 if version >= 7 else 0))  # throttle time; error code, session id
+    out = bytearray(body[: reader.at])
+    topics = reader.int32()
     out += struct.pack(">i", topics)
     for _ in range(topics):
-        start = at
-        topic, at = string(body, at)
-        partitions, at = int32(body, at)
-        out += body[start:at]
+        start = reader.at
+        topic = reader.string() or ""
+        partitions = reader.int32()
+        out += body[start : reader.at]
         for _ in range(partitions):
-            start = at
-            partition, error, high, stable, _ = struct.unpack_from(">ihqqq", body, at)
-            at += 4 + 2 + 8 + 8 + 8
-            aborted, at = int32(body, at)
-            at += 16 * max(aborted, 0)
-            at += 4 if version >= 11 else 0  # preferred read replica
-            size, at = int32(body, at)
-            at += max(size, 0)
-            key = (topic or "", partition)
+            start = reader.at
+            partition = reader.int32()
+            reader.int16()  # error code
+            high, stable = reader.int64(), reader.int64()
+            reader.int64()  # log start offset
+            reader.take(16 * max(reader.int32(), 0))  # aborted transactions
+            if version >= 11:
+                reader.int32()  # preferred read replica
+            reader.bytes_()  # records
+            key = (topic, partition)
             low = removed.get(key)
             if low is None or key not in asked:
-                out += body[start:at]
+                out += body[start : reader.at]
             elif asked[key] < low:  # removed: out of range, no records
                 out += struct.pack(">ihqqqi", partition, OFFSET_OUT_OF_RANGE, high, stable, low, 0)
                 out += struct.pack(">i", -1) if version >= 11 else b""
                 out += struct.pack(">i", 0)  # no records
             else:
-                entry = bytearray(body[start:at])
+                entry = bytearray(body[start : reader.at])
                 struct.pack_into(">q", entry, 4 + 2 + 8 + 8, low)  # the log start offset
                 out += entry
-    return bytes(out + body[at:])
+    return bytes(out + body[reader.at :])
 
 
 class RemovingProxy(RewritingProxy):
@@ -106,14 +108,14 @@ class RemovingProxy(RewritingProxy):
     were removed (see the module docstring).
     """
 
-    caps: ClassVar[dict[int, int]] = {FETCH: 11, LIST_OFFSETS: 5, **READVERTISED}
+    caps: ClassVar[dict[int, int]] = {API_FETCH: 11, LIST_OFFSETS: 5, **READVERTISED}
 
     def __init__(self, port: int, upstream_port: int) -> None:
         super().__init__(port, upstream_port)
         self.removed: dict[tuple[str, int], int] = {}
 
     def asked(self, api_key: int, version: int, body: bytes) -> tuple[bytes | None, Any]:
-        if api_key == FETCH:
+        if api_key == API_FETCH:
             if version < 5:  # no log start offset in the answer
                 return None, None
             asked = fetch_offsets(version, body)
@@ -125,7 +127,7 @@ class RemovingProxy(RewritingProxy):
         return None, True  # an answer that names brokers: rewritten in answer()
 
     def answer(self, api_key: int, version: int, body: bytearray, asked: Any) -> bytes:
-        if api_key == FETCH:
+        if api_key == API_FETCH:
             return rewrite_fetch(version, bytes(body), asked, dict(self.removed))
         if api_key == LIST_OFFSETS:
             rewrite_answer(version, body, asked, dict(self.removed))

@@ -23,36 +23,25 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-_API_VERSIONS, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 18, 17, 36
+from daemon.verify.protocol import (
+    API_SASL_AUTHENTICATE,
+    API_SASL_HANDSHAKE,
+    API_VERSIONS,
+    ProtocolError,
+    Reader,
+    bytes_,
+    frame,
+    read_frame,
+    string,
+)
+
 _UNSUPPORTED_SASL_MECHANISM, _SASL_AUTHENTICATION_FAILED = 33, 58
 MECHANISM = "SCRAM-SHA-512"
 
 
-def _read_exact(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    (size,) = struct.unpack(">i", _read_exact(sock, 4))
-    return _read_exact(sock, size)
-
-
-def _frame(correlation_id: int, body: bytes) -> bytes:
-    payload = struct.pack(">i", correlation_id) + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def _string(text: str | None) -> bytes:
-    if text is None:
-        return struct.pack(">h", -1)
-    raw = text.encode()
-    return struct.pack(">h", len(raw)) + raw
+def _answer(correlation_id: int, body: bytes) -> bytes:
+    """A response frame: the request's correlation id, then ``body``."""
+    return frame(struct.pack(">i", correlation_id) + body)
 
 
 def serve_in_threads(port: int, serve: Callable[[socket.socket], None]) -> socket.socket:
@@ -153,7 +142,7 @@ class ScramGate:
                 _pipe(client, upstream)
             else:
                 self._count(False)
-        except (ConnectionError, OSError, struct.error, ValueError):
+        except (ConnectionError, OSError, struct.error, ValueError, ProtocolError):
             pass
         finally:
             for sock in (client, upstream):
@@ -163,35 +152,31 @@ class ScramGate:
         session = ScramSession(self.user, self.password)
         step = 0
         while True:
-            request = _read_frame(client)
-            api_key, version, correlation_id = struct.unpack(">hhi", request[:8])
-            (client_id_size,) = struct.unpack(">h", request[8:10])
-            body = request[10 + max(client_id_size, 0) :]
-            if api_key == _API_VERSIONS:
-                upstream.sendall(struct.pack(">i", len(request)) + request)
-                response = _read_frame(upstream)
-                client.sendall(struct.pack(">i", len(response)) + response)
-            elif api_key == _SASL_HANDSHAKE:
-                (size,) = struct.unpack(">h", body[:2])
-                mechanism = body[2 : 2 + size].decode()
+            request = read_frame(client, "the client")
+            header = Reader(request)
+            api_key, version, correlation_id = header.int16(), header.int16(), header.int32()
+            header.string()  # client id
+            body = Reader(request[header.at :])
+            if api_key == API_VERSIONS:
+                upstream.sendall(frame(request))
+                client.sendall(frame(read_frame(upstream)))
+            elif api_key == API_SASL_HANDSHAKE:
+                mechanism = body.string()
                 error = 0 if mechanism == MECHANISM else _UNSUPPORTED_SASL_MECHANISM
-                answer = struct.pack(">hi", error, 1) + _string(MECHANISM)
-                client.sendall(_frame(correlation_id, answer))
+                answer = struct.pack(">hi", error, 1) + string(MECHANISM)
+                client.sendall(_answer(correlation_id, answer))
                 if error:
                     return False
-            elif api_key == _SASL_AUTHENTICATE and version in (0, 1):
-                (size,) = struct.unpack(">i", body[:4])
-                message = body[4 : 4 + size].decode()
+            elif api_key == API_SASL_AUTHENTICATE and version in (0, 1):
+                message = (body.bytes_() or b"").decode()
                 step += 1
                 reply = session.first(message) if step == 1 else session.final(message)
                 error = 0 if reply is not None else _SASL_AUTHENTICATION_FAILED
                 text = None if reply is not None else "Authentication failed: invalid credentials"
-                raw = (reply or "").encode()
-                answer = struct.pack(">h", error) + _string(text)
-                answer += struct.pack(">i", len(raw)) + raw
+                answer = struct.pack(">h", error) + string(text) + bytes_((reply or "").encode())
                 if version == 1:
                     answer += struct.pack(">q", 0)  # no session lifetime
-                client.sendall(_frame(correlation_id, answer))
+                client.sendall(_answer(correlation_id, answer))
                 if reply is None:
                     return False
                 if step == 2:

@@ -10,6 +10,10 @@ Only what verify needs is here: the non-flexible Fetch v4 (every broker since Ka
 answers it, Kafka 4 included), ApiVersions v3 with a v0 fallback, and SASL PLAIN and
 SCRAM-SHA-256/512 (RFC 5802). Other mechanisms (GSSAPI, OAUTHBEARER) make
 :func:`connection_settings` say why the raw reading is left out.
+
+The encoding itself (:class:`Reader`, :func:`string` and the other writers, :func:`frame` and
+:func:`read_frame`) is the one codec of the house: the test suite's Kafka proxies, which stand
+in for what its broker cannot do, read and write with it too.
 """
 
 from __future__ import annotations
@@ -168,10 +172,42 @@ def string(text: str | None) -> bytes:
     return struct.pack(">h", len(raw)) + raw
 
 
+def bytes_(data: bytes | None) -> bytes:
+    """A protocol BYTES (int32 length), or null."""
+    if data is None:
+        return struct.pack(">i", -1)
+    return struct.pack(">i", len(data)) + data
+
+
 def compact_string(text: str) -> bytes:
     """A flexible version's COMPACT_STRING."""
     raw = text.encode()
     return uvarint(len(raw) + 1) + raw
+
+
+def frame(payload: bytes) -> bytes:
+    """``payload`` as it goes on the wire: its size (int32), then itself."""
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read_frame(sock: socket.socket, peer: str = "the broker") -> bytes:
+    """The payload of the next size-prefixed frame on ``sock``.
+
+    Raises:
+        ProtocolError: ``peer`` closed the connection before the frame's end.
+    """
+    (size,) = struct.unpack(">i", _read_exact(sock, 4, peer))
+    return _read_exact(sock, size, peer)
+
+
+def _read_exact(sock: socket.socket, size: int, peer: str) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ProtocolError(f"{peer} closed the connection")
+        data += chunk
+    return data
 
 
 def uvarint(value: int) -> bytes:
@@ -221,10 +257,8 @@ class BrokerConnection:
         header = struct.pack(">hhi", api_key, version, self._correlation) + string(_CLIENT_ID)
         if flexible:
             header += b"\x00"  # no tagged fields
-        payload = header + body
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", self._read(4))
-        response = Reader(self._read(size))
+        self.sock.sendall(frame(header + body))
+        response = Reader(read_frame(self.sock))
         if response.int32() != self._correlation:
             raise ProtocolError("the broker answered another request")
         if flexible and api_key != API_VERSIONS:
@@ -234,15 +268,6 @@ class BrokerConnection:
     def close(self) -> None:
         """Close the connection."""
         self.sock.close()
-
-    def _read(self, size: int) -> bytes:
-        data = b""
-        while len(data) < size:
-            chunk = self.sock.recv(size - len(data))
-            if not chunk:
-                raise ProtocolError("the broker closed the connection")
-            data += chunk
-        return data
 
     def _api_versions(self) -> bytes:
         """Ask ApiVersions v3 (with features), or v0 where the broker does not know v3."""
@@ -291,8 +316,7 @@ class BrokerConnection:
             raise ProtocolError("the broker's SCRAM signature is wrong")
 
     def _sasl_step(self, message: bytes) -> bytes:
-        body = struct.pack(">i", len(message)) + message
-        answer = Reader(self.request(API_SASL_AUTHENTICATE, 1, body))
+        answer = Reader(self.request(API_SASL_AUTHENTICATE, 1, bytes_(message)))
         error, text = answer.int16(), answer.string()
         if error:
             raise ProtocolError(f"SASL authentication failed ({text or error})")

@@ -11,11 +11,16 @@ import pytest
 from daemon.verify.protocol import (
     BrokerConnection,
     ConnectionSettings,
+    ProtocolError,
+    Reader,
     ScramClient,
+    bytes_,
     compact_string,
     connection_settings,
+    frame,
     parse_api_versions,
     parse_fetch,
+    read_frame,
     string,
     uvarint,
 )
@@ -85,8 +90,7 @@ def test_a_fetch_v4_response_gives_the_partitions_records_and_offsets() -> None:
         return (
             struct.pack(">ihqq", number, 0, 50, 42)
             + aborted
-            + struct.pack(">i", len(records))
-            + records
+            + bytes_(records)
         )
 
     body = struct.pack(">i", 0) + struct.pack(">i", 1) + string("t")
@@ -123,16 +127,12 @@ def test_a_broker_without_api_versions_v3_is_asked_v0() -> None:
         conn, _ = server.accept()
         with conn:
             for _ in range(2):
-                size = struct.unpack(">i", conn.recv(4))[0]
-                request = b""
-                while len(request) < size:
-                    request += conn.recv(size - len(request))
-                _, version, correlation = struct.unpack(">hhi", request[:8])
+                header = Reader(read_frame(conn, "the client"))
+                _, version, correlation = header.int16(), header.int16(), header.int32()
                 asked.append(version)
                 listing = struct.pack(">i", 1) + struct.pack(">hhh", 1, 0, 11)
                 error = 35 if version == 3 else 0
-                body = struct.pack(">i", correlation) + struct.pack(">h", error) + listing
-                conn.sendall(struct.pack(">i", len(body)) + body)
+                conn.sendall(frame(struct.pack(">ih", correlation, error) + listing))
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -143,3 +143,16 @@ def test_a_broker_without_api_versions_v3_is_asked_v0() -> None:
     assert connection.versions == {1: (0, 11)}
     assert connection.supports(1, 4) and not connection.supports(1, 12)
     assert connection.api_versions_body == b""
+
+
+def test_frames_and_nullable_fields_read_back_as_written() -> None:
+    near, far = socket.socketpair()
+    with near, far:
+        near.sendall(frame(string("t") + string(None) + bytes_(b"ab") + bytes_(None)))
+        reader = Reader(read_frame(far))
+        assert (reader.string(), reader.string()) == ("t", None)
+        assert (reader.bytes_(), reader.bytes_()) == (b"ab", None)
+        near.sendall(frame(b"cut short")[:6])
+        near.close()
+        with pytest.raises(ProtocolError, match="the client closed the connection"):
+            read_frame(far, "the client")
