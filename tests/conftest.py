@@ -1,7 +1,8 @@
 """Session fixtures of enrichd's own tests.
 
 The real broker (``broker``), the Spark session (``spark``) and ``fresh_topic`` come from
-enrichd's pytest plugin (:mod:`daemon.pytest_plugin`), the same fixtures plugin authors get.
+enrichd's pytest plugin (:mod:`daemon.pytest_plugin`), the same fixtures plugin authors get;
+``tweet_views`` makes the tweet-views ``comap`` pipeline on fresh topics of that broker.
 The secured brokers (TLS, mutual TLS, SASL) are Tansu processes of their own, started only
 when a test asks for them (tests/secure_cluster.py says why they cannot be the session's).
 """
@@ -9,12 +10,14 @@ when a test asks for them (tests/secure_cluster.py says why they cannot be the s
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from daemon.broker import free_port
+from daemon.broker import EmbeddedBroker, free_port
 from daemon.spark.class_archive import SWITCH
+from tests.kafka_helpers import TweetViews, fresh_tweet_views
 from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_process
 
@@ -66,6 +69,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # the first to record would run slower and wait 10-20 s at its exit, at a moment that depends
 # on the order tests run in. tests/service/test_class_archive.py tests the recording.
 os.environ.setdefault(SWITCH, "map")
+
+
+@pytest.fixture
+def tweet_views(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> Callable[..., TweetViews]:
+    """``tweet_views(stem, partitions=1, create=True)``: the tweet-views ``comap`` pipeline on
+    fresh topics of the session's broker, its input topics created, its files in the test's
+    ``tmp_path`` (:func:`tests.kafka_helpers.fresh_tweet_views`); ``.file(...)`` writes its
+    pipeline file and loads it."""
+
+    def make(stem: str = "views", *, partitions: int = 1, create: bool = True) -> TweetViews:
+        servers = broker.bootstrap_servers
+        return fresh_tweet_views(
+            servers, fresh_topic, tmp_path, stem, partitions=partitions, create=create
+        )
+
+    return make
 
 
 @pytest.fixture(scope="session")

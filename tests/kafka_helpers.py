@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,12 @@ from daemon.checkpoint.batch_logs import batches
 from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.clients import Deliveries, read_partition
-from daemon.model.config import PipelineConfig, PipelineFile, parse_pipeline_file
+from daemon.model.config import (
+    PipelineConfig,
+    PipelineFile,
+    load_pipeline_file,
+    parse_pipeline_file,
+)
 from daemon.replay import ReplayResult, replay
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -142,53 +147,159 @@ def _headers(raw: Any) -> dict[str, bytes]:
     return {name: value or b"" for name, value in raw or []}
 
 
-def comap_file(
-    folder: Path,
-    servers: str,
-    *,
-    name: str,
-    users: str,
-    tweets: str,
-    output: str,
-    dead_letters: str,
-    checkpoint: Path | None = None,
-    kafka: dict[str, Any] | None = None,
-    **pipeline: Any,
-) -> PipelineFile:
-    """A one-pipeline file of the tweet-views ``comap`` example on the given topics.
+COMAP_HEADER = """\
+[kafka]
+bootstrap_servers = "{servers}"
+{kafka_settings}
+[spark]
+master = "local[2]"
+{spark_conf}
+"""
 
-    ``kafka``: more ``[kafka]`` settings (``id_prefix``, ``commit_turn``).
+COMAP_PIPELINE = """\
+[[pipeline]]
+name = "{name}"
+joiner = "{joiner}"
+checkpoint = "{checkpoint}"
+dead_letter_topic = "{dead_letters}"
+state_buckets = {buckets}
+{settings}
+
+[pipeline.inputs.one]
+topic = "{users}"
+schema = "{schemas}/user.avsc"
+key = "id"
+field = "author"
+
+[pipeline.inputs.many]
+topic = "{tweets}"
+schema = "{schemas}/tweet.avsc"
+key = "author_id"
+field = "tweet"
+
+[pipeline.output]
+topic = "{output}"
+schema = "{schemas}/tweet_view.avsc"
+
+[pipeline.options]
+many_id = "id"
+"""
+
+
+def _settings(settings: dict[str, Any]) -> str:
+    return "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+
+
+@dataclass(frozen=True)
+class TweetViews:
+    """The tweet-views ``comap`` pipeline on topics of its own, and where its files go.
+
+    :func:`fresh_tweet_views` (the ``tweet_views`` fixture of tests/conftest.py) names the
+    topics afresh and creates them; a test that needs other names builds one itself.
     """
-    data = {
-        "kafka": {"bootstrap_servers": servers, **(kafka or {})},
-        "spark": {"master": "local[2]"},
-        "pipeline": [
-            {
-                "name": name,
-                "joiner": "comap",
-                "checkpoint": str(checkpoint or folder / "checkpoint"),
-                "dead_letter_topic": dead_letters,
-                "inputs": {
-                    "one": {
-                        "topic": users,
-                        "schema": str(SCHEMAS / "user.avsc"),
-                        "key": "id",
-                        "field": "author",
-                    },
-                    "many": {
-                        "topic": tweets,
-                        "schema": str(SCHEMAS / "tweet.avsc"),
-                        "key": "author_id",
-                        "field": "tweet",
-                    },
-                },
-                "output": {"topic": output, "schema": str(SCHEMAS / "tweet_view.avsc")},
-                "options": {"many_id": "id"},
-                **pipeline,
-            }
-        ],
-    }
-    return parse_pipeline_file(folder / "pipeline.toml", data)
+
+    servers: str
+    """The bootstrap servers of the cluster its topics are on."""
+    folder: Path
+    """Where its pipeline file (``pipeline.toml``) and checkpoint (``checkpoint/``) go."""
+    name: str
+    users: str
+    tweets: str
+    output: str
+    dead_letters: str
+
+    @property
+    def conf(self) -> dict[str, str]:
+        """Client settings for its cluster."""
+        return client_conf(self.servers)
+
+    @property
+    def path(self) -> Path:
+        """Its pipeline file, once :meth:`write` wrote it."""
+        return self.folder / "pipeline.toml"
+
+    @property
+    def checkpoint(self) -> Path:
+        """Its checkpoint folder."""
+        return self.folder / "checkpoint"
+
+    def pipeline(self, *, joiner: str = "comap", buckets: int = 32, **settings: Any) -> str:
+        """Its ``[[pipeline]]`` tables: ``joiner`` (a comap of a test's own, say), ``buckets``
+        state buckets, and more ``settings`` (``max_records_per_batch``, ``delivery``, ...)."""
+        return COMAP_PIPELINE.format(
+            name=self.name,
+            joiner=joiner,
+            checkpoint=self.checkpoint,
+            dead_letters=self.dead_letters,
+            buckets=buckets,
+            settings=_settings(settings),
+            users=self.users,
+            tweets=self.tweets,
+            output=self.output,
+            schemas=SCHEMAS,
+        )
+
+    def write(
+        self,
+        *,
+        servers: str | None = None,
+        kafka: dict[str, Any] | None = None,
+        partitions: int | None = None,
+        **pipeline: Any,
+    ) -> Path:
+        """Write its one-pipeline file to :attr:`path`; return that path.
+
+        Args:
+            servers: the bootstrap servers in the file (None: its cluster's).
+            kafka: more ``[kafka]`` settings (``id_prefix``, ``commit_turn``).
+            partitions: ``spark.sql.shuffle.partitions`` (None: Spark's default).
+            pipeline: what :meth:`pipeline` takes.
+        """
+        setting = f'"spark.sql.shuffle.partitions" = "{partitions}"'
+        header = COMAP_HEADER.format(
+            servers=servers or self.servers,
+            kafka_settings=_settings(kafka or {}),
+            spark_conf="" if partitions is None else f"conf = {{ {setting} }}\n",
+        )
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(header + self.pipeline(**pipeline))
+        return self.path
+
+    def file(self, **settings: Any) -> PipelineFile:
+        """Its one-pipeline file, written (:meth:`write` takes ``settings``) and loaded."""
+        return load_pipeline_file(self.write(**settings))
+
+
+def fresh_tweet_views(
+    servers: str,
+    fresh: Callable[[str], str],
+    folder: Path,
+    stem: str = "views",
+    *,
+    partitions: int = 1,
+    create: bool = True,
+) -> TweetViews:
+    """The tweet-views pipeline named ``fresh(stem)``, on topics named ``fresh("users")``,
+    ``fresh("tweets")`` and ``fresh("views")``, its dead letters to ``NAME.dlq``, its files in
+    ``folder``.
+
+    ``create``: create its two input topics, with ``partitions`` partitions each (the output
+    topics are created by the pipeline's start, as in production).
+    """
+    name = fresh(stem)
+    views = TweetViews(
+        servers,
+        folder,
+        name=name,
+        users=fresh("users"),
+        tweets=fresh("tweets"),
+        output=fresh("views"),
+        dead_letters=f"{name}.dlq",
+    )
+    if create:
+        for topic in (views.users, views.tweets):
+            create_topic(views.conf, topic, partitions)
+    return views
 
 
 def on_topics(

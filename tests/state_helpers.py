@@ -1,9 +1,8 @@
-"""Helpers for the tests of the state commands: a pipeline file on disk, the CLI in-process."""
+"""Helpers for the tests of the state commands: a pipeline on disk, the CLI in-process."""
 
 from __future__ import annotations
 
 import io
-import json
 import sys
 import uuid
 from dataclasses import dataclass
@@ -24,119 +23,11 @@ from tests.kafka_helpers import (
     USERS,
     VIEWS,
     In,
-    client_conf,
-    create_topic,
+    fresh_tweet_views,
     produce,
     read_topic,
 )
 from tests.kafka_helpers import run_pipeline as run_query
-
-COMAP = """\
-[kafka]
-bootstrap_servers = "{servers}"
-{kafka_settings}
-[spark]
-master = "local[2]"
-{spark_conf}
-"""
-
-COMAP_PIPELINE = """\
-[[pipeline]]
-name = "{name}"
-joiner = "comap"
-checkpoint = "{checkpoint}"
-dead_letter_topic = "{dead_letters}"
-state_buckets = {buckets}
-{settings}
-
-[pipeline.inputs.one]
-topic = "{users}"
-schema = "{schemas}/user.avsc"
-key = "id"
-field = "author"
-
-[pipeline.inputs.many]
-topic = "{tweets}"
-schema = "{schemas}/tweet.avsc"
-key = "author_id"
-field = "tweet"
-
-[pipeline.output]
-topic = "{output}"
-schema = "{schemas}/tweet_view.avsc"
-
-[pipeline.options]
-many_id = "id"
-"""
-
-
-def comap_toml(
-    path: Path,
-    servers: str,
-    *,
-    name: str,
-    users: str,
-    tweets: str,
-    output: str,
-    checkpoint: Path,
-    buckets: int = 32,
-    partitions: int | None = None,
-    settings: dict[str, int | str] | None = None,
-    id_prefix: str | None = None,
-) -> Path:
-    """Write the tweet-views ``comap`` pipeline on the given topics to ``path``; return it.
-
-    ``settings``: more of the pipeline's numeric settings (``max_records_per_batch``, ...);
-    ``id_prefix``: ``[kafka] id_prefix`` (None: left out, the default).
-    """
-    setting = f'"spark.sql.shuffle.partitions" = "{partitions}"'
-    conf = "" if partitions is None else f"conf = {{ {setting} }}\n"
-    header = COMAP.format(
-        servers=servers,
-        kafka_settings="" if id_prefix is None else f'id_prefix = "{id_prefix}"\n',
-        spark_conf=conf,
-    )
-    pipeline = comap_pipeline(
-        name=name,
-        users=users,
-        tweets=tweets,
-        output=output,
-        checkpoint=checkpoint,
-        buckets=buckets,
-        settings=settings,
-    )
-    path.write_text(header + pipeline)
-    return path
-
-
-def comap_pipeline(
-    *,
-    name: str,
-    users: str,
-    tweets: str,
-    output: str,
-    checkpoint: Path,
-    dead_letters: str | None = None,
-    buckets: int = 32,
-    settings: dict[str, int | str] | None = None,
-) -> str:
-    """The ``[[pipeline]]`` tables of the tweet-views ``comap`` pipeline on the given topics.
-
-    ``dead_letters``: its dead-letter topic (None: ``NAME.dlq``); ``settings``: more of the
-    pipeline's settings (``max_records_per_batch = 5``, ``on_missing_offsets = "fail"``).
-    """
-    more = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (settings or {}).items())
-    return COMAP_PIPELINE.format(
-        name=name,
-        checkpoint=checkpoint,
-        dead_letters=dead_letters or f"{name}.dlq",
-        buckets=buckets,
-        settings=more,
-        users=users,
-        tweets=tweets,
-        output=output,
-        schemas=SCHEMAS,
-    )
 
 
 @dataclass(frozen=True)
@@ -209,31 +100,22 @@ class Tweets:
     def __init__(
         self, broker: EmbeddedBroker, folder: Path, *, stem: str | None = None, **file: Any
     ) -> None:
-        """Topics named after ``stem`` (a fresh one if None), the file's ``file`` settings."""
-        self.conf = client_conf(broker.bootstrap_servers)
+        """Topics named after ``stem`` (a fresh one if None), with two partitions each; the
+        file written with ``file`` (what :meth:`TweetViews.write` takes)."""
         stem = stem or uuid.uuid4().hex[:8]
-        self.users, self.tweets = f"users-{stem}", f"tweets-{stem}"
-        self.output = f"views-{stem}"
-        for topic in (self.users, self.tweets):
-            create_topic(self.conf, topic, 2)
-        self.checkpoint = folder / "checkpoint"
-        self.servers = broker.bootstrap_servers
-        self.path = folder / "pipeline.toml"
-        self.name = f"views-{stem}"
+        self.setup = fresh_tweet_views(
+            broker.bootstrap_servers, lambda name: f"{name}-{stem}", folder, partitions=2
+        )
+        self.conf, self.name = self.setup.conf, self.setup.name
+        self.users, self.tweets = self.setup.users, self.setup.tweets
+        self.output = self.setup.output
+        self.checkpoint, self.path = self.setup.checkpoint, self.setup.path
         self.write(**file)
         self.records: dict[str, list[dict[str, Any]]] = {"one": [], "many": []}
 
     def write(self, **file: Any) -> None:
-        comap_toml(
-            self.path,
-            self.servers,
-            name=self.name,
-            users=self.users,
-            tweets=self.tweets,
-            output=self.output,
-            checkpoint=self.checkpoint,
-            **file,
-        )
+        """Write the pipeline file again, with ``file``'s settings."""
+        self.setup.write(**file)
 
     def produce(
         self, users: list[dict[str, Any]] | None = None, tweets: list[dict[str, Any]] | None = None

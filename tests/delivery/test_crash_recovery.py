@@ -33,8 +33,8 @@ from daemon.broker import EmbeddedBroker
 from daemon.checkpoint.batch_logs import batches
 from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, metadata_file
 from daemon.verify.child import descendants
-from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic
-from tests.state_helpers import TWEETS, USERS, VIEWS, comap_toml
+from tests.kafka_helpers import In, fresh_tweet_views, produce, read_topic
+from tests.state_helpers import TWEETS, USERS, VIEWS
 
 AUTHORS = 10
 BATCH = 50  # records per micro-batch: small, so a run is a train of short batches
@@ -68,25 +68,13 @@ class Scenario:
     """Topics, a pipeline file and the `daemon run` processes of one test."""
 
     def __init__(self, broker: EmbeddedBroker, fresh_topic: Callable[[str], str], folder: Path):
-        self.conf = client_conf(broker.bootstrap_servers)
-        self.tweet_topic, self.output = fresh_topic("tweets"), fresh_topic("views")
-        user_topic = fresh_topic("users")
-        self.name = name = fresh_topic("crash")
-        for topic in (user_topic, self.tweet_topic):
-            create_topic(self.conf, topic, 2)
+        servers = broker.bootstrap_servers
+        views = fresh_tweet_views(servers, fresh_topic, folder, "crash", partitions=2)
+        self.conf, self.name, self.checkpoint = views.conf, views.name, views.checkpoint
+        self.tweet_topic, self.output = views.tweets, views.output
         self.folder = folder
-        self.path = folder / "pipeline.toml"
-        comap_toml(
-            self.path,
-            broker.bootstrap_servers,
-            name=name,
-            users=user_topic,
-            tweets=self.tweet_topic,
-            output=self.output,
-            checkpoint=folder / "checkpoint",
-            settings={"max_records_per_batch": BATCH},
-        )
-        produce(self.conf, user_topic, users())
+        self.path = views.write(max_records_per_batch=BATCH)
+        produce(self.conf, views.users, users())
         self.runs = 0
         self.started: list[subprocess.Popen[bytes]] = []
 
@@ -179,7 +167,7 @@ class Scenario:
         """
         from confluent_kafka import Consumer, TopicPartition
 
-        checkpoint = self.folder / "checkpoint"
+        checkpoint = self.checkpoint
         query_id = json.loads(metadata_file(checkpoint).read_text())["id"]
         markers = []
         for task in range(2):  # spark.sql.shuffle.partitions: one write task each
@@ -197,7 +185,7 @@ class Scenario:
 
     def last(self, log: str) -> int:
         """The last batch in the checkpoint's ``offsets`` or ``commits`` log; -1: none."""
-        return max(batches(self.folder / "checkpoint", log), default=-1)
+        return max(batches(self.checkpoint, log), default=-1)
 
     def wait_for_planning(self, process: subprocess.Popen[bytes], after: int) -> None:
         """Return as soon as Spark has planned a batch after batch ``after``.

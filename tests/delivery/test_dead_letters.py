@@ -7,18 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
-from tests.kafka_helpers import (
-    SCHEMAS,
-    In,
-    client_conf,
-    comap_file,
-    create_topic,
-    produce,
-    read_topic,
-    run_pipeline,
-)
+from tests.kafka_helpers import SCHEMAS, In, TweetViews, produce, read_topic, run_pipeline
 
 HEADERS = {
     "enrichd.source.topic",
@@ -41,22 +31,12 @@ def loose_tweet_schema(folder: Path) -> Path:
 
 
 def test_poison_records_reach_the_dead_letter_topic_and_good_ones_join(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    spark: Any, tweet_views: Callable[..., TweetViews], tmp_path: Path
 ) -> None:
-    conf = client_conf(broker.bootstrap_servers)
-    users, tweets = fresh_topic("users"), fresh_topic("tweets")
-    output, dlq = fresh_topic("views"), fresh_topic("views.dlq")
-    create_topic(conf, users, 1)
-    create_topic(conf, tweets, 1)
-    file = comap_file(
-        tmp_path,
-        broker.bootstrap_servers,
-        name=fresh_topic("dlq"),
-        users=users,
-        tweets=tweets,
-        output=output,
-        dead_letters=dlq,
-    )
+    setup = tweet_views("dlq")
+    conf, users, tweets = setup.conf, setup.users, setup.tweets
+    output, dlq = setup.output, setup.dead_letters
+    file = setup.file()
     loose_path = loose_tweet_schema(tmp_path)
     pipe = file.pipeline[0]
     many = pipe.inputs["many"].model_copy(update={"schema_file": loose_path})

@@ -7,6 +7,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ from daemon.model.config import PipelineFile
 from tests.kafka_helpers import (
     SCHEMAS,
     In,
+    TweetViews,
     client_conf,
-    comap_file,
     create_topic,
     produce,
     read_topic,
@@ -62,24 +63,12 @@ def view_counts(conf: dict[str, str], topic: str) -> Counter[int]:
 
 
 def _setup(
-    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path, **pipeline: Any
+    tweet_views: Callable[..., TweetViews], **pipeline: Any
 ) -> tuple[dict[str, str], PipelineFile, str, str]:
-    conf = client_conf(broker.bootstrap_servers)
-    user_topic, tweet_topic, output = fresh_topic("users"), fresh_topic("tweets"), fresh_topic("v")
-    create_topic(conf, user_topic, 2)
-    create_topic(conf, tweet_topic, 2)
-    file = comap_file(
-        tmp_path,
-        broker.bootstrap_servers,
-        name=fresh_topic("sink"),
-        users=user_topic,
-        tweets=tweet_topic,
-        output=output,
-        dead_letters=fresh_topic("dlq"),
-        **pipeline,
-    )
-    produce(conf, user_topic, users(1, 2))
-    return conf, file, tweet_topic, output
+    setup = tweet_views("sink", partitions=2)
+    file = setup.file(**pipeline)
+    produce(setup.conf, setup.users, users(1, 2))
+    return setup.conf, file, setup.tweets, setup.output
 
 
 def forget_from(checkpoint: Path, batch: int) -> None:
@@ -94,7 +83,7 @@ def forget_from(checkpoint: Path, batch: int) -> None:
 
 
 def test_restarts_from_the_checkpoint_write_each_output_once(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    spark: Any, tweet_views: Callable[..., TweetViews]
 ) -> None:
     """What this proves, on Tansu: (1) a query stopped and started again on the same
     checkpoint resumes at the offsets Spark stored there, so no input record is joined twice
@@ -110,7 +99,7 @@ def test_restarts_from_the_checkpoint_write_each_output_once(
     from ``read_committed`` readers (Tansu may not filter them; these runs abort nothing, so
     any duplicate written would show up in the counts above).
     """
-    conf, file, tweet_topic, output = _setup(broker, fresh_topic, tmp_path)
+    conf, file, tweet_topic, output = _setup(tweet_views)
     checkpoint = file.pipeline[0].checkpoint
 
     produce(conf, tweet_topic, tweets(range(100, 106)))
@@ -150,10 +139,10 @@ def planned_offsets(checkpoint: Path, batches: list[int]) -> dict[int, str]:
 
 
 def test_at_least_once_delivery_writes_every_output(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    spark: Any, tweet_views: Callable[..., TweetViews]
 ) -> None:
     conf, file, tweet_topic, output = _setup(
-        broker, fresh_topic, tmp_path, delivery="at_least_once", max_records_per_batch=5
+        tweet_views, delivery="at_least_once", max_records_per_batch=5
     )
     produce(conf, tweet_topic, tweets(range(200, 212)))
     batches = run_pipeline(spark, file)
@@ -162,11 +151,11 @@ def test_at_least_once_delivery_writes_every_output(
 
 
 def test_a_fresh_checkpoint_writes_its_outputs_again(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    spark: Any, tweet_views: Callable[..., TweetViews], tmp_path: Path
 ) -> None:
     """Deleting the checkpoint reprocesses the inputs from the start: the new query's batch
     ids start at 0 again, and the sink must not take them for the old query's batches."""
-    conf, file, tweet_topic, output = _setup(broker, fresh_topic, tmp_path)
+    conf, file, tweet_topic, output = _setup(tweet_views)
     produce(conf, tweet_topic, tweets(range(300, 304)))
     run_pipeline(spark, file)
     assert view_counts(conf, output) == dict.fromkeys(range(300, 304), 1)
@@ -321,7 +310,7 @@ the test would wait for as long as the test holds it."""
 
 
 def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
-    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+    broker: EmbeddedBroker, tweet_views: Callable[..., TweetViews]
 ) -> None:
     """A plan asks the cluster for its id: the embedded broker's takes the turn, any other
     cluster's (here a Tansu with its own id) does not, and ``[kafka] commit_turn`` forces
@@ -339,25 +328,18 @@ def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
     port = free_port()
     tansu = start_tansu(port, port, cluster_id="tansu_cluster")
     other = f"127.0.0.1:{port}"
-    topic, user_topic, tweet_topic = fresh_topic("unturned"), fresh_topic("u"), fresh_topic("t")
+    setup = tweet_views("unturned", create=False)
+    setup = replace(setup, output=setup.name)  # one topic, named as the pipeline
+    topic = setup.name
 
     def planned(servers: str, **kafka: Any) -> OutputSpec:
-        file = comap_file(
-            tmp_path,
-            servers,
-            name=topic,
-            users=user_topic,
-            tweets=tweet_topic,
-            output=topic,
-            dead_letters=fresh_topic("dlq"),
-            kafka=kafka,
-        )
+        file = setup.file(servers=servers, kafka=kafka)
         return plan_pipeline(file, file.pipeline[0], client_conf(servers)).output
 
     try:
         for servers in (broker.bootstrap_servers, other):
-            create_topic(client_conf(servers), user_topic)
-            create_topic(client_conf(servers), tweet_topic)
+            create_topic(client_conf(servers), setup.users)
+            create_topic(client_conf(servers), setup.tweets)
         assert planned(broker.bootstrap_servers).commit_turn is True
         assert planned(other).commit_turn is False
         assert planned(other, commit_turn=True).commit_turn is True
@@ -404,7 +386,7 @@ says so, and writes and commits when told."""
 
 
 def test_two_environments_of_one_pipeline_write_side_by_side_without_fencing(
-    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+    tweet_views: Callable[..., TweetViews], fresh_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
     """Staging and production of one pipeline (one name, one input, outputs of their own),
     each planned from its own file: task 0 of each opens its transaction of the same
@@ -420,22 +402,17 @@ def test_two_environments_of_one_pipeline_write_side_by_side_without_fencing(
     from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
     from tests.kafka_helpers import groups_starting
 
-    conf = client_conf(broker.bootstrap_servers)
-    name, user_topic, tweet_topic = fresh_topic("views"), fresh_topic("users"), fresh_topic("t")
-    create_topic(conf, user_topic)
-    create_topic(conf, tweet_topic)
+    pipeline = tweet_views("views")  # one name, one input; outputs and files of each's own
+    conf, name = pipeline.conf, pipeline.name
 
     def planned(env: str, prefix: str) -> OutputSpec:
-        file = comap_file(
-            tmp_path / env,
-            broker.bootstrap_servers,
-            name=name,
-            users=user_topic,
-            tweets=tweet_topic,
+        own = replace(
+            pipeline,
+            folder=tmp_path / env,
             output=fresh_topic(f"{env}-views"),
             dead_letters=fresh_topic(f"{env}-dlq"),
-            kafka={"id_prefix": prefix},
         )
+        file = own.file(kafka={"id_prefix": prefix})
         return plan_pipeline(file, file.pipeline[0], conf).output
 
     def side_by_side(staging: OutputSpec, production: OutputSpec) -> subprocess.Popen[str]:

@@ -15,7 +15,15 @@ from daemon.model.record_route import bucket_of
 from daemon.model.wire import DEAD_LETTER_ROUTE, unpack
 from daemon.service.observability import parse_offsets
 from daemon.source.spec import SourceInput, SourceSpec
-from tests.kafka_helpers import SCHEMAS, In, client_conf, create_topic, process_all, produce
+from tests.kafka_helpers import (
+    SCHEMAS,
+    In,
+    TweetViews,
+    client_conf,
+    create_topic,
+    process_all,
+    produce,
+)
 
 USER = load_schema_file(SCHEMAS / "user.avsc")
 
@@ -248,24 +256,15 @@ def test_unknown_topic_fails_the_query_naming_it(
 
 
 def test_missing_input_topic_at_start_up_is_a_one_line_error_naming_it(
-    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], tmp_path: Path
+    tweet_views: Callable[..., TweetViews],
 ) -> None:
     from daemon.errors import KafkaUnavailableError
     from daemon.pipeline.plan import plan_pipeline
-    from tests.kafka_helpers import comap_file
 
-    conf = client_conf(broker.bootstrap_servers)
-    users, tweets = fresh_topic("users"), fresh_topic("tweets-missing")
-    create_topic(conf, users, 1)
-    file = comap_file(
-        tmp_path,
-        broker.bootstrap_servers,
-        name=fresh_topic("missing"),
-        users=users,
-        tweets=tweets,
-        output=fresh_topic("views"),
-        dead_letters=fresh_topic("dlq"),
-    )
+    views = tweet_views("missing", create=False)
+    conf, users, tweets = views.conf, views.users, views.tweets
+    create_topic(conf, users, 1)  # the tweets' topic is missing
+    file = views.file()
     with pytest.raises(KafkaUnavailableError) as caught:
         plan_pipeline(file, file.pipeline[0], conf)
     message = str(caught.value)

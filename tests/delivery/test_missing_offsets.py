@@ -34,9 +34,7 @@ from tests.committed_read import committed
 from tests.kafka_helpers import (
     VIEWS,
     In,
-    client_conf,
-    comap_file,
-    create_topic,
+    TweetViews,
     produce,
     read_topic,
     recreate_topic,
@@ -53,23 +51,11 @@ def tweets(ids: range) -> list[In]:
 
 
 def test_topics_recreated_under_a_stopped_pipeline_are_read_from_their_earliest(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    spark: Any, tweet_views: Callable[..., TweetViews]
 ) -> None:
-    conf = client_conf(broker.bootstrap_servers)
-    users, tweet_topic = fresh_topic("users"), fresh_topic("tweets")
-    output = fresh_topic("views")
-    for topic in (users, tweet_topic):
-        create_topic(conf, topic, 1)
-    file = comap_file(
-        tmp_path,
-        broker.bootstrap_servers,
-        name=fresh_topic("missing"),
-        users=users,
-        tweets=tweet_topic,
-        output=output,
-        dead_letters=fresh_topic("views.dlq"),
-        on_missing_offsets="earliest",
-    )
+    setup = tweet_views("missing")
+    conf, users, tweet_topic, output = setup.conf, setup.users, setup.tweets, setup.output
+    file = setup.file(on_missing_offsets="earliest")
     produce(conf, users, [user(1, "ada", 1_000), user(2, "grace", 1_001)])
     produce(conf, tweet_topic, tweets(range(10)))
     run_pipeline(spark, file)  # it has read users 0-1 and tweets 0-9: it needs 2 and 10 next
@@ -93,28 +79,17 @@ def test_topics_recreated_under_a_stopped_pipeline_are_read_from_their_earliest(
 
 
 def test_records_removed_under_a_stopped_pipeline_stop_it_or_are_skipped_to_the_earliest(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    broker: EmbeddedBroker, spark: Any, tweet_views: Callable[..., TweetViews], tmp_path: Path
 ) -> None:
-    conf = client_conf(broker.bootstrap_servers)
-    name, users, tweet_topic = fresh_topic("removed"), fresh_topic("users"), fresh_topic("tweets")
-    output = fresh_topic("views")
-    for topic in (users, tweet_topic):
-        create_topic(conf, topic, 1)
+    setup = tweet_views("removed")
+    conf, name, users, tweet_topic = setup.conf, setup.name, setup.users, setup.tweets
+    output = setup.output
     produce(conf, users, [user(1, "ada", 1_000), user(2, "grace", 1_001)])
     produce(conf, tweet_topic, tweets(range(10)))
     with removing(broker) as proxy:
 
         def pipeline(policy: str) -> Any:
-            return comap_file(
-                tmp_path,
-                proxy.bootstrap_servers,
-                name=name,
-                users=users,
-                tweets=tweet_topic,
-                output=output,
-                dead_letters=fresh_topic("views.dlq"),
-                on_missing_offsets=policy,
-            )
+            return setup.file(servers=proxy.bootstrap_servers, on_missing_offsets=policy)
 
         run_pipeline(spark, pipeline("fail"))  # it has read tweets 0-9: it needs 10 next
 

@@ -17,16 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.kafka_helpers import (
-    In,
-    client_conf,
-    comap_file,
-    create_topic,
-    produce,
-    read_topic,
-    recreate_topic,
-    run_pipeline,
-)
+from tests.kafka_helpers import In, TweetViews, produce, read_topic, recreate_topic, run_pipeline
 from tests.state_helpers import TWEETS, USERS, VIEWS
 
 AUTHORS = 40
@@ -51,7 +42,7 @@ def _tweets(first_id: int, at: int) -> list[In]:
 
 
 def test_buckets_cached_after_the_state_the_store_goes_back_to_are_loaded_again(
-    broker: Any, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    spark: Any, tweet_views: Callable[..., TweetViews], tmp_path: Path
 ) -> None:
     """A bucket cached against a newer state than the store's would show in a fan-out.
 
@@ -64,20 +55,9 @@ def test_buckets_cached_after_the_state_the_store_goes_back_to_are_loaded_again(
     output is held back as written already (the exactly-once markers of the batches run before
     the copy was put back would do that).
     """
-    conf = client_conf(broker.bootstrap_servers)
-    users, tweets = fresh_topic("users"), fresh_topic("tweets")
-    for topic in (users, tweets):
-        create_topic(conf, topic)
-    checkpoint = tmp_path / "checkpoint"
-    file = comap_file(
-        tmp_path,
-        broker.bootstrap_servers,
-        name="cached-state",
-        users=users,
-        tweets=tweets,
-        output=fresh_topic("views"),
-        dead_letters=fresh_topic("dlq"),
-        checkpoint=checkpoint,
+    setup = tweet_views("cached-state")
+    conf, users, tweets, checkpoint = setup.conf, setup.users, setup.tweets, setup.checkpoint
+    file = setup.file(
         delivery="at_least_once",
         max_records_per_batch=AUTHORS // 2,  # a few batches a step: both workers cache buckets
     )

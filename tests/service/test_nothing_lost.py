@@ -21,7 +21,7 @@ from __future__ import annotations
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,11 @@ from daemon.model.constants import DEFAULT_STATE_BUCKETS
 from tests.committed_read import committed
 from tests.daemon_process import DaemonProcess
 from tests.kafka_helpers import (
+    COMAP_HEADER,
     VIEWS,
+    TweetViews,
     client_conf,
-    create_topic,
+    fresh_tweet_views,
     produce,
     read_topic,
     recreate_topic,
@@ -44,54 +46,38 @@ from tests.kafka_helpers import (
     user,
 )
 from tests.refusing_proxy import RefusingProxy, refusing
-from tests.state_helpers import comap_pipeline
 
 REFUSED = "refused by the broker"
 """The content of the tweet whose view the proxy refuses: its bytes mark the record batch."""
 
 
 @dataclass(frozen=True)
-class Comap:
-    """One tweet-views pipeline on topics of its own."""
+class Comap(TweetViews):
+    """One tweet-views pipeline on topics of its own, and its ``on_missing_offsets``."""
 
-    name: str
-    users: str
-    tweets: str
-    views: str
-    dead_letters: str
-    checkpoint: Path
     policy: str
 
     @classmethod
-    def make(cls, fresh: Callable[[str], str], folder: Path, stem: str, policy: str) -> Comap:
-        name = fresh(stem)
-        return cls(
-            name,
-            fresh("users"),
-            fresh("tweets"),
-            fresh("views"),
-            fresh("dlq"),
-            folder / name,
-            policy,
-        )
+    def make(
+        cls,
+        broker: EmbeddedBroker,
+        fresh: Callable[[str], str],
+        folder: Path,
+        stem: str,
+        policy: str,
+    ) -> Comap:
+        """The pipeline ``fresh(stem)``, its topics created, its checkpoint in ``folder/stem``."""
+        views = fresh_tweet_views(broker.bootstrap_servers, fresh, folder / stem, stem)
+        return cls(**asdict(views), policy=policy)
 
     def toml(self) -> str:
-        return "\n" + comap_pipeline(
-            name=self.name,
-            users=self.users,
-            tweets=self.tweets,
-            output=self.views,
-            checkpoint=self.checkpoint,
-            dead_letters=self.dead_letters,
-            buckets=DEFAULT_STATE_BUCKETS,
-            settings={"on_missing_offsets": self.policy},
-        )
+        return "\n" + self.pipeline(buckets=DEFAULT_STATE_BUCKETS, on_missing_offsets=self.policy)
 
     def views_by_id(self, conf: dict[str, str]) -> dict[int, dict[str, Any]]:
         """The latest view of each tweet."""
         return {
             view["id"]: view
-            for view in (VIEWS.decode(r.value or b"") for r in read_topic(conf, self.views))
+            for view in (VIEWS.decode(r.value or b"") for r in read_topic(conf, self.output))
         }
 
 
@@ -110,20 +96,15 @@ def test_daemon_run_dead_letters_what_it_cannot_write_and_says_what_it_cannot_re
     tmp_path: Path,
 ) -> None:
     conf = client_conf(broker.bootstrap_servers)
-    oversize = Comap.make(fresh_topic, tmp_path, "oversize", "fail")
-    lost = Comap.make(fresh_topic, tmp_path, "lost", "fail")
-    reads_on = Comap.make(fresh_topic, tmp_path, "reads-on", "latest")
-    proxy.prefix = oversize.views
+    oversize = Comap.make(broker, fresh_topic, tmp_path, "oversize", "fail")
+    lost = Comap.make(broker, fresh_topic, tmp_path, "lost", "fail")
+    reads_on = Comap.make(broker, fresh_topic, tmp_path, "reads-on", "latest")
+    proxy.prefix = oversize.output
     path = tmp_path / "pipelines.toml"
+    header = COMAP_HEADER.format(servers=proxy.bootstrap_servers, kafka_settings="", spark_conf="")
     path.write_text(
-        f'[kafka]\nbootstrap_servers = "{proxy.bootstrap_servers}"\n\n'
-        '[spark]\nmaster = "local[2]"\n'
-        + "".join(pipe.toml() for pipe in (oversize, lost, reads_on)),
-        encoding="utf-8",
+        header + "".join(pipe.toml() for pipe in (oversize, lost, reads_on)), encoding="utf-8"
     )
-    for pipe in (oversize, lost, reads_on):
-        create_topic(conf, pipe.users, 1)
-        create_topic(conf, pipe.tweets, 1)
     file = load_pipeline_file(path)
     # These two run in the test's Spark first, straight to the broker: only the daemon
     # goes through the proxy.
@@ -183,7 +164,7 @@ def test_daemon_run_dead_letters_what_it_cannot_write_and_says_what_it_cannot_re
 
         assert proxy.refused >= 1  # the broker's refusal did happen
         # Exactly once, by what committed (the test broker shows aborted records too).
-        views = committed(conf, oversize.views, VIEWS)
+        views = committed(conf, oversize.output, VIEWS)
         assert sorted(view.value["id"] for view in views) == [11, 12, 13]
         letters = {
             letter.headers["enrichd.source.offset"]: letter.headers
@@ -195,11 +176,11 @@ def test_daemon_run_dead_letters_what_it_cannot_write_and_says_what_it_cannot_re
             assert headers["enrichd.source.topic"] == oversize.tweets
         client_refused, broker_refused = letters["0"], letters["3"]
         reason = client_refused["enrichd.error.message"]
-        assert reason.startswith(f"MSG_SIZE_TOO_LARGE: topic '{oversize.views}' refused"), reason
+        assert reason.startswith(f"MSG_SIZE_TOO_LARGE: topic '{oversize.output}' refused"), reason
         assert reason.endswith("the client's message.max.bytes is 1000000)"), reason
         assert int(client_refused["enrichd.error.cut"]) > 1_200_000
         reason = broker_refused["enrichd.error.message"]
-        assert reason.startswith(f"MSG_SIZE_TOO_LARGE: topic '{oversize.views}' refused"), reason
+        assert reason.startswith(f"MSG_SIZE_TOO_LARGE: topic '{oversize.output}' refused"), reason
         assert reason.endswith("the broker answered: Broker: Message size too large)"), reason
         rejected = {"pipeline": oversize.name, "reason": "OutputRejected"}
         assert service.metric("enrichd_dead_letters_total", **rejected) == 2

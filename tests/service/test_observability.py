@@ -271,7 +271,7 @@ def test_a_second_daemon_on_the_same_checkpoint_is_refused(service: Service) -> 
         timeout=120,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
-    checkpoint = service.run.folder / "checkpoint"
+    checkpoint = service.run.checkpoint
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"error: pipeline {service.run.name!r}: checkpoint {checkpoint} is in use by another "
@@ -289,7 +289,7 @@ def test_state_reads_the_running_daemons_checkpoint_and_reset_and_rescale_refuse
     with one line while the daemon holds the checkpoint, and change nothing."""
     from tests.state_helpers import daemon, listing, one_error_line
 
-    path, checkpoint = str(service.run.path), service.run.folder / "checkpoint"
+    path, checkpoint = str(service.run.path), service.run.checkpoint
     before = listing(log_folder(checkpoint, COMMIT_LOG))
     done = daemon(capsys, "state", path, "--key", "1")
     assert done.code == 0, done.err

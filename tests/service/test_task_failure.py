@@ -36,7 +36,7 @@ from daemon.model.config import ServiceConfig
 from daemon.plugin.host import Plugin, registry
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, JoinerContext
 from daemon.service.logs import JsonFormatter
-from tests.kafka_helpers import In, client_conf, comap_file, create_topic, produce, read_topic
+from tests.kafka_helpers import In, TweetViews, produce, read_topic
 from tests.state_helpers import TWEETS, USERS, VIEWS
 
 FAILURE = "TypeError: cannot pickle 'generator' object"
@@ -90,16 +90,9 @@ def test_replay_ends_with_one_line_naming_pipeline_joiner_and_exception(
     users, tweets = tmp_path / "users.jsonl", tmp_path / "tweets.jsonl"
     users.write_text(line(1, {"id": 1, "name": "ada", "avatar": None, "updated_at": 1}, 1))
     tweets.write_text(line(10, {"id": 10, "author_id": 1, "content": "leak"}, 2))
-    file = comap_file(
-        tmp_path,
-        broker.bootstrap_servers,
-        name="leaky",
-        users="users",
-        tweets="tweets",
-        output="views",
-        dead_letters="views.dlq",
-        joiner=Leaky.name,
-    )
+    # Replay makes topics of its own: these names are the file's alone.
+    names = {"users": "users", "tweets": "tweets", "output": "views", "dead_letters": "views.dlq"}
+    file = TweetViews(broker.bootstrap_servers, tmp_path, "leaky", **names).file(joiner=Leaky.name)
     with pytest.raises(PipelineFailedError) as failed:
         replay(file, {"one": users, "many": tweets}, bootstrap_servers=broker.bootstrap_servers)
     assert (
@@ -154,31 +147,20 @@ def wait_until(
 
 
 def test_a_batch_failing_the_same_way_is_stuck_until_it_goes_through(
-    broker: EmbeddedBroker, spark: Any, tmp_path: Path, fresh_topic: Any, leaky: Path
+    broker: EmbeddedBroker, spark: Any, tweet_views: Callable[..., TweetViews], leaky: Path
 ) -> None:
     from daemon.service.supervisor import restart_delay, run_service
 
-    conf = client_conf(broker.bootstrap_servers)
-    users, tweets, views = fresh_topic("users"), fresh_topic("tweets"), fresh_topic("views")
-    for topic in (users, tweets):
-        create_topic(conf, topic)
+    setup = tweet_views("stuck")
+    conf, users, tweets = setup.conf, setup.users, setup.tweets
+    views, name = setup.output, setup.name
     produce(
         conf,
         users,
         [In(USERS.encode({"id": 1, "name": "ada", "avatar": None, "updated_at": 1}), b"1")],
     )
     produce(conf, tweets, [In(TWEETS.encode({"id": 10, "author_id": 1, "content": "leak"}), b"10")])
-    name = fresh_topic("stuck")
-    file = comap_file(
-        tmp_path,
-        broker.bootstrap_servers,
-        name=name,
-        users=users,
-        tweets=tweets,
-        output=views,
-        dead_letters=f"{views}.dlq",
-        joiner=Leaky.name,
-    )
+    file = setup.file(joiner=Leaky.name)
     file = file.model_copy(update={"service": ServiceConfig(stuck_after_failures=2)})
     url = f"http://127.0.0.1:{free_port()}"
     logs, logger = JsonLines(), logging.getLogger("enrichd")

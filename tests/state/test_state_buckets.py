@@ -4,22 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import DEFAULT_STATE_BUCKETS
 from daemon.model.record_route import bucket_labels, bucket_of
 from tests.kafka_helpers import (
     SCHEMAS,
     In,
+    TweetViews,
     await_committed,
-    client_conf,
-    comap_file,
-    create_topic,
     process_all,
     produce,
     read_topic,
@@ -59,7 +55,7 @@ def test_sparks_shuffle_gives_each_partition_as_many_buckets(
 
 
 def test_a_pipeline_keeps_its_keys_in_as_many_buckets_as_it_sets(
-    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+    spark: Any, tweet_views: Callable[..., TweetViews]
 ) -> None:
     """With ``state_buckets = 2`` the state operator holds at most 2 bucket values, their 2
     stamps (``[state] cache``, on by default) and 2 stash chunks for 10 authors' tweets of
@@ -71,20 +67,9 @@ def test_a_pipeline_keeps_its_keys_in_as_many_buckets_as_it_sets(
     users_codec = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
     tweets_codec = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))
     views_codec = AvroCodec(load_schema_file(SCHEMAS / "tweet_view.avsc"))
-    conf = client_conf(broker.bootstrap_servers)
-    users, tweets, output = fresh_topic("users"), fresh_topic("tweets"), fresh_topic("views")
-    create_topic(conf, users, 2)
-    create_topic(conf, tweets, 2)
-    file = comap_file(
-        tmp_path,
-        broker.bootstrap_servers,
-        name=fresh_topic("buckets"),
-        users=users,
-        tweets=tweets,
-        output=output,
-        dead_letters=fresh_topic("dlq"),
-        state_buckets=2,
-    )
+    setup = tweet_views("buckets", partitions=2)
+    conf, users, tweets, output = setup.conf, setup.users, setup.tweets, setup.output
+    file = setup.file(buckets=2)
     authors = range(1, 11)
     produce(
         conf,

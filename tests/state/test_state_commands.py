@@ -156,7 +156,7 @@ def test_reset_to_a_time_reads_exactly_the_records_from_there(
     (the users are in the kept state); reset to the time of user 8 dropping it, the next run
     reads users 8-9 and every tweet, and views only the tweets of users 8 and 9. Each reset
     deletes the marker groups of the checkpoint it replaces ([kafka] id_prefix's)."""
-    tweets = Tweets(broker, tmp_path, id_prefix="reset-env")
+    tweets = Tweets(broker, tmp_path, kafka={"id_prefix": "reset-env"})
     markers = f"reset-env.{tweets.name}.sink."
     tweets.produce(
         users=[user(i, 1000 + i) for i in range(10)],
@@ -222,9 +222,7 @@ def test_rescale_moves_the_state_into_other_buckets_and_partitions(
     The users come in the first of four micro-batches and their tweets in the next three, so
     the buckets hold deltas after their values ([state] deltas) when ``daemon state`` and the
     rescale read them."""
-    tweets = Tweets(
-        broker, tmp_path, buckets=32, partitions=2, settings={"max_records_per_batch": 6}
-    )
+    tweets = Tweets(broker, tmp_path, buckets=32, partitions=2, max_records_per_batch=6)
     tweets.produce(
         users=[user(i, 1000 + i) for i in range(6)],
         tweets=[tweet(t, t % 6, 2000 + t) for t in range(18)],

@@ -87,11 +87,7 @@ def test_settings_the_raw_reader_does_not_speak_say_so(conf: dict[str, str], rea
 def test_a_fetch_v4_response_gives_the_partitions_records_and_offsets() -> None:
     def partition(number: int, records: bytes) -> bytes:
         aborted = struct.pack(">i", 1) + struct.pack(">qq", 9, 40)
-        return (
-            struct.pack(">ihqq", number, 0, 50, 42)
-            + aborted
-            + bytes_(records)
-        )
+        return struct.pack(">ihqq", number, 0, 50, 42) + aborted + bytes_(records)
 
     body = struct.pack(">i", 0) + struct.pack(">i", 1) + string("t")
     body += struct.pack(">i", 2) + partition(0, b"zero") + partition(1, b"one")
