@@ -68,15 +68,9 @@ from daemon.model.keys import key_parts
 from daemon.operator.core import EngineCore, KeyBatch
 from daemon.operator.stash_log import MemoryChunks, StashLog
 from daemon.operator.state_format import STATE, Bucket, dump_portable, load_state
+from daemon.plugin.configured import configure
 from daemon.plugin.host import registry
-from daemon.plugin.joiner import (
-    DeadLetter,
-    Emit,
-    InputRecord,
-    Joiner,
-    JoinerContext,
-    JoinerOptions,
-)
+from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, Joiner, JoinerOptions
 from daemon.replay import ReplayRecord, ReplayResult, arrival_order, key_bytes, replay
 from daemon.source.router import Router
 
@@ -165,20 +159,16 @@ class JoinerHarness:
         }
         if output_schema is not None:
             self.output_codecs[None] = AvroCodec(load_schema_file(output_schema))
-        validated = (
-            options
-            if isinstance(options, JoinerOptions)
-            else joiner_cls.Options.model_validate(dict(options or {}))
-        )
         main = self.output_codecs.get(None)
-        context = JoinerContext(
+        self.joiner = configure(
+            joiner_cls,
+            options,
             pipeline=f"test-{joiner_cls.name}",
-            fields={role: (fields or {}).get(role, role) for role in joiner_cls.roles},
+            fields=fields,
             output_fields=record_fields(main.schema) if main else (),
         )
-        self.context = context
-        self.joiner = joiner_cls(validated, context)
-        self.run = JoinerRun(metrics=context.metrics)
+        self.context = self.joiner.context
+        self.run = JoinerRun(metrics=self.context.metrics)
         self.clock_ms = 0
         """Processing time, in milliseconds since the harness started; moved by :meth:`wait`."""
         self._core = EngineCore(self.joiner, self)
