@@ -23,6 +23,8 @@ list of fields for a composite key, or ``kafka_key`` for the Kafka key.
 - :func:`replay_joiner` runs the same inputs through the real engine (broker, Spark, Avro),
   via :func:`pipeline_file` and :func:`daemon.replay.replay`. The joiner must be installed
   (registered through the ``enrichd`` entry points), since Spark's workers load it by name.
+- :func:`installed` shows a plugin's joiner as enrichd loads it, and :func:`validate` what
+  ``daemon validate`` says of a pipeline file that uses it.
 
 Differences from the engine, on purpose: an exception in ``process`` or ``advance``
 propagates, so a test shows the traceback (the engine dead-letters that key's records as
@@ -68,8 +70,9 @@ from daemon.model.keys import key_parts
 from daemon.operator.core import EngineCore, KeyBatch
 from daemon.operator.stash_log import MemoryChunks, StashLog
 from daemon.operator.state_format import STATE, Bucket, dump_portable, load_state
+from daemon.pipeline.validation import validate_pipeline_file
 from daemon.plugin.configured import configure
-from daemon.plugin.host import registry
+from daemon.plugin.host import RegisteredJoiner, build_registry, registry
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, Joiner, JoinerOptions
 from daemon.replay import ReplayRecord, ReplayResult, arrival_order, key_bytes, replay
 from daemon.source.router import Router
@@ -594,3 +597,23 @@ def replay_joiner(
             path.write_text("".join(json.dumps(dict(line)) + "\n" for line in lines), "utf-8")
             files[role] = path
         return replay(file, files, max_batch=max_batch, bootstrap_servers=bootstrap_servers)
+
+
+def installed(name: str) -> RegisteredJoiner:
+    """The joiner registered as ``name``, loaded afresh as ``daemon plugins list`` loads it.
+
+    Its ``cls`` is the class and its ``plugin`` the entry point (``name``) and the
+    distribution (``distribution``, ``version``) that registered it.
+
+    Raises:
+        daemon.errors.UnknownJoinerError: no installed plugin registers ``name``.
+    """
+    return build_registry().get(name)
+
+
+def validate(path: Path) -> list[str]:
+    """What ``daemon validate --offline`` says of a pipeline file: one line per problem.
+
+    An empty list means the file is valid. No broker or Schema Registry is asked.
+    """
+    return validate_pipeline_file(path, check_registry=False)[1]
