@@ -40,17 +40,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.model.record_route import field_at
-from daemon.plugin.fields import MAIN_OUTPUT, NUMBERS, FieldOf, OutputValue, Written
-from daemon.plugin.joiner import (
+from daemon.plugin import (
     JOINED,
+    MAIN_OUTPUT,
+    NUMBERS,
     RETRACTED,
     DeadLetter,
     Emit,
+    FieldOf,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
+    OutputValue,
+    Written,
+    field_at,
 )
 
 AggregateOp = Literal["count", "sum"]

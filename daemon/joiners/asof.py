@@ -9,17 +9,20 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from daemon.joiners.versions import Kept, Versions, rejoin, too_old
-from daemon.model.durations import DurationMs
-from daemon.plugin.fields import FieldOf, OutputValue, Written
-from daemon.plugin.hookspecs import Register, hookimpl
-from daemon.plugin.joiner import (
+from daemon.plugin import (
     END_OF_TIME,
     DeadLetter,
+    DurationMs,
     Emit,
+    FieldOf,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
+    OutputValue,
+    Register,
+    Written,
+    hookimpl,
 )
 
 RejoinOn = Literal["event_time", "processing_time"]

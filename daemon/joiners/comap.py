@@ -7,18 +7,21 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from daemon.model.durations import DurationMs
-from daemon.plugin.fields import FieldOf, OutputValue, Written
-from daemon.plugin.hookspecs import Register, hookimpl
-from daemon.plugin.joiner import (
+from daemon.plugin import (
     DeadLetter,
+    DurationMs,
     Emit,
+    FieldOf,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
+    OutputValue,
+    Register,
+    Stash,
+    Written,
+    hookimpl,
 )
-from daemon.plugin.stash import Stash
 
 
 class CoMapOptions(JoinerOptions):

@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.errors import ConfigError
 from daemon.joiners.aggregate import (
     RETRACTIONS,
     TOTALS,
@@ -22,18 +21,21 @@ from daemon.joiners.aggregate import (
     totals_value,
 )
 from daemon.joiners.versions import Kept, Versions, rejoin, too_old
-from daemon.model.durations import DurationMs
-from daemon.plugin.fields import OutputValue, Written
-from daemon.plugin.hookspecs import Register, hookimpl
-from daemon.plugin.joiner import (
+from daemon.plugin import (
     END_OF_TIME,
+    ConfigError,
     DeadLetter,
     Downstream,
+    DurationMs,
     Emit,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
+    OutputValue,
+    Register,
+    Written,
+    hookimpl,
 )
 
 LookupMode = Literal["inner", "left"]

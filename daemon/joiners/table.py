@@ -7,15 +7,17 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from daemon.plugin.fields import OutputValue, Written
-from daemon.plugin.hookspecs import Register, hookimpl
-from daemon.plugin.joiner import (
+from daemon.plugin import (
     DeadLetter,
     Emit,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
+    OutputValue,
+    Register,
+    Written,
+    hookimpl,
 )
 
 TableMode = Literal["inner", "left", "outer"]

@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.plugin.joiner import DeadLetter, InputRecord, JoinerContext
+from daemon.plugin import DeadLetter, InputRecord, JoinerContext
 
 
 @dataclass(slots=True)

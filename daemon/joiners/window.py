@@ -8,16 +8,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.model.durations import DurationMs
-from daemon.plugin.fields import OutputValue, Written
-from daemon.plugin.hookspecs import Register, hookimpl
-from daemon.plugin.joiner import (
+from daemon.plugin import (
     DeadLetter,
+    DurationMs,
     Emit,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
+    OutputValue,
+    Register,
+    Written,
+    hookimpl,
 )
 
 WindowMode = Literal["inner", "left", "outer"]

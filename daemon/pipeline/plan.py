@@ -6,8 +6,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from daemon.checkpoint import due_times
 from daemon.checkpoint.layout import downstream
 from daemon.errors import ConfigError, KafkaUnavailableError
@@ -20,6 +18,7 @@ from daemon.kafka.connect import client_conf as client_conf  # where callers loo
 from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
 from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor, OperatorPlan
+from daemon.plugin.configured import pipeline_joiner
 from daemon.plugin.host import registry
 from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
 from daemon.private_paths import private_folder
@@ -62,28 +61,7 @@ class PipelinePlan:
 
 def make_joiner(pipe: PipelineConfig, output_fields: tuple[str, ...] = ()) -> tuple[Joiner, str]:
     """Instantiate the pipeline's joiner with its validated options; also name its plugin."""
-    registered = registry().get(pipe.joiner)
-    cls = registered.cls
-    if not cls.implemented:
-        raise ConfigError(f"pipeline {pipe.name!r}: joiner {cls.name!r} is not implemented yet")
-    roles = set(cls.roles)
-    if set(pipe.inputs) != roles:
-        raise ConfigError(
-            f"pipeline {pipe.name!r}: joiner {cls.name!r} needs inputs {sorted(roles)}, "
-            f"got {sorted(pipe.inputs)}"
-        )
-    try:
-        options = cls.Options.model_validate(pipe.options)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"pipeline {pipe.name!r}: options.{where}: {first['msg']}") from None
-    context = JoinerContext(
-        pipeline=pipe.name,
-        fields={role: pipe.field_of(role) for role in cls.roles},
-        output_fields=output_fields,
-    )
-    return cls(options, context), registered.plugin.name
+    return pipeline_joiner(pipe, output_fields), registry().get(pipe.joiner).plugin.name
 
 
 def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]) -> PipelinePlan:

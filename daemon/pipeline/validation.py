@@ -36,9 +36,10 @@ from daemon.kafka.admin import existing_topics
 from daemon.kafka.connect import client_conf
 from daemon.model.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
 from daemon.pipeline.field_checks import field_problems
+from daemon.plugin.configured import configure
 from daemon.plugin.describe import describe_joiner
 from daemon.plugin.host import JoinerRegistry, registry
-from daemon.plugin.joiner import Joiner, JoinerContext
+from daemon.plugin.joiner import Joiner
 
 _TOPIC_TIMEOUT_S = 5.0
 
@@ -129,6 +130,7 @@ def _pipeline_problems(
     except UnknownJoinerError as exc:
         problems.append(f"{where}.joiner: {exc}")
         cls = None
+    joiner = None
     if cls is not None:
         if not cls.implemented:
             ready = ", ".join(sorted(n for n, r in joiners.joiners.items() if r.cls.implemented))
@@ -138,7 +140,8 @@ def _pipeline_problems(
             )
         problems += _role_problems(pipeline, where, cls)
         problems += _option_problems(pipeline, where, joiners, cls)
-        problems += _output_problems(pipeline, where, cls)
+        joiner, refused = _configured(pipeline, where, cls)
+        problems += _output_problems(pipeline, where, cls, joiner) + refused
     mismatch = pipeline.key_parts_mismatch()
     if mismatch is not None:
         problems.append(f"{where}.inputs: {mismatch}")
@@ -147,24 +150,21 @@ def _pipeline_problems(
     problems += serde_problems(parsed, pipeline.output, f"{where}.output", asked)
     for name, extra in pipeline.outputs.items():
         problems += serde_problems(parsed, extra, f"{where}.outputs.{name}", asked)
-    joiner = None if cls is None else _configured(pipeline, cls)
-    if joiner is not None:
+    # Fields are checked against a joiner that has every role's (the roles are reported).
+    if joiner is not None and set(pipeline.inputs) == set(joiner.roles):
         problems += field_problems(pipeline, where, joiner)
     return problems
 
 
-def _output_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) -> list[str]:
-    known = ", ".join(cls.outputs) or "none"
-    problems = [
-        f"{where}.outputs.{name}: joiner {cls.name!r} has no output {name!r}; "
-        f"its secondary outputs: {known}"
-        for name in pipeline.outputs
-        if name not in cls.outputs
-    ]
-    try:
-        options = cls.Options.model_validate(pipeline.options)
-    except ValidationError:
-        return problems  # reported by _option_problems
+def _configured(
+    pipeline: PipelineConfig, where: str, cls: type[Joiner]
+) -> tuple[Joiner | None, list[str]]:
+    """The pipeline's joiner with its options, as a start makes it, or why it refuses.
+
+    None without a problem where the options do not fit (reported by the option checks). A
+    joiner whose inputs are not its roles is still made, with the roles it has, so that what
+    it writes is checked too.
+    """
     # The output schema's fields, where it loads, for joiners that need some of them.
     fields: tuple[str, ...] = ()
     if pipeline.output.schema_file is not None:
@@ -172,9 +172,35 @@ def _output_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) ->
             fields = record_fields(load_schema_file(pipeline.output.schema_file))
         except SchemaError:
             pass  # reported by serde_problems
-    context = JoinerContext(pipeline=pipeline.name, fields={}, output_fields=fields)
     try:
-        stage = cls(options, context).downstream()
+        joiner = configure(
+            cls,
+            pipeline.options,
+            pipeline=pipeline.name,
+            fields={role: pipeline.field_of(role) for role in pipeline.inputs},
+            output_fields=fields,
+        )
+    except ValidationError:
+        return None, []  # reported by _option_problems
+    except ConfigError as exc:
+        return None, [f"{where}.output: {exc}"]
+    return joiner, []
+
+
+def _output_problems(
+    pipeline: PipelineConfig, where: str, cls: type[Joiner], joiner: Joiner | None
+) -> list[str]:
+    known = ", ".join(cls.outputs) or "none"
+    problems = [
+        f"{where}.outputs.{name}: joiner {cls.name!r} has no output {name!r}; "
+        f"its secondary outputs: {known}"
+        for name in pipeline.outputs
+        if name not in cls.outputs
+    ]
+    if joiner is None:
+        return problems
+    try:
+        stage = joiner.downstream()
     except ConfigError as exc:
         return [*problems, f"{where}.output: {exc}"]
     if stage is not None and stage.output not in pipeline.outputs:
@@ -183,30 +209,6 @@ def _output_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) ->
             f"options; add [pipeline.outputs.{stage.output}] with its topic and schema"
         )
     return problems
-
-
-def _configured(pipeline: PipelineConfig, cls: type[Joiner]) -> Joiner | None:
-    """The pipeline's joiner with its options, as a start makes it; None if it cannot be.
-
-    Why it cannot be (options, roles, the output schema) is reported by the other checks.
-    """
-    if set(pipeline.inputs) != set(cls.roles):
-        return None
-    fields: tuple[str, ...] = ()
-    if pipeline.output.schema_file is not None:
-        try:
-            fields = record_fields(load_schema_file(pipeline.output.schema_file))
-        except SchemaError:
-            pass  # reported by serde_problems
-    context = JoinerContext(
-        pipeline=pipeline.name,
-        fields={role: pipeline.field_of(role) for role in cls.roles},
-        output_fields=fields,
-    )
-    try:
-        return cls(cls.Options.model_validate(pipeline.options), context)
-    except (ValidationError, ConfigError):
-        return None
 
 
 def _role_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) -> list[str]:

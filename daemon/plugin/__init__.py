@@ -9,14 +9,24 @@ declares it reads and writes: :class:`FieldOf`, :class:`OutputValue`, :class:`Wr
 :mod:`~daemon.plugin.hookspecs` (the hook and its marker), :mod:`~daemon.plugin.host`
 (the plugin host that loads the ``enrichd`` entry points) and :mod:`~daemon.plugin.describe`
 (what ``daemon plugins describe`` shows);
-:data:`DurationMs` is the type of an option written as a duration (``"5m"``).
+:data:`DurationMs` is the type of an option written as a duration (``"5m"``),
+:func:`field_at` reads a field named by a dotted path (as :class:`FieldOf` options name
+them), and :class:`ConfigError` is what a joiner raises when the pipeline's configuration
+cannot work (an output schema without a field it needs).
+
+The built-in joiners import from here and nothing else of enrichd, as a third-party plugin
+does (a meta-test holds them to it).
 """
 
+from daemon.errors import ConfigError
 from daemon.model.durations import DurationMs
+from daemon.model.record_route import field_at
 from daemon.plugin.fields import MAIN_OUTPUT, NUMBERS, FieldOf, OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
 from daemon.plugin.joiner import (
     END_OF_TIME,
+    JOINED,
+    RETRACTED,
     DeadLetter,
     Downstream,
     Emit,
@@ -30,8 +40,11 @@ from daemon.plugin.stash import Stash
 
 __all__ = [
     "END_OF_TIME",
+    "JOINED",
     "MAIN_OUTPUT",
     "NUMBERS",
+    "RETRACTED",
+    "ConfigError",
     "DeadLetter",
     "Downstream",
     "DurationMs",
@@ -46,5 +59,6 @@ __all__ = [
     "Stash",
     "Written",
     "apply_order",
+    "field_at",
     "hookimpl",
 ]

@@ -29,9 +29,9 @@ from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
 from daemon.model.durations import DurationMs
+from daemon.plugin.configured import configure
 from daemon.plugin.fields import MAIN_OUTPUT, FieldOf, OutputValue
 from daemon.plugin.host import RegisteredJoiner
-from daemon.plugin.joiner import JoinerContext
 
 # The validator object inside the DurationMs alias; pydantic keeps this very object in a
 # field's metadata, which is how a duration option is told apart from a plain int.
@@ -247,10 +247,10 @@ def default_outputs(registered: RegisteredJoiner) -> tuple[OutputInfo, ...]:
         for name, field in cls.Options.model_fields.items()
         if field.is_required()
     }
-    context = JoinerContext(pipeline="PIPELINE", fields={role: role for role in cls.roles})
     try:
         # Not validated: a placeholder stands where a required option's value would be.
-        joiner = cls(cls.Options.model_construct(None, **placeholders), context)
+        options = cls.Options.model_construct(None, **placeholders)
+        joiner = configure(cls, options, pipeline="PIPELINE")
         values: tuple[OutputValue, ...] = tuple(joiner.writes())
     except Exception:  # a joiner that needs real options to say: nothing to show
         return ()

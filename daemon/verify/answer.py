@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.model.config import PipelineConfig
-from daemon.plugin.host import registry
-from daemon.plugin.joiner import Emit, InputRecord, JoinerContext
+from daemon.plugin.configured import pipeline_joiner
+from daemon.plugin.joiner import Emit, InputRecord
 from daemon.testing import run_joiner
 from daemon.verify.workload import Workload
 
@@ -65,10 +65,10 @@ def text_key(key: str | bytes | None) -> str | None:
 
 def compute(work: Workload, pipe: PipelineConfig) -> Answer:
     """The answer of ``work`` through the pipeline ``pipe`` (its joiner must be installed)."""
-    joiner = registry().get(pipe.joiner).cls
+    joiner = pipeline_joiner(pipe)
     lines, where = work.inputs()
     run = run_joiner(
-        joiner,
+        type(joiner),
         lines,
         keys={role: spec.key for role, spec in pipe.inputs.items()},
         options=pipe.options,
@@ -95,15 +95,10 @@ def compute(work: Workload, pipe: PipelineConfig) -> Answer:
     for index, it in enumerate(work.items):
         if it.poison is not None:
             answer.dead_letters[(UNDECODABLE, index)] += 1
-    stage = joiner(joiner.Options.model_validate(pipe.options), run_context(pipe)).downstream()
+    stage = joiner.downstream()
     if stage is not None:
         _second_stage(answer, stage, main, pipe)
     return answer
-
-
-def run_context(pipe: PipelineConfig) -> JoinerContext:
-    """A joiner context for building the pipeline's joiner outside the engine."""
-    return JoinerContext(pipeline=pipe.name, fields={role: role for role in pipe.inputs})
 
 
 def _second_stage(answer: Answer, stage: Any, main: list[Emit], pipe: PipelineConfig) -> None:

@@ -16,10 +16,10 @@ from daemon.demos import example_file
 from daemon.errors import EnrichdError
 from daemon.model.config import PipelineConfig, load_pipeline_file
 from daemon.model.keys import key_parts
-from daemon.plugin.host import registry
+from daemon.plugin.configured import pipeline_joiner
 from daemon.replay import key_bytes
 from daemon.source.key_router import KeyRouter
-from daemon.verify.answer import Answer, compute, run_context
+from daemon.verify.answer import Answer, compute
 from daemon.verify.check import Received
 from daemon.verify.workload import EXAMPLES, OPTIONS, Workload, build
 
@@ -115,7 +115,7 @@ def child_table(config: PipelineConfig) -> dict[str, Any]:
 
 def join_keys(pipe: VerifiedPipeline) -> tuple[str, list[str]]:
     """Where the markers go (the first input that does not bootstrap) and every join key."""
-    joiner = registry().get(pipe.config.joiner).cls
+    joiner = pipeline_joiner(pipe.config)
     inputs = pipe.config.inputs
     found: dict[str, None] = {}
     for item in pipe.work.items:
@@ -128,7 +128,6 @@ def join_keys(pipe: VerifiedPipeline) -> tuple[str, list[str]]:
         routing = router.route(item.value, key_bytes(item.key), item.timestamp)
         if routing.error is None and routing.key is not None:
             found[routing.key] = None
-    options = joiner.Options.model_validate(pipe.config.options)
-    first = joiner(options, run_context(pipe.config)).bootstrap_roles()
+    first = joiner.bootstrap_roles()
     role = next((r for r in joiner.roles if r not in first), joiner.roles[0])
     return inputs[role].topic, list(found)

@@ -50,7 +50,7 @@ def test_every_module_under_daemon_is_found_and_imports() -> None:
 
 def test_the_docstrings_have_examples_to_run() -> None:
     names = {test.name for test in EXAMPLES}
-    assert {"daemon.secrets", "daemon.testing.JoinerHarness"} <= names
+    assert {"daemon.secrets", "daemon.testing.harness.JoinerHarness"} <= names
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda test: test.name)

@@ -137,6 +137,48 @@ def test_the_layering_check_sees_an_upward_import(tmp_path: Path) -> None:
     assert layer_of("daemon.operator.core") > layer_of("daemon.model.bad")  # type: ignore[operator]
 
 
+JOINERS_MAY_IMPORT = ("daemon.plugin", "daemon.model", "daemon.joiners")
+"""What a built-in joiner may import: the plugin face itself (``daemon.plugin``, not a module
+under it), the vocabulary and its sibling joiners, as a third-party plugin imports the face
+and its own modules (docs/plugins.md, "What a plugin may import")."""
+
+
+def joiner_back_doors(found: list[Import]) -> list[str]:
+    """The imports by a module of daemon/joiners of anything outside :data:`JOINERS_MAY_IMPORT`."""
+    face, *beside = JOINERS_MAY_IMPORT
+    return sorted(
+        {
+            f"{i.importer}:{i.line} imports {i.imported}"
+            for i in found
+            if (i.importer + ".").startswith("daemon.joiners.")
+            and i.imported != face
+            and not any((i.imported + ".").startswith(f"{entry}.") for entry in beside)
+        }
+    )
+
+
+def test_the_built_in_joiners_import_only_the_plugin_face_and_the_vocabulary() -> None:
+    assert joiner_back_doors(all_imports()) == []
+
+
+def test_the_joiner_check_sees_a_back_door(tmp_path: Path) -> None:
+    source = tmp_path / "daemon" / "joiners" / "bad.py"
+    source.parent.mkdir(parents=True)
+    source.write_text(
+        "from daemon.plugin import Joiner\n"
+        "from daemon.model.keys import key_parts\n"
+        "from daemon.joiners.versions import Versions\n"
+        "from daemon.plugin.joiner import JOINED\n"
+        "def f():\n    from daemon.formats.avro import codec\n"
+    )
+    known = {"daemon.plugin.joiner", "daemon.formats.avro.codec", "daemon.joiners.versions"}
+    found = imports_of("daemon.joiners.bad", source, known)
+    assert joiner_back_doors(found) == [
+        "daemon.joiners.bad:4 imports daemon.plugin.joiner",
+        "daemon.joiners.bad:6 imports daemon.formats.avro.codec",
+    ]
+
+
 def test_no_import_cycle() -> None:
     graph: dict[str, set[str]] = {name: set() for name in modules()}
     for found in all_imports():

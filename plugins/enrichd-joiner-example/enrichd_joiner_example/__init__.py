@@ -29,6 +29,7 @@ from daemon.plugin import (
     OutputValue,
     Register,
     Written,
+    field_at,
     hookimpl,
 )
 
@@ -106,7 +107,7 @@ class LatestN(Joiner[LatestNOptions, list[dict[str, Any]]]):
                 continue
             if record.value is None:
                 continue  # not routed here: "left" is not in keyed_tombstones
-            left_id = record.value.get(options.left_id)
+            left_id = field_at(record.value, options.left_id)  # a dotted path, as validated
             if left_id is None:
                 yield DeadLetter(
                     record, f"left record lacks its id field {options.left_id!r}", "MissingId"

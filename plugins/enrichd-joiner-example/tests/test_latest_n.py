@@ -9,8 +9,7 @@ import pytest
 from enrichd_joiner_example import LatestN
 from pydantic import ValidationError
 
-from daemon.plugin.host import build_registry
-from daemon.testing import by_key, replay_joiner, run_joiner
+from daemon.testing import by_key, installed, replay_joiner, run_joiner, validate
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "example" / "schemas"
 # The same pipeline shape as example/clicks-with-views.toml, for both the kit and the engine.
@@ -133,7 +132,7 @@ def test_outputs_do_not_depend_on_the_micro_batch_size(batch_size: int) -> None:
 
 
 def test_the_plugin_is_installed_under_its_entry_point() -> None:
-    registered = build_registry().get("latest-n")
+    registered = installed("latest-n")
     assert registered.cls is LatestN
     assert registered.plugin.distribution == "enrichd-joiner-example"
 
@@ -164,14 +163,12 @@ def test_validate_checks_left_id_and_the_output_schema_against_what_latest_n_dec
     tmp_path: Path,
 ) -> None:
     """``FieldOf("left")`` and ``writes`` let `daemon validate` catch what would dead-letter."""
-    from daemon.pipeline.validation import validate_pipeline_file
-
     example = SCHEMAS.parent / "clicks-with-views.toml"
     text = example.read_text(encoding="utf-8").replace('"schemas/', f'"{SCHEMAS}/')
-    assert validate_pipeline_file(example, check_registry=False)[1] == []
+    assert validate(example) == []
     path = tmp_path / "clicks.toml"
     path.write_text(text.replace("n = 2", 'n = 2\nleft_id = "click_id"'), encoding="utf-8")
-    (problem,) = validate_pipeline_file(path, check_registry=False)[1]
+    (problem,) = validate(path)
     assert problem.startswith(
         f"{path}: pipeline[0] (clicks-with-views).options.left_id: field 'click_id' is not in "
         "the 'left' input's schema"

@@ -14,7 +14,7 @@ from daemon.joiners.comap import CoMap
 from daemon.plugin.joiner import END_OF_TIME, DeadLetter, Emit, InputRecord, Joiner, JoinerContext
 from daemon.testing import JoinerHarness, by_key, run_joiner
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 COMAP = {"keys": {"one": "id", "many": "author_id"}, "options": {"many_id": "id"}}
 
 

@@ -1,83 +1,25 @@
-"""A test kit for joiner authors: run a joiner over ordered inputs, with or without the engine.
+"""A joiner through the engine's apply loop, in plain Python.
 
-How it works: inputs are given per role in the format of ``daemon replay`` input files, one
-dict per record: ``{"key": ..., "value": {...} or None, "timestamp": epoch_ms}``. The ``key``
-is the Kafka key, as text (it routes tombstones of roles in ``Joiner.keyed_tombstones``); the
-join key comes from the value's field named in ``keys``, as in a pipeline file: a field, a
-list of fields for a composite key, or ``kafka_key`` for the Kafka key.
-
-- :func:`run_joiner` runs the joiner through the engine's own apply loop
-  (:class:`daemon.operator.core.EngineCore`, the one the Spark operator runs) in plain Python:
-  records arrive in timestamp order across all inputs (ties: the joiner's role order, then
-  list order; the roles of :meth:`Joiner.bootstrap_roles` first, all of them, as a new
-  pipeline reads them), are cut into micro-batches of ``batch_size`` and grouped by join key;
-  the core puts each key's records in apply order (:func:`daemon.plugin.joiner.apply_order`),
-  keeps each key's state pickled between micro-batches (stashes in a stash log, as in the
-  state store) and drops it when :meth:`Joiner.is_empty` says so; at the end, every join key
-  seen gets its end of input, as replay sends. Tombstones that cannot be routed, records
-  without a join key or event time, and outputs the output schema rejects become dead
-  letters, with the engine's ``kind``. No broker, no Spark: milliseconds per test.
-- :class:`JoinerHarness` does the same step by step, with a processing-time clock a test
-  moves by hand (:meth:`JoinerHarness.wait`), for joiners that act when keys go quiet or that
-  have a ``state_ttl``.
-- :func:`replay_joiner` runs the same inputs through the real engine (broker, Spark, Avro),
-  via :func:`pipeline_file` and :func:`daemon.replay.replay`. The joiner must be installed
-  (registered through the ``enrichd`` entry points), since Spark's workers load it by name.
-
-Differences from the engine, on purpose: an exception in ``process`` or ``advance``
-propagates, so a test shows the traceback (the engine dead-letters that key's records as
-``JoinerFailed``); offsets are positions in each role's list (the engine's are per Kafka
-partition), so records of one role with equal event times keep list order here; every key
-shares one state bucket; and processing time moves only when the test says so
-(:meth:`JoinerHarness.wait`), so :func:`run_joiner`, which never waits, runs its micro-batches
-at one instant: no wake-up fires and no ``state_ttl`` runs out in it.
-
-Example:
-    The built-in ``comap`` joiner, a user and then a tweet of that user::
-
-        >>> from daemon.joiners.comap import CoMap
-        >>> from daemon.testing import run_joiner
-        >>> run = run_joiner(
-        ...     CoMap,
-        ...     {
-        ...         "one": [{"key": 1, "value": {"id": 1, "name": "ada"}, "timestamp": 1}],
-        ...         "many": [{"key": 7, "value": {"id": 7, "author_id": 1}, "timestamp": 2}],
-        ...     },
-        ...     keys={"one": "id", "many": "author_id"},
-        ...     options={"many_id": "id"},
-        ...     fields={"one": "author", "many": "tweet"},
-        ... )
-        >>> [(out.key, out.value["author"]["name"]) for out in run.outputs]
-        [('7', 'ada')]
-        >>> run.batches, run.dead_letters
-        (1, [])
+:func:`run_joiner` and :class:`JoinerHarness`; how they differ from the engine, on purpose:
+:mod:`daemon.testing`.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, record_fields
-from daemon.model.config import JoinKey, PipelineFile, parse_pipeline_file
+from daemon.model.config import JoinKey
 from daemon.model.keys import key_parts
 from daemon.operator.core import EngineCore, KeyBatch
 from daemon.operator.stash_log import MemoryChunks, StashLog
 from daemon.operator.state_format import STATE, Bucket, dump_portable, load_state
-from daemon.plugin.host import registry
-from daemon.plugin.joiner import (
-    DeadLetter,
-    Emit,
-    InputRecord,
-    Joiner,
-    JoinerContext,
-    JoinerOptions,
-)
-from daemon.replay import ReplayRecord, ReplayResult, arrival_order, key_bytes, replay
+from daemon.plugin.configured import configure
+from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, Joiner, JoinerOptions
+from daemon.replay import ReplayRecord, arrival_order, key_bytes
 from daemon.source.key_router import KeyRouter
 
 Inputs = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -165,20 +107,16 @@ class JoinerHarness:
         }
         if output_schema is not None:
             self.output_codecs[None] = AvroCodec(load_schema_file(output_schema))
-        validated = (
-            options
-            if isinstance(options, JoinerOptions)
-            else joiner_cls.Options.model_validate(dict(options or {}))
-        )
         main = self.output_codecs.get(None)
-        context = JoinerContext(
+        self.joiner = configure(
+            joiner_cls,
+            options,
             pipeline=f"test-{joiner_cls.name}",
-            fields={role: (fields or {}).get(role, role) for role in joiner_cls.roles},
+            fields=fields,
             output_fields=record_fields(main.schema) if main else (),
         )
-        self.context = context
-        self.joiner = joiner_cls(validated, context)
-        self.run = JoinerRun(metrics=context.metrics)
+        self.context = self.joiner.context
+        self.run = JoinerRun(metrics=self.context.metrics)
         self.clock_ms = 0
         """Processing time, in milliseconds since the harness started; moved by :meth:`wait`."""
         self._core = EngineCore(self.joiner, self)
@@ -469,138 +407,3 @@ def _route(
         kind, _, reason = (routing.error or "MissingKey: no join key").partition(": ")
         return DeadLetter(record, reason, kind)
     return replace(record, key=routing.key, event_time=routing.event_time, timestamp=item.timestamp)
-
-
-def pipeline_file(
-    joiner: str,
-    *,
-    schemas: Mapping[str, Path],
-    output_schema: Path,
-    keys: Mapping[str, JoinKey],
-    options: Mapping[str, Any] | None = None,
-    fields: Mapping[str, str] | None = None,
-    times: Mapping[str, str] | None = None,
-    checkpoint: Path,
-    bootstrap_servers: str | None = None,
-    output_schemas: Mapping[str, Path] | None = None,
-) -> PipelineFile:
-    """A one-pipeline file for ``joiner``, built in code rather than read from TOML.
-
-    Topics are named ``JOINER.ROLE``, ``JOINER.out`` and ``JOINER.NAME`` for a secondary
-    output; replay suffixes them afresh per run.
-
-    Args:
-        joiner: the installed joiner's name.
-        schemas: per role, its .avsc file (the roles of the pipeline).
-        output_schema: the output's .avsc file.
-        keys: per role, the join key, as ``key`` in a pipeline file.
-        options: the joiner's options.
-        fields: per role, its field in the output.
-        times: per role, its event-time field.
-        checkpoint: the pipeline's checkpoint folder.
-        bootstrap_servers: the broker; None for the embedded one.
-        output_schemas: per secondary output (``[pipeline.outputs.NAME]``), its .avsc file.
-
-    Raises:
-        daemon.model.config.ConfigProblems: the pieces do not make a valid pipeline file.
-    """
-    inputs = {}
-    for role, schema in schemas.items():
-        spec: dict[str, Any] = {
-            "topic": f"{joiner}.{role}",
-            "schema": str(schema),
-            "key": keys[role],
-        }
-        if fields and role in fields:
-            spec["field"] = fields[role]
-        if times and role in times:
-            spec["time"] = times[role]
-        inputs[role] = spec
-    data: dict[str, Any] = {
-        "kafka": {} if bootstrap_servers is None else {"bootstrap_servers": bootstrap_servers},
-        "pipeline": [
-            {
-                "name": f"test-{joiner}",
-                "joiner": joiner,
-                "checkpoint": str(checkpoint),
-                "inputs": inputs,
-                "output": {"topic": f"{joiner}.out", "schema": str(output_schema)},
-                "outputs": {
-                    name: {"topic": f"{joiner}.{name}", "schema": str(path)}
-                    for name, path in (output_schemas or {}).items()
-                },
-                "options": dict(options or {}),
-            }
-        ],
-    }
-    return parse_pipeline_file(Path(checkpoint) / "pipeline.toml", data)
-
-
-def replay_joiner(
-    joiner: str | type[Joiner],
-    inputs: Inputs,
-    *,
-    schemas: Mapping[str, Path],
-    output_schema: Path,
-    keys: Mapping[str, JoinKey],
-    options: Mapping[str, Any] | None = None,
-    fields: Mapping[str, str] | None = None,
-    times: Mapping[str, str] | None = None,
-    max_batch: int | None = None,
-    bootstrap_servers: str | None = None,
-    output_schemas: Mapping[str, Path] | None = None,
-    state_cache: bool = True,
-    state_deltas: bool = True,
-) -> ReplayResult:
-    """Run an installed joiner over ``inputs`` through the real broker and Spark engine.
-
-    Takes the same arguments as :func:`run_joiner` (``max_batch`` for ``batch_size``), so a
-    test can check that both give the same :func:`by_key` outputs. Needs Java; reuses the
-    process's Spark session (a session-scoped fixture keeps one for a test run), or starts
-    one for the call and stops it after.
-
-    Args:
-        joiner: the joiner's name, or its class (its ``name`` is used).
-        inputs: records per role, as for :func:`run_joiner`.
-        schemas: per role, its .avsc file; every role of the joiner needs one.
-        output_schema: the output's .avsc file.
-        keys: per role, the join key, as ``key`` in a pipeline file.
-        options: the joiner's options.
-        fields: per role, its field in the output.
-        times: per role, its event-time field.
-        max_batch: cap on records per micro-batch; None for the engine's default.
-        bootstrap_servers: a running broker; None starts the embedded one for this call.
-        output_schemas: per secondary output, its .avsc file (its records come back in
-            :attr:`ReplayResult.extra`).
-        state_cache: whether the Python workers keep decoded state between micro-batches
-            (``[state] cache``); the outputs are the same either way.
-        state_deltas: whether a micro-batch writes only the keys it changed (``[state]
-            deltas``); the outputs are the same either way.
-
-    Returns:
-        The outputs and dead letters as JSON-ready dicts (see :class:`ReplayResult`).
-    """
-    cls = registry().get(joiner).cls if isinstance(joiner, str) else joiner
-    schemas = {role: schemas[role] for role in cls.roles if role in schemas}
-    with tempfile.TemporaryDirectory(prefix="enrichd-test-") as folder:
-        work = Path(folder)
-        file = pipeline_file(
-            cls.name,
-            schemas=schemas,
-            output_schema=output_schema,
-            keys=keys,
-            options=options,
-            fields=fields,
-            times=times,
-            checkpoint=work / "checkpoint",
-            bootstrap_servers=bootstrap_servers,
-            output_schemas=output_schemas,
-        )
-        settings = {"cache": state_cache, "deltas": state_deltas}
-        file = file.model_copy(update={"state": file.state.model_copy(update=settings)})
-        files = {}
-        for role, lines in inputs.items():
-            path = work / f"{role}.jsonl"
-            path.write_text("".join(json.dumps(dict(line)) + "\n" for line in lines), "utf-8")
-            files[role] = path
-        return replay(file, files, max_batch=max_batch, bootstrap_servers=bootstrap_servers)
