@@ -196,8 +196,10 @@ class Operations:
         self._worker.start()
         self.server: MetricsServer | None = None
         if http is not None:
-            self.server = serve_http(http, self.metrics.registry, self.readiness)
-            log.info("serving /healthz, /readyz and /metrics at %s", self.server.url)
+            self.server = serve_http(
+                http, self.metrics.registry, self.readiness, liveness=self.liveness
+            )
+            log.info("serving /healthz, /livez, /readyz and /metrics at %s", self.server.url)
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -327,6 +329,7 @@ class Operations:
     def tick(self, pipelines: Sequence[SupervisedQuery], now: float) -> None:
         """Take the supervisor's view of every pipeline; notify systemd as due."""
         running = []
+        self.health.supervised(now)
         for pipe in pipelines:
             query = pipe.query
             if query is not None and query is not self._seen.get(pipe.name):
@@ -341,6 +344,8 @@ class Operations:
             health.running, health.last_failure = is_running, pipe.last_failure
             health.stuck = pipe.stuck
             health.stopped = pipe.stopped
+            # Not started yet (a failed start has a restart time): its turn has not come.
+            health.waiting = query is None and pipe.restart_at is None and not pipe.stopped
             self.metrics.supervision(
                 pipe.name, running=is_running, failures=pipe.failures, restarts=pipe.restarts
             )
@@ -395,16 +400,16 @@ class Operations:
         self.notifier.send(STATUS=why, EXTEND_TIMEOUT_USEC=str(int(for_s * 1_000_000)))
 
     def readiness(self) -> tuple[bool, str]:
-        """For ``/readyz``: whether every query has progressed recently, and the details."""
+        """For ``/readyz``: whether every query has progressed recently; a line per query."""
         now = time.monotonic()
-        not_ready = self.health.not_ready(now)
-        lines = [f"{name}: {why}" for name, why in sorted(not_ready.items())]
-        ready = self.health.ready(now)
-        if ready:
-            lines = [f"{name}: progressing" for name in sorted(self.health.queries)]
-        elif not self.health.queries:
+        lines = [f"{name}: {why}" for name, why in self.health.report(now).items()]
+        if not self.health.queries:
             lines = ["; ".join(filter(None, ["no pipeline has started yet", self._waiting]))]
-        return ready, redact("\n".join(lines))
+        return self.health.ready(now), redact("\n".join(lines))
+
+    def liveness(self) -> tuple[bool, str]:
+        """For ``/livez``: False once a query is stalled, as the systemd watchdog sees it."""
+        return self.health.liveness(time.monotonic())
 
     # -- shutdown ----------------------------------------------------------------------------
 
