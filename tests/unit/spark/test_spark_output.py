@@ -47,7 +47,9 @@ def test_stdout_only_for_a_command_that_prints_nothing_there(
     monkeypatch.setenv("ENRICHD_SPARK_LOG", "stdout")
     # `daemon replay` prints its outputs on stdout: Spark's log stays in the runtime folder.
     runtime = tmp_path / f"enrichd-{os.getuid()}"
-    assert spark_output.log_path() == runtime / f"spark-{os.getpid()}.log"
+    assert spark_output.destination() == runtime / f"spark-{os.getpid()}.log"
     spark_output.allow_stdout()  # `daemon run`
-    assert spark_output.log_path() is None
+    assert spark_output.destination() == "stdout"
     assert spark_output.log_name() == "standard output"
+    monkeypatch.setenv("ENRICHD_SPARK_LOG", "log")
+    assert spark_output.destination() == "log"
