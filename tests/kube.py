@@ -62,18 +62,25 @@ def kustomize(folder: Path) -> list[Doc]:
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-def render(overlay: Path, image: str | None = None) -> list[Doc]:
-    """An overlay rendered; with ``image``, through an overlay of it that pins that image."""
-    if image is None:
+def render(overlay: Path, images: dict[str, str] | None = None) -> list[Doc]:
+    """An overlay rendered; with ``images`` (``enrichd`` and ``enrichd-dev`` to the images to
+    use), through an overlay of it that pins them, as a platform team does."""
+    if not images:
         return kustomize(overlay)
-    name, _, tag = image.rpartition(":")
     with tempfile.TemporaryDirectory() as tmp:
         pinned = {
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
             # kustomize takes resources by relative path only.
             "resources": [os.path.relpath(overlay, tmp)],
-            "images": [{"name": "enrichd", "newName": name, "newTag": tag}],
+            "images": [
+                {
+                    "name": name,
+                    "newName": image.rsplit(":", 1)[0],
+                    "newTag": image.rsplit(":", 1)[1],
+                }
+                for name, image in images.items()
+            ],
         }
         (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(pinned), encoding="utf-8")
         return kustomize(Path(tmp))
@@ -161,7 +168,7 @@ def own_empty_dirs(spec: Doc, owner: str) -> set[str]:
     }
     for volume in spec.get("volumes", []):
         volume["name"] = renamed.get(volume["name"], volume["name"])
-    for container in spec["containers"]:
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
         for mount in container.get("volumeMounts", []):
             mount["name"] = renamed.get(mount["name"], mount["name"])
     return set(renamed.values())
