@@ -92,9 +92,10 @@ class LogOffsets:
 
 
         if self._consumer is None:
-            self._consumer = connect.consumer(
-                self.client_conf, {"group.id": self.group, "enable.auto.commit": False}
-            )
+            # librdkafka's log off (it writes its own lines to stderr, as text beside the
+            # daemon's JSON log, for every failed connection): a failed sample is skipped.
+            own = {"group.id": self.group, "enable.auto.commit": False, "log_level": 0}
+            self._consumer = connect.consumer(self.client_conf, own)
         found: dict[str, tuple[int, int]] = {}
         for name in names:
             topic, partition = split_partition_name(name)

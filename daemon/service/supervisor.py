@@ -337,7 +337,7 @@ def run_service(
     # program around the service started (it embeds the service in a thread) stays its own.
     owns_session = SparkContext._active_spark_context is None
     spark = spark_session(file.spark)
-    if not spark_output.verbose():
+    if not spark_output.verbose() and spark_output.destination() != spark_output.OWN_LOG:
         log.info("Spark's own log: %s (--verbose shows it here)", spark_output.log_name())
     ops.attach(spark)
     if owns_process:

@@ -131,7 +131,7 @@ def destination() -> Path | str:
 def log_name() -> str:
     """Where Spark's output goes, in words for the daemon's log."""
     where = destination()
-    words = {STDOUT: "standard output", OWN_LOG: "this log (logger names org.apache.spark...)"}
+    words = {STDOUT: "standard output", OWN_LOG: "the daemon's own log"}
     return words.get(where, str(where)) if isinstance(where, str) else str(where)
 
 

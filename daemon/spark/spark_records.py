@@ -13,7 +13,10 @@ of :data:`RECORD_END` alone, so an event's lines stay together however many ther
 whatever else is written between two events. Lines outside any event (a Python worker's
 own output, the JVM's warnings before log4j starts) are records of their own, logger
 ``spark.output``: an indented line belongs with the line before it, and a Python traceback
-(``Traceback (most recent call last):`` to the exception's line) is one record.
+(``Traceback (most recent call last):`` to the exception's line) is one record. A line of
+librdkafka's own log (the Kafka clients of Spark's tasks: ``%3|1767225600.123|FAIL|
+rdkafka#consumer-1| ...``) is a record of logger ``librdkafka`` at the level its syslog
+severity says, with its time.
 
 Example::
 
@@ -29,6 +32,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,6 +59,10 @@ LEVELS = {
 }
 
 _TRACEBACK = "Traceback (most recent call last):"
+KAFKA_LOGGER = "librdkafka"
+_KAFKA_LINE = re.compile(r"%(\d)\|(\d+)\.(\d{3})\|([^|]*)\|([^|]*)\| (.*)")
+"""librdkafka's default log line: syslog severity, epoch seconds, facility, client, message."""
+_SEVERITIES = [logging.CRITICAL] * 3 + [logging.ERROR, logging.WARNING] + [logging.INFO] * 2
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,9 @@ class SparkRecords:
         elif text.startswith(_TRACEBACK):
             self._flush_output()
             self._output, self._traceback = [text], True
+        elif found := _KAFKA_LINE.fullmatch(text):
+            self._flush_output()
+            self._emit(kafka_record(found))
         elif self._output and (not text or text[0].isspace()):
             self._output.append(text)
         elif text.strip():
@@ -165,12 +176,27 @@ class SparkRecords:
         self._emit(record)
 
 
+def kafka_record(line: re.Match[str]) -> SparkRecord:
+    """A record of one of librdkafka's log lines, as :data:`_KAFKA_LINE` matched it."""
+    severity, seconds, millis, facility, client, message = line.groups()
+    level = _SEVERITIES[int(severity)] if int(severity) < len(_SEVERITIES) else logging.DEBUG
+    return SparkRecord(
+        int(seconds) * 1000 + int(millis), level, KAFKA_LOGGER, f"{client} {facility}: {message}"
+    )
+
+
 def log_record(record: SparkRecord) -> None:
-    """Hand a Spark record to the process's logging, under the record's own logger name."""
+    """Hand a Spark record to the process's logging, under the record's own logger name.
+
+    Only if that logger takes the record's level: the daemon's log starts at INFO.
+    """
+    logger = logging.getLogger(record.logger)
+    if not logger.isEnabledFor(record.level):
+        return
     entry = logging.LogRecord(record.logger, record.level, "", 0, record.message, None, None)
     if record.time_ms is not None:
         entry.created = record.time_ms / 1000
         entry.msecs = float(record.time_ms % 1000)
     if record.error:
         entry.error = record.error
-    logging.getLogger(record.logger).handle(entry)
+    logger.handle(entry)

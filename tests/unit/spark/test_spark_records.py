@@ -10,6 +10,7 @@ import pytest
 from daemon.service.logs import JsonFormatter, TextFormatter
 from daemon.spark.spark_records import (
     ERROR_START,
+    KAFKA_LOGGER,
     LOG4J_PATTERN,
     OUTPUT_LOGGER,
     RECORD_END,
@@ -103,6 +104,23 @@ def test_output_between_events_is_records_of_its_own() -> None:
     ]
     assert records[2].error is not None and records[2].error.startswith("Traceback")
     assert all(r.time_ms is None for r in records[1:3])
+
+
+def test_librdkafkas_lines_are_records_at_their_own_level_and_time() -> None:
+    """What the Kafka clients of Spark's tasks log (every failed connection, while a broker
+    is away): one record each, at the level of its syslog severity."""
+    records = read(
+        "%3|1767225600.123|FAIL|rdkafka#consumer-1| [thrd:b:9092/1]: b:9092/1: Connect to "
+        "ipv4#127.0.0.1:9092 failed: Connection refused (after 1ms in state CONNECT)",
+        "%6|1767225601.000|FAIL|rdkafka#producer-2| [thrd:b:9092/1]: Disconnected",
+        "%7|1767225601.500|INIT|rdkafka#producer-2| debug line",
+    )
+    assert [(r.logger, r.level, r.time_ms) for r in records] == [
+        (KAFKA_LOGGER, logging.ERROR, 1767225600123),
+        (KAFKA_LOGGER, logging.INFO, 1767225601000),
+        (KAFKA_LOGGER, logging.DEBUG, 1767225601500),
+    ]
+    assert records[0].message.startswith("rdkafka#consumer-1 FAIL: [thrd:b:9092/1]: b:9092/1: Co")
 
 
 def test_a_quiet_moment_ends_an_output_record() -> None:
