@@ -84,9 +84,11 @@ COPY --from=build /opt/enrichd /opt/enrichd
 # pays for recording one that would die with it: each start is ~5 s shorter. The runtime
 # image takes the same file: its jars and Java are these, byte for byte.
 # (A build container's host name need not resolve: Spark is told to use loopback.)
-RUN env -u ENRICHD_CLASS_ARCHIVE SPARK_LOCAL_IP=127.0.0.1 SPARK_LOCAL_HOSTNAME=localhost \
-        daemon demo >/dev/null \
-    && rm -rf /tmp/* /root/.cache
+# (HOME=/root: the demo's broker unpacks its executable under $HOME, which must stay the
+# image user's own.)
+RUN env -u ENRICHD_CLASS_ARCHIVE HOME=/root SPARK_LOCAL_IP=127.0.0.1 \
+        SPARK_LOCAL_HOSTNAME=localhost daemon demo >/dev/null \
+    && rm -rf /tmp/* /root/.cache /root/.calfkit
 USER enrichd
 
 # The runtime image (the default target).

@@ -1,8 +1,8 @@
 """A `daemon run` whose pipeline hangs, as Kubernetes and a log collector see it.
 
 One real `daemon run` process (the session's broker, local Spark) on a file of two
-pipelines, both run by a joiner plugin installed the way a user's is (an entry point on
-``PYTHONPATH``: tests/fixtures/stalling_plugin.py):
+pipelines, both run by a joiner plugin installed the way a user's is (an entry point in a
+folder on ``PYTHONPATH``: tests/fixtures/stalling_plugin.py):
 
 - ``hanging`` starts first, and its first micro-batch never ends: a tweet makes its joiner
   block in the Spark task. A real hang, not a mock: Spark reports nothing on the query.
@@ -21,7 +21,6 @@ SIGTERM still ends it with exit 0 within the stop timeout.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 import uuid
@@ -35,11 +34,10 @@ import pytest
 from daemon.broker import EmbeddedBroker
 from tests.daemon_process import DaemonProcess
 from tests.delivery.test_crash_recovery import crash
-from tests.fixtures.stalling_plugin import FAIL_ONCE
+from tests.fixtures.stalling_plugin import FAIL_ONCE, install
 from tests.kafka_helpers import client_conf, create_topic, produce, read_topic, tweet, user
 from tests.state_helpers import COMAP, comap_pipeline
 
-ROOT = Path(__file__).resolve().parents[2]
 STALL_TIMEOUT_S = 20
 STOP_TIMEOUT_S = 10
 TWEETS = 10
@@ -59,18 +57,6 @@ class HungRun:
     exit_code: int
     stdout: str
     stderr: str
-
-
-def install_plugin(folder: Path) -> None:
-    """The fixture's joiner as an installed distribution would be: metadata and entry point."""
-    info = folder / "enrichd_test_stalling-0.0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: enrichd-test-stalling\nVersion: 0.0.1\n", encoding="utf-8"
-    )
-    (info / "entry_points.txt").write_text(
-        "[enrichd]\nstalling = tests.fixtures.stalling_plugin\n", encoding="utf-8"
-    )
 
 
 def pipeline_file(folder: Path, servers: str) -> tuple[Path, dict[str, str]]:
@@ -113,7 +99,7 @@ def poll(what: str, check: Any, daemon: DaemonProcess, timeout_s: float = 300) -
 @pytest.fixture(scope="module")
 def hung(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HungRun]:
     tmp = tmp_path_factory.mktemp("hung")
-    install_plugin(tmp / "site")
+    plugins = install(tmp / "plugins")
     path, outputs = pipeline_file(tmp, broker.bootstrap_servers)
     flag = tmp / "fail-once.flag"
     flag.write_text("")
@@ -121,7 +107,7 @@ def hung(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> It
         "ENRICHD_SPARK_LOG": "log",
         FAIL_ONCE: str(flag),
         # The plugin's entry point and its module, for the daemon and Spark's Python workers.
-        "PYTHONPATH": os.pathsep.join([str(tmp / "site"), str(ROOT)]),
+        "PYTHONPATH": str(plugins),
     }
     stdout = tmp / "stdout.log"
     with stdout.open("wb") as out:
