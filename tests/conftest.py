@@ -36,6 +36,7 @@ LONGEST_FIRST = (
     "tests/connecting/test_connecting_verify.py",
     "tests/service/test_nothing_lost.py",
     "tests/service/test_observability.py",
+    "tests/service/test_hung_pipeline.py",
     "tests/delivery/test_output_rejected.py",
     "tests/service/test_task_failure.py",
     "tests/joins/test_lookup_versioned.py",
@@ -143,3 +144,11 @@ def image() -> str:
     from tests.podman import build_image
 
     return build_image()
+
+
+@pytest.fixture(scope="session")
+def dev_image(image: str) -> str:
+    """The Dockerfile's development image (the runtime's layers, and the embedded broker)."""
+    from tests.podman import build_image
+
+    return build_image("dev")

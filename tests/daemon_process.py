@@ -10,14 +10,23 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from daemon.broker import free_port
 
 
 class DaemonProcess:
-    """``daemon run PATH --http ... ARGS`` in a session of its own, stdout and stderr to ``log``."""
+    """``daemon run PATH --http ... ARGS`` in a session of its own, stdout and stderr to ``log``
+    (stdout to ``stdout`` instead, if given)."""
 
-    def __init__(self, path: Path, log: Path, *args: str, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        log: Path,
+        *args: str,
+        env: dict[str, str],
+        stdout: IO[bytes] | None = None,
+    ) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log = log
         with self.log.open("wb") as out:
@@ -33,8 +42,8 @@ class DaemonProcess:
                     *args,
                 ],
                 env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                stdout=out if stdout is None else stdout,
+                stderr=subprocess.STDOUT if stdout is None else out,
                 start_new_session=True,
             )
 

@@ -25,6 +25,11 @@ cluster in ways measured here, each handled as a cluster would behave:
   every pod that names one alike (measured: the broker's files showed in the daemon's
   ``/tmp``). :func:`play` names each emptyDir after its pod, as a cluster gives every pod
   its own, and :func:`remove_played` removes them all, and the secrets, with the pods.
+- An init container is started, then removed at once while it still runs ("failed to
+  remove once init container ... as it is running", podman 4.3.1, measured): :func:`play`
+  runs each to its end first, as a pod of its own with the volumes it mounts, and plays
+  the pod without it once it has exited 0, as the kubelet starts a pod's containers only
+  after its init containers succeeded.
 - Readiness probes are not run (a liveness probe becomes a healthcheck that needs systemd's
   timers): the tests probe the pod themselves, inside it, at the probe's path and port.
 - A Secret's ``data`` reaches its files base64-encoded, not decoded, and ``stringData`` not
@@ -62,18 +67,25 @@ def kustomize(folder: Path) -> list[Doc]:
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-def render(overlay: Path, image: str | None = None) -> list[Doc]:
-    """An overlay rendered; with ``image``, through an overlay of it that pins that image."""
-    if image is None:
+def render(overlay: Path, images: dict[str, str] | None = None) -> list[Doc]:
+    """An overlay rendered; with ``images`` (``enrichd`` and ``enrichd-dev`` to the images to
+    use), through an overlay of it that pins them, as a platform team does."""
+    if not images:
         return kustomize(overlay)
-    name, _, tag = image.rpartition(":")
     with tempfile.TemporaryDirectory() as tmp:
         pinned = {
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
             # kustomize takes resources by relative path only.
             "resources": [os.path.relpath(overlay, tmp)],
-            "images": [{"name": "enrichd", "newName": name, "newTag": tag}],
+            "images": [
+                {
+                    "name": name,
+                    "newName": image.rsplit(":", 1)[0],
+                    "newTag": image.rsplit(":", 1)[1],
+                }
+                for name, image in images.items()
+            ],
         }
         (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(pinned), encoding="utf-8")
         return kustomize(Path(tmp))
@@ -161,7 +173,7 @@ def own_empty_dirs(spec: Doc, owner: str) -> set[str]:
     }
     for volume in spec.get("volumes", []):
         volume["name"] = renamed.get(volume["name"], volume["name"])
-    for container in spec["containers"]:
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
         for mount in container.get("volumeMounts", []):
             mount["name"] = renamed.get(mount["name"], mount["name"])
     return set(renamed.values())
@@ -181,6 +193,8 @@ def play(
     kind, name = workload["kind"], workload["metadata"]["name"]
     workload = copy.deepcopy(workload)
     spec = workload["spec"] if kind == "Pod" else pod_template(workload)["spec"]
+    for init in spec.pop("initContainers", []):
+        run_to_its_end(docs, name, spec, init, folder, network)
     config_maps, secrets = volume_sources(spec)
     scratch = own_empty_dirs(spec, name)
     played = [
@@ -198,6 +212,32 @@ def play(
     else:
         pods = [f"{name}-pod-{i}" for i in range(workload["spec"].get("replicas", 1))]
     return Played(file, pods, sorted(config_maps | secrets | scratch), sorted(secrets))
+
+
+def run_to_its_end(
+    docs: list[Doc], pod: str, spec: Doc, init: Doc, folder: Path, network: str
+) -> None:
+    """Run a pod's init container to its end, as a pod of its own with the volumes it
+    mounts, and fail unless it exits 0: the kubelet starts the pod's containers only then."""
+    mounted = {mount["name"] for mount in init.get("volumeMounts", [])}
+    alone = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{pod}-{init['name']}"},
+        "spec": {
+            **{k: v for k, v in spec.items() if k not in ("containers", "volumes")},
+            "restartPolicy": "Never",
+            "containers": [init],
+            "volumes": [v for v in spec.get("volumes", []) if v["name"] in mounted],
+        },
+    }
+    played = play(docs, alone, folder, network)
+    try:
+        box = container(alone["metadata"]["name"], init["name"])
+        done = podman("wait", box, timeout=600)
+        assert done.stdout.strip() == "0", podman("logs", box, check=False).stderr[-3000:]
+    finally:
+        remove_played(played)
 
 
 def container(pod: str, name: str) -> str:

@@ -20,6 +20,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "localhost/enrichd:test"
+"""The runtime image: the Dockerfile's default target."""
+DEV_IMAGE = "localhost/enrichd-dev:test"
+"""The development image (target ``dev``): the runtime's, plus the embedded broker."""
 STOP_TIMEOUT_S = 60
 """``podman stop -t``: past it podman kills; the daemon's own stop timeout is 30 s."""
 
@@ -34,19 +37,22 @@ def podman(
     return done
 
 
-def build_image() -> str:
-    """Build the Dockerfile of this checkout as :data:`IMAGE` (layers cached between runs)."""
-    args = ["build", "--network", "host", "--tag", IMAGE]
+def build_image(target: str = "runtime") -> str:
+    """Build the Dockerfile of this checkout, ``target`` (``runtime`` as :data:`IMAGE`, or
+    ``dev`` as :data:`DEV_IMAGE`); layers are cached between runs and shared by both."""
+    tag = IMAGE if target == "runtime" else DEV_IMAGE
+    args = ["build", "--network", "host", "--target", target, "--tag", tag]
     base = os.environ.get("ENRICHD_BASE_IMAGE")
     if base:
         args += ["--build-arg", f"BASE_IMAGE={base}"]
     podman(*args, str(ROOT), timeout=1800)
-    return IMAGE
+    return tag
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
-    """The JSON log lines of a container's output (Spark's own lines are not JSON)."""
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    """The JSON log lines of a container's output: every line, Spark's included (the image
+    sets ``ENRICHD_SPARK_LOG=log``); a line that is not JSON fails the test."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def http_get(url: str) -> tuple[int, str]:

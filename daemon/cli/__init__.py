@@ -18,12 +18,13 @@ import warnings
 import typer
 
 from daemon.cli import broker, demo, plugins, replay, reset, run, state, validate, verify
+from daemon.cli.help_text import apply_help, plain_app
 from daemon.errors import EnrichdError
 from daemon.secrets import redact
 from daemon.service.logs import json_lines_configured
 from daemon.spark import spark_log
 
-app = typer.Typer(
+app = plain_app(
     name="daemon",
     help="enrichd: join and enrich Kafka topics with pluggable joiners on Spark.",
     no_args_is_help=True,
@@ -40,6 +41,7 @@ app.command("state")(state.state)
 app.command("reset")(reset.reset)
 app.command("rescale")(reset.rescale)
 app.command("verify")(verify.verify)
+apply_help(app)
 
 
 def debug() -> bool:

@@ -16,10 +16,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from daemon.cli.help_text import plain_app
 from daemon.plugin.describe import JoinerInfo, describe_joiner
 from daemon.plugin.host import BUILTIN_DISTRIBUTION, JoinerRegistry, PluginFailure, registry
 
-app = typer.Typer(
+app = plain_app(
     help="List and describe the installed joiners.",
     no_args_is_help=True,
     add_completion=False,

@@ -17,7 +17,8 @@ StopTimeout = Annotated[
     typer.Option(
         "--stop-timeout",
         min=1.0,
-        help="Seconds to finish micro-batches in flight and exit after SIGTERM/SIGINT.",
+        help="Seconds from SIGTERM/SIGINT to exit 0: the micro-batch in flight gets half of "
+        "them to finish, the rest goes to stopping Spark; past them the process exits by force.",
     ),
 ]
 
@@ -26,7 +27,8 @@ HttpAddress = Annotated[
     typer.Option(
         "--http",
         metavar="HOST:PORT",
-        help="Serve /healthz, /readyz and /metrics (Prometheus) there, e.g. 127.0.0.1:9464. "
+        help="Serve /healthz, /livez, /readyz and /metrics (Prometheus) there, e.g. "
+        "127.0.0.1:9464. "
         "Default: no endpoint.",
         envvar="ENRICHD_HTTP",
         show_default=False,
@@ -46,7 +48,7 @@ StallTimeout = Annotated[
         "--stall-timeout",
         min=1.0,
         help="Seconds without a progress report after which a pipeline counts as stalled: "
-        "not ready, and the systemd watchdog is no longer fed.",
+        "not ready, /livez fails, and the systemd watchdog is no longer fed.",
     ),
 ]
 

@@ -1,8 +1,11 @@
-"""The service's HTTP endpoint: ``/healthz``, ``/readyz`` and ``/metrics``.
+"""The service's HTTP endpoint: ``/healthz``, ``/livez``, ``/readyz`` and ``/metrics``.
 
-- ``/healthz``: 200 while the process answers (a liveness probe: restart it when this fails).
-- ``/readyz``: 200 when every pipeline's query runs and has progressed recently, else 503
-  with one line per query that is not ready and why (a readiness probe).
+- ``/healthz``: 200 while the process answers, whatever its pipelines do.
+- ``/livez``: 200 while the service makes progress; 503 once a pipeline's query has been
+  stalled for the stall timeout, when the systemd watchdog stops being fed too (a liveness
+  probe: restart the process when this fails).
+- ``/readyz``: 200 when every pipeline's query runs and has progressed recently, else 503;
+  one line per query either way, saying how it is (a readiness probe).
 - ``/metrics``: the Prometheus text format, from :class:`daemon.service.observability.Metrics`.
 
 A standard-library threaded server on a daemon thread: the endpoint must keep answering while
@@ -30,7 +33,12 @@ from daemon.errors import ConfigError
 log = logging.getLogger("enrichd.http")
 
 Readiness = Callable[[], tuple[bool, str]]
-"""Whether the service is ready, and a text saying why (or why not)."""
+"""Whether the service is ready (or live), and a text saying why (or why not)."""
+
+
+def always_live() -> tuple[bool, str]:
+    """The liveness of a service that has nothing to report: it answers."""
+    return True, "ok"
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -54,10 +62,15 @@ class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, address: tuple[str, int], registry: CollectorRegistry, readiness: Readiness
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        readiness: Readiness,
+        liveness: Readiness = always_live,
     ) -> None:
         self.registry = registry
         self.readiness = readiness
+        self.liveness = liveness
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
@@ -76,13 +89,14 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
             self._reply(200, b"ok\n")
-        elif path == "/readyz":
-            ready, text = self.server.readiness()
-            self._reply(200 if ready else 503, (text.rstrip("\n") + "\n").encode())
+        elif path in ("/livez", "/readyz"):
+            check = self.server.liveness if path == "/livez" else self.server.readiness
+            good, text = check()
+            self._reply(200 if good else 503, (text.rstrip("\n") + "\n").encode())
         elif path == "/metrics":
             self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         else:
-            self._reply(404, b"not found: try /healthz, /readyz or /metrics\n")
+            self._reply(404, b"not found: try /healthz, /livez, /readyz or /metrics\n")
 
     def _reply(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
         self.send_response(status)
@@ -96,7 +110,12 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
 
-def serve_http(address: str, registry: CollectorRegistry, readiness: Readiness) -> MetricsServer:
+def serve_http(
+    address: str,
+    registry: CollectorRegistry,
+    readiness: Readiness,
+    liveness: Readiness = always_live,
+) -> MetricsServer:
     """Start serving on ``address`` (``HOST:PORT``) in a background thread.
 
     Raises:
@@ -104,7 +123,7 @@ def serve_http(address: str, registry: CollectorRegistry, readiness: Readiness) 
     """
     host, port = parse_address(address)
     try:
-        server = MetricsServer((host, port), registry, readiness)
+        server = MetricsServer((host, port), registry, readiness, liveness)
     except OSError as exc:
         raise ConfigError(f"--http {address}: cannot listen there ({exc.strerror})") from None
     thread = threading.Thread(target=server.serve_forever, name="enrichd-http", daemon=True)

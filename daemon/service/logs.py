@@ -5,9 +5,11 @@ Secrets never reach a line: both formats pass it through :func:`daemon.secrets.r
 JSON lines are for log shippers (journald's JSON export, Loki, Elasticsearch): every line has
 ``time`` (UTC, ISO 8601), ``level``, ``logger`` and ``message``, plus ``pipeline`` when the
 line is about one pipeline (the service passes it with ``extra={"pipeline": name}``),
-``error`` with the traceback when one was logged, and ``traceback`` with the Python traceback
-of a failed Spark task (passed as ``extra={"traceback": text}``), so that the message stays
-one line. Text lines show that traceback under the line, as Python shows ``error``'s.
+``error`` with the traceback when one was logged (or a stack trace passed as
+``extra={"error": text}``, as Spark's own records are: :mod:`daemon.spark.spark_records`), and
+``traceback`` with the Python traceback of a failed Spark task (passed as
+``extra={"traceback": text}``), so that the message stays one line. Text lines show both under
+the line, as Python shows a logged exception's.
 
 Example::
 
@@ -48,6 +50,8 @@ class JsonFormatter(logging.Formatter):
             line["pipeline"] = pipeline
         if record.exc_info:
             line["error"] = redact(self.formatException(record.exc_info))
+        elif error := getattr(record, "error", None):
+            line["error"] = redact(str(error))
         task = getattr(record, "traceback", None)
         if task:
             line["traceback"] = redact(str(task))
@@ -63,9 +67,9 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """The record as text, a traceback included (a Spark task's too), secrets masked."""
         text = super().format(record)
-        task = getattr(record, "traceback", None)
-        if task:
-            text = f"{text}\n{task}"
+        for more in (getattr(record, "error", None), getattr(record, "traceback", None)):
+            if more:
+                text = f"{text}\n{more}"
         return redact(text)
 
 
@@ -78,6 +82,8 @@ def configure_logging(log_format: LogFormat = "text", level: int = logging.INFO)
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # Python's warnings, which would be printed as text beside the log, become its records.
+    logging.captureWarnings(True)
     # py4j logs every connection of Spark's callback server at INFO, and the registry
     # client's HTTP library every request: noise to an operator.
     for noisy in ("py4j", "httpx", "httpx2", "httpcore"):

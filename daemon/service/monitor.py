@@ -93,9 +93,10 @@ class LogOffsets:
 
 
         if self._consumer is None:
-            self._consumer = connect.consumer(
-                self.client_conf, {"group.id": self.group, "enable.auto.commit": False}
-            )
+            # librdkafka's log off (it writes its own lines to stderr, as text beside the
+            # daemon's JSON log, for every failed connection): a failed sample is skipped.
+            own = {"group.id": self.group, "enable.auto.commit": False, "log_level": 0}
+            self._consumer = connect.consumer(self.client_conf, own)
         found: dict[str, tuple[int, int]] = {}
         for name in names:
             topic, partition = split_partition_name(name)
@@ -197,8 +198,10 @@ class Monitor:
         self._worker.start()
         self.server: MetricsServer | None = None
         if http is not None:
-            self.server = serve_http(http, self.metrics.registry, self.readiness)
-            log.info("serving /healthz, /readyz and /metrics at %s", self.server.url)
+            self.server = serve_http(
+                http, self.metrics.registry, self.readiness, liveness=self.liveness
+            )
+            log.info("serving /healthz, /livez, /readyz and /metrics at %s", self.server.url)
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -328,6 +331,7 @@ class Monitor:
     def tick(self, pipelines: Sequence[SupervisedQuery], now: float) -> None:
         """Take the supervisor's view of every pipeline; notify systemd as due."""
         running = []
+        self.health.supervised(now)
         for pipe in pipelines:
             query = pipe.query
             if query is not None and query is not self._seen.get(pipe.name):
@@ -342,6 +346,8 @@ class Monitor:
             health.running, health.last_failure = is_running, pipe.last_failure
             health.stuck = pipe.stuck
             health.stopped = pipe.stopped
+            # Not started yet (a failed start has a restart time): its turn has not come.
+            health.waiting = query is None and pipe.restart_at is None and not pipe.stopped
             self.metrics.supervision(
                 pipe.name, running=is_running, failures=pipe.failures, restarts=pipe.restarts
             )
@@ -396,16 +402,16 @@ class Monitor:
         self.notifier.send(STATUS=why, EXTEND_TIMEOUT_USEC=str(int(for_s * 1_000_000)))
 
     def readiness(self) -> tuple[bool, str]:
-        """For ``/readyz``: whether every query has progressed recently, and the details."""
+        """For ``/readyz``: whether every query has progressed recently; a line per query."""
         now = time.monotonic()
-        not_ready = self.health.not_ready(now)
-        lines = [f"{name}: {why}" for name, why in sorted(not_ready.items())]
-        ready = self.health.ready(now)
-        if ready:
-            lines = [f"{name}: progressing" for name in sorted(self.health.queries)]
-        elif not self.health.queries:
+        lines = [f"{name}: {why}" for name, why in self.health.report(now).items()]
+        if not self.health.queries:
             lines = ["; ".join(filter(None, ["no pipeline has started yet", self._waiting]))]
-        return ready, redact("\n".join(lines))
+        return self.health.ready(now), redact("\n".join(lines))
+
+    def liveness(self) -> tuple[bool, str]:
+        """For ``/livez``: False once a query is stalled, as the systemd watchdog sees it."""
+        return self.health.liveness(time.monotonic())
 
     # -- shutdown ----------------------------------------------------------------------------
 

@@ -397,6 +397,9 @@ class QueryHealth:
     hidden_output: str | None = None
     """Why what the query commits does not reach ``read_committed`` readers, if it does not
     (:class:`OutputVisibility`)."""
+    waiting: bool = False
+    """Not started yet: the pipelines of a file start one after another, and it waits its
+    turn (``daemon.service.supervisor.settled``)."""
 
 
 @dataclass
@@ -408,10 +411,18 @@ class Health:
     runs and has not done so since it started or since its last report: a micro-batch stuck
     somewhere. A query waiting for its restart is neither ready nor stalled: the supervisor
     is handling it.
+
+    Liveness (:meth:`liveness`) fails exactly when the systemd watchdog is no longer fed: a
+    query is stalled, or the supervisor itself has not looked at its queries
+    (:meth:`supervised`) for ``stall_after_s``. A query that fails again and again is not
+    a liveness failure: the supervisor restarts it, and a new process would fail the same
+    way.
     """
 
     stall_after_s: float = 300.0
     queries: dict[str, QueryHealth] = field(default_factory=dict)
+    last_supervised: float | None = None
+    """When the supervisor last looked at its queries (monotonic s); None: not yet."""
 
     def of(self, name: str) -> QueryHealth:
         """The record of query ``name``, created on first use."""
@@ -439,11 +450,40 @@ class Health:
                 out.append(name)
         return out
 
+    def supervised(self, now: float) -> None:
+        """The supervisor looked at its queries at ``now``: its loop still turns."""
+        self.last_supervised = now
+
+    def liveness(self, now: float) -> tuple[bool, str]:
+        """For ``/livez``: whether the service still makes progress, and if not, why.
+
+        Returns:
+            ``(True, "ok")``, or False and a line per stalled query (and one for a
+            supervisor that stopped turning).
+        """
+        lines = [
+            f"{name}: stalled: no progress report for {now - since:.0f} s "
+            f"(--stall-timeout {self.stall_after_s:.0f} s)"
+            for name in sorted(self.stalled(now))
+            if (since := self._since(self.queries[name])) is not None
+        ]
+        last = self.last_supervised
+        if last is not None and now - last > self.stall_after_s:
+            lines.append(f"the supervisor has not checked its pipelines for {now - last:.0f} s")
+        return (False, "\n".join(lines)) if lines else (True, "ok")
+
+    def report(self, now: float) -> dict[str, str]:
+        """Every query: ``progressing``, or why it is not ready (for ``/readyz``)."""
+        reasons = self.not_ready(now)
+        return {name: reasons.get(name, "progressing") for name in sorted(self.queries)}
+
     def not_ready(self, now: float) -> dict[str, str]:
         """Queries that are not ready, with why; empty when every query is."""
         reasons: dict[str, str] = {}
         for name, query in self.queries.items():
-            if not query.running and query.stopped:
+            if query.waiting:
+                reasons[name] = "waiting its turn to start (a file's pipelines start one by one)"
+            elif not query.running and query.stopped:
                 reasons[name] = f"stopped: {query.last_failure}"
             elif query.stuck is not None:
                 reasons[name] = query.stuck

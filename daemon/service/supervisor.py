@@ -337,7 +337,7 @@ def run_service(
     # program around the service started (it embeds the service in a thread) stays its own.
     owns_session = SparkContext._active_spark_context is None
     spark = spark_session(file.spark)
-    if not spark_log.verbose():
+    if not spark_log.verbose() and spark_log.destination() != spark_log.OWN_LOG:
         log.info("Spark's own log: %s (--verbose shows it here)", spark_log.log_name())
     monitor.attach(spark)
     if owns_process:

@@ -93,10 +93,11 @@ def spark_session(config: SparkConfig) -> SparkSession:
             # Started here rather than by getOrCreate(), which would put every setting on the
             # JVM's command line (daemon.spark.jvm says why not).
             launch = {**settings, "spark.master": config.master, "spark.app.name": "enrichd"}
-            if quiet:  # its output into a file (a running JVM keeps its own)
-                options = settings.get(JAVA_OPTIONS, "")
-                launch[JAVA_OPTIONS] = f"{options} {spark_log.java_options()}".strip()
-                gateway = spark_log.launch_jvm(launch, spark_log.log_path())
+            if quiet:  # its output into a file or the log (a running JVM keeps its own)
+                where = spark_log.destination()
+                options = f"{settings.get(JAVA_OPTIONS, '')} {spark_log.java_options(where)}"
+                launch[JAVA_OPTIONS] = options.strip()
+                gateway = spark_log.launch_jvm(launch, where)
             else:
                 gateway = launch_gateway(launch)
             settings[JAVA_OPTIONS] = launch.get(JAVA_OPTIONS, "")

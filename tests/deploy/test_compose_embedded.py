@@ -1,4 +1,4 @@
-"""docker-compose.embedded.yml under podman-compose: tweet views flow from enrichd's image alone.
+"""docker-compose.embedded.yml under podman-compose: tweet views flow from enrichd's images alone.
 
 Deployment test (``pytest -m deploy``). podman-compose 1.0.3 (Debian 12) runs the file as a
 user would run it with Docker Compose, on a network of its own where the services find each
@@ -57,9 +57,10 @@ class Stack:
 
 
 @pytest.fixture
-def stack(image: str) -> Iterator[Stack]:
-    # The compose file's image, already built: podman-compose builds only a missing one.
+def stack(image: str, dev_image: str) -> Iterator[Stack]:
+    # The compose file's images, already built: podman-compose builds only a missing one.
     podman("tag", image, "localhost/enrichd:latest")
+    podman("tag", dev_image, "localhost/enrichd-dev:latest")
     running = Stack(f"enrichd-test-{uuid.uuid4().hex[:8]}", free_port())
     try:
         running.compose("up", "-d")

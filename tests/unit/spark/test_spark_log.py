@@ -47,7 +47,9 @@ def test_stdout_only_for_a_command_that_prints_nothing_there(
     monkeypatch.setenv("ENRICHD_SPARK_LOG", "stdout")
     # `daemon replay` prints its outputs on stdout: Spark's log stays in the runtime folder.
     runtime = tmp_path / f"enrichd-{os.getuid()}"
-    assert spark_log.log_path() == runtime / f"spark-{os.getpid()}.log"
+    assert spark_log.destination() == runtime / f"spark-{os.getpid()}.log"
     spark_log.allow_stdout()  # `daemon run`
-    assert spark_log.log_path() is None
+    assert spark_log.destination() == "stdout"
     assert spark_log.log_name() == "standard output"
+    monkeypatch.setenv("ENRICHD_SPARK_LOG", "log")
+    assert spark_log.destination() == "log"
