@@ -43,10 +43,12 @@ from bench.latency import (
     latency_section,
     run_latencies,
 )
-from bench.report import (
+from bench.report import Section
+from bench.runs import add_runs_argument, local_cores, run_checks, spark_master
+from bench.twostream import Emit, RawJoin
+from bench.wording import (
     QUIX_SCALING,
     SERVICE_LINE,
-    Section,
     machine,
     markdown_table,
     plot_of,
@@ -55,8 +57,6 @@ from bench.report import (
     run_header,
     throughput_table,
 )
-from bench.runs import add_runs_argument, local_cores, run_checks, spark_master
-from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
 from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 

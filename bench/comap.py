@@ -47,12 +47,24 @@ from bench.latency import (
 )
 from bench.quix import QuixResult, run_quix
 from bench.raw import run_ceiling
-from bench.report import (
+from bench.report import Section
+from bench.runs import (
+    Repeated,
+    SweepPoint,
+    add_run_arguments,
+    local_cores,
+    point_checks,
+    repeat,
+    run_checks,
+    spark_master,
+    sustained_line,
+    sweep_lines,
+)
+from bench.wording import (
     PEER_TARGET,
     QUIX_SCALING,
     SERVICE_LINE,
     TARGET_RATIO,
-    Section,
     batches_lines,
     checks_line,
     count_checks,
@@ -68,18 +80,6 @@ from bench.report import (
     run_header,
     scaling_caveat,
     short_of,
-)
-from bench.runs import (
-    Repeated,
-    SweepPoint,
-    add_run_arguments,
-    local_cores,
-    point_checks,
-    repeat,
-    run_checks,
-    spark_master,
-    sustained_line,
-    sweep_lines,
 )
 from bench.workloads import (
     Topics,

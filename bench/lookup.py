@@ -62,11 +62,24 @@ from bench.latency import (
 )
 from bench.quix import QuixResult
 from bench.quix_lookup import run_quix_lookup
-from bench.report import (
+from bench.report import Section
+from bench.runs import (
+    Repeated,
+    SweepPoint,
+    add_run_arguments,
+    local_cores,
+    point_checks,
+    repeat,
+    repeated_contenders,
+    run_checks,
+    spark_master,
+    sustained_line,
+    sweep_lines,
+)
+from bench.wording import (
     QUIX_SCALING,
     SERVICE_LINE,
     Contender,
-    Section,
     batches_lines,
     ceiling_verdict,
     checks_line,
@@ -87,19 +100,6 @@ from bench.report import (
     run_date,
     run_header,
     throughput_table,
-)
-from bench.runs import (
-    Repeated,
-    SweepPoint,
-    add_run_arguments,
-    local_cores,
-    point_checks,
-    repeat,
-    repeated_contenders,
-    run_checks,
-    spark_master,
-    sustained_line,
-    sweep_lines,
 )
 from bench.workloads import (
     INPUT_PARTITIONS,

@@ -37,13 +37,13 @@ from typing import Any
 
 import fastavro
 
-from bench import ceiling, report
+from bench import ceiling, wording
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, batch_table, run_pipeline
 from bench.quix import QuixResult
 from bench.quixjoins import run_quix_join
-from bench.report import Contender, ceiling_verdict, peer_verdict, quix_note
 from bench.runs import Repeated, local_cores, repeat, repeated_contenders, spark_master
+from bench.wording import Contender, ceiling_verdict, peer_verdict, quix_note
 from bench.workloads import SCHEMAS, create_input_topics, input_producer, read_committed
 from daemon.kafka import clients
 
@@ -487,9 +487,9 @@ def closing_lines(
             quix.reason,
         ),
         "",
-        *report.batches_lines(
+        *wording.batches_lines(
             "Micro-batches of enrichd that read records", max_batch, batch_table(spark.batches)
         ),
         *latency,
-        report.checks_line(checks),
+        wording.checks_line(checks),
     ]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from bench import headline, summary
 from bench.__main__ import WORKLOADS
-from bench.report import markers, plot_path
+from bench.sections import markers, plot_path
 from bench.smoke import SIZES
 
 if TYPE_CHECKING:

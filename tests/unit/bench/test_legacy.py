@@ -15,9 +15,10 @@ from bench.enrichd import Batch, EnrichdResult
 from bench.headline import NO_MILLION, NOT_RUN, Headline
 from bench.latency import LatencyResult, LatencyWorkload, latency_section
 from bench.quix import QuixResult
-from bench.report import Contender, Section, markdown_table, render, run_header, throughput_table
+from bench.report import Section, render
 from bench.resources import MIB, Peaks
 from bench.runs import Repeated, SweepPoint, sweep_lines
+from bench.wording import Contender, markdown_table, run_header, throughput_table
 
 DATE = "2026-11-26 22:15 UTC"
 MACHINE = (
