@@ -163,11 +163,7 @@ def passthrough_loop(
                 buffer.seek(0)
                 buffer.truncate()
                 writer(buffer, schema, record)
-                headers = [
-                    ("enrichd.source.topic", message.topic().encode()),
-                    ("enrichd.source.partition", str(message.partition()).encode()),
-                    ("enrichd.source.offset", str(message.offset()).encode()),
-                ]
+                headers = ceiling.provenance(message)
                 ceiling.send(producer, output, buffer.getvalue(), message.key(), headers)
             consumed += len(messages)
             producer.poll(0)
