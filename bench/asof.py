@@ -17,7 +17,7 @@ changed, horizon and retention eviction) in 1 and 2 processes; Quix Streams' ``j
 on ``local[2]``, ``--runs`` times over the same topics (the median reported). The run is a
 service run, not a replay: no end-of-input markers, so the final re-join at the end of input
 does not happen in any contender. Unless ``--no-latency``, enrichd's end-to-end latency at a
-fixed rate of recommendations offered follows (see :mod:`bench.latency`).
+fixed rate of recommendations offered follows, against the yardstick (see :mod:`bench.latencies`).
 """
 
 from __future__ import annotations
@@ -27,15 +27,13 @@ import random
 import time
 import uuid
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import commit, headline, twostream
+from bench import commit, headline, rawjoin, twostream
 from bench.enrichd import resources_lines
-from bench.latency import (
-    LatencyResult,
-    LatencyWorkload,
-    Offer,
+from bench.latencies import (
     add_latency_arguments,
     latencies_ok,
     latency_checks,
@@ -43,10 +41,13 @@ from bench.latency import (
     latency_section,
     run_latencies,
 )
-from bench.report import (
+from bench.latency import LatencyResult, LatencyWorkload, Offer
+from bench.rawjoin import Emit, RawJoin
+from bench.report import Section
+from bench.runs import add_runs_argument, local_cores, run_checks, spark_master
+from bench.wording import (
     QUIX_SCALING,
     SERVICE_LINE,
-    Section,
     machine,
     markdown_table,
     plot_of,
@@ -55,8 +56,6 @@ from bench.report import (
     run_header,
     throughput_table,
 )
-from bench.runs import add_runs_argument, local_cores, run_checks, spark_master
-from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
 from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
@@ -241,12 +240,38 @@ LATENCY_MOODS_PER_KEY = 10
 """Moods each consultant has before the latency run offers recommendations."""
 
 
+@dataclass
+class OfferedRecommendations:
+    """Offered recommendation ``i`` to ``topic``, by one of ``keys`` consultants drawn at
+    random, the wall-clock time its event time (picklable, for the load generator's process).
+
+    A consultant's recommendations need distinct times: the example identifies a
+    recommendation by consultant and event time (no ``left_id``).
+    """
+
+    topic: str
+    keys: int
+    last: dict[str, int] = field(default_factory=dict)
+    """Each consultant's last event time offered."""
+
+    def __call__(self, i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
+        key = f"consultant-{rng.randrange(self.keys):05d}"
+        now = self.last[key] = max(int(time.time() * 1000), self.last.get(key, 0) + 1)
+        value = {
+            "consultant": key,
+            "event_time": now,
+            "ingestion_time": now,
+            "recommendation": rng.choice(_PICKS),
+        }
+        return self.topic, key.encode(), codec("recommendation").encode(value)
+
+
 def latency_workload(servers: str, keys: int, max_records_per_batch: int) -> LatencyWorkload:
     """The asof latency runs: every consultant's recent moods read first, then recommendations
     offered, each with the wall-clock time it is offered as its event time."""
-    recommendation, mood = codec("recommendation"), codec("mood")
+    mood = codec("mood")
 
-    def prepare(checkpoint: Path, trigger_ms: int) -> Offer:
+    def prepare(checkpoint: Path, trigger_ms: int, rate: int) -> Offer:
         conf = {"bootstrap.servers": servers}
         suffix = uuid.uuid4().hex[:8]
         topics = {"left": f"lat-recommendations-{suffix}", "right": f"lat-moods-{suffix}"}
@@ -268,23 +293,9 @@ def latency_workload(servers: str, keys: int, max_records_per_batch: int) -> Lat
         file, pipe = twostream.configure(
             servers, EXAMPLE, topics, {}, checkpoint, max_records_per_batch, trigger_ms
         )
-
-        last: dict[str, int] = {}
-
-        def record(i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
-            key = f"consultant-{rng.randrange(keys):05d}"
-            # A consultant's recommendations need distinct times: the example identifies a
-            # recommendation by consultant and event time (no left_id).
-            now = last[key] = max(int(time.time() * 1000), last.get(key, 0) + 1)
-            value = {
-                "consultant": key,
-                "event_time": now,
-                "ingestion_time": now,
-                "recommendation": rng.choice(_PICKS),
-            }
-            return topics["left"], key.encode(), recommendation.encode(value)
-
-        return Offer(file, pipe, loaded, (topics["left"],), record)
+        raw = twostream.raw_spec(JOIN, conf, topics, "", example_options())
+        offered = OfferedRecommendations(topics["left"], keys)
+        return Offer(file, pipe, loaded, (topics["left"],), offered, raw)
 
     return LatencyWorkload(
         "asof",
@@ -346,7 +357,7 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
             ours = latest["enrichd"]
             stale = sum(1 for key, (mood, _) in theirs.items() if ours.get(key, (mood,))[0] != mood)
     latency = latency_workload(broker.bootstrap_servers, args.keys, args.max_batch)
-    latencies = run_latencies(args, broker.bootstrap_servers, latency, console, [])
+    latencies = run_latencies(args, broker, latency, console, [])
     return _section(
         args, machine_line, measured, runs, views, counted, ran, stale, differ, latency, latencies
     )
@@ -358,7 +369,7 @@ def _latest_answers(conf: dict[str, str], topic: str) -> dict[bytes, tuple[Any, 
 
     import fastavro
 
-    view = twostream.schema("recommendation_view")
+    view = rawjoin.schema("recommendation_view")
     read: Any = fastavro.schemaless_reader
     answers = {}
     for key, value in twostream.latest_values(conf, topic).items():
@@ -464,7 +475,9 @@ def _section(
             runs,
             args.max_batch,
             checks,
-            latency_section(latencies, latency, args.max_batch, runs.enrichd.sustained),
+            latency_section(
+                latencies, latency, args.max_batch, runs.enrichd.sustained, tuple(args.fit_records)
+            ),
         ),
     ]
     return Section(

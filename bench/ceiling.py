@@ -143,6 +143,16 @@ def send(producer: Any, topic: str, value: bytes, key: bytes | None, headers: An
             producer.poll(0.01)
 
 
+def provenance(message: Any) -> list[tuple[str, bytes]]:
+    """The ``enrichd.source.*`` headers enrichd gives an output of ``message``: its topic,
+    partition and offset."""
+    return [
+        ("enrichd.source.topic", message.topic().encode()),
+        ("enrichd.source.partition", str(message.partition()).encode()),
+        ("enrichd.source.offset", str(message.offset()).encode()),
+    ]
+
+
 def delivered(producer: Any) -> float:
     """Wait until ``producer`` delivered everything; then the time (``time.monotonic``).
 

@@ -4,8 +4,8 @@ The workload is produced once and read by every contender: the raw loop in one p
 raw loop in two processes, the peer (Quix Streams, in as many child processes as the
 pipeline's Spark master has cores), then the enrichd pipeline ``--runs`` times (Spark starts
 last, so its JVM competes with nobody), then the two-process raw loop again. Then, unless
-``--no-latency``, enrichd's end-to-end latency at a fixed offered rate (see
-:mod:`bench.latency`). Each further ``--users`` value is a point of the key-count sweep on
+``--no-latency``, enrichd's end-to-end latency at a fixed offered rate against the yardstick's
+(see :mod:`bench.latencies`). Each further ``--users`` value is a point of the key-count sweep on
 fresh topics (:mod:`bench.runs`).
 
 The peer needs Quix Streams: ``.venv/bin/pip install -e '.[bench]'`` (or a separate
@@ -20,12 +20,13 @@ import os
 import random
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from bench import commit, headline
+from bench import batch_cost, commit, headline
 from bench.ceiling import RawResult
 from bench.enrichd import (
     EXAMPLE,
@@ -35,9 +36,7 @@ from bench.enrichd import (
     resources_lines,
     run_enrichd,
 )
-from bench.latency import (
-    LatencyWorkload,
-    Offer,
+from bench.latencies import (
     add_latency_arguments,
     latencies_ok,
     latency_checks,
@@ -45,14 +44,28 @@ from bench.latency import (
     latency_section,
     run_latencies,
 )
+from bench.latency import LatencyWorkload, Offer
 from bench.quix import QuixResult, run_quix
-from bench.raw import run_ceiling
-from bench.report import (
+from bench.raw import RawCoMap, run_ceiling
+from bench.rawjoin import RawSpec
+from bench.report import Section
+from bench.runs import (
+    Repeated,
+    SweepPoint,
+    add_run_arguments,
+    local_cores,
+    point_checks,
+    repeat,
+    run_checks,
+    spark_master,
+    sustained_line,
+    sweep_lines,
+)
+from bench.wording import (
     PEER_TARGET,
     QUIX_SCALING,
     SERVICE_LINE,
     TARGET_RATIO,
-    Section,
     batches_lines,
     checks_line,
     count_checks,
@@ -68,18 +81,6 @@ from bench.report import (
     run_header,
     scaling_caveat,
     short_of,
-)
-from bench.runs import (
-    Repeated,
-    SweepPoint,
-    add_run_arguments,
-    local_cores,
-    point_checks,
-    repeat,
-    run_checks,
-    spark_master,
-    sustained_line,
-    sweep_lines,
 )
 from bench.workloads import (
     Topics,
@@ -188,27 +189,15 @@ def _cells(row: Row, quix: QuixResult) -> tuple[str, ...]:
     )
 
 
-def _fit(points: list[tuple[int, int]]) -> tuple[float, float] | None:
-    """Least-squares ``ms = fixed + per_row * rows``; None without two distinct sizes."""
-    if len({rows for rows, _ in points}) < 2:
-        return None
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    sxx = sum((x - mean_x) ** 2 for x, _ in points)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
-    return mean_y - slope * mean_x, slope
-
-
 def _split_line(spark: EnrichdResult, users: int) -> str:
     """Per-batch versus per-record cost of addBatch, fitted over the steady batches."""
-    fit = _fit([(b.rows, b.durations_ms.get("addBatch", 0)) for b in spark.steady()])
-    if fit is None:
+    cost = batch_cost.fit([(b.rows, b.durations_ms.get("addBatch", 0)) for b in spark.steady()])
+    if cost is None:
         return (
             "- Per-batch versus per-record cost cannot be separated: every steady batch had "
             "the same size (use a record count that is not a multiple of --max-batch)."
         )
-    fixed, per_row = fit
+    fixed, per_row = cost.fixed_ms, cost.per_record_ms
     rows = spark.max_records_per_batch
     keys = users * (1 - (1 - 1 / users) ** rows)
     dominant = (
@@ -381,23 +370,39 @@ def _lines(
     ]
 
 
+@dataclass(frozen=True)
+class OfferedTweets:
+    """Offered tweet ``i`` to ``topic``, by one of ``users`` authors drawn at random (picklable,
+    for the load generator's process)."""
+
+    topic: str
+    users: int
+
+    def __call__(self, i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
+        value = codec("tweet").encode(tweet(i, rng.randrange(self.users), rng))
+        return self.topic, str(i).encode(), value
+
+
 def latency_workload(servers: str, users: int, max_records_per_batch: int) -> LatencyWorkload:
     """The comap latency runs: ``users`` users read first, then tweets offered."""
-    encoder = codec("tweet")
 
-    def prepare(checkpoint: Path, trigger_ms: int) -> Offer:
+    def prepare(checkpoint: Path, trigger_ms: int, rate: int) -> Offer:
         conf = {"bootstrap.servers": servers}
         suffix = uuid.uuid4().hex[:8]
         topics = Topics(users=f"lat-users-{suffix}", tweets=f"lat-tweets-{suffix}")
         create_inputs(conf, topics)
         loaded = produce(conf, topics, Workload(users, 0))
         file, pipe = configure(servers, topics, checkpoint, max_records_per_batch, trigger_ms)
-
-        def record(i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
-            value = encoder.encode(tweet(i, rng.randrange(users), rng))
-            return topics.tweets, str(i).encode(), value
-
-        return Offer(file, pipe, loaded, (topics.tweets,), record)
+        raw = RawSpec(
+            conf,
+            {topics.users: "one", topics.tweets: "many"},
+            {topics.users: "user", topics.tweets: "tweet"},
+            "tweet_view",
+            "",
+            RawCoMap,
+            {},
+        )
+        return Offer(file, pipe, loaded, (topics.tweets,), OfferedTweets(topics.tweets, users), raw)
 
     return LatencyWorkload("comap", "tweets", "views", "every user already read", prepare)
 
@@ -492,7 +497,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         again = run_ceiling(conf, topics, ends, outputs["again"], 2, workload.records)
     console.print(f"raw ceiling, 2 processes, again: {_rate(again.rate)} records/s")
     latency = latency_workload(broker.bootstrap_servers, workload.users, args.max_batch)
-    latencies = run_latencies(args, broker.bootstrap_servers, latency, console, loads)
+    latencies = run_latencies(args, broker, latency, console, loads)
     with console.status("checking outputs"):
         counted = count_outputs(conf, outputs, None, quix.ran)
         ran, runs_ok = run_checks(conf, runs, workload.tweets, "views", workload.records)
@@ -532,7 +537,13 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             analysis,
             spark,
             sweep,
-            latency_section(latencies, latency, spark.max_records_per_batch, runs.sustained),
+            latency_section(
+                latencies,
+                latency,
+                spark.max_records_per_batch,
+                runs.sustained,
+                tuple(args.fit_records),
+            ),
             checks,
             f"{machine_line}. {busy}",
             date,

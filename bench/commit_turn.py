@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bench.report import Section, checks_line, machine, markdown_table, run_header
+from bench.report import Section
+from bench.wording import checks_line, machine, markdown_table, run_header
 
 if TYPE_CHECKING:
     from daemon.broker import EmbeddedBroker

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import pydantic
 
+from bench.latency import ENRICHD, YARDSTICK, LatencyResult, shown, yardstick_of
 from bench.resources import MIB
 
 if TYPE_CHECKING:
-    from bench.latency import LatencyResult
     from bench.quix import QuixResult
     from bench.runs import SweepPoint
 
@@ -32,6 +32,8 @@ NOT_MEASURED = "not measured"
 """A figure's cell when that part ran but gave no figure (see the section for why)."""
 NO_MILLION = "no 1M point"
 """The memory cell of a run without a point at :data:`MILLION` keys."""
+NO_YARDSTICK = "no yardstick"
+"""The yardstick's figure of a section written before latency runs had one (issue 63)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,18 @@ class Headline:
     commit: str
     """The commit the run measured (``-dirty``: with uncommitted changes), or, for a section
     written before sections carried a headline, the commit that recorded it."""
+    yardstick_p99_ms: float | str = NO_YARDSTICK
+    """p99 of the yardstick (:mod:`bench.yardstick`) at the rate of the latency run of
+    :attr:`p99_ms`, in the same run: the raw exactly-once loop doing the same join."""
+
+    @property
+    def p99_ratio(self) -> float | str:
+        """:attr:`p99_ms` over :attr:`yardstick_p99_ms`, or why there is none."""
+        if isinstance(self.p99_ms, str):
+            return self.p99_ms
+        if isinstance(self.yardstick_p99_ms, str):
+            return self.yardstick_p99_ms
+        return self.p99_ms / self.yardstick_p99_ms if self.yardstick_p99_ms > 0 else NOT_MEASURED
 
 
 _ADAPTER = pydantic.TypeAdapter(Headline)
@@ -111,7 +125,7 @@ def measured(
         ceiling: the two-process raw ceiling of the same run, input records/s.
         cores: the cores enrichd's Spark session runs tasks on.
         quix: the Quix Streams run (not run: ``quix.reason``).
-        latencies: the latency runs, one per trigger (none with ``--no-latency``).
+        latencies: the latency runs, the yardstick's too (none with ``--no-latency``).
         points: the key-count sweep's points, the first one included (none without a sweep).
         date: the run's date, as its section's ``Date:`` line.
         commit: the commit the run measured (:func:`bench.commit.measured`).
@@ -119,13 +133,14 @@ def measured(
     Returns:
         The headline, the reason in place of each figure the run did not give.
     """
-    latency = _latency(latencies)
+    latency = shown(latencies)
+    tried = any(r.contender == ENRICHD and not r.for_fit for r in latencies)
     return Headline(
         joiner=joiner,
         sustained=sustained,
         ceiling_ratio=sustained / ceiling,
         quix_per_core=_per_core(sustained, cores, quix),
-        p99_ms=latency.p99_ms if latency else (NOT_MEASURED if latencies else NOT_RUN),
+        p99_ms=latency.p99_ms if latency else (NOT_MEASURED if tried else NOT_RUN),
         offered_rate=latency.offered_rate if latency else 0,
         trigger_ms=latency.trigger_ms if latency else 0,
         memory_mib=next(
@@ -133,7 +148,24 @@ def measured(
         ),
         date=date,
         commit=commit,
+        yardstick_p99_ms=_yardstick_p99(latency, latencies),
     )
+
+
+def _yardstick_p99(
+    latency: LatencyResult | None, latencies: Sequence[LatencyResult]
+) -> float | str:
+    """The yardstick's p99 at the rate of the run shown, else at the latency rate (when no
+    enrichd run was measured), or why there is none."""
+    yardsticks = [r for r in latencies if r.contender == YARDSTICK]
+    if not yardsticks:
+        return NOT_RUN
+    found = (
+        yardstick_of(latency, latencies)
+        if latency is not None
+        else next((r for r in yardsticks if not r.reason and not r.for_fit), None)
+    )
+    return found.p99_ms if found is not None else NOT_MEASURED
 
 
 def _per_core(sustained: float, cores: int, quix: QuixResult) -> float | str:
@@ -144,10 +176,3 @@ def _per_core(sustained: float, cores: int, quix: QuixResult) -> float | str:
     if quix.rate <= 0 or cores <= 0:
         return NOT_MEASURED
     return (sustained / cores) / (quix.rate / quix.processes)
-
-
-def _latency(latencies: Sequence[LatencyResult]) -> LatencyResult | None:
-    """The latency run the summary shows: the default trigger's, which is what a pipeline
-    that sets none gets, else the first one measured."""
-    done = [r for r in latencies if not r.reason]
-    return next((r for r in done if r.trigger_ms == 0), done[0] if done else None)

@@ -28,7 +28,7 @@ Contenders, on the same topics:
 
 enrichd's lookup runs ``--runs`` times (the versioned one once). Unless ``--no-latency``,
 enrichd's end-to-end latency at a fixed rate of clicks offered to the loaded table follows
-(see :mod:`bench.latency`). Each further ``--users`` value is a point of the key-count sweep
+(see :mod:`bench.latencies`). Each further ``--users`` value is a point of the key-count sweep
 on fresh topics (:mod:`bench.runs`).
 """
 
@@ -41,6 +41,7 @@ import random
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +51,7 @@ from rich.console import Console
 from bench import ceiling, commit, headline
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import Batch, EnrichdResult, batch_table, resources_lines, run_pipeline
-from bench.latency import (
-    LatencyWorkload,
-    Offer,
+from bench.latencies import (
     add_latency_arguments,
     latencies_ok,
     latency_checks,
@@ -60,13 +59,28 @@ from bench.latency import (
     latency_section,
     run_latencies,
 )
+from bench.latency import LatencyWorkload, Offer
 from bench.quix import QuixResult
 from bench.quix_lookup import run_quix_lookup
-from bench.report import (
+from bench.rawjoin import Emit, RawJoin, RawSpec
+from bench.report import Section
+from bench.runs import (
+    Repeated,
+    SweepPoint,
+    add_run_arguments,
+    local_cores,
+    point_checks,
+    repeat,
+    repeated_contenders,
+    run_checks,
+    spark_master,
+    sustained_line,
+    sweep_lines,
+)
+from bench.wording import (
     QUIX_SCALING,
     SERVICE_LINE,
     Contender,
-    Section,
     batches_lines,
     ceiling_verdict,
     checks_line,
@@ -87,19 +101,6 @@ from bench.report import (
     run_date,
     run_header,
     throughput_table,
-)
-from bench.runs import (
-    Repeated,
-    SweepPoint,
-    add_run_arguments,
-    local_cores,
-    point_checks,
-    repeat,
-    repeated_contenders,
-    run_checks,
-    spark_master,
-    sustained_line,
-    sweep_lines,
 )
 from bench.workloads import (
     INPUT_PARTITIONS,
@@ -266,6 +267,27 @@ def count_defaulted(conf: dict[str, str], topic: str, schema_path: Path | None =
 # -- the ceiling -----------------------------------------------------------------------------
 
 
+class RawLookup(RawJoin):
+    """The ``lookup`` rules in plain dicts, as the yardstick applies them (roles ``table``,
+    ``stream``): the latest region of each user, and each click enriched with its user's, or
+    with :data:`DEFAULT` (left mode). The latency workload writes no tombstones."""
+
+    def __init__(self, options: dict[str, Any], emit: Emit) -> None:
+        super().__init__(options, emit)
+        self.table: dict[str, dict[str, Any]] = {}
+
+    def apply(self, role: str, value: dict[str, Any]) -> None:
+        """Keep a region (``table``) or enrich a click (``stream``), keyed by its id."""
+        if role == "table":
+            self.table[value["user"]] = value
+            return
+        self.emit(value["id"], {"click": value, "region": self.table.get(value["user"], DEFAULT)})
+
+    def state_entries(self) -> int:
+        """Regions held."""
+        return len(self.table)
+
+
 def lookup_loop(
     conf: dict[str, str],
     table_parts: list[tuple[str, int]],
@@ -417,12 +439,24 @@ def run_enrichd(
         return run_pipeline(file, pipe, ends, sum(ends.values()), timeout_s, stages=totals)
 
 
+@dataclass(frozen=True)
+class OfferedClicks:
+    """Offered click ``i`` to ``topic``, by one of ``population`` users drawn at random, a
+    twentieth of them unknown to the table (picklable, for the load generator's process)."""
+
+    topic: str
+    population: int
+
+    def __call__(self, i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
+        click = {"id": f"click-{i}", "user": user_id(rng.randrange(self.population)), "clicks": 1}
+        return self.topic, f"click-{i}".encode(), codec("click").encode(click)
+
+
 def latency_workload(servers: str, users: int, max_records_per_batch: int) -> LatencyWorkload:
     """The lookup latency runs: a table of ``users`` regions read first, then clicks offered."""
-    encoder = codec("click")
     population = int(users * (1 + UNKNOWN_SHARE))
 
-    def prepare(checkpoint: Path, trigger_ms: int) -> Offer:
+    def prepare(checkpoint: Path, trigger_ms: int, rate: int) -> Offer:
         conf = {"bootstrap.servers": servers}
         suffix = uuid.uuid4().hex[:8]
         table, clicks = f"lat-user-regions-{suffix}", f"lat-clicks-{suffix}"
@@ -430,12 +464,16 @@ def latency_workload(servers: str, users: int, max_records_per_batch: int) -> La
         file, pipe = configure(
             servers, table, clicks, checkpoint, max_records_per_batch, trigger_ms=trigger_ms
         )
-
-        def record(i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
-            click = {"id": f"click-{i}", "user": user_id(rng.randrange(population)), "clicks": 1}
-            return clicks, f"click-{i}".encode(), encoder.encode(click)
-
-        return Offer(file, pipe, loaded, (clicks,), record)
+        raw = RawSpec(
+            conf,
+            {table: "table", clicks: "stream"},
+            {table: "user_region", clicks: "click"},
+            "enriched_click",
+            "",
+            RawLookup,
+            {},
+        )
+        return Offer(file, pipe, loaded, (clicks,), OfferedClicks(clicks, population), raw)
 
     return LatencyWorkload(
         "lookup", "clicks", "enriched clicks", f"all {users:,} user regions already read", prepare
@@ -557,7 +595,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         again = run_ceiling(conf, table, clicks, ends, outputs["again"], 2)
     console.print(f"raw ceiling, 2 processes, again: {rate(again.rate)} records/s")
     latency = latency_workload(servers, users, args.max_batch)
-    latencies = run_latencies(args, servers, latency, console, loads)
+    latencies = run_latencies(args, broker, latency, console, loads)
     with console.status("checking outputs"):
         counted = count_outputs(conf, outputs, None, quix.ran)
         ran, runs_ok = run_checks(conf, runs, args.clicks, "enriched clicks", records)
@@ -642,7 +680,9 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             batch_table(spark.batches),
         ),
         *_versioned_notes(args, runs, versioned, two.rate),
-        *latency_section(latencies, latency, args.max_batch, runs.sustained),
+        *latency_section(
+            latencies, latency, args.max_batch, runs.sustained, tuple(args.fit_records)
+        ),
         checks_line(checks),
     ]
     figures = headline.measured(

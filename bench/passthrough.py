@@ -35,9 +35,10 @@ from rich.console import Console
 from bench import ceiling
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, await_consumed, batch_table, resources_lines
-from bench.report import (
+from bench.report import Section
+from bench.resources import PeakMemory, state_bytes
+from bench.wording import (
     Contender,
-    Section,
     batches_lines,
     ceiling_verdict,
     checks_line,
@@ -55,7 +56,6 @@ from bench.report import (
     short_of,
     throughput_table,
 )
-from bench.resources import PeakMemory, state_bytes
 from bench.workloads import (
     INPUT_PARTITIONS,
     SCHEMAS,
@@ -163,11 +163,7 @@ def passthrough_loop(
                 buffer.seek(0)
                 buffer.truncate()
                 writer(buffer, schema, record)
-                headers = [
-                    ("enrichd.source.topic", message.topic().encode()),
-                    ("enrichd.source.partition", str(message.partition()).encode()),
-                    ("enrichd.source.offset", str(message.offset()).encode()),
-                ]
+                headers = ceiling.provenance(message)
                 ceiling.send(producer, output, buffer.getvalue(), message.key(), headers)
             consumed += len(messages)
             producer.poll(0)

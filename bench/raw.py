@@ -2,10 +2,10 @@
 
 Each loop ``assign()``\\ s its partitions from offset 0 (no consumer group), consumes in
 batches, decodes with fastavro, keeps the users by id and the tweets by author in plain dicts
-(the ``comap`` semantics: a tweet emits a view when its author is known, a user emits a view
-for every stored tweet of theirs), encodes each ``TweetView`` and produces it, keyed by the
-tweet id, with a batching producer. The clock runs from the first record consumed to the
-last output delivered (``flush()`` returned).
+(:class:`RawCoMap`, the ``comap`` rules: a tweet emits a view when its author is known, a
+user emits a view for every stored tweet of theirs), encodes each ``TweetView`` and produces
+it, keyed by the tweet id, with a batching producer. The clock runs from the first record
+consumed to the last output delivered (``flush()`` returned).
 
 With two processes, each reads every user partition and one tweet partition, so the two
 hold disjoint tweets and together emit exactly the views one process would; the input rate
@@ -22,11 +22,37 @@ import fastavro
 
 from bench import ceiling
 from bench.ceiling import LoopResult, RawResult
-from bench.workloads import SCHEMAS, Topics
+from bench.rawjoin import Emit, RawJoin, schema
+from bench.workloads import Topics
 
 
-def _schema(name: str) -> Any:
-    return fastavro.schema.load_schema(str(SCHEMAS / f"{name}.avsc"))
+class RawCoMap(RawJoin):
+    """The ``comap`` rules in plain dicts: users by id, tweets by author (roles ``one``, ``many``).
+
+    A tweet emits a view when its author is known; a user emits a view for every stored tweet
+    of theirs. Views are keyed by the tweet id, as produced.
+    """
+
+    def __init__(self, options: dict[str, Any], emit: Emit) -> None:
+        super().__init__(options, emit)
+        self.users: dict[int, dict[str, Any]] = {}
+        self.tweets_by_author: dict[int, dict[int, dict[str, Any]]] = {}
+
+    def apply(self, role: str, value: dict[str, Any]) -> None:
+        """Apply one user (``one``) or tweet (``many``)."""
+        if role == "one":
+            self.users[value["id"]] = value
+            for tweet in self.tweets_by_author.get(value["id"], {}).values():
+                self.emit(str(tweet["id"]), {"id": tweet["id"], "tweet": tweet, "author": value})
+            return
+        self.tweets_by_author.setdefault(value["author_id"], {})[value["id"]] = value
+        author = self.users.get(value["author_id"])
+        if author is not None:
+            self.emit(str(value["id"]), {"id": value["id"], "tweet": value, "author": author})
+
+    def state_entries(self) -> int:
+        """Users and tweets held."""
+        return len(self.users) + sum(len(t) for t in self.tweets_by_author.values())
 
 
 def comap_loop(
@@ -44,28 +70,27 @@ def comap_loop(
     """
     from confluent_kafka import TopicPartition
 
-    user_schema, tweet_schema, view_schema = (
-        _schema("user"),
-        _schema("tweet"),
-        _schema("tweet_view"),
-    )
+    readers = {topics.users: schema("user"), topics.tweets: schema("tweet")}
+    roles = {topics.users: "one", topics.tweets: "many"}
+    view_schema = schema("tweet_view")
     consumer, producer = ceiling.consumer(conf), ceiling.producer(conf)
     todo = {(t, p): ends.get(f"{t}/{p}", 0) for t, p in partitions}
     remaining = {tp: end for tp, end in todo.items() if end > 0}
-    users: dict[int, dict[str, Any]] = {}
-    tweets_by_author: dict[int, dict[int, dict[str, Any]]] = {}
     reader: Any = fastavro.schemaless_reader  # records, as the schemas say: plain dicts
     writer: Any = fastavro.schemaless_writer
     consumed = emitted = 0
 
     buffer = io.BytesIO()
 
-    def emit(tweet: dict[str, Any], author: dict[str, Any], key: bytes) -> None:
+    def emit(key: str, view: dict[str, Any]) -> None:
+        nonlocal emitted
         buffer.seek(0)
         buffer.truncate()
-        writer(buffer, view_schema, {"id": tweet["id"], "tweet": tweet, "author": author})
-        ceiling.send(producer, output, buffer.getvalue(), key)
+        writer(buffer, view_schema, view)
+        ceiling.send(producer, output, buffer.getvalue(), key.encode())
+        emitted += 1
 
+    join = RawCoMap({}, emit)
     if go is not None:
         go.wait()
     consumer.assign([TopicPartition(t, p, 0) for t, p in partitions])
@@ -83,20 +108,7 @@ def comap_loop(
                 where = (topic, message.partition())
                 if where in remaining and offset + 1 >= remaining[where]:
                     del remaining[where]
-                if topic == topics.users:
-                    author = reader(io.BytesIO(message.value()), user_schema, None)
-                    users[author["id"]] = author
-                    for tweet in tweets_by_author.get(author["id"], {}).values():
-                        emit(tweet, author, str(tweet["id"]).encode())
-                        emitted += 1
-                else:
-                    tweet = reader(io.BytesIO(message.value()), tweet_schema, None)
-                    stored = tweets_by_author.setdefault(tweet["author_id"], {})
-                    stored[tweet["id"]] = tweet
-                    known = users.get(tweet["author_id"])
-                    if known is not None:
-                        emit(tweet, known, message.key())  # the tweet id, as produced
-                        emitted += 1
+                join.apply(roles[topic], reader(io.BytesIO(message.value()), readers[topic], None))
             producer.poll(0)
         done = ceiling.delivered(producer)
     finally:

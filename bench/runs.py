@@ -27,7 +27,8 @@ from pathlib import Path
 from rich.console import Console
 
 from bench.enrichd import EnrichdResult
-from bench.report import (
+from bench.resources import MIB
+from bench.wording import (
     Contender,
     enrichd_contenders,
     enrichd_status,
@@ -35,7 +36,6 @@ from bench.report import (
     progress_check,
     rate,
 )
-from bench.resources import MIB
 from bench.workloads import count_records
 
 MIN_STEADY_BATCHES = 5

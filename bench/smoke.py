@@ -9,15 +9,17 @@ unexpected dead letters, too few batches behind a sustained rate). The test suit
 (``tests/bench/test_bench_smoke.py``), so a refactor of enrichd that breaks the benchmark fails CI.
 
 Left out, to keep it to a few minutes: the Quix Streams peer (``--no-quix``: a consumer
-group's join alone takes the embedded broker 20-25 s), the latency runs but comap's (they
-share :mod:`bench.latency`), lookup's second run with a versioned table (the same code path
-with another pipeline file), window's run of Spark's own join (no enrichd code in it) and
-startup's ``daemon demo`` (the suite runs the demo itself), its recording of Spark's
-class archive (``tests/service/test_class_archive.py`` tests that) and its restarted
-``daemon run`` (a second JVM start on the same code path: about half the smoke's time on a
-loaded machine; ``tests/delivery/test_crash_recovery.py`` restarts ``daemon run`` on its
-checkpoint), the repeated enrichd runs
-(``--runs 1``) and comap's and lookup's key-count sweep (one ``--users``). The workloads'
+group's join alone takes the embedded broker 20-25 s); the enrichd latency runs but comap's
+with the default trigger (they share :mod:`bench.latency`, and each would start a query) and
+the runs at other rates for the batch-cost fit (comap's fit takes its batches of any size
+instead), though every joiner runs its yardstick (a raw loop: no JVM); lookup's second run
+with a versioned table (the same code path with another pipeline file); window's run of
+Spark's own join (no enrichd code in it); startup's ``daemon demo`` (the suite runs the demo
+itself), its recording of Spark's class archive (``tests/service/test_class_archive.py``
+tests that) and its restarted ``daemon run`` (a second JVM start on the same code path:
+about half the smoke's time on a loaded machine; ``tests/delivery/test_crash_recovery.py``
+restarts ``daemon run`` on its checkpoint); the repeated enrichd runs (``--runs 1``) and
+comap's and lookup's key-count sweep (one ``--users``). The workloads'
 enrichd runs share this process's Spark session and its Python workers (the service of
 ``daemon run`` leaves running a session it did not start), so the first runs pay for warming
 them: on a quiet machine passthrough's first batch took 12 s and comap's 8.5 s (its stateful
@@ -37,23 +39,26 @@ from rich.console import Console
 from bench.report import print_section, write_section
 from bench.workloads import REPO
 
+YARDSTICK_ALONE = ["--latency-rate", "200", "--latency-seconds", "2", "--trigger-ms", "--fit-rates"]
+"""The latency options of lookup, asof and window: the yardstick's run, and no enrichd run."""
 SIZES: dict[str, list[str]] = {
     "passthrough": ["--records", "2000", "--max-batch", "800"],
     "comap": [
         "--users", "50", "--tweets", "1000", "--max-batch", "150", "--runs", "1",
-        "--latency-rate", "200", "--latency-seconds", "3", "--trigger-ms", "0",
+        "--latency-rate", "200", "--latency-seconds", "3", "--trigger-ms", "0", "--fit-rates",
+        "--fit-records", "1", "10000",
     ],
     "lookup": [
         "--users", "100", "--clicks", "1000", "--max-batch", "150", "--runs", "1",
-        "--no-latency", "--no-versioned",
+        *YARDSTICK_ALONE, "--no-versioned",
     ],
     "asof": [
         "--keys", "20", "--left", "1000", "--right", "200", "--max-batch", "150", "--runs", "1",
-        "--no-latency",
+        *YARDSTICK_ALONE,
     ],
     "window": [
         "--keys", "50", "--per-side", "500", "--max-batch", "150", "--runs", "1",
-        "--no-latency", "--no-spark-join",
+        *YARDSTICK_ALONE, "--no-spark-join",
     ],
     "state": ["--keys", "1000", "--clicks", "1000", "--max-batch", "800"],
     "startup": [
@@ -66,7 +71,8 @@ SIZES: dict[str, list[str]] = {
 
 comap's, lookup's, asof's and window's caps are small enough for the six batches or more
 their sustained rate must be over (:data:`bench.runs.MIN_STEADY_BATCHES` after the first),
-and they run once."""
+and they run once. Each runs its yardstick (:data:`YARDSTICK_ALONE`: with no enrichd latency
+run but comap's)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

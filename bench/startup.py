@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from rich.console import Console
 
-from bench.report import Section, checks_line, machine, markdown_table, run_header
+from bench.report import Section
+from bench.wording import checks_line, machine, markdown_table, run_header
 from bench.workloads import (
     REPO,
     SCHEMAS,

@@ -23,10 +23,11 @@ from rich.console import Console
 
 from bench import lookup
 from bench.enrichd import batch_table
-from bench.report import (
+from bench.report import Section
+from bench.resources import MIB, PeakMemory, state_line
+from bench.wording import (
     SERVICE_LINE,
     Contender,
-    Section,
     batches_lines,
     ceiling_verdict,
     checks_line,
@@ -42,7 +43,6 @@ from bench.report import (
     run_header,
     throughput_table,
 )
-from bench.resources import MIB, PeakMemory, state_line
 from bench.workloads import INPUT_PARTITIONS, count_records
 from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 

@@ -37,18 +37,16 @@ from typing import Any
 
 import fastavro
 
-from bench import ceiling, report
+from bench import ceiling, wording
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, batch_table, run_pipeline
 from bench.quix import QuixResult
 from bench.quixjoins import run_quix_join
-from bench.report import Contender, ceiling_verdict, peer_verdict, quix_note
+from bench.rawjoin import RawJoin, RawSpec, schema
 from bench.runs import Repeated, local_cores, repeat, repeated_contenders, spark_master
-from bench.workloads import SCHEMAS, create_input_topics, input_producer, read_committed
+from bench.wording import Contender, ceiling_verdict, peer_verdict, quix_note
+from bench.workloads import create_input_topics, input_producer, read_committed
 from daemon.kafka import clients
-
-Emit = Callable[[str, dict[str, Any]], None]
-"""How a raw join hands over one output: its key and its value (a dict for the output schema)."""
 
 QUIX_JOIN = {"asof": "join_asof", "window": "join_interval"}
 """Each workload's Quix Streams join (see :mod:`bench.quixjoins`)."""
@@ -79,45 +77,6 @@ def produce(conf: dict[str, str], records: Iterable[tuple[str, str, bytes, int]]
     return deliveries.ends
 
 
-def schema(name: str) -> Any:
-    """``schemas/<name>.avsc`` parsed for fastavro."""
-    return fastavro.schema.load_schema(str(SCHEMAS / f"{name}.avsc"))
-
-
-class RawJoin:
-    """A join for the raw loop: records in arrival order in, outputs out through ``emit``."""
-
-    late = 0
-    """Records the join refused as late (enrichd's dead letters)."""
-
-    def __init__(self, options: dict[str, Any], emit: Emit) -> None:
-        self.options = options
-        self.emit = emit
-
-    def apply(self, role: str, value: dict[str, Any]) -> None:
-        """Apply one decoded record of ``role``."""
-        raise NotImplementedError
-
-    def state_entries(self) -> int:
-        """How many records the join holds at the end (its state size, in records)."""
-        return 0
-
-
-@dataclass(frozen=True)
-class RawSpec:
-    """What a raw loop reads and writes, and which join it runs (picklable, for spawn)."""
-
-    conf: dict[str, str]
-    roles: dict[str, str]
-    """Input topic -> role; ``"left"`` ranks before ``"right"`` on equal timestamps."""
-    schemas: dict[str, str]
-    """Input topic -> schema name."""
-    output_schema: str
-    output: str
-    join: type[RawJoin]
-    options: dict[str, Any]
-
-
 @dataclass(frozen=True)
 class JoinLoopResult(LoopResult):
     """What one raw loop did, on ``time.monotonic``, with its join's late and held records."""
@@ -133,7 +92,7 @@ def raw_loop(
     from confluent_kafka import TopicPartition
 
     readers = {topic: schema(name) for topic, name in spec.schemas.items()}
-    rank = {topic: 0 if role == "left" else 1 for topic, role in spec.roles.items()}
+    rank = {topic: spec.rank(topic) for topic in spec.roles}
     out_schema = schema(spec.output_schema)
     consumer, producer = ceiling.consumer(spec.conf), ceiling.producer(spec.conf)
     reader: Any = fastavro.schemaless_reader
@@ -388,6 +347,23 @@ class Join:
     """What the enrichd run changes in the example's joiner options."""
 
 
+def raw_spec(
+    join: Join, conf: dict[str, str], topics: dict[str, str], output: str, options: dict[str, Any]
+) -> RawSpec:
+    """What a raw loop of ``join`` reads (``topics``: role -> topic) and writes (``output``),
+    with the joiner's ``options``."""
+    left, right, output_schema = join.schemas
+    return RawSpec(
+        conf=conf,
+        roles={topics["left"]: "left", topics["right"]: "right"},
+        schemas={topics["left"]: left, topics["right"]: right},
+        output_schema=output_schema,
+        output=output,
+        join=join.raw,
+        options=options,
+    )
+
+
 def run_contenders(
     console: Any,
     join: Join,
@@ -408,16 +384,7 @@ def run_contenders(
     from daemon.kafka.admin import create_topics
 
     kind, servers = join.kind, conf["bootstrap.servers"]
-    left, right, output = join.schemas
-    spec = RawSpec(
-        conf=conf,
-        roles={topics["left"]: "left", topics["right"]: "right"},
-        schemas={topics["left"]: left, topics["right"]: right},
-        output_schema=output,
-        output=outputs["raw1"],
-        join=join.raw,
-        options=options,
-    )
+    spec = raw_spec(join, conf, topics, outputs["raw1"], options)
     create_input_topics(conf, topics.values())
     create_topics(conf, dict.fromkeys(outputs.values(), 2))
     with console.status(f"producing {total:,} records"):
@@ -487,9 +454,9 @@ def closing_lines(
             quix.reason,
         ),
         "",
-        *report.batches_lines(
+        *wording.batches_lines(
             "Micro-batches of enrichd that read records", max_batch, batch_table(spark.batches)
         ),
         *latency,
-        report.checks_line(checks),
+        wording.checks_line(checks),
     ]

@@ -16,7 +16,7 @@ enrichd's ``window`` pipeline on ``local[2]``, ``--runs`` times over the same to
 median reported); and, in the same Spark session, Spark's own stream-stream join over the
 same topics (:func:`run_spark_join`).
 
-Unless ``--no-latency``, enrichd's end-to-end latency follows (see :mod:`bench.latency`):
+Unless ``--no-latency``, enrichd's end-to-end latency follows (see :mod:`bench.latencies`):
 pairs of a left and a right event of one key offered at a fixed rate, each pair's output
 timed from the event that completed it.
 """
@@ -30,15 +30,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import commit, headline, twostream
+from bench import commit, headline, rawjoin, twostream
 from bench.enrichd import Batch, EnrichdResult, resources_lines
-from bench.latency import (
-    LatencyResult,
-    LatencyWorkload,
-    Offer,
+from bench.latencies import (
     add_latency_arguments,
     latencies_ok,
     latency_checks,
@@ -46,11 +44,15 @@ from bench.latency import (
     latency_section,
     run_latencies,
 )
-from bench.report import (
+from bench.latency import LatencyResult, LatencyWorkload, Offer
+from bench.rawjoin import Emit, RawJoin
+from bench.report import Section
+from bench.resources import MIB, PeakMemory, state_bytes, state_line
+from bench.runs import add_runs_argument, local_cores, run_checks, spark_master
+from bench.wording import (
     QUIX_SCALING,
     SERVICE_LINE,
     Contender,
-    Section,
     machine,
     markdown_table,
     plot_of,
@@ -60,9 +62,6 @@ from bench.report import (
     run_header,
     throughput_table,
 )
-from bench.resources import MIB, PeakMemory, state_bytes, state_line
-from bench.runs import add_runs_argument, local_cores, run_checks, spark_master
-from bench.twostream import Emit, RawJoin
 from bench.workloads import REPO, codec, count_records, create_input_topics
 from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
@@ -228,7 +227,7 @@ def run_spark_join(
     arrow_shape = pa.schema([("k", pa.int64()), ("v", pa.string()), ("at", pa.int64())])
 
     def side(role: str, schema_name: str) -> Any:
-        schema_text = json.dumps(twostream.schema(schema_name))
+        schema_text = json.dumps(rawjoin.schema(schema_name))
 
         def decode(packs: Iterator[Any]) -> Iterator[Any]:
             import io
@@ -346,36 +345,54 @@ LATENCY_REPEAT_S = 12
 each offered event pairs with its own partner only."""
 
 
-def latency_workload(servers: str, rate: int, max_records_per_batch: int) -> LatencyWorkload:
+@dataclass(frozen=True)
+class OfferedPairs:
+    """Offered event ``i``: pairs of a left then a right event of one key, the ``keys`` keys
+    taken in turn, the wall-clock time their event time (picklable, for the load generator's
+    process)."""
+
+    topics: dict[str, str]
+    """Role (``left``, ``right``) -> topic."""
+    keys: int
+
+    def __call__(self, i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
+        side = "left" if i % 2 == 0 else "right"
+        key = i // 2 % self.keys
+        value = {"k": key, "v": f"{side[0]}{i}", "at": int(time.time() * 1000)}
+        return self.topics[side], str(key).encode(), codec(f"{side}_event").encode(value)
+
+
+def latency_keys(rate: int) -> int:
+    """How many keys the events offered at ``rate`` take in turn: a key comes round every
+    :data:`LATENCY_REPEAT_S`."""
+    return max(1, rate * LATENCY_REPEAT_S // 2)
+
+
+def latency_workload(servers: str, max_records_per_batch: int) -> LatencyWorkload:
     """The window latency runs: events offered in pairs, a left then a right of one key, each
     with the wall-clock time it is offered as its event time."""
-    codecs = {"left": codec("left_event"), "right": codec("right_event")}
-    keys = max(1, rate * LATENCY_REPEAT_S // 2)
 
-    def prepare(checkpoint: Path, trigger_ms: int) -> Offer:
+    def prepare(checkpoint: Path, trigger_ms: int, rate: int) -> Offer:
         conf = {"bootstrap.servers": servers}
         suffix = uuid.uuid4().hex[:8]
         topics = {"left": f"lat-left-{suffix}", "right": f"lat-right-{suffix}"}
         create_input_topics(conf, tuple(topics.values()))
+        keys = latency_keys(rate)
         # Something to read first, so that the pipeline is running when offering starts:
         # left events of other keys, a minute old, which no offered event pairs with.
         old = int(time.time() * 1000) - 60_000
+        left = codec("left_event")
         warm = [
-            (topics["left"], str(k), codecs["left"].encode({"k": k, "v": "warm", "at": old}), old)
+            (topics["left"], str(k), left.encode({"k": k, "v": "warm", "at": old}), old)
             for k in range(keys, keys + 100)
         ]
         loaded = twostream.produce(conf, warm)
         file, pipe = twostream.configure(
             servers, EXAMPLE, topics, {"mode": MODE}, checkpoint, max_records_per_batch, trigger_ms
         )
-
-        def record(i: int, rng: random.Random) -> tuple[str, bytes, bytes]:
-            side = "left" if i % 2 == 0 else "right"
-            key = i // 2 % keys
-            value = {"k": key, "v": f"{side[0]}{i}", "at": int(time.time() * 1000)}
-            return topics[side], str(key).encode(), codecs[side].encode(value)
-
-        return Offer(file, pipe, loaded, tuple(topics.values()), record)
+        raw = twostream.raw_spec(JOIN, conf, topics, "", example_options())
+        offered = OfferedPairs(topics, keys)
+        return Offer(file, pipe, loaded, tuple(topics.values()), offered, raw)
 
     return LatencyWorkload(
         "window",
@@ -391,8 +408,9 @@ def latency_workload(servers: str, rate: int, max_records_per_batch: int) -> Lat
         detail=(
             f"Events are offered in pairs, a left and then a right event of one key with the "
             f"wall-clock time as their event time (mode inner), the keys taken in turn "
-            f"({keys:,} of them, so a key comes round every {LATENCY_REPEAT_S} s, after its "
-            "window): each pair makes one output, timed from the CreateTime of the event whose "
+            f"({latency_keys(5_000):,} of them at 5,000 events/s, in proportion at other "
+            f"rates, so that a key comes round every {LATENCY_REPEAT_S} s, after its window): each "
+            "pair makes one output, timed from the CreateTime of the event whose "
             "arrival completed it (the one its `enrichd.source.*` headers name). A pipeline "
             "whose joiner wakes keys also runs a batch when a key is due and no event comes in "
             "(a clock in the source's offsets makes it: Spark fires timers only in batches), "
@@ -446,8 +464,8 @@ def run(args: argparse.Namespace, broker: Any) -> Section:
         ran = run_checks(
             conf, runs.enrichd, counted["raw 1 process"], "pairs", total, dead_letters=runs.one.late
         )
-    latency = latency_workload(broker.bootstrap_servers, args.latency_rate, args.max_batch)
-    latencies = run_latencies(args, broker.bootstrap_servers, latency, console, [])
+    latency = latency_workload(broker.bootstrap_servers, args.max_batch)
+    latencies = run_latencies(args, broker, latency, console, [])
     return _section(
         args, machine_line, measured, options, runs, own, counted, ran, latency, latencies
     )
@@ -548,7 +566,9 @@ def _section(
             runs,
             args.max_batch,
             checks,
-            latency_section(latencies, latency, args.max_batch, runs.enrichd.sustained),
+            latency_section(
+                latencies, latency, args.max_batch, runs.enrichd.sustained, tuple(args.fit_records)
+            ),
         ),
     ]
     return Section(

@@ -8,6 +8,7 @@ ids as decimal text, as ``daemon replay`` writes integer keys.
 
 from __future__ import annotations
 
+import functools
 import random
 import uuid
 from collections.abc import Iterable, Iterator
@@ -28,8 +29,10 @@ _WORDS = (
 ).split()
 
 
+@functools.cache
 def codec(name: str) -> AvroCodec:
-    """The plain-format codec of ``schemas/<name>.avsc``."""
+    """The plain-format codec of ``schemas/<name>.avsc``, made once per process (a latency
+    run's load generator encodes each record it offers with it)."""
     return AvroCodec(load_schema_file(SCHEMAS / f"{name}.avsc"))
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from bench import headline, summary
 from bench.__main__ import WORKLOADS
-from bench.report import markers, plot_path
+from bench.sections import markers, plot_path
 from bench.smoke import SIZES
 
 if TYPE_CHECKING:
@@ -27,6 +27,18 @@ BENCHMARKS = REPO / "BENCHMARKS.md"
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _triggers(options: list[str]) -> list[str]:
+    """The values of ``--trigger-ms`` among a workload's options (none: no enrichd latency)."""
+    if "--trigger-ms" not in options:
+        return []
+    values = []
+    for value in options[options.index("--trigger-ms") + 1 :]:
+        if value.startswith("--"):
+            break
+        values.append(value)
+    return values
 
 
 def _smoke(output: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
@@ -81,7 +93,12 @@ def test_every_workload_runs_end_to_end_and_writes_its_section_to_the_given_repo
         assert "| " + " | ".join(summary.cells(summary.Row(joiner, figures))) + " |" in block
         assert figures.sustained > 0 and head and figures.commit.startswith(head), figures
         assert (figures.quix_per_core, figures.memory_mib) == ("not run", "no 1M point")
-        assert isinstance(figures.p99_ms, float) == ("--no-latency" not in SIZES[joiner])
+        # Every joiner's yardstick ran; enrichd's latency where SIZES names a trigger.
+        assert isinstance(figures.p99_ms, float) == bool(_triggers(SIZES[joiner]))
+        assert isinstance(figures.yardstick_p99_ms, float), figures
+        section = text[text.index(start) : text.index(end)]
+        assert "| yardstick (raw loop, exactly once) | 200 |" in section, joiner
+        assert "- Batch cost: " in section, joiner
     assert plot_path(report, "summary").stat().st_size > 0
     assert _digest(BENCHMARKS) == before
     charts_after = {p: p.stat().st_mtime_ns for p in (REPO / "bench" / "charts").glob("*.png")}

@@ -13,7 +13,7 @@ import pytest
 from bench import headline
 from bench.enrichd import EnrichdResult
 from bench.headline import MILLION, NO_MILLION, NOT_MEASURED, NOT_RUN, Headline
-from bench.latency import LatencyResult
+from bench.latency import YARDSTICK, LatencyResult
 from bench.quix import QuixResult
 from bench.resources import MIB, Peaks
 from bench.runs import Repeated, SweepPoint
@@ -25,8 +25,14 @@ def _point(keys: int, peak_mib: int) -> SweepPoint:
     return SweepPoint(keys, 50_000.0, Repeated([run]))
 
 
-def _latency(trigger_ms: int, p99_ms: float, rate: int = 5_000, reason: str = "") -> LatencyResult:
-    return LatencyResult(rate, 30.0, trigger_ms, p99_ms=p99_ms, reason=reason)
+def _latency(
+    trigger_ms: int, p99_ms: float, rate: int = 5_000, reason: str = "", for_fit: bool = False
+) -> LatencyResult:
+    return LatencyResult(rate, 30.0, trigger_ms, p99_ms=p99_ms, reason=reason, for_fit=for_fit)
+
+
+def _yardstick(p99_ms: float, rate: int = 5_000, reason: str = "") -> LatencyResult:
+    return LatencyResult(rate, 30.0, 0, p99_ms=p99_ms, reason=reason, contender=YARDSTICK)
 
 
 QUIX = QuixResult(input_records=30_000, version="3.28.1", seconds=10.0, processes=2)
@@ -40,7 +46,7 @@ def _measured(**changes: object) -> Headline:
         "ceiling": 60_000.0,
         "cores": 2,
         "quix": QUIX,
-        "latencies": [_latency(0, 1_396.0)],
+        "latencies": [_yardstick(200.0), _latency(0, 1_396.0)],
         "points": [_point(20_000, 3_800), _point(MILLION, 4_277)],
         "date": "2026-11-26 22:15 UTC",
         "commit": "3762234",
@@ -62,7 +68,9 @@ def test_the_figures_are_the_runs_own_against_the_ceiling_and_the_peer_of_the_sa
         memory_mib=4_277.0,
         date="2026-11-26 22:15 UTC",
         commit="3762234",
+        yardstick_p99_ms=200.0,
     )
+    assert figures.p99_ratio == pytest.approx(6.98)
 
 
 def test_the_peer_is_compared_per_core_when_it_ran_in_fewer_processes_than_spark_has_cores() -> (
@@ -84,6 +92,35 @@ def test_without_a_measured_default_trigger_the_first_measured_run_is_shown_with
     latencies = [_latency(0, 0.0, reason="the pipeline fell behind"), _latency(1_000, 900.0, 200)]
     figures = _measured(latencies=latencies)
     assert (figures.p99_ms, figures.offered_rate, figures.trigger_ms) == (900.0, 200, 1_000)
+
+
+def test_the_yardstick_is_the_one_at_the_rate_of_the_run_shown_and_fit_runs_are_never_shown() -> (
+    None
+):
+    latencies = [
+        _yardstick(210.0),
+        _latency(1_000, 900.0),
+        _yardstick(150.0, rate=2_000),
+        _latency(0, 700.0, rate=2_000, for_fit=True),
+    ]
+    figures = _measured(latencies=latencies)
+    assert (figures.p99_ms, figures.trigger_ms, figures.offered_rate) == (900.0, 1_000, 5_000)
+    assert figures.yardstick_p99_ms == 210.0
+
+
+def test_the_yardstick_alone_gives_its_p99_and_no_enrichd_p99() -> None:
+    figures = _measured(latencies=[_yardstick(210.0)])
+    assert (figures.p99_ms, figures.yardstick_p99_ms, figures.p99_ratio) == (
+        NOT_RUN,
+        210.0,
+        NOT_RUN,
+    )
+
+
+def test_a_yardstick_that_failed_or_did_not_run_says_so() -> None:
+    failed = _measured(latencies=[_yardstick(0.0, reason="the loop failed"), _latency(0, 900.0)])
+    assert (failed.yardstick_p99_ms, failed.p99_ratio) == (NOT_MEASURED, NOT_MEASURED)
+    assert _measured(latencies=[_latency(0, 900.0)]).yardstick_p99_ms == NOT_RUN
 
 
 def test_a_part_left_out_says_not_run_and_one_that_failed_says_not_measured() -> None:

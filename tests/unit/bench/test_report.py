@@ -1,6 +1,5 @@
 """Writing a section into the report (``bench/report.py``): a joiner's section carries its
-headline and rewrites its own row of the summary, keeping the other rows as they were; the
-machine line names the commit measured."""
+headline and rewrites its own row of the summary, keeping the other rows as they were."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ from pathlib import Path
 
 from bench import headline
 from bench.headline import NO_MILLION, NOT_RUN, Headline
-from bench.report import Section, machine, write_section
+from bench.report import Section, write_section
 from bench.sections import markers, section_text
 
 
@@ -70,9 +69,3 @@ def test_a_section_of_no_joiner_leaves_the_summary_as_it_was(tmp_path: Path) -> 
     write_section(report, _section("state", None))
 
     assert _summary(report) == before
-
-
-def test_the_machine_line_names_the_commit_measured() -> None:
-    assert "Spark master local[2], commit 3762234-dirty; load average" in machine(
-        "local[2]", "3762234-dirty"
-    )

@@ -10,7 +10,7 @@ import pytest
 
 from bench import summary
 from bench.__main__ import main
-from bench.headline import NO_MILLION, NOT_MEASURED, NOT_RUN, Headline
+from bench.headline import NO_MILLION, NO_YARDSTICK, NOT_MEASURED, NOT_RUN, Headline
 from bench.report import Section, render
 from bench.sections import markers, plot_path
 
@@ -26,6 +26,7 @@ COMAP = Headline(
     memory_mib=4_277.3,
     date="2026-11-26 22:15 UTC",
     commit="3762234",
+    yardstick_p99_ms=200.0,
 )
 ASOF = Headline(
     joiner="asof",
@@ -38,6 +39,7 @@ ASOF = Headline(
     memory_mib=NO_MILLION,
     date="2026-11-27 19:34 UTC",
     commit="0a1b2c3-dirty",
+    yardstick_p99_ms=210.0,
 )
 
 
@@ -64,20 +66,42 @@ def test_each_row_is_its_sections_headline_and_a_joiner_without_a_section_says_s
         "| window",
     ]  # the joiners in a fixed order, whatever the sections' order
     assert _row(block, "comap") == (
-        "| comap | 36,601 | 0.59 | 9.39x | 1,396 ms at 5,000/s | 4,277 MiB | "
+        "| comap | 36,601 | 0.59 | 9.39x | 1,396 ms at 5,000/s | 6.98x | 4,277 MiB | "
         "2026-11-26 22:15 UTC, 3762234 |"
     )
     assert _row(block, "asof") == (
-        "| asof | 52,643 | 0.78 | not run | not measured | no 1M point | "
+        "| asof | 52,643 | 0.78 | not run | not measured | not measured | no 1M point | "
         "2026-11-27 19:34 UTC, 0a1b2c3-dirty |"
     )
-    assert _row(block, "lookup") == "| lookup |" + " not run |" * 6
+    assert _row(block, "lookup") == "| lookup |" + " not run |" * 7
     assert summary.LEGEND in block
 
 
 def test_a_latency_run_with_a_trigger_of_its_own_names_it() -> None:
     figures = Headline(**{**COMAP.__dict__, "trigger_ms": 1_000, "offered_rate": 200})
     assert summary.cells(summary.Row("comap", figures))[4] == "1,396 ms at 200/s (1,000 ms trigger)"
+
+
+def test_p99_is_a_ratio_to_the_yardstick_of_the_same_run_or_says_why_there_is_none() -> None:
+    def ratio(**changes: object) -> str:
+        figures = Headline(**{**COMAP.__dict__, **changes})
+        return summary.cells(summary.Row("comap", figures))[5]
+
+    assert ratio() == "6.98x"  # 1,396 ms against the yardstick's 200 ms
+    assert ratio(yardstick_p99_ms=NO_YARDSTICK) == "no yardstick"  # a run from before it
+    assert ratio(yardstick_p99_ms=NOT_MEASURED) == "not measured"
+    assert ratio(p99_ms=NOT_RUN) == "not run"  # enrichd's own run is what is missing
+
+
+def test_a_headline_from_before_the_yardstick_reads_back_saying_so(tmp_path: Path) -> None:
+    older = _section("comap", COMAP).replace(', "yardstick_p99_ms": 200.0', "")
+    assert "yardstick" not in older
+    (comap,) = (
+        row for row in summary.rows(PREAMBLE + older, tmp_path / "r.md") if row.joiner == "comap"
+    )
+    assert isinstance(comap.headline, Headline)
+    assert comap.headline.yardstick_p99_ms == NO_YARDSTICK
+    assert summary.cells(comap)[5] == "no yardstick"
 
 
 def test_a_section_with_no_figures_to_read_says_so(tmp_path: Path) -> None:
