@@ -176,7 +176,8 @@ def _task(
     """One task: ``rounds`` batches through the operator's task output, each commit timed."""
     from daemon.sink import task_output
     from daemon.sink.commit_turn import ending_transaction
-    from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+    from daemon.sink.spec import OutputSpec
+    from daemon.sink.task_output import TaskOutput, forget_kept_clients
 
     waited: list[float] = []
 

@@ -1,5 +1,6 @@
 """The joiner operator: a bucket's packs in, the joiner applied, its records written out.
 
+:mod:`~daemon.operator.spec` says what the operator runs with (made on the driver);
 :mod:`~daemon.operator.processor` is the ``transformWithState`` processor Spark runs per state
 bucket; :mod:`~daemon.operator.core` is the engine core, the per-key apply loop without
 Spark, which :mod:`daemon.testing` runs too; :mod:`~daemon.operator.state_format` is what the

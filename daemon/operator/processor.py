@@ -62,7 +62,6 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec
-from daemon.formats.kafka_keys import KafkaKeyCodec
 from daemon.model.envelope import Envelope, unwrap
 from daemon.model.latency import compact
 from daemon.model.wire import (
@@ -85,10 +84,12 @@ from daemon.operator.bucket_cache import (
 )
 from daemon.operator.bucket_delta import Pending
 from daemon.operator.core import EngineCore, KeyBatch
+from daemon.operator.spec import OperatorPlan
 from daemon.operator.stash_log import StashLog
 from daemon.operator.state_format import Bucket, decode_portable, encode_bucket
-from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, Joiner, input_record
-from daemon.sink.task_output import OutputSpec, TaskOutput
+from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, input_record
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import TaskOutput
 from daemon.spark.worker_gc import freeze_loaded
 
 BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
@@ -106,34 +107,6 @@ is on (:mod:`daemon.operator.bucket_cache`)."""
 Send = Callable[[tuple[Any, ...]], None]
 """Takes one output row: an :class:`~daemon.model.wire.OutputRow`, or a plain tuple of its
 columns in order (the hot path builds those: a named tuple's constructor is a Python call)."""
-
-
-@dataclass(frozen=True)
-class OperatorPlan:
-    """What the processor needs on executors; pickled with it."""
-
-    joiner: Joiner
-    codecs: dict[str, AvroCodec]
-    output_codec: AvroCodec
-    output_topic: str
-    dead_letter_topic: str
-    plugin: str
-    outputs: dict[str, tuple[str, AvroCodec]] | None = None
-    """Secondary outputs by name: topic and codec."""
-    inputs: tuple[tuple[str, str], ...] = ()
-    """Role and topic of each input, in the source's order (a row's ``input``)."""
-    envelopes: dict[str, Envelope] | None = None
-    """The value envelope of each role that has one (``debezium``)."""
-    output_keys: dict[str | None, KafkaKeyCodec] | None = None
-    """How keys are written, by output (None: the main one), where not as UTF-8 text."""
-    state_cache: bool = True
-    """Whether buckets stay decoded in the Python worker between micro-batches
-    (:mod:`daemon.operator.bucket_cache`; ``[state] cache``)."""
-    state_cache_bytes: int | None = None
-    """The worker cache's byte budget; None: sized from the worker's memory."""
-    state_deltas: bool = True
-    """Whether a call that changed a few keys of a bucket appends them as a delta instead of
-    writing the bucket whole (:mod:`daemon.operator.bucket_delta`; ``[state] deltas``)."""
 
 
 class JoinerProcessor(StatefulProcessor):

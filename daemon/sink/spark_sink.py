@@ -30,7 +30,8 @@ from pyspark.sql.types import StructType
 from daemon.model import due_times, latency
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT, counts_of
 from daemon.sink.metrics_relay import send_batch_counts
-from daemon.sink.task_output import OutputSpec, TaskOutput
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import TaskOutput
 from daemon.spark.worker_gc import freeze_loaded
 
 _TOPIC = OUTPUT.position("topic")

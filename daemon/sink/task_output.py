@@ -69,16 +69,12 @@ default: the micro-batch is retried, and reported as stuck if it keeps failing.
 
 from __future__ import annotations
 
-import base64
-import pickle  # noqa: S403 - only our own driver-made spec travels through it
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark import TaskContext
 
 from daemon.kafka import connect, names
 from daemon.kafka.clients import Deliveries, produce
-from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import OUTPUT, OutputRow
 from daemon.sink.commit_turn import ending_transaction
 from daemon.sink.metrics_relay import send_batch_counts
@@ -90,11 +86,7 @@ from daemon.sink.refusals import (
     provenance,
     refusal_of,
 )
-
-if TYPE_CHECKING:
-    from daemon.model.config import (
-        Delivery,  # pydantic's module: Spark's workers need not load it
-    )
+from daemon.sink.spec import OutputSpec
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
 _TRANSACTIONAL: dict[str, tuple[Any, str, int]] = {}
@@ -129,40 +121,6 @@ _DELIVERY_REPORTS = {"delivery.report.only.error": True}
 Python callback per record. It hears of them when it flushes, at commit: nothing else polls
 the producer, which sends on its own threads (and ``produce`` polls when the local queue is
 full). A transactional task passes no callback at all: see :attr:`TaskOutput._deliveries`."""
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """Where and how a pipeline writes; pickled into the operator and the sink's options."""
-
-    pipeline: str
-    client_conf: dict[str, str]
-    delivery: Delivery
-    marker_topic: str
-    """The topic whose partition 0 carries the committed-batch markers (the output topic)."""
-    metrics_address: str | None = None
-    """The daemon's metrics socket (``daemon.sink.metrics_relay``), or None: counts go
-    nowhere."""
-    dead_letter_topic: str | None = None
-    """Where a record the client refuses goes (:data:`OUTPUT_REJECTED`); None: the refusal
-    fails the task."""
-    id_prefix: str = DEFAULT_ID_PREFIX
-    """What the transactional ids and marker groups start with (``[kafka] id_prefix``)."""
-    commit_turn: bool = True
-    """Whether transactions on one machine end one at a time (:mod:`daemon.sink.commit_turn`;
-    the pipeline's plan decides, by its cluster). Taking turns is never wrong, only slower."""
-    checkpoint: str | None = None
-    """The query's checkpoint folder, where the sink's commit keeps the buckets' due times
-    for the planner's clock (:mod:`daemon.model.due_times`); None: a query without one."""
-
-    def encode(self) -> str:
-        """The spec as an option string."""
-        return base64.b64encode(pickle.dumps(self)).decode("ascii")
-
-    @staticmethod
-    def decode(text: str) -> OutputSpec:
-        """The spec back from :meth:`encode`."""
-        return pickle.loads(base64.b64decode(text))  # type: ignore[no-any-return]  # noqa: S301
 
 
 class TaskOutput:

@@ -24,7 +24,8 @@ from daemon.model.wire import INPUT, OutputRow, pack
 from daemon.operator import bucket_delta, state_compression
 from daemon.operator import processor as processor_module
 from daemon.operator.bucket_cache import BucketCache
-from daemon.operator.processor import JoinerProcessor, OperatorPlan
+from daemon.operator.processor import JoinerProcessor
+from daemon.operator.spec import OperatorPlan
 from daemon.operator.state_format import EVENT_TIME, Bucket, decode_bucket, encode_bucket
 from daemon.plugin.joiner import (
     DeadLetter,
@@ -34,7 +35,7 @@ from daemon.plugin.joiner import (
     JoinerContext,
     JoinerOptions,
 )
-from daemon.sink.task_output import OutputSpec
+from daemon.sink.spec import OutputSpec
 from tests.kafka_helpers import SCHEMAS
 
 INPUTS = (("stream", "clicks"), ("table", "regions"))

@@ -17,7 +17,8 @@ from daemon.model.due_times import NO_BATCH, DueTimes
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT
 from daemon.sink import task_output
 from daemon.sink.spark_sink import KafkaStreamWriter, Written, keep_due_times, write_rows
-from daemon.sink.task_output import OutputSpec, TaskOutput
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import TaskOutput
 
 
 class RecordingProducer:

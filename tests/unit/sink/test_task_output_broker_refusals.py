@@ -20,7 +20,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from daemon.sink import task_output
 from daemon.sink.refusals import OUTPUT_REJECTED
-from daemon.sink.task_output import NEAR_LIMIT_SLACK, OutputSpec, TaskOutput
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import NEAR_LIMIT_SLACK, TaskOutput
 
 DEAD_LETTERS = "views.dlq"
 LIMIT = 200_000

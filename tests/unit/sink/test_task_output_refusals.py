@@ -14,11 +14,11 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from daemon.sink import task_output
+from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import (
     CUT_HEADER,
     NEAR_LIMIT_SLACK,
     OUTPUT_REJECTED,
-    OutputSpec,
     TaskOutput,
     refusal_of,
 )
