@@ -30,7 +30,7 @@ class OutputSpec:
     marker_topic: str
     """The topic whose partition 0 carries the committed-batch markers (the output topic)."""
     metrics_address: str | None = None
-    """The daemon's metrics socket (``daemon.sink.metrics_relay``), or None: counts go
+    """The daemon's report socket (:mod:`daemon.report_socket`), or None: counts go
     nowhere."""
     dead_letter_topic: str | None = None
     """Where a record the client refuses goes

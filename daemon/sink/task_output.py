@@ -75,9 +75,10 @@ from pyspark import TaskContext
 
 from daemon.kafka import connect, names
 from daemon.kafka.clients import Deliveries, produce
+from daemon.model.reports import BatchCounts
 from daemon.model.wire import OUTPUT, OutputRow
+from daemon.report_socket import send
 from daemon.sink.commit_turn import ending_transaction
-from daemon.sink.metrics_relay import send_batch_counts
 from daemon.sink.refusals import (
     OUTPUT_REJECTED,
     DeliveryNotes,
@@ -550,9 +551,8 @@ class TaskOutput:
         address = self.spec.metrics_address
         if self.reports_refusals and address is not None:
             # The operator's calls handed their counts on before this commit.
-            send_batch_counts(
-                address, self.spec.pipeline, self.batch_id, {}, {OUTPUT_REJECTED: len(letters)}
-            )
+            refusals = {OUTPUT_REJECTED: len(letters)}
+            send(address, BatchCounts(self.spec.pipeline, self.batch_id, dead_letters=refusals))
 
     def _dead_letter_refused(self, row: tuple[Any, ...], error: Any) -> str:
         """The line a task fails with when the dead-letter topic refuses a record too."""

@@ -144,6 +144,7 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
         7,
     )
     assert json.loads(daemon_end.recv(65536)) == {
+        "kind": "batch-counts",
         "pipeline": "views",
         "batch": 7,
         "records": {"views": 5, "views.dlq": 1},
