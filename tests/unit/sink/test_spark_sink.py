@@ -15,7 +15,7 @@ import pytest
 from daemon.model import due_times
 from daemon.model.due_times import NO_BATCH, DueTimes
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT
-from daemon.sink import task_output
+from daemon.sink import task_producer
 from daemon.sink.spark_sink import KafkaStreamWriter, Written, keep_due_times, write_rows
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
@@ -42,14 +42,14 @@ class RecordingProducer:
 @pytest.fixture(autouse=True)
 def _forget_kept_producers() -> Iterator[None]:
     yield
-    task_output.forget_kept_clients()
+    task_producer.forget_kept_clients()
 
 
 def recording_output() -> tuple[TaskOutput, RecordingProducer]:
     """An at-least-once task output whose producer records what it is given."""
     spec = OutputSpec("views", {}, "at_least_once", "views")
     producer = RecordingProducer()
-    task_output._PRODUCERS["idempotent.enrichd.views"] = producer
+    task_producer._PRODUCERS["idempotent.enrichd.views"] = producer
     return TaskOutput(spec, 3, 7, "query"), producer
 
 
