@@ -175,9 +175,11 @@ def _task(
     results: Any,
 ) -> None:
     """One task: ``rounds`` batches through the operator's task output, each commit timed."""
-    from daemon.sink import task_output
+    from daemon.sink import task_producer
     from daemon.sink.commit_turn import ending_transaction
-    from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+    from daemon.sink.spec import OutputSpec
+    from daemon.sink.task_output import TaskOutput
+    from daemon.sink.task_producer import forget_kept_clients
 
     waited: list[float] = []
 
@@ -188,7 +190,7 @@ def _task(
             waited.append(time.perf_counter() - asked)
             yield
 
-    task_output.ending_transaction = timed_turn  # type: ignore[assignment]  # the real turn, timed
+    task_producer.ending_transaction = timed_turn  # type: ignore[assignment]  # the real turn, timed
     spec = OutputSpec(pipeline, conf, "exactly_once", marker_topic=topic, commit_turn=True)
     value = b"x" * 100
     commits = []

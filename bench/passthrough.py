@@ -259,7 +259,7 @@ def run_enrichd(
     from daemon.model.config import SparkConfig
     from daemon.model.wire import OUTPUT
     from daemon.pipeline.plan import register_data_sources
-    from daemon.sink.task_output import OutputSpec
+    from daemon.sink.spec import OutputSpec
     from daemon.source.spec import SourceInput, SourceSpec
     from daemon.spark.session import spark_session
 

@@ -365,7 +365,7 @@ def run_pipeline(
     commit and which were seen to report no input rows for a re-run batch.
 
     ``metrics_address``: the socket its source reports to, as to the daemon
-    (:class:`daemon.sink.metrics_relay.MetricsRelay`); None: none.
+    (:class:`daemon.report_socket.ReportSocket`); None: none.
     """
     from dataclasses import replace
 

@@ -6,7 +6,7 @@ and so that one prefixed ACL on groups and one on transactional ids cover a pipe
 (docs/connecting.md, "What a pipeline may do on the cluster"):
 
 - ``<prefix>.<pipeline>.<task>``: the transactional id of each task of the joiner operator
-  (:mod:`daemon.sink.task_output`); two producers of one id fence each other off.
+  (:mod:`daemon.sink.task_producer`); two producers of one id fence each other off.
 - ``<prefix>.<pipeline>.sink.<query id>.<task>``: the group whose committed offset marks the
   task's last committed micro-batch, per query (a new checkpoint, a new query id).
 - ``<prefix>.reader``: the group every reader names, as librdkafka's consumers must, though

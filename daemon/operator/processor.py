@@ -3,11 +3,12 @@
 Records of a micro-batch arrive grouped by state bucket (a hash of the join key into the
 pipeline's ``state_buckets``), packed many to a row by the source
 (:class:`~daemon.model.wire.SourceRow`). The processor is the Spark side of the engine: it
-decodes a call's records by join key, loads the bucket from Spark's state store, hands both to
-the engine core (:class:`~daemon.operator.core.EngineCore`: apply order, each key's clock, end
-of input, state TTL, wake-ups), stores the bucket back with one timer, and writes what the
-joiner yielded to Kafka: Avro-encoded output records with provenance headers, and dead
-letters with their original bytes and the reason. A joiner that raises does not stop the
+decodes a call's records by join key, loads the bucket from Spark's state store
+(:mod:`daemon.operator.bucket_store`, which says why buckets), hands both to the engine core
+(:class:`~daemon.operator.core.EngineCore`: apply order, each key's clock, end of input,
+state TTL, wake-ups), stores the bucket back with one timer, and writes what the joiner
+yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters
+with their original bytes and the reason. A joiner that raises does not stop the
 pipeline: that key's records go to the dead-letter topic with the exception, and the key's
 state stays as it was.
 
@@ -26,21 +27,11 @@ time, which was too slow when each record was a row, but a call now gets a few p
 pandas flavour built frames for them and for each call's counts row, which made the latency
 run's batches slower.
 
-Why buckets: every state-store call is a round trip between the Python worker and the JVM,
-and per-key calls (set the key, read, write) cost about a millisecond per key and
-micro-batch, more than the joining. A bucket is one value holding its keys' states, each
-pickled on its own, so a micro-batch reads and writes each touched bucket once and unpickles
-only the keys it has rows for; the bucket is stored as plain data in enrichd's state format
-(:mod:`daemon.operator.state_format`), compressed (:mod:`daemon.operator.state_compression`).
-Values a joiner keeps in a :class:`~daemon.plugin.stash.Stash` are not in the bucket: they are
-appended to the bucket's stash log once, and read only when looked at
-(:mod:`daemon.operator.stash_log`).
-
 Time: when the joiner wants a wake-up (:meth:`Joiner.wakeup_ms`) or the key's state has a
-TTL, the bucket notes when the key is due (:mod:`daemon.operator.core`), and the processor keeps
-one processing-time timer at or before its earliest due key; when it fires, the core ticks the
-bucket. Each call's counts row says which timer its bucket holds after it, so that the
-planner's clock makes a batch only when one is due (:mod:`daemon.checkpoint.due_times`). An
+TTL, the bucket notes when the key is due (:mod:`daemon.operator.core`), and the bucket store
+keeps one processing-time timer at or before its earliest due key; when it fires, the core
+ticks the bucket. Each call's counts row says which timer its bucket holds after it, so that
+the planner's clock makes a batch only when one is due (:mod:`daemon.checkpoint.due_times`). An
 end-of-input marker row (see :data:`daemon.model.wire.CONTROL_INPUT`) ends its key's input,
 after the records of its micro-batch.
 """
@@ -49,20 +40,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
 from functools import cached_property, partial
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import TaskContext
 from pyspark.sql import Row as SparkRow
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec
-from daemon.formats.kafka_keys import KafkaKeyCodec
 from daemon.model.envelope import Envelope, unwrap
 from daemon.model.latency import compact
 from daemon.model.wire import (
@@ -75,65 +62,18 @@ from daemon.model.wire import (
     counts_row,
     unpack,
 )
-from daemon.operator import bucket_delta, state_compression
-from daemon.operator.bucket_cache import (
-    DECODED_FACTOR,
-    BucketCache,
-    CachedBucket,
-    new_stamp,
-    worker_cache,
-)
-from daemon.operator.bucket_delta import Pending
+from daemon.operator.bucket_store import BucketStore
 from daemon.operator.core import EngineCore, KeyBatch
-from daemon.operator.stash_log import StashLog
-from daemon.operator.state_format import Bucket, decode_portable, encode_bucket
-from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, Joiner, input_record
-from daemon.sink.task_output import OutputSpec, TaskOutput
+from daemon.operator.spec import OperatorPlan
+from daemon.operator.state_format import decode_portable
+from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, input_record
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import TaskOutput
 from daemon.spark.worker_gc import freeze_loaded
-
-BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
-"""Schema of the bucket's value state (a StructType: a DDL string would cost a call to the JVM
-to parse it in every task)."""
-CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
-"""Schema of the bucket's list state of stash chunks (:mod:`daemon.operator.stash_log`)."""
-DELTA_SCHEMA = StructType([StructField("delta", BinaryType())])
-"""Schema of the bucket's list state of deltas (:mod:`daemon.operator.bucket_delta`)."""
-STAMP_SCHEMA = StructType([StructField("stamp", LongType())])
-"""Schema of the bucket's stamp, written with each write of the bucket while the worker cache
-is on (:mod:`daemon.operator.bucket_cache`)."""
-
 
 Send = Callable[[tuple[Any, ...]], None]
 """Takes one output row: an :class:`~daemon.model.wire.OutputRow`, or a plain tuple of its
 columns in order (the hot path builds those: a named tuple's constructor is a Python call)."""
-
-
-@dataclass(frozen=True)
-class OperatorPlan:
-    """What the processor needs on executors; pickled with it."""
-
-    joiner: Joiner
-    codecs: dict[str, AvroCodec]
-    output_codec: AvroCodec
-    output_topic: str
-    dead_letter_topic: str
-    plugin: str
-    outputs: dict[str, tuple[str, AvroCodec]] | None = None
-    """Secondary outputs by name: topic and codec."""
-    inputs: tuple[tuple[str, str], ...] = ()
-    """Role and topic of each input, in the source's order (a row's ``input``)."""
-    envelopes: dict[str, Envelope] | None = None
-    """The value envelope of each role that has one (``debezium``)."""
-    output_keys: dict[str | None, KafkaKeyCodec] | None = None
-    """How keys are written, by output (None: the main one), where not as UTF-8 text."""
-    state_cache: bool = True
-    """Whether buckets stay decoded in the Python worker between micro-batches
-    (:mod:`daemon.operator.bucket_cache`; ``[state] cache``)."""
-    state_cache_bytes: int | None = None
-    """The worker cache's byte budget; None: sized from the worker's memory."""
-    state_deltas: bool = True
-    """Whether a call that changed a few keys of a bucket appends them as a delta instead of
-    writing the bucket whole (:mod:`daemon.operator.bucket_delta`; ``[state] deltas``)."""
 
 
 class JoinerProcessor(StatefulProcessor):
@@ -144,7 +84,7 @@ class JoinerProcessor(StatefulProcessor):
         self.spec = output
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variables: the bucket and its stash log."""
+        """Declare the state variables (:class:`BucketStore`: the bucket and its stash log)."""
         freeze_loaded()
         self.handle = handle
         self.output: TaskOutput | None = None  # opened at the task's first call
@@ -155,17 +95,8 @@ class JoinerProcessor(StatefulProcessor):
         self._timers: dict[int, int | None] = {}
         """The timer each bucket stored since the last counts row holds (None: none), for the
         planner's clock (:mod:`daemon.checkpoint.due_times`)."""
-        self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
-        self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
-        # Declared whether the cache and the deltas are on or not, so that switching them
-        # keeps the checkpoint's state variables as they were.
-        self.stamps = handle.getValueState("bucket_stamp", STAMP_SCHEMA)
-        self.deltas = handle.getListState("bucket_delta", DELTA_SCHEMA)
-        self._cache: BucketCache | None = None
-        self._cache_space = ""
-        if self.plan.state_cache:
-            self._cache = worker_cache(self.plan.state_cache_bytes)
-            self._cache_space = _query_id()
+        self.buckets = BucketStore(handle, self.plan)
+        """The state store's buckets: loaded and written back once per call."""
         envelopes = self.plan.envelopes or {}
         self._decoders = tuple(
             _decoder(self.plan.codecs[role], envelopes.get(role)) for role, _ in self.plan.inputs
@@ -203,10 +134,11 @@ class JoinerProcessor(StatefulProcessor):
         if not by_key:
             return
         self._send = send
-        bucket, log, stored = self._load_bucket(key)
+        bucket, log, stored = self.buckets.load(key)
         now = timer_values.getCurrentProcessingTimeInMs()
         self.core.apply(bucket, log, self._decoded(by_key), now)
-        self._store_bucket(key, bucket, log, stored)
+        self.buckets.save(key, bucket, log, stored)
+        self._timers[int(key[0])] = bucket.timer_ms
 
     def _decoded(self, by_key: dict[str, list[InputRow]]) -> Iterator[KeyBatch]:
         """Each key's part of the call, decoded when the core comes to the key.
@@ -260,7 +192,7 @@ class JoinerProcessor(StatefulProcessor):
         (:func:`~daemon.operator.state_format.encode_portable`). Each key's state is stored
         anew, its stashes' values in this bucket's log.
         """
-        bucket, log, stored = self._load_bucket(key)
+        bucket, log, stored = self.buckets.load(key)
         for item in initialState.keys:  # PySpark gives the structs as dicts
             join_key = item["key"]
             clock, due, state = decode_portable(bytes(item["entry"]))
@@ -268,7 +200,8 @@ class JoinerProcessor(StatefulProcessor):
             if due is not None:
                 bucket.due[join_key] = due
             bucket.touch(join_key)
-        self._store_bucket(key, bucket, log, stored)
+        self.buckets.save(key, bucket, log, stored)
+        self._timers[int(key[0])] = bucket.timer_ms
 
     def handleExpiredTimer(  # noqa: N802
         self,
@@ -284,12 +217,13 @@ class JoinerProcessor(StatefulProcessor):
         yield from self._counts()
 
     def _wake_up(self, key: Any, timer_values: Any, send: Send) -> None:
-        bucket, log, stored = self._load_bucket(key)
+        bucket, log, stored = self.buckets.load(key)
         bucket.timer_ms = None  # fired, so gone: the stored bucket must say so
         bucket.changed = True
         self._send, self._raw = send, _Originals([], ())
         self.core.tick(bucket, log, timer_values.getCurrentProcessingTimeInMs())
-        self._store_bucket(key, bucket, log, stored)
+        self.buckets.save(key, bucket, log, stored)
+        self._timers[int(key[0])] = bucket.timer_ms
 
     def _sender(self) -> Send:
         """Where a call's output rows go: the task's transaction, opened at its first call.
@@ -331,124 +265,6 @@ class JoinerProcessor(StatefulProcessor):
             counts["event_time"] = {inputs[index][0]: ms for index, ms in newest.items()}
         if any(counts.values()):
             yield SparkRow(**counts_row(counts)._asdict())
-
-    def _load_bucket(self, key: Any) -> tuple[Bucket, StashLog, Stored]:
-        """The bucket, its stash log for this call, and what the store holds for it.
-
-        With the worker cache on, the bucket comes from the cache when the store's stamp
-        says the cached copy is the committed one (:mod:`daemon.operator.bucket_cache`); it
-        is taken out of the cache meanwhile, and :meth:`_store_bucket` puts it back.
-        """
-        stamp = None
-        if self._cache is not None:
-            row = self.stamps.get()
-            stamp = row[0] if row else None
-            cached = self._cache.take((self._cache_space, key), stamp)
-            if cached is not None:
-                stored = Stored(cached.blob, cached.stamp, cached.size, cached.pending)
-                return cached.bucket, StashLog(self.stash_chunks, cached.bucket.stash), stored
-        row = self.state.get()
-        blob = row[0] if row else None
-        # Read whether deltas are on or not: a bucket keeps those written while they were.
-        deltas = [delta for (delta,) in self.deltas.get()] if blob else []
-        loaded = bucket_delta.load(blob, deltas)
-        bucket = loaded.bucket
-        stored = Stored(blob, stamp, loaded.pickled * DECODED_FACTOR, loaded.pending)
-        return bucket, StashLog(self.stash_chunks, bucket.stash), stored
-
-    def _store_bucket(self, key: Any, bucket: Bucket, log: StashLog, stored: Stored) -> None:
-        """Write the bucket back unless the store holds it already; keep one timer.
-
-        The timer is at or before the earliest key's due time: it moves only to an earlier
-        time. Keys that a batch touches are due later than before (a window key a minute after
-        its last record), and moving the timer after them cost two calls to the JVM per
-        bucket in nearly every batch, about a fifth of a window task; a timer that fires
-        before any key is due costs a read of the bucket and a new timer, once in a while.
-
-        A call that changed a few keys appends them as a delta (:mod:`.bucket_delta`), unless
-        the deltas have grown past their share of the bucket: then it writes the bucket whole
-        and clears them.
-
-        A call that changed no key (a lookup's stream records read the table value and leave
-        it) writes nothing: writing the same bytes again would cost a round trip to the JVM
-        with the whole blob, and the state store a changelog entry. Nor does it encode the
-        bucket to find that out, which at a million keys cost a seventh of a lookup's call: the
-        engine core marks the bucket ``changed`` when it changes a key's entry or due time,
-        and the stash log's counts and the timer are compared here.
-
-        With the worker cache on, each write comes with a new stamp, and the bucket goes back
-        into the cache with it only after both writes (see :mod:`.bucket_cache`).
-        """
-        counts = replace(bucket.stash)
-        log.flush(bucket.keys)
-        timer = bucket.timer_ms
-        earliest = min(bucket.due.values(), default=None)
-        if bucket.timer_ms is not None and (earliest is None or earliest < bucket.timer_ms):
-            self.handle.deleteTimer(bucket.timer_ms)
-            bucket.timer_ms = None
-        if bucket.timer_ms is None and earliest is not None:
-            self.handle.registerTimer(earliest)
-            bucket.timer_ms = earliest
-        self._timers[int(key[0])] = bucket.timer_ms
-        blob, size, pending = stored.blob, stored.size, stored.pending
-        if bucket.changed or bucket.timer_ms != timer or bucket.stash != counts:
-            bucket.changed = False  # what is kept below is what the store holds
-            if not bucket.keys:
-                bucket.touched.clear()
-                if blob is not None:
-                    self.state.clear()
-                    if pending.count:
-                        self.deltas.clear()
-                    if self._cache is not None:
-                        self.stamps.clear()
-                return  # an empty bucket is not worth a cache entry
-            if (
-                self.plan.state_deltas
-                and blob is not None
-                and pending.may_admit(len(bucket.touched), len(bucket.keys))
-            ):
-                delta, pickled_size = bucket_delta.delta_of(bucket, pending)
-                if pending.admits(pickled_size):
-                    self.deltas.appendValue((delta,))
-                    bucket.touched.clear()
-                    if self._cache is not None:
-                        size += pickled_size * DECODED_FACTOR
-                        self._keep(key, bucket, blob, size, pending.after(pickled_size), None)
-                    return
-            bucket.touched.clear()
-            pickled = encode_bucket(bucket)
-            new = state_compression.compress(pickled)
-            size = len(pickled) * DECODED_FACTOR
-            if new != blob or pending.count:
-                self.state.update((new,))
-                if pending.count:
-                    self.deltas.clear()
-                blob, pending = new, Pending(len(pickled))
-                if self._cache is not None:
-                    self._keep(key, bucket, blob, size, pending, None)
-                return
-        if self._cache is not None and blob is not None:
-            self._keep(key, bucket, blob, size, pending, stored.stamp)
-
-    def _keep(
-        self,
-        key: Any,
-        bucket: Bucket,
-        blob: bytes,
-        size: int,
-        pending: Pending,
-        stamp: int | None,
-    ) -> None:
-        """Put the bucket back into the worker cache, under the stamp the store holds.
-
-        ``stamp`` None: the store's value was just written (or never stamped, as in a
-        checkpoint written before the cache or with it off), so a new stamp is written first.
-        """
-        assert self._cache is not None  # noqa: S101 - only called with the cache on
-        if stamp is None:
-            stamp = new_stamp()
-            self.stamps.update((stamp,))
-        self._cache.put((self._cache_space, key), CachedBucket(bucket, blob, stamp, size, pending))
 
     def emit(self, emit: Emit) -> None:
         """Send an output record the joiner emitted (:class:`~daemon.operator.core.Outlet`)."""
@@ -565,29 +381,6 @@ class JoinerProcessor(StatefulProcessor):
         """
         if self.output is not None:
             self.output.commit()
-
-
-@dataclass(frozen=True)
-class Stored:
-    """What the state store holds for a call's bucket, as its load found it."""
-
-    blob: bytes | None
-    """The stored, compressed bucket (None: none stored)."""
-    stamp: int | None
-    """The stored stamp (None: none, or the cache is off)."""
-    size: int
-    """The decoded bucket's estimated memory (:mod:`.bucket_cache`)."""
-    pending: Pending
-    """The deltas the store holds after ``blob`` (:mod:`.bucket_delta`)."""
-
-
-def _query_id() -> str:
-    """The streaming query this task runs for: cached buckets are kept apart by query.
-
-    Stable across restarts from one checkpoint; the stamps, not this, decide what is current.
-    """
-    context = TaskContext.get()
-    return (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
 
 
 class _Originals:

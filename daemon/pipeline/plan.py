@@ -16,15 +16,17 @@ from daemon.formats.serdes import key_codec_for
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
 from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
+from daemon.model.envelope import Envelope
 from daemon.model.wire import OUTPUT, SOURCE
-from daemon.operator.processor import JoinerProcessor, OperatorPlan
+from daemon.operator.processor import JoinerProcessor
+from daemon.operator.spec import OperatorPlan
 from daemon.plugin.configured import pipeline_joiner
 from daemon.plugin.host import registry
 from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
 from daemon.private_paths import private_folder
 from daemon.sink.commit_turn import turn_needed
 from daemon.sink.spark_sink import KafkaSink
-from daemon.sink.task_output import OutputSpec
+from daemon.sink.spec import OutputSpec
 from daemon.source.spark_source import KafkaSource
 from daemon.source.spec import SourceInput, SourceSpec
 from daemon.state.seed import discard_if_applied, seed_of
@@ -108,30 +110,23 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
             **{topic: partitions for topic, _ in outputs.values()},
         },
     )
-    source = SourceSpec(
-        inputs=tuple(
-            SourceInput(
-                role,
-                spec.topic,
-                spec.key if isinstance(spec.key, str) else tuple(spec.key),
-                spec.time,
-                codecs[role],
-                keyed_tombstones=role in joiner.keyed_tombstones,
-                kafka_keys=key_codec_for(file, spec, writing=False),
-                envelope=spec.envelope,
-                bootstrap=role in joiner.bootstrap_roles(),
-            )
-            # In the joiner's role order, whatever the file's: the source admits records of
-            # equal timestamp in this order, as apply_order applies them.
-            for role, spec in ((role, pipe.inputs[role]) for role in joiner.roles)
-        ),
-        client_conf=conf,
-        max_records_per_batch=pipe.max_records_per_batch,
-        state_buckets=pipe.state_buckets,
-        pipeline=pipe.name,
-        on_missing_offsets=pipe.on_missing_offsets,
-        id_prefix=file.kafka.id_prefix,
+    inputs = tuple(
+        SourceInput(
+            role,
+            spec.topic,
+            spec.key if isinstance(spec.key, str) else tuple(spec.key),
+            spec.time,
+            codecs[role],
+            keyed_tombstones=role in joiner.keyed_tombstones,
+            kafka_keys=key_codec_for(file, spec, writing=False),
+            envelope=spec.envelope,
+            bootstrap=role in joiner.bootstrap_roles(),
+        )
+        # In the joiner's role order, whatever the file's: the source admits records of
+        # equal timestamp in this order, as apply_order applies them.
+        for role, spec in ((role, pipe.inputs[role]) for role in joiner.roles)
     )
+    source = _source_spec(pipe, pipe.name, inputs, conf, file.kafka.id_prefix)
     output = OutputSpec(
         pipe.name,
         conf,
@@ -141,20 +136,17 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         id_prefix=file.kafka.id_prefix,
         commit_turn=turn_needed(file.kafka.commit_turn, conf),
     )
-    operator = OperatorPlan(
-        joiner=joiner,
-        codecs=codecs,
-        output_codec=output_codec,
-        output_topic=pipe.output.topic,
-        dead_letter_topic=pipe.dead_letters,
-        plugin=plugin,
-        outputs=outputs,
-        inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
+    operator = _operator_plan(
+        pipe,
+        file.state,
+        source,
+        joiner,
+        plugin,
+        codecs,
+        (pipe.output.topic, output_codec),
+        outputs,
         envelopes={role: spec.envelope for role, spec in pipe.inputs.items() if spec.envelope},
         output_keys={n: c for n, c in output_keys.items() if c.key_format in ("avro", "json")},
-        state_cache=file.state.cache,
-        state_cache_bytes=file.state.cache_size,
-        state_deltas=file.state.deltas,
     )
     if stage is None:
         return PipelinePlan(pipe, conf, source, output, operator)
@@ -200,36 +192,84 @@ def _downstream_plan(
             "checkpoint": downstream(pipe.checkpoint, stage.output),
         }
     )
-    source = SourceSpec(
-        inputs=tuple(
-            # A tombstone in the output (an answer withdrawn) is routed by its Kafka key and
-            # adds nothing; its retraction takes the answer back.
-            SourceInput(role, read[role], stage.key, None, output_codec, keyed_tombstones=True)
-            for role in stage.joiner.roles  # in role order, as the first stage's inputs
-            if role in read
-        ),
+    inputs = tuple(
+        # A tombstone in the output (an answer withdrawn) is routed by its Kafka key and
+        # adds nothing; its retraction takes the answer back.
+        SourceInput(role, read[role], stage.key, None, output_codec, keyed_tombstones=True)
+        for role in stage.joiner.roles  # in role order, as the first stage's inputs
+        if role in read
+    )
+    source = _source_spec(pipe, context.pipeline, inputs, conf, first.id_prefix)
+    operator = _operator_plan(
+        pipe,
+        state,
+        source,
+        second,
+        plugin,
+        dict.fromkeys(read, output_codec),
+        (topic, codec),
+        {stage.output: (topic, codec)},
+    )
+    output = replace(first, pipeline=config.name, marker_topic=topic)
+    return PipelinePlan(config, conf, source, output, operator)
+
+
+def _source_spec(
+    pipe: PipelineConfig,
+    name: str,
+    inputs: tuple[SourceInput, ...],
+    conf: dict[str, str],
+    id_prefix: str,
+) -> SourceSpec:
+    """The source of a stage named ``name`` of ``pipe``: ``inputs`` with the pipeline's settings.
+
+    Both stages read with the pipeline's batch cap, state buckets and ``on_missing_offsets``.
+    """
+    return SourceSpec(
+        inputs=inputs,
         client_conf=conf,
         max_records_per_batch=pipe.max_records_per_batch,
         state_buckets=pipe.state_buckets,
-        pipeline=context.pipeline,
+        pipeline=name,
         on_missing_offsets=pipe.on_missing_offsets,
-        id_prefix=first.id_prefix,
+        id_prefix=id_prefix,
     )
-    operator = OperatorPlan(
-        joiner=second,
-        codecs=dict.fromkeys(read, output_codec),
+
+
+def _operator_plan(
+    pipe: PipelineConfig,
+    state: StateConfig,
+    source: SourceSpec,
+    joiner: Joiner,
+    plugin: str,
+    codecs: dict[str, AvroCodec],
+    output: tuple[str, AvroCodec],
+    outputs: dict[str, tuple[str, AvroCodec]],
+    *,
+    envelopes: dict[str, Envelope] | None = None,
+    output_keys: dict[str | None, KafkaKeyCodec] | None = None,
+) -> OperatorPlan:
+    """The operator of a stage of ``pipe``: ``joiner`` over ``source``'s inputs, writing ``output``.
+
+    ``output`` is the main output's topic and codec, ``outputs`` the others by name. Both
+    stages dead-letter to the pipeline's topic and keep their state as ``[state]`` says.
+    """
+    topic, codec = output
+    return OperatorPlan(
+        joiner=joiner,
+        codecs=codecs,
         output_codec=codec,
         output_topic=topic,
         dead_letter_topic=pipe.dead_letters,
         plugin=plugin,
-        outputs={stage.output: (topic, codec)},
+        outputs=outputs,
         inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
+        envelopes=envelopes,
+        output_keys=output_keys,
         state_cache=state.cache,
         state_cache_bytes=state.cache_size,
         state_deltas=state.deltas,
     )
-    output = replace(first, pipeline=config.name, marker_topic=topic)
-    return PipelinePlan(config, conf, source, output, operator)
 
 
 def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:

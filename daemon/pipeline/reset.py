@@ -16,7 +16,7 @@ adds up from then on is the output of the records read again; one that keeps the
 leaves the second stage as it is. A rescale moves every stage's state.
 
 A new checkpoint is a new query to Spark: its micro-batches count from 0 again, and the
-output's exactly-once markers are kept per query (``daemon.sink.task_output``), so nothing
+output's exactly-once markers are kept per query (``daemon.sink.task_producer``), so nothing
 of the old run's is taken for the new one's. The old query's marker groups are of no more
 use, and :func:`forget_markers` deletes them from the cluster.
 """

@@ -4,12 +4,13 @@ How it works: :class:`Monitor` sits beside the supervisor (``daemon.service.supe
 and is fed from three places. A Spark ``StreamingQueryListener`` hears every progress and idle
 report of every query; it marks the query alive at once and hands the report to a worker thread,
 which turns it into metrics and, every few seconds, samples each input partition's log end
-for the lag (network calls stay off the supervisor's thread). The sink's per-batch counts
-arrive through :class:`daemon.sink.metrics_relay.MetricsRelay`. And the supervisor calls
-:meth:`Monitor.tick` every half second with its pipelines: which queries run, failures
-and restarts, and from that ``READY=1`` (once every query has started), ``WATCHDOG=1`` pings
-(only while no query is stalled, so systemd restarts a daemon whose micro-batches hang) and
-``STATUS=`` lines for systemd.
+for the lag (network calls stay off the supervisor's thread). The stages' reports (the sink's
+per-batch counts, the source reading on past missing offsets) arrive through the daemon's
+report socket (:class:`daemon.report_socket.ReportSocket`), each handled by its kind. And
+the supervisor calls :meth:`Monitor.tick` every half second with its pipelines: which
+queries run, failures and restarts, and from that ``READY=1`` (once every query has
+started), ``WATCHDOG=1`` pings (only while no query is stalled, so systemd restarts a daemon
+whose micro-batches hang) and ``STATUS=`` lines for systemd.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from confluent_kafka.admin import OffsetSpec
 from pyspark.sql.streaming import StreamingQueryListener
 
 from daemon.kafka import connect, names
+from daemon.model.reports import BatchCounts, MissingOffsetsResumed
 from daemon.model.wire import partition_name, split_partition_name
+from daemon.report_socket import ReportSocket
 from daemon.secrets import redact
 from daemon.service.http_endpoint import MetricsServer, serve_http
 from daemon.service.notify import Notifier
 from daemon.service.observability import Health, Metrics, OutputVisibility, PipelineView
-from daemon.sink.metrics_relay import MetricsRelay
-from daemon.source.missing_offsets import resumed_of
 from daemon.spark.session import TRACK_STATE_ROWS
 
 if TYPE_CHECKING:
@@ -193,7 +194,9 @@ class Monitor:
         self._waiting = ""
         self._listener: Any = None
         self._spark: SparkSession | None = None
-        self.relay = MetricsRelay(self._batch_written)
+        self.report_socket = ReportSocket(
+            {BatchCounts.kind: self._batch_written, MissingOffsetsResumed.kind: self._read_on}
+        )
         self._worker = threading.Thread(target=self._work, name="enrichd-progress", daemon=True)
         self._worker.start()
         self.server: MetricsServer | None = None
@@ -209,7 +212,7 @@ class Monitor:
         """The plan with its source and output reporting to this service; remembers its topics."""
         view = view_of(plan)
         self.views[view.name] = view
-        address = self.relay.address
+        address = self.report_socket.address
         return replace(
             plan,
             source=replace(plan.source, metrics_address=address),
@@ -311,18 +314,19 @@ class Monitor:
                 log.info("pipeline %s: its output is visible again", name, extra={"pipeline": name})
             health.hidden_output = hidden
 
-    def _batch_written(self, message: dict[str, Any]) -> None:
-        view = self.views.get(str(message.get("pipeline")))
+    def _batch_written(self, report: BatchCounts) -> None:
+        """A micro-batch committed: its counts go into the metrics."""
+        view = self.views.get(report.pipeline)
+        if view is not None:
+            self.metrics.batch_written(view, report)
+
+    def _read_on(self, report: MissingOffsetsResumed) -> None:
+        """The source went on past offsets the broker no longer has: one WARN line each."""
+        view = self.views.get(report.pipeline)
         if view is None:
             return
-        if "missing_offsets" in message:
-            self._read_on(view.name, message)
-        else:
-            self.metrics.batch_written(view, message)
-
-    def _read_on(self, name: str, message: dict[str, Any]) -> None:
-        """The source went on past offsets the broker no longer has: one WARN line each."""
-        for resumed in resumed_of(message):
+        name = view.name
+        for resumed in report.resumed:
             log.warning("%s", resumed.warning(name), extra={"pipeline": name})
             self.metrics.read_on(name, resumed)
 
@@ -428,7 +432,7 @@ class Monitor:
                 pass
         self._reports.put(None)
         self._worker.join(timeout=5.0)
-        self.relay.close()
+        self.report_socket.close()
         if not self._worker.is_alive():  # else it may still be asking the broker for offsets
             self._offsets.close()
         if self.server is not None:

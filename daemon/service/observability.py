@@ -8,7 +8,8 @@ How it works: three sources feed one :class:`Metrics` registry and one :class:`H
   ``numRowsTotal`` the rows of join state (one per state bucket in use), when Spark counts
   them (see :data:`daemon.spark.session.TRACK_STATE_ROWS`; off by default). Idle reports, which
   Spark sends about every 10 s while no data comes, only say the query is alive.
-- The Kafka sink's per-batch counts (``daemon.sink.metrics_relay``): records written per output
+- The Kafka sink's per-batch counts (:class:`~daemon.model.reports.BatchCounts`, through the
+  daemon's report socket, :mod:`daemon.report_socket`): records written per output
   and dead letters per reason, of committed batches only; the end-to-end latency of the
   records written (:mod:`daemon.model.latency`), and each input's newest event time read, from
   which the event-time lag is the time since, at each scrape.
@@ -50,8 +51,8 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from daemon.model.latency import LATENCY_BUCKETS, Tally
+from daemon.model.reports import BatchCounts, Resumed
 from daemon.model.wire import RESETS, is_partition_name, split_partition_name
-from daemon.source.missing_offsets import Resumed
 
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Micro-batches take from ~0.2 s (stateless) to minutes (a large first batch after downtime)."""
@@ -287,23 +288,23 @@ class Metrics:
         )
         self._supervision: dict[str, tuple[int, int]] = {}
 
-    def batch_written(self, view: PipelineView, message: Mapping[str, Any]) -> None:
+    def batch_written(self, view: PipelineView, report: BatchCounts) -> None:
         """Add one committed micro-batch's output counts, as the sink reported them."""
-        for topic, n in dict(message.get("records") or {}).items():
+        for topic, n in report.records.items():
             if topic == view.dead_letter_topic:
                 continue  # counted by reason below
             output = view.outputs.get(topic, topic)
             self.records_out.labels(view.name, output).inc(int(n))
-        for reason, n in dict(message.get("dead_letters") or {}).items():
+        for reason, n in report.dead_letters.items():
             self.dead_letters.labels(view.name, reason).inc(int(n))
             if is_late(reason):
                 self.late_records.labels(view.name).inc(int(n))
-        for event, n in dict(message.get("joiner") or {}).items():
+        for event, n in report.joiner.items():
             self.joiner_events.labels(view.name, event).inc(int(n))
-        for topic, (counts, total) in dict(message.get("latency") or {}).items():
+        for topic, (counts, total) in report.latency.items():
             output = view.outputs.get(topic, topic)
             self.latency.add(view.name, output, ([int(n) for n in counts], float(total)))
-        for role, ms in dict(message.get("event_time") or {}).items():
+        for role, ms in report.event_time.items():
             self.event_time_read(view.name, str(role), int(ms))
 
     def event_time_read(self, pipeline: str, role: str, ms: int) -> None:

@@ -23,7 +23,7 @@ the batch that was in flight when the signal came. Only then is it stopped, whic
 at most the planning of the next batch. If the deadline comes first it is stopped anyway.
 That is safe, not just polite: an interrupted micro-batch was never committed to the
 checkpoint, so the next start runs it again with the same offsets and state, and the
-joiner operator's transactional output (``daemon.sink.task_output``) writes nothing for a
+joiner operator's transactional output (``daemon.sink.task_producer``) writes nothing for a
 batch whose output already landed. Waiting first avoids leaving a Kafka transaction open,
 which matters on brokers that show aborted records to ``read_committed`` readers (Tansu 0.6
 does). The process exits 0 within the stop timeout, by force if the JVM does not let go in

@@ -29,9 +29,11 @@ from pyspark.sql.types import StructType
 
 from daemon.checkpoint import due_times
 from daemon.model import latency
+from daemon.model.reports import BatchCounts
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT, counts_of
-from daemon.sink.metrics_relay import send_batch_counts
-from daemon.sink.task_output import OutputSpec, TaskOutput
+from daemon.report_socket import send
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import TaskOutput
 from daemon.spark.worker_gc import freeze_loaded
 
 _TOPIC = OUTPUT.position("topic")
@@ -109,15 +111,17 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     _add(joiner, getattr(message, "joiner_counts", {}))
                     latency.add(latencies, getattr(message, "tallies", {}))
                     _newest(event_time, getattr(message, "event_time", {}))
-            send_batch_counts(
+            send(
                 self.spec.metrics_address,
-                self.spec.pipeline,
-                batchId,
-                records,
-                dead_letters,
-                joiner,
-                latency=latencies,
-                event_time=event_time,
+                BatchCounts(
+                    self.spec.pipeline,
+                    batchId,
+                    records,
+                    dead_letters,
+                    joiner,
+                    latency=latencies,
+                    event_time=event_time,
+                ),
             )
         except Exception:  # noqa: S110 - metrics must never fail a committed batch
             pass

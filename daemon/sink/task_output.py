@@ -1,22 +1,13 @@
-"""One Spark task's share of a micro-batch, written to Kafka exactly once.
+"""One Spark task's share of a micro-batch: what becomes of each record it writes.
 
 Who writes: the joiner operator (:mod:`daemon.operator.processor`) hands each output record to
 its task's :class:`TaskOutput` as the joiner yields it, and commits when Spark closes the
 operator at the end of the task, before Spark commits the task's state. (The Kafka sink,
-:mod:`daemon.sink.spark_sink`, uses the same class for rows it is given to write.)
-
-How it stays exactly once: every task (one per Spark partition of the joiner's output) owns
-the transactional id ``<prefix>.<pipeline>.<partition>`` (``[kafka] id_prefix``, ``enrichd``
-by default: :mod:`daemon.kafka.names`). It writes its share of micro-batch N in one Kafka
-transaction, and inside that same transaction commits the "offset" N + 1 for the consumer
-group ``<prefix>.<pipeline>.sink.<query id>.<partition>``, where the query id is
-the one Spark keeps in the checkpoint (a new checkpoint, a new id: its batches start again at
-0 and must not be taken for the old ones). The records and that marker become visible
-together or not at all. When Spark runs micro-batch N again after a crash, the task first
-initialises its transactional id, which aborts any transaction a dead predecessor left open
-and fences it off, then reads the marker: if N was already committed it writes nothing.
-Spark replays a micro-batch with the same offsets and the same state, so the skipped write is
-the one that had landed, and the state the replay recomputes is the state that went with it.
+:mod:`daemon.sink.spark_sink`, uses the same class for rows it is given to write.) The records
+go through the task's producer in one Kafka transaction with the batch's marker, which is
+:mod:`daemon.sink.task_producer`'s job: how that stays exactly once, and which producer a
+task takes. This module is a record's fate, as Kafka Streams' ``RecordCollector`` beside its
+``StreamsProducer``: held back, sent, counted, refused, dead-lettered, written again.
 
 Records are held back in the task until it commits (or until it holds :data:`HELD_RECORDS`,
 which bounds its memory), and only then produced. The transaction is open from the task's
@@ -26,20 +17,6 @@ the output (at its last stable offset) only for the time the commit takes, and a
 before it commits has written nothing, which also keeps crash tests checkable on a broker that
 shows aborted records to ``read_committed`` readers (Tansu, the test broker; see
 ``tests/delivery/test_crash_recovery.py``).
-
-A reused Python worker keeps its producer, and uses it again for the id's next batch if the
-marker says it committed the batch before; if another producer initialised the id meanwhile
-all the same, the kept one learns it is fenced when it adds the marker, before it writes
-anything. Otherwise the task starts over as above. That happens often: Spark hands a task to
-whichever Python worker is idle, so a partition's tasks move between workers. Starting over
-takes a spare producer the worker created ahead and initialises it, much quicker than
-making a new producer (its connections and the coordinator lookup).
-
-The tasks of a micro-batch finish together; on the embedded broker their commits take turns
-on each machine (:mod:`daemon.sink.commit_turn`).
-
-``delivery = "at_least_once"`` uses the idempotent producer instead: no transactions, and a
-replayed micro-batch may be written twice.
 
 A record the client refuses to produce (one larger than ``message.max.bytes``, librdkafka's
 limit, which it checks before the record joins the transaction) goes to the dead-letter topic
@@ -69,19 +46,14 @@ default: the micro-batch is retried, and reported as stuck if it keeps failing.
 
 from __future__ import annotations
 
-import base64
-import pickle  # noqa: S403 - only our own driver-made spec travels through it
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark import TaskContext
 
-from daemon.kafka import connect, names
 from daemon.kafka.clients import Deliveries, produce
-from daemon.model.constants import DEFAULT_ID_PREFIX
+from daemon.model.reports import BatchCounts
 from daemon.model.wire import OUTPUT, OutputRow
-from daemon.sink.commit_turn import ending_transaction
-from daemon.sink.metrics_relay import send_batch_counts
+from daemon.report_socket import send
 from daemon.sink.refusals import (
     OUTPUT_REJECTED,
     DeliveryNotes,
@@ -90,22 +62,9 @@ from daemon.sink.refusals import (
     provenance,
     refusal_of,
 )
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_producer import TaskProducer, abortable
 
-if TYPE_CHECKING:
-    from daemon.model.config import (
-        Delivery,  # pydantic's module: Spark's workers need not load it
-    )
-
-_PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
-_TRANSACTIONAL: dict[str, tuple[Any, str, int]] = {}
-"""Transactional producers by transactional id, kept by a reused Python worker between the
-batches it writes, each with its marker group and the last batch committed in that group when
-it was kept (see :meth:`TaskOutput._begin`)."""
-_SPARES: dict[str, Any] = {}
-"""A connected, uninitialised producer per transactional id this worker wrote with, for the
-next time it must take the id over (see :meth:`TaskOutput._new_producer`)."""
-_MARKER_READERS: dict[str, Any] = {}  # consumers that read a task's batch marker
-_GROUPS: dict[str, Any] = {}  # consumer-group metadata of the batch markers
 _TOPIC = OUTPUT.position("topic")
 _VALUE = OUTPUT.position("value")
 _ERROR_CLASS = OUTPUT.position("error_class")
@@ -120,49 +79,8 @@ _CUT_SLACK = 1_024
 """Bytes a cut dead letter leaves for the record's framing (librdkafka counts tens)."""
 HELD_RECORDS = 100_000
 """Records a task holds back before it starts producing them (see the module docstring)."""
-_ABORT_WAIT_S = 2.0
-"""How long the abort of a transaction with a refused record may wait (see _abort_refused)."""
 _FLUSH_STEP_S = 0.2
 """How often a task writing its output again looks for a refusal while it flushes."""
-_DELIVERY_REPORTS = {"delivery.report.only.error": True}
-"""An at-least-once task only needs to hear of failed deliveries; a report per record is a
-Python callback per record. It hears of them when it flushes, at commit: nothing else polls
-the producer, which sends on its own threads (and ``produce`` polls when the local queue is
-full). A transactional task passes no callback at all: see :attr:`TaskOutput._deliveries`."""
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """Where and how a pipeline writes; pickled into the operator and the sink's options."""
-
-    pipeline: str
-    client_conf: dict[str, str]
-    delivery: Delivery
-    marker_topic: str
-    """The topic whose partition 0 carries the committed-batch markers (the output topic)."""
-    metrics_address: str | None = None
-    """The daemon's metrics socket (``daemon.sink.metrics_relay``), or None: counts go
-    nowhere."""
-    dead_letter_topic: str | None = None
-    """Where a record the client refuses goes (:data:`OUTPUT_REJECTED`); None: the refusal
-    fails the task."""
-    id_prefix: str = DEFAULT_ID_PREFIX
-    """What the transactional ids and marker groups start with (``[kafka] id_prefix``)."""
-    commit_turn: bool = True
-    """Whether transactions on one machine end one at a time (:mod:`daemon.sink.commit_turn`;
-    the pipeline's plan decides, by its cluster). Taking turns is never wrong, only slower."""
-    checkpoint: str | None = None
-    """The query's checkpoint folder, where the sink's commit keeps the buckets' due times
-    for the planner's clock (:mod:`daemon.checkpoint.due_times`); None: a query without one."""
-
-    def encode(self) -> str:
-        """The spec as an option string."""
-        return base64.b64encode(pickle.dumps(self)).decode("ascii")
-
-    @staticmethod
-    def decode(text: str) -> OutputSpec:
-        """The spec back from :meth:`encode`."""
-        return pickle.loads(base64.b64decode(text))  # type: ignore[no-any-return]  # noqa: S301
 
 
 class TaskOutput:
@@ -176,14 +94,17 @@ class TaskOutput:
         self.spec = spec
         self.partition = partition
         self.batch_id = batch_id
-        self.query_id = query_id
         self.records: dict[str, int] = {}
         """Records sent, by topic."""
         self.dead_letters: dict[str, int] = {}
         """Dead letters sent, by reason (their ``enrichd.error.class`` header)."""
         self.skipped = False
         """The batch was committed before: this replay writes nothing."""
+        self._transaction = TaskProducer(spec, partition, batch_id, query_id)
         self._producer: Any = None
+        """The client the records go through: :attr:`TaskProducer.producer`, held here too,
+        since it is called once per record (a lookup through the transaction would cost one
+        more attribute lookup each time)."""
         self._opened = False
         self._held: list[tuple[Any, ...]] | None = []
         """Records sent but not yet produced; None once they go out as they come."""
@@ -205,9 +126,10 @@ class TaskOutput:
         self._near_limit = self._limit - NEAR_LIMIT_SLACK
         """Values longer than this may be refused: see the module docstring."""
         self._deliveries = None if spec.delivery == "exactly_once" else Deliveries()
-        """Failed deliveries (see _DELIVERY_REPORTS). None in a transaction: its commit fails
-        if any of its records was not delivered (librdkafka's ``commit_transaction``), and
-        a callback passed with each record costs the task's thread a call per record."""
+        """Failed deliveries (see ``daemon.sink.task_producer._DELIVERY_REPORTS``). None in a
+        transaction: its commit fails if any of its records was not delivered (librdkafka's
+        ``commit_transaction``), and a callback passed with each record costs the task's
+        thread a call per record."""
         self._on_delivery: Any = self._deliveries
         """The callback passed with each record produced as it comes (see :meth:`_release`)."""
 
@@ -225,6 +147,14 @@ class TaskOutput:
     def opened(self) -> bool:
         """Whether the task sent anything yet (or committed)."""
         return self._opened
+
+    def open(self) -> None:
+        """Open the transaction now, or learn that the batch was committed before."""
+        if self._opened:
+            return
+        self._opened = True
+        self.skipped = not self._transaction.begin()
+        self._producer = self._transaction.producer
 
     def send(
         self,
@@ -314,7 +244,7 @@ class TaskOutput:
             try:
                 sent = self._produce(row, on_delivery)
             except Exception as exc:
-                if self._deliveries is not None or not _abortable(exc):
+                if self._deliveries is not None or not abortable(exc):
                     raise
                 self._doomed = exc  # a delivery failed: the rest waits (see commit)
                 break
@@ -342,7 +272,7 @@ class TaskOutput:
             try:
                 row = self._produce(row, self._on_delivery)
             except Exception as exc:
-                if written is None or self._deliveries is not None or not _abortable(exc):
+                if written is None or self._deliveries is not None or not abortable(exc):
                     raise
                 self._doomed = exc
         if written is not None:
@@ -475,8 +405,8 @@ class TaskOutput:
             self.open()
         if self.skipped:
             return
-        producer = self._producer
-        transactional = self.spec.delivery == "exactly_once"
+        producer, transaction = self._producer, self._transaction
+        transactional = transaction.transactional
         refused: BaseException | None = None
         try:
             self._release(at_commit=True)
@@ -488,25 +418,20 @@ class TaskOutput:
                 # A transaction made abortable while records went out (self._doomed) fails
                 # here too, with the failed delivery's error: that says whether it was refused.
                 try:
-                    with ending_transaction(self.spec.commit_turn):
-                        producer.commit_transaction()
+                    transaction.commit()
                 except KafkaException as exc:
                     if not self._refused_by_broker(exc):
                         raise
                     refused = exc
-                    _abort_refused(producer, self.spec.commit_turn)
+                    transaction.abort_refused()
         except BaseException:
             if transactional:
-                try:
-                    with ending_transaction(self.spec.commit_turn):
-                        producer.abort_transaction(10)
-                except KafkaException:
-                    pass  # nothing open, or already fenced: the next init aborts it anyway
+                transaction.abort()
             raise
         if refused is not None:
             self._write_again(refused)  # with a producer of its own: this one is not kept
         elif transactional:
-            _TRANSACTIONAL[self._txn_id] = (producer, self._group, self.batch_id)
+            transaction.keep()
 
     def _refused_by_broker(self, exc: BaseException) -> bool:
         """Whether the transaction failed because the broker refused one of its records.
@@ -516,7 +441,7 @@ class TaskOutput:
         delivery had made the transaction abortable; for that one the producer's callback
         (:class:`FirstRefusal`) says what the failed delivery was.
         """
-        if self.spec.dead_letter_topic is None or not _abortable(exc):
+        if self.spec.dead_letter_topic is None or not abortable(exc):
             return False
         error = exc.args[0]
         if error.txn_requires_abort() and is_refusal(error):
@@ -542,27 +467,21 @@ class TaskOutput:
         Raises:
             RuntimeError: one line for the operator, when the output cannot be written so.
         """
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import TopicPartition
-
         rows = self._written
         if rows is None:
             raise RuntimeError(self._cannot_write_again(first))
+        transaction = self._transaction
         letters: dict[int, tuple[Any, ...]] = {}
         while True:
-            # A new producer each round (see _abort_refused), which fences the last one.
-            producer = self._producer = _transactional_producer(
-                self.spec, self._txn_id, {"batch.num.messages": 1}
-            )
-            with ending_transaction(self.spec.commit_turn):
-                producer.init_transactions(30)
-            self._open_transaction(producer, self._group, TopicPartition(self.spec.marker_topic, 0))
+            # A new producer each round (see TaskProducer.abort_refused), which fences the
+            # last one.
+            producer = self._producer = transaction.take_over({"batch.num.messages": 1})
             notes = DeliveryNotes()
             for index, row in enumerate(rows):
                 try:
                     self._produce(letters.get(index, row), notes.of(index))
                 except Exception as exc:
-                    if not _abortable(exc):
+                    if not abortable(exc):
                         raise
                     break  # a refusal came back already: the rest go in the next round
             # Until every record is answered, or one is refused: records queued behind a
@@ -570,10 +489,9 @@ class TaskOutput:
             while producer.flush(_FLUSH_STEP_S) and not notes.refused:
                 pass
             if not notes.refused and not notes.failed:
-                with ending_transaction(self.spec.commit_turn):
-                    producer.commit_transaction()
+                transaction.commit()
                 break
-            _abort_refused(producer, self.spec.commit_turn)
+            transaction.abort_refused()
             if not notes.refused:  # records failed for another reason; with a refusal,
                 # they may have failed only because it made the transaction abortable
                 raise RuntimeError(
@@ -592,9 +510,8 @@ class TaskOutput:
         address = self.spec.metrics_address
         if self.reports_refusals and address is not None:
             # The operator's calls handed their counts on before this commit.
-            send_batch_counts(
-                address, self.spec.pipeline, self.batch_id, {}, {OUTPUT_REJECTED: len(letters)}
-            )
+            refusals = {OUTPUT_REJECTED: len(letters)}
+            send(address, BatchCounts(self.spec.pipeline, self.batch_id, dead_letters=refusals))
 
     def _dead_letter_refused(self, row: tuple[Any, ...], error: Any) -> str:
         """The line a task fails with when the dead-letter topic refuses a record too."""
@@ -619,181 +536,6 @@ class TaskOutput:
             "lower the client's message.max.bytes to it (the client's refusals are "
             "dead-lettered as they come)"
         )
-
-    @property
-    def _txn_id(self) -> str:
-        return names.transactional_id(self.spec.id_prefix, self.spec.pipeline, self.partition)
-
-    @property
-    def _group(self) -> str:
-        """The consumer group whose offset marks the task's last committed batch."""
-        spec = self.spec
-        return names.marker_group(spec.id_prefix, spec.pipeline, self.query_id, self.partition)
-
-    def open(self) -> None:
-        """Open the transaction now, or learn that the batch was committed before."""
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import TopicPartition
-
-        if self._opened:
-            return
-        self._opened = True
-        if self.spec.delivery == "at_least_once":
-            self._producer = _idempotent_producer(self.spec)
-            return
-        marker = TopicPartition(self.spec.marker_topic, 0)
-        self._producer = self._begin(self._group, marker)
-        self.skipped = self._producer is None
-
-    def _begin(self, group: str, marker: Any) -> Any:
-        """A producer in a transaction that holds the batch's marker; None if committed.
-
-        A producer this worker kept is tried only if it committed the last batch: then no
-        other producer has taken the id over since, unless a task attempt that failed did. A
-        producer that was fenced learns it when it adds the marker, its first call to the
-        broker in the transaction, and is dropped. Spark hands a task to whichever Python
-        worker is idle, so a partition's tasks move between workers often; trying the kept
-        producer every time made it fail again and again in a latency run (and the client
-        log an error line each time) before starting over.
-
-        Starting over, a new producer initialises the id, which fences every other producer
-        of it and aborts any transaction one left open, and only then is the marker read: a
-        task attempt still running elsewhere can no longer commit the batch behind it.
-        """
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import KafkaException
-
-        kept = _TRANSACTIONAL.pop(self._txn_id, None)
-        if kept is not None:
-            producer, kept_group, kept_last = kept
-            last = self._last_committed(group, marker)
-            if last >= self.batch_id:
-                _TRANSACTIONAL[self._txn_id] = kept
-                return None
-            if (kept_group, kept_last) == (group, last):
-                try:
-                    return self._open_transaction(producer, group, marker)
-                except KafkaException:
-                    pass  # fenced after all (it is dropped): start over as a new producer
-        producer = self._new_producer()
-        last = self._last_committed(group, marker)
-        if last >= self.batch_id:
-            _TRANSACTIONAL[self._txn_id] = (producer, group, last)
-            return None
-        return self._open_transaction(producer, group, marker)
-
-    def _new_producer(self) -> Any:
-        """A producer that now owns the id: this worker's spare, initialised, if it has one.
-
-        A spare is created (and connects) ahead, but is not initialised, which would fence the
-        id's producer in the task that may be running elsewhere. Initialising a producer that
-        is already connected is much quicker than making and initialising a new one.
-        """
-        producer = _SPARES.pop(self._txn_id, None) or _transactional_producer(
-            self.spec, self._txn_id
-        )
-        _SPARES[self._txn_id] = _transactional_producer(self.spec, self._txn_id)
-        with ending_transaction(self.spec.commit_turn):  # it aborts a predecessor's leftovers
-            producer.init_transactions(30)
-        return producer
-
-    def _open_transaction(self, producer: Any, group: str, marker: Any) -> Any:
-        producer.begin_transaction()
-        marker.offset = self.batch_id + 1
-        producer.send_offsets_to_transaction([marker], _group_metadata(self.spec, group))
-        return producer
-
-    def _last_committed(self, group: str, marker: Any) -> int:
-        """The last batch whose transaction committed, by the marker; -1 for none.
-
-        Read uncommitted: a read-committed offset fetch waits for a transaction that holds
-        the group's offsets, which for a kept producer may be one a dead task left open.
-        """
-        reader = _MARKER_READERS.get(group)
-        if reader is None:
-            reader = _MARKER_READERS[group] = connect.consumer(
-                self.spec.client_conf, {"group.id": group, "isolation.level": "read_uncommitted"}
-            )
-        committed = reader.committed([marker], timeout=30)[0].offset
-        return committed - 1 if committed >= 0 else -1
-
-
-def _transactional_producer(
-    spec: OutputSpec, txn_id: str, extra: dict[str, Any] | None = None
-) -> Any:
-    """A producer of the id, not yet initialised (creating it fences nothing)."""
-    return connect.producer(
-        spec.client_conf,
-        {
-            "transactional.id": txn_id,
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "partitioner": "murmur2_random",  # the Java client's, so keys land alike
-            **_DELIVERY_REPORTS,
-            **(extra or {}),
-        },
-    )
-
-
-def _abort_refused(producer: Any, commit_turn: bool) -> None:
-    """Abort a transaction whose records the broker refused; the producer is dropped after.
-
-    The abort ends the transaction at once, then asks the coordinator for a new epoch of
-    the producer (KIP-360: the refused batch left a gap in its sequence numbers). The test
-    broker never grants that, so the abort is given :data:`_ABORT_WAIT_S` and the producer
-    dropped either way: the next producer of the id starts afresh, as at a task's start,
-    and that would abort the transaction too (a broker may wait for the transaction's
-    timeout before it lets a new producer in while one is still open, hence the abort).
-    """
-    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-    from confluent_kafka import KafkaException
-
-    try:
-        with ending_transaction(commit_turn):
-            producer.abort_transaction(_ABORT_WAIT_S)
-    except KafkaException:
-        pass  # timed out waiting for the new epoch: the transaction itself has ended
-
-
-def _abortable(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Kafka error that leaves the transaction to be aborted.
-
-    ``produce()`` in a transaction a failed delivery made abortable raises ``_STATE``
-    without saying so (librdkafka 2.16, measured); the commit then raises the cause.
-    """
-    error = exc.args[0] if exc.args else None
-    requires_abort = getattr(error, "txn_requires_abort", None)
-    if callable(requires_abort) and requires_abort():
-        return True
-    name = getattr(error, "name", None)
-    return callable(name) and name() == "_STATE"
-
-
-def _idempotent_producer(spec: OutputSpec) -> Any:
-    key = f"idempotent.{spec.id_prefix}.{spec.pipeline}"
-    producer = _PRODUCERS.get(key)
-    if producer is None:
-        producer = _PRODUCERS[key] = connect.producer(
-            spec.client_conf,
-            {
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "partitioner": "murmur2_random",
-                **_DELIVERY_REPORTS,
-            },
-        )
-    return producer
-
-
-def _group_metadata(spec: OutputSpec, group: str) -> Any:
-    metadata = _GROUPS.get(group)
-    if metadata is None:
-        consumer = connect.consumer(spec.client_conf, {"group.id": group})
-        try:
-            metadata = _GROUPS[group] = consumer.consumer_group_metadata()
-        finally:
-            consumer.close()
-    return metadata
 
 
 def message_max_bytes(client_conf: dict[str, str]) -> int:
@@ -828,14 +570,3 @@ def headers_of(
 
 _TOPIC_BYTES: dict[str, bytes] = {}
 """Source topic names as header values, encoded once (they are few)."""
-
-
-def forget_kept_clients() -> None:
-    """Close and drop what this process keeps between batches (before its broker stops)."""
-    for reader in _MARKER_READERS.values():
-        reader.close()
-    _MARKER_READERS.clear()
-    _TRANSACTIONAL.clear()
-    _SPARES.clear()
-    _PRODUCERS.clear()
-    _GROUPS.clear()

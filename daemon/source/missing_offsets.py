@@ -24,73 +24,15 @@ Spark's ``failOnDataLoss``: that case reads on from the offset.
 
 from __future__ import annotations
 
-import json
 import logging
-import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from daemon.errors import MissingOffsetsError
-from daemon.model.wire import Offsets, is_partition_name, partition_name, split_partition_name
+from daemon.model.reports import MissingOffset, MissingOffsetsResumed, Resumed
+from daemon.model.wire import Offsets, is_partition_name, split_partition_name
+from daemon.report_socket import send
 
 log = logging.getLogger("enrichd.source")
-
-
-@dataclass(frozen=True)
-class MissingOffset:
-    """A partition that no longer has the offset a pipeline is to read next."""
-
-    topic: str
-    partition: int
-    needed: int
-    """The offset the pipeline is to read next."""
-    earliest: int
-    """The earliest offset the partition has."""
-    end: int
-    """The partition's log end (its next offset)."""
-
-    @property
-    def name(self) -> str:
-        """The partition's name in a plan's offsets."""
-        return partition_name(self.topic, self.partition)
-
-    @property
-    def past_the_end(self) -> bool:
-        """Whether the offset lies past the log end: the topic was created again, most likely."""
-        return self.needed > self.end
-
-    def facts(self) -> str:
-        """What is missing, in words: the partition, the offset needed, the earliest there."""
-        where = f"input topic {self.topic!r} partition {self.partition}"
-        if self.past_the_end:
-            return (
-                f"{where} no longer has offset {self.needed}: the earliest it has is "
-                f"{self.earliest} and its log ends at {self.end} (was the topic deleted and "
-                "created again?)"
-            )
-        return (
-            f"{where} no longer has offset {self.needed}: the earliest it has is "
-            f"{self.earliest} (retention or DeleteRecords removed the records before it)"
-        )
-
-
-@dataclass(frozen=True)
-class Resumed:
-    """Where the pipeline goes on in a partition that lacked its offset, and what it skips."""
-
-    missing: MissingOffset
-    policy: str
-    at: int
-    """The offset the pipeline reads next instead."""
-    skipped: int
-    """How many offsets it will never read, as far as the offsets tell."""
-
-    def warning(self, pipeline: str) -> str:
-        """The WARN line: the facts, the policy, where it goes on and what it skipped."""
-        return (
-            f"pipeline {pipeline!r}: {self.missing.facts()}; on_missing_offsets = "
-            f"{self.policy!r}: reading on from offset {self.at}, {self.skipped} offsets skipped"
-        )
 
 
 def find_missing(
@@ -143,51 +85,14 @@ def failure(pipeline: str, missing: MissingOffset) -> MissingOffsetsError:
 def report(address: str | None, pipeline: str, resumed: Sequence[Resumed]) -> bool:
     """Tell the daemon where ``pipeline`` went on past missing offsets; False if not heard.
 
-    The message goes to the daemon's metrics socket (:mod:`daemon.sink.metrics_relay`), which
-    the planner can reach from Spark's Python worker on the driver, whatever process it runs
-    in; the daemon logs the WARN line and counts. The line is also logged here, for a
-    pipeline run without a daemon (a test, ``daemon replay``).
+    The report (:class:`~daemon.model.reports.MissingOffsetsResumed`) goes to the daemon's
+    socket (:mod:`daemon.report_socket`), which the planner can reach from Spark's Python
+    worker on the driver, whatever process it runs in; the daemon logs the WARN line and
+    counts. The line is also logged here, for a pipeline run without a daemon (a test,
+    ``daemon replay``).
     """
     for item in resumed:
         log.warning("%s", item.warning(pipeline))
     if address is None:
         return False
-    message = {
-        "pipeline": pipeline,
-        "missing_offsets": [
-            {
-                "topic": item.missing.topic,
-                "partition": item.missing.partition,
-                "needed": item.missing.needed,
-                "earliest": item.missing.earliest,
-                "end": item.missing.end,
-                "policy": item.policy,
-                "at": item.at,
-                "skipped": item.skipped,
-            }
-            for item in resumed
-        ],
-    }
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.settimeout(1.0)  # a stuck daemon must not stall planning
-            sock.sendto(json.dumps(message).encode(), address)
-    except OSError:
-        return False
-    return True
-
-
-def resumed_of(message: Mapping[str, object]) -> list[Resumed]:
-    """The :class:`Resumed` items of a :func:`report` message (the daemon's end)."""
-    items = message.get("missing_offsets")
-    found = []
-    for item in items if isinstance(items, list) else []:
-        missing = MissingOffset(
-            str(item["topic"]),
-            int(item["partition"]),
-            int(item["needed"]),
-            int(item["earliest"]),
-            int(item["end"]),
-        )
-        found.append(Resumed(missing, str(item["policy"]), int(item["at"]), int(item["skipped"])))
-    return found
+    return send(address, MissingOffsetsResumed(pipeline, tuple(resumed)))

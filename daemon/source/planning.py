@@ -36,6 +36,7 @@ from daemon.checkpoint import due_times
 from daemon.checkpoint.batch_logs import last_committed
 from daemon.kafka import connect
 from daemon.kafka.clients import log_starts, read_partition
+from daemon.model.reports import MissingOffset, Resumed
 from daemon.model.wire import (
     BOOTSTRAP,
     CLOCK,
@@ -46,14 +47,7 @@ from daemon.model.wire import (
     partition_name,
     split_partition_name,
 )
-from daemon.source.missing_offsets import (
-    MissingOffset,
-    Resumed,
-    failure,
-    find_missing,
-    report,
-    resume,
-)
+from daemon.source.missing_offsets import failure, find_missing, report, resume
 from daemon.source.spec import SourceSpec
 
 _MARKER_LOOKAHEAD = 1_000

@@ -130,8 +130,8 @@ class SourceSpec:
     """What to do when a partition no longer has the offset to read next: ``fail``,
     ``earliest`` or ``latest`` (:mod:`daemon.source.missing_offsets`)."""
     metrics_address: str | None = None
-    """The daemon's metrics socket, told where the source went on past missing offsets; None:
-    only logged."""
+    """The daemon's report socket (:mod:`daemon.report_socket`), told where the source went on
+    past missing offsets; None: only logged."""
     id_prefix: str = DEFAULT_ID_PREFIX
     """``[kafka] id_prefix``: the readers name the group :func:`reader_group` of it."""
 

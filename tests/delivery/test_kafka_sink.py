@@ -184,7 +184,9 @@ def test_a_kept_producer_fenced_by_another_starts_over_and_writes_each_batch_onc
     output directly against the broker, as a reused Python worker would."""
     from confluent_kafka import Producer
 
-    from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+    from daemon.sink.spec import OutputSpec
+    from daemon.sink.task_output import TaskOutput
+    from daemon.sink.task_producer import forget_kept_clients
 
     conf = client_conf(broker.bootstrap_servers)
     topic = fresh_topic("fenced")
@@ -228,14 +230,16 @@ def test_a_kept_producer_that_did_not_commit_the_last_batch_is_not_tried(
     takes the id over; batch 2 comes back to A. The marker says A's producer did not commit
     batch 1, so A starts over with a new producer without trying the kept one, which would
     only be refused as fenced (and the client log an error)."""
-    from daemon.sink import task_output
-    from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+    from daemon.sink import task_producer
+    from daemon.sink.spec import OutputSpec
+    from daemon.sink.task_output import TaskOutput
+    from daemon.sink.task_producer import forget_kept_clients
 
     conf = client_conf(broker.bootstrap_servers)
     topic = fresh_topic("moved")
     create_topic(conf, topic)
     spec = OutputSpec(f"moved-{topic}", conf, "exactly_once", marker_topic=topic)
-    kept = task_output._TRANSACTIONAL
+    kept = task_producer._TRANSACTIONAL
     txn_id = f"enrichd.{spec.pipeline}.0"
 
     def write(batch: int, value: bytes) -> TaskOutput:
@@ -283,7 +287,9 @@ def test_a_task_produces_its_records_when_it_commits_or_holds_too_many(
     has put none of them in the output; past ``HELD_RECORDS`` they go out as they come, which
     bounds what a task holds."""
     from daemon.sink import task_output
-    from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+    from daemon.sink.spec import OutputSpec
+    from daemon.sink.task_output import TaskOutput
+    from daemon.sink.task_producer import forget_kept_clients
 
     monkeypatch.setattr(task_output, "HELD_RECORDS", 3)
     conf = client_conf(broker.bootstrap_servers)
@@ -322,7 +328,8 @@ def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
     from daemon.pipeline.plan import plan_pipeline
     from daemon.private_paths import open_private, runtime_folder
     from daemon.sink.commit_turn import LOCK_NAME
-    from daemon.sink.task_output import OutputSpec, forget_kept_clients
+    from daemon.sink.spec import OutputSpec
+    from daemon.sink.task_producer import forget_kept_clients
     from tests.secure_cluster import start_tansu, stop_process
 
     port = free_port()
@@ -367,7 +374,9 @@ def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
 
 OTHER_DAEMON = """
 import sys
-from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import TaskOutput
+from daemon.sink.task_producer import forget_kept_clients
 
 spec = OutputSpec.decode(sys.argv[1])
 output = TaskOutput(spec, 0, 0, sys.argv[2])
@@ -399,7 +408,9 @@ def test_two_environments_of_one_pipeline_write_side_by_side_without_fencing(
     from confluent_kafka import KafkaException
 
     from daemon.pipeline.plan import plan_pipeline
-    from daemon.sink.task_output import OutputSpec, TaskOutput, forget_kept_clients
+    from daemon.sink.spec import OutputSpec
+    from daemon.sink.task_output import TaskOutput
+    from daemon.sink.task_producer import forget_kept_clients
     from tests.kafka_helpers import groups_starting
 
     pipeline = tweet_views("views")  # one name, one input; outputs and files of each's own

@@ -18,7 +18,6 @@ counters, ``"latest"``) is tested in ``tests/service/test_nothing_lost.py``.
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +27,8 @@ import pytest
 
 from daemon.broker import EmbeddedBroker
 from daemon.errors import failure_reason, stops_the_pipeline
+from daemon.model.reports import MissingOffsetsResumed, decode
 from daemon.service.observability import Metrics
-from daemon.source.missing_offsets import resumed_of
 from tests.committed_read import committed
 from tests.kafka_helpers import (
     VIEWS,
@@ -119,11 +118,11 @@ def test_records_removed_under_a_stopped_pipeline_stop_it_or_are_skipped_to_the_
                 spark, pipeline("earliest"), metrics_address=str(tmp_path / "metrics.sock")
             )
             daemon_end.settimeout(10)  # sent as the batch was planned, long before
-            messages = [json.loads(daemon_end.recv(65536))]
+            messages = [decode(daemon_end.recv(65536))]
             daemon_end.setblocking(False)
             while True:
                 try:
-                    messages.append(json.loads(daemon_end.recv(65536)))
+                    messages.append(decode(daemon_end.recv(65536)))
                 except BlockingIOError:
                     break
 
@@ -136,8 +135,9 @@ def test_records_removed_under_a_stopped_pipeline_stop_it_or_are_skipped_to_the_
 
     # Reported once, as the daemon takes it: the WARN line, and 5 offsets skipped.
     (message,) = messages
-    assert message["pipeline"] == name
-    (resumed,) = resumed_of(message)
+    assert isinstance(message, MissingOffsetsResumed)
+    assert message.pipeline == name
+    (resumed,) = message.resumed
     assert resumed.warning(name) == (
         f"{facts}; on_missing_offsets = 'earliest': reading on from offset 15, 5 offsets skipped"
     )

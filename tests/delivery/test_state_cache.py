@@ -6,7 +6,7 @@ taken back to an older committed state under the workers' feet, the way a retrie
 restart from the checkpoint or ``daemon reset`` takes it back: every bucket cached after it
 then has a stamp the store does not hold. The logic of each case (a failed call, a write Spark
 does not commit, another worker's write) is unit-tested in
-``tests/unit/operator/test_processor.py``.
+``tests/unit/operator/test_bucket_store.py``.
 """
 
 from __future__ import annotations

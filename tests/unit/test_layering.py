@@ -29,6 +29,7 @@ LAYERS = (
     "daemon.joiners",  # the built-in joiners
     "daemon.kafka",  # the Kafka clients
     "daemon.spark",  # the Spark session
+    "daemon.report_socket",  # the daemon's socket, which the stages report to
     "daemon.source",  # stage 1: the source
     "daemon.sink",  # stage 4 and 5: transactional output and counts
     "daemon.operator",  # stage 2 and 3: the joiner operator, which writes through the sink

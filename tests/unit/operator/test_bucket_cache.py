@@ -1,7 +1,7 @@
 """The worker cache of decoded buckets: stamps decide, a byte budget bounds it.
 
-The processor's use of it (a retried task, another worker's write, a failed call) is in
-``test_processor.py``; the real path in ``tests/delivery/test_crash_recovery.py`` and
+The bucket store's use of it (a retried task, another worker's write, a failed call) is in
+``test_bucket_store.py``; the real path in ``tests/delivery/test_crash_recovery.py`` and
 ``tests/joins/test_micro_batches.py``.
 """
 

@@ -1,7 +1,7 @@
 """A bucket's deltas: when one may follow its value, and how value and deltas make the bucket.
 
-The processor's use of them (which calls append, which fold, what the cache keeps) is tested
-in ``test_processor.py``, on its in-memory state handle.
+The bucket store's use of them (which calls append, which fold, what the cache keeps) is
+tested in ``test_bucket_store.py``, on an in-memory state handle.
 """
 
 from __future__ import annotations

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from daemon.model.reports import MissingOffset
 from daemon.model.wire import RESETS
 from daemon.service.monitor import Monitor, view_of
 from daemon.service.observability import Health, Metrics
-from daemon.source.missing_offsets import MissingOffset, failure, report, resume
+from daemon.source.missing_offsets import failure, report, resume
 
 REMOVED = MissingOffset("clicks", 2, needed=40, earliest=100, end=150)
 
@@ -42,7 +43,7 @@ def test_reading_on_past_missing_offsets_is_one_warning_and_counted_per_partitio
     try:
         monitor.views["views"] = view_of(plan)
         with caplog.at_level(logging.WARNING, logger="enrichd.operations"):
-            assert report(monitor.relay.address, "views", [resumed])
+            assert report(monitor.report_socket.address, "views", [resumed])
             deadline = time.monotonic() + 10
             while sample(monitor.metrics, "enrichd_input_offset_resets_total", labels) is None:
                 assert time.monotonic() < deadline, "the daemon did not hear the report"

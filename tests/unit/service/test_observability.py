@@ -8,6 +8,7 @@ import platform
 
 from prometheus_client import generate_latest
 
+from daemon.model.reports import BatchCounts
 from daemon.service.observability import Health, Metrics, PipelineView, parse_offsets, records_read
 
 VIEW = PipelineView(
@@ -93,12 +94,14 @@ def test_committed_output_per_output_and_dead_letters_per_reason() -> None:
     metrics = Metrics()
     metrics.batch_written(
         VIEW,
-        {
-            "records": {"tweet-views": 40, "views-per-author": 5, "views.dlq": 3},
-            "dead_letters": {"UndecodableRecord": 2, "LateRecord": 1},
-        },
+        BatchCounts(
+            "views",
+            1,
+            records={"tweet-views": 40, "views-per-author": 5, "views.dlq": 3},
+            dead_letters={"UndecodableRecord": 2, "LateRecord": 1},
+        ),
     )
-    metrics.batch_written(VIEW, {"records": {"tweet-views": 2}, "dead_letters": {}})
+    metrics.batch_written(VIEW, BatchCounts("views", 2, records={"tweet-views": 2}))
     assert sample(metrics, "enrichd_records_out_total", pipeline="views", output="output") == 42
     assert sample(metrics, "enrichd_records_out_total", pipeline="views", output="totals") == 5
     assert (
@@ -207,8 +210,8 @@ def test_stalled_means_running_and_silent_since_start_or_last_report() -> None:
 
 def test_the_joiners_own_counts_become_events() -> None:
     metrics = Metrics()
-    metrics.batch_written(VIEW, {"records": {}, "joiner": {"matched": 3, "revisions": 1}})
-    metrics.batch_written(VIEW, {"records": {}, "joiner": {"matched": 1}})
+    metrics.batch_written(VIEW, BatchCounts("views", 1, joiner={"matched": 3, "revisions": 1}))
+    metrics.batch_written(VIEW, BatchCounts("views", 2, joiner={"matched": 1}))
     assert sample(metrics, "enrichd_joiner_events_total", pipeline="views", event="matched") == 4
     assert sample(metrics, "enrichd_joiner_events_total", pipeline="views", event="revisions") == 1
 
@@ -220,7 +223,7 @@ def test_latency_tallies_add_up_into_one_cumulative_histogram_per_output() -> No
     first = tally({9_900: 2, 8_000: 1}, 10_000)  # 0.1 s twice, 2 s once
     second = tally({9_950: 1}, 10_000)  # 0.05 s
     for found in (first, second):
-        metrics.batch_written(VIEW, {"records": {}, "latency": {"tweet-views": found}})
+        metrics.batch_written(VIEW, BatchCounts("views", 1, latency={"tweet-views": found}))
     name = "enrichd_end_to_end_latency_seconds"
     labels = {"pipeline": "views", "output": "output"}
     assert len(first[0]) == len(LATENCY_BUCKETS) + 1
@@ -240,8 +243,8 @@ def test_event_time_lag_is_the_time_since_the_newest_event_time_read() -> None:
 
     metrics = Metrics()
     now_ms = int(time.time() * 1000)
-    metrics.batch_written(VIEW, {"records": {}, "event_time": {"many": now_ms - 60_000}})
-    metrics.batch_written(VIEW, {"records": {}, "event_time": {"many": now_ms - 90_000}})
+    metrics.batch_written(VIEW, BatchCounts("views", 1, event_time={"many": now_ms - 60_000}))
+    metrics.batch_written(VIEW, BatchCounts("views", 2, event_time={"many": now_ms - 90_000}))
     lag = sample(metrics, "enrichd_event_time_lag_seconds", pipeline="views", input="many")
     assert lag is not None and 60 <= lag < 120  # the newer of the two counts; time passes
     assert sample(metrics, "enrichd_event_time_lag_seconds", pipeline="views", input="one") is None

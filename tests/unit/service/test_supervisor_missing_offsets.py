@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from daemon.model.reports import MissingOffset
 from daemon.service import supervisor
 from daemon.service.supervisor import Supervised
-from daemon.source.missing_offsets import MissingOffset, failure
+from daemon.source.missing_offsets import failure
 
 REMOVED = MissingOffset("clicks", 2, needed=40, earliest=100, end=150)
 MESSAGE = str(failure("views", REMOVED))

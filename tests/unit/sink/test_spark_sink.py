@@ -15,9 +15,10 @@ import pytest
 from daemon.checkpoint import due_times
 from daemon.checkpoint.due_times import NO_BATCH, DueTimes
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT
-from daemon.sink import task_output
+from daemon.sink import task_producer
 from daemon.sink.spark_sink import KafkaStreamWriter, Written, keep_due_times, write_rows
-from daemon.sink.task_output import OutputSpec, TaskOutput
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import TaskOutput
 
 
 class RecordingProducer:
@@ -41,14 +42,14 @@ class RecordingProducer:
 @pytest.fixture(autouse=True)
 def _forget_kept_producers() -> Iterator[None]:
     yield
-    task_output.forget_kept_clients()
+    task_producer.forget_kept_clients()
 
 
 def recording_output() -> tuple[TaskOutput, RecordingProducer]:
     """An at-least-once task output whose producer records what it is given."""
     spec = OutputSpec("views", {}, "at_least_once", "views")
     producer = RecordingProducer()
-    task_output._PRODUCERS["idempotent.enrichd.views"] = producer
+    task_producer._PRODUCERS["idempotent.enrichd.views"] = producer
     return TaskOutput(spec, 3, 7, "query"), producer
 
 
@@ -143,6 +144,7 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
         7,
     )
     assert json.loads(daemon_end.recv(65536)) == {
+        "kind": "batch-counts",
         "pipeline": "views",
         "batch": 7,
         "records": {"views": 5, "views.dlq": 1},

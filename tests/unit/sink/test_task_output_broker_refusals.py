@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from daemon.sink import task_output
+from daemon.sink import task_output, task_producer
 from daemon.sink.refusals import OUTPUT_REJECTED
-from daemon.sink.task_output import NEAR_LIMIT_SLACK, OutputSpec, TaskOutput
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import NEAR_LIMIT_SLACK, TaskOutput
+from daemon.sink.task_producer import TaskProducer
 
 DEAD_LETTERS = "views.dlq"
 LIMIT = 200_000
@@ -126,11 +128,11 @@ def broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
     def producer(spec: OutputSpec, txn_id: str, extra: dict[str, Any] | None = None) -> Any:
         return TransactionalProducer(found, extra or {})
 
-    monkeypatch.setattr(task_output, "_transactional_producer", producer)
-    monkeypatch.setattr(task_output, "_group_metadata", lambda spec, group: None)
-    monkeypatch.setattr(TaskOutput, "_last_committed", lambda self, group, marker: -1)
+    monkeypatch.setattr(task_producer, "_transactional_producer", producer)
+    monkeypatch.setattr(task_producer, "_group_metadata", lambda spec, group: None)
+    monkeypatch.setattr(TaskProducer, "_last_committed", lambda self, group, marker: -1)
     yield found
-    task_output.forget_kept_clients()
+    task_producer.forget_kept_clients()
 
 
 def output(dead_letter_topic: str | None = DEAD_LETTERS) -> TaskOutput:

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from daemon.sink import task_output
+from daemon.sink import task_producer
+from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import (
     CUT_HEADER,
     NEAR_LIMIT_SLACK,
     OUTPUT_REJECTED,
-    OutputSpec,
     TaskOutput,
     refusal_of,
 )
@@ -53,7 +53,7 @@ class RefusingProducer:
 @pytest.fixture(autouse=True)
 def _forget_kept_producers() -> Iterator[None]:
     yield
-    task_output.forget_kept_clients()
+    task_producer.forget_kept_clients()
 
 
 def refusing_output(
@@ -67,7 +67,7 @@ def refusing_output(
         "views",
         dead_letter_topic=dead_letter_topic,
     )
-    task_output._PRODUCERS["idempotent.enrichd.views"] = producer
+    task_producer._PRODUCERS["idempotent.enrichd.views"] = producer
     return TaskOutput(spec, 0, 4, "query")
 
 

@@ -3,22 +3,15 @@ it skips, and what the operator reads."""
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 
 import pytest
 
 from daemon.errors import MissingOffsetsError, failure_reason, stops_the_pipeline
+from daemon.model.reports import MissingOffset, MissingOffsetsResumed, decode
 from daemon.model.wire import CLOCK
-from daemon.source.missing_offsets import (
-    MissingOffset,
-    failure,
-    find_missing,
-    report,
-    resume,
-    resumed_of,
-)
+from daemon.source.missing_offsets import failure, find_missing, report, resume
 
 REMOVED = MissingOffset("clicks", 2, needed=40, earliest=100, end=150)
 """Records 0-99 removed (retention, DeleteRecords); the pipeline needed offset 40."""
@@ -94,9 +87,10 @@ def test_a_report_reaches_the_daemon_whole(tmp_path: Path) -> None:
         daemon_end.settimeout(5)
         sent = [resume(REMOVED, "latest"), resume(RECREATED, "earliest")]
         assert report(address, "p", sent)
-        message = json.loads(daemon_end.recv(65_536))
-    assert message["pipeline"] == "p"
-    assert resumed_of(message) == sent
+        message = decode(daemon_end.recv(65_536))
+    assert isinstance(message, MissingOffsetsResumed)
+    assert message.pipeline == "p"
+    assert list(message.resumed) == sent
 
 
 def test_a_report_without_a_daemon_is_only_logged(caplog: pytest.LogCaptureFixture) -> None:

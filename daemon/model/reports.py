@@ -1,0 +1,223 @@
+"""What the stages report to the daemon: one typed report per kind, and its bytes on the socket.
+
+A pipeline's stages run in Spark's processes, not in the daemon's, where the Prometheus
+counters and the log live. So what the daemon must hear of them travels as one small JSON
+datagram per report to the daemon's unix socket (:mod:`daemon.report_socket`). This module
+declares the reports, as :mod:`daemon.model.wire` declares the rows between the stages:
+
+- :class:`BatchCounts`: what a committed micro-batch wrote, from the sink's ``commit()``
+  (:mod:`daemon.sink.spark_sink`), and the dead letters of records the broker refused, from a
+  task that wrote its output again (:mod:`daemon.sink.task_output`).
+- :class:`MissingOffsetsResumed`: where the source went on past offsets the broker no longer
+  has, from the planner (:mod:`daemon.source.missing_offsets`).
+
+Each report names its :attr:`kind` on the wire, ``{"kind": "batch-counts", "pipeline":
+"tweet-views", "batch": 7, ...}``, and the daemon hands it to the handler of that kind. A
+new kind is a class here with its ``kind``, :meth:`fields` and ``of_fields``, added to
+:data:`KINDS`, and a handler in the daemon.
+
+Example:
+    >>> report = BatchCounts("tweet-views", 7, records={"tweet-views": 40})
+    >>> decode(encode(report)) == report
+    True
+    >>> encode(report)[:44]
+    b'{"kind": "batch-counts", "pipeline": "tweet-'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from daemon.model.wire import partition_name
+
+if TYPE_CHECKING:
+    from daemon.model.latency import Tally  # numpy's module: the planner need not load it
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """What a micro-batch wrote, counted once every task of it committed.
+
+    The counts of records written per topic, and of dead letters per reason, are known
+    exactly only by the tasks that wrote them, which hand them to the sink's ``commit()``;
+    Spark runs that on the driver host, in a Python worker process of its own.
+    """
+
+    kind: ClassVar[str] = "batch-counts"
+    pipeline: str
+    batch: int
+    records: dict[str, int] = field(default_factory=dict)
+    """Records written, by topic (the dead-letter topic's too)."""
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    """Dead letters written, by reason (their ``enrichd.error.class`` header)."""
+    joiner: dict[str, int] = field(default_factory=dict)
+    """What the joiner counted with ``ctx.count``."""
+    latency: dict[str, Tally] = field(default_factory=dict)
+    """The end-to-end latency histogram per output topic: counts per bucket and the sum in
+    seconds (:mod:`daemon.model.latency`)."""
+    event_time: dict[str, int] = field(default_factory=dict)
+    """The newest event time read, per input."""
+
+    def fields(self) -> dict[str, Any]:
+        """The report's fields as JSON takes them."""
+        return {
+            "pipeline": self.pipeline,
+            "batch": self.batch,
+            "records": self.records,
+            "dead_letters": self.dead_letters,
+            "joiner": self.joiner,
+            "latency": self.latency,
+            "event_time": self.event_time,
+        }
+
+    @classmethod
+    def of_fields(cls, fields: Mapping[str, Any]) -> BatchCounts:
+        """The report back from :meth:`fields` (a part left out counts nothing)."""
+        return cls(
+            str(fields["pipeline"]),
+            int(fields["batch"]),
+            dict(fields.get("records") or {}),
+            dict(fields.get("dead_letters") or {}),
+            dict(fields.get("joiner") or {}),
+            {
+                topic: (list(counts), float(total))
+                for topic, (counts, total) in dict(fields.get("latency") or {}).items()
+            },
+            dict(fields.get("event_time") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class MissingOffset:
+    """A partition that no longer has the offset a pipeline is to read next."""
+
+    topic: str
+    partition: int
+    needed: int
+    """The offset the pipeline is to read next."""
+    earliest: int
+    """The earliest offset the partition has."""
+    end: int
+    """The partition's log end (its next offset)."""
+
+    @property
+    def name(self) -> str:
+        """The partition's name in a plan's offsets."""
+        return partition_name(self.topic, self.partition)
+
+    @property
+    def past_the_end(self) -> bool:
+        """Whether the offset lies past the log end: the topic was created again, most likely."""
+        return self.needed > self.end
+
+    def facts(self) -> str:
+        """What is missing, in words: the partition, the offset needed, the earliest there."""
+        where = f"input topic {self.topic!r} partition {self.partition}"
+        if self.past_the_end:
+            return (
+                f"{where} no longer has offset {self.needed}: the earliest it has is "
+                f"{self.earliest} and its log ends at {self.end} (was the topic deleted and "
+                "created again?)"
+            )
+        return (
+            f"{where} no longer has offset {self.needed}: the earliest it has is "
+            f"{self.earliest} (retention or DeleteRecords removed the records before it)"
+        )
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Where the pipeline goes on in a partition that lacked its offset, and what it skips."""
+
+    missing: MissingOffset
+    policy: str
+    at: int
+    """The offset the pipeline reads next instead."""
+    skipped: int
+    """How many offsets it will never read, as far as the offsets tell."""
+
+    def warning(self, pipeline: str) -> str:
+        """The WARN line: the facts, the policy, where it goes on and what it skipped."""
+        return (
+            f"pipeline {pipeline!r}: {self.missing.facts()}; on_missing_offsets = "
+            f"{self.policy!r}: reading on from offset {self.at}, {self.skipped} offsets skipped"
+        )
+
+
+@dataclass(frozen=True)
+class MissingOffsetsResumed:
+    """The source went on past offsets the broker no longer has (``on_missing_offsets``).
+
+    The planner that finds them runs in Spark's Python worker on the driver; the daemon logs
+    one WARN line per partition and counts the skipped offsets.
+    """
+
+    kind: ClassVar[str] = "missing-offsets-resumed"
+    pipeline: str
+    resumed: tuple[Resumed, ...]
+
+    def fields(self) -> dict[str, Any]:
+        """The report's fields as JSON takes them."""
+        return {
+            "pipeline": self.pipeline,
+            "resumed": [
+                {
+                    "topic": item.missing.topic,
+                    "partition": item.missing.partition,
+                    "needed": item.missing.needed,
+                    "earliest": item.missing.earliest,
+                    "end": item.missing.end,
+                    "policy": item.policy,
+                    "at": item.at,
+                    "skipped": item.skipped,
+                }
+                for item in self.resumed
+            ],
+        }
+
+    @classmethod
+    def of_fields(cls, fields: Mapping[str, Any]) -> MissingOffsetsResumed:
+        """The report back from :meth:`fields`."""
+        resumed = []
+        for item in fields["resumed"]:
+            missing = MissingOffset(
+                str(item["topic"]),
+                int(item["partition"]),
+                int(item["needed"]),
+                int(item["earliest"]),
+                int(item["end"]),
+            )
+            resumed.append(
+                Resumed(missing, str(item["policy"]), int(item["at"]), int(item["skipped"]))
+            )
+        return cls(str(fields["pipeline"]), tuple(resumed))
+
+
+Report = BatchCounts | MissingOffsetsResumed
+"""Any report the daemon's socket carries."""
+
+KINDS: dict[str, type[BatchCounts] | type[MissingOffsetsResumed]] = {
+    kind.kind: kind for kind in (BatchCounts, MissingOffsetsResumed)
+}
+"""Each report class by the kind it names on the wire."""
+
+
+def encode(report: Report) -> bytes:
+    """The datagram of ``report``: its kind and its fields, as JSON."""
+    return json.dumps({"kind": report.kind, **report.fields()}).encode()
+
+
+def decode(data: bytes) -> Report:
+    """The report a datagram of :func:`encode` carries.
+
+    Raises:
+        ValueError: not a report of a known kind (a missing field raises KeyError).
+    """
+    message = json.loads(data)
+    kind = KINDS.get(str(message.get("kind"))) if isinstance(message, dict) else None
+    if kind is None:
+        raise ValueError(f"not a report of a known kind: {str(data[:80])}")
+    return kind.of_fields(message)

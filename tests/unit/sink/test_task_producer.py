@@ -1,0 +1,132 @@
+"""Which producer a task takes: a kept one while it committed the id's last batch, else a new
+one that takes the id over; and a batch committed before begins nothing.
+
+The producers here stand in for librdkafka's transactional producer, and the markers for the
+offsets the transactions commit; the real path, with fencing by another producer, is
+``tests/delivery/test_kafka_sink.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from daemon.sink import task_producer
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_producer import TaskProducer, abortable
+
+SPEC = OutputSpec("views", {}, "exactly_once", "views", commit_turn=False)
+SPEC_GROUP = TaskProducer(SPEC, 0, 0, "query").group
+"""The marker group of task 0 of ``SPEC``'s query."""
+
+
+@dataclass
+class Markers:
+    """The batch markers each group has committed, and every producer made."""
+
+    committed: dict[str, int] = field(default_factory=dict)
+    producers: list[Producer] = field(default_factory=list)
+
+
+class Producer:
+    """Counts its initialisations and transactions; a commit commits its marker."""
+
+    def __init__(self, markers: Markers) -> None:
+        self.markers = markers
+        self.inits = 0
+        self.begun = 0
+        self.pending: tuple[str, int] | None = None
+        markers.producers.append(self)
+
+    def init_transactions(self, timeout: float) -> None:
+        self.inits += 1
+
+    def begin_transaction(self) -> None:
+        self.begun += 1
+
+    def send_offsets_to_transaction(self, offsets: list[Any], group: str) -> None:
+        self.pending = (group, offsets[0].offset)
+
+    def commit_transaction(self) -> None:
+        assert self.pending is not None
+        group, offset = self.pending
+        self.markers.committed[group] = offset
+
+
+@pytest.fixture
+def markers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Markers]:
+    found = Markers()
+
+    def last_committed(self: TaskProducer, group: str, marker: Any) -> int:
+        return found.committed.get(group, 0) - 1
+
+    monkeypatch.setattr(task_producer, "_transactional_producer", lambda *a: Producer(found))
+    monkeypatch.setattr(task_producer, "_group_metadata", lambda spec, group: group)
+    monkeypatch.setattr(TaskProducer, "_last_committed", last_committed)
+    yield found
+    task_producer.forget_kept_clients()
+
+
+def committed_batch(batch: int) -> TaskProducer:
+    """Task 0 of ``batch`` begins, commits and keeps its producer, as a task that wrote does."""
+    task = TaskProducer(SPEC, 0, batch, "query")
+    assert task.begin()
+    task.commit()
+    task.keep()
+    return task
+
+
+def test_a_worker_uses_the_producer_it_kept_for_the_ids_next_batch(markers: Markers) -> None:
+    first = committed_batch(0).producer
+    assert committed_batch(1).producer is first
+    # A new producer took the id over once (and left a spare for the next time); none since.
+    assert [p.inits for p in markers.producers] == [1, 0]
+    assert first.begun == 2 and markers.committed == {SPEC_GROUP: 2}
+
+
+def test_a_batch_committed_before_begins_nothing(markers: Markers) -> None:
+    first = committed_batch(0).producer
+    replay = TaskProducer(SPEC, 0, 0, "query")
+    assert not replay.begin()
+    assert replay.producer is None and first.begun == 1
+    assert committed_batch(1).producer is first  # still kept for the next batch
+
+
+def test_a_kept_producer_behind_the_marker_is_not_tried(markers: Markers) -> None:
+    first = committed_batch(0).producer
+    markers.committed[SPEC_GROUP] = 2  # batch 1 committed in another worker meanwhile
+    taken = committed_batch(2).producer
+    assert taken is not first and first.begun == 1 and taken.inits == 1
+
+
+def test_at_least_once_a_pipeline_shares_one_idempotent_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[object] = []
+
+    def producer(*settings: Any) -> object:
+        made.append(object())
+        return made[-1]
+
+    monkeypatch.setattr(task_producer.connect, "producer", producer)
+    spec = OutputSpec("views", {}, "at_least_once", "views")
+    try:
+        tasks = [TaskProducer(spec, partition, 0, "query") for partition in (0, 1)]
+        assert all(task.begin() for task in tasks)
+        assert tasks[0].producer is tasks[1].producer and len(made) == 1
+    finally:
+        task_producer.forget_kept_clients()
+
+
+def test_abortable_errors_say_so_or_are_the_state_error() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    assert abortable(KafkaException(KafkaError(KafkaError._STATE)))
+    assert abortable(
+        KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "x", txn_requires_abort=True))
+    )
+    assert not abortable(KafkaException(KafkaError(KafkaError._FENCED)))
+    assert not abortable(RuntimeError("not Kafka's"))
