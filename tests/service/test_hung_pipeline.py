@@ -20,6 +20,7 @@ SIGTERM still ends it with exit 0 within the stop timeout.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import time
@@ -35,8 +36,15 @@ from daemon.broker import EmbeddedBroker
 from tests.daemon_process import DaemonProcess
 from tests.delivery.test_crash_recovery import crash
 from tests.fixtures.stalling_plugin import FAIL_ONCE, install
-from tests.kafka_helpers import client_conf, create_topic, produce, read_topic, tweet, user
-from tests.state_helpers import COMAP, comap_pipeline
+from tests.kafka_helpers import (
+    COMAP_HEADER,
+    client_conf,
+    fresh_tweet_views,
+    produce,
+    read_topic,
+    tweet,
+    user,
+)
 
 STALL_TIMEOUT_S = 20
 STOP_TIMEOUT_S = 10
@@ -61,24 +69,18 @@ class HungRun:
 
 def pipeline_file(folder: Path, servers: str) -> tuple[Path, dict[str, str]]:
     """Two stalling-comap pipelines on topics of their own, and their output topics."""
-    conf = client_conf(servers)
-    text, outputs = COMAP.format(servers=servers, kafka_settings="", spark_conf=""), {}
+    text, outputs = COMAP_HEADER.format(servers=servers, kafka_settings="", spark_conf=""), {}
     for name, said in (("hanging", "hang"), ("steady", "fail once")):
-        topics = {role: f"{name}-{role}-{uuid.uuid4().hex[:8]}" for role in ("users", "tweets")}
-        for topic in topics.values():
-            create_topic(conf, topic, 1)
-        produce(conf, topics["users"], [user(1, "ada", 1_000)])
+
+        def fresh(stem: str, name: str = name) -> str:
+            return f"{name}-{stem}-{uuid.uuid4().hex[:8]}"
+
+        views = dataclasses.replace(fresh_tweet_views(servers, fresh, folder / name), name=name)
+        produce(views.conf, views.users, [user(1, "ada", 1_000)])
         tweets = [tweet(n, 1, said if n == 0 else f"tweet {n}") for n in range(TWEETS)]
-        produce(conf, topics["tweets"], tweets)
-        outputs[name] = f"{name}-views-{uuid.uuid4().hex[:8]}"
-        pipe = comap_pipeline(
-            name=name,
-            users=topics["users"],
-            tweets=topics["tweets"],
-            output=outputs[name],
-            checkpoint=folder / f"{name}-checkpoint",
-        )
-        text += "\n" + pipe.replace('joiner = "comap"', 'joiner = "stalling-comap"')
+        produce(views.conf, views.tweets, tweets)
+        outputs[name] = views.output
+        text += "\n" + views.pipeline(joiner="stalling-comap")
     path = folder / "pipelines.toml"
     path.write_text(text, encoding="utf-8")
     return path, outputs
