@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon.broker import EmbeddedBroker, free_port
+from daemon.broker import EmbeddedBroker
 from daemon.spark.class_archive import SWITCH
 from tests.kafka_helpers import TweetViews, fresh_tweet_views
+from tests.ports import free_port
 from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, TlsBroker, make_pki, start_tansu, stop_process
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from daemon.broker import free_port
+from tests.ports import free_port
 
 
 class DaemonProcess:

@@ -23,9 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from daemon.broker import EmbeddedBroker, free_port
+from daemon.broker import EmbeddedBroker
 from daemon.verify.protocol import Reader, bytes_, string
 from tests.kafka_proxy import READVERTISED, RewritingProxy, readvertise
+from tests.ports import free_port
 
 PRODUCE = 0
 MESSAGE_TOO_LARGE = 10

@@ -28,10 +28,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from daemon.broker import EmbeddedBroker, free_port
+from daemon.broker import EmbeddedBroker
 from daemon.verify.protocol import API_FETCH, Reader
 from tests.kafka_proxy import READVERTISED, RewritingProxy, readvertise
 from tests.list_offsets_proxy import earliest_asked, rewrite_answer
+from tests.ports import free_port
 
 LIST_OFFSETS = 2
 OFFSET_OUT_OF_RANGE = 1

@@ -23,8 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.broker import broker_binary, free_port
+from daemon.broker import broker_binary
 from daemon.kafka.admin import EMBEDDED_CLUSTER_ID
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

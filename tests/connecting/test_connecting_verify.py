@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.broker import free_port
 from daemon.kafka.admin import existing_topics
 from tests.connecting.test_connecting import write_pipeline
+from tests.ports import free_port
 from tests.scram_proxy import ScramGate
 from tests.secure_cluster import Pki, start_tansu, start_tls_proxy, stop_process
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.broker import free_port
+from tests.ports import free_port
 from tests.secure_cluster import Pki, start_tls_proxy, stop_process
 
 CHUNK = 65536

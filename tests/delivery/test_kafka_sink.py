@@ -324,12 +324,12 @@ def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
     holds the turn, which a task that took it would wait for."""
     import fcntl
 
-    from daemon.broker import free_port
     from daemon.pipeline.plan import plan_pipeline
     from daemon.private_paths import open_private, runtime_folder
     from daemon.sink.commit_turn import LOCK_NAME
     from daemon.sink.spec import OutputSpec
     from daemon.sink.task_producer import forget_kept_clients
+    from tests.ports import free_port
     from tests.secure_cluster import start_tansu, stop_process
 
     port = free_port()

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from daemon.broker import free_port
 from daemon.formats.avro.codec import AvroCodec
 from daemon.source.spec import SourceInput, SourceSpec
 from tests.delivery.test_kafka_source import USER, run_source, user
 from tests.kafka_helpers import In, client_conf, create_topic, produce
 from tests.list_offsets_proxy import ListOffsetsProxy
+from tests.ports import free_port
 from tests.secure_cluster import start_tansu, stop_process
 
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from daemon.broker import free_port
 from tests.podman import ROOT, STOP_TIMEOUT_S, http_get, podman
+from tests.ports import free_port
 
 pytestmark = pytest.mark.deploy
 

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from daemon.broker import EmbeddedBroker, free_port
+from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.admin import create_topics
 from tests.fixtures import stalling_plugin
 from tests.kafka_helpers import SCHEMAS, In, client_conf, produce, read_topic
 from tests.podman import ROOT, Container, http_get, json_lines, podman
+from tests.ports import free_port
 
 pytestmark = pytest.mark.deploy
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from daemon.broker import free_port
+from tests.ports import free_port
 
 ADDRESS = re.compile(r'^bootstrap_servers = "([\w.]+:\d+)"$')
 

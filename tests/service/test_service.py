@@ -21,6 +21,7 @@ from daemon.checkpoint.layout import OFFSET_LOG, log_folder
 from daemon.service import supervisor as service
 from daemon.service.supervisor import Supervised, restart_delay
 from daemon.signals import StopRequest
+from tests.ports import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXAMPLE = FIXTURES / "pipelines" / "tweet_views.toml"
@@ -155,17 +156,9 @@ def test_a_start_refused_for_a_typo_leaves_the_checkpoint_to_the_fixed_pipeline(
         assert service.process.wait(60) == 0, service.log_text()[-2000:]
 
 
-def unused_port() -> int:
-    import socket
-
-    with socket.socket() as probe:  # a loopback port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_run_retries_an_unreachable_broker_with_backoff_until_stopped(tmp_path: Path) -> None:
     """One JSON line per failed try, the next 1 s, 2 s... later; SIGTERM while waiting: exit 0."""
-    port = unused_port()
+    port = free_port()
     path = example_against(tmp_path, f"127.0.0.1:{port}")
     daemon = subprocess.Popen(
         [sys.executable, "-m", "daemon", "run", str(path), "--log-format", "json"],
@@ -202,7 +195,7 @@ def test_planning_waits_for_the_broker_and_goes_on_once_it_answers(tmp_path: Pat
     from daemon.model.config import load_pipeline_file
     from daemon.pipeline.plan import client_conf
 
-    port = unused_port()
+    port = free_port()
     file = load_pipeline_file(example_against(tmp_path, f"127.0.0.1:{port}"))
     (pipe,) = file.pipeline
     conf = client_conf(file)

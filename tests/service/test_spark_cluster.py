@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ import pyspark
 import pytest
 
 from daemon.demos import latest_by_key
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tweet-views.toml"
@@ -37,12 +37,6 @@ SPARK_HOME = Path(pyspark.__file__).resolve().parent
 # run's crash-recovery fixture once took 47 s to its query's start (docs/contributing.md).
 START_TIMEOUT_S = 300.0
 REPLAY_TIMEOUT_S = 600.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from daemon.broker import EmbeddedBroker, free_port
+from daemon.broker import EmbeddedBroker
 from daemon.errors import PipelineFailedError
 from daemon.joiners.comap import CoMap
 from daemon.model.config import ServiceConfig
@@ -37,6 +37,7 @@ from daemon.plugin.host import Plugin, registry
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, JoinerContext
 from daemon.service.logs import JsonFormatter
 from tests.kafka_helpers import In, TweetViews, produce, read_topic
+from tests.ports import free_port
 from tests.state_helpers import TWEETS, USERS, VIEWS
 
 FAILURE = "TypeError: cannot pickle 'generator' object"
