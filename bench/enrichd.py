@@ -25,8 +25,8 @@ from typing import Any
 
 from bench.resources import PeakMemory, Peaks, state_bytes
 from bench.workloads import REPO, Topics
+from daemon.model.wire import parse_offsets
 from daemon.replay import committed_ends, consumed_to
-from daemon.service.observability import parse_offsets
 
 EXAMPLE = REPO / "examples" / "tweet-views.toml"
 

@@ -42,8 +42,7 @@ from daemon.kafka.clients import Deliveries, produce, read_partition
 from daemon.kafka.connect import client_conf
 from daemon.kafka.names import reader_group
 from daemon.model.config import PipelineConfig, PipelineFile, pick_pipeline
-from daemon.model.wire import END_OF_INPUT_HEADERS, partition_name
-from daemon.service.observability import parse_offsets
+from daemon.model.wire import END_OF_INPUT_HEADERS, parse_offsets, partition_name
 from daemon.spark.session import spark_session
 
 MAIN_OUTPUT = "output"

@@ -382,3 +382,20 @@ def is_partition_name(name: str) -> bool:
     cannot hold a ``/``, and the other entries' names hold none.
     """
     return "/" in name
+
+
+def parse_offsets(offsets: object) -> dict[str, int]:
+    """A plan's offsets, as a progress report carries them (JSON text or already parsed).
+
+    Its partitions' names and their offsets: the entries that name no partition
+    (:data:`CLOCK`, :data:`BOOTSTRAP`, :data:`RESETS`) are left out.
+    """
+    if offsets is None:
+        return {}
+    if isinstance(offsets, str):
+        offsets = json.loads(offsets) if offsets.strip() else {}
+    if not isinstance(offsets, dict):
+        return {}
+    return {
+        str(name): int(offset) for name, offset in offsets.items() if is_partition_name(str(name))
+    }

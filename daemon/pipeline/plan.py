@@ -20,9 +20,9 @@ from daemon.model.envelope import Envelope
 from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
-from daemon.plugin.configured import pipeline_joiner
+from daemon.plugin.configured import configure, pipeline_joiner
 from daemon.plugin.host import registry
-from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner, JoinerContext
+from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner
 from daemon.private_paths import private_folder
 from daemon.sink.commit_turn import turn_needed
 from daemon.sink.spark_sink import KafkaSink
@@ -180,15 +180,15 @@ def _downstream_plan(
     if stage.retractions is not None:
         read[RETRACTED] = outputs[stage.retractions][0]
     # The stage's joiner learns its own output's fields, as a pipeline's joiner does.
-    context = JoinerContext(
+    second = configure(
+        type(stage.joiner),
+        stage.joiner.options,
         pipeline=f"{pipe.name}.{stage.output}",
-        fields={role: role for role in stage.joiner.roles},
         output_fields=record_fields(codec.schema),
     )
-    second = type(stage.joiner)(stage.joiner.options, context)
     config = pipe.model_copy(
         update={
-            "name": context.pipeline,
+            "name": second.context.pipeline,
             "checkpoint": downstream(pipe.checkpoint, stage.output),
         }
     )
@@ -199,7 +199,7 @@ def _downstream_plan(
         for role in stage.joiner.roles  # in role order, as the first stage's inputs
         if role in read
     )
-    source = _source_spec(pipe, context.pipeline, inputs, conf, first.id_prefix)
+    source = _source_spec(pipe, config.name, inputs, conf, first.id_prefix)
     operator = _operator_plan(
         pipe,
         state,

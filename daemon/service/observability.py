@@ -52,7 +52,7 @@ from prometheus_client.registry import Collector
 
 from daemon.model.latency import LATENCY_BUCKETS, Tally
 from daemon.model.reports import BatchCounts, Resumed
-from daemon.model.wire import RESETS, is_partition_name, split_partition_name
+from daemon.model.wire import RESETS, parse_offsets, split_partition_name
 
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Micro-batches take from ~0.2 s (stateless) to minutes (a large first batch after downtime)."""
@@ -68,22 +68,6 @@ class PipelineView:
     outputs: Mapping[str, str]
     """Output topic -> output name (``output``, or a secondary output's name)."""
     dead_letter_topic: str
-
-
-def parse_offsets(offsets: object) -> dict[str, int]:
-    """A source offset of a progress report (JSON text or already parsed) as a dict.
-
-    Its ``topic/partition`` names and their offsets: the source's wake-up clock is left out.
-    """
-    if offsets is None:
-        return {}
-    if isinstance(offsets, str):
-        offsets = json.loads(offsets) if offsets.strip() else {}
-    if not isinstance(offsets, dict):
-        return {}
-    return {
-        str(name): int(offset) for name, offset in offsets.items() if is_partition_name(str(name))
-    }
 
 
 def moved_starts(offsets: object) -> dict[str, int]:

@@ -12,8 +12,7 @@ import pytest
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
 from daemon.model.record_route import bucket_of
-from daemon.model.wire import DEAD_LETTER_ROUTE, unpack
-from daemon.service.observability import parse_offsets
+from daemon.model.wire import DEAD_LETTER_ROUTE, parse_offsets, unpack
 from daemon.source.spec import SourceInput, SourceSpec
 from tests.kafka_helpers import (
     SCHEMAS,

@@ -25,6 +25,7 @@ from daemon.model.wire import (
     END_OF_INPUT_HEADERS,
     INPUT,
     OUTPUT,
+    RESETS,
     SOURCE,
     CallCounts,
     InputRow,
@@ -36,6 +37,7 @@ from daemon.model.wire import (
     is_end_of_input,
     is_partition_name,
     pack,
+    parse_offsets,
     partition_name,
     split_partition_name,
     unpack,
@@ -179,6 +181,12 @@ def test_offsets_name_partitions_apart_from_the_clock_and_bootstrap() -> None:
     assert split_partition_name(name) == ("tweets.v2", 11)
     assert is_partition_name(name)
     assert not is_partition_name(CLOCK) and not is_partition_name(BOOTSTRAP)
+
+
+def test_a_progress_reports_offsets_are_read_by_partition() -> None:
+    assert parse_offsets(None) == {}
+    assert parse_offsets('{"users/0": 4}') == {"users/0": 4}
+    assert parse_offsets({"users/0": 4, CLOCK: 9, RESETS: {"users/0": 2}}) == {"users/0": 4}
 
 
 def test_importing_the_protocol_loads_no_pyarrow() -> None:

@@ -19,8 +19,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from daemon.checkpoint import due_times
 from daemon.checkpoint.due_times import NO_BATCH, DueTimes
 from daemon.checkpoint.layout import COMMIT_LOG, log_folder
-from daemon.model.wire import CLOCK
-from daemon.service.observability import parse_offsets, records_read
+from daemon.model.wire import CLOCK, parse_offsets
+from daemon.service.observability import records_read
 from daemon.source.planning import KafkaRange, SourcePlanner
 from daemon.source.spec import SourceSpec
 
