@@ -346,7 +346,7 @@ def _produce(
         producer.poll(0)
     # Markers go last, with the newest timestamp: the source admits a marker after every
     # record of its timestamp, so each key's end of input comes after all of its records,
-    # however the micro-batches fall (daemon.source.planning.admit_earliest).
+    # however the micro-batches fall (daemon.source.admission.admit_earliest).
     marker_time = max((record.timestamp for record in records), default=1)
     # Not on an input that bootstraps: its records, read first, would end every key at once.
     marker_topic = next(
