@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from daemon.errors import KafkaUnavailableError, KafkaUnreachableError
@@ -62,6 +63,74 @@ def _metadata(client_conf: dict[str, str], timeout: float) -> Any:
                     raise KafkaUnavailableError(failure) from None
                 raise KafkaUnreachableError(failure) from None
     return metadata
+
+
+@dataclass(frozen=True)
+class TopicFacts:
+    """What the cluster says of one topic: its partitions and its id."""
+
+    partitions: tuple[int, ...]
+    topic_id: str | None
+    """The topic's id (Kafka 2.8 and later give one; a topic deleted and created again gets a
+    new one); None: the broker gives none."""
+
+
+def describe_topics(
+    client: Any, topics: list[str], timeout: float = 10.0
+) -> dict[str, TopicFacts | None]:
+    """Each of ``topics``' :class:`TopicFacts`, or None for one that does not exist.
+
+    ``client``: an admin client (:func:`daemon.kafka.connect.admin`), kept by a caller that
+    asks often.
+
+    Raises:
+        KafkaUnavailableError: the cluster did not answer, or refused to describe a topic.
+    """
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import KafkaError, TopicCollection
+
+    found: dict[str, TopicFacts | None] = {}
+    if not topics:
+        return found
+    futures = client.describe_topics(TopicCollection(list(topics)), request_timeout=timeout)
+    for name, future in futures.items():
+        try:
+            described = future.result(timeout=timeout)
+        except Exception as exc:
+            error = exc.args[0] if exc.args else None
+            code = getattr(error, "code", None)
+            if callable(code) and code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                found[name] = None
+                continue
+            raise KafkaUnavailableError(f"cannot describe topic {name!r}: {exc}") from None
+        found[name] = TopicFacts(
+            tuple(sorted(p.id for p in described.partitions)), _topic_id(described.topic_id)
+        )
+    return found
+
+
+def _topic_id(uuid: Any) -> str | None:
+    """A topic id as text; None for none (brokers before topic ids answer all zeros)."""
+    if uuid is None:
+        return None
+    if uuid.get_most_significant_bits() == 0 and uuid.get_least_significant_bits() == 0:
+        return None
+    return str(uuid)
+
+
+def topic_ids(client_conf: dict[str, str], topics: list[str]) -> dict[str, str]:
+    """The ids of those of ``topics`` that exist and have one.
+
+    Raises:
+        KafkaUnavailableError: the cluster did not answer, or refused to describe a topic.
+    """
+    client = admin(client_conf)
+    described = describe_topics(client, topics)
+    return {
+        name: facts.topic_id
+        for name, facts in described.items()
+        if facts is not None and facts.topic_id is not None
+    }
 
 
 def create_topics(

@@ -300,7 +300,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         plan.source,
         read_tasks=spark.sparkContext.defaultParallelism,
         wake_ms=(pipe.trigger or WAKEUP_MS) if wakes else 0,
-        start=None if seed is None else seed.offsets,
+        start=None if seed is None else seed.start,
         checkpoint=checkpoint,
     )
     if seed is not None and seed.has_state:

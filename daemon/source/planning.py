@@ -33,12 +33,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from daemon.checkpoint import due_times
 from daemon.checkpoint.batch_logs import last_committed
 from daemon.kafka import connect
+from daemon.kafka.admin import describe_topics
 from daemon.kafka.clients import log_starts, read_partition
 from daemon.model.reports import MissingOffset, Resumed
 from daemon.model.wire import (
     BOOTSTRAP,
     CLOCK,
     RESETS,
+    TOPIC_IDS,
     Offsets,
     is_end_of_input,
     is_partition_name,
@@ -90,6 +92,10 @@ class SourcePlanner:
         self.spec = spec
         self._probe: Any = None
         self._probe_assigned: set[str] = set()
+        self._admin: Any = None
+        self._topic_ids: dict[str, str] = {}
+        """The input topics' ids, as the cluster described them last (:meth:`_partitions`);
+        none for a broker that gives no topic ids."""
         self._reader: Any = None
         self._head_cache: dict[str, Heads] = {}
         self._read_ahead: threading.Thread | None = None
@@ -100,6 +106,8 @@ class SourcePlanner:
         may under-report, so it is not taken as proof that an offset lies past the end."""
         self._earliest_asked: dict[str, tuple[int, float]] = {}
         """Each partition's earliest offset, and when it was asked for (:meth:`_earliest`)."""
+        self._initial: Offsets | None = None
+        """What :meth:`initial_offsets` answered."""
         self._last_plan: Offsets | None = None
         """The plan :meth:`latest_offsets` made last; any other batch Spark asks to read was
         planned before (by an earlier run) and is checked again (:meth:`partitions`)."""
@@ -117,32 +125,58 @@ class SourcePlanner:
                     "max.partition.fetch.bytes": 65536,
                 },
             )
-        metadata = self._probe.list_topics(timeout=10)
+        if self._admin is None:
+            self._admin = connect.admin(self.spec.client_conf)
+        # Only the inputs are described (a whole cluster's metadata is not needed), with
+        # their ids, by which a topic created again is told from the one a plan read.
+        described = describe_topics(self._admin, sorted({spec.topic for spec in self.spec.inputs}))
         found: list[tuple[str, int]] = []
         for spec in self.spec.inputs:
-            topic = metadata.topics.get(spec.topic)
-            if topic is None or topic.error is not None:
+            topic = described.get(spec.topic)
+            if topic is None:
                 raise RuntimeError(f"input topic {spec.topic!r} does not exist")
-            found.extend((spec.topic, p) for p in sorted(topic.partitions))
+            found.extend((spec.topic, p) for p in topic.partitions)
+        self._topic_ids = {
+            name: facts.topic_id
+            for name, facts in sorted(described.items())
+            if facts is not None and facts.topic_id is not None
+        }
         return found
 
     def initial_offsets(self) -> Offsets:
         """Start every partition at its earliest offset, as Kafka's ``earliest`` reset does.
 
         Spark asks only when the query has no checkpoint yet. A seeded checkpoint starts where
-        its seed says (``spec.start``), but never before the earliest offset still there.
-        The earliest offset is the log start of a Fetch response, not ListOffsets' answer,
-        which on some brokers lies past the first records (:func:`log_starts`).
-        With bootstrapped inputs, the ends their partitions have now go along as the
-        :data:`BOOTSTRAP` entry.
+        its seed says (``spec.start``); a seed's offset the broker no longer has (below the
+        earliest offset still there, past the log end, of a topic created again since, of a
+        partition gone) is handled as ``on_missing_offsets`` says, as a batch's start is
+        (:meth:`_resets`). The earliest offset is the log start of a Fetch response, not
+        ListOffsets' answer, which on some brokers lies past the first records
+        (:func:`log_starts`). With bootstrapped inputs, the ends their partitions have now go
+        along as the :data:`BOOTSTRAP` entry.
+
+        Spark may ask more than once in a run: the first answer stands (and a seed's move
+        past missing offsets is reported once).
         """
-        offsets: Offsets = {}
-        start = self.spec.start or {}
-        for name, low in self._log_starts(self._partitions()).items():
-            offsets[name] = max(low, start.get(name, 0), 0)
+        if self._initial is None:
+            self._initial = self._first_offsets()
+        return dict(self._initial)
+
+    def _first_offsets(self) -> Offsets:
+        """:meth:`initial_offsets`, found."""
+        lows = self._log_starts(self._partitions())
+        offsets: Offsets = dict(lows)
+        seed = self.spec.start
+        if seed is not None:
+            moved = self._resets(seed, self._log_ends(seed), earliest=lows)
+            for name in lows:
+                if name in seed:
+                    offsets[name] = moved.get(name, int(seed[name]))
         targets = self._bootstrap_ends(offsets)
         if targets:
             offsets[BOOTSTRAP] = targets
+        if self._topic_ids:
+            offsets[TOPIC_IDS] = dict(self._topic_ids)
         return offsets
 
     def _log_starts(self, partitions: list[tuple[str, int]]) -> dict[str, int]:
@@ -258,6 +292,8 @@ class SourcePlanner:
             clock = self._clock(start)
             if clock is not None:
                 planned[CLOCK] = clock
+        if self._topic_ids:
+            planned[TOPIC_IDS] = dict(self._topic_ids)
         self._last_plan = planned
         return planned
 
@@ -278,16 +314,57 @@ class SourcePlanner:
         clock = start.get(CLOCK)
         return None if clock is None else int(clock)
 
-    def _resets(self, start: Offsets, ends: dict[str, int]) -> dict[str, int]:
+    def _resets(
+        self, start: Offsets, ends: dict[str, int], earliest: dict[str, int] | None = None
+    ) -> dict[str, int]:
         """Where partitions go on whose ``start`` the broker no longer has (by the policy).
+
+        A partition that is gone gets no entry: it is left out of the plan (:meth:`_lost`).
+        ``earliest``: each partition's earliest offset, when known; else the probe's.
 
         Raises:
             MissingOffsetsError: one does, and the policy is ``fail``.
         """
-        names = [name for name in start if is_partition_name(name) and name in ends]
+        lost = self._lost(start, ends, earliest)
+        skipped = {item.name for item in lost}
+        names = [n for n in start if is_partition_name(n) and n in ends and n not in skipped]
         trusted = [name for name in ends if name not in self._listed_ends]
-        missing = find_missing(start, self._earliest(names), ends, trusted_ends=trusted)
-        return {item.missing.name: item.at for item in self._go_on(missing)}
+        lows = self._earliest(names) if earliest is None else earliest
+        checked = {name: start[name] for name in names}
+        missing = find_missing(checked, lows, ends, trusted_ends=trusted) + lost
+        missing.sort(key=lambda item: item.name)
+        return {item.missing.name: item.at for item in self._go_on(missing) if item.at >= 0}
+
+    def _lost(
+        self, start: Offsets, ends: dict[str, int], earliest: dict[str, int] | None = None
+    ) -> list[MissingOffset]:
+        """The partitions of ``start`` whose offsets are of no topic the cluster has now.
+
+        A partition of an input topic that has no end is gone (the topic was created again
+        with fewer partitions); one of a topic whose id differs from the one ``start`` names
+        (:data:`TOPIC_IDS`) is of a topic created again, however many records it holds. On a
+        broker without topic ids only the offsets tell (:func:`find_missing`).
+        """
+        inputs = {spec.topic for spec in self.spec.inputs}
+        named, now = start.get(TOPIC_IDS) or {}, self._topic_ids
+        changed = {
+            topic
+            for topic in inputs
+            if named.get(topic) is not None and now.get(topic) not in (None, named[topic])
+        }
+        names = [n for n in start if is_partition_name(n) and split_partition_name(n)[0] in inputs]
+        recreated = [n for n in names if n in ends and split_partition_name(n)[0] in changed]
+        lows = self._earliest(recreated) if earliest is None else earliest
+        lost = [
+            MissingOffset(*split_partition_name(n), int(start[n]), lows[n], ends[n], "recreated")
+            for n in recreated
+        ]
+        lost += [
+            MissingOffset(*split_partition_name(n), int(start[n]), -1, -1, "gone")
+            for n in names
+            if n not in ends
+        ]
+        return lost
 
     def _go_on(self, missing: list[MissingOffset]) -> list[Resumed]:
         """Fail on the first of ``missing``, or go on past each and report it, by the policy."""
@@ -455,7 +532,11 @@ class SourcePlanner:
     def _checked_again(self, begin: dict[str, int], end: Offsets) -> dict[str, int]:
         """``begin`` past offsets the broker lost since the batch was planned, by the policy.
 
-        ``latest`` skips the rest of the planned range: the batch's end is fixed.
+        ``latest`` skips the rest of the planned range: the batch's end is fixed. Of a
+        partition gone or a topic created again (:meth:`_lost`), the batch reads nothing
+        (unless the policy is ``fail``): its planned range is the old topic's, and the next
+        plan, which starts at this batch's end, moves the partition by the policy and reports
+        it, once.
         """
         names = [
             name
@@ -465,10 +546,17 @@ class SourcePlanner:
         if not names:
             return begin
         ends = self._log_ends({name: begin.get(name, 0) for name in names})  # makes the probe
+        planned = {**{name: begin.get(name, 0) for name in names}, TOPIC_IDS: end.get(TOPIC_IDS)}
+        lost = self._lost(planned, ends)
+        if lost and self.spec.on_missing_offsets == "fail":
+            raise failure(self.spec.pipeline, lost[0])
+        passed = {item.name for item in lost}
+        names = [name for name in names if name not in passed]
         trusted = [name for name in ends if name not in self._listed_ends]
         checked = {name: begin.get(name, 0) for name in names}
         missing = find_missing(checked, self._earliest(names), ends, trusted_ends=trusted)
         moved = {item.missing.name: item.at for item in self._go_on(missing)}
+        moved.update({name: int(end[name]) for name in passed})
         return {
             **begin,
             **{name: min(at, int(end[name])) for name, at in moved.items()},
@@ -483,6 +571,7 @@ class SourcePlanner:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        self._admin = None
 
 
 def deal(ranges: Sequence[KafkaRange], tasks: int) -> list[list[KafkaRange]]:

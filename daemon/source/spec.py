@@ -121,9 +121,10 @@ class SourceSpec:
     checkpoint: str | None = None
     """The query's checkpoint folder, whose due-time map tells the planner when a bucket's
     timer is due (:mod:`daemon.checkpoint.due_times`); None: the clock moves every ``wake_ms``."""
-    start: dict[str, int] | None = None
-    """Where a new checkpoint starts reading (``"topic/partition"`` -> offset), from its seed
-    (:mod:`daemon.state.seed`); None, and for partitions it leaves out: the earliest."""
+    start: dict[str, Any] | None = None
+    """Where a new checkpoint starts reading (``"topic/partition"`` -> offset, and the topics'
+    ids as :data:`~daemon.model.wire.TOPIC_IDS`), from its seed (:mod:`daemon.state.seed`);
+    None, and for partitions it leaves out: the earliest."""
     pipeline: str = ""
     """The pipeline's name, for the lines about offsets the broker no longer has."""
     on_missing_offsets: str = "fail"
