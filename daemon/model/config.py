@@ -462,6 +462,8 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
         secrets.remember(registry.settings, url=registry.url)
     secrets.remember(kafka.client_conf)
     secrets.remember(parsed.spark.conf)
+    for pipe in pipelines:
+        secrets.remember_nested(pipe.options)
     return parsed.model_copy(
         update={
             "pipeline": pipelines,
