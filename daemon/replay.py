@@ -210,7 +210,8 @@ def replay(
         fresh = _fresh_pipeline(pipe, checkpoint / "checkpoint", max_batch)
         conf = client_conf(file, servers)
         reader = {**_READER, "group.id": reader_group(file.kafka.id_prefix)}
-        create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
+        topics = {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()}
+        create_topics(conf, topics, file.kafka.replication_factor)
         records = arrival_order(inputs)
         plan = plan_pipeline(file, fresh, conf)
         ends = _produce(conf, plan, codecs, keys, records, _join_keys(plan, keys, records))

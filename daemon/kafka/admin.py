@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.errors import KafkaUnavailableError, KafkaUnreachableError
+from daemon.errors import ConfigError, KafkaUnavailableError, KafkaUnreachableError
 from daemon.kafka.connect import ClientErrors, admin, connection_failure
 
 EMBEDDED_CLUSTER_ID = "enrichd-embedded"
@@ -134,25 +134,38 @@ def topic_ids(client_conf: dict[str, str], topics: list[str]) -> dict[str, str]:
 
 
 def create_topics(
-    client_conf: dict[str, str], topics: dict[str, int], replication: int = -1
+    client_conf: dict[str, str], topics: dict[str, int], replication: int | None = -1
 ) -> None:
     """Create the topics that do not exist yet, with the given partition counts.
 
-    ``replication`` is their replication factor; -1: the broker's default. A refusal is
-    raised as :class:`KafkaUnavailableError` from the client's exception (its error code
-    names the refusal).
+    ``replication`` is their replication factor; -1: the broker's default; None (``[kafka]
+    replication_factor`` unset): the broker's default on the embedded broker, where there is
+    one broker, and a refusal anywhere else, where the broker's default may be less than the
+    cluster's durability needs (Kafka's own is 1). A refusal of the broker is raised as
+    :class:`KafkaUnavailableError` from the client's exception (its error code names the
+    refusal).
+
+    Raises:
+        ConfigError: topics are missing, ``replication`` is None and the cluster is not the
+            embedded broker.
     """
     # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
     from confluent_kafka.admin import NewTopic
 
     present = existing_topics(client_conf)
-    wanted = [
-        NewTopic(name, partitions, replication)
-        for name, partitions in topics.items()
-        if name not in present
-    ]
-    if not wanted:
+    missing = {name: partitions for name, partitions in topics.items() if name not in present}
+    if not missing:
         return
+    if replication is None:
+        if not is_embedded(client_conf):
+            raise ConfigError(
+                f"topics {', '.join(map(repr, missing))} do not exist, and [kafka] "
+                "replication_factor is not set; create them with the replication your "
+                "cluster needs, or set replication_factor (3 on most production clusters; "
+                "-1: the broker's default.replication.factor) for enrichd to create them"
+            )
+        replication = -1
+    wanted = [NewTopic(name, partitions, replication) for name, partitions in missing.items()]
     client = admin(client_conf)  # must outlive the futures it answers
     for name, future in client.create_topics(wanted).items():
         try:

@@ -93,6 +93,8 @@ class KafkaConfig(_Strict):
     ``id_prefix`` starts every transactional id and consumer group enrichd makes
     (``enrichd``: the names before it existed); give each environment that shares a cluster
     its own. ``commit_turn`` forces the commit turn on or off (docs/semantics.md).
+    ``replication_factor`` is that of the topics enrichd creates (outputs, dead letters);
+    unset, it creates them only on the embedded broker (:func:`daemon.kafka.admin.create_topics`).
     """
 
     bootstrap_servers: str | None = None
@@ -108,7 +110,24 @@ class KafkaConfig(_Strict):
         "embedded broker only (daemon.sink.commit_turn)",
     )
 
+    replication_factor: int | None = Field(
+        default=None,
+        description="replication factor of the topics enrichd creates (outputs, dead "
+        "letters); -1: the broker's default.replication.factor; unset: it creates topics on "
+        "the embedded broker only",
+    )
+
     _id_prefix = field_validator("id_prefix")(id_part)
+
+    @field_validator("replication_factor")
+    @classmethod
+    def _replication(cls, value: int | None) -> int | None:
+        if value is not None and value != -1 and value < 1:
+            raise ValueError(
+                f"{value} is no replication factor; give 1 or more (3 on most production "
+                "clusters), or -1 for the broker's default.replication.factor"
+            )
+        return value
 
 
 REGISTRY_SETTINGS = (

@@ -109,6 +109,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
             pipe.dead_letters: 1,
             **{topic: partitions for topic, _ in outputs.values()},
         },
+        file.kafka.replication_factor,
     )
     inputs = tuple(
         SourceInput(

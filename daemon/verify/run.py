@@ -107,7 +107,12 @@ def verify(
         if servers is None:
             progress("starting the embedded broker")
             servers = stack.enter_context(EmbeddedBroker()).bootstrap_servers
-        connection["kafka"] = {**connection.get("kafka", {}), "bootstrap_servers": servers}
+        # The child creates its engine's own topics (lookup's retractions) as verify's.
+        connection["kafka"] = {
+            "replication_factor": options.replication,
+            **connection.get("kafka", {}),
+            "bootstrap_servers": servers,
+        }
         conf = _client_conf(file, servers)
         existing_topics(conf)  # one line when the cluster cannot be reached or refuses us
         raw = RawLogs(conf)
