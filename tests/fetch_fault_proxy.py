@@ -28,7 +28,8 @@ class FetchFaultProxy(RewritingProxy):
     """Listens on ``port`` and passes every connection through to the broker on ``upstream_port``.
 
     A Fetch answer's entry of a partition in :attr:`errors` carries that error code and no
-    records; one of a partition in :attr:`corrupt` has the last byte of its records changed.
+    records; one of a partition in :attr:`corrupt` has the last byte of its first record batch
+    changed.
     """
 
     caps: ClassVar[dict[int, int]] = {API_FETCH: 11, **READVERTISED}
@@ -57,7 +58,14 @@ class FetchFaultProxy(RewritingProxy):
                 return empty_entry(version, fetched, self.errors[key], -1)
             if key in self.corrupt and fetched.records:
                 self.faults += 1
-                return fetched.entry[:-1] + bytes([fetched.entry[-1] ^ 0xFF])
+                # The last byte of the first record batch (its base offset, 8 bytes, then its
+                # length, 4): the client reads no record past it. The answer's last byte
+                # could lie in a later batch, or in a partial one the client drops unread.
+                first_end = 12 + int.from_bytes(fetched.records[8:12], "big")
+                at = len(fetched.entry) - len(fetched.records) + first_end - 1
+                return (
+                    fetched.entry[:at] + bytes([fetched.entry[at] ^ 0xFF]) + fetched.entry[at + 1 :]
+                )
             return None
 
         return rewrite_fetch_partitions(version, bytes(body), fault)

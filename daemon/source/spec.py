@@ -152,8 +152,15 @@ class SourceSpec:
 
         ``auto.offset.reset = error``: an offset the broker no longer has is an error to
         handle (:mod:`daemon.source.missing_offsets`), not a jump elsewhere without a word.
+        ``check.crcs = true``: a record batch corrupted on the broker or on the way is an error
+        that ends the read (librdkafka does not check by default; Kafka's Java consumer does).
         """
-        return {**self.consumer_conf(), **RANGE_FETCH, "auto.offset.reset": "error"}
+        return {
+            **self.consumer_conf(),
+            **RANGE_FETCH,
+            "auto.offset.reset": "error",
+            "check.crcs": True,
+        }
 
     def encode(self) -> str:
         """The spec as an option string."""

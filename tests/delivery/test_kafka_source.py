@@ -327,6 +327,7 @@ def test_a_partition_the_client_cannot_read_fails_with_one_line_and_nothing_is_p
             read()
         assert f"cannot read topic '{topic}' partition 0 at offset " in str(corrupt.value)
         assert "; its record batch is corrupt, on the broker or on the way" in str(corrupt.value)
+        assert proxy.faults > 0
 
         proxy.corrupt.clear()
         assert read() == list(range(20))
