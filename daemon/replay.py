@@ -210,7 +210,8 @@ def replay(
         fresh = _fresh_pipeline(pipe, checkpoint / "checkpoint", max_batch)
         conf = client_conf(file, servers)
         reader = {**_READER, "group.id": reader_group(file.kafka.id_prefix)}
-        create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
+        topics = {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()}
+        create_topics(conf, topics, file.kafka.replication_factor)
         records = arrival_order(inputs)
         plan = plan_pipeline(file, fresh, conf)
         ends = _produce(conf, plan, codecs, keys, records, _join_keys(plan, keys, records))
@@ -346,7 +347,7 @@ def _produce(
         producer.poll(0)
     # Markers go last, with the newest timestamp: the source admits a marker after every
     # record of its timestamp, so each key's end of input comes after all of its records,
-    # however the micro-batches fall (daemon.source.planning.admit_earliest).
+    # however the micro-batches fall (daemon.source.admission.admit_earliest).
     marker_time = max((record.timestamp for record in records), default=1)
     # Not on an input that bootstraps: its records, read first, would end every key at once.
     marker_topic = next(

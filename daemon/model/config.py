@@ -6,11 +6,20 @@ so a pipeline file works the same from any working directory.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from daemon import secrets
 from daemon.errors import ConfigError
@@ -53,6 +62,29 @@ PATH_SETTINGS = frozenset(
 """Client settings that name a file: a relative path is taken from the pipeline file's folder."""
 
 
+_ID_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def id_part(value: str) -> str:
+    """``value`` if it may be a part of the names enrichd gives on a cluster.
+
+    Pipeline names and ``id_prefix`` are parts of transactional ids and group names, whose
+    parts a dot separates (:mod:`daemon.kafka.names`): with dots in them, pipeline
+    ``a.totals`` would share its ids with pipeline ``a``'s ``totals`` stage.
+
+    Raises:
+        ValueError: it holds anything but letters, digits, ``_`` and ``-``.
+    """
+    if _ID_PART.fullmatch(value) is None:
+        raise ValueError(
+            f"{value!r} may hold only letters, digits, '_' and '-', starting with a letter or "
+            "digit: it is part of the transactional ids and groups enrichd names, where a '.' "
+            "would let two pipelines' names meet (pipeline 'a.totals' and the totals stage of "
+            "pipeline 'a')"
+        )
+    return value
+
+
 class KafkaConfig(_Strict):
     """``[kafka]``: where the broker is and how to connect; omitted bootstrap: the embedded one.
 
@@ -61,13 +93,14 @@ class KafkaConfig(_Strict):
     ``id_prefix`` starts every transactional id and consumer group enrichd makes
     (``enrichd``: the names before it existed); give each environment that shares a cluster
     its own. ``commit_turn`` forces the commit turn on or off (docs/semantics.md).
+    ``replication_factor`` is that of the topics enrichd creates (outputs, dead letters);
+    unset, it creates them only on the embedded broker (:func:`daemon.kafka.admin.create_topics`).
     """
 
     bootstrap_servers: str | None = None
     client_conf: dict[str, ClientValue] = Field(default_factory=dict)
     id_prefix: str = Field(
         default=DEFAULT_ID_PREFIX,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="what every transactional id and group enrichd makes starts with: one "
         "per environment sharing a cluster (daemon.kafka.names)",
     )
@@ -76,6 +109,25 @@ class KafkaConfig(_Strict):
         description="whether transactions on one host end one at a time; unset: on the "
         "embedded broker only (daemon.sink.commit_turn)",
     )
+
+    replication_factor: int | None = Field(
+        default=None,
+        description="replication factor of the topics enrichd creates (outputs, dead "
+        "letters); -1: the broker's default.replication.factor; unset: it creates topics on "
+        "the embedded broker only",
+    )
+
+    _id_prefix = field_validator("id_prefix")(id_part)
+
+    @field_validator("replication_factor")
+    @classmethod
+    def _replication(cls, value: int | None) -> int | None:
+        if value is not None and value != -1 and value < 1:
+            raise ValueError(
+                f"{value} is no replication factor; give 1 or more (3 on most production "
+                "clusters), or -1 for the broker's default.replication.factor"
+            )
+        return value
 
 
 REGISTRY_SETTINGS = (
@@ -327,7 +379,7 @@ pipeline that keeps up reads what arrived since its last batch, whatever the cap
 class PipelineConfig(_Strict):
     """One ``[[pipeline]]``: a joiner, its inputs, its output and its options."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str
     joiner: str
     checkpoint: Path
     dead_letter_topic: str | None = None
@@ -342,6 +394,8 @@ class PipelineConfig(_Strict):
     trigger: DurationMs = 0
     delivery: Delivery = "exactly_once"
     on_missing_offsets: MissingOffsets = "fail"
+
+    _name = field_validator("name")(id_part)
 
     @property
     def dead_letters(self) -> str:
@@ -462,6 +516,8 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
         secrets.remember(registry.settings, url=registry.url)
     secrets.remember(kafka.client_conf)
     secrets.remember(parsed.spark.conf)
+    for pipe in pipelines:
+        secrets.remember_nested(pipe.options)
     return parsed.model_copy(
         update={
             "pipeline": pipelines,

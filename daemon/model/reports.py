@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from daemon.model.wire import partition_name
 
@@ -90,6 +90,12 @@ class BatchCounts:
         )
 
 
+Cause = Literal["offsets", "recreated", "gone"]
+"""How the planner knows an offset is missing: by the partition's earliest offset and log end
+(``offsets``), by the topic's id, which changed (``recreated``), or because the partition no
+longer exists (``gone``)."""
+
+
 @dataclass(frozen=True)
 class MissingOffset:
     """A partition that no longer has the offset a pipeline is to read next."""
@@ -99,9 +105,10 @@ class MissingOffset:
     needed: int
     """The offset the pipeline is to read next."""
     earliest: int
-    """The earliest offset the partition has."""
+    """The earliest offset the partition has (-1: it is gone)."""
     end: int
-    """The partition's log end (its next offset)."""
+    """The partition's log end (its next offset; -1: it is gone)."""
+    cause: Cause = "offsets"
 
     @property
     def name(self) -> str:
@@ -110,12 +117,23 @@ class MissingOffset:
 
     @property
     def past_the_end(self) -> bool:
-        """Whether the offset lies past the log end: the topic was created again, most likely."""
-        return self.needed > self.end
+        """Whether the offset is not the topic's now: it was created again, or lies past the end."""
+        return self.cause == "recreated" or self.needed > self.end
 
     def facts(self) -> str:
         """What is missing, in words: the partition, the offset needed, the earliest there."""
         where = f"input topic {self.topic!r} partition {self.partition}"
+        if self.cause == "gone":
+            return (
+                f"{where} no longer exists (offset {self.needed} was to be read next): the "
+                "topic was deleted and created again with fewer partitions"
+            )
+        if self.cause == "recreated":
+            return (
+                f"{where} no longer has offset {self.needed}: the topic was deleted and created "
+                f"again (its topic id changed), and the new one's earliest offset is "
+                f"{self.earliest} and its log ends at {self.end}"
+            )
         if self.past_the_end:
             return (
                 f"{where} no longer has offset {self.needed}: the earliest it has is "
@@ -141,6 +159,11 @@ class Resumed:
 
     def warning(self, pipeline: str) -> str:
         """The WARN line: the facts, the policy, where it goes on and what it skipped."""
+        if self.missing.cause == "gone":
+            return (
+                f"pipeline {pipeline!r}: {self.missing.facts()}; on_missing_offsets = "
+                f"{self.policy!r}: reading on without it"
+            )
         return (
             f"pipeline {pipeline!r}: {self.missing.facts()}; on_missing_offsets = "
             f"{self.policy!r}: reading on from offset {self.at}, {self.skipped} offsets skipped"
@@ -170,6 +193,7 @@ class MissingOffsetsResumed:
                     "needed": item.missing.needed,
                     "earliest": item.missing.earliest,
                     "end": item.missing.end,
+                    "cause": item.missing.cause,
                     "policy": item.policy,
                     "at": item.at,
                     "skipped": item.skipped,
@@ -189,12 +213,16 @@ class MissingOffsetsResumed:
                 int(item["needed"]),
                 int(item["earliest"]),
                 int(item["end"]),
+                _CAUSES.get(str(item.get("cause")), "offsets"),
             )
             resumed.append(
                 Resumed(missing, str(item["policy"]), int(item["at"]), int(item["skipped"]))
             )
         return cls(str(fields["pipeline"]), tuple(resumed))
 
+
+_CAUSES: dict[str, Cause] = {"offsets": "offsets", "recreated": "recreated", "gone": "gone"}
+"""Each :data:`Cause` by its name on the wire (a report without one is by offsets)."""
 
 Report = BatchCounts | MissingOffsetsResumed
 """Any report the daemon's socket carries."""

@@ -13,8 +13,8 @@ what crosses each boundary (docs/architecture.md draws them):
 - **Operator to sink**: an :class:`OutputRow` per record to write, and per operator call one
   *counts row*, addressed to :data:`COUNTS_TOPIC`, whose value is :class:`CallCounts` as JSON.
 - **Planner to Spark's checkpoint** (and progress reports): a plan's offsets, one entry per
-  Kafka partition (:func:`partition_name`), plus the :data:`CLOCK`, :data:`BOOTSTRAP` and
-  :data:`RESETS` entries, which name no partition.
+  Kafka partition (:func:`partition_name`), plus the :data:`CLOCK`, :data:`BOOTSTRAP`,
+  :data:`RESETS` and :data:`TOPIC_IDS` entries, which name no partition.
 
 Each row layout is declared once, as a named tuple whose fields carry their Arrow types
 (``Annotated[int, "int32"]``); its Arrow schema, Spark DDL and column positions are derived
@@ -331,7 +331,7 @@ def counts_of(value: bytes) -> CallCounts:
 
 Offsets = dict[str, Any]
 """A plan's offsets as Spark keeps them in the checkpoint: :func:`partition_name` -> offset,
-and the :data:`CLOCK`, :data:`BOOTSTRAP` and :data:`RESETS` entries."""
+and the :data:`CLOCK`, :data:`BOOTSTRAP`, :data:`RESETS` and :data:`TOPIC_IDS` entries."""
 
 CLOCK = "clock"
 """The offsets' entry that counts ``wake_ms`` periods of wall-clock time; no partition's.
@@ -363,6 +363,12 @@ RESETS = "resets"
 batch's start (``on_missing_offsets``, :mod:`daemon.source.missing_offsets`). A batch that
 Spark runs again reads the same ranges; the next plan leaves the entry out."""
 
+TOPIC_IDS = "topic_ids"
+"""The offsets' entry that names each input topic's id, ``{topic: id}``, as the broker gave it
+when the plan was made (brokers without topic ids give none, and the entry is left out). A
+topic deleted and created again has a new id: the next plan knows its offsets are not the old
+topic's, however many records the new one holds (:mod:`daemon.source.missing_offsets`)."""
+
 
 def partition_name(topic: str, partition: int) -> str:
     """A Kafka partition's name in a plan's offsets: ``"topic/partition"``."""
@@ -378,8 +384,8 @@ def split_partition_name(name: str) -> tuple[str, int]:
 def is_partition_name(name: str) -> bool:
     """Whether an offsets entry is a partition's, not another entry (:data:`CLOCK`, ...).
 
-    The others are :data:`CLOCK`, :data:`BOOTSTRAP` and :data:`RESETS`. A Kafka topic name
-    cannot hold a ``/``, and the other entries' names hold none.
+    The others are :data:`CLOCK`, :data:`BOOTSTRAP`, :data:`RESETS` and :data:`TOPIC_IDS`. A
+    Kafka topic name cannot hold a ``/``, and the other entries' names hold none.
     """
     return "/" in name
 

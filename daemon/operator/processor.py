@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Row as SparkRow
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
+from daemon import secrets
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec
 from daemon.model.envelope import Envelope, unwrap
@@ -82,10 +83,14 @@ class JoinerProcessor(StatefulProcessor):
     def __init__(self, plan: OperatorPlan, output: OutputSpec) -> None:
         self.plan = plan
         self.spec = output
+        self._secrets = secrets.remembered()
+        """The driver's secrets, for the workers to mask in dead letters' reasons: pickled
+        with the processor, never put in a Spark option (:mod:`daemon.secrets`)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables (:class:`BucketStore`: the bucket and its stash log)."""
         freeze_loaded()
+        secrets.remember_values(self._secrets)
         self.handle = handle
         self.output: TaskOutput | None = None  # opened at the task's first call
         self._stamps: dict[str, list[int]] = {}
@@ -356,11 +361,14 @@ class JoinerProcessor(StatefulProcessor):
             record.timestamp or None,
             *_origin(record),
             letter.kind,
-            letter.reason,
+            secrets.redact(letter.reason),
         )
 
     def _dead_letter(self, row: InputRow, kind: str, reason: str) -> OutputRow:
-        """A dead letter of an input row of this batch: its original bytes, and why."""
+        """A dead letter of an input row of this batch: its original bytes, and why.
+
+        The reason is redacted: an exception's message may quote a secret.
+        """
         return OutputRow(
             self.plan.dead_letter_topic,
             row.kafka_key,
@@ -370,7 +378,7 @@ class JoinerProcessor(StatefulProcessor):
             row.partition,
             row.offset,
             kind,
-            reason,
+            secrets.redact(reason),
         )
 
     def close(self) -> None:

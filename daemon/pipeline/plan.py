@@ -109,6 +109,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
             pipe.dead_letters: 1,
             **{topic: partitions for topic, _ in outputs.values()},
         },
+        file.kafka.replication_factor,
     )
     inputs = tuple(
         SourceInput(
@@ -300,7 +301,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         plan.source,
         read_tasks=spark.sparkContext.defaultParallelism,
         wake_ms=(pipe.trigger or WAKEUP_MS) if wakes else 0,
-        start=None if seed is None else seed.offsets,
+        start=None if seed is None else seed.start,
         checkpoint=checkpoint,
     )
     if seed is not None and seed.has_state:

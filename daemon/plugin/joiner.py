@@ -425,7 +425,7 @@ def apply_order(
 
     Time is the event time, or with ``"arrival"`` the Kafka timestamp: then this is the order
     in which the source admits records to capped micro-batches
-    (:func:`daemon.source.planning.admit_earliest`), so the cut between two micro-batches never
+    (:func:`daemon.source.admission.admit_earliest`), so the cut between two micro-batches never
     falls against it.
     """
     records = list(records)

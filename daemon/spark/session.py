@@ -54,6 +54,10 @@ _DEFAULTS = {
         r"(?i)secret|password|token|credential|passphrase|access[._-]?key|account[._]key"
         r"|private[._-]?key|api[._-]?key|key[._-]?password"
     ),
+    # Spark prints a data source's options with the plans that read it (a streaming
+    # DataFrame's explain(), analysis errors) and masks only those this names: enrichd's
+    # source carries its Kafka settings, secrets too, pickled in the option "spec".
+    "spark.sql.redaction.options.regex": r"(?i)url|^spec$",
     # The checkpoint's files are made through Hadoop's file system API, which sets their
     # modes itself from this umask (022 by default: readable by everyone), whatever the
     # process's: the join state holds the records joined.

@@ -168,6 +168,27 @@ def test_bad_pipeline_name(tmp_path: Path) -> None:
     assert ".name: " in problem
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (MINIMAL.replace('name = "p"', 'name = "a.totals"'), "pipeline[0] (a.totals).name"),
+        ('[kafka]\nid_prefix = "team.staging"\n' + MINIMAL, "kafka.id_prefix"),
+    ],
+)
+def test_a_dot_in_a_name_or_id_prefix_is_refused_with_one_line(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    """Pipeline 'a.totals' would share transactional ids with pipeline 'a''s totals stage."""
+    (problem,) = problems_of(write(tmp_path, text))
+    value = "'a.totals'" if "a.totals" in where else "'team.staging'"
+    assert problem == (
+        f"{tmp_path / 'pipeline.toml'}: {where}: {value} may hold only letters, digits, '_' "
+        "and '-', starting with a letter or digit: it is part of the transactional ids and "
+        "groups enrichd names, where a '.' would let two pipelines' names meet (pipeline "
+        "'a.totals' and the totals stage of pipeline 'a')"
+    )
+
+
 def test_service_http_address_is_host_and_port(tmp_path: Path) -> None:
     assert load_pipeline_file(write(tmp_path, MINIMAL)).service.http is None
     served = load_pipeline_file(write(tmp_path, '[service]\nhttp = "0.0.0.0:9464"\n' + MINIMAL))
