@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench import tuning
 from bench.resources import PeakMemory, Peaks, state_bytes
 from bench.workloads import REPO, Topics
 from daemon.model.wire import parse_offsets
@@ -193,7 +194,7 @@ def run_pipeline(
     conf = client_conf(file)
     with PeakMemory() as memory:
         began = time.monotonic()
-        spark = spark_session(file.spark)
+        spark = spark_session(tuning.spark(file.spark))
         result = EnrichdResult(
             input_records=input_records,
             session_start_s=time.monotonic() - began,
@@ -235,9 +236,15 @@ def serving(
     stop = threading.Event()
     failures: list[BaseException] = []
 
+    # The settings tried (bench.tuning): the session's, if the service starts it, and the
+    # pipeline's state buckets.
+    served = file.model_copy(
+        update={"spark": tuning.spark(file.spark), "pipeline": [tuning.pipeline(pipe)]}
+    )
+
     def serve() -> None:
         try:
-            run_service(file.model_copy(update={"pipeline": [pipe]}), stop=stop)
+            run_service(served, stop=stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the benchmark's thread
             failures.append(exc)
 
