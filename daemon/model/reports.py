@@ -61,6 +61,8 @@ class BatchCounts:
     seconds (:mod:`daemon.model.latency`)."""
     event_time: dict[str, int] = field(default_factory=dict)
     """The newest event time read, per input."""
+    state_cache: dict[str, int] = field(default_factory=dict)
+    """Loads of stored buckets by the worker cache's outcome, ``hit`` or ``miss``."""
 
     def fields(self) -> dict[str, Any]:
         """The report's fields as JSON takes them."""
@@ -72,6 +74,7 @@ class BatchCounts:
             "joiner": self.joiner,
             "latency": self.latency,
             "event_time": self.event_time,
+            "state_cache": self.state_cache,
         }
 
     @classmethod
@@ -88,6 +91,7 @@ class BatchCounts:
                 for topic, (counts, total) in dict(fields.get("latency") or {}).items()
             },
             dict(fields.get("event_time") or {}),
+            dict(fields.get("state_cache") or {}),
         )
 
 

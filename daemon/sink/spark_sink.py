@@ -96,6 +96,8 @@ class Written(WriterCommitMessage):
     timers: dict[int, int | None] = field(default_factory=dict)
     """The timer each bucket the task's calls stored holds after them (None: none), reported
     by a skipped replay too (:mod:`daemon.checkpoint.due_times`)."""
+    state_cache: dict[str, int] = field(default_factory=dict)
+    """Loads of stored buckets by the worker cache's outcome (``hit``, ``miss``)."""
 
 
 class CountTotals:
@@ -108,6 +110,7 @@ class CountTotals:
         self.stamps: dict[str, dict[int, int]] = {}
         self.event_time: dict[str, int] = {}
         self.timers: dict[int, int | None] = {}
+        self.state_cache: dict[str, int] = {}
 
     def add(self, value: bytes) -> None:
         """Add the counts of one counts row's value (:class:`~daemon.model.wire.CallCounts`)."""
@@ -120,6 +123,7 @@ class CountTotals:
         _add(self.records, added.get("records", {}))
         _add(self.dead_letters, added.get("dead_letters", {}))
         _add(self.joiner, added.get("joiner", {}))
+        _add(self.state_cache, added.get("cache", {}))
 
     def written(self, partition: int, batch_id: int, now_ms: int, skipped: bool = False) -> Written:
         """The totals as a task's commit message; latencies are up to ``now_ms``."""
@@ -134,6 +138,7 @@ class CountTotals:
             tallies=tallies,
             event_time=self.event_time,
             timers=self.timers,
+            state_cache=self.state_cache,
         )
 
 
@@ -225,6 +230,7 @@ def report_batch(
         joiner: dict[str, int] = {}
         latencies: dict[str, latency.Tally] = {}
         event_time: dict[str, int] = {}
+        state_cache: dict[str, int] = {}
         for message in messages:
             if isinstance(message, Written):
                 _add(records, message.records)
@@ -232,6 +238,7 @@ def report_batch(
                 _add(joiner, getattr(message, "joiner_counts", {}))
                 latency.add(latencies, getattr(message, "tallies", {}))
                 _newest(event_time, getattr(message, "event_time", {}))
+                _add(state_cache, getattr(message, "state_cache", {}))
         send(
             spec.metrics_address,
             BatchCounts(
@@ -242,6 +249,7 @@ def report_batch(
                 joiner,
                 latency=latencies,
                 event_time=event_time,
+                state_cache=state_cache,
             ),
         )
     except Exception:  # noqa: S110 - metrics must never fail a committed batch

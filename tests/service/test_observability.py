@@ -176,6 +176,13 @@ def test_metrics_count_records_in_out_and_dead_letters_of_committed_batches(
     batches = service.metric("enrichd_batches_total", pipeline=name)
     assert batches is not None and batches >= 3  # 113 records, at most 50 a batch
     assert service.metric("enrichd_batch_duration_seconds_count", pipeline=name) == batches
+    # The later batches load the authors' buckets the first stored: each load is counted by
+    # whether the worker's decoded copy served it (the counts rows carry it to the daemon).
+    loads = [
+        service.metric("enrichd_state_cache_loads_total", pipeline=name, outcome=outcome) or 0
+        for outcome in ("hit", "miss")
+    ]
+    assert sum(loads) > 0
 
 
 def test_metrics_carry_the_build_and_the_daemons_and_jvms_processes(service: Service) -> None:

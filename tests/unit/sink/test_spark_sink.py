@@ -161,6 +161,7 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
         "joiner": {"matched": 4},
         "latency": {},
         "event_time": {},
+        "state_cache": {},
     }
     daemon_end.close()
 
@@ -298,7 +299,9 @@ def test_a_batch_counted_on_the_driver_keeps_its_timers_then_reports_its_totals(
         "stamps": {"views": latency.compact([9_600, 9_600])},
         "timers": {"1": None, "2": 700},
     }
+    first["cache"] = {"hit": 3, "miss": 1}
     second = {"records": {"views.dlq": 1}, "dead_letters": {"LateRecord": 1}, "timers": {"2": 800}}
+    second["cache"] = {"hit": 2}
     frame = CollectedFrame(
         (COUNTS_TOPIC, json.dumps(first).encode()), (COUNTS_TOPIC, json.dumps(second).encode())
     )
@@ -312,6 +315,7 @@ def test_a_batch_counted_on_the_driver_keeps_its_timers_then_reports_its_totals(
         "dead_letters": {"LateRecord": 1},
         "joiner": {"matched": 2},
     }
+    assert message["state_cache"] == {"hit": 5, "miss": 1}
     counts, total = message["latency"]["views"]
     assert sum(counts) == 2 and total == pytest.approx(0.8)
     daemon_end.close()
