@@ -21,11 +21,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.pipeline import switches
+
 SWITCHES = {
-    "counts_sink": ("--counts-sink", "ENRICHD_COUNTS_SINK", ("foreach-batch", "data-source")),
+    switch.variable.removeprefix("ENRICHD_").lower(): switch for switch in switches.SWITCHES
 }
-"""Each switch: its option, the environment variable enrichd reads it from, its values (the
-first is enrichd's default)."""
+"""enrichd's switches (:mod:`daemon.pipeline.switches`) by the name of their option:
+``ENRICHD_COUNTS_SINK`` is ``--counts-sink``."""
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,7 @@ class Tuning:
         if self.state_buckets is not None:
             found += ["--state-buckets", str(self.state_buckets)]
         for name, value in self.switches.items():
-            found += [SWITCHES[name][0], value]
+            found += [_option(name), value]
         return found
 
 
@@ -80,12 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="state_buckets of every enrichd pipeline (enrichd's default: 32)",
     )
-    for name, (option, variable, values) in SWITCHES.items():
+    for name, switch in SWITCHES.items():
         parser.add_argument(
-            option,
+            _option(name),
             dest=name,
-            choices=values,
-            help=f"sets {variable} for enrichd (its default: {values[0]})",
+            choices=switch.values,
+            help=f"{switch.what}: sets {switch.variable} (enrichd's default: {switch.default})",
         )
 
 
@@ -116,7 +122,7 @@ def apply(tuning: Tuning) -> None:
     global _current  # noqa: PLW0603 - one tuning per process, as one command line
     _current = tuning
     for name, value in tuning.switches.items():
-        os.environ[SWITCHES[name][1]] = value
+        os.environ[SWITCHES[name].variable] = value
 
 
 def current() -> Tuning:

@@ -20,12 +20,13 @@ from daemon.model.envelope import Envelope
 from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
+from daemon.pipeline.switches import COUNTS_SINK
 from daemon.plugin.configured import configure, pipeline_joiner
 from daemon.plugin.host import registry
 from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner
 from daemon.private_paths import private_folder
 from daemon.sink.commit_turn import turn_needed
-from daemon.sink.spark_sink import BatchCounter, KafkaSink, counts_sink
+from daemon.sink.spark_sink import BatchCounter, KafkaSink
 from daemon.sink.spec import OutputSpec
 from daemon.source.spark_source import KafkaSource
 from daemon.source.spec import SourceInput, SourceSpec
@@ -319,7 +320,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         initialState=seed.initial_state(spark) if seed is not None and seed.has_state else None,
     )
     writer = joined.writeStream.option("checkpointLocation", str(pipe.checkpoint))
-    if counts_sink() == "data-source":  # as before, for measuring (daemon.sink.spark_sink)
+    if COUNTS_SINK.value() == "data-source":  # as before, for measuring (daemon.pipeline.switches)
         writer = writer.format(KafkaSink.name()).option("spec", output.encode())
     else:
         writer = writer.foreachBatch(BatchCounter(output))

@@ -21,13 +21,12 @@ the batch's progress, after its commit log, where the due-time map must be writt
 
 :class:`KafkaSink` stays: the pass-through benchmark writes through it (rows that are not
 counts rows are written by the sink's own :class:`TaskOutput`, in the same exactly-once way),
-and ``ENRICHD_COUNTS_SINK=data-source`` (:data:`COUNTS_SINK_ENV`) makes a pipeline's query
-count through it as before, so that the two ways can be measured against each other.
+and ``ENRICHD_COUNTS_SINK=data-source`` (:mod:`daemon.pipeline.switches`) makes a pipeline's
+query count through it as before, so that the two ways can be measured against each other.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,24 +55,6 @@ if TYPE_CHECKING:
 
 _TOPIC = OUTPUT.position("topic")
 _VALUE = OUTPUT.position("value")
-
-COUNTS_SINK_ENV = "ENRICHD_COUNTS_SINK"
-"""How a pipeline's query hands its counts rows on: ``foreach-batch`` (the default,
-:class:`BatchCounter`) or ``data-source`` (:class:`KafkaSink`, as before; for measuring one
-against the other)."""
-COUNTS_SINKS = ("foreach-batch", "data-source")
-
-
-def counts_sink() -> str:
-    """The way a query started now hands its counts rows on (see :data:`COUNTS_SINK_ENV`).
-
-    Raises:
-        ValueError: the variable names another way.
-    """
-    chosen = os.environ.get(COUNTS_SINK_ENV, "").strip().lower() or COUNTS_SINKS[0]
-    if chosen not in COUNTS_SINKS:
-        raise ValueError(f"{COUNTS_SINK_ENV}={chosen!r}: expected one of {', '.join(COUNTS_SINKS)}")
-    return chosen
 
 
 @dataclass

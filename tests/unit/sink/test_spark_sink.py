@@ -18,11 +18,9 @@ from daemon.checkpoint.due_times import NO_BATCH, DueTimes
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT
 from daemon.sink import task_producer
 from daemon.sink.spark_sink import (
-    COUNTS_SINK_ENV,
     BatchCounter,
     KafkaStreamWriter,
     Written,
-    counts_sink,
     keep_due_times,
     write_rows,
 )
@@ -326,15 +324,3 @@ def test_a_record_reaching_the_driver_fails_the_batch_rather_than_being_dropped(
     spec = OutputSpec("views", {}, "exactly_once", "views")
     with pytest.raises(RuntimeError, match="handed on a record for 'views'"):
         BatchCounter(spec)(CollectedFrame(("views", b"v1")), 1)  # type: ignore[arg-type]
-
-
-def test_the_counts_sink_is_foreach_batch_unless_the_environment_names_the_data_source(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv(COUNTS_SINK_ENV, raising=False)
-    assert counts_sink() == "foreach-batch"
-    monkeypatch.setenv(COUNTS_SINK_ENV, "Data-Source")
-    assert counts_sink() == "data-source"
-    monkeypatch.setenv(COUNTS_SINK_ENV, "socket")
-    with pytest.raises(ValueError, match="ENRICHD_COUNTS_SINK='socket'"):
-        counts_sink()
