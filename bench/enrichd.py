@@ -12,7 +12,8 @@ partition end. Timing comes from the progress reports themselves: each batch's t
 
 from __future__ import annotations
 
-import socket
+import logging
+import re
 import tempfile
 import threading
 import time
@@ -252,11 +253,12 @@ def serving(
         update={"spark": tuning.spark(file.spark), "pipeline": [tuning.pipeline(pipe)]}
     )
 
-    http = f"127.0.0.1:{free_port()}"
+    endpoint = _Endpoint()
 
     def serve() -> None:
         try:
-            run_service(served, stop=stop, http=http)
+            with endpoint.heard():
+                run_service(served, stop=stop, http="127.0.0.1:0")
         except BaseException as exc:  # noqa: BLE001 - handed to the benchmark's thread
             failures.append(exc)
 
@@ -277,7 +279,9 @@ def serving(
     try:
         yield query
         if state_cache is not None:
-            state_cache.update(cache_loads(f"http://{http}/metrics"))
+            if not endpoint.url:
+                raise RuntimeError("the service logged no address for /metrics")
+            state_cache.update(cache_loads(f"{endpoint.url}/metrics"))
     finally:
         stop.set()
         service.join(120)
@@ -285,11 +289,38 @@ def serving(
         raise RuntimeError(f"the service failed: {failures[0]}")
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+class _Endpoint(logging.Handler):
+    """Where the service's ``/metrics`` listens, from the line its monitor logs as it binds.
+
+    The service binds port 0, so that the kernel picks a port no other server holds (a port
+    picked beforehand can be taken before the service binds it); its monitor logs the URL it
+    got, at INFO on ``enrichd.operations``, which :meth:`heard` lets through to this handler
+    alone while the service starts.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.url = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the URL of a ``serving ... at URL`` line."""
+        found = re.match(r"serving /healthz.* at (http://\S+)$", record.getMessage())
+        if found:
+            self.url = found.group(1)
+
+    @contextmanager
+    def heard(self) -> Iterator[None]:
+        """Hear ``enrichd.operations``' INFO lines meanwhile; its level is restored after."""
+        logger = logging.getLogger("enrichd.operations")
+        level = logger.level
+        logger.addHandler(self)
+        if not logger.isEnabledFor(logging.INFO):
+            logger.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
+            logger.removeHandler(self)
 
 
 def cache_loads(url: str) -> dict[str, int]:
