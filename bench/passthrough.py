@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import fastavro
 from rich.console import Console
 
-from bench import ceiling
+from bench import ceiling, tuning
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, await_consumed, batch_table, resources_lines
 from bench.report import Section
@@ -281,7 +281,7 @@ def run_enrichd(
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp, PeakMemory() as memory:
         checkpoint = Path(tmp) / "checkpoint"
         began = time.monotonic()
-        spark = spark_session(SparkConfig(master="local[2]"))
+        spark = spark_session(tuning.spark(SparkConfig(master="local[2]")))
         register_data_sources(spark)
         result = EnrichdResult(
             input_records=input_records,

@@ -5,7 +5,7 @@ counters and the log live. So what the daemon must hear of them travels as one s
 datagram per report to the daemon's unix socket (:mod:`daemon.report_socket`). This module
 declares the reports, as :mod:`daemon.model.wire` declares the rows between the stages:
 
-- :class:`BatchCounts`: what a committed micro-batch wrote, from the sink's ``commit()``
+- :class:`BatchCounts`: what a committed micro-batch wrote, from its counting on the driver
   (:mod:`daemon.sink.spark_sink`), and the dead letters of records the broker refused, from a
   task that wrote its output again (:mod:`daemon.sink.task_output`).
 - :class:`MissingOffsetsResumed`: where the source went on past offsets the broker no longer
@@ -42,8 +42,9 @@ class BatchCounts:
     """What a micro-batch wrote, counted once every task of it committed.
 
     The counts of records written per topic, and of dead letters per reason, are known
-    exactly only by the tasks that wrote them, which hand them to the sink's ``commit()``;
-    Spark runs that on the driver host, in a Python worker process of its own.
+    exactly only by the tasks that wrote them, which hand them on in their counts rows;
+    they are added up on the driver (or, counted through the Spark sink, in its ``commit()``,
+    in a Python worker process of its own).
     """
 
     kind: ClassVar[str] = "batch-counts"
@@ -60,6 +61,8 @@ class BatchCounts:
     seconds (:mod:`daemon.model.latency`)."""
     event_time: dict[str, int] = field(default_factory=dict)
     """The newest event time read, per input."""
+    state_cache: dict[str, int] = field(default_factory=dict)
+    """Loads of stored buckets by the worker cache's outcome, ``hit`` or ``miss``."""
 
     def fields(self) -> dict[str, Any]:
         """The report's fields as JSON takes them."""
@@ -71,6 +74,7 @@ class BatchCounts:
             "joiner": self.joiner,
             "latency": self.latency,
             "event_time": self.event_time,
+            "state_cache": self.state_cache,
         }
 
     @classmethod
@@ -87,6 +91,7 @@ class BatchCounts:
                 for topic, (counts, total) in dict(fields.get("latency") or {}).items()
             },
             dict(fields.get("event_time") or {}),
+            dict(fields.get("state_cache") or {}),
         )
 
 

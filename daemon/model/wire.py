@@ -314,6 +314,9 @@ class CallCounts(TypedDict, total=False):
     """The timer each bucket the call stored holds after it, by bucket label (None: none;
     as JSON the labels are text). Sent by a replay that counts nothing too: the sink's
     commit keeps them for the planner's clock (:mod:`daemon.checkpoint.due_times`)."""
+    cache: dict[str, int]
+    """Loads of stored buckets with the worker cache on, by outcome: ``hit`` (the worker's
+    copy was current) or ``miss`` (loaded from the store) (:mod:`daemon.operator.bucket_cache`)."""
 
 
 def counts_row(counts: CallCounts) -> OutputRow:

@@ -255,6 +255,7 @@ class JoinerProcessor(StatefulProcessor):
         metrics.clear()
         stamps, newest, timers = self._stamps, self._newest, self._timers
         self._stamps, self._newest, self._timers = {}, {}, {}
+        loads, self.buckets.loads = self.buckets.loads, {}
         if output is None or output.skipped:
             if timers:
                 yield SparkRow(**counts_row({"timers": timers})._asdict())
@@ -268,6 +269,8 @@ class JoinerProcessor(StatefulProcessor):
         if newest:
             inputs = self.plan.inputs
             counts["event_time"] = {inputs[index][0]: ms for index, ms in newest.items()}
+        if loads:
+            counts["cache"] = loads
         if any(counts.values()):
             yield SparkRow(**counts_row(counts)._asdict())
 

@@ -20,12 +20,13 @@ from daemon.model.envelope import Envelope
 from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
+from daemon.pipeline.switches import COUNTS_SINK
 from daemon.plugin.configured import configure, pipeline_joiner
 from daemon.plugin.host import registry
 from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner
 from daemon.private_paths import private_folder
 from daemon.sink.commit_turn import turn_needed
-from daemon.sink.spark_sink import KafkaSink
+from daemon.sink.spark_sink import BatchCounter, KafkaSink
 from daemon.sink.spec import OutputSpec
 from daemon.source.spark_source import KafkaSource
 from daemon.source.spec import SourceInput, SourceSpec
@@ -274,9 +275,10 @@ def _operator_plan(
 
 
 def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
-    """Start the pipeline's streaming query: source, joiner operator (which writes), sink.
+    """Start the pipeline's streaming query: source, joiner operator (which writes), counting.
 
-    The sink only adds up the operator's counts for the metrics (:mod:`daemon.sink.spark_sink`).
+    What ends the query only adds up the operator's counts for the metrics, on the driver
+    (``foreachBatch``: :class:`~daemon.sink.spark_sink.BatchCounter`).
     """
     pipe = plan.config
     joiner = plan.operator.joiner
@@ -318,12 +320,12 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         timeMode=time_mode,
         initialState=seed.initial_state(spark) if seed is not None and seed.has_state else None,
     )
-    writer = (
-        joined.writeStream.format(KafkaSink.name())
-        .option("spec", output.encode())
-        .option("checkpointLocation", str(pipe.checkpoint))
-        .queryName(pipe.name)
-    )
+    writer = joined.writeStream.option("checkpointLocation", str(pipe.checkpoint))
+    if COUNTS_SINK.value() == "data-source":  # as before, for measuring (daemon.pipeline.switches)
+        writer = writer.format(KafkaSink.name()).option("spec", output.encode())
+    else:
+        writer = writer.foreachBatch(BatchCounter(output))
+    writer = writer.queryName(pipe.name)
     if pipe.trigger:
         writer = writer.trigger(processingTime=f"{pipe.trigger} milliseconds")
     return writer.start()

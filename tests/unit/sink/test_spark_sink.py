@@ -1,5 +1,6 @@
-"""What the Kafka sink's tasks count for the metrics: records per topic, dead letters per
-reason, the operator's counts rows (which are not produced), and what commit() relays."""
+"""What a micro-batch's counts rows add up to: in the Kafka sink's tasks (records per topic,
+dead letters per reason, the operator's counts rows, which are not produced) and what its
+commit() relays, or on the driver through ``foreachBatch`` (:class:`BatchCounter`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from daemon.checkpoint import due_times
 from daemon.checkpoint.due_times import NO_BATCH, DueTimes
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT
 from daemon.sink import task_producer
-from daemon.sink.spark_sink import KafkaStreamWriter, Written, keep_due_times, write_rows
+from daemon.sink.spark_sink import (
+    BatchCounter,
+    KafkaStreamWriter,
+    Written,
+    keep_due_times,
+    write_rows,
+)
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
 
@@ -152,6 +159,7 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
         "joiner": {"matched": 4},
         "latency": {},
         "event_time": {},
+        "state_cache": {},
     }
     daemon_end.close()
 
@@ -246,3 +254,73 @@ def test_commit_does_not_fail_when_the_map_cannot_be_written(
     monkeypatch.setattr(due_times, "write", disk_full)
     keep_due_times(str(tmp_path), [Written(0, 1, {}, timers={1: 5})], 1)
     assert due_times.read(tmp_path) == DueTimes(0, {})  # behind batch 1: not trusted
+
+
+class CollectedFrame:
+    """A micro-batch's frame as ``foreachBatch`` hands it over: rows of topic and value."""
+
+    def __init__(self, *rows: tuple[str, bytes]) -> None:
+        self.rows = list(rows)
+        self.selected: tuple[str, ...] = ()
+
+    def select(self, *columns: str) -> CollectedFrame:
+        self.selected = columns
+        return self
+
+    def collect(self) -> list[tuple[str, bytes]]:
+        return self.rows
+
+
+def test_a_batch_counted_on_the_driver_keeps_its_timers_then_reports_its_totals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """foreachBatch's counting does what the sink's tasks and commit() did together: the
+    timers into the due-time map, then one report of the batch's totals and latencies."""
+    from daemon.model import latency
+
+    monkeypatch.setattr("time.time_ns", lambda: 10_000 * 1_000_000)
+    daemon_end, spec = daemon_listening(tmp_path)
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    due_times.write(checkpoint, DueTimes(4, {1: 500}))
+    spec = OutputSpec(
+        "views",
+        {},
+        "exactly_once",
+        "views",
+        metrics_address=spec.metrics_address,
+        checkpoint=str(checkpoint),
+    )
+    first = {
+        "records": {"views": 2},
+        "joiner": {"matched": 2},
+        "stamps": {"views": latency.compact([9_600, 9_600])},
+        "timers": {"1": None, "2": 700},
+    }
+    first["cache"] = {"hit": 3, "miss": 1}
+    second = {"records": {"views.dlq": 1}, "dead_letters": {"LateRecord": 1}, "timers": {"2": 800}}
+    second["cache"] = {"hit": 2}
+    frame = CollectedFrame(
+        (COUNTS_TOPIC, json.dumps(first).encode()), (COUNTS_TOPIC, json.dumps(second).encode())
+    )
+    BatchCounter(spec)(frame, 5)  # type: ignore[arg-type]
+    assert frame.selected == ("topic", "value")
+    assert due_times.read(checkpoint) == DueTimes(5, {2: 800})
+    message = json.loads(daemon_end.recv(65536))
+    assert {k: message[k] for k in ("batch", "records", "dead_letters", "joiner")} == {
+        "batch": 5,
+        "records": {"views": 2, "views.dlq": 1},
+        "dead_letters": {"LateRecord": 1},
+        "joiner": {"matched": 2},
+    }
+    assert message["state_cache"] == {"hit": 5, "miss": 1}
+    counts, total = message["latency"]["views"]
+    assert sum(counts) == 2 and total == pytest.approx(0.8)
+    daemon_end.close()
+
+
+def test_a_record_reaching_the_driver_fails_the_batch_rather_than_being_dropped() -> None:
+    """The operator writes its records itself: one handed on instead would be lost unwritten."""
+    spec = OutputSpec("views", {}, "exactly_once", "views")
+    with pytest.raises(RuntimeError, match="handed on a record for 'views'"):
+        BatchCounter(spec)(CollectedFrame(("views", b"v1")), 1)  # type: ignore[arg-type]
