@@ -10,7 +10,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from daemon import secrets
 from daemon.errors import ConfigError
@@ -18,6 +26,7 @@ from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_STATE_BUCKETS
 from daemon.model.durations import DurationMs
 from daemon.model.envelope import Envelope
 from daemon.model.environment import expand_environment
+from daemon.model.headers import DEFAULT_POLICY, HeaderPolicy
 from daemon.model.keys import KeyFormat
 
 Delivery = Literal["exactly_once", "at_least_once"]
@@ -342,6 +351,24 @@ class PipelineConfig(_Strict):
     trigger: DurationMs = 0
     delivery: Delivery = "exactly_once"
     on_missing_offsets: MissingOffsets = "fail"
+    headers: HeaderPolicy = Field(
+        default=DEFAULT_POLICY,
+        description='input headers the outputs carry: "trace" (traceparent, tracestate), '
+        '"none", "all", or a list of names (daemon.model.headers)',
+    )
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_policy(cls, value: Any) -> Any:
+        # One line for any wrong shape, rather than one per branch of the type.
+        policies = get_args(get_args(HeaderPolicy)[0])
+        named = isinstance(value, list) and all(isinstance(n, str) and n for n in value)
+        if value in policies or (named and value):
+            return value
+        raise ValueError(
+            f"{value!r} is not a header policy: "
+            + ", ".join(f'"{p}"' for p in policies)
+            + ' or a list of header names (["traceparent", "tenant"])'
+        )
 
     @property
     def dead_letters(self) -> str:

@@ -17,6 +17,7 @@ from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
 from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
 from daemon.model.envelope import Envelope
+from daemon.model.headers import reads_headers
 from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
@@ -223,7 +224,8 @@ def _source_spec(
 ) -> SourceSpec:
     """The source of a stage named ``name`` of ``pipe``: ``inputs`` with the pipeline's settings.
 
-    Both stages read with the pipeline's batch cap, state buckets and ``on_missing_offsets``.
+    Both stages read with the pipeline's batch cap, state buckets, ``on_missing_offsets`` and
+    ``headers``.
     """
     return SourceSpec(
         inputs=inputs,
@@ -233,6 +235,7 @@ def _source_spec(
         pipeline=name,
         on_missing_offsets=pipe.on_missing_offsets,
         id_prefix=id_prefix,
+        headers=reads_headers(pipe.headers),
     )
 
 
@@ -252,7 +255,8 @@ def _operator_plan(
     """The operator of a stage of ``pipe``: ``joiner`` over ``source``'s inputs, writing ``output``.
 
     ``output`` is the main output's topic and codec, ``outputs`` the others by name. Both
-    stages dead-letter to the pipeline's topic and keep their state as ``[state]`` says.
+    stages dead-letter to the pipeline's topic, keep their state as ``[state]`` says and carry
+    the headers its policy names.
     """
     topic, codec = output
     return OperatorPlan(
@@ -269,6 +273,7 @@ def _operator_plan(
         state_cache=state.cache,
         state_cache_bytes=state.cache_size,
         state_deltas=state.deltas,
+        headers=pipe.headers,
     )
 
 

@@ -222,3 +222,17 @@ def test_state_deltas_are_on_by_default_and_can_be_turned_off(tmp_path: Path) ->
     assert load_pipeline_file(write(tmp_path, text)).state.deltas is False
     (problem,) = problems_of(write(tmp_path, '[state]\ndeltas = "sometimes"\n' + MINIMAL))
     assert "state.deltas" in problem
+
+
+def test_headers_carry_trace_context_unless_set_otherwise(tmp_path: Path) -> None:
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0].headers == "trace"
+    def with_headers(written: str) -> Path:
+        line = 'checkpoint = "state/p"'
+        return write(tmp_path, MINIMAL.replace(line, f"{line}\nheaders = {written}"))
+
+    for policy, written in (("none", '"none"'), ("all", '"all"'), (["a", "b"], '["a", "b"]')):
+        assert load_pipeline_file(with_headers(written)).pipeline[0].headers == policy
+    for wrong in ('"traceparent"', "[]", '["a", 3]', "3"):
+        (problem,) = problems_of(with_headers(wrong))
+        assert "pipeline[0] (p).headers: " in problem
+        assert 'is not a header policy: "trace", "none", "all" or a list of header names' in problem
