@@ -281,6 +281,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                 written,
                 key="the stream record's Kafka key",
                 tombstones="with revisions: an inner answer a late table tombstone withdrew",
+                key_role="stream",
             )
         ]
         if options.aggregate is not None:

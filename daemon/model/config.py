@@ -28,6 +28,7 @@ from daemon.model.envelope import Envelope
 from daemon.model.environment import expand_environment
 from daemon.model.headers import DEFAULT_POLICY, HeaderPolicy
 from daemon.model.keys import KeyFormat
+from daemon.model.selection import SelectField, select_entries
 
 Delivery = Literal["exactly_once", "at_least_once"]
 """How output is written: one Kafka transaction per micro-batch and task (``exactly_once``),
@@ -356,6 +357,17 @@ class PipelineConfig(_Strict):
         description='input headers the outputs carry: "trace" (traceparent, tracestate), '
         '"none", "all", or a list of names (daemon.model.headers)',
     )
+    select: dict[str, SelectField] | None = Field(
+        default=None,
+        description="the output record's fields, each from a path into the joiner's value or "
+        "a constant; unset: the joiner's value as it is (daemon.model.selection)",
+    )
+
+    @field_validator("select", mode="before")
+    @classmethod
+    def _select_entries(cls, value: Any) -> Any:
+        return None if value is None else select_entries(value)
+
     @field_validator("headers", mode="before")
     @classmethod
     def _header_policy(cls, value: Any) -> Any:

@@ -106,6 +106,9 @@ class JoinerProcessor(StatefulProcessor):
         """Each input's value decoder, by a row's ``input``: its codec's, unwrapping the
         row of an envelope."""
         self._emitted = self._keyed_output if self.plan.output_keys else self._output
+        self._shapes = {name: select.shape for name, select in (self.plan.selects or {}).items()}
+        """The compiled select of each output that has one (its main one, and the retractions
+        of its answers), by output name (None: the main one)."""
         policy = self.plan.headers
         self._carry: Carrier | None = carrier(policy) if reads_headers(policy) else None
         """What a record keeps of its headers for its outputs (None: the source read none)."""
@@ -295,16 +298,22 @@ class JoinerProcessor(StatefulProcessor):
         """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send).
 
         ``written_key``: the Kafka key as its output's key format writes it, where not as
-        text (:meth:`_keyed_output`).
+        text (:meth:`_keyed_output`); a select reads the key the joiner gave all the same.
         """
         topic, codec = self.plan.output_topic, self.plan.output_codec
         if emit.output is not None:
             topic, codec = (self.plan.outputs or {})[emit.output]
+        record, value = emit.value, None
         try:
-            value = None if emit.value is None else codec.encode(emit.value)
+            if record is not None:
+                shape = self._shapes.get(emit.output) if self._shapes else None
+                if shape is not None:  # the pipeline's select (daemon.model.selection)
+                    record = shape(record, emit.key, _timestamp(emit.source, raw))
+                value = codec.encode(record)
         except Exception as exc:
-            # An output the schema rejects is the joiner's or the schema's fault: keep the
-            # triggering record, with the reason, rather than lose it.
+            # An output the schema rejects (or its select cannot shape) is the joiner's, the
+            # select's or the schema's fault: keep the triggering record, with the reason,
+            # rather than lose it.
             if emit.source is None:
                 raise
             reason = f"{type(exc).__name__}: {exc}"
@@ -499,6 +508,13 @@ def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
 
 def _unsent(row: tuple[Any, ...]) -> None:
     raise RuntimeError("an output row outside a call of the processor")
+
+
+def _timestamp(source: InputRecord | None, raw: _Originals) -> int | None:
+    """An output's Kafka timestamp, as :meth:`JoinerProcessor._output` writes it (None: now)."""
+    if source is None:
+        return raw.newest_timestamp
+    return source.timestamp or None
 
 
 def _origin(record: InputRecord) -> tuple[str, int, int]:
