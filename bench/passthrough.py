@@ -236,6 +236,7 @@ def reencoder(
                 out["source_partition"].append(partition)
                 out["source_offset"].append(offset)
                 out["error_message"].append(None)
+                out["headers"].append(None)
             yield OUTPUT.batch(**out)
 
     return reencode

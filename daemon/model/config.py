@@ -27,7 +27,9 @@ from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_STATE_BUCKETS
 from daemon.model.durations import DurationMs
 from daemon.model.envelope import Envelope
 from daemon.model.environment import expand_environment
+from daemon.model.headers import DEFAULT_POLICY, HeaderPolicy
 from daemon.model.keys import KeyFormat
+from daemon.model.selection import SelectField, select_entries
 
 Delivery = Literal["exactly_once", "at_least_once"]
 """How output is written: one Kafka transaction per micro-batch and task (``exactly_once``),
@@ -394,6 +396,35 @@ class PipelineConfig(_Strict):
     trigger: DurationMs = 0
     delivery: Delivery = "exactly_once"
     on_missing_offsets: MissingOffsets = "fail"
+    headers: HeaderPolicy = Field(
+        default=DEFAULT_POLICY,
+        description='input headers the outputs carry: "trace" (traceparent, tracestate), '
+        '"none", "all", or a list of names (daemon.model.headers)',
+    )
+    select: dict[str, SelectField] | None = Field(
+        default=None,
+        description="the output record's fields, each from a path into the joiner's value or "
+        "a constant; unset: the joiner's value as it is (daemon.model.selection)",
+    )
+
+    @field_validator("select", mode="before")
+    @classmethod
+    def _select_entries(cls, value: Any) -> Any:
+        return None if value is None else select_entries(value)
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_policy(cls, value: Any) -> Any:
+        # One line for any wrong shape, rather than one per branch of the type.
+        policies = get_args(get_args(HeaderPolicy)[0])
+        named = isinstance(value, list) and all(isinstance(n, str) and n for n in value)
+        if value in policies or (named and value):
+            return value
+        raise ValueError(
+            f"{value!r} is not a header policy: "
+            + ", ".join(f'"{p}"' for p in policies)
+            + ' or a list of header names (["traceparent", "tenant"])'
+        )
 
     _name = field_validator("name")(id_part)
 

@@ -168,6 +168,10 @@ class InputRow(NamedTuple):
     """None: a tombstone (or an end-of-input marker)."""
     error: MaybeText
     """Why the record cannot be joined, ``"Kind: message"``; None when it can."""
+    headers: MaybeBlob
+    """The record's Kafka headers as they came, packed (:func:`daemon.model.headers.pack`);
+    None when it has none, or the pipeline's ``headers`` policy is ``"none"`` (then the source
+    reads none)."""
 
 
 INPUT = Layout(InputRow)
@@ -204,7 +208,8 @@ class OutputRow(NamedTuple):
     (:func:`daemon.sink.task_output.headers_of`): the input record it came from
     (``enrichd.source.*``; None when none) and, for a dead letter, why (``enrichd.error.*``).
     They are flat columns, not a list of header structs, because converting nested values
-    between Arrow and Python costs several times more per record.
+    between Arrow and Python costs several times more per record; for the same reason the
+    input headers a record carries (:mod:`daemon.model.headers`) are one packed column.
 
     The operator's hot path builds rows as plain tuples in this order (a named tuple's
     constructor is a Python call per record); readers of those use :meth:`Layout.position`.
@@ -221,6 +226,9 @@ class OutputRow(NamedTuple):
     source_offset: MaybeInt64 = None
     error_class: MaybeText = None
     error_message: MaybeText = None
+    headers: MaybeBlob = None
+    """The input headers it carries, and for a dead letter KIP-1034's error headers, packed
+    (:func:`daemon.model.headers.pack`), written before enrichd's own; None: none."""
 
 
 OUTPUT = Layout(OutputRow)

@@ -52,6 +52,8 @@ from daemon import secrets
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec
 from daemon.model.envelope import Envelope, unwrap
+from daemon.model.headers import Carrier, carrier, dead_letter_headers, reads_headers
+from daemon.model.headers import pack as pack_headers
 from daemon.model.latency import compact
 from daemon.model.wire import (
     CONTROL_INPUT,
@@ -109,6 +111,12 @@ class JoinerProcessor(StatefulProcessor):
         """Each input's value decoder, by a row's ``input``: its codec's, unwrapping the
         row of an envelope."""
         self._emitted = self._keyed_output if self.plan.output_keys else self._output
+        self._shapes = {name: select.shape for name, select in (self.plan.selects or {}).items()}
+        """The compiled select of each output that has one (its main one, and the retractions
+        of its answers), by output name (None: the main one)."""
+        policy = self.plan.headers
+        self._carry: Carrier | None = carrier(policy) if reads_headers(policy) else None
+        """What a record keeps of its headers for its outputs (None: the source read none)."""
         self._send: Send = _unsent
         self._raw = _Originals([], ())
         """Where the current call's rows go, and its input rows by origin (for dead letters)."""
@@ -153,6 +161,7 @@ class JoinerProcessor(StatefulProcessor):
         decode is dead-lettered here.
         """
         inputs, decoders, send = self.plan.inputs, self._decoders, self._send
+        carry = self._carry
         for key, rows in by_key.items():
             records: list[InputRecord] = []
             end_of_input = False
@@ -166,7 +175,7 @@ class JoinerProcessor(StatefulProcessor):
                 except SchemaRegistryUnavailableError:
                     raise  # the record is fine: fail the batch, which is retried, not the record
                 except Exception as exc:  # the source read only the key and time fields
-                    send(self._dead_letter(row, "UndecodableRecord", str(exc)))
+                    send(self._dead_letter(row, "UndecodableRecord", str(exc), exc))
                     continue
                 records.append(
                     input_record(
@@ -179,6 +188,7 @@ class JoinerProcessor(StatefulProcessor):
                         row.offset,
                         row.kafka_key,
                         row.timestamp,
+                        None if row.headers is None or carry is None else carry(row.headers),
                     )
                 )
             self._raw = _Originals(rows, inputs)
@@ -287,30 +297,49 @@ class JoinerProcessor(StatefulProcessor):
         joiner = self.plan.joiner
         reason = f"joiner {joiner.name!r} of plugin {self.plan.plugin!r} raised {error!r}"
         for record in records:
-            self._send(self._dead_letter(self._raw[_origin(record)], "JoinerFailed", reason))
+            row = self._raw[_origin(record)]
+            self._send(self._dead_letter(row, "JoinerFailed", reason, error))
 
-    def _output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
-        """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send)."""
+    def _output(
+        self, emit: Emit, raw: _Originals, written_key: bytes | None = None
+    ) -> tuple[Any, ...]:
+        """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send).
+
+        ``written_key``: the Kafka key as its output's key format writes it, where not as
+        text (:meth:`_keyed_output`); a select reads the key the joiner gave all the same.
+        """
         topic, codec = self.plan.output_topic, self.plan.output_codec
         if emit.output is not None:
             topic, codec = (self.plan.outputs or {})[emit.output]
+        record, value = emit.value, None
         try:
-            value = None if emit.value is None else codec.encode(emit.value)
+            if record is not None:
+                shape = self._shapes.get(emit.output) if self._shapes else None
+                if shape is not None:  # the pipeline's select (daemon.model.selection)
+                    record = shape(record, emit.key, _timestamp(emit.source, raw))
+                value = codec.encode(record)
         except Exception as exc:
-            # An output the schema rejects is the joiner's or the schema's fault: keep the
-            # triggering record, with the reason, rather than lose it.
+            # An output the schema rejects (or its select cannot shape) is the joiner's, the
+            # select's or the schema's fault: keep the triggering record, with the reason,
+            # rather than lose it.
             if emit.source is None:
                 raise
             reason = f"{type(exc).__name__}: {exc}"
-            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
-        key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
+            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw, exc)
+        key = written_key
+        if key is None:
+            key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
         source = emit.source
+        carried = emit.headers
         if source is None:
             # No input record made it (a revision at the end of input): the newest timestamp
             # of the key's rows in this call, its end-of-input marker's, so that the output is
             # the same however the input fell into micro-batches; at a wake-up (no rows) the
             # time of writing.
-            return (topic, key, value, raw.newest_timestamp, None, None, None, None, None)
+            headers = None if carried is None else pack_headers(carried)
+            return (topic, key, value, raw.newest_timestamp, None, None, None, None, None, headers)
+        if carried is None:
+            carried = source.headers
         if source.timestamp:
             stamps = self._stamps.get(topic)
             if stamps is None:
@@ -326,6 +355,7 @@ class JoinerProcessor(StatefulProcessor):
             source.offset,
             None,
             None,
+            None if carried is None else pack_headers(carried),
         )
 
     def _keyed_output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
@@ -342,14 +372,20 @@ class JoinerProcessor(StatefulProcessor):
             if emit.source is None:
                 raise
             reason = f"key {emit.key!r}: {type(exc).__name__}: {exc}"
-            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
-        return self._output(Emit(key, emit.value, emit.source, emit.output), raw)
+            letter = DeadLetter(emit.source, reason, "UnencodableOutput")
+            return self._rejected(letter, raw, exc)
+        return self._output(emit, raw, key)
 
-    def _rejected(self, letter: DeadLetter, raw: _Originals) -> OutputRow:
-        """A dead letter for a record of this batch (its original bytes) or one from state."""
+    def _rejected(
+        self, letter: DeadLetter, raw: _Originals, error: BaseException | None = None
+    ) -> OutputRow:
+        """A dead letter for a record of this batch (its original bytes) or one from state.
+
+        ``error``: the exception that made it, for its KIP-1034 headers.
+        """
         row = raw.get(_origin(letter.record))
         if row is not None:
-            return self._dead_letter(row, letter.kind, letter.reason)
+            return self._dead_letter(row, letter.kind, letter.reason, error)
         record = letter.record
         try:
             value = (
@@ -357,6 +393,7 @@ class JoinerProcessor(StatefulProcessor):
             )
         except Exception:  # e.g. a registry codec that only reads: keep the fields as JSON
             value = json.dumps(record.value, default=str).encode("utf-8")
+        # From state: the headers it kept (its outputs'), where the batch's own keep all.
         return OutputRow(
             self.plan.dead_letter_topic,
             record.kafka_key,
@@ -365,12 +402,19 @@ class JoinerProcessor(StatefulProcessor):
             *_origin(record),
             letter.kind,
             secrets.redact(letter.reason),
+            dead_letter_headers(
+                pack_headers(record.headers), letter.kind, secrets.redact(letter.reason), error
+            ),
         )
 
-    def _dead_letter(self, row: InputRow, kind: str, reason: str) -> OutputRow:
-        """A dead letter of an input row of this batch: its original bytes, and why.
+    def _dead_letter(
+        self, row: InputRow, kind: str, reason: str, error: BaseException | None = None
+    ) -> OutputRow:
+        """A dead letter of an input row of this batch: its original bytes and headers, and why.
 
-        The reason is redacted: an exception's message may quote a secret.
+        The reason is redacted: an exception's message may quote a secret. ``error``: the
+        exception that made it, when one did, for its KIP-1034 headers
+        (:func:`~daemon.model.headers.error_headers`).
         """
         return OutputRow(
             self.plan.dead_letter_topic,
@@ -382,6 +426,7 @@ class JoinerProcessor(StatefulProcessor):
             row.offset,
             kind,
             secrets.redact(reason),
+            dead_letter_headers(row.headers, kind, secrets.redact(reason), error),
         )
 
     def close(self) -> None:
@@ -474,6 +519,13 @@ def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
 
 def _unsent(row: tuple[Any, ...]) -> None:
     raise RuntimeError("an output row outside a call of the processor")
+
+
+def _timestamp(source: InputRecord | None, raw: _Originals) -> int | None:
+    """An output's Kafka timestamp, as :meth:`JoinerProcessor._output` writes it (None: now)."""
+    if source is None:
+        return raw.newest_timestamp
+    return source.timestamp or None
 
 
 def _origin(record: InputRecord) -> tuple[str, int, int]:

@@ -19,11 +19,12 @@ names no class of enrichd's, so moving or renaming one breaks no checkpoint.
 - A key's **state** and each stashed **value**: the joiner's own objects, pickled. The joiner
   owns them, so the names of its classes are its to keep stable (docs/plugins.md). The two
   objects of enrichd's that a joiner's state holds are written without a name: an
-  :class:`~daemon.plugin.joiner.InputRecord` as its nine fields, and a
-  :class:`~daemon.plugin.stash.Stash` as its index (which key's value is under which
-  sequence number in the log). A pickle calls them by an extension code
-  (:data:`EXTENSION_CODE`, registered with :mod:`copyreg`) and a small number (:data:`RECORD`,
-  :data:`STASH`, :data:`PORTABLE_STASH`); only this module maps those to code.
+  :class:`~daemon.plugin.joiner.InputRecord` as its nine fields (ten, with its headers:
+  :data:`RECORD_WITH_HEADERS`), and a :class:`~daemon.plugin.stash.Stash` as its index (which
+  key's value is under which sequence number in the log). A pickle calls them by an
+  extension code (:data:`EXTENSION_CODE`, registered with :mod:`copyreg`) and a small number
+  (:data:`RECORD`, :data:`STASH`, :data:`PORTABLE_STASH`, :data:`RECORD_WITH_HEADERS`); only
+  this module maps those to code.
 
 A **portable** key state (:func:`dump_portable`) carries its stashes' values inline: it moves
 a key's state between checkpoints (``daemon reset --keep-state``, ``daemon rescale``), where
@@ -69,9 +70,15 @@ STATE: Final = 4
 EXTENSION_CODE: Final = 0x6564
 """The :mod:`copyreg` extension code of :func:`_maker`, the one callable a key state's
 pickle names: by this number, not by a module and a name."""
-RECORD, STASH, PORTABLE_STASH = 1, 2, 3
+RECORD, STASH, PORTABLE_STASH, RECORD_WITH_HEADERS = 1, 2, 3, 4
 """What :func:`_maker` makes: an input record from its fields, a stash from its index (its
-values in the bucket's log), a stash from its items (portable)."""
+values in the bucket's log), a stash from its items (portable), an input record with headers.
+
+A record with headers has a maker of its own, and one without keeps :data:`RECORD` and its
+nine fields: so the state of a pipeline that carries no headers stays as an enrichd before
+headers wrote it, such state loads (its records get no headers: there were none to keep),
+and an enrichd before headers refuses a record with headers with one line (a maker it does
+not know) instead of misreading it."""
 
 
 class UnknownStateFormatError(EnrichdError):
@@ -361,6 +368,7 @@ _MAKERS: dict[int, _Maker] = {
     RECORD: _Maker(input_record),
     STASH: _Maker(_stashed),
     PORTABLE_STASH: _Maker(_portable_stash),
+    RECORD_WITH_HEADERS: _Maker(input_record),
 }
 _NUMBERS = {id(maker): number for number, maker in _MAKERS.items()}
 
@@ -383,20 +391,20 @@ def _reduce_maker(maker: _Maker) -> tuple[Any, ...]:
 
 
 def _reduce_record(record: InputRecord) -> tuple[Any, ...]:
-    return (
-        _MAKERS[RECORD],
-        (
-            record.role,
-            record.key,
-            record.value,
-            record.event_time,
-            record.topic,
-            record.partition,
-            record.offset,
-            record.kafka_key,
-            record.timestamp,
-        ),
+    fields = (
+        record.role,
+        record.key,
+        record.value,
+        record.event_time,
+        record.topic,
+        record.partition,
+        record.offset,
+        record.kafka_key,
+        record.timestamp,
     )
+    if record.headers is None:
+        return (_MAKERS[RECORD], fields)
+    return (_MAKERS[RECORD_WITH_HEADERS], (*fields, record.headers))
 
 
 def _reduce_portable_stash(stash: Stash) -> tuple[Any, ...]:

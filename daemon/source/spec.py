@@ -135,6 +135,9 @@ class SourceSpec:
     past missing offsets; None: only logged."""
     id_prefix: str = DEFAULT_ID_PREFIX
     """``[kafka] id_prefix``: the readers name the group :func:`reader_group` of it."""
+    headers: bool = False
+    """Whether the readers read each record's headers (:attr:`~daemon.model.wire.InputRow.headers`):
+    unless the pipeline's ``headers`` policy is ``"none"``."""
 
     def consumer_conf(self) -> dict[str, Any]:
         """The settings of every consumer the source makes: assigned, never in a group."""

@@ -19,7 +19,7 @@ from daemon.operator.stash_log import MemoryChunks, StashLog
 from daemon.operator.state_format import STATE, Bucket, dump_portable, load_state
 from daemon.plugin.configured import configure
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, Joiner, JoinerOptions
-from daemon.replay import ReplayRecord, arrival_order, key_bytes
+from daemon.replay import ReplayRecord, arrival_order, headers_of_line, key_bytes
 from daemon.source.key_router import KeyRouter
 
 Inputs = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -381,7 +381,11 @@ def _replay_records(
                 raise ValueError(
                     f"{role}[{index}]: value does not match its schema: {exc}"
                 ) from None
-        records.append(ReplayRecord(role, line.get("key"), value, timestamp, index))
+        try:
+            headers = headers_of_line(line.get("headers"))
+        except ValueError as exc:
+            raise ValueError(f"{role}[{index}]: 'headers' {exc}") from None
+        records.append(ReplayRecord(role, line.get("key"), value, timestamp, index, headers))
     return records
 
 
@@ -400,6 +404,7 @@ def _route(
         offset=item.line,
         kafka_key=kafka_key,
         timestamp=item.timestamp,
+        headers=item.headers,
     )
     router = KeyRouter(item.role, key_parts(key), time_field, item.role in joiner.keyed_tombstones)
     routing = router.route(item.value, kafka_key, item.timestamp)

@@ -243,3 +243,51 @@ def test_state_deltas_are_on_by_default_and_can_be_turned_off(tmp_path: Path) ->
     assert load_pipeline_file(write(tmp_path, text)).state.deltas is False
     (problem,) = problems_of(write(tmp_path, '[state]\ndeltas = "sometimes"\n' + MINIMAL))
     assert "state.deltas" in problem
+
+
+def test_headers_carry_trace_context_unless_set_otherwise(tmp_path: Path) -> None:
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0].headers == "trace"
+    def with_headers(written: str) -> Path:
+        line = 'checkpoint = "state/p"'
+        return write(tmp_path, MINIMAL.replace(line, f"{line}\nheaders = {written}"))
+
+    for policy, written in (("none", '"none"'), ("all", '"all"'), (["a", "b"], '["a", "b"]')):
+        assert load_pipeline_file(with_headers(written)).pipeline[0].headers == policy
+    for wrong in ('"traceparent"', "[]", '["a", 3]', "3"):
+        (problem,) = problems_of(with_headers(wrong))
+        assert "pipeline[0] (p).headers: " in problem
+        assert 'is not a header policy: "trace", "none", "all" or a list of header names' in problem
+
+
+def test_a_select_is_read_entry_by_entry_one_problem_each(tmp_path: Path) -> None:
+    select = """
+[pipeline.select]
+id = "one.id"
+name = { path = "one.name", default = "?" }
+channel = { value = "web" }
+"one_*" = "one.*"
+"""
+    pipe = load_pipeline_file(write(tmp_path, MINIMAL + select)).pipeline[0]
+    assert pipe.select is not None
+    assert {name: entry.model_dump(exclude_unset=True) for name, entry in pipe.select.items()} == {
+        "id": {"path": "one.id"},
+        "name": {"path": "one.name", "default": "?"},
+        "channel": {"value": "web"},
+        "one_*": {"path": "one.*"},
+    }
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0].select is None
+    wrong = """
+[pipeline.select]
+a = { path = "x", value = 1 }
+b = { value = 1, default = 2 }
+c = { pth = "x" }
+"""
+    problems = problems_of(write(tmp_path, MINIMAL + wrong))
+    assert [problem.split(": ", 2)[1] for problem in problems] == [
+        "pipeline[0] (p).select.a",
+        "pipeline[0] (p).select.b",
+        "pipeline[0] (p).select.c.pth",
+    ]
+    spread = '\n[pipeline.select]\n"one_*" = "one"\n'
+    (problem,) = problems_of(write(tmp_path, MINIMAL + spread))
+    assert "pipeline[0] (p).select: one_*: a spread names its fields with one *" in problem

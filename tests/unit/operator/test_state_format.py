@@ -11,9 +11,12 @@ import pickletools
 
 import pytest
 
-from daemon.operator import state_compression
+from daemon.joiners.versions import Kept
+from daemon.operator import state_compression, state_format
 from daemon.operator.stash_log import StashLog
 from daemon.operator.state_format import (
+    RECORD,
+    RECORD_WITH_HEADERS,
     STATE,
     STATE_FORMAT,
     Bucket,
@@ -110,3 +113,51 @@ def test_a_portable_state_carries_its_stash_values_into_another_log() -> None:
     again = StashLog(other_chunks, other.stash).loads("k", other.keys["k"][STATE])
     assert again["one"] == "ada" and dict(again["many"]) == {"t1": {"id": 1}}
     assert other.stash.live == 1
+
+
+HEADERS = (("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),)
+
+
+def test_a_record_with_headers_keeps_them_in_its_own_maker_and_one_without_is_unchanged() -> None:
+    headed = input_record("left", "k", {"id": 1}, 1001, "lefts", 0, 1, b"k", 5, HEADERS)
+    bucket, chunks, pickled = stored_key({"held": [headed, record(2)]})
+
+    assert names_in(pickled) == []
+    loaded = StashLog(chunks, bucket.stash).loads("k", bucket.keys["k"][STATE])
+    assert loaded["held"] == [headed, record(2)]
+    assert [r.headers for r in loaded["held"]] == [HEADERS, None]
+    # A state whose records carry no headers is pickled as before they existed: an enrichd of
+    # then reads it, and an enrichd of now reads what one of then wrote.
+    _, _, plain = stored_key({"held": [record(2)]})
+    assert (RECORD_WITH_HEADERS, RECORD) == (4, 1)
+    assert _makers_called(plain) == [RECORD]
+    assert _makers_called(pickled) == [RECORD_WITH_HEADERS, RECORD]
+
+
+def test_an_enrichd_before_headers_refuses_a_record_with_them_in_one_line() -> None:
+    headed = input_record("l", "k", {}, 1, "t", 0, 1, None, 5, HEADERS)
+    _, _, pickled = stored_key({"held": [headed]})
+    known = state_format._MAKERS.pop(RECORD_WITH_HEADERS)
+    try:
+        with pytest.raises(UnknownStateFormatError, match="maker 4, which this enrichd does not"):
+            load_state(pickled, None)
+    finally:
+        state_format._MAKERS[RECORD_WITH_HEADERS] = known
+
+
+def test_a_kept_answer_keeps_its_events_headers_and_one_kept_before_them_loads() -> None:
+    kept = Kept(10, {"id": "c1"}, {"region": "eu"}, 0, b"c1", HEADERS)
+    assert pickle.loads(pickle.dumps(kept)) == kept  # noqa: S301
+    before = Kept(10, {"id": "c1"}, {"region": "eu"}, 0, b"c1")
+    assert before.__reduce__() == (Kept, (10, {"id": "c1"}, {"region": "eu"}, 0, b"c1"))
+    assert pickle.loads(pickle.dumps(before)).headers is None  # noqa: S301
+
+
+def _makers_called(pickled: bytes) -> list[int]:
+    """The maker numbers a key state's pickle calls, in order (EXT1/EXT2 then its number)."""
+    ops = list(pickletools.genops(pickled))
+    return [
+        argument
+        for (before, _, _), (opcode, argument, _) in zip(ops, ops[1:], strict=False)
+        if before.name in ("EXT1", "EXT2", "EXT4") and opcode.name == "BININT1"
+    ]

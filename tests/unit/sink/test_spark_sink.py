@@ -15,6 +15,7 @@ import pytest
 
 from daemon.checkpoint import due_times
 from daemon.checkpoint.due_times import NO_BATCH, DueTimes
+from daemon.model.headers import pack
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT
 from daemon.sink import task_producer
 from daemon.sink.spark_sink import (
@@ -60,8 +61,13 @@ def recording_output() -> tuple[TaskOutput, RecordingProducer]:
     return TaskOutput(spec, 3, 7, "query"), producer
 
 
-def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
-    """Sink rows: topic, value and error class; each came from offset 7 of tweets/0."""
+def rows(
+    *items: tuple[str, bytes | None, str | None], carried: bytes | None = None
+) -> pa.RecordBatch:
+    """Sink rows: topic, value and error class; each came from offset 7 of tweets/0.
+
+    ``carried``: each row's packed input headers.
+    """
     return pa.RecordBatch.from_pydict(
         {
             "topic": [topic for topic, _, _ in items],
@@ -73,6 +79,7 @@ def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
             "source_offset": [7 for _ in items],
             "error_class": [kind for _, _, kind in items],
             "error_message": [kind and f"{kind}: why" for _, _, kind in items],
+            "headers": [carried for _ in items],
         },
         schema=OUTPUT.arrow,
     )
@@ -124,6 +131,19 @@ def test_provenance_and_error_columns_become_the_records_headers() -> None:
             ("enrichd.error.class", b"LateRecord"),
             ("enrichd.error.message", b"LateRecord: why"),
         ],
+    ]
+
+
+def test_the_headers_a_row_carries_come_before_enrichds_own() -> None:
+    output, producer = recording_output()
+    carried = [("traceparent", b"00-ab-cd-01"), ("flag", None)]
+    write_rows(output, iter([rows(("views", b"v1", None), carried=pack(carried))]))
+    (headers,) = producer.headers
+    assert headers[:2] == carried
+    assert [name for name, _ in headers[2:]] == [
+        "enrichd.source.topic",
+        "enrichd.source.partition",
+        "enrichd.source.offset",
     ]
 
 
