@@ -165,9 +165,17 @@ class ServiceConfig(_Strict):
 
 
 class SparkConfig(_Strict):
-    """``[spark]``: the Spark master and extra Spark configuration."""
+    """``[spark]``: the Spark master, its scratch folder and extra Spark configuration."""
 
     master: str = "local[2]"
+    local_dir: Path | None = Field(
+        default=None,
+        description=(
+            "Spark's scratch space on this host: the join state's working copy (RocksDB) and "
+            "shuffle files; unset: $ENRICHD_SPARK_LOCAL_DIR, else the temporary folder "
+            "(daemon.spark.scratch)"
+        ),
+    )
     conf: dict[str, str] = Field(default_factory=dict)
 
 
@@ -462,11 +470,13 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
         secrets.remember(registry.settings, url=registry.url)
     secrets.remember(kafka.client_conf)
     secrets.remember(parsed.spark.conf)
+    spark = parsed.spark.model_copy(update={"local_dir": _resolve(parsed.spark.local_dir, base)})
     return parsed.model_copy(
         update={
             "pipeline": pipelines,
             "source": path,
             "kafka": kafka,
+            "spark": spark,
             "schema_registry": registry,
         }
     )
