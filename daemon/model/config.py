@@ -219,9 +219,17 @@ class ServiceConfig(_Strict):
 
 
 class SparkConfig(_Strict):
-    """``[spark]``: the Spark master and extra Spark configuration."""
+    """``[spark]``: the Spark master, its scratch folder and extra Spark configuration."""
 
     master: str = "local[2]"
+    local_dir: Path | None = Field(
+        default=None,
+        description=(
+            "Spark's scratch space on this host: the join state's working copy (RocksDB) and "
+            "shuffle files; unset: $ENRICHD_SPARK_LOCAL_DIR, else the temporary folder "
+            "(daemon.spark.scratch)"
+        ),
+    )
     conf: dict[str, str] = Field(default_factory=dict)
 
 
@@ -549,11 +557,13 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
     secrets.remember(parsed.spark.conf)
     for pipe in pipelines:
         secrets.remember_nested(pipe.options)
+    spark = parsed.spark.model_copy(update={"local_dir": _resolve(parsed.spark.local_dir, base)})
     return parsed.model_copy(
         update={
             "pipeline": pipelines,
             "source": path,
             "kafka": kafka,
+            "spark": spark,
             "schema_registry": registry,
         }
     )

@@ -1,21 +1,27 @@
 """The state format: what the joiner operator keeps in Spark's state store, version by version.
 
-Version 1 (:data:`STATE_FORMAT`) holds plain data: dicts, tuples, numbers, strings and bytes,
-pickled (protocol 5) and stored compressed (:mod:`daemon.operator.state_compression`). It
-names no class of enrichd's, so moving or renaming one breaks no checkpoint.
+Every version holds plain data: dicts, tuples, numbers, strings and bytes, pickled (protocol
+5) and stored compressed (:mod:`daemon.operator.state_compression`). It names no class of
+enrichd's, so moving or renaming one breaks no checkpoint. The versions:
+
+1. A bucket's one value per state bucket, its stash log beside it.
+2. (:data:`STATE_FORMAT`) The same, plus a list of **deltas** after each bucket's value
+   (:mod:`daemon.operator.bucket_delta`): an enrichd of format 1 would read the value alone
+   and miss every key a delta holds.
+
+The pieces, as format 2 writes them:
 
 - A **bucket** (the value state ``state_bucket``, one per state bucket):
-  ``{"format": 1, "keys": {join key: entry}, "due": {join key: ms}, "timer_ms": ms or None,
+  ``{"format": 2, "keys": {join key: entry}, "due": {join key: ms}, "timer_ms": ms or None,
   "stash": (next sequence number, values written, values live, chunks)}``, where an entry
   is ``(stream_time, last_ms, updated_ms, event_time, state)`` (see :class:`Bucket`).
-- A **delta** of a bucket (the list state ``bucket_delta``, a list per state bucket,
-  :mod:`daemon.operator.bucket_delta`): what one write changed, appended instead of writing
-  the bucket whole, ``{"format": 1, "delta": sequence number, "keys": {join key: (entry or
-  None, due ms or None)}, "timer_ms": ms or None, "stash": (...)}``, stored compressed. The
-  bucket is its value with its deltas applied by sequence number; a key's None entry means
-  it went. Checkpoints written before deltas have none, and read as before.
+- A **delta** of a bucket (the list state ``bucket_delta``, a list per state bucket): what
+  one write changed, appended instead of writing the bucket whole, ``{"format": 2, "delta":
+  sequence number, "keys": {join key: (entry or None, due ms or None)}, "timer_ms": ms or
+  None, "stash": (...)}``, stored compressed. The bucket is its value with its deltas
+  applied by sequence number; a key's None entry means it went.
 - A **chunk** of the bucket's stash log (the list state ``stash_chunks``):
-  ``{"format": 1, "values": {sequence number: value}}``.
+  ``{"format": 2, "values": {sequence number: value}}``.
 - A key's **state** and each stashed **value**: the joiner's own objects, pickled. The joiner
   owns them, so the names of its classes are its to keep stable (docs/plugins.md). The two
   objects of enrichd's that a joiner's state holds are written without a name: an
@@ -30,10 +36,17 @@ A **portable** key state (:func:`dump_portable`) carries its stashes' values inl
 a key's state between checkpoints (``daemon reset --keep-state``, ``daemon rescale``), where
 the values must be written to another bucket's log.
 
-How a new format version comes about: a change to any of the shapes above gets a new
-:data:`STATE_FORMAT`; this module keeps reading every older version it knows, and the
-checkpoint records which one it holds (``daemon.pipeline.checkpoint_shape``), so an older
-enrichd refuses a newer checkpoint with one line instead of misreading it.
+Format 1 upgrades without a rewrite: its buckets, chunks and moved keys have format 2's
+shapes, and a bucket without deltas is read as it was. (Checkpoints that an enrichd of the
+weeks between the deltas and format 2 wrote record format 1 and may hold deltas: they read
+the same way.) The checkpoint records its format (``daemon.pipeline.checkpoint_shape``),
+which ``daemon run`` takes up to :data:`STATE_FORMAT` when it starts, so that an older
+enrichd refuses it with one line instead of misreading it.
+
+How a new format version comes about: a change to any of the shapes above, or to the state
+variables that hold them, gets a new :data:`STATE_FORMAT` and a line in the list above; this
+module keeps reading every older version it knows (:data:`OLDEST_FORMAT` on), or says here
+why not.
 """
 
 from __future__ import annotations
@@ -53,8 +66,10 @@ from daemon.operator import state_compression
 from daemon.plugin.joiner import InputRecord, input_record
 from daemon.plugin.stash import Stash
 
-STATE_FORMAT: Final = 1
+STATE_FORMAT: Final = 2
 """The version of the state format this enrichd writes (and the newest it reads)."""
+OLDEST_FORMAT: Final = 1
+"""The oldest version of the state format this enrichd reads."""
 PROTOCOL: Final = 5
 """The pickle protocol: fixed, so that a newer Python's default does not change the bytes."""
 
@@ -224,14 +239,22 @@ def decode_chunk(blob: bytes) -> dict[int, bytes]:
     return values
 
 
+def readable(version: object) -> bool:
+    """Whether this enrichd reads state of format ``version``."""
+    return isinstance(version, int) and OLDEST_FORMAT <= version <= STATE_FORMAT
+
+
+def _refuse(version: object, what: str) -> None:
+    if not readable(version):
+        raise UnknownStateFormatError(
+            f"{what} in state format {version!r}, which this enrichd (state formats "
+            f"{OLDEST_FORMAT} to {STATE_FORMAT}) cannot read; run the enrichd that wrote it"
+        )
+
+
 def _plain(pickled: bytes, what: str) -> dict[str, Any]:
     data = pickle.loads(pickled)  # noqa: S301 - plain data the processor wrote
-    version = data.get("format") if isinstance(data, dict) else None
-    if version != STATE_FORMAT:
-        raise UnknownStateFormatError(
-            f"a {what} in state format {version!r}, which this enrichd (state format "
-            f"{STATE_FORMAT}) cannot read; run the enrichd that wrote it"
-        )
+    _refuse(data.get("format") if isinstance(data, dict) else None, f"a {what}")
     return data
 
 
@@ -311,11 +334,7 @@ def decode_portable(pickled: bytes) -> tuple[tuple[int, int, int, int], int | No
         UnknownStateFormatError: they were written in a format this enrichd does not know.
     """
     version, stream_time, last_ms, updated_ms, event_time, due, state = pickle.loads(pickled)  # noqa: S301
-    if version != STATE_FORMAT:
-        raise UnknownStateFormatError(
-            f"a moved key state in state format {version!r}, which this enrichd (state format "
-            f"{STATE_FORMAT}) cannot read; run the enrichd that moved it"
-        )
+    _refuse(version, "a moved key state")
     return (stream_time, last_ms, updated_ms, event_time), due, load_state(state, None)
 
 
@@ -326,11 +345,7 @@ def portable_due(pickled: bytes) -> int | None:
         UnknownStateFormatError: they were written in a format this enrichd does not know.
     """
     version, *_, due, _state = pickle.loads(pickled)  # noqa: S301 - enrichd's own state
-    if version != STATE_FORMAT:
-        raise UnknownStateFormatError(
-            f"a moved key state in state format {version!r}, which this enrichd (state format "
-            f"{STATE_FORMAT}) cannot read; run the enrichd that moved it"
-        )
+    _refuse(version, "a moved key state")
     return due  # type: ignore[no-any-return]
 
 

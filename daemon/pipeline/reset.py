@@ -47,6 +47,7 @@ from daemon.kafka.names import marker_groups_of, reader_group
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import TOPIC_IDS
+from daemon.pipeline import written_by
 from daemon.pipeline.checkpoint_shape import buckets_of_shape, write_shape
 from daemon.pipeline.plan import client_conf, plan_pipeline
 from daemon.private_paths import private_folder
@@ -220,14 +221,22 @@ PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def layout_of(file: PipelineFile, pipe: PipelineConfig, shape: dict[str, Any]) -> tuple[str, str]:
-    """The checkpoint's state layout and the file's, in words (equal: nothing to rescale)."""
+    """The checkpoint's state layout and the file's, in words (equal: nothing to rescale).
+
+    A checkpoint made by another pyspark minor version (:mod:`daemon.pipeline.written_by`)
+    differs by that alone: rescaling moves its state into a checkpoint this pyspark makes.
+    """
     partitions = file.spark.conf.get(PARTITIONS, default_setting(PARTITIONS))
     batch = last_committed(pipe.checkpoint)
     was = partitions
     if batch is not None:  # Spark keeps the count the checkpoint began with
         was = planned_batch(pipe.checkpoint, batch).conf.get(PARTITIONS, "?")
     old = f"{buckets_of_shape(shape)} buckets over {was} shuffle partitions"
-    return old, f"{pipe.state_buckets} buckets over {partitions} shuffle partitions"
+    new = f"{pipe.state_buckets} buckets over {partitions} shuffle partitions"
+    spark = written_by.spark_mismatch(shape)
+    if spark is not None:  # the state moves into a checkpoint of this pyspark's own
+        old, new = f"{old} of pyspark {spark[0]}", f"{new} of pyspark {spark[1]}"
+    return old, new
 
 
 def rescale_change(

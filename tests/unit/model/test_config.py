@@ -57,6 +57,8 @@ def test_relative_paths_resolve_against_the_files_folder(tmp_path: Path) -> None
     assert pipe.inputs["one"].schema_file == tmp_path.resolve() / "user.avsc"
     assert pipe.checkpoint == tmp_path.resolve() / "state/p"
     assert pipe.output.schema_file == Path("/abs/out.avsc")
+    spark = load_pipeline_file(write(tmp_path, f'[spark]\nlocal_dir = "scratch"\n{MINIMAL}')).spark
+    assert spark.local_dir == tmp_path.resolve() / "scratch"
 
 
 def test_trigger_is_a_duration(tmp_path: Path) -> None:

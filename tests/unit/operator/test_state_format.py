@@ -23,8 +23,12 @@ from daemon.operator.state_format import (
     UnknownStateFormatError,
     decode_bucket,
     decode_chunk,
+    decode_delta,
+    decode_portable,
     dump_portable,
     encode_bucket,
+    encode_delta,
+    encode_portable,
     load_state,
 )
 from daemon.plugin import Stash
@@ -66,7 +70,7 @@ def test_a_bucket_is_plain_data_with_its_format_version() -> None:
 
     assert names_in(encoded) == []
     plain = pickle.loads(encoded)  # noqa: S301
-    assert plain["format"] == STATE_FORMAT == 1
+    assert plain["format"] == STATE_FORMAT == 2
     assert plain["keys"]["k"][:4] == (7, 8, 9, 1000) and plain["due"] == {"k": 123}
     assert decode_bucket(encoded) == bucket
 
@@ -96,9 +100,33 @@ def test_state_of_a_newer_format_is_refused_with_one_line() -> None:
     newer = pickle.dumps({"format": STATE_FORMAT + 1, "keys": {}}, protocol=5)
     with pytest.raises(UnknownStateFormatError) as caught:
         decode_bucket(newer)
-    assert "state format 2" in str(caught.value) and "\n" not in str(caught.value)
+    message = str(caught.value)
+    assert "state format 3" in message and "state formats 1 to 2" in message
+    assert "\n" not in message
     with pytest.raises(UnknownStateFormatError):
         decode_chunk(state_compression.compress(newer))
+
+
+def test_values_of_format_1_read_as_format_2s() -> None:
+    """Format 2 added the deltas beside the values; a bucket, a chunk and a moved key keep
+    format 1's shapes, so a format-1 checkpoint is read without a rewrite (the kept
+    checkpoint of format 1 is read through the engine in tests/state/test_state_commands.py)."""
+    bucket, chunks, _ = stored_key({"one": "ada", "many": Stash([("t1", {"id": 1})])})
+    old = pickle.loads(encode_bucket(bucket))  # noqa: S301 - the test's own data
+    old["format"] = 1
+    assert decode_bucket(pickle.dumps(old, protocol=5)) == bucket
+    ((chunk,),) = chunks.items
+    plain = pickle.loads(state_compression.decompress(chunk))  # noqa: S301
+    plain["format"] = 1
+    again = state_compression.compress(pickle.dumps(plain, protocol=5))
+    assert decode_chunk(again) == decode_chunk(chunk)
+    bucket.touch("k")
+    delta = pickle.loads(encode_delta(bucket, 0))  # noqa: S301 - deltas an enrichd wrote as 1
+    delta["format"] = 1
+    assert decode_delta(pickle.dumps(delta, protocol=5))["keys"] == {"k": (bucket.keys["k"], None)}
+    entry, state = bucket.keys["k"], load_state(dump_portable({"one": "ada"}), None)
+    moved = pickle.loads(encode_portable(entry, 5, state))  # noqa: S301
+    assert decode_portable(pickle.dumps((1, *moved[1:]), protocol=5))[1:] == (5, {"one": "ada"})
 
 
 def test_a_portable_state_carries_its_stash_values_into_another_log() -> None:
