@@ -2,6 +2,10 @@
 
 Relative paths in the file (schemas, checkpoints) are resolved against the file's own folder,
 so a pipeline file works the same from any working directory.
+
+Why this module is long: it is the pipeline file's one schema, every table and setting with
+its checks and the one line each problem gets; split by table, a reader would lose the
+cross-table checks (a joiner's options against its inputs, names against names).
 """
 
 from __future__ import annotations

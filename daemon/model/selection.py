@@ -21,7 +21,7 @@ each shared prefix walked once.
 
 Example:
     >>> picks = [Pick("order_id", "value", ("order", "id")),
-    ...          Pick("name", "value", ("customer", "name"), default="?"),
+    ...          Pick("name", "value", ("customer", "name"), default="?", has_default=True),
     ...          Pick("channel", "constant", constant="web")]
     >>> shape = compile_select(picks)
     >>> shape({"order": {"id": "o-1"}, "customer": None}, b"o-1", 5)
