@@ -402,9 +402,7 @@ class JoinerProcessor(StatefulProcessor):
             *_origin(record),
             letter.kind,
             secrets.redact(letter.reason),
-            dead_letter_headers(
-                pack_headers(record.headers), letter.kind, secrets.redact(letter.reason), error
-            ),
+            dead_letter_headers(pack_headers(record.headers), letter.kind, letter.reason, error),
         )
 
     def _dead_letter(
@@ -426,7 +424,7 @@ class JoinerProcessor(StatefulProcessor):
             row.offset,
             kind,
             secrets.redact(reason),
-            dead_letter_headers(row.headers, kind, secrets.redact(reason), error),
+            dead_letter_headers(row.headers, kind, reason, error),
         )
 
     def close(self) -> None:

@@ -94,3 +94,18 @@ def test_a_dead_letter_keeps_its_records_headers_and_adds_why() -> None:
     letter = unpack(dead_letter_headers(pack(HEADERS), "MissingKey", "no join key"))
     assert letter == [*HEADERS, (ERROR_EXCEPTION, b"MissingKey"), (ERROR_MESSAGE, b"no join key")]
     assert unpack(dead_letter_headers(None, "MissingKey", "no join key")) == letter[len(HEADERS) :]
+
+
+def test_error_headers_mask_a_remembered_secret_in_the_message_and_the_trace() -> None:
+    """A plugin's exception may quote a setting: the dead letter's headers mask it as logs do."""
+    from daemon import secrets
+
+    secrets.remember_value("pw-planted-in-a-header")
+    try:
+        raise ValueError("cannot log in with pw-planted-in-a-header")
+    except ValueError as exc:
+        found = dict(error_headers("JoinerFailed", "raised with pw-planted-in-a-header", exc))
+    assert found[ERROR_MESSAGE] == b"cannot log in with ***"
+    assert b"pw-planted-in-a-header" not in (found[ERROR_STACKTRACE] or b"")
+    (_, kind), (_, reason) = error_headers("OutputRejected", "refused pw-planted-in-a-header")
+    assert (kind, reason) == (b"OutputRejected", b"refused ***")
