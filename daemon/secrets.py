@@ -127,10 +127,22 @@ def remember_nested(settings: Mapping[str, Any]) -> None:
         _secrets.update(v for v in values if len(v) >= _SHORTEST)
 
 
+CARRIED_MAX_CHARS = 64 * 1024
+"""The longest value :func:`remembered` carries to another process. A secret file may hold
+up to 1 MiB (:data:`daemon.model.environment.SECRET_FILE_MAX_BYTES`), but what the joiner
+operator pickles goes with every task: over 1 MiB, Spark ships it as a broadcast variable,
+which the Python ``transformWithState`` runner fails to load (``BROADCAST_VARIABLE_NOT_LOADED``).
+Keys, passwords and tokens are far shorter; a longer value (a certificate bundle) is still
+masked on the driver, in everything the daemon prints."""
+
+
 def remembered() -> tuple[str, ...]:
-    """Every value remembered so far, to carry to another process (:func:`remember_values`)."""
+    """What to carry to another process (:func:`remember_values`): every value but the longer.
+
+    Those over :data:`CARRIED_MAX_CHARS` stay on this side.
+    """
     with _lock:
-        return tuple(sorted(_secrets))
+        return tuple(sorted(v for v in _secrets if len(v) <= CARRIED_MAX_CHARS))
 
 
 def remember_values(values: Iterable[str]) -> None:

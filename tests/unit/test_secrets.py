@@ -11,12 +11,20 @@ from pathlib import Path
 import pytest
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from daemon import secrets
 from daemon.errors import SchemaRegistryUnavailableError, failure_reason
 from daemon.formats.registry import access_failure
 from daemon.model.config import load_pipeline_file
 from daemon.model.environment import SECRET_FILE_MAX_BYTES, expand_environment, expand_text
-from daemon.secrets import is_secret_key, redact, remember
+from daemon.secrets import CARRIED_MAX_CHARS, is_secret_key, redact, remember, remembered
 from daemon.service.logs import JsonFormatter, TextFormatter
+
+
+@pytest.fixture(autouse=True)
+def _forget_what_each_test_remembers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secrets are remembered process-wide, and every pipeline this process starts later
+    carries them to its workers: a test's secrets (one of 1 MiB) must not outlive it."""
+    monkeypatch.setattr(secrets, "_secrets", set(secrets._secrets))
 
 
 @pytest.mark.parametrize(
@@ -286,3 +294,12 @@ def test_spark_settings_are_masked_but_switches_and_paths_are_not() -> None:
     )
     text = "s3-planted-secret rpc-planted-secret /etc/spark/secret-path true false"
     assert redact(text) == "*** *** /etc/spark/secret-path true false"
+
+
+def test_a_value_too_long_for_a_worker_is_masked_here_and_not_carried() -> None:
+    """A joiner operator carries :func:`remembered` in what Spark ships with every task."""
+    long, short = "k" * (CARRIED_MAX_CHARS + 1), "p" * 40
+    secrets.remember_value(long)
+    secrets.remember_value(short)
+    assert short in remembered() and long not in remembered()
+    assert redact(f"a {long} b") == "a *** b"
