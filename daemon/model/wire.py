@@ -314,6 +314,15 @@ class CallCounts(TypedDict, total=False):
     """The timer each bucket the call stored holds after it, by bucket label (None: none;
     as JSON the labels are text). Sent by a replay that counts nothing too: the sink's
     commit keeps them for the planner's clock (:mod:`daemon.checkpoint.due_times`)."""
+    failed_calls: int
+    """Joiner calls that failed (their records dead-lettered as ``JoinerFailed``)."""
+    failures: list[str]
+    """The lines of the first few of them (:meth:`daemon.operator.core.JoinerFailure.reason`)."""
+
+
+FAILURES_REPORTED = 3
+"""How many failures' lines a counts row, a task and a batch report carry (their count is
+of all)."""
 
 
 def counts_row(counts: CallCounts) -> OutputRow:
