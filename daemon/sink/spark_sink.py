@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 from daemon.checkpoint import due_times
 from daemon.model import latency
 from daemon.model.reports import BatchCounts
-from daemon.model.wire import COUNTS_TOPIC, OUTPUT, counts_of
+from daemon.model.wire import COUNTS_TOPIC, FAILURES_REPORTED, OUTPUT, counts_of
 from daemon.report_socket import send
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
@@ -60,6 +60,10 @@ class Written(WriterCommitMessage):
     timers: dict[int, int | None] = field(default_factory=dict)
     """The timer each bucket the task's calls stored holds after them (None: none), reported
     by a skipped replay too (:mod:`daemon.checkpoint.due_times`)."""
+    failed_calls: int = 0
+    """Joiner calls that failed in the operator tasks whose counts it read."""
+    failures: list[str] = field(default_factory=list)
+    """The lines of the first few of those failures."""
 
 
 class KafkaSink(DataSource):
@@ -104,6 +108,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             joiner: dict[str, int] = {}
             latencies: dict[str, latency.Tally] = {}
             event_time: dict[str, int] = {}
+            failed_calls = 0
+            failures: list[str] = []
             for message in messages:
                 if isinstance(message, Written):
                     _add(records, message.records)
@@ -111,6 +117,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     _add(joiner, getattr(message, "joiner_counts", {}))
                     latency.add(latencies, getattr(message, "tallies", {}))
                     _newest(event_time, getattr(message, "event_time", {}))
+                    failed_calls += getattr(message, "failed_calls", 0)
+                    failures += getattr(message, "failures", [])
             send(
                 self.spec.metrics_address,
                 BatchCounts(
@@ -121,6 +129,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                     joiner,
                     latency=latencies,
                     event_time=event_time,
+                    failed_calls=failed_calls,
+                    failures=failures[:FAILURES_REPORTED],
                 ),
             )
         except Exception:  # noqa: S110 - metrics must never fail a committed batch
@@ -164,6 +174,8 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
     stamps: dict[str, dict[int, int]] = {}
     event_time: dict[str, int] = {}
     timers: dict[int, int | None] = {}
+    failed_calls = 0
+    failures: list[str] = []
     for batch in batches:
         # Plain tuples, handed on as they are: most rows of the pass-through benchmark's.
         for row in OUTPUT.tuples(batch):
@@ -179,6 +191,8 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
             _add(counts["records"], added.get("records", {}))
             _add(counts["dead_letters"], added.get("dead_letters", {}))
             _add(counts["joiner"], added.get("joiner", {}))
+            failed_calls += added.get("failed_calls", 0)
+            failures += added.get("failures", [])[: FAILURES_REPORTED - len(failures)]
     # Every row is read: the operator's task has committed what these stamps are of.
     now_ms = time.time_ns() // 1_000_000
     tallies = {topic: latency.tally(found, now_ms) for topic, found in stamps.items()}
@@ -197,6 +211,8 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
         tallies=tallies,
         event_time=event_time,
         timers=timers,
+        failed_calls=failed_calls,
+        failures=failures,
     )
 
 
