@@ -63,6 +63,10 @@ class BatchCounts:
     """The newest event time read, per input."""
     state_cache: dict[str, int] = field(default_factory=dict)
     """Loads of stored buckets by the worker cache's outcome, ``hit`` or ``miss``."""
+    failed_calls: int = 0
+    """Joiner calls that failed; their records went to the dead-letter topic (``JoinerFailed``)."""
+    failures: list[str] = field(default_factory=list)
+    """The lines of the first few of those failures."""
 
     def fields(self) -> dict[str, Any]:
         """The report's fields as JSON takes them."""
@@ -75,6 +79,8 @@ class BatchCounts:
             "latency": self.latency,
             "event_time": self.event_time,
             "state_cache": self.state_cache,
+            "failed_calls": self.failed_calls,
+            "failures": self.failures,
         }
 
     @classmethod
@@ -92,6 +98,19 @@ class BatchCounts:
             },
             dict(fields.get("event_time") or {}),
             dict(fields.get("state_cache") or {}),
+            int(fields.get("failed_calls") or 0),
+            [str(line) for line in fields.get("failures") or []],
+        )
+
+    def failure_line(self) -> str | None:
+        """The line that says joiner calls of the batch failed, naming the first one."""
+        if not self.failed_calls:
+            return None
+        first = self.failures[0] if self.failures else "(no line)"
+        return (
+            f"pipeline {self.pipeline}: micro-batch {self.batch}: {self.failed_calls} joiner "
+            f"call(s) failed; their records went to the dead-letter topic as JoinerFailed; "
+            f"the first: {first}"
         )
 
 

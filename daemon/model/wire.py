@@ -325,6 +325,15 @@ class CallCounts(TypedDict, total=False):
     cache: dict[str, int]
     """Loads of stored buckets with the worker cache on, by outcome: ``hit`` (the worker's
     copy was current) or ``miss`` (loaded from the store) (:mod:`daemon.operator.bucket_cache`)."""
+    failed_calls: int
+    """Joiner calls that failed (their records dead-lettered as ``JoinerFailed``)."""
+    failures: list[str]
+    """The lines of the first few of them (:meth:`daemon.operator.core.JoinerFailure.reason`)."""
+
+
+FAILURES_REPORTED = 3
+"""How many failures' lines a counts row, a task and a batch report carry (their count is
+of all)."""
 
 
 def counts_row(counts: CallCounts) -> OutputRow:

@@ -8,9 +8,12 @@ decodes a call's records by join key, loads the bucket from Spark's state store
 (:class:`~daemon.operator.core.EngineCore`: apply order, each key's clock, end of input,
 state TTL, wake-ups), stores the bucket back with one timer, and writes what the joiner
 yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters
-with their original bytes and the reason. A joiner that raises does not stop the
-pipeline: that key's records go to the dead-letter topic with the exception, and the key's
-state stays as it was.
+with their original bytes and the reason. A joiner call that fails (raises, or yields what
+cannot be written) does not stop the pipeline: nothing it yielded is written, its records go
+to the dead-letter topic as ``JoinerFailed`` with the reason (an ``advance``, which has none,
+writes one dead letter keyed by the join key), and the key's state stays as it was
+(:mod:`daemon.operator.core`). The counts row tells the sink, which logs the batch's first
+failure once it commits.
 
 Why the operator writes, not a sink after it: handing records on to a sink costs two more
 crossings between Python and the JVM, one out of this worker and one into the sink's, which
@@ -58,7 +61,9 @@ from daemon.model.latency import compact
 from daemon.model.wire import (
     CONTROL_INPUT,
     DEAD_LETTER_ROUTE,
+    FAILURES_REPORTED,
     INPUT,
+    OUTPUT,
     CallCounts,
     InputRow,
     OutputRow,
@@ -66,13 +71,19 @@ from daemon.model.wire import (
     unpack,
 )
 from daemon.operator.bucket_store import BucketStore
-from daemon.operator.core import EngineCore, KeyBatch
+from daemon.operator.core import ContractBreach, EngineCore, JoinerFailure, KeyBatch
 from daemon.operator.spec import OperatorPlan
 from daemon.operator.state_format import decode_portable
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, input_record
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
 from daemon.spark.worker_gc import freeze_loaded
+
+JOINER_FAILED = "JoinerFailed"
+"""The dead-letter class of a joiner call that failed (:class:`JoinerFailure`)."""
+_STAMPED = OUTPUT.position("source_topic")
+_ERROR_CLASS = OUTPUT.position("error_class")
+_TIMESTAMP = OUTPUT.position("timestamp")
 
 Send = Callable[[tuple[Any, ...]], None]
 """Takes one output row: an :class:`~daemon.model.wire.OutputRow`, or a plain tuple of its
@@ -97,6 +108,8 @@ class JoinerProcessor(StatefulProcessor):
         self.output: TaskOutput | None = None  # opened at the task's first call
         self._stamps: dict[str, list[int]] = {}
         """Source timestamps of the call's output records, by topic (``daemon.model.latency``)."""
+        self._failures: list[str] = []
+        """The lines of the joiner calls that failed since the last counts row."""
         self._newest: dict[int, int] = {}
         """The newest event time of the call's records, by input (event-time lag)."""
         self._timers: dict[int, int | None] = {}
@@ -266,12 +279,16 @@ class JoinerProcessor(StatefulProcessor):
         stamps, newest, timers = self._stamps, self._newest, self._timers
         self._stamps, self._newest, self._timers = {}, {}, {}
         loads, self.buckets.loads = self.buckets.loads, {}
+        failures, self._failures = self._failures, []
         if output is None or output.skipped:
             if timers:
                 yield SparkRow(**counts_row({"timers": timers})._asdict())
             return
         if timers:
             counts["timers"] = timers
+        if failures:
+            counts["failed_calls"] = len(failures)
+            counts["failures"] = failures[:FAILURES_REPORTED]
         counts["records"], counts["dead_letters"] = output.records, output.dead_letters
         output.records, output.dead_letters = {}, {}
         if stamps:
@@ -284,21 +301,55 @@ class JoinerProcessor(StatefulProcessor):
         if any(counts.values()):
             yield SparkRow(**counts_row(counts)._asdict())
 
-    def emit(self, emit: Emit) -> None:
-        """Send an output record the joiner emitted (:class:`~daemon.operator.core.Outlet`)."""
-        self._send(self._emitted(emit, self._raw))
+    def rows(self, results: Sequence[Emit | DeadLetter]) -> list[tuple[Any, ...]]:
+        """The output rows of a call's yields, none sent yet (the core's ``Outlet``).
 
-    def reject(self, letter: DeadLetter) -> None:
-        """Send a dead letter the joiner yielded."""
-        self._send(self._rejected(letter, self._raw))
+        Raises:
+            ValueError: an output the pipeline does not configure, or a value or key that
+                the output's schema refuses where no input record can be dead-lettered
+                instead: the call fails as a whole.
+        """
+        raw, emitted, rejected = self._raw, self._emitted, self._rejected
+        return [
+            emitted(result, raw) if isinstance(result, Emit) else rejected(result, raw)
+            for result in results
+        ]
 
-    def failed(self, records: Sequence[InputRecord], error: Exception) -> None:
-        """The joiner raised: dead-letter the records it was given, with their original bytes."""
-        joiner = self.plan.joiner
-        reason = f"joiner {joiner.name!r} of plugin {self.plan.plugin!r} raised {error!r}"
-        for record in records:
+    def send(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Write a completed call's rows, noting the source timestamps of its outputs."""
+        send, stamps = self._send, self._stamps
+        for row in rows:
+            send(row)
+            # An output made from an input record (a dead letter has an error class).
+            if row[_STAMPED] is not None and row[_ERROR_CLASS] is None and row[_TIMESTAMP]:
+                topic = row[0]
+                times = stamps.get(topic)
+                if times is None:
+                    times = stamps[topic] = []
+                times.append(row[_TIMESTAMP])
+
+    def failed(self, failure: JoinerFailure) -> None:
+        """A joiner call failed: dead-letter the records it was given, with their original bytes.
+
+        An ``advance`` has none: its dead letter is keyed by the join key, with no value.
+        """
+        reason = failure.reason(self.plan.plugin)
+        self._failures.append(reason)
+        if not failure.records:
+            key = failure.key.encode("utf-8")
+            timestamp = self._raw.newest_timestamp
+            dead = self.plan.dead_letter_topic
+            headers = dead_letter_headers(None, JOINER_FAILED, reason, failure.error)
+            self._send(
+                OutputRow(
+                    dead, key, None, timestamp, None, None, None, JOINER_FAILED,
+                    secrets.redact(reason), headers,
+                )  # fmt: skip
+            )
+            return
+        for record in failure.records:
             row = self._raw[_origin(record)]
-            self._send(self._dead_letter(row, "JoinerFailed", reason, error))
+            self._send(self._dead_letter(row, JOINER_FAILED, reason, failure.error))
 
     def _output(
         self, emit: Emit, raw: _Originals, written_key: bytes | None = None
@@ -310,7 +361,13 @@ class JoinerProcessor(StatefulProcessor):
         """
         topic, codec = self.plan.output_topic, self.plan.output_codec
         if emit.output is not None:
-            topic, codec = (self.plan.outputs or {})[emit.output]
+            configured = (self.plan.outputs or {}).get(emit.output)
+            if configured is None:
+                raise ValueError(
+                    f"it emitted to output {emit.output!r}, which the pipeline does not "
+                    f"configure ([pipeline.outputs.{emit.output}])"
+                )
+            topic, codec = configured
         record, value = emit.value, None
         try:
             if record is not None:
@@ -322,9 +379,12 @@ class JoinerProcessor(StatefulProcessor):
             # An output the schema rejects (or its select cannot shape) is the joiner's, the
             # select's or the schema's fault: keep the triggering record, with the reason,
             # rather than lose it.
-            if emit.source is None:
-                raise
             reason = f"{type(exc).__name__}: {exc}"
+            if emit.source is None:
+                raise ContractBreach(
+                    f"the schema of its output refuses a value it emitted ({reason}), which "
+                    "no input record made"
+                ) from exc
             return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw, exc)
         key = written_key
         if key is None:
@@ -340,11 +400,6 @@ class JoinerProcessor(StatefulProcessor):
             return (topic, key, value, raw.newest_timestamp, None, None, None, None, None, headers)
         if carried is None:
             carried = source.headers
-        if source.timestamp:
-            stamps = self._stamps.get(topic)
-            if stamps is None:
-                stamps = self._stamps[topic] = []
-            stamps.append(source.timestamp)
         return (
             topic,
             key,
@@ -369,9 +424,12 @@ class JoinerProcessor(StatefulProcessor):
         try:
             key = writer.encode(emit.key)
         except Exception as exc:
-            if emit.source is None:
-                raise
             reason = f"key {emit.key!r}: {type(exc).__name__}: {exc}"
+            if emit.source is None:
+                raise ContractBreach(
+                    f"its output's key format refuses a key it emitted ({reason}), which no "
+                    "input record made"
+                ) from exc
             letter = DeadLetter(emit.source, reason, "UnencodableOutput")
             return self._rejected(letter, raw, exc)
         return self._output(emit, raw, key)

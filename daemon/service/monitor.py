@@ -94,7 +94,6 @@ class LogOffsets:
 
     def _watermarks(self, names: Sequence[str]) -> dict[str, tuple[int, int]]:
 
-
         if self._consumer is None:
             # librdkafka's log off (it writes its own lines to stderr, as text beside the
             # daemon's JSON log, for every failed connection): a failed sample is skipped.
@@ -322,10 +321,17 @@ class Monitor:
             health.hidden_output = hidden
 
     def _batch_written(self, report: BatchCounts) -> None:
-        """A micro-batch committed: its counts go into the metrics."""
+        """A micro-batch committed: its counts go into the metrics.
+
+        A batch whose joiner calls failed is one WARN line, naming the first failure.
+        """
         view = self.views.get(report.pipeline)
-        if view is not None:
-            self.metrics.batch_written(view, report)
+        if view is None:
+            return
+        self.metrics.batch_written(view, report)
+        failed = report.failure_line()
+        if failed is not None:
+            log.warning("%s", failed, extra={"pipeline": view.name})
 
     def _read_on(self, report: MissingOffsetsResumed) -> None:
         """The source went on past offsets the broker no longer has: one WARN line each."""

@@ -214,6 +214,13 @@ class Metrics:
             [*p, "outcome"],
             registry=r,
         )
+        self.joiner_failures = Counter(
+            "enrichd_joiner_failures",
+            "Joiner calls that raised or yielded what cannot be written; their records are "
+            "dead letters of reason JoinerFailed.",
+            p,
+            registry=r,
+        )
         self.batch_seconds = Histogram(
             "enrichd_batch_duration_seconds",
             "Wall time of each micro-batch (Spark's triggerExecution).",
@@ -299,6 +306,8 @@ class Metrics:
             self.event_time_read(view.name, str(role), int(ms))
         for outcome, n in report.state_cache.items():
             self.state_cache.labels(view.name, outcome).inc(int(n))
+        if report.failed_calls:
+            self.joiner_failures.labels(view.name).inc(report.failed_calls)
 
     def event_time_read(self, pipeline: str, role: str, ms: int) -> None:
         """Records of event time ``ms`` were read from an input: the lag counts from there."""

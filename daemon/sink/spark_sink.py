@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 from daemon.checkpoint import due_times
 from daemon.model import latency
 from daemon.model.reports import BatchCounts
-from daemon.model.wire import COUNTS_TOPIC, OUTPUT, counts_of
+from daemon.model.wire import COUNTS_TOPIC, FAILURES_REPORTED, OUTPUT, counts_of
 from daemon.report_socket import send
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
@@ -79,6 +79,10 @@ class Written(WriterCommitMessage):
     by a skipped replay too (:mod:`daemon.checkpoint.due_times`)."""
     state_cache: dict[str, int] = field(default_factory=dict)
     """Loads of stored buckets by the worker cache's outcome (``hit``, ``miss``)."""
+    failed_calls: int = 0
+    """Joiner calls that failed in the operator tasks whose counts it read."""
+    failures: list[str] = field(default_factory=list)
+    """The lines of the first few of those failures."""
 
 
 class CountTotals:
@@ -92,6 +96,8 @@ class CountTotals:
         self.event_time: dict[str, int] = {}
         self.timers: dict[int, int | None] = {}
         self.state_cache: dict[str, int] = {}
+        self.failed_calls = 0
+        self.failures: list[str] = []
 
     def add(self, value: bytes) -> None:
         """Add the counts of one counts row's value (:class:`~daemon.model.wire.CallCounts`)."""
@@ -105,6 +111,8 @@ class CountTotals:
         _add(self.dead_letters, added.get("dead_letters", {}))
         _add(self.joiner, added.get("joiner", {}))
         _add(self.state_cache, added.get("cache", {}))
+        self.failed_calls += added.get("failed_calls", 0)
+        self.failures += added.get("failures", [])[: FAILURES_REPORTED - len(self.failures)]
 
     def written(self, partition: int, batch_id: int, now_ms: int, skipped: bool = False) -> Written:
         """The totals as a task's commit message; latencies are up to ``now_ms``."""
@@ -120,6 +128,8 @@ class CountTotals:
             event_time=self.event_time,
             timers=self.timers,
             state_cache=self.state_cache,
+            failed_calls=self.failed_calls,
+            failures=self.failures,
         )
 
 
@@ -212,6 +222,8 @@ def report_batch(
         latencies: dict[str, latency.Tally] = {}
         event_time: dict[str, int] = {}
         state_cache: dict[str, int] = {}
+        failed_calls = 0
+        failures: list[str] = []
         for message in messages:
             if isinstance(message, Written):
                 _add(records, message.records)
@@ -220,6 +232,8 @@ def report_batch(
                 latency.add(latencies, getattr(message, "tallies", {}))
                 _newest(event_time, getattr(message, "event_time", {}))
                 _add(state_cache, getattr(message, "state_cache", {}))
+                failed_calls += getattr(message, "failed_calls", 0)
+                failures += getattr(message, "failures", [])
         send(
             spec.metrics_address,
             BatchCounts(
@@ -231,6 +245,8 @@ def report_batch(
                 latency=latencies,
                 event_time=event_time,
                 state_cache=state_cache,
+                failed_calls=failed_calls,
+                failures=failures[:FAILURES_REPORTED],
             ),
         )
     except Exception:  # noqa: S110 - metrics must never fail a committed batch

@@ -31,13 +31,17 @@ The kit's parts live in :mod:`daemon.testing.harness` (the joiner in plain Pytho
 :mod:`daemon.testing.engine` (what the installed enrichd does with it); import them from
 here.
 
-Differences from the engine, on purpose: an exception in ``process`` or ``advance``
-propagates, so a test shows the traceback (the engine dead-letters that key's records as
-``JoinerFailed``); offsets are positions in each role's list (the engine's are per Kafka
-partition), so records of one role with equal event times keep list order here; every key
-shares one state bucket; and processing time moves only when the test says so
-(:meth:`JoinerHarness.wait`), so :func:`run_joiner`, which never waits, runs its micro-batches
-at one instant: no wake-up fires and no ``state_ttl`` runs out in it. A record's
+A joiner call that fails (raises, yields what is no :class:`Emit` or :class:`DeadLetter`, an
+unknown output, a key that is no text, or leaves a state that does not pickle) fails as in
+the engine: nothing it yielded is kept, the key's state stays as it was, its records become
+``JoinerFailed`` dead letters, and :attr:`JoinerRun.failures` holds each failure with its
+exception (``raise run.failures[0].error`` shows the traceback).
+
+Differences from the engine, on purpose: offsets are positions in each role's list (the
+engine's are per Kafka partition), so records of one role with equal event times keep list
+order here; every key shares one state bucket; and processing time moves only when the test
+says so (:meth:`JoinerHarness.wait`), so :func:`run_joiner`, which never waits, runs its
+micro-batches at one instant: no wake-up fires and no ``state_ttl`` runs out in it. A record's
 ``InputRecord.headers`` are all those its line gives (the engine keeps those the pipeline's
 ``headers`` policy names).
 

@@ -162,10 +162,23 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
     writer.commit(
         [
             Written(
-                0, 7, {"views": 3}, dead_letters={"LateRecord": 1}, joiner_counts={"matched": 3}
+                0,
+                7,
+                {"views": 3},
+                dead_letters={"LateRecord": 1},
+                joiner_counts={"matched": 3},
+                failed_calls=2,
+                failures=["a", "b"],
             ),
             Written(1, 7, {}, skipped=True),  # a replay whose output had landed: adds nothing
-            Written(2, 7, {"views": 2, "views.dlq": 1}, joiner_counts={"matched": 1}),
+            Written(
+                2,
+                7,
+                {"views": 2, "views.dlq": 1},
+                joiner_counts={"matched": 1},
+                failed_calls=2,
+                failures=["c", "d"],
+            ),
             None,
         ],
         7,
@@ -180,6 +193,8 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
         "latency": {},
         "event_time": {},
         "state_cache": {},
+        "failed_calls": 4,
+        "failures": ["a", "b", "c"],  # the first few: the count has them all
     }
     daemon_end.close()
 
@@ -207,6 +222,17 @@ def test_the_stamps_of_counts_rows_become_a_latency_tally_at_the_end_of_the_task
     assert counts[bounds.index(0.5)] == 2 and counts[bounds.index(5.0)] == 1 and sum(counts) == 3
     assert total == pytest.approx(0.4 + 0.4 + 3.0)
     assert written.event_time == {"many": 9_500, "one": 100}
+
+
+def test_the_counts_rows_failures_add_up_per_task() -> None:
+    output, _ = recording_output()
+    calls = [
+        {"failed_calls": 3, "failures": ["a", "b", "c"]},
+        {"failed_calls": 1, "failures": ["d"]},
+    ]
+    batch = rows(*((COUNTS_TOPIC, json.dumps(call).encode(), None) for call in calls))
+    written = write_rows(output, iter([batch]))
+    assert (written.failed_calls, written.failures) == (4, ["a", "b", "c"])
 
 
 def test_commit_adds_up_the_tasks_latency_tallies(tmp_path: Path) -> None:
