@@ -71,6 +71,7 @@ from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import ContractBreach, EngineCore, JoinerFailure, KeyBatch
 from daemon.operator.spec import OperatorPlan
 from daemon.operator.state_format import decode_portable
+from daemon.operator.state_vars import StateVariables, declare
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, input_record
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
@@ -98,7 +99,11 @@ class JoinerProcessor(StatefulProcessor):
         with the processor, never put in a Spark option (:mod:`daemon.secrets`)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variables (:class:`BucketStore`: the bucket and its stash log)."""
+        """Declare the state variables (:mod:`.state_vars`) and get ready for calls."""
+        self.start(handle, declare(handle))
+
+    def start(self, handle: StatefulProcessorHandle, variables: StateVariables) -> None:
+        """Get ready for calls, with the state variables ``init`` declared on ``handle``."""
         freeze_loaded()
         secrets.remember_values(self._secrets)
         self.handle = handle
@@ -112,7 +117,7 @@ class JoinerProcessor(StatefulProcessor):
         self._timers: dict[int, int | None] = {}
         """The timer each bucket stored since the last counts row holds (None: none), for the
         planner's clock (:mod:`daemon.checkpoint.due_times`)."""
-        self.buckets = BucketStore(handle, self.plan)
+        self.buckets = BucketStore(handle, variables, self.plan)
         """The state store's buckets: loaded and written back once per call."""
         envelopes = self.plan.envelopes or {}
         self._decoders = tuple(
@@ -339,8 +344,16 @@ class JoinerProcessor(StatefulProcessor):
             headers = dead_letter_headers(None, JOINER_FAILED, reason, failure.error)
             self._send(
                 OutputRow(
-                    dead, key, None, timestamp, None, None, None, JOINER_FAILED,
-                    secrets.redact(reason), headers,
+                    dead,
+                    key,
+                    None,
+                    timestamp,
+                    None,
+                    None,
+                    None,
+                    JOINER_FAILED,
+                    secrets.redact(reason),
+                    headers,
                 )  # fmt: skip
             )
             return
