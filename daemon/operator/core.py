@@ -2,12 +2,21 @@
 
 A micro-batch's records reach a state bucket grouped by join key. For each key the core
 loads the key's clock and state (a fresh start when it has none, or it outlived its
-``state_ttl``), puts the key's records in apply order (:func:`~daemon.plugin.joiner.apply_order`:
-time, then role order, partition and offset), lets the joiner process them and, when the
-key's input has ended, advances it to :data:`END_OF_TIME`: the records of a micro-batch
-before its ticks. Then it keeps the key's new state and clock, and notes when the key is next
-due (its joiner's wake-up, or its TTL). A *tick* (the bucket's timer firing) moves each due
-key's event time on by the processing time that passed, or drops the key past its TTL.
+``state_ttl``: see below), puts the key's records in apply order
+(:func:`~daemon.plugin.joiner.apply_order`: time, then role order, partition and offset),
+lets the joiner process them and, when the key's input has ended, advances it to
+:data:`END_OF_TIME`: the records of a micro-batch before its ticks. Then it keeps the key's
+new state and clock, and notes when the key is next due (its joiner's wake-up, or its TTL).
+A *tick* (the bucket's timer firing) moves each due key's event time on by the processing
+time that passed, or drops the key past its TTL.
+
+State TTL: a key's TTL counts from the last change of its state (``updated_ms``); a record
+that leaves the state as it was (a lookup's stream record, a re-sent identical row) reads it
+and does not renew it, as Flink's default TTL (renewed on create and write). A key past its
+TTL is *expired*: its joiner first gets :meth:`~daemon.plugin.joiner.Joiner.advance` to
+:data:`END_OF_TIME`, so that nothing it holds back is lost (a lookup's records in their grace
+go out, an as-of join re-joins its kept events a last time), then the key is dropped and
+counted as :data:`EXPIRED`. Its next record starts afresh.
 
 End of input is final: a record that reaches an ended key in a later micro-batch is applied
 and flushed at once (no later marker would flush what the joiner holds back), and counted as
@@ -41,6 +50,8 @@ from daemon.plugin.joiner import (
 AFTER_END_OF_INPUT = "after_end_of_input"
 """The event counted (``enrichd_joiner_events``) for each record that reaches its key after
 the key's end of input."""
+EXPIRED = "expired"
+"""The event counted (``enrichd_joiner_events``) for each key dropped past its ``state_ttl``."""
 
 
 KeyBatch = tuple[str, list[InputRecord], bool]
@@ -161,17 +172,31 @@ class EngineCore:
                 self._store(bucket, log, key, clock, advanced, now)
 
     def load(self, bucket: Bucket, log: StashLog, key: str, now: int) -> tuple[KeyClock, Any]:
-        """A key's clock and state; a fresh start when it has none or it outlived its TTL."""
+        """A key's clock and state; a fresh start when it has none or it outlived its TTL.
+
+        A key that outlived its TTL is expired first (see the module docstring).
+        """
         entry = bucket.keys.get(key)
         if entry is not None:
             clock = KeyClock(entry[STREAM_TIME], entry[LAST_MS], entry[UPDATED_MS])
             state = log.loads(key, entry[STATE])
             # updated_ms 0: stored while the pipeline had no state_ttl, so unknown. The TTL
-            # counts from this key's next update rather than dropping it unseen.
+            # counts from this key's next store rather than dropping it unseen.
             if self.ttl_ms is None or not clock.updated_ms or now - clock.updated_ms < self.ttl_ms:
                 return clock, state
-            _drop(bucket, log, key)
+            self._expire(bucket, log, key, clock, state)
         return KeyClock(), self.joiner.initial_state()
+
+    def _expire(self, bucket: Bucket, log: StashLog, key: str, clock: KeyClock, state: Any) -> None:
+        """Drop a key past its TTL, after flushing what its joiner holds back.
+
+        An ended key was flushed by its end of input already. A joiner that raises here is
+        told (with no records), and the key is dropped all the same: its state ran out.
+        """
+        if clock.stream_time != END_OF_TIME:
+            self._step(self.joiner.advance, key, state, END_OF_TIME, ())
+        _drop(bucket, log, key)
+        self.joiner.context.count(EXPIRED)
 
     def _store(
         self,
@@ -194,13 +219,17 @@ class EngineCore:
         if joiner.is_empty(state) and clock.stream_time != END_OF_TIME:
             _drop(bucket, log, key)
             return
-        if self.ttl_ms is not None:
-            clock.updated_ms = now
+        pickled = log.dumps(state)
+        before = bucket.keys.get(key)
+        changed = before is None or before[STATE] != pickled
         due = []
         if self.wakes and (wakeup := joiner.wakeup_ms(state)) is not None:
             due.append(now + max(wakeup, 1))
         if self.ttl_ms is not None:
-            due.append(now + self.ttl_ms)
+            # Renewed by a change only: a record that read the state leaves its TTL running.
+            if changed or not clock.updated_ms:
+                clock.updated_ms = now
+            due.append(clock.updated_ms + self.ttl_ms)
         if due:
             at = min(due)
             if bucket.due.get(key) != at:
@@ -208,10 +237,8 @@ class EngineCore:
                 bucket.touch(key)
         elif bucket.due and bucket.due.pop(key, None) is not None:
             bucket.touch(key)
-        pickled = log.dumps(state)
-        before = bucket.keys.get(key)
         event_time = 0 if before is None else before[EVENT_TIME]
-        if newest is not None and (before is None or before[STATE] != pickled):
+        if newest is not None and changed:
             event_time = max(event_time, newest)
         entry = (clock.stream_time, clock.last_ms, clock.updated_ms, event_time, pickled)
         if entry != before:

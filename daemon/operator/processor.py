@@ -211,7 +211,8 @@ class JoinerProcessor(StatefulProcessor):
     ) -> Iterator[SparkRow]:
         """Keys of the bucket have been quiet for their wake-up time: move their event time on.
 
-        A key whose state outlived ``state_ttl`` is dropped instead.
+        A key whose state outlived ``state_ttl`` is flushed to the end of time and dropped
+        instead (:meth:`EngineCore.load`).
         """
         self._wake_up(key, timerValues, self._sender())
         yield from self._counts()

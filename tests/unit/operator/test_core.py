@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from daemon.operator.core import AFTER_END_OF_INPUT, EngineCore
+from daemon.operator.core import AFTER_END_OF_INPUT, EXPIRED, EngineCore
 from daemon.operator.stash_log import MemoryChunks, StashLog
 from daemon.operator.state_format import LAST_MS, STATE, STREAM_TIME, UPDATED_MS, Bucket
 from daemon.plugin.joiner import (
@@ -197,10 +197,54 @@ def test_state_ttl_starts_a_key_afresh_and_its_timer_drops_it() -> None:
     assert bench.state("k") == {"seen": ["a", "b"]}
     bench.apply({"k": [rec("c", 3, offset=2)]}, now=NOW + 999 + 1_000)  # expired: afresh
     assert bench.state("k") == {"seen": ["c"]}
+    # Expired, it was flushed first (advanced to the end), then forgotten, and counted.
+    assert bench.values()[-2:] == [("end", 2), "c"]
+    assert bench.joiner.context.metrics == {EXPIRED: 1}
 
-    bench.tick(NOW + 999 + 2_000)  # the TTL timer: dropped, never advanced
+    bench.tick(NOW + 999 + 2_000)  # the TTL timer: flushed, then dropped
     assert bench.bucket.keys == {} and bench.bucket.due == {}
-    assert [call for call in bench.joiner.calls if call[0] == "advance"] == []
+    advances = [call for call in bench.joiner.calls if call[0] == "advance"]
+    assert advances == [("advance", "k", END_OF_TIME)] * 2
+    assert bench.joiner.context.metrics == {EXPIRED: 2}
+
+
+def test_a_record_that_changes_no_state_does_not_renew_its_ttl() -> None:
+    """A lookup's stream record reads the table row: the row's TTL runs on from its write,
+    and the bucket is not written for it."""
+
+    class Reading(Recorder):
+        def wakes_up(self) -> bool:
+            return False  # a clock kept for wake-ups would change the entry itself
+
+        def process(
+            self, key: str, state: Any, records: Sequence[InputRecord], ctx: JoinerContext
+        ) -> Iterable[Emit | DeadLetter]:
+            for record in records:
+                if record.value and record.value["v"] != "read":
+                    state["seen"].append(record.value["v"])
+                yield Emit(key, {"v": list(state["seen"])}, record)
+
+    bench = Bench(state_ttl=1_000)
+    bench.joiner = Reading(RecorderOptions(state_ttl=1_000), JoinerContext("p", {}))
+    bench.core = EngineCore(bench.joiner, bench.outlet)
+    bench.apply({"k": [rec("row", 1)]})
+    bench.bucket.touched.clear()
+    bench.apply({"k": [rec("read", 2, offset=1)]}, now=NOW + 600)
+    assert bench.bucket.keys["k"][UPDATED_MS] == NOW and bench.bucket.due == {"k": NOW + 1_000}
+    assert not bench.bucket.touched
+    bench.apply({"k": [rec("read", 3, offset=2)]}, now=NOW + 1_000)  # expired: no row
+    emitted = [emit.value["v"] for emit in bench.outlet.emits]
+    assert emitted == [["row"], ["row"], ("end", 1), []]  # flushed at expiry, then afresh
+
+
+def test_an_ended_key_is_not_flushed_again_when_it_expires() -> None:
+    bench = Bench(state_ttl=1_000)
+    bench.apply({"k": [rec("a", 1)]}, ended={"k"})
+    bench.tick(NOW + 1_000)
+    assert bench.bucket.keys == {}
+    assert [call for call in bench.joiner.calls if call[0] == "advance"] == [
+        ("advance", "k", END_OF_TIME)
+    ]
 
 
 def test_a_key_stored_without_a_ttl_counts_its_ttl_from_its_next_update() -> None:
