@@ -38,7 +38,6 @@ after the records of its micro-batch.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property, partial
 from typing import Any
@@ -64,6 +63,7 @@ from daemon.model.wire import (
 )
 from daemon.operator.bucket_store import BucketStore
 from daemon.operator.core import EngineCore, KeyBatch
+from daemon.operator.held_records import HeldRecords
 from daemon.operator.spec import OperatorPlan
 from daemon.operator.state_format import decode_portable
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, input_record
@@ -290,12 +290,16 @@ class JoinerProcessor(StatefulProcessor):
         try:
             value = None if emit.value is None else codec.encode(emit.value)
         except Exception as exc:
-            # An output the schema rejects is the joiner's or the schema's fault: keep the
-            # triggering record, with the reason, rather than lose it.
-            if emit.source is None:
-                raise
-            reason = f"{type(exc).__name__}: {exc}"
-            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
+            # Records held in state since before their input's schema evolved: read them
+            # with the schema they have now, as Avro reads old data (.held_records).
+            value = self._evolved(emit, codec)
+            if value is None:
+                # An output the schema rejects is the joiner's or the schema's fault: keep
+                # the triggering record, with the reason, rather than lose it.
+                if emit.source is None:
+                    raise
+                reason = f"{type(exc).__name__}: {exc}"
+                return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
         key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
         source = emit.source
         if source is None:
@@ -321,6 +325,21 @@ class JoinerProcessor(StatefulProcessor):
             None,
         )
 
+    @cached_property
+    def _held(self) -> HeldRecords:
+        """Which output fields hold input records, and each input's schema (made when needed)."""
+        return HeldRecords(self.plan.joiner, self.plan.codecs, self.plan.envelopes)
+
+    def _evolved(self, emit: Emit, codec: AvroCodec) -> bytes | None:
+        """An output value encoded with its input records conformed; None: it still fails."""
+        conformed = None if emit.value is None else self._held.conformed(emit.value, emit.output)
+        if conformed is None:
+            return None
+        try:
+            return codec.encode(conformed)
+        except Exception:
+            return None
+
     def _keyed_output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
         """:meth:`_output` for a pipeline whose outputs write keys in Avro or JSON.
 
@@ -344,12 +363,11 @@ class JoinerProcessor(StatefulProcessor):
         if row is not None:
             return self._dead_letter(row, letter.kind, letter.reason)
         record = letter.record
-        try:
-            value = (
-                None if record.value is None else self.plan.codecs[record.role].encode(record.value)
-            )
-        except Exception:  # e.g. a registry codec that only reads: keep the fields as JSON
-            value = json.dumps(record.value, default=str).encode("utf-8")
+        value = (
+            None
+            if record.value is None
+            else self._held.encoded(record.role, record.value, self.plan.codecs[record.role])
+        )
         return OutputRow(
             self.plan.dead_letter_topic,
             record.kafka_key,
