@@ -29,7 +29,7 @@ from types import ModuleType
 
 from rich.console import Console
 
-from bench import smoke, summary
+from bench import smoke, summary, tuning
 from bench.report import print_section, write_section
 from bench.workloads import REPO
 from daemon.spark import class_archive
@@ -91,6 +91,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="leave the Quix Streams peer out",
     )
     parser.add_argument("--no-write", action="store_true", help="print only; write no report")
+    tuning.add_arguments(parser)
 
 
 def _parser(modules: dict[str, ModuleType | str]) -> argparse.ArgumentParser:
@@ -147,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     # A JVM that records Spark's class archive runs slower: no measured run records one (it
     # maps one made before, e.g. by `daemon demo`). startup sets this for its own starts.
     os.environ.setdefault(class_archive.SWITCH, "map")
+    try:
+        tuning.apply(tuning.from_args(args))
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.command == "all":
         return _run_all(args, modules)
     if args.command == "smoke":
@@ -180,6 +185,7 @@ def _run_all(args: argparse.Namespace, modules: dict[str, ModuleType | str]) -> 
     common += ["--quix-python", args.quix_python] if args.quix_python else ["--no-quix"]
     if args.no_write:
         common.append("--no-write")
+    common += tuning.current().options()
     ok = True
     for name in WORKLOADS:
         if args.only and name not in args.only:

@@ -12,9 +12,12 @@ partition end. Timing comes from the progress reports themselves: each batch's t
 
 from __future__ import annotations
 
+import logging
+import re
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench import tuning
 from bench.resources import PeakMemory, Peaks, state_bytes
 from bench.workloads import REPO, Topics
 from daemon.model.wire import parse_offsets
@@ -78,6 +82,9 @@ class EnrichdResult:
     """Bytes of the checkpoint's state folder when the query stopped."""
     stage_batches: list[list[Batch]] = field(default_factory=list)
     """The batches of each later stage (a joiner's downstream query), run after this one."""
+    state_cache: dict[str, int] = field(default_factory=dict)
+    """Loads of stored state buckets by the worker cache's outcome (``hit``, ``miss``), from
+    the service's ``enrichd_state_cache_loads_total`` at the run's end."""
 
     @property
     def first_batch_s(self) -> float:
@@ -193,7 +200,7 @@ def run_pipeline(
     conf = client_conf(file)
     with PeakMemory() as memory:
         began = time.monotonic()
-        spark = spark_session(file.spark)
+        spark = spark_session(tuning.spark(file.spark))
         result = EnrichdResult(
             input_records=input_records,
             session_start_s=time.monotonic() - began,
@@ -202,7 +209,7 @@ def run_pipeline(
             dead_letter_topic=pipe.dead_letters,
             max_records_per_batch=pipe.max_records_per_batch,
         )
-        with serving(file, pipe, spark, timeout_s) as query:
+        with serving(file, pipe, spark, timeout_s, result.state_cache) as query:
             result.batches = await_consumed(query(pipe.name), ends, timeout_s)
             for output in pipe.outputs if stages else ():
                 # The stage of output NAME reads the pipeline's output topic, now complete.
@@ -216,7 +223,11 @@ def run_pipeline(
 
 @contextmanager
 def serving(
-    file: Any, pipe: Any, spark: Any, timeout_s: float = 120.0
+    file: Any,
+    pipe: Any,
+    spark: Any,
+    timeout_s: float = 120.0,
+    state_cache: dict[str, int] | None = None,
 ) -> Iterator[Callable[[str], Any]]:
     """``daemon run``'s service over ``pipe`` alone, in a thread; yields ``query(name)``.
 
@@ -225,7 +236,8 @@ def serving(
     ``query(name)`` waits until the service runs the query of that name (the pipeline's, or
     ``PIPELINE.OUTPUT`` for a joiner's later stage) and returns it. On leaving, the service
     is stopped as SIGTERM stops ``daemon run``: batches in flight finish, then the queries
-    and the session stop.
+    and the session stop. Before that, ``state_cache`` (if given) gets the service's counts
+    of state bucket loads by the worker cache's outcome, read from its ``/metrics``.
 
     Raises:
         RuntimeError: the service failed, or a query did not start within ``timeout_s``.
@@ -235,9 +247,18 @@ def serving(
     stop = threading.Event()
     failures: list[BaseException] = []
 
+    # The settings tried (bench.tuning): the session's, if the service starts it, and the
+    # pipeline's state buckets.
+    served = file.model_copy(
+        update={"spark": tuning.spark(file.spark), "pipeline": [tuning.pipeline(pipe)]}
+    )
+
+    endpoint = _Endpoint()
+
     def serve() -> None:
         try:
-            run_service(file.model_copy(update={"pipeline": [pipe]}), stop=stop)
+            with endpoint.heard():
+                run_service(served, stop=stop, http="127.0.0.1:0")
         except BaseException as exc:  # noqa: BLE001 - handed to the benchmark's thread
             failures.append(exc)
 
@@ -257,11 +278,81 @@ def serving(
     service.start()
     try:
         yield query
+        if state_cache is not None:
+            if not endpoint.url:
+                raise RuntimeError("the service logged no address for /metrics")
+            state_cache.update(cache_loads(f"{endpoint.url}/metrics"))
     finally:
         stop.set()
         service.join(120)
     if failures:
         raise RuntimeError(f"the service failed: {failures[0]}")
+
+
+class _Endpoint(logging.Handler):
+    """Where the service's ``/metrics`` listens, from the line its monitor logs as it binds.
+
+    The service binds port 0, so that the kernel picks a port no other server holds (a port
+    picked beforehand can be taken before the service binds it); its monitor logs the URL it
+    got, at INFO on ``enrichd.operations``, which :meth:`heard` lets through to this handler
+    alone while the service starts.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.url = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the URL of a ``serving ... at URL`` line."""
+        found = re.match(r"serving /healthz.* at (http://\S+)$", record.getMessage())
+        if found:
+            self.url = found.group(1)
+
+    @contextmanager
+    def heard(self) -> Iterator[None]:
+        """Hear ``enrichd.operations``' INFO lines meanwhile; its level is restored after."""
+        logger = logging.getLogger("enrichd.operations")
+        level = logger.level
+        logger.addHandler(self)
+        if not logger.isEnabledFor(logging.INFO):
+            logger.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
+            logger.removeHandler(self)
+
+
+def cache_loads(url: str) -> dict[str, int]:
+    """``enrichd_state_cache_loads_total`` at ``url`` (a ``/metrics``), summed by outcome."""
+    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - our own endpoint
+        return loads_in(answer.read().decode("utf-8"))
+
+
+def loads_in(text: str) -> dict[str, int]:
+    """``enrichd_state_cache_loads_total`` in a ``/metrics`` text, summed by outcome."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    loads: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "enrichd_state_cache_loads_total":
+                outcome = sample.labels["outcome"]
+                loads[outcome] = loads.get(outcome, 0) + int(sample.value)
+    return loads
+
+
+def cache_line(loads: dict[str, int]) -> list[str]:
+    """A report's line on the worker cache's hit rate, if the run loaded stored buckets."""
+    total = sum(loads.values())
+    if not total:
+        return []
+    hits = loads.get("hit", 0)
+    return [
+        f"- State cache: {hits:,} of {total:,} loads of stored buckets ({hits / total:.0%}) "
+        "found the Python worker's decoded copy current (`enrichd_state_cache_loads_total`); "
+        "the others read the bucket from the state store."
+    ]
 
 
 def await_consumed(query: Any, ends: dict[str, int], timeout_s: float) -> list[Batch]:
@@ -315,4 +406,5 @@ def resources_lines(result: EnrichdResult, keys: int) -> list[str]:
         f"from the Spark session's start to the query's stop): {peaks.describe()}. Spark's part "
         f"(JVM + Python workers) peaked at {peaks.spark / MIB:,.0f} MiB at most.",
         f"- State: {state_line(result.state_bytes, keys)}.",
+        *cache_line(result.state_cache),
     ]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import offering, yardstick
+from bench import offering, tuning, yardstick
 from bench.cpu import CpuShare
 from bench.enrichd import Batch, await_consumed, serving
 from bench.offering import Offered, Record
@@ -379,7 +379,7 @@ def _serving(offer: Offer, timeout_s: float) -> Iterator[Reached]:
     """The offer's pipeline through ``daemon run``'s service on the process's Spark session."""
     from daemon.spark.session import spark_session
 
-    spark = spark_session(offer.file.spark)
+    spark = spark_session(tuning.spark(offer.file.spark))
     with serving(offer.file, offer.pipe, spark, timeout_s) as query:
         running = query(offer.pipe.name)
         yield lambda ends: await_consumed(running, ends, timeout_s)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import fastavro
 from rich.console import Console
 
-from bench import ceiling
+from bench import ceiling, tuning
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, await_consumed, batch_table, resources_lines
 from bench.report import Section
@@ -236,6 +236,7 @@ def reencoder(
                 out["source_partition"].append(partition)
                 out["source_offset"].append(offset)
                 out["error_message"].append(None)
+                out["headers"].append(None)
             yield OUTPUT.batch(**out)
 
     return reencode
@@ -281,7 +282,7 @@ def run_enrichd(
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp, PeakMemory() as memory:
         checkpoint = Path(tmp) / "checkpoint"
         began = time.monotonic()
-        spark = spark_session(SparkConfig(master="local[2]"))
+        spark = spark_session(tuning.spark(SparkConfig(master="local[2]")))
         register_data_sources(spark)
         result = EnrichdResult(
             input_records=input_records,

@@ -37,7 +37,7 @@ from typing import Any
 
 import fastavro
 
-from bench import ceiling, wording
+from bench import ceiling, tuning, wording
 from bench.ceiling import LoopResult, RawResult
 from bench.enrichd import EnrichdResult, batch_table, run_pipeline
 from bench.quix import QuixResult
@@ -259,7 +259,7 @@ def run_example(
         file, pipe = configure(
             servers, example, topics, options, Path(tmp) / "checkpoint", max_records_per_batch
         )
-        keep_progress(spark_session(file.spark))
+        keep_progress(spark_session(tuning.spark(file.spark)))
         return run_pipeline(
             file, pipe, ends, input_records, timeout_s or timeout_for(input_records)
         )

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import commit, headline, rawjoin, twostream
+from bench import commit, headline, rawjoin, tuning, twostream
 from bench.enrichd import Batch, EnrichdResult, resources_lines
 from bench.latencies import (
     add_latency_arguments,
@@ -214,7 +214,7 @@ def run_spark_join(
 
     conf = {"bootstrap.servers": servers}
     timeout_s = timeout_s or twostream.timeout_for(total)
-    spark = spark_session(load_pipeline_file(EXAMPLE).spark)
+    spark = spark_session(tuning.spark(load_pipeline_file(EXAMPLE).spark))
     register_data_sources(spark)
     twostream.keep_progress(spark)
     shape = StructType(

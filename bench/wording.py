@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench import commit
+from bench import commit, tuning
 
 if TYPE_CHECKING:
     from bench.enrichd import Batch, EnrichdResult
@@ -235,6 +235,7 @@ def run_header(command: str, machine_line: str, date: str | None = None) -> list
     """The Command / Date / Machine lines that open a section (``date``: :func:`run_date`
     now, unless given, as a workload with a headline gives it the same date)."""
     date = date or run_date()
+    command += tuning.command_suffix()  # the settings tried, if any (bench.tuning)
     return [f"Command: `{command}`  ", f"Date: {date}  ", f"Machine: {machine_line}", ""]
 
 

@@ -66,6 +66,15 @@ class RecordsRemovedWhileReadingError(EnrichdError):
     """
 
 
+class KafkaReadError(EnrichdError):
+    """A partition's records could not be read, and waiting will not help.
+
+    The principal may not read the topic, the records there are corrupt, or the client failed
+    for good: the line names the partition, the offset and the client's error. A micro-batch
+    that meets it fails, and is retried and reported as stuck until the cause is mended.
+    """
+
+
 class SchemaRegistryUnavailableError(EnrichdError):
     """The Schema Registry refused the credentials, failed the TLS handshake or did not answer.
 

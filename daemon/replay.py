@@ -42,6 +42,7 @@ from daemon.kafka.clients import Deliveries, produce, read_partition
 from daemon.kafka.connect import client_conf
 from daemon.kafka.names import reader_group
 from daemon.model.config import PipelineConfig, PipelineFile, pick_pipeline
+from daemon.model.headers import Headers
 from daemon.model.wire import END_OF_INPUT_HEADERS, parse_offsets, partition_name
 from daemon.spark.session import spark_session
 
@@ -61,6 +62,8 @@ class ReplayRecord:
     value: dict[str, Any] | None
     timestamp: int
     line: int
+    headers: Headers | None = None
+    """The line's ``"headers"``, as Kafka headers; None: it gives none."""
 
 
 @dataclass
@@ -93,7 +96,9 @@ def read_input_file(
     """Read and check one input file: every line an object with key, value and timestamp.
 
     The key follows the input's ``key_format`` (``keys``; text when None): see
-    :meth:`daemon.formats.kafka_keys.KafkaKeyCodec.encode_value`.
+    :meth:`daemon.formats.kafka_keys.KafkaKeyCodec.encode_value`. A line may give the
+    record's Kafka headers, ``"headers": {"traceparent": "00-..."}`` (values as UTF-8 text;
+    null: a header without a value), as replay prints them.
 
     Raises:
         ReplayInputError: naming the file and line, when a line is not such an object, or its
@@ -136,8 +141,30 @@ def read_input_file(
                     f'{where}: "key" does not fit the {role!r} key_format '
                     f"{keys.key_format!r}: {exc}"
                 ) from None
-        records.append(ReplayRecord(role, item.get("key"), value, timestamp, number))
+        headers = item.get("headers")
+        try:
+            carried = headers_of_line(headers)
+        except ValueError as exc:
+            raise ReplayInputError(f'{where}: "headers" {exc}') from None
+        records.append(ReplayRecord(role, item.get("key"), value, timestamp, number, carried))
     return records
+
+
+def headers_of_line(headers: Any) -> Headers | None:
+    """A replay line's ``"headers"`` object as Kafka headers (None: no headers).
+
+    Raises:
+        ValueError: it is not an object of texts (or nulls).
+    """
+    if headers is None:
+        return None
+    if not isinstance(headers, dict) or not all(
+        isinstance(value, str | None) for value in headers.values()
+    ):
+        raise ValueError('must be an object of header names and texts: {"traceparent": "00-..."}')
+    return tuple(
+        (name, None if value is None else value.encode("utf-8")) for name, value in headers.items()
+    ) or None
 
 
 def arrival_order(inputs: dict[str, list[ReplayRecord]]) -> list[ReplayRecord]:
@@ -210,7 +237,8 @@ def replay(
         fresh = _fresh_pipeline(pipe, checkpoint / "checkpoint", max_batch)
         conf = client_conf(file, servers)
         reader = {**_READER, "group.id": reader_group(file.kafka.id_prefix)}
-        create_topics(conf, {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()})
+        topics = {spec.topic: REPLAY_PARTITIONS for spec in fresh.inputs.values()}
+        create_topics(conf, topics, file.kafka.replication_factor)
         records = arrival_order(inputs)
         plan = plan_pipeline(file, fresh, conf)
         ends = _produce(conf, plan, codecs, keys, records, _join_keys(plan, keys, records))
@@ -341,12 +369,13 @@ def _produce(
             value=value,
             key=keys[record.role].encode_value(record.key),
             timestamp=record.timestamp,
+            headers=list(record.headers or ()) or None,
             on_delivery=deliveries,
         )
         producer.poll(0)
     # Markers go last, with the newest timestamp: the source admits a marker after every
     # record of its timestamp, so each key's end of input comes after all of its records,
-    # however the micro-batches fall (daemon.source.planning.admit_earliest).
+    # however the micro-batches fall (daemon.source.admission.admit_earliest).
     marker_time = max((record.timestamp for record in records), default=1)
     # Not on an input that bootstraps: its records, read first, would end every key at once.
     marker_topic = next(

@@ -1,12 +1,14 @@
 """The daemon's report socket: the stages send their reports to it, the daemon reads them.
 
-Why a socket: what the daemon must hear of a pipeline (what a micro-batch wrote, offsets the
-source read on past) is known in Spark's processes, not in the daemon's, where the Prometheus
-counters and the log live. The sink's ``commit()`` and the source's planner run on the driver
-host but in Python worker processes of their own, and a task that wrote its output again runs
-on an executor. So each sends a report (:mod:`daemon.model.reports`) as one datagram to a unix
+Why a socket: what the daemon must hear of a pipeline (offsets the source read on past, dead
+letters a task wrote after a refusal) is known in Spark's processes, not in the daemon's,
+where the Prometheus counters and the log live. The source's planner runs on the driver host
+but in a Python worker process of its own, and a task that wrote its output again runs on an
+executor. So each sends a report (:mod:`daemon.model.reports`) as one datagram to a unix
 datagram socket the daemon listens on (its path travels in the source's and the output's
-specs), and the daemon hands each report to the handler of its kind.
+specs), and the daemon hands each report to the handler of its kind. A micro-batch's counts,
+added up on the driver in the daemon's own process, take the same way, so that every report
+reaches its handler alike.
 
 A local unix datagram is not dropped for lack of room (the sender waits, for at most a
 second); if the daemon is gone or stuck the send fails, is ignored, and the batch goes on:

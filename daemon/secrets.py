@@ -2,17 +2,21 @@
 
 How it works: when a pipeline file is loaded, the values of its secret settings (any key
 whose name says secret, password, token, credential, passphrase or key, or user info, in
-``[kafka] client_conf``, ``[schema_registry]`` and ``[spark.conf]``: :func:`is_secret_key`)
-are remembered here with :func:`remember`, and so is every value read from a secret file
-(``${file:/path}``: :mod:`daemon.model.environment`). Every way
-out of the process (error lines, text and JSON logs, ``/readyz``, tracebacks under
-``ENRICHD_DEBUG``, ``daemon validate``) passes its text through :func:`redact`, which
-replaces each remembered value with ``***`` and the user info of any URL
-(``https://user:pass@host``) likewise.
+``[kafka] client_conf``, ``[schema_registry]``, ``[spark.conf]`` and each pipeline's
+``[pipeline.options]``, nested tables too: :func:`is_secret_key`) are remembered here with
+:func:`remember`, and so is every value read from a secret file (``${file:/path}``:
+:mod:`daemon.model.environment`). Every way out of the process (error lines, text and JSON
+logs, ``/readyz``, tracebacks under ``ENRICHD_DEBUG``, ``daemon validate``) passes its text
+through :func:`redact`, which replaces each remembered value with ``***`` and the user info
+of any URL (``https://user:pass@host``) likewise.
 
 Spark's Python workers get the settings in pickled specs and never print them: their
 errors are made of messages composed here and passed through :func:`redact` where they are
-printed.
+printed. One thing they write themselves: the reason a dead letter's ``enrichd.error.message``
+header gives, which may quote an exception that quotes a secret. So the joiner operator
+carries the values remembered on the driver (:func:`remembered`) in its pickled state, not in
+any Spark option, and its workers remember them (:func:`remember_values`) before they redact
+the reasons they write.
 
 Example:
     >>> remember({"sasl.password": "hunter2", "sasl.username": "ada"})
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 MASK = "***"
@@ -96,6 +100,53 @@ def remember(settings: Mapping[str, Any], *, url: str | None = None) -> None:
         userinfo = url_userinfo(url)
         if userinfo:
             values += [userinfo, userinfo.split(":", 1)[-1]]
+    with _lock:
+        _secrets.update(v for v in values if len(v) >= _SHORTEST)
+
+
+def remember_nested(settings: Mapping[str, Any]) -> None:
+    """:func:`remember` the secret values of nested tables and lists (``[pipeline.options]``).
+
+    A value is secret by its own key's name, however deep; a list takes its key's name.
+    """
+    flat: list[tuple[str, Any]] = []
+
+    def walk(key: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for inner, item in value.items():
+                walk(str(inner), item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(key, item)
+        else:
+            flat.append((key, value))
+
+    walk("", settings)
+    values = [v for key, v in flat for v in secret_values({key: v})]
+    with _lock:
+        _secrets.update(v for v in values if len(v) >= _SHORTEST)
+
+
+CARRIED_MAX_CHARS = 64 * 1024
+"""The longest value :func:`remembered` carries to another process. A secret file may hold
+up to 1 MiB (:data:`daemon.model.environment.SECRET_FILE_MAX_BYTES`), but what the joiner
+operator pickles goes with every task: over 1 MiB, Spark ships it as a broadcast variable,
+which the Python ``transformWithState`` runner fails to load (``BROADCAST_VARIABLE_NOT_LOADED``).
+Keys, passwords and tokens are far shorter; a longer value (a certificate bundle) is still
+masked on the driver, in everything the daemon prints."""
+
+
+def remembered() -> tuple[str, ...]:
+    """What to carry to another process (:func:`remember_values`): every value but the longer.
+
+    Those over :data:`CARRIED_MAX_CHARS` stay on this side.
+    """
+    with _lock:
+        return tuple(sorted(v for v in _secrets if len(v) <= CARRIED_MAX_CHARS))
+
+
+def remember_values(values: Iterable[str]) -> None:
+    """Remember values another process remembered (:func:`remembered`)."""
     with _lock:
         _secrets.update(v for v in values if len(v) >= _SHORTEST)
 

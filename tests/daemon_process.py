@@ -15,6 +15,17 @@ from typing import IO
 from tests.ports import free_port
 
 
+def daemon_run(path: Path) -> subprocess.CompletedProcess[str]:
+    """``daemon run PATH`` in a process of its own, to its end: a start that is refused."""
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", "run", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+
+
 class DaemonProcess:
     """``daemon run PATH --http ... ARGS`` in a session of its own, stdout and stderr to ``log``
     (stdout to ``stdout`` instead, if given)."""

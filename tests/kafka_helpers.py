@@ -46,6 +46,7 @@ class In:
     key: bytes | None = None
     timestamp: int | None = None
     partition: int | None = None
+    headers: list[tuple[str, bytes]] | None = None
 
 
 USERS = AvroCodec(load_schema_file(SCHEMAS / "user.avsc"))
@@ -97,6 +98,8 @@ def produce(
             extra["timestamp"] = record.timestamp
         if record.partition is not None:
             extra["partition"] = record.partition
+        if record.headers is not None:
+            extra["headers"] = record.headers
         producer.produce(topic, value=record.value, key=record.key, on_delivery=deliveries, **extra)
     assert producer.flush(30) == 0, "records still queued after 30 s"
     assert not deliveries.failures, deliveries.failures

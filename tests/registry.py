@@ -17,7 +17,9 @@ Like a registry behind basic auth (Confluent Cloud's, or one with an HTTP basic 
 it answers 401 to a request without the right ``Authorization`` header and 403 to a known
 user it is told to deny, and serves HTTPS when given a certificate. It records who asked
 for what, so a test can tell the driver's requests (a subject's latest version) from the
-executors' (a writer schema by id).
+executors' (a writer schema by id). Told to (:attr:`Registry.outage`), it answers every
+request as a registry in trouble would, or what stands in front of it: a 429 or a 5xx with
+the registry's JSON, or a 404 with a proxy's HTML page.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Registry:
         """(path, outcome) of every request: ``ok``, ``401`` or ``403``."""
         self.compatibility: dict[str, str] = {}
         """Compatibility level by subject; ``BACKWARD`` when not set."""
+        self.outage: tuple[int, str] | None = None
+        """``(status, "json" or "html")`` to answer every request with instead; None: serve."""
 
     def check(self, authorization: str | None) -> int:
         """200, 401 or 403 for a request with this ``Authorization`` header."""
@@ -125,7 +129,25 @@ class _Handler(BaseHTTPRequestHandler):
     def _parts(self) -> list[str]:
         return [unquote(p) for p in urlparse(self.path).path.strip("/").split("/")]
 
+    def _page(self, status: int) -> None:
+        """An HTML page, as a proxy or load balancer answers for a registry it cannot reach."""
+        data = f"<html><body><h1>{status}</h1><p>nginx</p></body></html>".encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def _allowed(self) -> bool:
+        outage = self.registry.outage
+        if outage is not None:
+            with self.registry.lock:
+                self.registry.requests.append((self.path, str(outage[0])))
+            if outage[1] == "html":
+                self._page(outage[0])
+            else:
+                self._send(outage[0], {"error_code": outage[0] * 100, "message": "unavailable"})
+            return False
         status = self.registry.check(self.headers.get("Authorization"))
         with self.registry.lock:
             self.registry.requests.append((self.path, "ok" if status == 200 else str(status)))

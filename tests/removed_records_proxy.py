@@ -24,8 +24,9 @@ client's default) after an ``OFFSET_OUT_OF_RANGE`` then fetches at or past L.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from daemon.broker import EmbeddedBroker
@@ -56,16 +57,28 @@ def fetch_offsets(version: int, body: bytes) -> dict[tuple[str, int], int]:
     return asked
 
 
-def rewrite_fetch(
-    version: int,
-    body: bytes,
-    asked: dict[tuple[str, int], int],
-    removed: dict[tuple[str, int], int],
-) -> bytes:
-    """A Fetch answer (v5-v11, after its correlation id) as if ``removed`` records were gone.
+@dataclass(frozen=True)
+class FetchedPartition:
+    """One partition's entry of a Fetch answer (v5-v11): its fields, and its bytes whole."""
 
-    ``asked``: the offset the request asked of each partition; ``removed``: each partition's
-    log start offset L, below which it has no records.
+    topic: str
+    partition: int
+    error: int
+    high: int
+    stable: int
+    records: bytes
+    """Its record batches as the broker sent them."""
+    entry: bytes
+    """The entry's bytes, from its partition number to the end of its records."""
+
+
+def rewrite_fetch_partitions(
+    version: int, body: bytes, rewrite: Callable[[FetchedPartition], bytes | None]
+) -> bytes:
+    """A Fetch answer (v5-v11, after its correlation id) with partition entries rewritten.
+
+    ``rewrite`` is given each partition's entry and returns the bytes to send instead, or
+    None to send it as it came.
     """
     reader = Reader(body)
     reader.take(4 + (6 if version >= 7 else 0))  # throttle time; error code, session id
@@ -80,26 +93,53 @@ def rewrite_fetch(
         for _ in range(partitions):
             start = reader.at
             partition = reader.int32()
-            reader.int16()  # error code
+            error = reader.int16()
             high, stable = reader.int64(), reader.int64()
             reader.int64()  # log start offset
             reader.take(16 * max(reader.int32(), 0))  # aborted transactions
             if version >= 11:
                 reader.int32()  # preferred read replica
-            reader.bytes_()  # records
-            key = (topic, partition)
-            low = removed.get(key)
-            if low is None or key not in asked:
-                out += body[start : reader.at]
-            elif asked[key] < low:  # removed: out of range, no records
-                out += struct.pack(">ihqqqi", partition, OFFSET_OUT_OF_RANGE, high, stable, low, 0)
-                out += struct.pack(">i", -1) if version >= 11 else b""
-                out += struct.pack(">i", 0)  # no records
-            else:
-                entry = bytearray(body[start : reader.at])
-                struct.pack_into(">q", entry, 4 + 2 + 8 + 8, low)  # the log start offset
-                out += entry
+            records = reader.bytes_() or b""
+            entry = body[start : reader.at]
+            fetched = FetchedPartition(topic, partition, error, high, stable, records, entry)
+            rewritten = rewrite(fetched)
+            out += entry if rewritten is None else rewritten
     return bytes(out + body[reader.at :])
+
+
+def empty_entry(version: int, fetched: FetchedPartition, error: int, log_start: int) -> bytes:
+    """A partition's entry answered with ``error``, no records, and ``log_start``."""
+    entry = struct.pack(
+        ">ihqqqi", fetched.partition, error, fetched.high, fetched.stable, log_start, 0
+    )
+    entry += struct.pack(">i", -1) if version >= 11 else b""
+    return entry + struct.pack(">i", 0)  # no records
+
+
+def rewrite_fetch(
+    version: int,
+    body: bytes,
+    asked: dict[tuple[str, int], int],
+    removed: dict[tuple[str, int], int],
+) -> bytes:
+    """A Fetch answer (v5-v11, after its correlation id) as if ``removed`` records were gone.
+
+    ``asked``: the offset the request asked of each partition; ``removed``: each partition's
+    log start offset L, below which it has no records.
+    """
+
+    def rewrite(fetched: FetchedPartition) -> bytes | None:
+        key = (fetched.topic, fetched.partition)
+        low = removed.get(key)
+        if low is None or key not in asked:
+            return None
+        if asked[key] < low:  # removed: out of range, no records
+            return empty_entry(version, fetched, OFFSET_OUT_OF_RANGE, low)
+        entry = bytearray(fetched.entry)
+        struct.pack_into(">q", entry, 4 + 2 + 8 + 8, low)  # the log start offset
+        return bytes(entry)
+
+    return rewrite_fetch_partitions(version, body, rewrite)
 
 
 class RemovingProxy(RewritingProxy):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 import sys
 import uuid
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint.copied import own_schema_paths
 from daemon.checkpoint.layout import LOCK
 from daemon.joiners.comap import CoMap
 from daemon.model.config import load_pipeline_file
@@ -139,6 +141,17 @@ class Tweets:
 
     def views(self) -> list[dict[str, Any]]:
         return [VIEWS.decode(r.value or b"") for r in read_topic(self.conf, self.output)]
+
+
+def copy_of(ran: Tweets, folder: Path) -> Path:
+    """A pipeline file like ``ran``'s on a copy of its checkpoint in ``folder``."""
+    checkpoint = folder / "checkpoint"
+    shutil.copytree(ran.checkpoint, checkpoint)
+    checkpoint.chmod(0o700)  # as enrichd makes a checkpoint: a start would warn and close it
+    own_schema_paths(checkpoint)  # Spark's operator metadata names them by absolute path
+    path = folder / "copy.toml"
+    path.write_text(ran.path.read_text().replace(str(ran.checkpoint), str(checkpoint)))
+    return path
 
 
 def joined(tweets: Tweets) -> Any:

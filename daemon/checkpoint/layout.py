@@ -11,19 +11,31 @@ path, so the whole folder reads on one page (each enrichd entry with the module 
       metadata                Spark: the query's id              (metadata_file)
       offsets/N               Spark: micro-batch N as planned    (OFFSET_LOG)
       commits/N               Spark: micro-batch N done          (COMMIT_LOG)
+      sources/                Spark: a source's first offsets, if it writes them (SOURCES)
       state/                  Spark: the operator's state store  (state_folder)
+        OPERATOR/_metadata/     its metadata, per batch that changed it
+        OPERATOR/_stateSchema/  its state variables' schemas
+        OPERATOR/PARTITION/     RocksDB's N.zip, N.changelog, SSTs/, logs/ per partition
       enrichd.lock            one daemon at a time               (pipeline.lock)
-      enrichd-pipeline.json   the pipeline's shape               (pipeline.checkpoint_shape)
+      enrichd-pipeline.json   the pipeline's shape, state format,
+                              and the enrichd and pyspark that made it
+                                                                 (pipeline.checkpoint_shape)
       enrichd-due-times.json  when each bucket is next due       (checkpoint.due_times)
       enrichd-seed/           where a reset or rescale starts    (state.seed)
         offsets.json            each input partition's start
         state/                  the state it starts with, if kept
       enrichd-seed.new/       the seeds' state being written     (pipeline.reset)
+      enrichd-restore.new/    a snapshot being restored          (pipeline.snapshot)
       downstream/OUTPUT/      a joiner's second stage: a checkpoint of this same layout
-    <checkpoint>.before-reset-TIME/  beside it: what a reset (or rescale) moved aside
+    <checkpoint>.before-reset-TIME/  beside it: what a reset, rescale or restore moved aside
+
+    <snapshot>/               ``daemon snapshot``'s copy of what the last committed
+      enrichd-snapshot.json   micro-batch needs (checkpoint.committed_files), and its
+      ...                     manifest: every file's size and checksum (pipeline.snapshot)
 
 Spark writes its entries and enrichd only reads them (a reset or rescale moves them aside
-whole); enrichd's own entries all start with ``enrichd``, but for ``downstream``.
+whole; a restore makes a copy name its own path and query: checkpoint.copied); enrichd's own
+entries all start with ``enrichd``, but for ``downstream``.
 """
 
 from __future__ import annotations
@@ -39,6 +51,12 @@ COMMIT_LOG = "commits"
 """Spark's commit log: an entry per micro-batch, written once it is done."""
 STATE = "state"
 """Spark's state store: the operator's buckets, every version it keeps."""
+SOURCES = "sources"
+"""Spark's record of where each source began (sources of Spark's older API write one)."""
+STATE_METADATA = "_metadata"
+"""In an operator's state folder: the operator's metadata (its state variables, schemas)."""
+STATE_SCHEMA = "_stateSchema"
+"""In an operator's state folder: the schemas of its state variables."""
 
 # enrichd's entries.
 LOCK = "enrichd.lock"
@@ -55,8 +73,14 @@ SEED_STATE = "state"
 """In a seed (and in each stage's staging folder): the state it starts with, as Parquet."""
 SEED_STAGING = "enrichd-seed.new"
 """Where a reset or rescale writes the new seeds' state before the old contents move."""
+RESTORE_STAGING = "enrichd-restore.new"
+"""Where ``daemon restore`` copies a snapshot before the old contents move."""
 DOWNSTREAM = "downstream"
 """The folder of the checkpoints of a joiner's second stages, one per output."""
+
+# A snapshot's entry.
+MANIFEST = "enrichd-snapshot.json"
+"""In a snapshot's folder: what it holds, each file's size and checksum."""
 
 
 def metadata_file(checkpoint: str | Path) -> Path:
@@ -104,8 +128,25 @@ def downstream(checkpoint: str | Path, output: str) -> Path:
     return Path(checkpoint) / DOWNSTREAM / output
 
 
+def restore_staging(checkpoint: str | Path) -> Path:
+    """Where ``daemon restore`` copies a snapshot inside the checkpoint."""
+    return Path(checkpoint) / RESTORE_STAGING
+
+
+def stage_checkpoints(checkpoint: str | Path) -> list[Path]:
+    """The checkpoint and those of its second stages (``downstream/OUTPUT``) that are there."""
+    stages = Path(checkpoint) / DOWNSTREAM
+    found = sorted(entry for entry in stages.iterdir() if entry.is_dir()) if stages.is_dir() else []
+    return [Path(checkpoint), *found]
+
+
+def manifest_file(snapshot: str | Path) -> Path:
+    """A snapshot's manifest."""
+    return Path(snapshot) / MANIFEST
+
+
 def backup_folder(checkpoint: str | Path, verb: str, stamp: str) -> Path:
-    """Where ``daemon reset`` or ``daemon rescale`` (``verb``) moves the old contents to.
+    """Where ``daemon reset``, ``rescale`` or ``restore`` (``verb``) moves the old contents to.
 
     Beside the checkpoint, not in it: ``<checkpoint>.before-<verb>-<stamp>``.
     """

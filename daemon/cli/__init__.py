@@ -17,7 +17,18 @@ import warnings
 
 import typer
 
-from daemon.cli import broker, demo, plugins, replay, reset, run, state, validate, verify
+from daemon.cli import (
+    broker,
+    demo,
+    plugins,
+    replay,
+    reset,
+    run,
+    snapshot,
+    state,
+    validate,
+    verify,
+)
 from daemon.cli.help_text import apply_help, plain_app
 from daemon.errors import EnrichdError
 from daemon.secrets import redact
@@ -40,6 +51,8 @@ app.command("demo")(demo.demo)
 app.command("state")(state.state)
 app.command("reset")(reset.reset)
 app.command("rescale")(reset.rescale)
+app.command("snapshot")(snapshot.snapshot)
+app.command("restore")(snapshot.restore)
 app.command("verify")(verify.verify)
 apply_help(app)
 

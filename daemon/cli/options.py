@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
+
+PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
+PipelineName = Annotated[
+    str | None, typer.Option("--pipeline", help="Which pipeline, if the file has several.")
+]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do it without asking.")]
 
 Verbose = Annotated[
     bool,

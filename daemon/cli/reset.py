@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from daemon.cli.options import PipelineName, PipelinePath, Yes
 from daemon.errors import EnrichdError
 from daemon.secrets import redact
 
@@ -17,10 +16,6 @@ if TYPE_CHECKING:
     from daemon.model.config import PipelineConfig
     from daemon.pipeline.reset import Change
 
-PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
-PipelineName = Annotated[
-    str | None, typer.Option("--pipeline", help="Which pipeline, if the file has several.")
-]
 To = Annotated[
     str,
     typer.Option(
@@ -36,7 +31,6 @@ KeepState = Annotated[
         "--keep-state", help="Keep the join state; the records read again apply on top of it."
     ),
 ]
-Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do it without asking.")]
 
 
 class NothingChangedError(EnrichdError):
@@ -101,9 +95,8 @@ def _locked(pipe: PipelineConfig, *, fresh_allowed: bool) -> Iterator[bool]:
     """
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.pipeline.checkpoint_shape import NoCheckpointError, verify_checkpoint
-    from daemon.pipeline.lock import CheckpointLocks
+    from daemon.pipeline.lock import held
 
-    existed = Path(pipe.checkpoint).exists()
     try:
         verify_checkpoint(pipe, any_buckets=not fresh_allowed)
         fresh = False
@@ -111,16 +104,8 @@ def _locked(pipe: PipelineConfig, *, fresh_allowed: bool) -> Iterator[bool]:
         if not fresh_allowed:
             raise
         fresh = True
-    locks = CheckpointLocks()
-    locks.acquire(pipe.name, pipe.checkpoint)
-    done = False
-    try:
+    with held(pipe.name, pipe.checkpoint):
         yield fresh
-        done = True
-    finally:
-        locks.release()
-        if not done and not existed:
-            shutil.rmtree(pipe.checkpoint, ignore_errors=True)
 
 
 def _confirm_and_apply(change: Change, verb: str, yes: bool) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from daemon.cli.options import PipelineName, PipelinePath
 from daemon.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -18,10 +18,6 @@ if TYPE_CHECKING:
     from daemon.state.seed import Seed
     from daemon.state.show import Expiry
 
-PipelinePath = Annotated[Path, typer.Argument(help="The pipeline file (TOML).", show_default=False)]
-PipelineName = Annotated[
-    str | None, typer.Option("--pipeline", help="Which pipeline, if the file has several.")
-]
 Key = Annotated[
     str | None,
     typer.Option("--key", help="A join key, as text: print everything its state holds."),

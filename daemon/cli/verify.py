@@ -54,8 +54,8 @@ def verify(
         str,
         typer.Option(
             "--prefix",
-            help="Its topics are PREFIX.RUN.*, its transactional ids and groups "
-            "enrichd.PREFIX.RUN.*: the prefix to grant ACLs on.",
+            help="Its topics are PREFIX.RUN.*, its transactional ids and groups start "
+            "with enrichd.PREFIX: the prefix to grant ACLs on (letters, digits, '_', '-').",
         ),
     ] = "enrichd-verify",
     json_file: Annotated[

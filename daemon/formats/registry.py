@@ -7,9 +7,13 @@ in the URL). The settings travel with each codec to Spark's executors, which mak
 client from them (:meth:`daemon.formats.avro.codec.AvroCodec.registry`).
 
 :func:`access_failure` tells a registry that cannot be used (credentials refused, access
-denied, TLS handshake failed, no answer) from one that answered "not found": the first is an
-operator's problem, one line naming the registry and the reason; the second is about the
-record or the subject.
+denied, TLS handshake failed, no answer, too busy, failing, or something else answering in its
+place) from one that answered about the subject or schema: the first is an operator's
+problem, or an outage that passes, one line naming the registry and the reason; the second is
+about the record or the subject. Only the registry's own "not found" answers
+(:data:`NOT_FOUND_CODES`) say that a subject, version or schema does not exist: a 404 without
+one of its error codes is a page of something in front of it (a proxy, a load balancer, a
+wrong URL), and a 408 or 429 an answer to wait out.
 """
 
 from __future__ import annotations
@@ -60,16 +64,37 @@ def new_client(settings: dict[str, Any]) -> Any:
         raise ConfigError(f"[schema_registry]: {redact(str(exc))}") from None
 
 
+NOT_FOUND_CODES = frozenset({40401, 40402, 40403})
+"""The Schema Registry's error codes for "subject not found", "version not found" and "schema
+not found" (with HTTP status 404)."""
+
+
+def is_not_found(exc: BaseException) -> bool:
+    """Whether ``exc`` is the registry's own answer that a subject, version or schema is unknown."""
+    return getattr(exc, "http_status_code", None) == 404 and (
+        getattr(exc, "error_code", None) in NOT_FOUND_CODES
+    )
+
+
 def access_failure(url: str, exc: BaseException) -> SchemaRegistryUnavailableError | None:
     """The error to raise when ``exc`` says the registry at ``url`` cannot be used, else None.
 
-    None means the registry answered, with something other than a refusal or a server error
-    (a subject or schema id it does not know): a problem of the data, not of the connection.
+    None means the registry answered, with something other than a refusal, an outage or a
+    server error (a subject or schema id it does not know, a schema it will not register): a
+    problem of the data or the configuration, not of the connection.
     """
     shown = display_url(url)
     status = getattr(exc, "http_status_code", None)
     text = redact(" ".join(str(exc).split()))
-    if status == 401:
+    if status == 404 and not is_not_found(exc):
+        message = (
+            f"schema registry {shown} answered 404 without a registry error code ({text}): "
+            "a proxy, load balancer or wrong path in front of it? check [schema_registry] url"
+        )
+    elif status in (408, 429):
+        why = "timed out (408)" if status == 408 else "is too busy (429)"
+        message = f"schema registry {shown} {why}: {text}"
+    elif status == 401:
         message = (
             f"schema registry {shown} refused the credentials (401); check "
             "basic.auth.user.info or bearer.auth.* in [schema_registry]"
@@ -94,3 +119,21 @@ def access_failure(url: str, exc: BaseException) -> SchemaRegistryUnavailableErr
     else:
         return None
     return SchemaRegistryUnavailableError(message)
+
+
+def unavailable(url: str, exc: BaseException, what: str) -> SchemaRegistryUnavailableError:
+    """The error of an answer about ``what`` that is not the registry's "not found".
+
+    Where only "not found" is an answer about the data (reading a record's writer schema),
+    every other failure, :func:`access_failure`'s or not, is the registry's: the record is
+    held back, not dead-lettered.
+    """
+    found = access_failure(url, exc)
+    if found is not None:
+        return found
+    status = getattr(exc, "http_status_code", None)
+    answered = f"answered {status}" if isinstance(status, int) else "failed"
+    text = redact(" ".join(str(exc).split()))
+    return SchemaRegistryUnavailableError(
+        f"schema registry {display_url(url)} {answered} for {what} ({type(exc).__name__}: {text})"
+    )

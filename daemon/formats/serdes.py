@@ -25,7 +25,7 @@ from urllib.parse import quote
 from daemon.errors import ConfigError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
 from daemon.formats.kafka_keys import KafkaKeyCodec
-from daemon.formats.registry import access_failure, client_settings, new_client
+from daemon.formats.registry import access_failure, client_settings, is_not_found, new_client
 from daemon.formats.subjects import key_subject, value_subject
 from daemon.model.config import InputConfig, OutputConfig, PipelineFile
 from daemon.secrets import display_url, redact
@@ -175,7 +175,7 @@ def latest_version(client: Any, url: str, subject: str) -> Any:
 
 
 class NotFound(ConfigError):
-    """The registry answered "not found" (404): ``reason`` holds its words."""
+    """The registry answered "not found" (404 and its error code): ``reason`` holds its words."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -196,7 +196,7 @@ def ask(url: str, what: str, call: Any, *args: Any) -> Any:
         unavailable = access_failure(url, exc)
         if unavailable is not None:
             raise unavailable from None
-        if getattr(exc, "http_status_code", None) == 404:
+        if is_not_found(exc):
             raise NotFound(redact(" ".join(str(exc).split()))) from None
         raise ConfigError(f"schema registry {display_url(url)}: {what}: {reason(exc)}") from None
 

@@ -15,6 +15,7 @@ from daemon.plugin import (
     DurationMs,
     Emit,
     FieldOf,
+    Headers,
     InputRecord,
     Joiner,
     JoinerContext,
@@ -274,7 +275,8 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
         ctx.count("matched" if right is not None else "unmatched")
         yield self._emit(identity, record.value, right, revision, record)
         if event_time >= stream_time - options.rejoin_horizon:
-            state.left[identity] = KeptLeft(event_time, record.value, right, revision)
+            kept = KeptLeft(event_time, record.value, right, revision, None, record.headers)
+            state.left[identity] = kept
 
     def _on_stream_time(
         self, key: str, state: AsOfState, source: InputRecord | None, ctx: JoinerContext
@@ -326,7 +328,9 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
             kept = state.left[identity]
             if rejoin(kept, versions, changed_from=changed_from, inclusive=inclusive):
                 ctx.count("revisions")
-                yield self._emit(identity, kept.value, kept.answer, kept.revision, source)
+                yield self._emit(
+                    identity, kept.value, kept.answer, kept.revision, source, kept.headers
+                )
 
     def _answer(self, state: AsOfState, event_time: int) -> dict[str, Any] | None:
         """The right record current at ``event_time`` (strictly before it unless inclusive)."""
@@ -349,10 +353,12 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
         right: dict[str, Any] | None,
         revision: int,
         source: InputRecord | None,
+        headers: Headers | None = None,
     ) -> Emit:
+        """An answer to a left event; a revision carries the event's ``headers``."""
         fields = self.context.fields
         value = {fields["left"]: left, fields["right"]: right, "revision": revision}
-        return Emit(key=identity, value=value, source=source)
+        return Emit(key=identity, value=value, source=source, headers=headers)
 
 
 def _versions(state: AsOfState) -> Versions:

@@ -298,6 +298,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                 written,
                 key="the stream record's Kafka key",
                 tombstones="with revisions: an inner answer a late table tombstone withdrew",
+                key_role="stream",
             )
         ]
         if options.aggregate is not None:
@@ -461,7 +462,9 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                 revision = -1  # nothing out yet: a first answer from a revision is number 0
             if self.options.revisions:
                 value = record.value or {}
-                kept = Kept(record.event_time, value, answer, revision, record.kafka_key)
+                kept = Kept(
+                    record.event_time, value, answer, revision, record.kafka_key, record.headers
+                )
                 insort(state.kept, kept, key=_EVENT_TIME)
 
     def _revise(
@@ -469,9 +472,10 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
     ) -> Iterator[Emit]:
         """A table record was added: emit a revision of each kept answer it changes.
 
-        A revision carries the table record's provenance and timestamp, as when it happened.
-        With an aggregation stage, the answer it replaces is also written to the retractions
-        output, so that stage takes it back from its group.
+        A revision carries the table record's provenance and timestamp, as when it happened,
+        and the headers of the stream record it answers. With an aggregation stage, the answer
+        it replaces is also written to the retractions output, so that stage takes it back
+        from its group.
         """
         versions = state.versions
         retracts = self.options.aggregate is not None
@@ -487,10 +491,14 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                     value=self._value(kept.value, before, numbered),
                     source=cause,
                     output=RETRACTIONS,
+                    headers=kept.headers,
                 )
             value = self._value(kept.value, kept.answer, kept.revision)
             yield Emit(
-                key=kept.key, value=value if self._shows(kept.answer) else None, source=cause
+                key=kept.key,
+                value=value if self._shows(kept.answer) else None,
+                source=cause,
+                headers=kept.headers,
             )
 
     def _evict(self, state: VersionedState) -> None:

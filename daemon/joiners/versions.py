@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.plugin import DeadLetter, InputRecord, JoinerContext
+from daemon.plugin import DeadLetter, Headers, InputRecord, JoinerContext
 
 
 @dataclass(slots=True)
@@ -78,6 +78,7 @@ class Kept:
         key: the output key its revisions are written under, where the joiner keeps it here
             (``lookup``: the stream record's Kafka key); None for ``asof``, which keys its
             kept events by identity.
+        headers: the event's headers, which its revisions carry (``InputRecord.headers``).
     """
 
     event_time: int
@@ -85,11 +86,17 @@ class Kept:
     answer: Any
     revision: int
     key: bytes | None = None
+    headers: Headers | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled with the key's state every micro-batch: as its fields, not through a
-        # slotted dataclass's Python-level __getstate__ (see InputRecord.__reduce__).
-        return (Kept, (self.event_time, self.value, self.answer, self.revision, self.key))
+        # slotted dataclass's Python-level __getstate__ (see InputRecord.__reduce__). The
+        # headers only when there are some: a state without them keeps its bytes, and one
+        # kept before events had headers loads with none.
+        fields = (self.event_time, self.value, self.answer, self.revision, self.key)
+        if self.headers is not None:
+            return (Kept, (*fields, self.headers))
+        return (Kept, fields)
 
 
 def rejoin(kept: Kept, versions: Versions, *, changed_from: int, inclusive: bool) -> bool:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from daemon.errors import KafkaUnavailableError, KafkaUnreachableError
+from daemon.errors import ConfigError, KafkaUnavailableError, KafkaUnreachableError
 from daemon.kafka.connect import ClientErrors, admin, connection_failure
 
 EMBEDDED_CLUSTER_ID = "enrichd-embedded"
@@ -64,26 +65,107 @@ def _metadata(client_conf: dict[str, str], timeout: float) -> Any:
     return metadata
 
 
+@dataclass(frozen=True)
+class TopicFacts:
+    """What the cluster says of one topic: its partitions and its id."""
+
+    partitions: tuple[int, ...]
+    topic_id: str | None
+    """The topic's id (Kafka 2.8 and later give one; a topic deleted and created again gets a
+    new one); None: the broker gives none."""
+
+
+def describe_topics(
+    client: Any, topics: list[str], timeout: float = 10.0
+) -> dict[str, TopicFacts | None]:
+    """Each of ``topics``' :class:`TopicFacts`, or None for one that does not exist.
+
+    ``client``: an admin client (:func:`daemon.kafka.connect.admin`), kept by a caller that
+    asks often.
+
+    Raises:
+        KafkaUnavailableError: the cluster did not answer, or refused to describe a topic.
+    """
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import KafkaError, TopicCollection
+
+    found: dict[str, TopicFacts | None] = {}
+    if not topics:
+        return found
+    futures = client.describe_topics(TopicCollection(list(topics)), request_timeout=timeout)
+    for name, future in futures.items():
+        try:
+            described = future.result(timeout=timeout)
+        except Exception as exc:
+            error = exc.args[0] if exc.args else None
+            code = getattr(error, "code", None)
+            if callable(code) and code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                found[name] = None
+                continue
+            raise KafkaUnavailableError(f"cannot describe topic {name!r}: {exc}") from None
+        found[name] = TopicFacts(
+            tuple(sorted(p.id for p in described.partitions)), _topic_id(described.topic_id)
+        )
+    return found
+
+
+def _topic_id(uuid: Any) -> str | None:
+    """A topic id as text; None for none (brokers before topic ids answer all zeros)."""
+    if uuid is None:
+        return None
+    if uuid.get_most_significant_bits() == 0 and uuid.get_least_significant_bits() == 0:
+        return None
+    return str(uuid)
+
+
+def topic_ids(client_conf: dict[str, str], topics: list[str]) -> dict[str, str]:
+    """The ids of those of ``topics`` that exist and have one.
+
+    Raises:
+        KafkaUnavailableError: the cluster did not answer, or refused to describe a topic.
+    """
+    client = admin(client_conf)
+    described = describe_topics(client, topics)
+    return {
+        name: facts.topic_id
+        for name, facts in described.items()
+        if facts is not None and facts.topic_id is not None
+    }
+
+
 def create_topics(
-    client_conf: dict[str, str], topics: dict[str, int], replication: int = -1
+    client_conf: dict[str, str], topics: dict[str, int], replication: int | None = -1
 ) -> None:
     """Create the topics that do not exist yet, with the given partition counts.
 
-    ``replication`` is their replication factor; -1: the broker's default. A refusal is
-    raised as :class:`KafkaUnavailableError` from the client's exception (its error code
-    names the refusal).
+    ``replication`` is their replication factor; -1: the broker's default; None (``[kafka]
+    replication_factor`` unset): the broker's default on the embedded broker, where there is
+    one broker, and a refusal anywhere else, where the broker's default may be less than the
+    cluster's durability needs (Kafka's own is 1). A refusal of the broker is raised as
+    :class:`KafkaUnavailableError` from the client's exception (its error code names the
+    refusal).
+
+    Raises:
+        ConfigError: topics are missing, ``replication`` is None and the cluster is not the
+            embedded broker.
     """
     # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
     from confluent_kafka.admin import NewTopic
 
     present = existing_topics(client_conf)
-    wanted = [
-        NewTopic(name, partitions, replication)
-        for name, partitions in topics.items()
-        if name not in present
-    ]
-    if not wanted:
+    missing = {name: partitions for name, partitions in topics.items() if name not in present}
+    if not missing:
         return
+    if replication is None:
+        if not is_embedded(client_conf):
+            raise ConfigError(
+                f"topics {', '.join(map(repr, missing))} do not exist, and [kafka] "
+                "replication_factor is not set; create them with the replication your "
+                "cluster needs, or set replication_factor (3 on most production clusters; "
+                "-1: the broker's default.replication.factor) for enrichd to create them"
+            )
+        replication = -1
+    wanted = [NewTopic(name, partitions, replication) for name, partitions in missing.items()]
     client = admin(client_conf)  # must outlive the futures it answers
     for name, future in client.create_topics(wanted).items():
         try:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from daemon.errors import KafkaReadError
 from daemon.kafka import connect
 from daemon.model.wire import partition_name
 
@@ -111,10 +112,20 @@ def read_partition(
     offsets but are never delivered, so progress is the consumer's position, not the last
     record seen.
 
+    The client's errors on the way are sorted (:func:`_is_transient`): one that waiting
+    mends (a broker restarting, a leader moving, a connection lost) is waited out, as Kafka's
+    clients do, up to ``stall_s``; any other (the principal may not read the topic, a record
+    batch whose CRC fails, a client failed for good) ends the read at once with one line,
+    where it stalled for ``stall_s`` before. None is passed over. (Measured with librdkafka
+    2.16: a batch corrupted on its way gives ``_BAD_MSG``, again at each fetch, with the
+    position left at the batch; an authorization error in a Fetch answer gives
+    ``TOPIC_AUTHORIZATION_FAILED`` once, then nothing.)
+
     Raises:
         TimeoutError: the position did not move for ``stall_s`` seconds short of the end.
         OffsetNotAvailableError: the broker no longer has the offset to read, and the
             consumer's ``auto.offset.reset`` is ``error``.
+        KafkaReadError: an error that waiting does not mend.
     """
     consumer.assign([tp])
     position = max(tp.offset, 0)
@@ -131,9 +142,12 @@ def read_partition(
             m for m in messages if m.error() is None and (stop is None or (m.offset() or 0) < stop)
         ]
         if len(records) < len(messages):  # looked for only then: the source reads through here
-            last_error = next((m.error() for m in messages if m.error() is not None), last_error)
-            if last_error is not None and _is_offset_reset(last_error):
-                raise OffsetNotAvailableError(tp.topic, tp.partition, position, last_error.str())
+            for error in (m.error() for m in messages if m.error() is not None):
+                last_error = error
+                if _is_offset_reset(error):
+                    raise OffsetNotAvailableError(tp.topic, tp.partition, position, error.str())
+                if not _is_transient(error):
+                    raise KafkaReadError(_read_failure(tp, position, error))
         reached = max(
             [position, consumer.position([tp])[0].offset]
             + [(m.offset() or 0) + 1 for m in records[-1:]]
@@ -145,7 +159,8 @@ def read_partition(
             # read_committed reader waits at its last stable offset) or the client stalled.
             raise TimeoutError(
                 f"{tp.topic}/{tp.partition}: no progress past offset {position} in {stall_s:g} "
-                f"s, short of offset {end}; last client error: {last_error or 'none'}"
+                f"s, short of offset {end}; last client error: "
+                f"{'none' if last_error is None else last_error.str()}"
             )
         if records:
             yield records
@@ -210,3 +225,66 @@ def _is_offset_reset(error: Any) -> bool:
         KafkaError._AUTO_OFFSET_RESET,
         KafkaError.OFFSET_OUT_OF_RANGE,
     )
+
+
+def _is_transient(error: Any) -> bool:
+    """Whether a consumer's error is one that waiting mends (see :func:`read_partition`).
+
+    Kafka's own retriable errors, and the client's reports of connections and brokers; also
+    an unknown topic or partition, which Kafka's clients retry (a topic just created may be
+    unknown to a broker for a moment; one deleted stalls the read, which then says so).
+    """
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import KafkaError
+
+    if error.fatal():
+        return False
+    code = error.code()
+    transient = {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+        KafkaError._TIMED_OUT,
+        KafkaError._WAIT_COORD,
+        KafkaError._NODE_UPDATE,
+        KafkaError._PARTITION_EOF,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError.KAFKA_STORAGE_ERROR,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
+    return code in transient or bool(error.retriable())
+
+
+_AUTHORIZATION = ("TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "_AUTHENTICATION")
+_CORRUPT = ("_BAD_MSG", "CORRUPT_MESSAGE", "_BAD_COMPRESSION", "UNSUPPORTED_COMPRESSION_TYPE")
+
+
+def _read_failure(tp: Any, position: int, error: Any) -> str:
+    """The one line of a read that an error ended: the partition, the offset, what to do."""
+    where = f"cannot read topic {tp.topic!r} partition {tp.partition} at offset {position}"
+    said = f"{error.name()}: {error.str()}"
+    name = error.name()
+    if name in _AUTHORIZATION or name.endswith("AUTHORIZATION_FAILED"):
+        fix = (
+            "allow the principal Read and Describe on the topic (docs/connecting.md, what a "
+            "pipeline may do on the cluster)"
+        )
+    elif name in _CORRUPT:
+        fix = (
+            "its record batch is corrupt, on the broker or on the way; if it fails again, look "
+            "at the partition's log (kafka-dump-log) and move the pipeline past it with "
+            "`daemon reset --to`"
+        )
+    else:
+        fix = "the Kafka client cannot go on; see its error"
+    return f"{where} ({said}); {fix}"

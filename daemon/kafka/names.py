@@ -9,6 +9,8 @@ and so that one prefixed ACL on groups and one on transactional ids cover a pipe
   (:mod:`daemon.sink.task_producer`); two producers of one id fence each other off.
 - ``<prefix>.<pipeline>.sink.<query id>.<task>``: the group whose committed offset marks the
   task's last committed micro-batch, per query (a new checkpoint, a new query id).
+- ``<prefix>.<pipeline>``: the group that holds where the query's committed micro-batches end,
+  for lag tools (:mod:`daemon.service.lag_group`); committed to, never joined or read back.
 - ``<prefix>.reader``: the group every reader names, as librdkafka's consumers must, though
   they read by ``assign()`` and never join it or commit to it. (librdkafka still looks up
   its coordinator, which a cluster with ACLs allows only to a principal that may describe
@@ -19,6 +21,8 @@ Example:
     'staging.tweet-views.1'
     >>> marker_group("staging", "tweet-views", "5f0c", 1)
     'staging.tweet-views.sink.5f0c.1'
+    >>> pipeline_group("staging", "tweet-views")
+    'staging.tweet-views'
     >>> marker_group("staging", "tweet-views", "5f0c", 1).startswith(
     ...     marker_groups_of("staging", "tweet-views", "5f0c"))
     True
@@ -42,6 +46,11 @@ def marker_groups_of(prefix: str, pipeline: str, query_id: str) -> str:
 def marker_group(prefix: str, pipeline: str, query_id: str, task: int) -> str:
     """The group whose committed offset marks task ``task``'s last committed micro-batch."""
     return f"{marker_groups_of(prefix, pipeline, query_id)}{task}"
+
+
+def pipeline_group(prefix: str, pipeline: str) -> str:
+    """The group whose committed offsets are where ``pipeline``'s committed batches end."""
+    return f"{prefix}.{pipeline}"
 
 
 def reader_group(prefix: str = DEFAULT_ID_PREFIX) -> str:

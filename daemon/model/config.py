@@ -2,15 +2,28 @@
 
 Relative paths in the file (schemas, checkpoints) are resolved against the file's own folder,
 so a pipeline file works the same from any working directory.
+
+Why this module is long: it is the pipeline file's one schema, every table and setting with
+its checks and the one line each problem gets; split by table, a reader would lose the
+cross-table checks (a joiner's options against its inputs, names against names).
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from daemon import secrets
 from daemon.errors import ConfigError
@@ -18,7 +31,9 @@ from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_STATE_BUCKETS
 from daemon.model.durations import DurationMs
 from daemon.model.envelope import Envelope
 from daemon.model.environment import expand_environment
+from daemon.model.headers import DEFAULT_POLICY, HeaderPolicy
 from daemon.model.keys import KeyFormat
+from daemon.model.selection import SelectField, select_entries
 
 Delivery = Literal["exactly_once", "at_least_once"]
 """How output is written: one Kafka transaction per micro-batch and task (``exactly_once``),
@@ -53,6 +68,29 @@ PATH_SETTINGS = frozenset(
 """Client settings that name a file: a relative path is taken from the pipeline file's folder."""
 
 
+_ID_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def id_part(value: str) -> str:
+    """``value`` if it may be a part of the names enrichd gives on a cluster.
+
+    Pipeline names and ``id_prefix`` are parts of transactional ids and group names, whose
+    parts a dot separates (:mod:`daemon.kafka.names`): with dots in them, pipeline
+    ``a.totals`` would share its ids with pipeline ``a``'s ``totals`` stage.
+
+    Raises:
+        ValueError: it holds anything but letters, digits, ``_`` and ``-``.
+    """
+    if _ID_PART.fullmatch(value) is None:
+        raise ValueError(
+            f"{value!r} may hold only letters, digits, '_' and '-', starting with a letter or "
+            "digit: it is part of the transactional ids and groups enrichd names, where a '.' "
+            "would let two pipelines' names meet (pipeline 'a.totals' and the totals stage of "
+            "pipeline 'a')"
+        )
+    return value
+
+
 class KafkaConfig(_Strict):
     """``[kafka]``: where the broker is and how to connect; omitted bootstrap: the embedded one.
 
@@ -61,13 +99,14 @@ class KafkaConfig(_Strict):
     ``id_prefix`` starts every transactional id and consumer group enrichd makes
     (``enrichd``: the names before it existed); give each environment that shares a cluster
     its own. ``commit_turn`` forces the commit turn on or off (docs/semantics.md).
+    ``replication_factor`` is that of the topics enrichd creates (outputs, dead letters);
+    unset, it creates them only on the embedded broker (:func:`daemon.kafka.admin.create_topics`).
     """
 
     bootstrap_servers: str | None = None
     client_conf: dict[str, ClientValue] = Field(default_factory=dict)
     id_prefix: str = Field(
         default=DEFAULT_ID_PREFIX,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="what every transactional id and group enrichd makes starts with: one "
         "per environment sharing a cluster (daemon.kafka.names)",
     )
@@ -76,6 +115,25 @@ class KafkaConfig(_Strict):
         description="whether transactions on one host end one at a time; unset: on the "
         "embedded broker only (daemon.sink.commit_turn)",
     )
+
+    replication_factor: int | None = Field(
+        default=None,
+        description="replication factor of the topics enrichd creates (outputs, dead "
+        "letters); -1: the broker's default.replication.factor; unset: it creates topics on "
+        "the embedded broker only",
+    )
+
+    _id_prefix = field_validator("id_prefix")(id_part)
+
+    @field_validator("replication_factor")
+    @classmethod
+    def _replication(cls, value: int | None) -> int | None:
+        if value is not None and value != -1 and value < 1:
+            raise ValueError(
+                f"{value} is no replication factor; give 1 or more (3 on most production "
+                "clusters), or -1 for the broker's default.replication.factor"
+            )
+        return value
 
 
 REGISTRY_SETTINGS = (
@@ -165,9 +223,17 @@ class ServiceConfig(_Strict):
 
 
 class SparkConfig(_Strict):
-    """``[spark]``: the Spark master and extra Spark configuration."""
+    """``[spark]``: the Spark master, its scratch folder and extra Spark configuration."""
 
     master: str = "local[2]"
+    local_dir: Path | None = Field(
+        default=None,
+        description=(
+            "Spark's scratch space on this host: the join state's working copy (RocksDB) and "
+            "shuffle files; unset: $ENRICHD_SPARK_LOCAL_DIR, else the temporary folder "
+            "(daemon.spark.scratch)"
+        ),
+    )
     conf: dict[str, str] = Field(default_factory=dict)
 
 
@@ -327,7 +393,7 @@ pipeline that keeps up reads what arrived since its last batch, whatever the cap
 class PipelineConfig(_Strict):
     """One ``[[pipeline]]``: a joiner, its inputs, its output and its options."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str
     joiner: str
     checkpoint: Path
     dead_letter_topic: str | None = None
@@ -342,6 +408,37 @@ class PipelineConfig(_Strict):
     trigger: DurationMs = 0
     delivery: Delivery = "exactly_once"
     on_missing_offsets: MissingOffsets = "fail"
+    headers: HeaderPolicy = Field(
+        default=DEFAULT_POLICY,
+        description='input headers the outputs carry: "trace" (traceparent, tracestate), '
+        '"none", "all", or a list of names (daemon.model.headers)',
+    )
+    select: dict[str, SelectField] | None = Field(
+        default=None,
+        description="the output record's fields, each from a path into the joiner's value or "
+        "a constant; unset: the joiner's value as it is (daemon.model.selection)",
+    )
+
+    @field_validator("select", mode="before")
+    @classmethod
+    def _select_entries(cls, value: Any) -> Any:
+        return None if value is None else select_entries(value)
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_policy(cls, value: Any) -> Any:
+        # One line for any wrong shape, rather than one per branch of the type.
+        policies = get_args(get_args(HeaderPolicy)[0])
+        named = isinstance(value, list) and all(isinstance(n, str) and n for n in value)
+        if value in policies or (named and value):
+            return value
+        raise ValueError(
+            f"{value!r} is not a header policy: "
+            + ", ".join(f'"{p}"' for p in policies)
+            + ' or a list of header names (["traceparent", "tenant"])'
+        )
+
+    _name = field_validator("name")(id_part)
 
     @property
     def dead_letters(self) -> str:
@@ -462,11 +559,15 @@ def parse_pipeline_file(path: Path, data: dict[str, Any]) -> PipelineFile:
         secrets.remember(registry.settings, url=registry.url)
     secrets.remember(kafka.client_conf)
     secrets.remember(parsed.spark.conf)
+    for pipe in pipelines:
+        secrets.remember_nested(pipe.options)
+    spark = parsed.spark.model_copy(update={"local_dir": _resolve(parsed.spark.local_dir, base)})
     return parsed.model_copy(
         update={
             "pipeline": pipelines,
             "source": path,
             "kafka": kafka,
+            "spark": spark,
             "schema_registry": registry,
         }
     )

@@ -13,7 +13,9 @@ Kubernetes Secret or a Docker secret mounted as files (the shape of Kafka's conf
   A relative ``PATH`` is resolved against the pipeline file's folder, like every relative path
   of the file. A file that is missing or unreadable is a problem naming the path and the key.
   Whatever is read from a file is taken for a secret, whichever setting it fills: it is
-  remembered for :func:`daemon.secrets.redact`, so it is masked wherever enrichd prints.
+  remembered for :func:`daemon.secrets.redact`, so it is masked wherever enrichd prints. A
+  file larger than :data:`SECRET_FILE_MAX_BYTES` is a problem too: a secret is small, and a
+  reference to a wrong path (a log, a device) must not fill the memory.
 
 The values themselves are never put in a problem. A value is expanded once: a ``${...}``
 inside a variable's value or a file's content is kept as it is.
@@ -44,6 +46,10 @@ _REFERENCE = re.compile(
 )
 
 
+SECRET_FILE_MAX_BYTES = 1024 * 1024
+"""The largest file a ``${file:...}`` reads: 1 MiB holds any key, token or certificate chain."""
+
+
 def read_secret_file(reference: str, base: Path | None = None) -> tuple[str, str | None]:
     """The content of the file a ``${file:...}`` names, or a problem saying why there is none.
 
@@ -63,10 +69,17 @@ def read_secret_file(reference: str, base: Path | None = None) -> tuple[str, str
         path = base / path
     fix = "mount or write it there, or correct the path in ${file:...}"
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            data = file.read(SECRET_FILE_MAX_BYTES + 1)
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         return "", f"cannot read secret file {path} ({why}); {fix}"
+    if len(data) > SECRET_FILE_MAX_BYTES:
+        return "", (
+            f"secret file {path} is larger than {SECRET_FILE_MAX_BYTES // 1024 // 1024} MiB, "
+            "too large for a secret; check the path in ${file:...} (a CA bundle or key file "
+            "goes in a *.location setting)"
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -5,7 +5,7 @@ counters and the log live. So what the daemon must hear of them travels as one s
 datagram per report to the daemon's unix socket (:mod:`daemon.report_socket`). This module
 declares the reports, as :mod:`daemon.model.wire` declares the rows between the stages:
 
-- :class:`BatchCounts`: what a committed micro-batch wrote, from the sink's ``commit()``
+- :class:`BatchCounts`: what a committed micro-batch wrote, from its counting on the driver
   (:mod:`daemon.sink.spark_sink`), and the dead letters of records the broker refused, from a
   task that wrote its output again (:mod:`daemon.sink.task_output`).
 - :class:`MissingOffsetsResumed`: where the source went on past offsets the broker no longer
@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from daemon.model.wire import partition_name
 
@@ -42,8 +42,9 @@ class BatchCounts:
     """What a micro-batch wrote, counted once every task of it committed.
 
     The counts of records written per topic, and of dead letters per reason, are known
-    exactly only by the tasks that wrote them, which hand them to the sink's ``commit()``;
-    Spark runs that on the driver host, in a Python worker process of its own.
+    exactly only by the tasks that wrote them, which hand them on in their counts rows;
+    they are added up on the driver (or, counted through the Spark sink, in its ``commit()``,
+    in a Python worker process of its own).
     """
 
     kind: ClassVar[str] = "batch-counts"
@@ -60,6 +61,12 @@ class BatchCounts:
     seconds (:mod:`daemon.model.latency`)."""
     event_time: dict[str, int] = field(default_factory=dict)
     """The newest event time read, per input."""
+    state_cache: dict[str, int] = field(default_factory=dict)
+    """Loads of stored buckets by the worker cache's outcome, ``hit`` or ``miss``."""
+    failed_calls: int = 0
+    """Joiner calls that failed; their records went to the dead-letter topic (``JoinerFailed``)."""
+    failures: list[str] = field(default_factory=list)
+    """The lines of the first few of those failures."""
 
     def fields(self) -> dict[str, Any]:
         """The report's fields as JSON takes them."""
@@ -71,6 +78,9 @@ class BatchCounts:
             "joiner": self.joiner,
             "latency": self.latency,
             "event_time": self.event_time,
+            "state_cache": self.state_cache,
+            "failed_calls": self.failed_calls,
+            "failures": self.failures,
         }
 
     @classmethod
@@ -87,7 +97,27 @@ class BatchCounts:
                 for topic, (counts, total) in dict(fields.get("latency") or {}).items()
             },
             dict(fields.get("event_time") or {}),
+            dict(fields.get("state_cache") or {}),
+            int(fields.get("failed_calls") or 0),
+            [str(line) for line in fields.get("failures") or []],
         )
+
+    def failure_line(self) -> str | None:
+        """The line that says joiner calls of the batch failed, naming the first one."""
+        if not self.failed_calls:
+            return None
+        first = self.failures[0] if self.failures else "(no line)"
+        return (
+            f"pipeline {self.pipeline}: micro-batch {self.batch}: {self.failed_calls} joiner "
+            f"call(s) failed; their records went to the dead-letter topic as JoinerFailed; "
+            f"the first: {first}"
+        )
+
+
+Cause = Literal["offsets", "recreated", "gone"]
+"""How the planner knows an offset is missing: by the partition's earliest offset and log end
+(``offsets``), by the topic's id, which changed (``recreated``), or because the partition no
+longer exists (``gone``)."""
 
 
 @dataclass(frozen=True)
@@ -99,9 +129,10 @@ class MissingOffset:
     needed: int
     """The offset the pipeline is to read next."""
     earliest: int
-    """The earliest offset the partition has."""
+    """The earliest offset the partition has (-1: it is gone)."""
     end: int
-    """The partition's log end (its next offset)."""
+    """The partition's log end (its next offset; -1: it is gone)."""
+    cause: Cause = "offsets"
 
     @property
     def name(self) -> str:
@@ -110,12 +141,23 @@ class MissingOffset:
 
     @property
     def past_the_end(self) -> bool:
-        """Whether the offset lies past the log end: the topic was created again, most likely."""
-        return self.needed > self.end
+        """Whether the offset is not the topic's now: it was created again, or lies past the end."""
+        return self.cause == "recreated" or self.needed > self.end
 
     def facts(self) -> str:
         """What is missing, in words: the partition, the offset needed, the earliest there."""
         where = f"input topic {self.topic!r} partition {self.partition}"
+        if self.cause == "gone":
+            return (
+                f"{where} no longer exists (offset {self.needed} was to be read next): the "
+                "topic was deleted and created again with fewer partitions"
+            )
+        if self.cause == "recreated":
+            return (
+                f"{where} no longer has offset {self.needed}: the topic was deleted and created "
+                f"again (its topic id changed), and the new one's earliest offset is "
+                f"{self.earliest} and its log ends at {self.end}"
+            )
         if self.past_the_end:
             return (
                 f"{where} no longer has offset {self.needed}: the earliest it has is "
@@ -141,6 +183,11 @@ class Resumed:
 
     def warning(self, pipeline: str) -> str:
         """The WARN line: the facts, the policy, where it goes on and what it skipped."""
+        if self.missing.cause == "gone":
+            return (
+                f"pipeline {pipeline!r}: {self.missing.facts()}; on_missing_offsets = "
+                f"{self.policy!r}: reading on without it"
+            )
         return (
             f"pipeline {pipeline!r}: {self.missing.facts()}; on_missing_offsets = "
             f"{self.policy!r}: reading on from offset {self.at}, {self.skipped} offsets skipped"
@@ -170,6 +217,7 @@ class MissingOffsetsResumed:
                     "needed": item.missing.needed,
                     "earliest": item.missing.earliest,
                     "end": item.missing.end,
+                    "cause": item.missing.cause,
                     "policy": item.policy,
                     "at": item.at,
                     "skipped": item.skipped,
@@ -189,12 +237,16 @@ class MissingOffsetsResumed:
                 int(item["needed"]),
                 int(item["earliest"]),
                 int(item["end"]),
+                _CAUSES.get(str(item.get("cause")), "offsets"),
             )
             resumed.append(
                 Resumed(missing, str(item["policy"]), int(item["at"]), int(item["skipped"]))
             )
         return cls(str(fields["pipeline"]), tuple(resumed))
 
+
+_CAUSES: dict[str, Cause] = {"offsets": "offsets", "recreated": "recreated", "gone": "gone"}
+"""Each :data:`Cause` by its name on the wire (a report without one is by offsets)."""
 
 Report = BatchCounts | MissingOffsetsResumed
 """Any report the daemon's socket carries."""

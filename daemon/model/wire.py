@@ -13,8 +13,8 @@ what crosses each boundary (docs/architecture.md draws them):
 - **Operator to sink**: an :class:`OutputRow` per record to write, and per operator call one
   *counts row*, addressed to :data:`COUNTS_TOPIC`, whose value is :class:`CallCounts` as JSON.
 - **Planner to Spark's checkpoint** (and progress reports): a plan's offsets, one entry per
-  Kafka partition (:func:`partition_name`), plus the :data:`CLOCK`, :data:`BOOTSTRAP` and
-  :data:`RESETS` entries, which name no partition.
+  Kafka partition (:func:`partition_name`), plus the :data:`CLOCK`, :data:`BOOTSTRAP`,
+  :data:`RESETS` and :data:`TOPIC_IDS` entries, which name no partition.
 
 Each row layout is declared once, as a named tuple whose fields carry their Arrow types
 (``Annotated[int, "int32"]``); its Arrow schema, Spark DDL and column positions are derived
@@ -168,6 +168,10 @@ class InputRow(NamedTuple):
     """None: a tombstone (or an end-of-input marker)."""
     error: MaybeText
     """Why the record cannot be joined, ``"Kind: message"``; None when it can."""
+    headers: MaybeBlob
+    """The record's Kafka headers as they came, packed (:func:`daemon.model.headers.pack`);
+    None when it has none, or the pipeline's ``headers`` policy is ``"none"`` (then the source
+    reads none)."""
 
 
 INPUT = Layout(InputRow)
@@ -204,7 +208,8 @@ class OutputRow(NamedTuple):
     (:func:`daemon.sink.task_output.headers_of`): the input record it came from
     (``enrichd.source.*``; None when none) and, for a dead letter, why (``enrichd.error.*``).
     They are flat columns, not a list of header structs, because converting nested values
-    between Arrow and Python costs several times more per record.
+    between Arrow and Python costs several times more per record; for the same reason the
+    input headers a record carries (:mod:`daemon.model.headers`) are one packed column.
 
     The operator's hot path builds rows as plain tuples in this order (a named tuple's
     constructor is a Python call per record); readers of those use :meth:`Layout.position`.
@@ -221,6 +226,9 @@ class OutputRow(NamedTuple):
     source_offset: MaybeInt64 = None
     error_class: MaybeText = None
     error_message: MaybeText = None
+    headers: MaybeBlob = None
+    """The input headers it carries, and for a dead letter KIP-1034's error headers, packed
+    (:func:`daemon.model.headers.pack`), written before enrichd's own; None: none."""
 
 
 OUTPUT = Layout(OutputRow)
@@ -314,6 +322,18 @@ class CallCounts(TypedDict, total=False):
     """The timer each bucket the call stored holds after it, by bucket label (None: none;
     as JSON the labels are text). Sent by a replay that counts nothing too: the sink's
     commit keeps them for the planner's clock (:mod:`daemon.checkpoint.due_times`)."""
+    cache: dict[str, int]
+    """Loads of stored buckets with the worker cache on, by outcome: ``hit`` (the worker's
+    copy was current) or ``miss`` (loaded from the store) (:mod:`daemon.operator.bucket_cache`)."""
+    failed_calls: int
+    """Joiner calls that failed (their records dead-lettered as ``JoinerFailed``)."""
+    failures: list[str]
+    """The lines of the first few of them (:meth:`daemon.operator.core.JoinerFailure.reason`)."""
+
+
+FAILURES_REPORTED = 3
+"""How many failures' lines a counts row, a task and a batch report carry (their count is
+of all)."""
 
 
 def counts_row(counts: CallCounts) -> OutputRow:
@@ -331,7 +351,7 @@ def counts_of(value: bytes) -> CallCounts:
 
 Offsets = dict[str, Any]
 """A plan's offsets as Spark keeps them in the checkpoint: :func:`partition_name` -> offset,
-and the :data:`CLOCK`, :data:`BOOTSTRAP` and :data:`RESETS` entries."""
+and the :data:`CLOCK`, :data:`BOOTSTRAP`, :data:`RESETS` and :data:`TOPIC_IDS` entries."""
 
 CLOCK = "clock"
 """The offsets' entry that counts ``wake_ms`` periods of wall-clock time; no partition's.
@@ -363,6 +383,12 @@ RESETS = "resets"
 batch's start (``on_missing_offsets``, :mod:`daemon.source.missing_offsets`). A batch that
 Spark runs again reads the same ranges; the next plan leaves the entry out."""
 
+TOPIC_IDS = "topic_ids"
+"""The offsets' entry that names each input topic's id, ``{topic: id}``, as the broker gave it
+when the plan was made (brokers without topic ids give none, and the entry is left out). A
+topic deleted and created again has a new id: the next plan knows its offsets are not the old
+topic's, however many records the new one holds (:mod:`daemon.source.missing_offsets`)."""
+
 
 def partition_name(topic: str, partition: int) -> str:
     """A Kafka partition's name in a plan's offsets: ``"topic/partition"``."""
@@ -378,8 +404,8 @@ def split_partition_name(name: str) -> tuple[str, int]:
 def is_partition_name(name: str) -> bool:
     """Whether an offsets entry is a partition's, not another entry (:data:`CLOCK`, ...).
 
-    The others are :data:`CLOCK`, :data:`BOOTSTRAP` and :data:`RESETS`. A Kafka topic name
-    cannot hold a ``/``, and the other entries' names hold none.
+    The others are :data:`CLOCK`, :data:`BOOTSTRAP`, :data:`RESETS` and :data:`TOPIC_IDS`. A
+    Kafka topic name cannot hold a ``/``, and the other entries' names hold none.
     """
     return "/" in name
 

@@ -85,6 +85,11 @@ class BucketStore:
         self._deltas_on = plan.state_deltas
         self._cache: BucketCache | None = None
         self._cache_space = ""
+        self.loads: dict[str, int] = {}
+        """Loads of stored buckets since the counts last took them, by the cache's outcome:
+        ``hit`` (the worker's copy was current) or ``miss`` (read from the store); a bucket
+        the store has no stamp for (none stored yet, or stored with the cache off) is not
+        counted."""
         if plan.state_cache:
             self._cache = worker_cache(plan.state_cache_bytes)
             self._cache_space = _query_id()
@@ -101,6 +106,9 @@ class BucketStore:
             row = self.stamps.get()
             stamp = row[0] if row else None
             cached = self._cache.take((self._cache_space, key), stamp)
+            if stamp is not None:
+                outcome = "miss" if cached is None else "hit"
+                self.loads[outcome] = self.loads.get(outcome, 0) + 1
             if cached is not None:
                 stored = Stored(cached.blob, cached.stamp, cached.size, cached.pending)
                 return cached.bucket, StashLog(self.stash_chunks, cached.bucket.stash), stored

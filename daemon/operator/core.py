@@ -22,6 +22,15 @@ End of input is final: a record that reaches an ended key in a later micro-batch
 and flushed at once (no later marker would flush what the joiner holds back), and counted as
 :data:`AFTER_END_OF_INPUT`.
 
+A joiner call is all or nothing. What a call yields is checked (:class:`Emit` or
+:class:`DeadLetter`, an output the joiner has, a text key) and made into what the caller
+writes, and the key's new state is pickled, before any of it is sent; a call that raises, or
+whose yields or state fail those steps, sends nothing and leaves the key's stored state as it
+was: the outlet hears of it as a :class:`JoinerFailure` (the engine dead-letters its records
+as ``JoinerFailed``; an ``advance``, which has no records, becomes one dead letter of its
+own). A failed ``advance`` moves the key's clock all the same: a wake-up's key wakes up again
+when its joiner says, and a failed end of input still ends the key's input.
+
 What the core leaves to its caller: where the bucket lives and when the timer fires (Spark's
 state store and timers in :class:`~daemon.operator.processor.JoinerProcessor`, a dict and a
 hand-moved clock in :class:`daemon.testing.JoinerHarness`), decoding the input, and writing
@@ -31,7 +40,7 @@ what comes out, through an :class:`Outlet`. Nothing here imports Spark.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -60,16 +69,58 @@ were all undecodable, or only its end of input came), and whether its input ends
 
 
 class Outlet(Protocol):
-    """Where the core hands what a joiner yields (the caller writes it)."""
+    """Where the core hands what a joiner call yields (the caller writes it)."""
 
-    def emit(self, emit: Emit) -> None:
-        """An output record."""
+    def rows(self, results: Sequence[Emit | DeadLetter]) -> Sequence[Any]:
+        """What a call's yields become for the caller (rows to write), none of them sent yet.
 
-    def reject(self, letter: DeadLetter) -> None:
-        """A dead letter the joiner yielded."""
+        Raises:
+            Exception: a yield the caller cannot write (a value the output schema refuses
+                without a record to dead-letter instead, say): the call fails as a whole.
+        """
 
-    def failed(self, records: Sequence[InputRecord], error: Exception) -> None:
-        """The joiner raised on ``records`` (none for a tick); the key's state stays as it was."""
+    def send(self, rows: Sequence[Any]) -> None:
+        """Write the rows of a call that completed."""
+
+    def failed(self, failure: JoinerFailure) -> None:
+        """A call failed: nothing it yielded is sent, and the key's state stays as it was."""
+
+
+@dataclass(frozen=True)
+class JoinerFailure:
+    """A joiner call that raised, or whose yields or state broke the joiner contract.
+
+    Attributes:
+        joiner: the joiner's name.
+        key: the join key.
+        call: which call: ``process``, ``advance at event time T``, ``advance at the end
+            of input``.
+        records: the records the call was given (none for ``advance``).
+        error: what was raised (a :class:`ContractBreach` for a broken contract).
+    """
+
+    joiner: str
+    key: str
+    call: str
+    records: Sequence[InputRecord] = field(default=(), repr=False)
+    error: Exception = field(default_factory=Exception)
+
+    def reason(self, plugin: str | None = None) -> str:
+        """One line naming the joiner (and its plugin), the call, the key and the error.
+
+        Example:
+            >>> JoinerFailure("mine", "42", "process", (), RuntimeError("boom")).reason("p")
+            "joiner 'mine' of plugin 'p' raised RuntimeError('boom') in process of key '42'"
+        """
+        who = f"joiner {self.joiner!r}" + ("" if plugin is None else f" of plugin {plugin!r}")
+        where = f"{self.call} of key {self.key!r}"
+        if isinstance(self.error, ContractBreach):
+            return f"{who} broke the joiner contract in {where}: {self.error}"
+        return f"{who} raised {self.error!r} in {where}"
+
+
+class ContractBreach(Exception):  # noqa: N818 - what the joiner did, not an error of ours
+    """What a joiner call yielded, or left as its state, cannot be written or stored."""
 
 
 @dataclass
@@ -102,8 +153,13 @@ class EngineCore:
         # Asked once: reading an option a joiner's options lack costs a pydantic exception.
         self.ttl_ms = joiner.state_ttl_ms()
         self.wakes = joiner.wakes_up()
-        self._emit = outlet.emit
-        self._reject = outlet.reject
+        stage = joiner.downstream()
+        retractions = () if stage is None or stage.retractions is None else (stage.retractions,)
+        self.outputs = frozenset((None, *joiner.outputs, *retractions))
+        """The outputs an :class:`Emit` may name: the main one (None), the joiner's own, and
+        the engine-made one of retractions a revising joiner writes for its second stage."""
+        self._rows = outlet.rows
+        self._send = outlet.send
         self._failed = outlet.failed
 
     def apply(self, bucket: Bucket, log: StashLog, batch: Iterable[KeyBatch], now: int) -> None:
@@ -133,30 +189,31 @@ class EngineCore:
         # A key's end of input is final: a record that comes after it is applied and flushed
         # at once, since no later marker would flush what the joiner holds back.
         ended = clock.stream_time == END_OF_TIME
-        newest = None
         if records:
             if ended:
                 joiner.context.count(AFTER_END_OF_INPUT, len(records))
             ordered = apply_order(records, joiner.roles, joiner.order)
             newest = max(map(_EVENT_TIME_OF, records))
+            moved = clock
             if self.wakes:
-                clock.stream_time = max(clock.stream_time, newest)
-                clock.last_ms = now
-            state = self._step(joiner.process, key, state, ordered, records)
-            if state is None:
+                moved = KeyClock(max(clock.stream_time, newest), now, clock.updated_ms)
+            if self._call(bucket, log, key, moved, state, now, _PROCESS, ordered, records, newest):
+                clock = moved
+            elif end_of_input or ended:
+                clock, state = self.load(bucket, log, key, now)  # as stored: the call's is gone
+            else:
                 return
         if end_of_input or (ended and records):
             clock.stream_time = END_OF_TIME
-            state = self._step(joiner.advance, key, state, END_OF_TIME, records)
-            if state is None:
-                return
-        self._store(bucket, log, key, clock, state, now, newest)
+            if not self._call(bucket, log, key, clock, state, now, _ADVANCE, END_OF_TIME, ()):
+                self._clock_only(bucket, log, key, clock, now)  # its input has ended all the same
 
     def tick(self, bucket: Bucket, log: StashLog, now: int) -> None:
         """Processing time is ``now``: advance every key due by then, or drop it past its TTL.
 
         A due key's event time moves on by the processing time since its last record or
-        wake-up. Keys go in key order.
+        wake-up. Keys go in key order. A key whose ``advance`` fails keeps its state and
+        wakes up again when its joiner says.
         """
         for key in sorted(k for k, at in bucket.due.items() if at <= now):
             clock, state = self.load(bucket, log, key, now)
@@ -164,12 +221,8 @@ class EngineCore:
                 continue
             clock.stream_time = min(clock.stream_time + max(now - clock.last_ms, 0), END_OF_TIME)
             clock.last_ms = now
-            advanced = self._step(self.joiner.advance, key, state, clock.stream_time, ())
-            if advanced is None:  # the joiner raised: no more wake-ups until its next record
-                bucket.due.pop(key, None)
-                bucket.touch(key)
-            else:
-                self._store(bucket, log, key, clock, advanced, now)
+            if not self._call(bucket, log, key, clock, state, now, _ADVANCE, clock.stream_time, ()):
+                self._clock_only(bucket, log, key, clock, now)
 
     def load(self, bucket: Bucket, log: StashLog, key: str, now: int) -> tuple[KeyClock, Any]:
         """A key's clock and state; a fresh start when it has none or it outlived its TTL.
@@ -184,21 +237,25 @@ class EngineCore:
             # counts from this key's next store rather than dropping it unseen.
             if self.ttl_ms is None or not clock.updated_ms or now - clock.updated_ms < self.ttl_ms:
                 return clock, state
-            self._expire(bucket, log, key, clock, state)
+            self._expire(bucket, log, key, clock, state, now)
         return KeyClock(), self.joiner.initial_state()
 
-    def _expire(self, bucket: Bucket, log: StashLog, key: str, clock: KeyClock, state: Any) -> None:
+    def _expire(
+        self, bucket: Bucket, log: StashLog, key: str, clock: KeyClock, state: Any, now: int
+    ) -> None:
         """Drop a key past its TTL, after flushing what its joiner holds back.
 
-        An ended key was flushed by its end of input already. A joiner that raises here is
-        told (with no records), and the key is dropped all the same: its state ran out.
+        An ended key was flushed by its end of input already. A flush that fails is
+        dead-lettered as any failed ``advance`` is, and the key is dropped all the same: its
+        state ran out.
         """
         if clock.stream_time != END_OF_TIME:
-            self._step(self.joiner.advance, key, state, END_OF_TIME, ())
+            clock.stream_time = END_OF_TIME
+            self._call(bucket, log, key, clock, state, now, _ADVANCE, END_OF_TIME, ())
         _drop(bucket, log, key)
         self.joiner.context.count(EXPIRED)
 
-    def _store(
+    def _call(
         self,
         bucket: Bucket,
         log: StashLog,
@@ -206,34 +263,126 @@ class EngineCore:
         clock: KeyClock,
         state: Any,
         now: int,
+        which: str,
+        argument: Any,
+        records: Sequence[InputRecord],
         newest: int | None = None,
-    ) -> None:
-        """Keep a key's new state and clock (``newest``: its records' newest event time).
+    ) -> bool:
+        """Run one joiner call on the key's state; if it completes, send its yields and store.
 
-        The key's ``event_time`` moves to ``newest`` only if the state changed: a record that
-        leaves the state as it was (a lookup's stream record) leaves the entry, and so the
-        bucket's bytes, as they were.
+        ``which`` is :data:`_PROCESS` (``argument``: the records in apply order) or
+        :data:`_ADVANCE` (``argument``: the event time to advance to). The call's yields are
+        checked and made into rows, and the state it leaves pickled, before anything is sent
+        or stored (see the module docstring).
+
+        Returns:
+            False when the call failed: the outlet heard of it, with the records it was
+            given, and nothing was sent or stored.
+        """
+        joiner = self.joiner
+        call: Callable[[str, Any, Any, JoinerContext], Iterable[Emit | DeadLetter] | None] = (
+            joiner.process if which is _PROCESS else joiner.advance
+        )
+        try:
+            results = call(key, state, argument, joiner.context)
+            if results is None:
+                raise ContractBreach("it returned None, not the Emits and DeadLetters it yields")
+            results = list(results)
+            self._check(results)
+            rows = self._rows(results)
+            settled = self._settle(log, clock, state, now)
+        except Exception as exc:
+            self._failed(JoinerFailure(joiner.name, key, _named(which, argument), records, exc))
+            return False
+        self._send(rows)
+        self._keep(bucket, log, key, clock, settled, now, newest)
+        return True
+
+    def _check(self, results: list[Any]) -> None:
+        """Raise :class:`ContractBreach` at the first yield the engine cannot write."""
+        outputs = self.outputs
+        for result in results:
+            if isinstance(result, Emit):
+                key, source = result.key, result.source
+                if result.output not in outputs:
+                    declared = ", ".join(sorted(repr(name) for name in outputs if name)) or "none"
+                    raise ContractBreach(
+                        f"it emitted to output {result.output!r}, which it does not declare "
+                        f"(its outputs: {declared})"
+                    )
+                if key is not None and not isinstance(key, str | bytes):
+                    raise ContractBreach(
+                        f"it emitted the key {key!r} ({type(key).__name__}): a key is a str, "
+                        "bytes or None"
+                    )
+                if source is not None and not isinstance(source, InputRecord):
+                    raise ContractBreach(
+                        f"it emitted a source of type {type(source).__name__}, not an InputRecord"
+                    )
+            elif not isinstance(result, DeadLetter):
+                raise ContractBreach(
+                    f"it yielded {_shown(result)} ({type(result).__name__}), not an Emit or "
+                    "a DeadLetter"
+                )
+            elif not isinstance(result.record, InputRecord):
+                raise ContractBreach(
+                    f"it dead-lettered a {type(result.record).__name__}, not an InputRecord"
+                )
+
+    def _settle(self, log: StashLog, clock: KeyClock, state: Any, now: int) -> _Settled:
+        """What storing the key's state takes: when its joiner next wakes it, and its pickle.
+
+        None: the state is empty, and the key is to be dropped. Asks the joiner
+        (:meth:`Joiner.is_empty`, :meth:`Joiner.wakeup_ms`), so it runs inside the call.
         """
         joiner = self.joiner
         # An ended key with nothing left stays, as its clock, so that its end stays final.
         if joiner.is_empty(state) and clock.stream_time != END_OF_TIME:
+            return None
+        due = None
+        if self.wakes and (wakeup := joiner.wakeup_ms(state)) is not None:
+            due = now + max(wakeup, 1)
+        try:
+            # Last: what a stash holds goes into the log as it is pickled.
+            pickled = log.dumps(state)
+        except Exception as exc:
+            raise ContractBreach(
+                f"its state cannot be pickled ({type(exc).__name__}: {exc}); keep only "
+                "picklable values in it"
+            ) from exc
+        return due, pickled
+
+    def _keep(
+        self,
+        bucket: Bucket,
+        log: StashLog,
+        key: str,
+        clock: KeyClock,
+        settled: _Settled,
+        now: int,
+        newest: int | None = None,
+    ) -> None:
+        """Keep a key's new state and clock (``newest``: its records' newest event time).
+
+        The key's ``event_time`` moves to ``newest``, and its TTL starts again, only if the
+        state changed: a record that leaves the state as it was (a lookup's stream record)
+        leaves the entry, and so the bucket's bytes, as they were.
+        """
+        if settled is None:
             _drop(bucket, log, key)
             return
-        pickled = log.dumps(state)
+        due, pickled = settled
         before = bucket.keys.get(key)
         changed = before is None or before[STATE] != pickled
-        due = []
-        if self.wakes and (wakeup := joiner.wakeup_ms(state)) is not None:
-            due.append(now + max(wakeup, 1))
         if self.ttl_ms is not None:
             # Renewed by a change only: a record that read the state leaves its TTL running.
             if changed or not clock.updated_ms:
                 clock.updated_ms = now
-            due.append(clock.updated_ms + self.ttl_ms)
-        if due:
-            at = min(due)
-            if bucket.due.get(key) != at:
-                bucket.due[key] = at
+            expiry = clock.updated_ms + self.ttl_ms
+            due = expiry if due is None else min(due, expiry)
+        if due is not None:
+            if bucket.due.get(key) != due:
+                bucket.due[key] = due
                 bucket.touch(key)
         elif bucket.due and bucket.due.pop(key, None) is not None:
             bucket.touch(key)
@@ -245,34 +394,47 @@ class EngineCore:
             bucket.keys[key] = entry
             bucket.touch(key)
 
-    def _step(
-        self,
-        call: Callable[[str, Any, Any, JoinerContext], Iterable[Emit | DeadLetter]],
-        key: str,
-        state: Any,
-        argument: Any,
-        records: Sequence[InputRecord],
-    ) -> Any:
-        """Run one joiner call on the key's state; hand out what it yields; return the state.
+    def _clock_only(
+        self, bucket: Bucket, log: StashLog, key: str, clock: KeyClock, now: int
+    ) -> None:
+        """After a failed ``advance``: the key's stored state again, with its clock moved on.
 
-        ``call`` is the joiner's ``process`` (``argument``: the records) or ``advance``
-        (``argument``: the event time to advance to).
-
-        Returns None when the joiner raised (the outlet hears of it, with the records it was
-        given): since the caller then stores nothing, the stored state stays as it was.
+        So a woken key wakes up again when its joiner says, and an ended key stays ended. If
+        the joiner fails on its stored state too (``is_empty``, ``wakeup_ms``), the key stays
+        as stored, without a wake-up until its next record.
         """
+        _, state = self.load(bucket, log, key, now)  # the failed call may have changed it
         try:
-            results = list(call(key, state, argument, self.joiner.context))
-        except Exception as exc:
-            self._failed(records, exc)
-            return None
-        emit, reject = self._emit, self._reject
-        for result in results:
-            if isinstance(result, Emit):
-                emit(result)
-            else:
-                reject(result)
-        return state
+            settled = self._settle(log, clock, state, now)
+        except Exception:
+            if bucket.due.pop(key, None) is not None:
+                bucket.touch(key)
+            return
+        self._keep(bucket, log, key, clock, settled, now)
+
+
+_Settled = tuple[int | None, bytes] | None
+"""A state ready to store: the time its joiner next wakes its key (None: never) and its
+pickle; None
+for a state that is empty (its key is dropped)."""
+
+_PROCESS = "process"
+_ADVANCE = "advance"
+
+
+def _named(which: str, argument: Any) -> str:
+    """The call as a failure names it: ``process``, ``advance at event time T``, ..."""
+    if which is _PROCESS:
+        return "process"
+    if argument == END_OF_TIME:
+        return "advance at the end of input"
+    return f"advance at event time {argument}"
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: its repr, cut to a line's worth."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _drop(bucket: Bucket, log: StashLog, key: str) -> None:

@@ -8,9 +8,12 @@ decodes a call's records by join key, loads the bucket from Spark's state store
 (:class:`~daemon.operator.core.EngineCore`: apply order, each key's clock, end of input,
 state TTL, wake-ups), stores the bucket back with one timer, and writes what the joiner
 yielded to Kafka: Avro-encoded output records with provenance headers, and dead letters
-with their original bytes and the reason. A joiner that raises does not stop the
-pipeline: that key's records go to the dead-letter topic with the exception, and the key's
-state stays as it was.
+with their original bytes and the reason. A joiner call that fails (raises, or yields what
+cannot be written) does not stop the pipeline: nothing it yielded is written, its records go
+to the dead-letter topic as ``JoinerFailed`` with the reason (an ``advance``, which has none,
+writes one dead letter keyed by the join key), and the key's state stays as it was
+(:mod:`daemon.operator.core`). The counts row tells the sink, which logs the batch's first
+failure once it commits.
 
 Why the operator writes, not a sink after it: handing records on to a sink costs two more
 crossings between Python and the JVM, one out of this worker and one into the sink's, which
@@ -42,27 +45,29 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property, partial
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Row as SparkRow
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
+from daemon import secrets
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec
 from daemon.model.envelope import Envelope, unwrap
+from daemon.model.headers import Carrier, carrier, dead_letter_headers, reads_headers
+from daemon.model.headers import pack as pack_headers
 from daemon.model.latency import compact
 from daemon.model.wire import (
     CONTROL_INPUT,
     DEAD_LETTER_ROUTE,
-    INPUT,
+    FAILURES_REPORTED,
+    OUTPUT,
     CallCounts,
     InputRow,
     OutputRow,
     counts_row,
-    unpack,
 )
 from daemon.operator.bucket_store import BucketStore
-from daemon.operator.core import EngineCore, KeyBatch
+from daemon.operator.call_rows import Originals, origin, rows_of
+from daemon.operator.core import ContractBreach, EngineCore, JoinerFailure, KeyBatch
 from daemon.operator.held_records import HeldRecords
 from daemon.operator.spec import OperatorPlan
 from daemon.operator.state_format import decode_portable
@@ -70,6 +75,12 @@ from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, input_record
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
 from daemon.spark.worker_gc import freeze_loaded
+
+JOINER_FAILED = "JoinerFailed"
+"""The dead-letter class of a joiner call that failed (:class:`JoinerFailure`)."""
+_STAMPED = OUTPUT.position("source_topic")
+_ERROR_CLASS = OUTPUT.position("error_class")
+_TIMESTAMP = OUTPUT.position("timestamp")
 
 Send = Callable[[tuple[Any, ...]], None]
 """Takes one output row: an :class:`~daemon.model.wire.OutputRow`, or a plain tuple of its
@@ -82,14 +93,20 @@ class JoinerProcessor(StatefulProcessor):
     def __init__(self, plan: OperatorPlan, output: OutputSpec) -> None:
         self.plan = plan
         self.spec = output
+        self._secrets = secrets.remembered()
+        """The driver's secrets, for the workers to mask in dead letters' reasons: pickled
+        with the processor, never put in a Spark option (:mod:`daemon.secrets`)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables (:class:`BucketStore`: the bucket and its stash log)."""
         freeze_loaded()
+        secrets.remember_values(self._secrets)
         self.handle = handle
         self.output: TaskOutput | None = None  # opened at the task's first call
         self._stamps: dict[str, list[int]] = {}
         """Source timestamps of the call's output records, by topic (``daemon.model.latency``)."""
+        self._failures: list[str] = []
+        """The lines of the joiner calls that failed since the last counts row."""
         self._newest: dict[int, int] = {}
         """The newest event time of the call's records, by input (event-time lag)."""
         self._timers: dict[int, int | None] = {}
@@ -104,8 +121,14 @@ class JoinerProcessor(StatefulProcessor):
         """Each input's value decoder, by a row's ``input``: its codec's, unwrapping the
         row of an envelope."""
         self._emitted = self._keyed_output if self.plan.output_keys else self._output
+        self._shapes = {name: select.shape for name, select in (self.plan.selects or {}).items()}
+        """The compiled select of each output that has one (its main one, and the retractions
+        of its answers), by output name (None: the main one)."""
+        policy = self.plan.headers
+        self._carry: Carrier | None = carrier(policy) if reads_headers(policy) else None
+        """What a record keeps of its headers for its outputs (None: the source read none)."""
         self._send: Send = _unsent
-        self._raw = _Originals([], ())
+        self._raw = Originals([], ())
         """Where the current call's rows go, and its input rows by origin (for dead letters)."""
         self.core = EngineCore(self.plan.joiner, self)
         """The apply loop; made here, on the executor: it holds this processor's methods."""
@@ -125,7 +148,7 @@ class JoinerProcessor(StatefulProcessor):
     ) -> None:
         """Group the call's records by key and hand them to the core (:mod:`.core`)."""
         by_key: dict[str, list[InputRow]] = {}
-        for row in _rows_of(packs, self._newest):
+        for row in rows_of(packs, self._newest):
             if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
                 send(self._dead_letter(row, kind, reason))
@@ -148,6 +171,7 @@ class JoinerProcessor(StatefulProcessor):
         decode is dead-lettered here.
         """
         inputs, decoders, send = self.plan.inputs, self._decoders, self._send
+        carry = self._carry
         for key, rows in by_key.items():
             records: list[InputRecord] = []
             end_of_input = False
@@ -161,7 +185,7 @@ class JoinerProcessor(StatefulProcessor):
                 except SchemaRegistryUnavailableError:
                     raise  # the record is fine: fail the batch, which is retried, not the record
                 except Exception as exc:  # the source read only the key and time fields
-                    send(self._dead_letter(row, "UndecodableRecord", str(exc)))
+                    send(self._dead_letter(row, "UndecodableRecord", str(exc), exc))
                     continue
                 records.append(
                     input_record(
@@ -174,9 +198,10 @@ class JoinerProcessor(StatefulProcessor):
                         row.offset,
                         row.kafka_key,
                         row.timestamp,
+                        None if row.headers is None or carry is None else carry(row.headers),
                     )
                 )
-            self._raw = _Originals(rows, inputs)
+            self._raw = Originals(rows, inputs)
             yield key, records, end_of_input
 
     def handleInitialState(  # noqa: N802
@@ -221,7 +246,7 @@ class JoinerProcessor(StatefulProcessor):
         bucket, log, stored = self.buckets.load(key)
         bucket.timer_ms = None  # fired, so gone: the stored bucket must say so
         bucket.changed = True
-        self._send, self._raw = send, _Originals([], ())
+        self._send, self._raw = send, Originals([], ())
         self.core.tick(bucket, log, timer_values.getCurrentProcessingTimeInMs())
         self.buckets.save(key, bucket, log, stored)
         self._timers[int(key[0])] = bucket.timer_ms
@@ -251,12 +276,17 @@ class JoinerProcessor(StatefulProcessor):
         metrics.clear()
         stamps, newest, timers = self._stamps, self._newest, self._timers
         self._stamps, self._newest, self._timers = {}, {}, {}
+        loads, self.buckets.loads = self.buckets.loads, {}
+        failures, self._failures = self._failures, []
         if output is None or output.skipped:
             if timers:
                 yield SparkRow(**counts_row({"timers": timers})._asdict())
             return
         if timers:
             counts["timers"] = timers
+        if failures:
+            counts["failed_calls"] = len(failures)
+            counts["failures"] = failures[:FAILURES_REPORTED]
         counts["records"], counts["dead_letters"] = output.records, output.dead_letters
         output.records, output.dead_letters = {}, {}
         if stamps:
@@ -264,55 +294,112 @@ class JoinerProcessor(StatefulProcessor):
         if newest:
             inputs = self.plan.inputs
             counts["event_time"] = {inputs[index][0]: ms for index, ms in newest.items()}
+        if loads:
+            counts["cache"] = loads
         if any(counts.values()):
             yield SparkRow(**counts_row(counts)._asdict())
 
-    def emit(self, emit: Emit) -> None:
-        """Send an output record the joiner emitted (:class:`~daemon.operator.core.Outlet`)."""
-        self._send(self._emitted(emit, self._raw))
+    def rows(self, results: Sequence[Emit | DeadLetter]) -> list[tuple[Any, ...]]:
+        """The output rows of a call's yields, none sent yet (the core's ``Outlet``).
 
-    def reject(self, letter: DeadLetter) -> None:
-        """Send a dead letter the joiner yielded."""
-        self._send(self._rejected(letter, self._raw))
+        Raises:
+            ValueError: an output the pipeline does not configure, or a value or key that
+                the output's schema refuses where no input record can be dead-lettered
+                instead: the call fails as a whole.
+        """
+        raw, emitted, rejected = self._raw, self._emitted, self._rejected
+        return [
+            emitted(result, raw) if isinstance(result, Emit) else rejected(result, raw)
+            for result in results
+        ]
 
-    def failed(self, records: Sequence[InputRecord], error: Exception) -> None:
-        """The joiner raised: dead-letter the records it was given, with their original bytes."""
-        joiner = self.plan.joiner
-        reason = f"joiner {joiner.name!r} of plugin {self.plan.plugin!r} raised {error!r}"
-        for record in records:
-            self._send(self._dead_letter(self._raw[_origin(record)], "JoinerFailed", reason))
+    def send(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Write a completed call's rows, noting the source timestamps of its outputs."""
+        send, stamps = self._send, self._stamps
+        for row in rows:
+            send(row)
+            # An output made from an input record (a dead letter has an error class).
+            if row[_STAMPED] is not None and row[_ERROR_CLASS] is None and row[_TIMESTAMP]:
+                topic = row[0]
+                times = stamps.get(topic)
+                if times is None:
+                    times = stamps[topic] = []
+                times.append(row[_TIMESTAMP])
 
-    def _output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
-        """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send)."""
+    def failed(self, failure: JoinerFailure) -> None:
+        """A joiner call failed: dead-letter the records it was given, with their original bytes.
+
+        An ``advance`` has none: its dead letter is keyed by the join key, with no value.
+        """
+        reason = failure.reason(self.plan.plugin)
+        self._failures.append(reason)
+        if not failure.records:
+            key = failure.key.encode("utf-8")
+            timestamp = self._raw.newest_timestamp
+            dead = self.plan.dead_letter_topic
+            headers = dead_letter_headers(None, JOINER_FAILED, reason, failure.error)
+            self._send(
+                OutputRow(
+                    dead, key, None, timestamp, None, None, None, JOINER_FAILED,
+                    secrets.redact(reason), headers,
+                )  # fmt: skip
+            )
+            return
+        for record in failure.records:
+            row = self._raw[origin(record)]
+            self._send(self._dead_letter(row, JOINER_FAILED, reason, failure.error))
+
+    def _output(
+        self, emit: Emit, raw: Originals, written_key: bytes | None = None
+    ) -> tuple[Any, ...]:
+        """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send).
+
+        ``written_key``: the Kafka key as its output's key format writes it, where not as
+        text (:meth:`_keyed_output`); a select reads the key the joiner gave all the same.
+        """
         topic, codec = self.plan.output_topic, self.plan.output_codec
         if emit.output is not None:
-            topic, codec = (self.plan.outputs or {})[emit.output]
+            configured = (self.plan.outputs or {}).get(emit.output)
+            if configured is None:
+                raise ValueError(
+                    f"it emitted to output {emit.output!r}, which the pipeline does not "
+                    f"configure ([pipeline.outputs.{emit.output}])"
+                )
+            topic, codec = configured
+        value = None
         try:
-            value = None if emit.value is None else codec.encode(emit.value)
+            if emit.value is not None:
+                value = self._encoded(emit.value, emit, codec, raw)
         except Exception as exc:
             # Records held in state since before their input's schema evolved: read them
             # with the schema they have now, as Avro reads old data (.held_records).
-            value = self._evolved(emit, codec)
+            value = self._evolved(emit, codec, raw)
             if value is None:
-                # An output the schema rejects is the joiner's or the schema's fault: keep
-                # the triggering record, with the reason, rather than lose it.
-                if emit.source is None:
-                    raise
+                # An output the schema rejects (or its select cannot shape) is the joiner's,
+                # the select's or the schema's fault: keep the triggering record, with the
+                # reason, rather than lose it.
                 reason = f"{type(exc).__name__}: {exc}"
-                return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
-        key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
+                if emit.source is None:
+                    raise ContractBreach(
+                        f"the schema of its output refuses a value it emitted ({reason}), "
+                        "which no input record made"
+                    ) from exc
+                letter = DeadLetter(emit.source, reason, "UnencodableOutput")
+                return self._rejected(letter, raw, exc)
+        key = written_key
+        if key is None:
+            key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
         source = emit.source
+        carried = emit.headers
         if source is None:
             # No input record made it (a revision at the end of input): the newest timestamp
             # of the key's rows in this call, its end-of-input marker's, so that the output is
             # the same however the input fell into micro-batches; at a wake-up (no rows) the
             # time of writing.
-            return (topic, key, value, raw.newest_timestamp, None, None, None, None, None)
-        if source.timestamp:
-            stamps = self._stamps.get(topic)
-            if stamps is None:
-                stamps = self._stamps[topic] = []
-            stamps.append(source.timestamp)
+            headers = None if carried is None else pack_headers(carried)
+            return (topic, key, value, raw.newest_timestamp, None, None, None, None, None, headers)
+        if carried is None:
+            carried = source.headers
         return (
             topic,
             key,
@@ -323,24 +410,34 @@ class JoinerProcessor(StatefulProcessor):
             source.offset,
             None,
             None,
+            None if carried is None else pack_headers(carried),
         )
+
+    def _encoded(
+        self, record: dict[str, Any], emit: Emit, codec: AvroCodec, raw: Originals
+    ) -> bytes:
+        """An emitted output record in bytes, through the pipeline's select if it has one."""
+        shape = self._shapes.get(emit.output) if self._shapes else None
+        if shape is not None:  # the pipeline's select (daemon.model.selection)
+            record = shape(record, emit.key, _timestamp(emit.source, raw))
+        return codec.encode(record)
 
     @cached_property
     def _held(self) -> HeldRecords:
         """Which output fields hold input records, and each input's schema (made when needed)."""
         return HeldRecords(self.plan.joiner, self.plan.codecs, self.plan.envelopes)
 
-    def _evolved(self, emit: Emit, codec: AvroCodec) -> bytes | None:
+    def _evolved(self, emit: Emit, codec: AvroCodec, raw: Originals) -> bytes | None:
         """An output value encoded with its input records conformed; None: it still fails."""
         conformed = None if emit.value is None else self._held.conformed(emit.value, emit.output)
         if conformed is None:
             return None
         try:
-            return codec.encode(conformed)
+            return self._encoded(conformed, emit, codec, raw)
         except Exception:
             return None
 
-    def _keyed_output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
+    def _keyed_output(self, emit: Emit, raw: Originals) -> tuple[Any, ...]:
         """:meth:`_output` for a pipeline whose outputs write keys in Avro or JSON.
 
         Apart, so that the pipelines that write text keys (most) pay nothing for it.
@@ -351,35 +448,53 @@ class JoinerProcessor(StatefulProcessor):
         try:
             key = writer.encode(emit.key)
         except Exception as exc:
-            if emit.source is None:
-                raise
             reason = f"key {emit.key!r}: {type(exc).__name__}: {exc}"
-            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw)
-        return self._output(Emit(key, emit.value, emit.source, emit.output), raw)
+            if emit.source is None:
+                raise ContractBreach(
+                    f"its output's key format refuses a key it emitted ({reason}), which no "
+                    "input record made"
+                ) from exc
+            letter = DeadLetter(emit.source, reason, "UnencodableOutput")
+            return self._rejected(letter, raw, exc)
+        return self._output(emit, raw, key)
 
-    def _rejected(self, letter: DeadLetter, raw: _Originals) -> OutputRow:
-        """A dead letter for a record of this batch (its original bytes) or one from state."""
-        row = raw.get(_origin(letter.record))
+    def _rejected(
+        self, letter: DeadLetter, raw: Originals, error: BaseException | None = None
+    ) -> OutputRow:
+        """A dead letter for a record of this batch (its original bytes) or one from state.
+
+        ``error``: the exception that made it, for its KIP-1034 headers.
+        """
+        row = raw.get(origin(letter.record))
         if row is not None:
-            return self._dead_letter(row, letter.kind, letter.reason)
+            return self._dead_letter(row, letter.kind, letter.reason, error)
         record = letter.record
         value = (
             None
             if record.value is None
             else self._held.encoded(record.role, record.value, self.plan.codecs[record.role])
         )
+        # From state: the headers it kept (its outputs'), where the batch's own keep all.
         return OutputRow(
             self.plan.dead_letter_topic,
             record.kafka_key,
             value,
             record.timestamp or None,
-            *_origin(record),
+            *origin(record),
             letter.kind,
-            letter.reason,
+            secrets.redact(letter.reason),
+            dead_letter_headers(pack_headers(record.headers), letter.kind, letter.reason, error),
         )
 
-    def _dead_letter(self, row: InputRow, kind: str, reason: str) -> OutputRow:
-        """A dead letter of an input row of this batch: its original bytes, and why."""
+    def _dead_letter(
+        self, row: InputRow, kind: str, reason: str, error: BaseException | None = None
+    ) -> OutputRow:
+        """A dead letter of an input row of this batch: its original bytes and headers, and why.
+
+        The reason is redacted: an exception's message may quote a secret. ``error``: the
+        exception that made it, when one did, for its KIP-1034 headers
+        (:func:`~daemon.model.headers.error_headers`).
+        """
         return OutputRow(
             self.plan.dead_letter_topic,
             row.kafka_key,
@@ -389,7 +504,8 @@ class JoinerProcessor(StatefulProcessor):
             row.partition,
             row.offset,
             kind,
-            reason,
+            secrets.redact(reason),
+            dead_letter_headers(row.headers, kind, reason, error),
         )
 
     def close(self) -> None:
@@ -400,44 +516,6 @@ class JoinerProcessor(StatefulProcessor):
         """
         if self.output is not None:
             self.output.commit()
-
-
-class _Originals:
-    """The input rows of one key's call, found by origin when a dead letter needs their bytes.
-
-    Indexed on first use: most calls never need it, and an index entry per record cost more
-    than the rest of a record's bookkeeping.
-    """
-
-    def __init__(self, rows: list[InputRow], inputs: tuple[tuple[str, str], ...]) -> None:
-        self._rows = rows
-        self._inputs = inputs
-        self._index: dict[tuple[str, int, int], InputRow] | None = None
-
-    @cached_property
-    def newest_timestamp(self) -> int | None:
-        """The newest Kafka timestamp of the key's rows in the call, its marker's too.
-
-        None without rows (a wake-up) or without timestamps. Found once per key: an end of
-        input can revise every event the key keeps.
-        """
-        return max((row.timestamp for row in self._rows if row.timestamp), default=None)
-
-    def get(self, origin: tuple[str, int, int]) -> InputRow | None:
-        """The row a record of this call came from; None for a record from state."""
-        if self._index is None:
-            self._index = {
-                (self._inputs[row.input][1], row.partition, row.offset): row
-                for row in self._rows
-                if row.input != CONTROL_INPUT
-            }
-        return self._index.get(origin)
-
-    def __getitem__(self, origin: tuple[str, int, int]) -> InputRow:
-        row = self.get(origin)
-        if row is None:
-            raise KeyError(origin)
-        return row
 
 
 def _decoder(codec: AvroCodec, envelope: Envelope | None) -> Callable[[bytes], Any]:
@@ -457,32 +535,12 @@ def _unwrapped(decode: Callable[[bytes], Any], data: bytes) -> dict[str, Any] | 
     return unwrap(decode(data))
 
 
-def _rows_of(packs: Iterator[SparkRow], newest: dict[int, int]) -> Iterator[InputRow]:
-    """The records of the call's packs (:func:`~daemon.model.wire.unpack`), by columns.
-
-    Notes in ``newest`` each input's newest event time, a pack at a time (a pack's records
-    come from one Kafka partition), leaving out end-of-input markers and unroutable records.
-    """
-    for pack in packs:
-        records = unpack(pack.records)
-        _note_newest(records, newest)
-        yield from INPUT.rows(records)
-
-
-def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
-    inputs = records.column("input")
-    routed = pc.and_(pc.greater_equal(inputs, 0), pc.is_null(records.column("error")))
-    times = pc.filter(records.column("event_time"), routed)
-    if len(times):
-        index = pc.filter(inputs, routed)[0].as_py()
-        latest = pc.max(times).as_py()
-        if latest > newest.get(index, latest - 1):
-            newest[index] = latest
-
-
 def _unsent(row: tuple[Any, ...]) -> None:
     raise RuntimeError("an output row outside a call of the processor")
 
 
-def _origin(record: InputRecord) -> tuple[str, int, int]:
-    return (record.topic, record.partition, record.offset)
+def _timestamp(source: InputRecord | None, raw: Originals) -> int | None:
+    """An output's Kafka timestamp, as :meth:`JoinerProcessor._output` writes it (None: now)."""
+    if source is None:
+        return raw.newest_timestamp
+    return source.timestamp or None

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from daemon.formats.avro.codec import AvroCodec
 from daemon.formats.kafka_keys import KafkaKeyCodec
 from daemon.model.envelope import Envelope
+from daemon.model.headers import HeaderPolicy
+from daemon.model.selection import SelectFunction
 from daemon.plugin.joiner import Joiner
 
 
@@ -40,3 +42,9 @@ class OperatorPlan:
     state_deltas: bool = True
     """Whether a call that changed a few keys of a bucket appends them as a delta instead of
     writing the bucket whole (:mod:`daemon.operator.bucket_delta`; ``[state] deltas``)."""
+    selects: dict[str | None, SelectFunction] | None = None
+    """The pipeline's select, by each output it shapes (None: the main one; and the
+    retractions of its answers, which are in the main output's schema)."""
+    headers: HeaderPolicy = "none"
+    """Which input headers the outputs carry (the pipeline's ``headers``,
+    :mod:`daemon.model.headers`); the source reads them unless ``"none"``."""

@@ -1,38 +1,52 @@
 """The state format: what the joiner operator keeps in Spark's state store, version by version.
 
-Version 1 (:data:`STATE_FORMAT`) holds plain data: dicts, tuples, numbers, strings and bytes,
-pickled (protocol 5) and stored compressed (:mod:`daemon.operator.state_compression`). It
-names no class of enrichd's, so moving or renaming one breaks no checkpoint.
+Every version holds plain data: dicts, tuples, numbers, strings and bytes, pickled (protocol
+5) and stored compressed (:mod:`daemon.operator.state_compression`). It names no class of
+enrichd's, so moving or renaming one breaks no checkpoint. The versions:
+
+1. A bucket's one value per state bucket, its stash log beside it.
+2. (:data:`STATE_FORMAT`) The same, plus a list of **deltas** after each bucket's value
+   (:mod:`daemon.operator.bucket_delta`): an enrichd of format 1 would read the value alone
+   and miss every key a delta holds.
+
+The pieces, as format 2 writes them:
 
 - A **bucket** (the value state ``state_bucket``, one per state bucket):
-  ``{"format": 1, "keys": {join key: entry}, "due": {join key: ms}, "timer_ms": ms or None,
+  ``{"format": 2, "keys": {join key: entry}, "due": {join key: ms}, "timer_ms": ms or None,
   "stash": (next sequence number, values written, values live, chunks)}``, where an entry
   is ``(stream_time, last_ms, updated_ms, event_time, state)`` (see :class:`Bucket`).
-- A **delta** of a bucket (the list state ``bucket_delta``, a list per state bucket,
-  :mod:`daemon.operator.bucket_delta`): what one write changed, appended instead of writing
-  the bucket whole, ``{"format": 1, "delta": sequence number, "keys": {join key: (entry or
-  None, due ms or None)}, "timer_ms": ms or None, "stash": (...)}``, stored compressed. The
-  bucket is its value with its deltas applied by sequence number; a key's None entry means
-  it went. Checkpoints written before deltas have none, and read as before.
+- A **delta** of a bucket (the list state ``bucket_delta``, a list per state bucket): what
+  one write changed, appended instead of writing the bucket whole, ``{"format": 2, "delta":
+  sequence number, "keys": {join key: (entry or None, due ms or None)}, "timer_ms": ms or
+  None, "stash": (...)}``, stored compressed. The bucket is its value with its deltas
+  applied by sequence number; a key's None entry means it went.
 - A **chunk** of the bucket's stash log (the list state ``stash_chunks``):
-  ``{"format": 1, "values": {sequence number: value}}``.
+  ``{"format": 2, "values": {sequence number: value}}``.
 - A key's **state** and each stashed **value**: the joiner's own objects, pickled. The joiner
   owns them, so the names of its classes are its to keep stable (docs/plugins.md). The two
   objects of enrichd's that a joiner's state holds are written without a name: an
-  :class:`~daemon.plugin.joiner.InputRecord` as its nine fields, and a
-  :class:`~daemon.plugin.stash.Stash` as its index (which key's value is under which
-  sequence number in the log). A pickle calls them by an extension code
-  (:data:`EXTENSION_CODE`, registered with :mod:`copyreg`) and a small number (:data:`RECORD`,
-  :data:`STASH`, :data:`PORTABLE_STASH`); only this module maps those to code.
+  :class:`~daemon.plugin.joiner.InputRecord` as its nine fields (ten, with its headers:
+  :data:`RECORD_WITH_HEADERS`), and a :class:`~daemon.plugin.stash.Stash` as its index (which
+  key's value is under which sequence number in the log). A pickle calls them by an
+  extension code (:data:`EXTENSION_CODE`, registered with :mod:`copyreg`) and a small number
+  (:data:`RECORD`, :data:`STASH`, :data:`PORTABLE_STASH`, :data:`RECORD_WITH_HEADERS`); only
+  this module maps those to code.
 
 A **portable** key state (:func:`dump_portable`) carries its stashes' values inline: it moves
 a key's state between checkpoints (``daemon reset --keep-state``, ``daemon rescale``), where
 the values must be written to another bucket's log.
 
-How a new format version comes about: a change to any of the shapes above gets a new
-:data:`STATE_FORMAT`; this module keeps reading every older version it knows, and the
-checkpoint records which one it holds (``daemon.pipeline.checkpoint_shape``), so an older
-enrichd refuses a newer checkpoint with one line instead of misreading it.
+Format 1 upgrades without a rewrite: its buckets, chunks and moved keys have format 2's
+shapes, and a bucket without deltas is read as it was. (Checkpoints that an enrichd of the
+weeks between the deltas and format 2 wrote record format 1 and may hold deltas: they read
+the same way.) The checkpoint records its format (``daemon.pipeline.checkpoint_shape``),
+which ``daemon run`` takes up to :data:`STATE_FORMAT` when it starts, so that an older
+enrichd refuses it with one line instead of misreading it.
+
+How a new format version comes about: a change to any of the shapes above, or to the state
+variables that hold them, gets a new :data:`STATE_FORMAT` and a line in the list above; this
+module keeps reading every older version it knows (:data:`OLDEST_FORMAT` on), or says here
+why not.
 """
 
 from __future__ import annotations
@@ -52,8 +66,10 @@ from daemon.operator import state_compression
 from daemon.plugin.joiner import InputRecord, input_record
 from daemon.plugin.stash import Stash
 
-STATE_FORMAT: Final = 1
+STATE_FORMAT: Final = 2
 """The version of the state format this enrichd writes (and the newest it reads)."""
+OLDEST_FORMAT: Final = 1
+"""The oldest version of the state format this enrichd reads."""
 PROTOCOL: Final = 5
 """The pickle protocol: fixed, so that a newer Python's default does not change the bytes."""
 
@@ -69,9 +85,15 @@ STATE: Final = 4
 EXTENSION_CODE: Final = 0x6564
 """The :mod:`copyreg` extension code of :func:`_maker`, the one callable a key state's
 pickle names: by this number, not by a module and a name."""
-RECORD, STASH, PORTABLE_STASH = 1, 2, 3
+RECORD, STASH, PORTABLE_STASH, RECORD_WITH_HEADERS = 1, 2, 3, 4
 """What :func:`_maker` makes: an input record from its fields, a stash from its index (its
-values in the bucket's log), a stash from its items (portable)."""
+values in the bucket's log), a stash from its items (portable), an input record with headers.
+
+A record with headers has a maker of its own, and one without keeps :data:`RECORD` and its
+nine fields: so the state of a pipeline that carries no headers stays as an enrichd before
+headers wrote it, such state loads (its records get no headers: there were none to keep),
+and an enrichd before headers refuses a record with headers with one line (a maker it does
+not know) instead of misreading it."""
 
 
 class UnknownStateFormatError(EnrichdError):
@@ -217,14 +239,22 @@ def decode_chunk(blob: bytes) -> dict[int, bytes]:
     return values
 
 
+def readable(version: object) -> bool:
+    """Whether this enrichd reads state of format ``version``."""
+    return isinstance(version, int) and OLDEST_FORMAT <= version <= STATE_FORMAT
+
+
+def _refuse(version: object, what: str) -> None:
+    if not readable(version):
+        raise UnknownStateFormatError(
+            f"{what} in state format {version!r}, which this enrichd (state formats "
+            f"{OLDEST_FORMAT} to {STATE_FORMAT}) cannot read; run the enrichd that wrote it"
+        )
+
+
 def _plain(pickled: bytes, what: str) -> dict[str, Any]:
     data = pickle.loads(pickled)  # noqa: S301 - plain data the processor wrote
-    version = data.get("format") if isinstance(data, dict) else None
-    if version != STATE_FORMAT:
-        raise UnknownStateFormatError(
-            f"a {what} in state format {version!r}, which this enrichd (state format "
-            f"{STATE_FORMAT}) cannot read; run the enrichd that wrote it"
-        )
+    _refuse(data.get("format") if isinstance(data, dict) else None, f"a {what}")
     return data
 
 
@@ -304,11 +334,7 @@ def decode_portable(pickled: bytes) -> tuple[tuple[int, int, int, int], int | No
         UnknownStateFormatError: they were written in a format this enrichd does not know.
     """
     version, stream_time, last_ms, updated_ms, event_time, due, state = pickle.loads(pickled)  # noqa: S301
-    if version != STATE_FORMAT:
-        raise UnknownStateFormatError(
-            f"a moved key state in state format {version!r}, which this enrichd (state format "
-            f"{STATE_FORMAT}) cannot read; run the enrichd that moved it"
-        )
+    _refuse(version, "a moved key state")
     return (stream_time, last_ms, updated_ms, event_time), due, load_state(state, None)
 
 
@@ -319,11 +345,7 @@ def portable_due(pickled: bytes) -> int | None:
         UnknownStateFormatError: they were written in a format this enrichd does not know.
     """
     version, *_, due, _state = pickle.loads(pickled)  # noqa: S301 - enrichd's own state
-    if version != STATE_FORMAT:
-        raise UnknownStateFormatError(
-            f"a moved key state in state format {version!r}, which this enrichd (state format "
-            f"{STATE_FORMAT}) cannot read; run the enrichd that moved it"
-        )
+    _refuse(version, "a moved key state")
     return due  # type: ignore[no-any-return]
 
 
@@ -361,6 +383,7 @@ _MAKERS: dict[int, _Maker] = {
     RECORD: _Maker(input_record),
     STASH: _Maker(_stashed),
     PORTABLE_STASH: _Maker(_portable_stash),
+    RECORD_WITH_HEADERS: _Maker(input_record),
 }
 _NUMBERS = {id(maker): number for number, maker in _MAKERS.items()}
 
@@ -383,20 +406,20 @@ def _reduce_maker(maker: _Maker) -> tuple[Any, ...]:
 
 
 def _reduce_record(record: InputRecord) -> tuple[Any, ...]:
-    return (
-        _MAKERS[RECORD],
-        (
-            record.role,
-            record.key,
-            record.value,
-            record.event_time,
-            record.topic,
-            record.partition,
-            record.offset,
-            record.kafka_key,
-            record.timestamp,
-        ),
+    fields = (
+        record.role,
+        record.key,
+        record.value,
+        record.event_time,
+        record.topic,
+        record.partition,
+        record.offset,
+        record.kafka_key,
+        record.timestamp,
     )
+    if record.headers is None:
+        return (_MAKERS[RECORD], fields)
+    return (_MAKERS[RECORD_WITH_HEADERS], (*fields, record.headers))
 
 
 def _reduce_portable_stash(stash: Stash) -> tuple[Any, ...]:

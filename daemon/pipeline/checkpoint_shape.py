@@ -14,12 +14,17 @@ timeout), and the joiner's own state carries what it needs.
 The state's layout records the version of the state format
 (:data:`~daemon.operator.state_format.STATE_FORMAT`) and the number of state buckets: an
 enrichd refuses a checkpoint of a newer format with one line rather than misread it, and
-reads every older format it knows.
+reads every older format it knows. ``daemon run`` takes an older format up to its own as it
+starts (:func:`check_checkpoint`): from then on the checkpoint may hold what only the newer
+format has, so an older enrichd must refuse it. The file also records the versions of enrichd
+and pyspark that made the checkpoint, and ``daemon run`` refuses another pyspark minor
+version (:mod:`daemon.pipeline.written_by`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +32,12 @@ from daemon.checkpoint.batch_logs import last_planned, planned_past_commit
 from daemon.checkpoint.layout import SHAPE, shape_file
 from daemon.errors import ConfigError
 from daemon.model.config import InputConfig, PipelineConfig
-from daemon.operator.state_format import STATE_FORMAT
+from daemon.operator.state_format import OLDEST_FORMAT, STATE_FORMAT, readable
+from daemon.pipeline import written_by
 from daemon.private_paths import private_folder, write_private_text
 from daemon.state.seed import seed_of
+
+log = logging.getLogger("enrichd.checkpoint")
 
 
 def state_layout(buckets: int) -> dict[str, int]:
@@ -47,6 +55,10 @@ class IncompatibleCheckpointError(ConfigError):
 
 class NewerCheckpointError(IncompatibleCheckpointError):
     """The checkpoint holds state in a newer format: run the enrichd that wrote it."""
+
+
+class OtherSparkCheckpointError(IncompatibleCheckpointError):
+    """The checkpoint was made by another pyspark minor version: pin it, or move the state."""
 
 
 class NoCheckpointError(ConfigError):
@@ -105,8 +117,13 @@ def check_checkpoint(pipe: PipelineConfig) -> None:
     ``daemon reset`` or ``daemon rescale`` counts as a batch: it holds offsets and may hold
     state laid out for the shape it recorded.
 
+    A checkpoint of an older state format this enrichd reads is taken up to its own format,
+    and one made before the versions were recorded gets them (:func:`write_shape`).
+
     Raises:
         IncompatibleCheckpointError: the checkpoint was written by a pipeline of another shape.
+        NewerCheckpointError: its state is in a format this enrichd does not read.
+        OtherSparkCheckpointError: it was made by another pyspark minor version.
     """
     path = shape_file(pipe.checkpoint)
     shape = shape_of(pipe)
@@ -115,14 +132,24 @@ def check_checkpoint(pipe: PipelineConfig) -> None:
     if not path.exists() or not started:
         write_shape(pipe)
         return
-    try:
-        written = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise IncompatibleCheckpointError(
-            f"pipeline {pipe.name!r}: cannot read {path} ({exc}); restore it, or delete the "
-            f"checkpoint {pipe.checkpoint} to start over from the earliest offsets"
-        ) from None
+    written = recorded_shape(pipe)
     refuse_mismatch(pipe, written, shape)
+    refuse_other_spark(pipe, written)
+    was = written["state"]["format"]
+    if was != STATE_FORMAT or written_by.recorded(written) is None:
+        # Format 1 reads as format 2 with no deltas yet (daemon.operator.state_format); the
+        # record goes up before the query can write what an older enrichd would misread.
+        write_shape(pipe)
+        if was != STATE_FORMAT:
+            log.info(
+                "pipeline %r: checkpoint %s taken from state format %s to %s; an enrichd of "
+                "format %s can no longer run on it",
+                pipe.name,
+                pipe.checkpoint,
+                was,
+                STATE_FORMAT,
+                was,
+            )
 
 
 def recorded_shape(pipe: PipelineConfig) -> dict[str, Any]:
@@ -173,28 +200,29 @@ def buckets_of_shape(shape: dict[str, Any]) -> int:
 
 
 def write_shape(pipe: PipelineConfig) -> None:
-    """Record the pipeline's shape in its checkpoint, replacing what was there."""
+    """Record the pipeline's shape and this enrichd's and pyspark's versions in its checkpoint.
+
+    Replaces what was there.
+    """
     path = shape_file(pipe.checkpoint)
     private_folder(path.parent, what=f"pipeline {pipe.name!r}: checkpoint")
-    write_private_text(path, json.dumps(shape_of(pipe), indent=2) + "\n")
+    recorded = {**shape_of(pipe), written_by.WRITTEN_BY: written_by.running()}
+    write_private_text(path, json.dumps(recorded, indent=2) + "\n")
 
 
 def refuse_mismatch(pipe: PipelineConfig, written: dict[str, Any], shape: dict[str, Any]) -> None:
     """Raise if the recorded shape ``written`` does not fit the pipeline's ``shape``.
 
+    An older state format that this enrichd reads fits.
+
     Raises:
-        NewerCheckpointError: the state is in a format newer than this enrichd's.
+        NewerCheckpointError: the state is in a format this enrichd does not read.
         IncompatibleCheckpointError: anything else differs.
     """
     layout = written.get("state")
-    if isinstance(layout, dict) and int(layout.get("format", 0)) > STATE_FORMAT:
-        raise NewerCheckpointError(
-            f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} holds state in format "
-            f"{layout['format']}, written by a newer enrichd (this one reads formats up to "
-            f"{STATE_FORMAT}); run that enrichd, or point `checkpoint` at a new folder to start "
-            "over"
-        )
-    changes = _differences(written, shape)
+    if isinstance(layout, dict):
+        refuse_format(pipe, layout.get("format"), written)
+    changes = differences(written, shape)
     if changes:
         raise IncompatibleCheckpointError(
             f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} was written by another "
@@ -204,7 +232,63 @@ def refuse_mismatch(pipe: PipelineConfig, written: dict[str, Any], shape: dict[s
         )
 
 
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def refuse_format(
+    pipe: PipelineConfig, version: object, written: dict[str, Any], *, where: str = ""
+) -> None:
+    """Raise unless this enrichd reads state format ``version``, which ``written`` records.
+
+    ``where``: what holds the state, for the message (the pipeline's checkpoint if not given).
+
+    Raises:
+        NewerCheckpointError: one line naming both formats, both enrichd versions where
+            known, and what to do.
+    """
+    if readable(version):
+        return
+    where = where or f"checkpoint {pipe.checkpoint}"
+    maker = (written_by.recorded(written) or {}).get("enrichd")
+    this = written_by.running()["enrichd"]
+    by = f" (made by enrichd {maker})" if maker else ""
+    if isinstance(version, int) and version > STATE_FORMAT:
+        way = f"run enrichd {maker} or newer" if maker else "run the enrichd that wrote it"
+        raise NewerCheckpointError(
+            f"pipeline {pipe.name!r}: {where} holds state in format {version}{by}, newer "
+            f"than this enrichd {this} reads (state formats {OLDEST_FORMAT} to "
+            f"{STATE_FORMAT}); {way}, restore a snapshot taken before the upgrade "
+            "(`daemon restore`), or point `checkpoint` at a new folder to start over"
+        )
+    raise NewerCheckpointError(
+        f"pipeline {pipe.name!r}: {where} holds state in format "
+        f"{version!r}{by}, which this enrichd {this} no longer reads (state formats "
+        f"{OLDEST_FORMAT} to {STATE_FORMAT}); run an older enrichd on it, or point "
+        "`checkpoint` at a new folder to start over"
+    )
+
+
+def refuse_other_spark(pipe: PipelineConfig, written: dict[str, Any]) -> None:
+    """Raise if the checkpoint ``written`` describes was made by another pyspark minor version.
+
+    Raises:
+        OtherSparkCheckpointError: one line naming both versions and the ways on.
+    """
+    mismatch = written_by.spark_mismatch(written)
+    if mismatch is None:
+        return
+    was, now = mismatch
+    raise OtherSparkCheckpointError(
+        f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} was made by pyspark {was}, "
+        f"and this is pyspark {now}: Spark's files in it need not read across minor "
+        f"versions; install pyspark {written_by.minor(was)} (pip install "
+        f"'{written_by.pin(was)}'), or take a snapshot (`daemon snapshot`) and move the state "
+        f"into a checkpoint of pyspark {written_by.minor(now)} with `daemon rescale`"
+    )
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between a recorded shape ``old`` and a pipeline's ``new``, in words.
+
+    The state format is not among them: :func:`refuse_format` judges it.
+    """
     changes = []
     if old.get("joiner") != new["joiner"]:
         changes.append(f"joiner {old.get('joiner')!r} is now {new['joiner']!r}")
@@ -213,12 +297,9 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         changes.append(
             f"state layout {written!r} of a pre-release enrichd, which this one cannot read"
         )
-    elif written != new["state"]:
+    elif written.get("buckets") != new["state"]["buckets"]:
         was, now = written.get("buckets"), new["state"]["buckets"]
-        if was != now:
-            changes.append(f"state_buckets {was} is now {now} (`daemon rescale` moves the state)")
-        if written.get("format") != new["state"]["format"]:
-            changes.append(f"state format {written.get('format')} is now {STATE_FORMAT}")
+        changes.append(f"state_buckets {was} is now {now} (`daemon rescale` moves the state)")
     old_inputs: dict[str, Any] = old.get("inputs") or {}
     for role in sorted(set(old_inputs) | set(new["inputs"])):
         before, after = old_inputs.get(role), new["inputs"].get(role)

@@ -5,7 +5,8 @@ topic, not one a start would refuse. Options marked :class:`~daemon.plugin.field
 name a field of an input's records (or of the main output's, for a second stage): the field
 must be in that schema, and of the types the mark allows. The joiner's
 :meth:`~daemon.plugin.joiner.Joiner.writes` says what it writes to each output: the output's
-schema must hold it (:mod:`daemon.formats.avro.fits`), and its other fields need defaults.
+schema must hold it (:mod:`daemon.formats.avro.fits`), and its other fields need defaults;
+with a ``select``, what the select makes of it (:mod:`daemon.pipeline.select_checks`).
 
 Schemas come from the pipeline's ``.avsc`` files; an input or output whose schema is a
 registry subject alone is not checked here (the registry's own checks are
@@ -51,6 +52,8 @@ def field_problems(pipeline: PipelineConfig, where: str, joiner: Joiner) -> list
     records[MAIN_OUTPUT] = _schema_of(pipeline.output)
     problems = list(_option_problems(joiner.options, "options", records, where, joiner.name))
     for value in joiner.writes():
+        if value.output is None and pipeline.select is not None:
+            continue  # the select writes the main output: daemon.pipeline.select_checks
         spec = pipeline.output if value.output is None else pipeline.outputs.get(value.output)
         if spec is None:
             continue  # an output the pipeline does not configure: reported elsewhere

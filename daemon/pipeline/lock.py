@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -105,3 +108,26 @@ def lock_checkpoints(file: PipelineFile) -> CheckpointLocks:
         locks.release()
         raise
     return locks
+
+
+@contextmanager
+def held(pipeline: str, checkpoint: Path) -> Iterator[None]:
+    """Hold one pipeline's checkpoint for a command (``daemon reset``, ``snapshot``, ...).
+
+    A checkpoint folder that taking the lock made is removed again if the command fails.
+
+    Raises:
+        CheckpointInUseError: a daemon runs on the checkpoint.
+        CheckpointUnwritableError: it cannot be written by this process's user.
+    """
+    existed = Path(checkpoint).exists()
+    locks = CheckpointLocks()
+    locks.acquire(pipeline, checkpoint)
+    done = False
+    try:
+        yield
+        done = True
+    finally:
+        locks.release()
+        if not done and not existed:
+            shutil.rmtree(checkpoint, ignore_errors=True)

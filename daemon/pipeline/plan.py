@@ -17,15 +17,19 @@ from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
 from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
 from daemon.model.envelope import Envelope
+from daemon.model.headers import reads_headers
+from daemon.model.selection import SelectFunction
 from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
+from daemon.pipeline.selection import select_function
+from daemon.pipeline.switches import COUNTS_SINK
 from daemon.plugin.configured import configure, pipeline_joiner
 from daemon.plugin.host import registry
 from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner
 from daemon.private_paths import private_folder
 from daemon.sink.commit_turn import turn_needed
-from daemon.sink.spark_sink import KafkaSink
+from daemon.sink.spark_sink import BatchCounter, KafkaSink
 from daemon.sink.spec import OutputSpec
 from daemon.source.spark_source import KafkaSource
 from daemon.source.spec import SourceInput, SourceSpec
@@ -81,7 +85,15 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
     output_keys: dict[str | None, KafkaKeyCodec] = {
         None: key_codec_for(file, pipe.output, writing=True)
     }
-    joiner, plugin = make_joiner(pipe, record_fields(output_codec.schema))
+    # With a select the output record is the select's, not the joiner's value: the joiner
+    # shapes nothing to the output schema then.
+    joiner, plugin = make_joiner(pipe, () if pipe.select else record_fields(output_codec.schema))
+    key_codecs = {
+        role: key_codec_for(file, spec, writing=False) for role, spec in pipe.inputs.items()
+    }
+    select, problems = select_function(pipe, joiner, codecs, key_codecs)
+    if problems:
+        raise ConfigError("\n".join(f"pipeline {pipe.name!r}: {problem}" for problem in problems))
     topics = existing_topics(conf)
     for role, spec in pipe.inputs.items():
         if spec.topic not in topics:
@@ -102,6 +114,11 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         # The engine's own topic between the stages, as Kafka Streams makes its repartition
         # topics: named after the output, in the output's schema.
         outputs[stage.retractions] = (f"{pipe.output.topic}.{stage.retractions}", output_codec)
+    selects: dict[str | None, SelectFunction] = {}
+    if select is not None:
+        selects[None] = select
+        if stage is not None and stage.retractions is not None:
+            selects[stage.retractions] = select  # retractions are answers, in the output's shape
     create_topics(
         conf,
         {
@@ -109,6 +126,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
             pipe.dead_letters: 1,
             **{topic: partitions for topic, _ in outputs.values()},
         },
+        file.kafka.replication_factor,
     )
     inputs = tuple(
         SourceInput(
@@ -118,7 +136,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
             spec.time,
             codecs[role],
             keyed_tombstones=role in joiner.keyed_tombstones,
-            kafka_keys=key_codec_for(file, spec, writing=False),
+            kafka_keys=key_codecs[role],
             envelope=spec.envelope,
             bootstrap=role in joiner.bootstrap_roles(),
         )
@@ -147,6 +165,7 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         outputs,
         envelopes={role: spec.envelope for role, spec in pipe.inputs.items() if spec.envelope},
         output_keys={n: c for n, c in output_keys.items() if c.key_format in ("avro", "json")},
+        selects=selects or None,
     )
     if stage is None:
         return PipelinePlan(pipe, conf, source, output, operator)
@@ -223,7 +242,8 @@ def _source_spec(
 ) -> SourceSpec:
     """The source of a stage named ``name`` of ``pipe``: ``inputs`` with the pipeline's settings.
 
-    Both stages read with the pipeline's batch cap, state buckets and ``on_missing_offsets``.
+    Both stages read with the pipeline's batch cap, state buckets, ``on_missing_offsets`` and
+    ``headers``.
     """
     return SourceSpec(
         inputs=inputs,
@@ -233,6 +253,7 @@ def _source_spec(
         pipeline=name,
         on_missing_offsets=pipe.on_missing_offsets,
         id_prefix=id_prefix,
+        headers=reads_headers(pipe.headers),
     )
 
 
@@ -248,11 +269,13 @@ def _operator_plan(
     *,
     envelopes: dict[str, Envelope] | None = None,
     output_keys: dict[str | None, KafkaKeyCodec] | None = None,
+    selects: dict[str | None, SelectFunction] | None = None,
 ) -> OperatorPlan:
     """The operator of a stage of ``pipe``: ``joiner`` over ``source``'s inputs, writing ``output``.
 
     ``output`` is the main output's topic and codec, ``outputs`` the others by name. Both
-    stages dead-letter to the pipeline's topic and keep their state as ``[state]`` says.
+    stages dead-letter to the pipeline's topic, keep their state as ``[state]`` says and carry
+    the headers its policy names.
     """
     topic, codec = output
     return OperatorPlan(
@@ -266,16 +289,19 @@ def _operator_plan(
         inputs=tuple((spec.role, spec.topic) for spec in source.inputs),
         envelopes=envelopes,
         output_keys=output_keys,
+        selects=selects,
         state_cache=state.cache,
         state_cache_bytes=state.cache_size,
         state_deltas=state.deltas,
+        headers=pipe.headers,
     )
 
 
 def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
-    """Start the pipeline's streaming query: source, joiner operator (which writes), sink.
+    """Start the pipeline's streaming query: source, joiner operator (which writes), counting.
 
-    The sink only adds up the operator's counts for the metrics (:mod:`daemon.sink.spark_sink`).
+    What ends the query only adds up the operator's counts for the metrics, on the driver
+    (``foreachBatch``: :class:`~daemon.sink.spark_sink.BatchCounter`).
     """
     pipe = plan.config
     joiner = plan.operator.joiner
@@ -300,7 +326,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         plan.source,
         read_tasks=spark.sparkContext.defaultParallelism,
         wake_ms=(pipe.trigger or WAKEUP_MS) if wakes else 0,
-        start=None if seed is None else seed.offsets,
+        start=None if seed is None else seed.start,
         checkpoint=checkpoint,
     )
     if seed is not None and seed.has_state:
@@ -317,12 +343,12 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         timeMode=time_mode,
         initialState=seed.initial_state(spark) if seed is not None and seed.has_state else None,
     )
-    writer = (
-        joined.writeStream.format(KafkaSink.name())
-        .option("spec", output.encode())
-        .option("checkpointLocation", str(pipe.checkpoint))
-        .queryName(pipe.name)
-    )
+    writer = joined.writeStream.option("checkpointLocation", str(pipe.checkpoint))
+    if COUNTS_SINK.value() == "data-source":  # as before, for measuring (daemon.pipeline.switches)
+        writer = writer.format(KafkaSink.name()).option("spec", output.encode())
+    else:
+        writer = writer.foreachBatch(BatchCounter(output))
+    writer = writer.queryName(pipe.name)
     if pipe.trigger:
         writer = writer.trigger(processingTime=f"{pipe.trigger} milliseconds")
     return writer.start()

@@ -42,10 +42,12 @@ from daemon.checkpoint.layout import (
     staging_folder,
 )
 from daemon.errors import ConfigError
-from daemon.kafka.admin import delete_groups
+from daemon.kafka.admin import delete_groups, topic_ids
 from daemon.kafka.names import marker_groups_of, reader_group
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
+from daemon.model.wire import TOPIC_IDS
+from daemon.pipeline import written_by
 from daemon.pipeline.checkpoint_shape import buckets_of_shape, write_shape
 from daemon.pipeline.plan import client_conf, plan_pipeline
 from daemon.private_paths import private_folder
@@ -75,6 +77,10 @@ class StageChange:
     """Its state's keys, portable (``daemon.state.export``), when they move with it."""
     query_id: str | None = None
     """The id of the query the old checkpoint held, whose marker groups go with it."""
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    """The ids of the topics ``after`` is of (none: the broker gives none)."""
+    to_earliest: bool = False
+    """It starts at the earliest offsets there are when it starts (a reset to earliest)."""
 
 
 @dataclass
@@ -116,6 +122,16 @@ def committed_or_seeded(checkpoint: Path) -> dict[str, int] | None:
         return planned_batch(checkpoint, batch).ends
     seed = seed_of(checkpoint)
     return None if seed is None else dict(seed.offsets)
+
+
+def read_topic_ids(checkpoint: Path) -> dict[str, str]:
+    """The ids of the topics a stage's :func:`committed_or_seeded` offsets are of (if known)."""
+    batch = last_committed(checkpoint)
+    if batch is not None:
+        sources = planned_batch(checkpoint, batch).sources
+        return dict(((sources[0] if sources else None) or {}).get(TOPIC_IDS) or {})
+    seed = seed_of(checkpoint)
+    return {} if seed is None else dict(seed.topic_ids)
 
 
 def state_keys(spark: SparkSession, checkpoint: Path, buckets: int) -> DataFrame | None:
@@ -174,7 +190,15 @@ def reset_change(
             what = "state kept" if keep_state else "state dropped"
             after = positions(conf, topics, target, reader_group(file.kafka.id_prefix))
             stage_change = StageChange(
-                stage.config.name, checkpoint, before, after, what, keys, old_query
+                stage.config.name,
+                checkpoint,
+                before,
+                after,
+                what,
+                keys,
+                old_query,
+                topic_ids(conf, topics),
+                to_earliest=target == "earliest",
             )
             change.stages.append(stage_change)
         elif keep_state:
@@ -184,8 +208,11 @@ def reset_change(
         else:
             after = positions(conf, topics, "latest", reader_group(file.kafka.id_prefix))
             what = "state dropped; reads the first stage's output from its end"
+            ids = topic_ids(conf, topics)
             change.stages.append(
-                StageChange(stage.config.name, checkpoint, before, after, what, None, old_query)
+                StageChange(
+                    stage.config.name, checkpoint, before, after, what, None, old_query, ids
+                )
             )
     return change
 
@@ -194,14 +221,22 @@ PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def layout_of(file: PipelineFile, pipe: PipelineConfig, shape: dict[str, Any]) -> tuple[str, str]:
-    """The checkpoint's state layout and the file's, in words (equal: nothing to rescale)."""
+    """The checkpoint's state layout and the file's, in words (equal: nothing to rescale).
+
+    A checkpoint made by another pyspark minor version (:mod:`daemon.pipeline.written_by`)
+    differs by that alone: rescaling moves its state into a checkpoint this pyspark makes.
+    """
     partitions = file.spark.conf.get(PARTITIONS, default_setting(PARTITIONS))
     batch = last_committed(pipe.checkpoint)
     was = partitions
     if batch is not None:  # Spark keeps the count the checkpoint began with
         was = planned_batch(pipe.checkpoint, batch).conf.get(PARTITIONS, "?")
     old = f"{buckets_of_shape(shape)} buckets over {was} shuffle partitions"
-    return old, f"{pipe.state_buckets} buckets over {partitions} shuffle partitions"
+    new = f"{pipe.state_buckets} buckets over {partitions} shuffle partitions"
+    spark = written_by.spark_mismatch(shape)
+    if spark is not None:  # the state moves into a checkpoint of this pyspark's own
+        old, new = f"{old} of pyspark {spark[0]}", f"{new} of pyspark {spark[1]}"
+    return old, new
 
 
 def rescale_change(
@@ -218,8 +253,22 @@ def rescale_change(
         keys = state_keys(spark, checkpoint, pipe.state_buckets)
         what = f"state moved from {layout[0]} into {layout[1]}; reads on where it stopped"
         old_query = query_id(checkpoint)
+        # The ids its offsets were read with, not today's: a topic created again since the
+        # last run is then told at the next start.
+        ids = read_topic_ids(checkpoint)
+        seed = seed_of(checkpoint)
         change.stages.append(
-            StageChange(stage.config.name, checkpoint, before, before or {}, what, keys, old_query)
+            StageChange(
+                stage.config.name,
+                checkpoint,
+                before,
+                before or {},
+                what,
+                keys,
+                old_query,
+                ids,
+                to_earliest=seed is not None and seed.to_earliest,
+            )
         )
     return change
 
@@ -252,7 +301,13 @@ def apply(change: Change) -> None:
         if stage.after is None:
             continue
         seed = seed_folder(stage.checkpoint)
-        write_seed(seed, stage.after, change.verb)
+        write_seed(
+            seed,
+            stage.after,
+            change.verb,
+            topic_ids=stage.topic_ids,
+            to_earliest=stage.to_earliest,
+        )
         staged = staging / str(number) / SEED_STATE
         if staged.exists():
             staged.rename(seed / SEED_STATE)

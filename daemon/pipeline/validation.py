@@ -36,6 +36,7 @@ from daemon.kafka.admin import existing_topics
 from daemon.kafka.connect import client_conf
 from daemon.model.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
 from daemon.pipeline.field_checks import field_problems
+from daemon.pipeline.select_checks import select_problems
 from daemon.plugin.configured import configure
 from daemon.plugin.describe import describe_joiner
 from daemon.plugin.host import JoinerRegistry, registry
@@ -153,6 +154,7 @@ def _pipeline_problems(
     # Fields are checked against a joiner that has every role's (the roles are reported).
     if joiner is not None and set(pipeline.inputs) == set(joiner.roles):
         problems += field_problems(pipeline, where, joiner)
+        problems += select_problems(pipeline, where, joiner)
     return problems
 
 
@@ -165,9 +167,10 @@ def _configured(
     joiner whose inputs are not its roles is still made, with the roles it has, so that what
     it writes is checked too.
     """
-    # The output schema's fields, where it loads, for joiners that need some of them.
+    # The output schema's fields, where it loads, for joiners that need some of them; with a
+    # select the output record is the select's, and the joiner shapes nothing to it.
     fields: tuple[str, ...] = ()
-    if pipeline.output.schema_file is not None:
+    if pipeline.output.schema_file is not None and pipeline.select is None:
         try:
             fields = record_fields(load_schema_file(pipeline.output.schema_file))
         except SchemaError:

@@ -20,6 +20,7 @@ does (a meta-test holds them to it).
 
 from daemon.errors import ConfigError
 from daemon.model.durations import DurationMs
+from daemon.model.headers import Headers
 from daemon.model.record_route import field_at
 from daemon.plugin.fields import MAIN_OUTPUT, NUMBERS, FieldOf, OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
@@ -50,6 +51,7 @@ __all__ = [
     "DurationMs",
     "Emit",
     "FieldOf",
+    "Headers",
     "InputRecord",
     "Joiner",
     "JoinerContext",

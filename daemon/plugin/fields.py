@@ -131,12 +131,16 @@ class OutputValue:
         output: the secondary output's name (``[pipeline.outputs.NAME]``); None: the main one.
         key: what the output's Kafka key is, in words.
         tombstones: when the joiner writes a null value (a tombstone) instead, in words.
+        key_role: the input whose Kafka key, as it came, is the output's key (``lookup``:
+            the stream's), so that a pipeline's ``select`` reads it in that input's
+            ``key_format`` (``kafka_key.id``); None: a text the joiner makes.
     """
 
     fields: Sequence[Written]
     output: str | None = None
     key: str = ""
     tombstones: str = ""
+    key_role: str | None = None
     names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:

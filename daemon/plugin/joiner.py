@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict
 from typing_extensions import TypeVar
 
 from daemon.model.constants import END_OF_TIME as END_OF_TIME  # where joiners have long found it
+from daemon.model.headers import Headers
 from daemon.plugin.fields import OutputValue
 
 Order = Literal["event_time", "arrival"]
@@ -90,6 +91,9 @@ class InputRecord:
         offset: source offset.
         kafka_key: the Kafka record key as bytes, or None.
         timestamp: the Kafka record timestamp (when the record arrived), epoch milliseconds.
+        headers: the record's Kafka headers that its outputs carry, by the pipeline's
+            ``headers`` policy (``(name, value)`` pairs in order), or None when none is. A
+            joiner that keeps the record in its state keeps them with it.
     """
 
     role: str
@@ -101,34 +105,54 @@ class InputRecord:
     offset: int
     kafka_key: bytes | None = None
     timestamp: int = 0
+    headers: Headers | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle as :func:`input_record` and the fields.
+        """Pickle as :func:`input_record` and the fields (the headers only when it has some).
 
         Joiners keep records in their state (window's held records), which the engine
         pickles every micro-batch. A slotted dataclass pickles through Python-level
         ``__getstate__`` and ``__setstate__``; this pickles and loads a record in about half
-        the time. Records pickled the old way still load.
+        the time. Records pickled the old way, or before records had headers, still load.
         """
-        return (
-            input_record,
-            (
-                self.role,
-                self.key,
-                self.value,
-                self.event_time,
-                self.topic,
-                self.partition,
-                self.offset,
-                self.kafka_key,
-                self.timestamp,
-            ),
+        fields: tuple[Any, ...] = (
+            self.role,
+            self.key,
+            self.value,
+            self.event_time,
+            self.topic,
+            self.partition,
+            self.offset,
+            self.kafka_key,
+            self.timestamp,
         )
+        if self.headers is not None:
+            fields = (*fields, self.headers)
+        return (input_record, fields)
+
+    def __setstate__(self, state: Sequence[Any]) -> None:
+        """Load a record pickled the slotted dataclass's way: its fields, in order.
+
+        One pickled before records had headers has nine; it gets none.
+        """
+        for each, value in zip(fields(self), state, strict=False):
+            object.__setattr__(self, each.name, value)
+        if len(state) < len(fields(self)):
+            object.__setattr__(self, "headers", None)
 
 
-(_ROLE, _KEY, _VALUE, _EVENT_TIME, _TOPIC, _PARTITION, _OFFSET, _KAFKA_KEY, _TIMESTAMP) = (
-    getattr(InputRecord, f.name).__set__ for f in fields(InputRecord)
-)
+(
+    _ROLE,
+    _KEY,
+    _VALUE,
+    _EVENT_TIME,
+    _TOPIC,
+    _PARTITION,
+    _OFFSET,
+    _KAFKA_KEY,
+    _TIMESTAMP,
+    _HEADERS,
+) = (getattr(InputRecord, f.name).__set__ for f in fields(InputRecord))
 
 
 def input_record(
@@ -141,6 +165,7 @@ def input_record(
     offset: int,
     kafka_key: bytes | None,
     timestamp: int,
+    headers: Headers | None = None,
 ) -> InputRecord:
     """``InputRecord(...)``, made by setting its slots directly (the engine's hot path).
 
@@ -158,6 +183,7 @@ def input_record(
     _OFFSET(record, offset)
     _KAFKA_KEY(record, kafka_key)
     _TIMESTAMP(record, timestamp)
+    _HEADERS(record, headers)
     return record
 
 
@@ -167,12 +193,19 @@ class Emit:
 
     ``output`` names one of the joiner's secondary outputs (:attr:`Joiner.outputs`, configured
     as ``[pipeline.outputs.NAME]``); None is the pipeline's main output.
+
+    ``headers``: the input headers the output carries (a kept record's
+    :attr:`InputRecord.headers`, which the pipeline's policy has already chosen); None: those
+    of ``source``. A joiner sets it where the output is of another record than the one that
+    caused it: a revision carries its event's headers, not those of the late record that
+    revised it.
     """
 
     key: str | bytes | None
     value: dict[str, Any] | None
     source: InputRecord | None = None
     output: str | None = None
+    headers: Headers | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +458,7 @@ def apply_order(
 
     Time is the event time, or with ``"arrival"`` the Kafka timestamp: then this is the order
     in which the source admits records to capped micro-batches
-    (:func:`daemon.source.planning.admit_earliest`), so the cut between two micro-batches never
+    (:func:`daemon.source.admission.admit_earliest`), so the cut between two micro-batches never
     falls against it.
     """
     records = list(records)

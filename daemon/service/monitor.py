@@ -29,11 +29,13 @@ from confluent_kafka.admin import OffsetSpec
 from pyspark.sql.streaming import StreamingQueryListener
 
 from daemon.kafka import connect, names
+from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.reports import BatchCounts, MissingOffsetsResumed
 from daemon.model.wire import partition_name, split_partition_name
 from daemon.report_socket import ReportSocket
 from daemon.secrets import redact
 from daemon.service.http_endpoint import MetricsServer, serve_http
+from daemon.service.lag_group import LagGroups
 from daemon.service.notify import Notifier
 from daemon.service.observability import Health, Metrics, OutputVisibility, PipelineView
 from daemon.spark.session import TRACK_STATE_ROWS
@@ -91,7 +93,6 @@ class LogOffsets:
         self._admin: Any = None
 
     def _watermarks(self, names: Sequence[str]) -> dict[str, tuple[int, int]]:
-
 
         if self._consumer is None:
             # librdkafka's log off (it writes its own lines to stderr, as text beside the
@@ -162,7 +163,9 @@ class Monitor:
         http: ``HOST:PORT`` to serve ``/healthz``, ``/readyz`` and ``/metrics`` on; None: off.
         stall_after_s: a running query with no progress report for this long is stalled.
         notifier: where systemd notifications go (default: from ``$NOTIFY_SOCKET``).
-        reader_group: the group id its sampler names (:func:`daemon.kafka.names.reader_group`).
+        id_prefix: ``[kafka] id_prefix``: its sampler names the readers' group
+            (:func:`daemon.kafka.names.reader_group`), and each query's committed input
+            offsets go to the query's group for lag tools (:mod:`daemon.service.lag_group`).
     """
 
     def __init__(
@@ -172,7 +175,7 @@ class Monitor:
         http: str | None = None,
         stall_after_s: float = 300.0,
         notifier: Notifier | None = None,
-        reader_group: str = names.reader_group(),
+        id_prefix: str = DEFAULT_ID_PREFIX,
     ) -> None:
         self.metrics = Metrics()
         self.health = Health(stall_after_s)
@@ -180,7 +183,8 @@ class Monitor:
         self.views: dict[str, PipelineView] = {}
         self._lock = threading.Lock()
         self._reports: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._offsets = LogOffsets(client_conf, reader_group)
+        self._offsets = LogOffsets(client_conf, names.reader_group(id_prefix))
+        self._lag_groups = LagGroups(client_conf, id_prefix)
         self._ends: dict[str, dict[str, int]] = {}
         self._batches: dict[str, int] = {}
         """Micro-batches completed per query, for :class:`OutputVisibility`."""
@@ -283,6 +287,8 @@ class Monitor:
         with self._lock:
             self._ends[view.name] = ends
             self._batches[view.name] = self._batches.get(view.name, 0) + 1
+        # Spark reports a batch once its commit log has it: lag tools may see it now.
+        self._lag_groups.commit(view.name, ends)
 
     def _sample_lag(self) -> None:
         with self._lock:
@@ -315,10 +321,17 @@ class Monitor:
             health.hidden_output = hidden
 
     def _batch_written(self, report: BatchCounts) -> None:
-        """A micro-batch committed: its counts go into the metrics."""
+        """A micro-batch committed: its counts go into the metrics.
+
+        A batch whose joiner calls failed is one WARN line, naming the first failure.
+        """
         view = self.views.get(report.pipeline)
-        if view is not None:
-            self.metrics.batch_written(view, report)
+        if view is None:
+            return
+        self.metrics.batch_written(view, report)
+        failed = report.failure_line()
+        if failed is not None:
+            log.warning("%s", failed, extra={"pipeline": view.name})
 
     def _read_on(self, report: MissingOffsetsResumed) -> None:
         """The source went on past offsets the broker no longer has: one WARN line each."""
@@ -435,6 +448,7 @@ class Monitor:
         self.report_socket.close()
         if not self._worker.is_alive():  # else it may still be asking the broker for offsets
             self._offsets.close()
+            self._lag_groups.flush()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()

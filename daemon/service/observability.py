@@ -207,6 +207,20 @@ class Metrics:
             registry=r,
         )
         self.batches = Counter("enrichd_batches", "Micro-batches completed.", p, registry=r)
+        self.state_cache = Counter(
+            "enrichd_state_cache_loads",
+            "Loads of stored state buckets with the worker cache on, by outcome: hit (the "
+            "Python worker's decoded copy was current) or miss (read from the state store).",
+            [*p, "outcome"],
+            registry=r,
+        )
+        self.joiner_failures = Counter(
+            "enrichd_joiner_failures",
+            "Joiner calls that raised or yielded what cannot be written; their records are "
+            "dead letters of reason JoinerFailed.",
+            p,
+            registry=r,
+        )
         self.batch_seconds = Histogram(
             "enrichd_batch_duration_seconds",
             "Wall time of each micro-batch (Spark's triggerExecution).",
@@ -290,6 +304,10 @@ class Metrics:
             self.latency.add(view.name, output, ([int(n) for n in counts], float(total)))
         for role, ms in report.event_time.items():
             self.event_time_read(view.name, str(role), int(ms))
+        for outcome, n in report.state_cache.items():
+            self.state_cache.labels(view.name, outcome).inc(int(n))
+        if report.failed_calls:
+            self.joiner_failures.labels(view.name).inc(report.failed_calls)
 
     def event_time_read(self, pipeline: str, role: str, ms: int) -> None:
         """Records of event time ``ms`` were read from an input: the lag counts from there."""

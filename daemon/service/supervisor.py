@@ -47,7 +47,6 @@ from daemon.errors import (
     stops_the_pipeline,
     task_traceback,
 )
-from daemon.kafka.names import reader_group
 from daemon.model.config import PipelineFile
 from daemon.pipeline.checkpoint_shape import check_checkpoint, pending_batch
 from daemon.pipeline.lock import lock_checkpoints
@@ -317,7 +316,7 @@ def run_service(
         conf,
         http=http or file.service.http,
         stall_after_s=stall_timeout_s,
-        reader_group=reader_group(file.kafka.id_prefix),
+        id_prefix=file.kafka.id_prefix,
     )
     try:
         plans = _plan_when_kafka_answers(file, conf, request, monitor)

@@ -42,9 +42,13 @@ def refusal_of(exc: BaseException) -> Any:
     return None
 
 
-def provenance(headers: list[tuple[str, bytes]] | None) -> str:
+def provenance(headers: list[tuple[str, bytes | None]] | None) -> str:
     """Where a record came from, by its ``enrichd.source.*`` headers, for an operator's line."""
-    found = {name: value.decode("utf-8", "replace") for name, value in headers or []}
+    found = {
+        name: (value or b"").decode("utf-8", "replace")
+        for name, value in headers or []
+        if name.startswith("enrichd.source.")
+    }
     topic = found.get("enrichd.source.topic")
     if topic is None:
         return "no input record"

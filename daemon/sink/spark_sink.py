@@ -1,15 +1,28 @@
-"""A Spark streaming sink that writes rows to Kafka exactly once, and reports each batch's counts.
+"""How a micro-batch's counts reach the daemon, and a Spark sink that writes rows to Kafka.
 
 A pipeline's joiner operator writes its records to Kafka itself
-(:class:`daemon.sink.task_output.TaskOutput`); what reaches this sink from it is one counts
-row per operator call (:data:`daemon.model.wire.COUNTS_TOPIC`): what the call wrote and
-what the joiner counted. The sink adds them up per task, and once every task of the
-micro-batch succeeded, ``commit()`` relays the totals to the daemon's metrics. The counts
-rows also carry the source timestamps of the records written, which the sink's task turns
-into the end-to-end latency histogram once it has read them all, which is just after the
-operator's task committed (:mod:`daemon.model.latency`), and the newest event time of each
-input. Other rows (the pass-through benchmark's) are written by the sink's own
-:class:`TaskOutput`, in the same exactly-once way.
+(:class:`daemon.sink.task_output.TaskOutput`); what reaches the end of its query is one
+counts row per operator call (:data:`daemon.model.wire.COUNTS_TOPIC`): what the call wrote
+and what the joiner counted. :class:`CountTotals` adds them up. They also carry the source
+timestamps of the records written, which become the end-to-end latency histogram once all
+are read, which is just after the operator's tasks committed (:mod:`daemon.model.latency`),
+the newest event time of each input, and the timer of each bucket stored.
+
+A pipeline's query hands each micro-batch's counts rows to :class:`BatchCounter` through
+``foreachBatch``: Spark calls it on the driver, in the daemon's own process, once per batch,
+and it collects the rows, keeps the buckets' timers in the checkpoint's due-time map and
+reports the totals, all before Spark writes the batch to its commit log.
+
+Why not a Spark sink: a Python data source's sink costs every micro-batch two round trips to
+Python processes on the driver (one to make the batch's writer, one to commit it) and each
+stateful task a Python writer of its own; ``foreachBatch`` costs one call into the process
+that is already there. An ``observe()``d metric would come too late: Spark reports it with
+the batch's progress, after its commit log, where the due-time map must be written before.
+
+:class:`KafkaSink` stays: the pass-through benchmark writes through it (rows that are not
+counts rows are written by the sink's own :class:`TaskOutput`, in the same exactly-once way),
+and ``ENRICHD_COUNTS_SINK=data-source`` (:mod:`daemon.pipeline.switches`) makes a pipeline's
+query count through it as before, so that the two ways can be measured against each other.
 """
 
 from __future__ import annotations
@@ -17,6 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -30,11 +44,14 @@ from pyspark.sql.types import StructType
 from daemon.checkpoint import due_times
 from daemon.model import latency
 from daemon.model.reports import BatchCounts
-from daemon.model.wire import COUNTS_TOPIC, OUTPUT, counts_of
+from daemon.model.wire import COUNTS_TOPIC, FAILURES_REPORTED, OUTPUT, counts_of
 from daemon.report_socket import send
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
 from daemon.spark.worker_gc import freeze_loaded
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 _TOPIC = OUTPUT.position("topic")
 _VALUE = OUTPUT.position("value")
@@ -60,6 +77,92 @@ class Written(WriterCommitMessage):
     timers: dict[int, int | None] = field(default_factory=dict)
     """The timer each bucket the task's calls stored holds after them (None: none), reported
     by a skipped replay too (:mod:`daemon.checkpoint.due_times`)."""
+    state_cache: dict[str, int] = field(default_factory=dict)
+    """Loads of stored buckets by the worker cache's outcome (``hit``, ``miss``)."""
+    failed_calls: int = 0
+    """Joiner calls that failed in the operator tasks whose counts it read."""
+    failures: list[str] = field(default_factory=list)
+    """The lines of the first few of those failures."""
+
+
+class CountTotals:
+    """Counts rows added up: a sink task's, or a whole micro-batch's on the driver."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, int] = {}
+        self.dead_letters: dict[str, int] = {}
+        self.joiner: dict[str, int] = {}
+        self.stamps: dict[str, dict[int, int]] = {}
+        self.event_time: dict[str, int] = {}
+        self.timers: dict[int, int | None] = {}
+        self.state_cache: dict[str, int] = {}
+        self.failed_calls = 0
+        self.failures: list[str] = []
+
+    def add(self, value: bytes) -> None:
+        """Add the counts of one counts row's value (:class:`~daemon.model.wire.CallCounts`)."""
+        added = counts_of(value)
+        for topic, pairs in added.get("stamps", {}).items():
+            latency.merge(self.stamps.setdefault(topic, {}), pairs)
+        _newest(self.event_time, added.get("event_time", {}))
+        # In call order: a bucket's later call (its timer after its data) wins.
+        self.timers.update((int(b), ms) for b, ms in added.get("timers", {}).items())
+        _add(self.records, added.get("records", {}))
+        _add(self.dead_letters, added.get("dead_letters", {}))
+        _add(self.joiner, added.get("joiner", {}))
+        _add(self.state_cache, added.get("cache", {}))
+        self.failed_calls += added.get("failed_calls", 0)
+        self.failures += added.get("failures", [])[: FAILURES_REPORTED - len(self.failures)]
+
+    def written(self, partition: int, batch_id: int, now_ms: int, skipped: bool = False) -> Written:
+        """The totals as a task's commit message; latencies are up to ``now_ms``."""
+        tallies = {topic: latency.tally(found, now_ms) for topic, found in self.stamps.items()}
+        return Written(
+            partition,
+            batch_id,
+            self.records,
+            skipped=skipped,
+            dead_letters=self.dead_letters,
+            joiner_counts=self.joiner,
+            tallies=tallies,
+            event_time=self.event_time,
+            timers=self.timers,
+            state_cache=self.state_cache,
+            failed_calls=self.failed_calls,
+            failures=self.failures,
+        )
+
+
+class BatchCounter:
+    """``foreachBatch``'s function: a micro-batch's counts rows, counted on the driver.
+
+    Spark calls it once per micro-batch, in the daemon's process, after nothing else has run
+    for the batch: collecting the batch's rows runs its tasks, the joiner operator's, which
+    commit their output and state. Then it keeps the buckets' timers and reports the batch
+    as the sink's ``commit()`` did (:func:`report_batch`); Spark writes the batch to its commit
+    log once it returns.
+    """
+
+    def __init__(self, spec: OutputSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        """Count one micro-batch's rows: all counts rows, since the operator writes its records.
+
+        Raises:
+            RuntimeError: a row that is not a counts row (a record the operator did not
+                write), which fails the batch rather than drop the record.
+        """
+        totals = CountTotals()
+        for topic, value in frame.select(OUTPUT.column("topic"), OUTPUT.column("value")).collect():
+            if topic != COUNTS_TOPIC:
+                raise RuntimeError(
+                    f"pipeline {self.spec.pipeline!r}: its operator handed on a record for "
+                    f"{topic!r} instead of writing it"
+                )
+            totals.add(value)
+        now_ms = time.time_ns() // 1_000_000
+        report_batch(self.spec, [totals.written(0, batch_id, now_ms)], batch_id)
 
 
 class KafkaSink(DataSource):
@@ -90,44 +193,64 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         """Report what the batch wrote to the daemon's metrics (the tasks committed already).
 
         Spark calls this once per micro-batch after every task succeeded, on the driver host,
-        so the counts are of committed output only (a skipped replay adds nothing). First,
-        the buckets' timers go into the checkpoint's due-time map, which the planner reads
-        before the next batch (:mod:`daemon.checkpoint.due_times`).
+        in a Python worker process of its own (:func:`report_batch`).
         """
-        if self.spec.checkpoint is not None:
-            keep_due_times(self.spec.checkpoint, messages, batchId)
-        if self.spec.metrics_address is None:
-            return
-        try:
-            records: dict[str, int] = {}
-            dead_letters: dict[str, int] = {}
-            joiner: dict[str, int] = {}
-            latencies: dict[str, latency.Tally] = {}
-            event_time: dict[str, int] = {}
-            for message in messages:
-                if isinstance(message, Written):
-                    _add(records, message.records)
-                    _add(dead_letters, message.dead_letters)
-                    _add(joiner, getattr(message, "joiner_counts", {}))
-                    latency.add(latencies, getattr(message, "tallies", {}))
-                    _newest(event_time, getattr(message, "event_time", {}))
-            send(
-                self.spec.metrics_address,
-                BatchCounts(
-                    self.spec.pipeline,
-                    batchId,
-                    records,
-                    dead_letters,
-                    joiner,
-                    latency=latencies,
-                    event_time=event_time,
-                ),
-            )
-        except Exception:  # noqa: S110 - metrics must never fail a committed batch
-            pass
+        report_batch(self.spec, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Nothing to do: an uncommitted transaction is aborted when its id is next used."""
+
+
+def report_batch(
+    spec: OutputSpec, messages: list[WriterCommitMessage | None], batch_id: int
+) -> None:
+    """Keep the batch's timers, then report what it wrote to the daemon's metrics.
+
+    Called once per micro-batch after every task committed, before Spark's commit log, so
+    the counts are of committed output only (a skipped replay adds nothing). First, the
+    buckets' timers go into the checkpoint's due-time map, which the planner reads before
+    the next batch (:mod:`daemon.checkpoint.due_times`). Neither step ever fails the batch.
+    """
+    if spec.checkpoint is not None:
+        keep_due_times(spec.checkpoint, messages, batch_id)
+    if spec.metrics_address is None:
+        return
+    try:
+        records: dict[str, int] = {}
+        dead_letters: dict[str, int] = {}
+        joiner: dict[str, int] = {}
+        latencies: dict[str, latency.Tally] = {}
+        event_time: dict[str, int] = {}
+        state_cache: dict[str, int] = {}
+        failed_calls = 0
+        failures: list[str] = []
+        for message in messages:
+            if isinstance(message, Written):
+                _add(records, message.records)
+                _add(dead_letters, message.dead_letters)
+                _add(joiner, getattr(message, "joiner_counts", {}))
+                latency.add(latencies, getattr(message, "tallies", {}))
+                _newest(event_time, getattr(message, "event_time", {}))
+                _add(state_cache, getattr(message, "state_cache", {}))
+                failed_calls += getattr(message, "failed_calls", 0)
+                failures += getattr(message, "failures", [])
+        send(
+            spec.metrics_address,
+            BatchCounts(
+                spec.pipeline,
+                batch_id,
+                records,
+                dead_letters,
+                joiner,
+                latency=latencies,
+                event_time=event_time,
+                state_cache=state_cache,
+                failed_calls=failed_calls,
+                failures=failures[:FAILURES_REPORTED],
+            ),
+        )
+    except Exception:  # noqa: S110 - metrics must never fail a committed batch
+        pass
 
 
 def keep_due_times(
@@ -160,44 +283,22 @@ def write_rows(output: TaskOutput, batches: Iterator[pa.RecordBatch]) -> Written
     and is added to the task's totals instead of sent. A task that has only such rows opens
     no transaction: the operator committed its own.
     """
-    counts: dict[str, dict[str, int]] = {"records": {}, "dead_letters": {}, "joiner": {}}
-    stamps: dict[str, dict[int, int]] = {}
-    event_time: dict[str, int] = {}
-    timers: dict[int, int | None] = {}
+    totals = CountTotals()
     for batch in batches:
         # Plain tuples, handed on as they are: most rows of the pass-through benchmark's.
         for row in OUTPUT.tuples(batch):
             if row[_TOPIC] != COUNTS_TOPIC:
                 output.send_row(row)
-                continue
-            added = counts_of(row[_VALUE])
-            for topic, pairs in added.get("stamps", {}).items():
-                latency.merge(stamps.setdefault(topic, {}), pairs)
-            _newest(event_time, added.get("event_time", {}))
-            # In call order: a bucket's later call (its timer after its data) wins.
-            timers.update((int(b), ms) for b, ms in added.get("timers", {}).items())
-            _add(counts["records"], added.get("records", {}))
-            _add(counts["dead_letters"], added.get("dead_letters", {}))
-            _add(counts["joiner"], added.get("joiner", {}))
+            else:
+                totals.add(row[_VALUE])
     # Every row is read: the operator's task has committed what these stamps are of.
     now_ms = time.time_ns() // 1_000_000
-    tallies = {topic: latency.tally(found, now_ms) for topic, found in stamps.items()}
     if output.opened:
         output.reports_refusals = False  # its dead letters are counted below, with the rest
         output.commit()
-        _add(counts["records"], output.records)
-        _add(counts["dead_letters"], output.dead_letters)
-    return Written(
-        output.partition,
-        output.batch_id,
-        counts["records"],
-        skipped=output.skipped,
-        dead_letters=counts["dead_letters"],
-        joiner_counts=counts["joiner"],
-        tallies=tallies,
-        event_time=event_time,
-        timers=timers,
-    )
+        _add(totals.records, output.records)
+        _add(totals.dead_letters, output.dead_letters)
+    return totals.written(output.partition, output.batch_id, now_ms, skipped=output.skipped)
 
 
 def _newest(into: dict[str, int], times: dict[str, int]) -> None:

@@ -51,6 +51,7 @@ from typing import Any
 from pyspark import TaskContext
 
 from daemon.kafka.clients import Deliveries, produce
+from daemon.model.headers import dead_letter_headers, unpack
 from daemon.model.reports import BatchCounts
 from daemon.model.wire import OUTPUT, OutputRow
 from daemon.report_socket import send
@@ -167,6 +168,7 @@ class TaskOutput:
         source_offset: int | None = None,
         error_class: str | None = None,
         error_message: str | None = None,
+        headers: bytes | None = None,
     ) -> None:
         """Write one record: the columns of :class:`~daemon.model.wire.OutputRow`."""
         self.send_row(
@@ -180,6 +182,7 @@ class TaskOutput:
                 source_offset,
                 error_class,
                 error_message,
+                headers,
             )
         )
 
@@ -293,10 +296,10 @@ class TaskOutput:
             The row produced: ``row``, or the dead letter that went instead (see
             :meth:`_refused`).
         """
-        # A whole row in OutputRow's column order, unpacked in one step (cheaper than nine
+        # A whole row in OutputRow's column order, unpacked in one step (cheaper than ten
         # lookups by position, per record).
-        topic, key, value, timestamp, source_topic, partition, offset, error, message = row
-        headers = headers_of(source_topic, partition, offset, error, message)
+        topic, key, value, timestamp, source_topic, partition, offset, error, message, carried = row
+        headers = headers_of(source_topic, partition, offset, error, message, carried)
         stamp = timestamp or 0  # librdkafka reads 0 as "now": a missing one is the write time
         try:
             try:
@@ -328,15 +331,20 @@ class TaskOutput:
     def _letter(self, row: tuple[Any, ...], error: Any, *, by_broker: bool) -> tuple[Any, ...]:
         """The :data:`OUTPUT_REJECTED` dead letter of an output record its topic refused.
 
-        It is the record as it was, with the source record's provenance, in the dead-letter
-        topic; its reason starts with the error's name (``error``, a ``KafkaError``).
+        It is the record as it was, with the source record's provenance and the headers it
+        carried, in the dead-letter topic; its reason starts with the error's name (``error``,
+        a ``KafkaError``).
         """
-        topic, key, value, timestamp, source_topic, partition, offset, _, _ = row
+        topic, key, value, timestamp, source_topic, partition, offset, _, _, carried = row
         size = len(key or b"") + len(value or b"")
         why = (
             f"the broker answered: {error.str()}"
             if by_broker
             else f"the client's message.max.bytes is {self._limit}"
+        )
+        reason = (
+            f"{error.name()}: topic {topic!r} refused the record ({size} bytes of key and "
+            f"value; {why})"
         )
         return (
             self.spec.dead_letter_topic,
@@ -347,8 +355,8 @@ class TaskOutput:
             partition,
             offset,
             OUTPUT_REJECTED,
-            f"{error.name()}: topic {topic!r} refused the record ({size} bytes of key and "
-            f"value; {why})",
+            reason,
+            dead_letter_headers(carried, OUTPUT_REJECTED, reason),
         )
 
     def _refused(self, row: tuple[Any, ...], error: Any, on_delivery: Any) -> tuple[Any, ...]:
@@ -374,11 +382,11 @@ class TaskOutput:
         A cut letter keeps its headers and the start of its value; :data:`CUT_HEADER` gives
         the value's whole length.
         """
-        topic, key, value, timestamp, source_topic, partition, offset, kind, message = row
-        headers = headers_of(source_topic, partition, offset, kind, message)
+        topic, key, value, timestamp, source_topic, partition, offset, kind, message, carried = row
+        headers = headers_of(source_topic, partition, offset, kind, message, carried)
         if cut and value is not None:
             headers.append((CUT_HEADER, str(len(value)).encode("utf-8")))
-            used = len(key or b"") + sum(len(name) + len(data) for name, data in headers)
+            used = len(key or b"") + sum(len(name) + len(data or b"") for name, data in headers)
             value = value[: max(self._limit - used - _CUT_SLACK, 0)]
         produce(
             self._producer,
@@ -515,7 +523,7 @@ class TaskOutput:
 
     def _dead_letter_refused(self, row: tuple[Any, ...], error: Any) -> str:
         """The line a task fails with when the dead-letter topic refuses a record too."""
-        topic, *_, source_topic, partition, offset, kind, _ = row
+        topic, *_, source_topic, partition, offset, kind, _, _ = row
         source = provenance(headers_of(source_topic, partition, offset, None, None))
         return (
             f"pipeline {self.spec.pipeline!r}: the dead-letter topic {topic!r} refused the "
@@ -549,14 +557,19 @@ def headers_of(
     source_offset: int | None,
     error_class: str | None,
     error_message: str | None,
-) -> list[tuple[str, bytes]]:
-    """The Kafka headers of an output record: where it came from and, for a dead letter, why."""
-    headers = []
+    carried: bytes | None = None,
+) -> list[tuple[str, bytes | None]]:
+    """The Kafka headers of an output record: where it came from and, for a dead letter, why.
+
+    ``carried``: the row's packed headers (:attr:`~daemon.model.wire.OutputRow.headers`), the
+    input headers it carries (and a dead letter's KIP-1034 headers), which come first.
+    """
+    headers = [] if carried is None else unpack(carried)
     if source_topic is not None:
         topic = _TOPIC_BYTES.get(source_topic)
         if topic is None:
             topic = _TOPIC_BYTES[source_topic] = source_topic.encode("utf-8")
-        headers = [
+        headers += [
             ("enrichd.source.topic", topic),
             ("enrichd.source.partition", str(source_partition).encode("utf-8")),
             ("enrichd.source.offset", str(source_offset).encode("utf-8")),

@@ -1,13 +1,16 @@
 """Offsets the broker no longer has, found as a micro-batch is planned, handled by the policy.
 
-A pipeline's next offset in a partition comes from its checkpoint. The broker may no longer
-have it: retention or DeleteRecords removed the records before it was read (the offset is
-below the partition's earliest), or the topic was deleted and created again (a new topic's
-offsets start at 0 again, so the offset lies past the log end). A reader left to the Kafka
+A pipeline's next offset in a partition comes from its checkpoint, or from the seed
+``daemon reset`` or ``daemon rescale`` left for a new one. The broker may no longer have it:
+retention or DeleteRecords removed the records before it was read (the offset is below the
+partition's earliest), the topic was deleted and created again (:attr:`MissingOffset.cause`
+``recreated``: its topic id changed, on a broker that gives topic ids; else a new topic's
+offsets start at 0 again, so the offset may lie past the log end), or the partition is gone
+(``gone``: the topic was created again with fewer partitions). A reader left to the Kafka
 client's ``auto.offset.reset`` would jump somewhere without a word; the source reads with
 ``auto.offset.reset = error`` instead and the planner (:mod:`daemon.source.planning`) checks
-each batch's start against the partition's earliest offset and log end, then does what the
-pipeline's ``on_missing_offsets`` says (:data:`~daemon.model.config.MissingOffsets`):
+each batch's start against the partition's earliest offset, log end and topic id, then does
+what the pipeline's ``on_missing_offsets`` says (:data:`~daemon.model.config.MissingOffsets`):
 
 - ``fail``: the pipeline stops with :class:`~daemon.errors.MissingOffsetsError`, one line
   naming the partition, the offset needed and the earliest the broker has.
@@ -17,7 +20,8 @@ pipeline's ``on_missing_offsets`` says (:data:`~daemon.model.config.MissingOffse
   the log end is skipped.
 
 Either of the last two is reported to the daemon (:func:`report`), which logs one WARN line
-and counts the skipped offsets per topic and partition. A topic created again with more
+and counts the skipped offsets per topic and partition; a partition that is gone is left out
+of the plans from then on. On a broker without topic ids, a topic created again with more
 records than the offset needed cannot be told from the old one by offsets alone, as for
 Spark's ``failOnDataLoss``: that case reads on from the offset.
 """
@@ -65,7 +69,13 @@ def find_missing(
 
 
 def resume(missing: MissingOffset, policy: str) -> Resumed:
-    """Where ``policy`` (``earliest`` or ``latest``) goes on, and what it skips."""
+    """Where ``policy`` (``earliest`` or ``latest``) goes on, and what it skips.
+
+    A partition that is gone is read no more, whatever the policy: how many records it held
+    past the offset needed is not known (0 are counted).
+    """
+    if policy in ("earliest", "latest") and missing.cause == "gone":
+        return Resumed(missing, policy, -1, 0)
     if policy == "earliest":
         return Resumed(missing, policy, missing.earliest, max(missing.earliest - missing.needed, 0))
     if policy == "latest":
@@ -76,9 +86,10 @@ def resume(missing: MissingOffset, policy: str) -> Resumed:
 
 def failure(pipeline: str, missing: MissingOffset) -> MissingOffsetsError:
     """The error that stops a pipeline whose policy is ``fail``: one line, what to do."""
+    where = "without it" if missing.cause == "gone" else "from there"
     return MissingOffsetsError(
         f'pipeline {pipeline!r}: {missing.facts()}; set on_missing_offsets = "earliest" or '
-        '"latest" to read on from there, or move its start with `daemon reset`'
+        f'"latest" to read on {where}, or move its start with `daemon reset`'
     )
 
 

@@ -9,44 +9,45 @@ broker returns with every Fetch response (a ListOffsets request under-reports it
 brokers), read from a probe consumer that follows the log end.
 
 A micro-batch capped at ``max_records_per_batch`` admits the earliest records across all
-partitions (:func:`admit_earliest`), which needs their timestamps: the planner reads those
-*heads* of the records ahead (:class:`Heads`), plus end-of-input markers just past the cap,
-which ride along free. The ranges are dealt out to as many Spark tasks as the cluster has
-cores (:func:`deal`), which read them on executors (:mod:`daemon.source.reading`): a task costs
-tens of milliseconds of Spark's own beside its reading, and on two cores four tasks (two
-topics of two partitions) ran in two waves, so a small micro-batch spent twice as long in that
-stage.
+partitions (:func:`~daemon.source.admission.admit_earliest`), which needs their timestamps:
+the planner reads those *heads* of the records ahead (:class:`~daemon.source.admission.Heads`),
+plus end-of-input markers just past the cap, which ride along free. The ranges are dealt out
+to as many Spark tasks as the cluster has cores (:func:`deal`), which read them on executors
+(:mod:`daemon.source.reading`): a task costs tens of milliseconds of Spark's own beside its
+reading, and on two cores four tasks (two topics of two partitions) ran in two waves, so a
+small micro-batch spent twice as long in that stage.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from daemon.checkpoint import due_times
 from daemon.checkpoint.batch_logs import last_committed
 from daemon.kafka import connect
+from daemon.kafka.admin import describe_topics
 from daemon.kafka.clients import log_starts, read_partition
 from daemon.model.reports import MissingOffset, Resumed
 from daemon.model.wire import (
     BOOTSTRAP,
     CLOCK,
     RESETS,
+    TOPIC_IDS,
     Offsets,
     is_end_of_input,
     is_partition_name,
     partition_name,
     split_partition_name,
 )
+from daemon.source.admission import Heads, admit_earliest
 from daemon.source.missing_offsets import failure, find_missing, report, resume
 from daemon.source.spec import SourceSpec
 
@@ -81,34 +82,6 @@ class KafkaPartition(InputPartition):
     ranges: tuple[KafkaRange, ...]
 
 
-@dataclass
-class Heads:
-    """What planning a capped batch needs of a partition's records ``[start, end)``.
-
-    Each record's timestamp and offset, and whether it is an end-of-input marker, in offset
-    order, as columns: planning reads them for hundreds of thousands of records per batch.
-    """
-
-    start: int
-    end: int
-    timestamps: list[int] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
-    markers: list[bool] = field(default_factory=list)
-
-    def drop_before(self, first: int) -> None:
-        """Forget the records before offset ``first``."""
-        cut = bisect.bisect_left(self.offsets, first)
-        del self.timestamps[:cut], self.offsets[:cut], self.markers[:cut]
-        self.start = first
-
-    def before(self, stop: int) -> Heads:
-        """The records before offset ``stop``."""
-        cut = bisect.bisect_left(self.offsets, stop)
-        return Heads(
-            self.start, stop, self.timestamps[:cut], self.offsets[:cut], self.markers[:cut]
-        )
-
-
 class SourcePlanner:
     """Plans a query's micro-batches as offset ranges, on the driver (see the module docstring).
 
@@ -119,6 +92,10 @@ class SourcePlanner:
         self.spec = spec
         self._probe: Any = None
         self._probe_assigned: set[str] = set()
+        self._admin: Any = None
+        self._topic_ids: dict[str, str] = {}
+        """The input topics' ids, as the cluster described them last (:meth:`_partitions`);
+        none for a broker that gives no topic ids."""
         self._reader: Any = None
         self._head_cache: dict[str, Heads] = {}
         self._read_ahead: threading.Thread | None = None
@@ -129,6 +106,8 @@ class SourcePlanner:
         may under-report, so it is not taken as proof that an offset lies past the end."""
         self._earliest_asked: dict[str, tuple[int, float]] = {}
         """Each partition's earliest offset, and when it was asked for (:meth:`_earliest`)."""
+        self._initial: Offsets | None = None
+        """What :meth:`initial_offsets` answered."""
         self._last_plan: Offsets | None = None
         """The plan :meth:`latest_offsets` made last; any other batch Spark asks to read was
         planned before (by an earlier run) and is checked again (:meth:`partitions`)."""
@@ -146,32 +125,58 @@ class SourcePlanner:
                     "max.partition.fetch.bytes": 65536,
                 },
             )
-        metadata = self._probe.list_topics(timeout=10)
+        if self._admin is None:
+            self._admin = connect.admin(self.spec.client_conf)
+        # Only the inputs are described (a whole cluster's metadata is not needed), with
+        # their ids, by which a topic created again is told from the one a plan read.
+        described = describe_topics(self._admin, sorted({spec.topic for spec in self.spec.inputs}))
         found: list[tuple[str, int]] = []
         for spec in self.spec.inputs:
-            topic = metadata.topics.get(spec.topic)
-            if topic is None or topic.error is not None:
+            topic = described.get(spec.topic)
+            if topic is None:
                 raise RuntimeError(f"input topic {spec.topic!r} does not exist")
-            found.extend((spec.topic, p) for p in sorted(topic.partitions))
+            found.extend((spec.topic, p) for p in topic.partitions)
+        self._topic_ids = {
+            name: facts.topic_id
+            for name, facts in sorted(described.items())
+            if facts is not None and facts.topic_id is not None
+        }
         return found
 
     def initial_offsets(self) -> Offsets:
         """Start every partition at its earliest offset, as Kafka's ``earliest`` reset does.
 
         Spark asks only when the query has no checkpoint yet. A seeded checkpoint starts where
-        its seed says (``spec.start``), but never before the earliest offset still there.
-        The earliest offset is the log start of a Fetch response, not ListOffsets' answer,
-        which on some brokers lies past the first records (:func:`log_starts`).
-        With bootstrapped inputs, the ends their partitions have now go along as the
-        :data:`BOOTSTRAP` entry.
+        its seed says (``spec.start``); a seed's offset the broker no longer has (below the
+        earliest offset still there, past the log end, of a topic created again since, of a
+        partition gone) is handled as ``on_missing_offsets`` says, as a batch's start is
+        (:meth:`_resets`). The earliest offset is the log start of a Fetch response, not
+        ListOffsets' answer, which on some brokers lies past the first records
+        (:func:`log_starts`). With bootstrapped inputs, the ends their partitions have now go
+        along as the :data:`BOOTSTRAP` entry.
+
+        Spark may ask more than once in a run: the first answer stands (and a seed's move
+        past missing offsets is reported once).
         """
-        offsets: Offsets = {}
-        start = self.spec.start or {}
-        for name, low in self._log_starts(self._partitions()).items():
-            offsets[name] = max(low, start.get(name, 0), 0)
+        if self._initial is None:
+            self._initial = self._first_offsets()
+        return dict(self._initial)
+
+    def _first_offsets(self) -> Offsets:
+        """:meth:`initial_offsets`, found."""
+        lows = self._log_starts(self._partitions())
+        offsets: Offsets = dict(lows)
+        seed = self.spec.start
+        if seed is not None:
+            moved = self._resets(seed, self._log_ends(seed), earliest=lows)
+            for name in lows:
+                if name in seed:
+                    offsets[name] = moved.get(name, int(seed[name]))
         targets = self._bootstrap_ends(offsets)
         if targets:
             offsets[BOOTSTRAP] = targets
+        if self._topic_ids:
+            offsets[TOPIC_IDS] = dict(self._topic_ids)
         return offsets
 
     def _log_starts(self, partitions: list[tuple[str, int]]) -> dict[str, int]:
@@ -287,6 +292,8 @@ class SourcePlanner:
             clock = self._clock(start)
             if clock is not None:
                 planned[CLOCK] = clock
+        if self._topic_ids:
+            planned[TOPIC_IDS] = dict(self._topic_ids)
         self._last_plan = planned
         return planned
 
@@ -307,16 +314,57 @@ class SourcePlanner:
         clock = start.get(CLOCK)
         return None if clock is None else int(clock)
 
-    def _resets(self, start: Offsets, ends: dict[str, int]) -> dict[str, int]:
+    def _resets(
+        self, start: Offsets, ends: dict[str, int], earliest: dict[str, int] | None = None
+    ) -> dict[str, int]:
         """Where partitions go on whose ``start`` the broker no longer has (by the policy).
+
+        A partition that is gone gets no entry: it is left out of the plan (:meth:`_lost`).
+        ``earliest``: each partition's earliest offset, when known; else the probe's.
 
         Raises:
             MissingOffsetsError: one does, and the policy is ``fail``.
         """
-        names = [name for name in start if is_partition_name(name) and name in ends]
+        lost = self._lost(start, ends, earliest)
+        skipped = {item.name for item in lost}
+        names = [n for n in start if is_partition_name(n) and n in ends and n not in skipped]
         trusted = [name for name in ends if name not in self._listed_ends]
-        missing = find_missing(start, self._earliest(names), ends, trusted_ends=trusted)
-        return {item.missing.name: item.at for item in self._go_on(missing)}
+        lows = self._earliest(names) if earliest is None else earliest
+        checked = {name: start[name] for name in names}
+        missing = find_missing(checked, lows, ends, trusted_ends=trusted) + lost
+        missing.sort(key=lambda item: item.name)
+        return {item.missing.name: item.at for item in self._go_on(missing) if item.at >= 0}
+
+    def _lost(
+        self, start: Offsets, ends: dict[str, int], earliest: dict[str, int] | None = None
+    ) -> list[MissingOffset]:
+        """The partitions of ``start`` whose offsets are of no topic the cluster has now.
+
+        A partition of an input topic that has no end is gone (the topic was created again
+        with fewer partitions); one of a topic whose id differs from the one ``start`` names
+        (:data:`TOPIC_IDS`) is of a topic created again, however many records it holds. On a
+        broker without topic ids only the offsets tell (:func:`find_missing`).
+        """
+        inputs = {spec.topic for spec in self.spec.inputs}
+        named, now = start.get(TOPIC_IDS) or {}, self._topic_ids
+        changed = {
+            topic
+            for topic in inputs
+            if named.get(topic) is not None and now.get(topic) not in (None, named[topic])
+        }
+        names = [n for n in start if is_partition_name(n) and split_partition_name(n)[0] in inputs]
+        recreated = [n for n in names if n in ends and split_partition_name(n)[0] in changed]
+        lows = self._earliest(recreated) if earliest is None else earliest
+        lost = [
+            MissingOffset(*split_partition_name(n), int(start[n]), lows[n], ends[n], "recreated")
+            for n in recreated
+        ]
+        lost += [
+            MissingOffset(*split_partition_name(n), int(start[n]), -1, -1, "gone")
+            for n in names
+            if n not in ends
+        ]
+        return lost
 
     def _go_on(self, missing: list[MissingOffset]) -> list[Resumed]:
         """Fail on the first of ``missing``, or go on past each and report it, by the policy."""
@@ -484,7 +532,11 @@ class SourcePlanner:
     def _checked_again(self, begin: dict[str, int], end: Offsets) -> dict[str, int]:
         """``begin`` past offsets the broker lost since the batch was planned, by the policy.
 
-        ``latest`` skips the rest of the planned range: the batch's end is fixed.
+        ``latest`` skips the rest of the planned range: the batch's end is fixed. Of a
+        partition gone or a topic created again (:meth:`_lost`), the batch reads nothing
+        (unless the policy is ``fail``): its planned range is the old topic's, and the next
+        plan, which starts at this batch's end, moves the partition by the policy and reports
+        it, once.
         """
         names = [
             name
@@ -494,10 +546,17 @@ class SourcePlanner:
         if not names:
             return begin
         ends = self._log_ends({name: begin.get(name, 0) for name in names})  # makes the probe
+        planned = {**{name: begin.get(name, 0) for name in names}, TOPIC_IDS: end.get(TOPIC_IDS)}
+        lost = self._lost(planned, ends)
+        if lost and self.spec.on_missing_offsets == "fail":
+            raise failure(self.spec.pipeline, lost[0])
+        passed = {item.name for item in lost}
+        names = [name for name in names if name not in passed]
         trusted = [name for name in ends if name not in self._listed_ends]
         checked = {name: begin.get(name, 0) for name in names}
         missing = find_missing(checked, self._earliest(names), ends, trusted_ends=trusted)
         moved = {item.missing.name: item.at for item in self._go_on(missing)}
+        moved.update({name: int(end[name]) for name in passed})
         return {
             **begin,
             **{name: min(at, int(end[name])) for name, at in moved.items()},
@@ -512,6 +571,7 @@ class SourcePlanner:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        self._admin = None
 
 
 def deal(ranges: Sequence[KafkaRange], tasks: int) -> list[list[KafkaRange]]:
@@ -529,56 +589,3 @@ def deal(ranges: Sequence[KafkaRange], tasks: int) -> list[list[KafkaRange]]:
         dealt[least].append(kafka_range)
         loads[least] += kafka_range.end - kafka_range.start
     return dealt
-
-
-def admit_earliest(heads: dict[str, Heads], ranks: dict[str, int], budget: int) -> dict[str, int]:
-    """Where a capped batch ends in each partition: its ``budget`` earliest records.
-
-    Earliest in the order of a k-way merge that always takes the partition whose next record
-    is smallest by (timestamp, rank, partition number, offset), so that each partition is
-    admitted as a prefix of its own order. A record's rank is its input's (``ranks``: the
-    joiner's role order); an end-of-input marker ranks after every input, so at a tied
-    timestamp the end of input comes after the records of every input (docs/semantics.md).
-
-    Such a merge takes a record only after every record before it in its partition: that is
-    the order of each record's *running maximum* (timestamp, rank) in its partition, then
-    partition and offset. So one sort finds the cut, much faster than a merge record by
-    record in Python.
-
-    End-of-input markers are not records to join: they ride along free, taken as they come
-    up to the ``budget``-th record and right after it, so a cap spends no batch on them.
-
-    Returns:
-        The admitted end offset of each partition that admits any record.
-    """
-    names = sorted(
-        (name for name in heads if heads[name].offsets),
-        key=lambda n: (ranks[n], split_partition_name(n)),
-    )
-    if not names:
-        return {}
-    parts = [heads[name] for name in names]
-    marker_rank = max(ranks.values()) + 1
-    levels = marker_rank + 1
-    # (timestamp, rank) as one number, so that a running maximum orders by both.
-    keys = [
-        np.maximum.accumulate(
-            np.asarray(p.timestamps, dtype=np.int64) * levels
-            + np.where(np.asarray(p.markers, dtype=bool), marker_rank, ranks[name])
-        )
-        for name, p in zip(names, parts, strict=True)
-    ]
-    times = np.concatenate(keys)
-    offsets = np.concatenate([np.asarray(p.offsets, dtype=np.int64) for p in parts])
-    markers = np.concatenate([np.asarray(p.markers, dtype=bool) for p in parts])
-    which = np.repeat(np.arange(len(parts)), [len(p.offsets) for p in parts])
-    order = np.lexsort((offsets, which, times))  # the last key sorts first
-    is_marker = markers[order]
-    records = np.cumsum(~is_marker)
-    taken = int(np.searchsorted(records, budget))  # the budget-th record's place
-    if taken < len(order):
-        following = np.flatnonzero(~is_marker[taken + 1 :])  # markers right after it ride
-        taken = taken + 1 + (int(following[0]) if following.size else len(order) - taken - 1)
-    last = np.full(len(parts), -1, dtype=np.int64)
-    np.maximum.at(last, which[order[:taken]], offsets[order[:taken]])
-    return {name: int(end) + 1 for name, end in zip(names, last, strict=True) if end >= 0}

@@ -12,7 +12,9 @@ failing the query. An end-of-input marker becomes a row of input
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Iterable, Iterator
+from operator import methodcaller
 from typing import Any
 
 import pyarrow as pa
@@ -71,14 +73,14 @@ def read_range(spec: SourceSpec, kafka_range: KafkaRange) -> Iterator[pa.RecordB
         for records in chunks:
             pending.extend(records)
             if len(pending) >= _ARROW_CHUNK:
-                yield _arrow_batch(read, index, number, pending, buckets)
+                yield _arrow_batch(read, index, number, pending, buckets, spec.headers)
                 pending = []
     except OffsetNotAvailableError as exc:
         raise _removed_while_reading(spec, consumer, exc) from None
     finally:
         consumer.close()
     if pending:
-        yield _arrow_batch(read, index, number, pending, buckets)
+        yield _arrow_batch(read, index, number, pending, buckets, spec.headers)
 
 
 def _removed_while_reading(
@@ -110,12 +112,17 @@ def _removed_while_reading(
 
 
 def _arrow_batch(
-    spec: SourceInput, index: int, partition: int, messages: list[Any], buckets: int
+    spec: SourceInput,
+    index: int,
+    partition: int,
+    messages: list[Any],
+    buckets: int,
+    headers: bool = False,
 ) -> pa.RecordBatch:
     """Route one partition's messages and pack them by state bucket (:func:`pack`).
 
     Built a column at a time: a per-record loop appending to ten lists cost more than
-    the routing itself.
+    the routing itself. ``headers``: read the records' headers too (else the column is null).
     """
     count = len(messages)
     values = [m.value() for m in messages]
@@ -144,8 +151,16 @@ def _arrow_batch(
         kafka_key=kafka_keys,
         value=values,
         error=[error for _, _, error in routings],
+        # Packed as daemon.model.headers.pack does, inline: a call per record costs.
+        headers=[None if h is None else marshal.dumps(h) for h in map(_HEADERS, messages)]
+        if headers
+        else pa.nulls(count, pa.binary()),
     )
     return pack(records, buckets_of(keys, buckets))
+
+
+_HEADERS = methodcaller("headers")
+"""A message's headers (None: none), got in C."""
 
 
 def _route(

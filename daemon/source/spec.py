@@ -121,9 +121,10 @@ class SourceSpec:
     checkpoint: str | None = None
     """The query's checkpoint folder, whose due-time map tells the planner when a bucket's
     timer is due (:mod:`daemon.checkpoint.due_times`); None: the clock moves every ``wake_ms``."""
-    start: dict[str, int] | None = None
-    """Where a new checkpoint starts reading (``"topic/partition"`` -> offset), from its seed
-    (:mod:`daemon.state.seed`); None, and for partitions it leaves out: the earliest."""
+    start: dict[str, Any] | None = None
+    """Where a new checkpoint starts reading (``"topic/partition"`` -> offset, and the topics'
+    ids as :data:`~daemon.model.wire.TOPIC_IDS`), from its seed (:mod:`daemon.state.seed`);
+    None, and for partitions it leaves out: the earliest."""
     pipeline: str = ""
     """The pipeline's name, for the lines about offsets the broker no longer has."""
     on_missing_offsets: str = "fail"
@@ -134,6 +135,9 @@ class SourceSpec:
     past missing offsets; None: only logged."""
     id_prefix: str = DEFAULT_ID_PREFIX
     """``[kafka] id_prefix``: the readers name the group :func:`reader_group` of it."""
+    headers: bool = False
+    """Whether the readers read each record's headers (:attr:`~daemon.model.wire.InputRow.headers`):
+    unless the pipeline's ``headers`` policy is ``"none"``."""
 
     def consumer_conf(self) -> dict[str, Any]:
         """The settings of every consumer the source makes: assigned, never in a group."""
@@ -151,8 +155,15 @@ class SourceSpec:
 
         ``auto.offset.reset = error``: an offset the broker no longer has is an error to
         handle (:mod:`daemon.source.missing_offsets`), not a jump elsewhere without a word.
+        ``check.crcs = true``: a record batch corrupted on the broker or on the way is an error
+        that ends the read (librdkafka does not check by default; Kafka's Java consumer does).
         """
-        return {**self.consumer_conf(), **RANGE_FETCH, "auto.offset.reset": "error"}
+        return {
+            **self.consumer_conf(),
+            **RANGE_FETCH,
+            "auto.offset.reset": "error",
+            "check.crcs": True,
+        }
 
     def encode(self) -> str:
         """The spec as an option string."""

@@ -10,6 +10,7 @@ from daemon.model.config import SparkConfig
 from daemon.spark import spark_log
 from daemon.spark.class_archive import ClassArchive
 from daemon.spark.jvm import launch_gateway
+from daemon.spark.scratch import LOCAL_DIR, local_dir, run_folder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,6 +55,10 @@ _DEFAULTS = {
         r"(?i)secret|password|token|credential|passphrase|access[._-]?key|account[._]key"
         r"|private[._-]?key|api[._-]?key|key[._-]?password"
     ),
+    # Spark prints a data source's options with the plans that read it (a streaming
+    # DataFrame's explain(), analysis errors) and masks only those this names: enrichd's
+    # source carries its Kafka settings, secrets too, pickled in the option "spec".
+    "spark.sql.redaction.options.regex": r"(?i)url|^spec$",
     # The checkpoint's files are made through Hadoop's file system API, which sets their
     # modes itself from this umask (022 by default: readable by everyone), whatever the
     # process's: the join state holds the records joined.
@@ -83,6 +88,9 @@ def spark_session(config: SparkConfig) -> SparkSession:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         settings = {**_DEFAULTS, **config.conf}
+        scratch = local_dir(config)
+        if scratch is not None:  # the state's working copy where its size is planned
+            settings[LOCAL_DIR] = str(run_folder(scratch))
         # A JVM of our own starts: it maps Spark's archived classes, or records them.
         archive = ClassArchive() if SparkContext._gateway is None else None
         if archive is not None and archive.options:

@@ -6,7 +6,12 @@ old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/`
 
 - ``offsets.json``: ``{"offsets": {"topic/partition": offset}, "made_by": ..., "made_at":
   ...}``, where each input partition starts. The source's :meth:`initialOffset` (which Spark
-  asks only of a query without a checkpoint) starts there instead of at the earliest offsets.
+  asks only of a query without a checkpoint) starts there instead of at the earliest offsets,
+  checking them as it checks any batch's start (``on_missing_offsets``). Beside them,
+  ``"topic_ids"``, the ids of the topics the offsets are of, when the broker gives ids (a
+  topic created again before the start is then told by its id), and ``"to": "earliest"`` for
+  a reset to the earliest offsets, which start at the earliest offsets there are at start:
+  records removed meanwhile are no loss to such a reset.
 - ``state/`` (only when state is kept): Parquet files of one row per state bucket,
   :data:`SEED_SCHEMA`, each key's entry portable
   (:func:`~daemon.operator.state_format.encode_portable`). The query hands them to
@@ -28,12 +33,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.checkpoint.batch_logs import last_committed
 from daemon.checkpoint.layout import SEED_OFFSETS, SEED_STATE, seed_folder
+from daemon.model.wire import TOPIC_IDS, Offsets
 from daemon.operator.state_format import portable_due
 from daemon.private_paths import private_folder, write_private_text
 from daemon.state.render import iso_ms
@@ -51,6 +57,17 @@ class Seed:
 
     folder: Path
     offsets: dict[str, int]
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    """The ids of the topics ``offsets`` are of, as the broker gave them (none: no ids)."""
+    to_earliest: bool = False
+    """Made by a reset to the earliest offsets: it starts at the earliest offsets at start."""
+
+    @property
+    def start(self) -> Offsets | None:
+        """Where the query starts (``SourceSpec.start``); None: the earliest offsets."""
+        if self.to_earliest:
+            return None
+        return {**self.offsets, **({TOPIC_IDS: self.topic_ids} if self.topic_ids else {})}
 
     @property
     def state_folder(self) -> Path:
@@ -78,10 +95,22 @@ def seed_of(checkpoint: Path) -> Seed | None:
     if not path.exists() or last_committed(checkpoint) is not None:
         return None
     written = json.loads(path.read_text(encoding="utf-8"))
-    return Seed(folder, {str(name): int(offset) for name, offset in written["offsets"].items()})
+    return Seed(
+        folder,
+        {str(name): int(offset) for name, offset in written["offsets"].items()},
+        {str(topic): str(id_) for topic, id_ in (written.get("topic_ids") or {}).items()},
+        written.get("to") == "earliest",
+    )
 
 
-def write_seed(folder: Path, offsets: dict[str, int], made_by: str) -> None:
+def write_seed(
+    folder: Path,
+    offsets: dict[str, int],
+    made_by: str,
+    *,
+    topic_ids: dict[str, str] | None = None,
+    to_earliest: bool = False,
+) -> None:
     """Write a seed's offsets into ``folder`` (its state, if any, is written apart)."""
     private_folder(folder, what="seed")
     record: dict[str, Any] = {
@@ -89,6 +118,10 @@ def write_seed(folder: Path, offsets: dict[str, int], made_by: str) -> None:
         "made_by": made_by,
         "made_at": iso_ms(time.time_ns() // 1_000_000),
     }
+    if topic_ids:
+        record["topic_ids"] = dict(sorted(topic_ids.items()))
+    if to_earliest:
+        record["to"] = "earliest"
     write_private_text(folder / SEED_OFFSETS, json.dumps(record, indent=2) + "\n")
 
 

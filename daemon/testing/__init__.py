@@ -1,10 +1,11 @@
 """A test kit for joiner authors: run a joiner over ordered inputs, with or without the engine.
 
 How it works: inputs are given per role in the format of ``daemon replay`` input files, one
-dict per record: ``{"key": ..., "value": {...} or None, "timestamp": epoch_ms}``. The ``key``
-is the Kafka key, as text (it routes tombstones of roles in ``Joiner.keyed_tombstones``); the
-join key comes from the value's field named in ``keys``, as in a pipeline file: a field, a
-list of fields for a composite key, or ``kafka_key`` for the Kafka key.
+dict per record: ``{"key": ..., "value": {...} or None, "timestamp": epoch_ms}``, and
+optionally its Kafka ``"headers"`` (``{"traceparent": "00-..."}``). The ``key`` is the Kafka
+key, as text (it routes tombstones of roles in ``Joiner.keyed_tombstones``); the join key
+comes from the value's field named in ``keys``, as in a pipeline file: a field, a list of
+fields for a composite key, or ``kafka_key`` for the Kafka key.
 
 - :func:`run_joiner` runs the joiner through the engine's own apply loop
   (:class:`daemon.operator.core.EngineCore`, the one the Spark operator runs) in plain Python:
@@ -30,13 +31,19 @@ The kit's parts live in :mod:`daemon.testing.harness` (the joiner in plain Pytho
 :mod:`daemon.testing.engine` (what the installed enrichd does with it); import them from
 here.
 
-Differences from the engine, on purpose: an exception in ``process`` or ``advance``
-propagates, so a test shows the traceback (the engine dead-letters that key's records as
-``JoinerFailed``); offsets are positions in each role's list (the engine's are per Kafka
-partition), so records of one role with equal event times keep list order here; every key
-shares one state bucket; and processing time moves only when the test says so
-(:meth:`JoinerHarness.wait`), so :func:`run_joiner`, which never waits, runs its micro-batches
-at one instant: no wake-up fires and no ``state_ttl`` runs out in it.
+A joiner call that fails (raises, yields what is no :class:`Emit` or :class:`DeadLetter`, an
+unknown output, a key that is no text, or leaves a state that does not pickle) fails as in
+the engine: nothing it yielded is kept, the key's state stays as it was, its records become
+``JoinerFailed`` dead letters, and :attr:`JoinerRun.failures` holds each failure with its
+exception (``raise run.failures[0].error`` shows the traceback).
+
+Differences from the engine, on purpose: offsets are positions in each role's list (the
+engine's are per Kafka partition), so records of one role with equal event times keep list
+order here; every key shares one state bucket; and processing time moves only when the test
+says so (:meth:`JoinerHarness.wait`), so :func:`run_joiner`, which never waits, runs its
+micro-batches at one instant: no wake-up fires and no ``state_ttl`` runs out in it. A record's
+``InputRecord.headers`` are all those its line gives (the engine keeps those the pipeline's
+``headers`` policy names).
 
 Example:
     The built-in ``comap`` joiner, a user and then a tweet of that user::

@@ -14,12 +14,12 @@ from typing import Any
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, record_fields
 from daemon.model.config import JoinKey
 from daemon.model.keys import key_parts
-from daemon.operator.core import EngineCore, KeyBatch
+from daemon.operator.core import ContractBreach, EngineCore, JoinerFailure, KeyBatch
 from daemon.operator.stash_log import MemoryChunks, StashLog
 from daemon.operator.state_format import STATE, Bucket, dump_portable, load_state
 from daemon.plugin.configured import configure
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, Joiner, JoinerOptions
-from daemon.replay import ReplayRecord, arrival_order, key_bytes
+from daemon.replay import ReplayRecord, arrival_order, headers_of_line, key_bytes
 from daemon.source.key_router import KeyRouter
 
 Inputs = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -36,6 +36,11 @@ class JoinerRun:
         states: the state of each key still held at the end.
         batches: how many micro-batches ran.
         metrics: the counters the joiner added with ``ctx.count``.
+        failures: every joiner call that failed, in order: the engine dead-letters a failed
+            ``process``'s records as ``JoinerFailed`` (they are in :attr:`dead_letters`
+            too) and writes one dead letter keyed by the join key for a failed
+            ``advance``. Each holds the exception, with its traceback: ``raise
+            run.failures[0].error`` shows it.
     """
 
     outputs: list[Emit] = field(default_factory=list)
@@ -43,6 +48,7 @@ class JoinerRun:
     states: dict[str, Any] = field(default_factory=dict)
     batches: int = 0
     metrics: dict[str, int] = field(default_factory=dict)
+    failures: list[JoinerFailure] = field(default_factory=list)
 
 
 def by_key(outputs: Iterable[Emit] | Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -129,11 +135,6 @@ class JoinerHarness:
         self._shown: dict[str, Any] = {}
         """The objects :attr:`JoinerRun.states` last showed, to see which a test replaced."""
         self._lines: dict[str, int] = {}
-        stage = self.joiner.downstream()
-        retractions = stage.retractions if stage is not None else None
-        self._outputs = (*joiner_cls.outputs, *([retractions] if retractions else []))
-        """The secondary outputs the joiner may write: its own and the engine-made one of
-        retractions a revising joiner writes for its second stage."""
 
     def feed(self, inputs: Inputs) -> None:
         """Run one micro-batch of ``inputs`` (records per role, as :func:`run_joiner` takes)."""
@@ -185,33 +186,43 @@ class JoinerHarness:
         """
         self._apply([(key, [], True) for key in self._seen])
 
-    def emit(self, emit: Emit) -> None:
-        """Take an output record (the core's :class:`~daemon.operator.core.Outlet`)."""
-        if emit.output is not None and emit.output not in self._outputs:
-            raise ValueError(
-                f"{self.cls.name!r} emitted to output {emit.output!r}, not in its outputs "
-                f"{self._outputs}"
-            )
+    def rows(self, results: Sequence[Emit | DeadLetter]) -> list[Emit | DeadLetter]:
+        """What a call's yields become (the core's :class:`~daemon.operator.core.Outlet`).
+
+        An output's value goes through its schema, if the harness has it: one the schema
+        refuses becomes an ``UnencodableOutput`` dead letter of its source record, or, with
+        none, fails the call, as in the engine.
+        """
+        return [self._through_schema(r) if isinstance(r, Emit) else r for r in results]
+
+    def send(self, rows: Sequence[Emit | DeadLetter]) -> None:
+        """Keep a completed call's outputs and dead letters in :attr:`run`."""
+        for row in rows:
+            if isinstance(row, Emit):
+                self.run.outputs.append(row)
+            else:
+                self.run.dead_letters.append(row)
+
+    def failed(self, failure: JoinerFailure) -> None:
+        """A joiner call failed: its records become ``JoinerFailed`` dead letters (as in Spark)."""
+        self.run.failures.append(failure)
+        reason = failure.reason()
+        self.run.dead_letters += [DeadLetter(r, reason, "JoinerFailed") for r in failure.records]
+
+    def _through_schema(self, emit: Emit) -> Emit | DeadLetter:
         codec = self.output_codecs.get(emit.output)
         if codec is None or emit.value is None:
-            self.run.outputs.append(emit)
-            return
+            return emit
         try:
             value = codec.decode(codec.encode(emit.value))
         except ValueError as exc:
             if emit.source is None:
-                raise
-            self.run.dead_letters.append(DeadLetter(emit.source, str(exc), "UnencodableOutput"))
-            return
-        self.run.outputs.append(replace(emit, value=value))
-
-    def reject(self, letter: DeadLetter) -> None:
-        """Take a dead letter the joiner yielded."""
-        self.run.dead_letters.append(letter)
-
-    def failed(self, records: Sequence[InputRecord], error: Exception) -> None:
-        """The joiner raised: raise it here, so that the test shows the traceback."""
-        raise error
+                raise ContractBreach(
+                    f"the schema of its output refuses a value it emitted ({exc}), which no "
+                    "input record made"
+                ) from exc
+            return DeadLetter(emit.source, str(exc), "UnencodableOutput")
+        return replace(emit, value=value)
 
     def _apply(self, batch: list[KeyBatch]) -> None:
         log = self._log()
@@ -381,7 +392,11 @@ def _replay_records(
                 raise ValueError(
                     f"{role}[{index}]: value does not match its schema: {exc}"
                 ) from None
-        records.append(ReplayRecord(role, line.get("key"), value, timestamp, index))
+        try:
+            headers = headers_of_line(line.get("headers"))
+        except ValueError as exc:
+            raise ValueError(f"{role}[{index}]: 'headers' {exc}") from None
+        records.append(ReplayRecord(role, line.get("key"), value, timestamp, index, headers))
     return records
 
 
@@ -400,6 +415,7 @@ def _route(
         offset=item.line,
         kafka_key=kafka_key,
         timestamp=item.timestamp,
+        headers=item.headers,
     )
     router = KeyRouter(item.role, key_parts(key), time_field, item.role in joiner.keyed_tombstones)
     routing = router.route(item.value, kafka_key, item.timestamp)

@@ -7,6 +7,7 @@ output's ``enrichd.source.*`` headers name the item it came from.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,10 +80,12 @@ def plan_pipeline(joiner: str, base: str, folder: Path, options: VerifyOptions) 
     if joiner not in EXAMPLES:
         raise EnrichdError(f"--joiner {joiner}: choose one of {', '.join(JOINERS)} or all")
     example = load_pipeline_file(example_file(EXAMPLES[joiner])).pipeline[0]
-    name = f"{base}.{joiner}"
+    name = f"{base}.{joiner}"  # what its topics' names start with
     config = example.model_copy(
         update={
-            "name": name,
+            # Dots separate the parts of the transactional ids and groups a pipeline's name
+            # goes into: a pipeline's name has none (daemon.model.config.id_part).
+            "name": re.sub(r"[^A-Za-z0-9_-]", "-", name),
             "checkpoint": folder / "checkpoints" / joiner,
             "dead_letter_topic": f"{name}.dlq",
             "inputs": {

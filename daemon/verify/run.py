@@ -27,7 +27,7 @@ from daemon.errors import EnrichdError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka import connect
 from daemon.kafka.admin import delete_topics, existing_topics
-from daemon.model.config import PipelineFile, load_pipeline_file
+from daemon.model.config import PipelineFile, id_part, load_pipeline_file
 from daemon.signals import StopRequest
 from daemon.verify import child as runs
 from daemon.verify.acl import refusal
@@ -90,8 +90,15 @@ def verify(
 
     Raises:
         EnrichdError: the cluster could not be reached, refused a request (the line names
-            the missing ACL), or the child run made no progress.
+            the missing ACL), or the child run made no progress, or ``--prefix`` holds a
+            character a pipeline's name may not (its pipelines' names start with it).
     """
+    try:
+        # The child's pipelines are PREFIX-RUN-JOINER: a dot would stop them at their start,
+        # and their transactional ids would not start with the enrichd.PREFIX the ACLs name.
+        id_part(options.prefix)
+    except ValueError as refused:
+        raise EnrichdError(f"--prefix {refused}") from None
     run_id = uuid.uuid4().hex[:8]
     base = f"{options.prefix}.{run_id}"
     interrupted: Interrupted | None = None
@@ -107,7 +114,12 @@ def verify(
         if servers is None:
             progress("starting the embedded broker")
             servers = stack.enter_context(EmbeddedBroker()).bootstrap_servers
-        connection["kafka"] = {**connection.get("kafka", {}), "bootstrap_servers": servers}
+        # The child creates its engine's own topics (lookup's retractions) as verify's.
+        connection["kafka"] = {
+            "replication_factor": options.replication,
+            **connection.get("kafka", {}),
+            "bootstrap_servers": servers,
+        }
         conf = _client_conf(file, servers)
         existing_topics(conf)  # one line when the cluster cannot be reached or refuses us
         raw = RawLogs(conf)

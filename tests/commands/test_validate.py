@@ -585,3 +585,62 @@ def test_lookup_totals_fields_are_checked_against_the_enriched_records(tmp_path:
         f"{at}.options.aggregate.field: field 'click.user' of {enriched} is string; joiner "
         "'lookup' needs int or long or float or double there",
     ]
+
+
+# -- a select: each path against what the joiner writes, the output schema against the select --
+
+
+FLAT_VIEW = [
+    {"name": "tweet_id", "type": "long"},
+    {"name": "author", "type": "string"},
+    {"name": "avatar", "type": "string"},
+    {"name": "channel", "type": "int"},
+    {"name": "seen", "type": "boolean"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+]
+
+
+def test_a_select_is_checked_entry_by_entry_one_line_each(write: Write, tmp_path: Path) -> None:
+    output = schema_file(tmp_path, "FlatView", FLAT_VIEW)
+    select = """
+[pipeline.select]
+tweet_id = "id"
+author = "author.nam"
+avatar = "author.avatar"
+channel = { value = "web" }
+content = "tweet.content"
+at = "tweet.posted.at"
+"""
+    path = write((f'schema = "{SCHEMAS / "tweet_view.avsc"}"', f'schema = "{output}"'))
+    path.write_text(path.read_text(encoding="utf-8") + select, encoding="utf-8")
+    at = where(path, "select.{}").format
+    assert problems(path) == [
+        at("author") + "'author.nam': field 'nam' is not in the record at 'author' (the 'one' "
+        "input's record); its fields: id, name, avatar, updated_at",
+        at("at") + "'tweet.posted.at': field 'posted' is not in the record at 'tweet' (the "
+        "'many' input's record); its fields: id, author_id, content",
+        at("avatar") + f"field 'avatar' of {output} cannot hold 'author.avatar' (string | null): "
+        'it may be null, which a string cannot hold; make it a union with "null"; or give the '
+        "entry a default",
+        at("channel") + "the constant 'web' is not a value of field 'channel' (int)",
+        at("content") + f"{output} has no field 'content'; add it, or name the entry after one "
+        "of its fields: tweet_id, author, avatar, channel, seen, note",
+        where(path, "select") + f"field 'seen' of {output} has no default, and no entry of the "
+        "select names it; add one, or give the field a default",
+    ]
+    fixed = write(
+        (f'schema = "{SCHEMAS / "tweet_view.avsc"}"', f'schema = "{output}"'),
+    )
+    fixed.write_text(
+        fixed.read_text(encoding="utf-8")
+        + """
+[pipeline.select]
+tweet_id = "id"
+author = "author.name"
+avatar = { path = "author.avatar", default = "" }
+channel = { value = 7 }
+seen = { value = true }
+""",
+        encoding="utf-8",
+    )
+    assert problems(fixed) == []

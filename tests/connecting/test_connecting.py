@@ -27,6 +27,7 @@ from daemon.kafka.connect import client_conf
 from daemon.model.config import load_pipeline_file
 from daemon.pipeline.plan import plan_pipeline, start_query
 from daemon.replay import replay
+from daemon.source.spark_source import KafkaSource
 from tests.kafka_helpers import SCHEMAS, In, create_topic, process_all, produce, read_topic
 from tests.registry import RegistryServer
 from tests.scram_proxy import ScramGate
@@ -416,6 +417,9 @@ def test_a_pipeline_runs_over_tls_with_a_registry_over_https_and_prints_no_secre
             shown = query._jsq.explainInternal(True) + json.dumps(query.recentProgress[-1].json)
         finally:
             query.stop()
+        # What a streaming DataFrame over enrichd's source shows of its plan (explain()).
+        stream = spark.readStream.format(KafkaSource.name()).option("spec", plan.source.encode())
+        shown += stream.load()._jdf.queryExecution().toString()
         asked = server.asked_by_id()
         (view,) = read_topic(conf, topics[2])
         assert view.value is not None

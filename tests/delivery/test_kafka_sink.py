@@ -321,9 +321,13 @@ def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
     """A plan asks the cluster for its id: the embedded broker's takes the turn, any other
     cluster's (here a Tansu with its own id) does not, and ``[kafka] commit_turn`` forces
     either. On the other cluster a task initialises, writes and commits while this process
-    holds the turn, which a task that took it would wait for."""
+    holds the turn, which a task that took it would wait for. There, the plan creates the
+    output topics only with ``[kafka] replication_factor`` set: the broker's default may be
+    less than the cluster needs."""
     import fcntl
 
+    from daemon.errors import ConfigError
+    from daemon.kafka.admin import existing_topics
     from daemon.pipeline.plan import plan_pipeline
     from daemon.private_paths import open_private, runtime_folder
     from daemon.sink.commit_turn import LOCK_NAME
@@ -348,11 +352,19 @@ def test_the_commit_turn_is_taken_on_the_embedded_broker_only_unless_forced(
             create_topic(client_conf(servers), setup.users)
             create_topic(client_conf(servers), setup.tweets)
         assert planned(broker.bootstrap_servers).commit_turn is True
-        assert planned(other).commit_turn is False
-        assert planned(other, commit_turn=True).commit_turn is True
+        with pytest.raises(ConfigError) as refused:
+            planned(other)
+        assert str(refused.value).startswith(
+            f"topics '{topic}', '{setup.dead_letters}' do not exist, and [kafka] "
+            "replication_factor is not set; create them with the replication your cluster "
+            "needs, or set replication_factor"
+        )
+        assert topic not in existing_topics(client_conf(other))
+        assert planned(other, replication_factor=1).commit_turn is False
+        assert planned(other, replication_factor=1, commit_turn=True).commit_turn is True
         assert planned(broker.bootstrap_servers, commit_turn=False).commit_turn is False
 
-        spec = planned(other)  # the plan made the output topic
+        spec = planned(other)  # the output topic is there: nothing to create
         written: list[Any] = []  # the task's output, once it committed
         writer = threading.Thread(target=lambda: written.append(commit_one(spec, topic, 0, b"a")))
         turn = open_private(runtime_folder() / LOCK_NAME)

@@ -8,12 +8,17 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from daemon.broker import EmbeddedBroker
+from daemon.errors import KafkaReadError, failure_reason
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
+from daemon.kafka import connect
+from daemon.kafka.clients import read_partition
 from daemon.model.record_route import bucket_of
 from daemon.model.wire import DEAD_LETTER_ROUTE, parse_offsets, unpack
 from daemon.source.spec import SourceInput, SourceSpec
+from tests.fetch_fault_proxy import TOPIC_AUTHORIZATION_FAILED, faulty
 from tests.kafka_helpers import (
     SCHEMAS,
     In,
@@ -270,3 +275,59 @@ def test_missing_input_topic_at_start_up_is_a_one_line_error_naming_it(
     assert "\n" not in message
     assert repr(tweets) in message and "'many'" in message
     assert users not in message
+
+
+def test_a_partition_the_client_cannot_read_fails_with_one_line_and_nothing_is_passed_over(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """A proxy answers the partition's Fetch requests with an authorization error, then with
+    its record batch corrupted on the way: each read ends at once with one line naming the
+    partition, the offset and what to do, rather than waiting out a stall or reading past the
+    batch; once the proxy answers right, every record is read. Through the engine, the
+    refusal fails the micro-batch with that line."""
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("faults")
+    create_topic(conf, topic, 1)
+    produce(conf, topic, [In(b"first %d" % i) for i in range(10)])
+    produce(conf, topic, [In(b"second %d" % i) for i in range(10)])
+    with faulty(broker) as proxy:
+        spec = SourceSpec(
+            inputs=(SourceInput("one", topic, "id", None, AvroCodec(USER)),),
+            client_conf=client_conf(proxy.bootstrap_servers),
+            max_records_per_batch=100,
+        )
+
+        def read() -> list[int]:
+            consumer = connect.consumer(spec.reader_conf())
+            try:
+                chunks = read_partition(consumer, TopicPartition(topic, 0, 0), 20, stall_s=60)
+                return [m.offset() for chunk in chunks for m in chunk]
+            finally:
+                consumer.close()
+
+        proxy.errors[(topic, 0)] = TOPIC_AUTHORIZATION_FAILED
+        with pytest.raises(KafkaReadError) as refused:
+            read()
+        line = str(refused.value)
+        assert line.startswith(
+            f"cannot read topic '{topic}' partition 0 at offset 0 (TOPIC_AUTHORIZATION_FAILED: "
+        )
+        assert line.endswith(
+            "; allow the principal Read and Describe on the topic (docs/connecting.md, what a "
+            "pipeline may do on the cluster)"
+        )
+
+        with pytest.raises(Exception) as failed:  # noqa: PT011 - Spark's, checked below
+            run_source(spark, tmp_path / "checkpoint", spec, "refused_rows")
+        assert failure_reason(str(failed.value)) == line
+
+        proxy.errors.clear()
+        proxy.corrupt.add((topic, 0))
+        with pytest.raises(KafkaReadError) as corrupt:
+            read()
+        assert f"cannot read topic '{topic}' partition 0 at offset " in str(corrupt.value)
+        assert "; its record batch is corrupt, on the broker or on the way" in str(corrupt.value)
+        assert proxy.faults > 0
+
+        proxy.corrupt.clear()
+        assert read() == list(range(20))

@@ -579,6 +579,68 @@ def test_promtool_checks_the_rules_and_each_alert_fires_only_when_it_should(
     # ... for the instance whose series say so, beside `clicks`, whose series do not.
 
 
+LAG_RULES_HEADING = "### Lag in Kafka's own tools: the pipeline's group"
+
+
+def test_the_docs_rules_on_kafka_lag_exporters_series_fire_for_a_pipelines_group_only(
+    tmp_path: Path,
+) -> None:
+    """docs/operations.md's sample rules: promtool checks them, and they fire for a lagging
+    pipeline's group, never for its exactly-once markers (groups too, with offsets on the
+    output topic that kafka-lag-exporter reports as lag)."""
+    section = OPERATIONS.read_text(encoding="utf-8").split(LAG_RULES_HEADING, 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block is not None
+    (tmp_path / "rules.yaml").write_text(block.group(1), encoding="utf-8")
+    done = subprocess.run(
+        ["promtool", "check", "rules", "rules.yaml"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lagging = 'cluster_name="prod", group="enrichd.views"'
+    markers = 'cluster_name="prod", group="enrichd.views.sink.5f0c.0"'
+    unit = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": f"kafka_consumergroup_group_max_lag_seconds{{{lagging}}}",
+                     "values": "600x40"},
+                    {"series": f"kafka_consumergroup_group_max_lag_seconds{{{markers}}}",
+                     "values": "99999x40"},
+                    {"series": f'kafka_consumergroup_group_lag{{{lagging}, partition="0"}}',
+                     "values": "2000+100x40"},
+                    {"series": f'kafka_consumergroup_group_lag{{{markers}, partition="0"}}',
+                     "values": "2000+100x40"},
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "35m",
+                        "alertname": name,
+                        "exp_alerts": [
+                            {"exp_labels": {"severity": "warning", "cluster_name": "prod",
+                                            "group": "enrichd.views"}}
+                        ],
+                    }
+                    for name in ("EnrichdConsumerGroupLagHigh", "EnrichdConsumerGroupLagGrowing")
+                ],
+            }
+        ],
+    }  # fmt: skip
+    (tmp_path / "unit.yaml").write_text(yaml.safe_dump(unit), encoding="utf-8")
+    rules = yaml.safe_load(block.group(1))
+    for rule in rules["groups"][0]["rules"]:
+        rule.pop("annotations")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules), encoding="utf-8")
+    done = subprocess.run(
+        ["promtool", "test", "rules", "unit.yaml"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def heading_anchors(markdown: str) -> set[str]:
     """The anchors GitHub gives a page's headings: lower case, punctuation gone, - for space."""
     anchors = set()

@@ -13,7 +13,7 @@ import pytest
 
 from daemon.broker import EmbeddedBroker
 from daemon.demos import latest_by_key
-from daemon.errors import ConfigError
+from daemon.errors import ConfigError, SchemaRegistryUnavailableError, failure_reason
 from daemon.formats.avro.codec import AvroCodec, parse_schema_text
 from daemon.model.config import parse_pipeline_file
 from daemon.pipeline.plan import plan_pipeline, start_query
@@ -39,11 +39,19 @@ def text(name: str) -> str:
 
 
 def pipeline_data(
-    folder: Path, server: RegistryServer, topics: dict[str, str], **kafka: Any
+    folder: Path,
+    server: RegistryServer,
+    topics: dict[str, str],
+    registry: dict[str, Any] | None = None,
+    **kafka: Any,
 ) -> dict:
     return {
         "kafka": kafka,
-        "schema_registry": {"url": server.url, "basic.auth.user.info": server.user_info},
+        "schema_registry": {
+            "url": server.url,
+            "basic.auth.user.info": server.user_info,
+            **(registry or {}),
+        },
         "pipeline": [
             {
                 "name": topics["output"].replace("/", "-"),
@@ -105,6 +113,18 @@ def test_replay_reads_and_writes_confluent_framing(
     assert {outcome for _, outcome in asked} == {"ok"}
 
 
+def fresh_views_topics(conf: dict[str, str], fresh_topic: Callable[[str], str]) -> dict[str, str]:
+    """Fresh users, tweets and views topics for :func:`pipeline_data`; the inputs created."""
+    topics = {
+        "users": fresh_topic("users"),
+        "tweets": fresh_topic("tweets"),
+        "output": fresh_topic("views"),
+    }
+    for topic in (topics["users"], topics["tweets"]):
+        create_topic(conf, topic)
+    return topics
+
+
 def test_schema_evolution_both_ways_through_the_engine(
     registry: RegistryServer,
     broker: EmbeddedBroker,
@@ -122,14 +142,8 @@ def test_schema_evolution_both_ways_through_the_engine(
     register(registry, "users-value", text("user.avsc"))
     register(registry, "tweets-value", text("tweet.avsc"))
     register(registry, "views-value", text("tweet_view.avsc"))
-    topics = {
-        "users": fresh_topic("users"),
-        "tweets": fresh_topic("tweets"),
-        "output": fresh_topic("views"),
-    }
     conf = client_conf(broker.bootstrap_servers)
-    for topic in (topics["users"], topics["tweets"]):
-        create_topic(conf, topic)
+    topics = fresh_views_topics(conf, fresh_topic)
     data = pipeline_data(tmp_path, registry, topics, bootstrap_servers=broker.bootstrap_servers)
     file = parse_pipeline_file(tmp_path / "p.toml", data)
     plan = plan_pipeline(file, file.pipeline[0], conf)  # readers: the latest versions now
@@ -174,3 +188,95 @@ def test_missing_subject_stops_start_up_with_one_line(
     message = str(error.value)
     assert "\n" not in message
     assert "'users-value' not found" in message and "register it first" in message
+
+
+@pytest.mark.parametrize(
+    ("outage", "line"),
+    [
+        ((404, "html"), "answered 404 without a registry error code"),
+        ((429, "json"), "is too busy (429)"),
+        ((503, "json"), "failed (unavailable (HTTP status code 503, SR code 50300))"),
+    ],
+)
+def test_an_outage_is_not_bad_data_but_the_registrys_not_found_is(
+    registry: RegistryServer, outage: tuple[int, str], line: str
+) -> None:
+    """Through the real registry client: a record whose writer schema the registry cannot
+    give now is held back (the batch fails and is retried), never taken for an undecodable
+    one; a schema id the registry says it does not know (40403) is the record's fault."""
+    schema_id = register(registry, "tweets-value", text("tweet.avsc"))
+    tweet = {"id": 9, "author_id": 1, "content": "hi"}
+    settings = registry.client_settings(**{"max.retries": 0})
+    reader = AvroCodec(parse_schema_text(text("tweet.avsc")), registry_url=registry.url)
+    written = AvroCodec(reader.schema, registry_url=registry.url, schema_id=schema_id)
+    registry.registry.outage = outage
+    fresh = AvroCodec(reader.schema, registry_url=registry.url, registry_settings=settings)
+    with pytest.raises(SchemaRegistryUnavailableError) as held:
+        fresh.decode(written.encode(tweet))
+    assert str(held.value).startswith(f"schema registry {registry.url} {line}")
+    assert "\n" not in str(held.value)
+
+    registry.registry.outage = None
+    assert fresh.decode(written.encode(tweet)) == tweet
+    unknown = AvroCodec(reader.schema, registry_url=registry.url, schema_id=schema_id + 100)
+    with pytest.raises(ValueError, match="Schema not found"):
+        fresh.decode(unknown.encode(tweet))
+
+
+def test_records_read_while_a_proxy_answers_for_the_registry_wait_for_it(
+    registry: RegistryServer,
+    broker: EmbeddedBroker,
+    spark: Any,
+    tmp_path: Path,
+    fresh_topic: Callable[[str], str],
+) -> None:
+    """A tweet written with a schema the pipeline has not read yet arrives while a proxy in
+    front of the registry answers its 404 page: the batch fails with one line, and the tweet
+    is not dead-lettered; once the registry is back, the restarted query views it."""
+    register(registry, "users-value", text("user.avsc"))
+    tweet_id = register(registry, "tweets-value", text("tweet.avsc"))
+    register(registry, "views-value", text("tweet_view.avsc"))
+    conf = client_conf(broker.bootstrap_servers)
+    topics = fresh_views_topics(conf, fresh_topic)
+    data = pipeline_data(
+        tmp_path,
+        registry,
+        topics,
+        {"max.retries": 0},
+        bootstrap_servers=broker.bootstrap_servers,
+    )
+    file = parse_pipeline_file(tmp_path / "p.toml", data)
+    plan = plan_pipeline(file, file.pipeline[0], conf)
+    users = AvroCodec(parse_schema_text(text("user.avsc")), registry_url=registry.url)
+    user_id = registry.registry.lookup("users-value", text("user.avsc"))
+    user = AvroCodec(users.schema, registry_url=registry.url, schema_id=user_id)
+    tweets = AvroCodec(parse_schema_text(text("tweet.avsc")), registry_url=registry.url)
+    tweet = AvroCodec(tweets.schema, registry_url=registry.url, schema_id=tweet_id)
+    ada = {"id": 1, "name": "ada", "avatar": None, "updated_at": 1}
+    produce(conf, topics["users"], [In(user.encode(ada), b"1", 5)])
+    produce(
+        conf,
+        topics["tweets"],
+        [In(tweet.encode({"id": 9, "author_id": 1, "content": "hi"}), b"9", 6)],
+    )
+
+    registry.registry.outage = (404, "html")
+    query = start_query(spark, plan)
+    try:
+        with pytest.raises(Exception) as failed:  # noqa: PT011 - Spark's, checked below
+            process_all(query)
+    finally:
+        query.stop()
+    assert failure_reason(str(failed.value)).startswith(
+        f"schema registry {registry.url} answered 404 without a registry error code"
+    )
+
+    registry.registry.outage = None
+    query = start_query(spark, plan)
+    try:
+        process_all(query)
+    finally:
+        query.stop()
+    (view,) = read_topic(conf, topics["output"])
+    assert plan.operator.output_codec.decode(view.value or b"")["author"] == ada
+    assert read_topic(conf, file.pipeline[0].dead_letters) == []

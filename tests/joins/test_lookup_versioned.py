@@ -10,6 +10,11 @@ pins that run rule by rule and against a batch as-of join).
 
 Bootstrap: tables whose records all reached Kafka after the stream's, with and without
 ``versioned``, and a restart from the checkpoint that must not bootstrap again.
+
+Headers (the default policy, trace context): a click's answer carries its ``traceparent``,
+when it was held for the grace, in its revision and the revision's retraction too, not that of
+the late row that revised it; a late record's dead letter keeps all its headers; and a click
+held in state across a restart keeps its own.
 """
 
 from __future__ import annotations
@@ -21,9 +26,20 @@ from typing import Any
 import pytest
 
 from daemon.demos import latest_by_key
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.lookup import Lookup
+from daemon.model.config import StateConfig
 from daemon.replay import ReplayResult
-from daemon.testing import by_key, replay_joiner, run_joiner
+from daemon.testing import by_key, pipeline_file, replay_joiner, run_joiner
+from tests.kafka_helpers import (
+    In,
+    client_conf,
+    create_topic,
+    on_topics,
+    produce,
+    read_topic,
+    run_pipeline,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
@@ -52,6 +68,12 @@ def click(cid: str, user: str, at: int, arrival: int, clicks: int) -> dict[str, 
     return {"key": cid, "value": value, "timestamp": T + arrival}
 
 
+def traced(line: dict[str, Any], **more: str) -> dict[str, Any]:
+    """``line`` with a W3C traceparent header of its own (and ``more`` headers)."""
+    trace = f"00-{str(line['key']).encode().hex():0>32}-00f067aa0ba902b7-01"
+    return {**line, "headers": {"traceparent": trace, **more}}
+
+
 def change(user: str, region: str | None, since: int, arrival: int) -> dict[str, Any]:
     value = None if region is None else {"user": user, "region": region, "since": T + since}
     return {"key": user, "value": value, "timestamp": T + arrival}
@@ -59,17 +81,17 @@ def change(user: str, region: str | None, since: int, arrival: int) -> dict[str,
 
 CLICKS = [
     # graced: the us row (valid from 450) arrives at 550, before g1 (500) leaves its grace.
-    click("g1", "graced", 500, 500, 1),
+    traced(click("g1", "graced", 500, 500, 1), tenant="acme"),
     click("g2", "graced", 700, 700, 2),
     # revised: r1 goes out with eu once r2 moves the stream time past its grace; the us row
     # (valid from 400) arrives at 900 and revises it.
-    click("r1", "revised", 500, 501, 4),
+    traced(click("r1", "revised", 500, 501, 4)),
     click("r2", "revised", 800, 801, 8),
     # retention: t2 moves the stream time to 2000, so the history before 1000 is gone; t0
     # (made at 500) comes too late to join.
     click("t1", "retention", 100, 102, 16),
     click("t2", "retention", 2000, 2002, 32),
-    click("t0", "retention", 500, 2200, 64),
+    traced(click("t0", "retention", 500, 2200, 64), tenant="acme"),
     # tombstone: forgotten at 300, the moment its tombstone reached Kafka.
     click("x1", "tombstone", 200, 301, 128),
     click("x2", "tombstone", 400, 401, 256),
@@ -78,7 +100,7 @@ CHANGES = [
     change("graced", "eu", 0, 0),
     change("graced", "us", 450, 550),
     change("revised", "eu", 0, 1),
-    change("revised", "us", 400, 900),
+    traced(change("revised", "us", 400, 900)),
     change("retention", "eu", 0, 2),
     change("retention", "us", 50, 2100),  # older than the retention: a dead letter
     change("tombstone", "eu", 0, 3),
@@ -150,6 +172,22 @@ def test_late_rows_are_joined_revised_or_dead_lettered(
     assert late == [("retention", "LateRecord"), ("t0", "LateRecord")]
     # The revision's retraction: r1's first answer, taken back from eu.
     assert answers(result.extra["retractions"]) == {"r1": [("eu", 0)]}
+    # Trace context: each answer carries its click's (the revision and its retraction too,
+    # not the late row's that made them); a click without one carries none.
+    headers = {(r["key"], r["value"]["revision"]): r["headers"] for r in result.outputs}
+    trace = {line["key"]: line.get("headers", {}).get("traceparent") for line in CLICKS}
+    assert {key: found.get("traceparent") for key, found in headers.items()} == {
+        (key, revision): trace[key]
+        for key, history in EXPECTED.items()
+        for _, revision in history
+    }
+    assert "tenant" not in headers[("g1", 0)]  # held for the grace; only trace context
+    (retraction,) = result.extra["retractions"]
+    assert retraction["headers"]["traceparent"] == trace["r1"]
+    # A dead letter keeps all the headers of its record, and says why as Kafka Streams does.
+    (t0,) = [d for d in result.dead_letters if d["key"] == "t0"]
+    assert {n: t0["headers"][n] for n in ("traceparent", "tenant")} == CLICKS[6]["headers"]
+    assert t0["headers"]["__streams.errors.exception"] == "LateRecord"
     if cap == 1:
         assert result.batches > len(CLICKS) + len(CHANGES)  # both stages, record by record
 
@@ -323,18 +361,6 @@ def test_bootstrap_loads_a_versioned_tables_history_first(
 def test_a_restart_from_the_checkpoint_does_not_bootstrap_again(
     broker: Any, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
-    from daemon.formats.avro.codec import AvroCodec, load_schema_file
-    from daemon.testing import pipeline_file
-    from tests.kafka_helpers import (
-        In,
-        client_conf,
-        create_topic,
-        on_topics,
-        produce,
-        read_topic,
-        run_pipeline,
-    )
-
     conf = client_conf(broker.bootstrap_servers)
     topics = {"stream": fresh_topic("clicks"), "table": fresh_topic("regions")}
     for topic in topics.values():
@@ -379,6 +405,56 @@ def test_a_restart_from_the_checkpoint_does_not_bootstrap_again(
         if out.value is not None
     }
     assert joined == {"c1": "eu", "c2": "eu"}
+
+
+def test_a_click_held_for_its_grace_keeps_its_headers_across_a_restart(
+    broker: Any, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """The first run holds c1 for its grace; the second, from the checkpoint (no worker
+    cache: the state store's copy), answers it once c2 moves stream time on: with c1's
+    trace context, which the held record kept in state."""
+    conf = client_conf(broker.bootstrap_servers)
+    topics = {"stream": fresh_topic("held-clicks"), "table": fresh_topic("held-regions")}
+    for topic in topics.values():
+        create_topic(conf, topic, 2)
+    file = pipeline_file(
+        "lookup",
+        schemas=TIMED,
+        output_schema=SCHEMAS / "revised_click.avsc",
+        keys=KEYS,
+        times=TIMES,
+        fields=FIELDS,
+        options={
+            "mode": "left",
+            "versioned": True,
+            "revisions": True,
+            "grace": "1s",
+            "idle_timeout": "1h",  # no wall-clock wake-up releases it in between
+        },
+        checkpoint=tmp_path / "checkpoint",
+        bootstrap_servers=broker.bootstrap_servers,
+    )
+    pipe = on_topics(file.pipeline[0], topics, fresh_topic("held-out"))
+    file = file.model_copy(update={"pipeline": [pipe], "state": StateConfig(cache=False)})
+    clicks, regions = (AvroCodec(load_schema_file(TIMED[role])) for role in ("stream", "table"))
+    trace = [("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")]
+
+    def clicked(cid: str, at: int, headers: Any = None) -> In:
+        value = {"id": cid, "user": "ada", "clicks": 1, "at": T + at}
+        return In(clicks.encode(value), cid.encode(), T + at, headers=headers)
+
+    produce(conf, topics["table"], [In(regions.encode({"user": "ada", "region": "eu", "since": T}),
+                                       b"ada", T)])  # fmt: skip
+    produce(conf, topics["stream"], [clicked("c1", 1_000, trace + [("tenant", b"acme")])])
+    run_pipeline(spark, file)
+    assert read_topic(conf, pipe.output.topic) == []  # c1 waits for its grace
+
+    produce(conf, topics["stream"], [clicked("c2", 5_000)])
+    run_pipeline(spark, file)
+    (answer,) = read_topic(conf, pipe.output.topic)
+    assert answer.key == b"c1"
+    assert answer.headers["traceparent"] == trace[0][1]
+    assert "tenant" not in answer.headers  # kept in state: only what its outputs carry
 
 
 def test_replay_prints_the_totals_and_retractions_it_reads_back(

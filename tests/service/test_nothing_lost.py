@@ -14,10 +14,14 @@ of its own:
 - ``reads-on`` (``"latest"``) ran before too; then its users topic was deleted and created
   again with one record. It skips that record with one WARN line, counts it per partition,
   and joins a user update produced later.
+
+The daemon keeps Spark's scratch space, with the state's working copy, where
+``ENRICHD_SPARK_LOCAL_DIR`` says.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
@@ -138,7 +142,10 @@ def test_daemon_run_dead_letters_what_it_cannot_write_and_says_what_it_cannot_re
         "and created again?); on_missing_offsets = 'latest': reading on from offset 1, "
         "1 offsets skipped"
     )
-    service = DaemonProcess(path, tmp_path / "daemon.log", env={})
+    scratch = tmp_path / "scratch"  # as the Kubernetes manifests and the systemd unit set it
+    service = DaemonProcess(
+        path, tmp_path / "daemon.log", env={"ENRICHD_SPARK_LOCAL_DIR": str(scratch)}
+    )
     try:
         # reads-on must plan past the lost offset before its topic grows again: a log that
         # ends at offset 2 once more cannot be told from the old one (docs/semantics.md).
@@ -149,6 +156,12 @@ def test_daemon_run_dead_letters_what_it_cannot_write_and_says_what_it_cannot_re
                 and len(read_topic(conf, oversize.dead_letters)) >= 2
                 and warning in service.log_text()
             ),
+        )
+        # The state's working copy is in the scratch folder, in the process's run folder.
+        (run,) = (entry for entry in scratch.iterdir() if entry.is_dir())
+        assert run.name.startswith("run-"), run
+        assert any(
+            name.startswith("StateStoreId(") for _, names, _ in os.walk(run) for name in names
         )
         # Both go on: a tweet after the refused view, a user update after the skipped one.
         produce(conf, oversize.tweets, [tweet(13, 2)])

@@ -176,6 +176,13 @@ def test_metrics_count_records_in_out_and_dead_letters_of_committed_batches(
     batches = service.metric("enrichd_batches_total", pipeline=name)
     assert batches is not None and batches >= 3  # 113 records, at most 50 a batch
     assert service.metric("enrichd_batch_duration_seconds_count", pipeline=name) == batches
+    # The later batches load the authors' buckets the first stored: each load is counted by
+    # whether the worker's decoded copy served it (the counts rows carry it to the daemon).
+    loads = [
+        service.metric("enrichd_state_cache_loads_total", pipeline=name, outcome=outcome) or 0
+        for outcome in ("hit", "miss")
+    ]
+    assert sum(loads) > 0
 
 
 def test_metrics_carry_the_build_and_the_daemons_and_jvms_processes(service: Service) -> None:
@@ -219,6 +226,36 @@ def test_input_lag_per_partition_falls_to_0_once_everything_is_read(service: Ser
         ]
 
     service.wait_until("lag 0 on every partition", lambda: lags() == [0, 0, 0, 0], timeout_s=60)
+
+
+def test_the_pipelines_group_holds_where_its_inputs_were_read_to_for_lag_tools(
+    service: Service,
+) -> None:
+    """What Burrow, kafka-lag-exporter, `kafka-consumer-groups` and KEDA read: the group
+    `enrichd.<pipeline>` is listed, and its committed offsets reach each input partition's end
+    once every record is read (the batches' ends, committed after each batch)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    from daemon.replay import committed_ends
+    from tests.kafka_helpers import groups_starting
+
+    conf = service.run.conf
+    group = f"enrichd.{service.run.name}"
+    topics = (service.run.tweet_topic, service.user_topic)
+    found = {name: end for topic in topics for name, end in committed_ends(conf, topic).items()}
+    ends = {f"{topic}/{p}": found.get(f"{topic}/{p}", 0) for topic in topics for p in (0, 1)}
+    assert sum(ends.values()) > TWEETS  # every record, the bad ones too
+
+    def committed() -> dict[str, int]:
+        client = AdminClient(conf)
+        asked = [ConsumerGroupTopicPartitions(group)]
+        (answer,) = client.list_consumer_group_offsets(asked, request_timeout=30).values()
+        found = answer.result(timeout=30).topic_partitions
+        return {f"{tp.topic}/{tp.partition}": tp.offset for tp in found if tp.offset >= 0}
+
+    service.wait_until("the group at the inputs' ends", lambda: committed() == ends, timeout_s=120)
+    assert group in groups_starting(conf, group)
 
 
 def test_an_idle_query_stays_ready_on_sparks_idle_reports(service: Service) -> None:

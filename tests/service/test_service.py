@@ -21,20 +21,11 @@ from daemon.checkpoint.layout import OFFSET_LOG, log_folder
 from daemon.service import supervisor as service
 from daemon.service.supervisor import Supervised, restart_delay
 from daemon.signals import StopRequest
+from tests.daemon_process import daemon_run
 from tests.ports import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXAMPLE = FIXTURES / "pipelines" / "tweet_views.toml"
-
-
-def daemon_run(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "daemon", "run", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )
 
 
 def example_against(folder: Path, servers: str) -> Path:

@@ -1,4 +1,5 @@
-"""``daemon state``, ``daemon reset`` and ``daemon rescale`` on real checkpoints.
+"""``daemon state``, ``reset``, ``rescale``, ``snapshot`` and ``restore`` on real checkpoints,
+and the refusals of state and Spark files a start cannot read.
 
 Every checkpoint here is made by the real engine (the session's broker and Spark) running the
 tweet-views ``comap`` pipeline: here, or once for the kept checkpoint of state format 1
@@ -9,7 +10,6 @@ entry, in this process, so that they read state with the session's Spark.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,12 +24,25 @@ from daemon.checkpoint.due_times import NO_BATCH, DueTimes
 from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder, shape_file
 from daemon.model.config import load_pipeline_file
 from daemon.model.record_route import bucket_labels
+from daemon.operator.state_format import STATE_FORMAT
 from daemon.pipeline.checkpoint_shape import check_checkpoint
+from daemon.pipeline.written_by import running
 from daemon.state.reader import CheckpointState
 from daemon.state.render import iso_ms, to_json
-from tests.fixtures.checkpoint_format_1 import FIXTURE, kept_copy, moved_to
+from tests.daemon_process import daemon_run
+from tests.fixtures.checkpoint_format_1 import FIXTURE, kept_copy
 from tests.kafka_helpers import In, groups_starting, produce, run_pipeline
-from tests.state_helpers import TWEETS, Tweets, daemon, joined, listing, one_error_line, tweet, user
+from tests.state_helpers import (
+    TWEETS,
+    Tweets,
+    copy_of,
+    daemon,
+    joined,
+    listing,
+    one_error_line,
+    tweet,
+    user,
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,29 +59,23 @@ def _pending_deltas(spark: Any, checkpoint: Path) -> int:
     return int(CheckpointState(spark, checkpoint, batch).deltas_frame().count())
 
 
-def copy_of(ran: Tweets, folder: Path) -> Path:
-    """A pipeline file like ``ran``'s on a copy of its checkpoint in ``folder``."""
-    checkpoint = folder / "checkpoint"
-    shutil.copytree(ran.checkpoint, checkpoint)
-    moved_to(checkpoint)
-    path = folder / "copy.toml"
-    path.write_text(ran.path.read_text().replace(str(ran.checkpoint), str(checkpoint)))
-    return path
-
-
 def test_the_kept_checkpoint_is_small_of_format_1_and_the_engine_reads_on_from_it(
     ran: Tweets, spark: Any, tmp_path: Path
 ) -> None:
     """A new tweet by user 2, run by the engine on (a copy of) the kept checkpoint, is viewed
-    with the name its state kept (user 2 was renamed), and nothing else is read."""
+    with the name its state kept (user 2 was renamed), and nothing else is read. The start
+    takes the checkpoint up to state format 2 (format 1 with no deltas yet), and records the
+    versions of enrichd and pyspark, which format 1 did not."""
     size = sum(path.stat().st_size for path in FIXTURE.rglob("*") if path.is_file())
     assert size < 1_000_000
     shape = json.loads(shape_file(ran.checkpoint).read_text())
-    assert shape["state"] == {"format": 1, "buckets": 4}
+    assert shape["state"] == {"format": 1, "buckets": 4} and "written_by" not in shape
     path = copy_of(ran, tmp_path)
     produce(ran.conf, ran.tweets, [In(TWEETS.encode(tweet(100, 2, 4000)["value"]), b"100", 4000)])
     file = load_pipeline_file(path)
     check_checkpoint(file.pipeline[0])
+    upgraded = json.loads(shape_file(file.pipeline[0].checkpoint).read_text())
+    assert upgraded == {**shape, "state": {"format": 2, "buckets": 4}, "written_by": running()}
     assert run_pipeline(spark, file) == [1]
     views = ran.views()
     assert [(view["id"], view["author"]["name"]) for view in views] == [(100, "renamed")]
@@ -211,7 +218,7 @@ def test_a_reset_keeping_state_shows_the_state_before_the_next_start(
     assert summary["keys"] == 5
 
 
-def test_rescale_moves_the_state_into_other_buckets_and_partitions(
+def test_rescale_moves_the_state_and_a_snapshot_puts_it_back_after_the_pipeline_ran_on(
     broker: EmbeddedBroker,
     spark: Any,
     tmp_path: Path,
@@ -219,10 +226,12 @@ def test_rescale_moves_the_state_into_other_buckets_and_partitions(
 ) -> None:
     """Rescaled from 32 buckets over 2 partitions to 4 buckets over 1, the pipeline reads on
     where it stopped with every key's state: a user's rename fans out to all their tweets.
+    A snapshot of it, restored after the pipeline ran on, gives back its state, and the
+    batch after it is written again.
 
     The users come in the first of four micro-batches and their tweets in the next three, so
     the buckets hold deltas after their values ([state] deltas) when ``daemon state`` and the
-    rescale read them."""
+    rescale read them. (One pipeline for both: each query start costs seconds.)"""
     tweets = Tweets(broker, tmp_path, buckets=32, partitions=2, max_records_per_batch=6)
     tweets.produce(
         users=[user(i, 1000 + i) for i in range(6)],
@@ -268,6 +277,62 @@ def test_rescale_moves_the_state_into_other_buckets_and_partitions(
     done = daemon(capsys, "rescale", str(tweets.path), "--yes")
     assert done.code == 0 and "nothing to rescale" in done.out
 
+    # A snapshot of the rescaled checkpoint; then user 3 renamed again, and joined.
+    snapped = last_committed(tweets.checkpoint)
+    snapshot = tmp_path / "snapshot"
+    done = daemon(capsys, "snapshot", str(tweets.path), "--to", str(snapshot))
+    assert done.code == 0, done.err
+    kept = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "3").out)
+    assert kept["micro_batch"] == snapped and kept["state"]["one"]["name"] == "renamed"
+    tweets.produce(users=[user(3, 6000, "again")])
+    assert tweets.run(spark) == [snapped + 1], snapped
+    assert Counter(v["id"] for v in tweets.views() if v["author"]["name"] == "again") == {
+        3: 1,
+        9: 1,
+        15: 1,
+    }
+
+    # Restored, the state is the snapshot's, and the next run reads the rename again and
+    # writes its views again: the restored checkpoint is a query of its own, which the
+    # markers of the batch that ran after the snapshot do not silence.
+    done = daemon(capsys, "restore", str(tweets.path), "--from", str(snapshot), "--yes")
+    assert done.code == 0, done.err
+    backups = tweets.checkpoint.parent.glob(f"{tweets.checkpoint.name}.before-restore-*")
+    assert len(list(backups)) == 1
+    assert json.loads(daemon(capsys, "state", str(tweets.path), "--key", "3").out) == kept
+    assert tweets.run(spark) == [snapped + 1]
+    again = Counter(v["id"] for v in tweets.views() if v["author"]["name"] == "again")
+    assert again == {3: 2, 9: 2, 15: 2}
+
+
+def test_a_start_refuses_a_newer_state_format_or_another_pyspark_with_one_line(
+    ran: Tweets, tmp_path: Path
+) -> None:
+    """Refused before Spark starts, each with one line naming both versions and the ways on."""
+    path = copy_of(ran, tmp_path)
+    shape_path = shape_file(tmp_path / "checkpoint")
+    shape = json.loads(shape_path.read_text())
+    pyspark = running()["pyspark"]
+    major, minor = pyspark.split(".")[:2]
+    other = f"{major}.{int(minor) + 1}.1"
+    shape_path.write_text(
+        json.dumps({**shape, "written_by": {"enrichd": "0.0.9", "pyspark": other}})
+    )
+    done = daemon_run(path)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: pipeline '{ran.name}': checkpoint ")
+    assert f"made by pyspark {other}, and this is pyspark {pyspark}" in line, line
+    assert f"pip install 'pyspark>={major}.{int(minor) + 1},<{major}.{int(minor) + 2}'" in line
+
+    newer = {**shape, "state": {"format": STATE_FORMAT + 1, "buckets": 4}}
+    newer["written_by"] = {**running(), "enrichd": "9.0.0"}
+    shape_path.write_text(json.dumps(newer))
+    done = daemon_run(path)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"holds state in format {STATE_FORMAT + 1} (made by enrichd 9.0.0)" in line, line
+    assert f"reads (state formats 1 to {STATE_FORMAT}); run enrichd 9.0.0 or newer" in line
 
 def test_state_shows_when_a_key_expires_and_that_it_has(
     broker: EmbeddedBroker, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -11,11 +11,20 @@ from pathlib import Path
 import pytest
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from daemon import secrets
 from daemon.errors import SchemaRegistryUnavailableError, failure_reason
 from daemon.formats.registry import access_failure
-from daemon.model.environment import expand_environment, expand_text
-from daemon.secrets import is_secret_key, redact, remember
+from daemon.model.config import load_pipeline_file
+from daemon.model.environment import SECRET_FILE_MAX_BYTES, expand_environment, expand_text
+from daemon.secrets import CARRIED_MAX_CHARS, is_secret_key, redact, remember, remembered
 from daemon.service.logs import JsonFormatter, TextFormatter
+
+
+@pytest.fixture(autouse=True)
+def _forget_what_each_test_remembers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secrets are remembered process-wide, and every pipeline this process starts later
+    carries them to its workers: a test's secrets (one of 1 MiB) must not outlive it."""
+    monkeypatch.setattr(secrets, "_secrets", set(secrets._secrets))
 
 
 @pytest.mark.parametrize(
@@ -219,6 +228,53 @@ def test_a_missing_or_unreadable_file_is_one_problem_naming_the_path_and_key(
     assert set(expanded["kafka"]["client_conf"].values()) == {""}
 
 
+def test_a_secret_file_over_the_cap_is_one_problem_and_is_not_read_whole(
+    tmp_path: Path,
+) -> None:
+    """A reference to a wrong path (a log, a device that never ends) must not fill the memory."""
+    (tmp_path / "big").write_bytes(b"x" * (SECRET_FILE_MAX_BYTES + 1))
+    (tmp_path / "just").write_bytes(b"y" * SECRET_FILE_MAX_BYTES)
+    data = {
+        "a": f"${{file:{tmp_path / 'big'}}}",
+        "b": f"${{file:{tmp_path / 'just'}}}",
+        "c": "${file:/dev/zero}",
+    }
+    expanded, problems = expand_environment(Path("p.toml"), data, {})
+    too_large = (
+        "is larger than 1 MiB, too large for a secret; check the path in ${file:...} (a CA "
+        "bundle or key file goes in a *.location setting)"
+    )
+    assert problems == [
+        f"p.toml: a: secret file {tmp_path / 'big'} {too_large}",
+        f"p.toml: c: secret file /dev/zero {too_large}",
+    ]
+    assert len(expanded["b"]) == SECRET_FILE_MAX_BYTES
+
+
+def test_secret_options_of_a_pipeline_are_masked_nested_ones_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[pipeline.options]`` of a plugin that talks to a service: its token from ``${VAR}``."""
+    monkeypatch.setenv("ENRICHD_TEST_TOKEN", "tok-planted-in-options")
+    (tmp_path / "p.toml").write_text(
+        """
+[[pipeline]]
+name = "p"
+joiner = "comap"
+checkpoint = "cp"
+inputs.one = { topic = "u", schema = "u.avsc", key = "id" }
+output = { topic = "o", schema = "o.avsc" }
+[pipeline.options]
+api_token = "${ENRICHD_TEST_TOKEN}"
+lookup = { "service.password" = "pw-planted-nested", region = "eu-west" }
+many_id = "id"
+"""
+    )
+    load_pipeline_file(tmp_path / "p.toml")
+    text = "tok-planted-in-options pw-planted-nested eu-west id"
+    assert redact(text) == "*** *** eu-west id"
+
+
 def test_a_value_read_from_a_file_is_masked_whatever_setting_it_fills(tmp_path: Path) -> None:
     """Even in a setting whose name does not say it is secret (here ``client.id``)."""
     (tmp_path / "id").write_text("pw-file-not-by-name\n")
@@ -238,3 +294,12 @@ def test_spark_settings_are_masked_but_switches_and_paths_are_not() -> None:
     )
     text = "s3-planted-secret rpc-planted-secret /etc/spark/secret-path true false"
     assert redact(text) == "*** *** /etc/spark/secret-path true false"
+
+
+def test_a_value_too_long_for_a_worker_is_masked_here_and_not_carried() -> None:
+    """A joiner operator carries :func:`remembered` in what Spark ships with every task."""
+    long, short = "k" * (CARRIED_MAX_CHARS + 1), "p" * 40
+    secrets.remember_value(long)
+    secrets.remember_value(short)
+    assert short in remembered() and long not in remembered()
+    assert redact(f"a {long} b") == "a *** b"

@@ -39,7 +39,7 @@ from daemon.formats.avro.reader import DECLINES as READER_DECLINES
 from daemon.formats.avro.reader import compile_reader
 from daemon.formats.avro.writer import DECLINES as WRITER_DECLINES
 from daemon.formats.avro.writer import compile_writer
-from daemon.formats.registry import access_failure, new_client
+from daemon.formats.registry import is_not_found, new_client, unavailable
 from daemon.secrets import redact
 
 _MAGIC = 0
@@ -272,8 +272,9 @@ class AvroCodec:
         """The writer schema of ``schema_id``, from the registry on first use.
 
         Raises:
-            SchemaRegistryUnavailableError: the registry refused or did not answer: the
-                record is fine, so it must not be taken for an undecodable one.
+            SchemaRegistryUnavailableError: the registry refused, did not answer, or answered
+                anything but its own "schema not found" (:func:`is_not_found`): the record
+                may be fine, so it must not be taken for an undecodable one.
             ValueError: the registry does not know the id.
         """
         schema = self._writers.get(schema_id)
@@ -281,9 +282,9 @@ class AvroCodec:
             try:
                 text = self.registry().get_schema(schema_id).schema_str
             except Exception as exc:
-                unavailable = access_failure(str(self.registry_url), exc)
-                if unavailable is not None:
-                    raise unavailable from None
+                if not is_not_found(exc):
+                    where = str(self.registry_url)
+                    raise unavailable(where, exc, f"schema id {schema_id}") from None
                 raise ValueError(f"schema id {schema_id}: {redact(str(exc))}") from None
             schema = self._writers[schema_id] = parse_schema_text(text)
         return schema

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,39 @@ def test_validate_checks_left_id_and_the_output_schema_against_what_latest_n_dec
         f"{path}: pipeline[0] (clicks-with-views).options.left_id: field 'click_id' is not in "
         "the 'left' input's schema"
     )
+
+
+def test_a_select_reads_latest_ns_own_fields_and_validate_checks_its_paths(
+    tmp_path: Path,
+) -> None:
+    """A pipeline's ``select`` over what ``writes`` declares: latest-n's own ``id``, a field of
+    the click and the list of views, each checked against the schemas, one line a mistake."""
+    flat = {
+        "type": "record",
+        "name": "FlatClick",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "target", "type": "string"},
+            {"name": "views", "type": {"type": "array", "items": {
+                "type": "record", "name": "View", "fields": [
+                    {"name": "user", "type": "string"},
+                    {"name": "url", "type": "string"},
+                    {"name": "ts", "type": "long"},
+                ]}}},
+        ],
+    }  # fmt: skip
+    output = tmp_path / "flat_click.avsc"
+    output.write_text(json.dumps(flat), encoding="utf-8")
+    text = (SCHEMAS.parent / "clicks-with-views.toml").read_text(encoding="utf-8")
+    text = text.replace('"schemas/click_with_views.avsc"', f'"{output}"')
+    text = text.replace('"schemas/', f'"{SCHEMAS}/')
+    select = '\n[pipeline.select]\nid = "id"\ntarget = "click.{}"\nviews = "recent_views"\n'
+    path = tmp_path / "flat.toml"
+    path.write_text(text + select.format("target"), encoding="utf-8")
+    assert validate(path) == []
+    path.write_text(text + select.format("targt"), encoding="utf-8")
+    assert validate(path) == [
+        f"{path}: pipeline[0] (clicks-with-views).select.target: 'click.targt': field 'targt' "
+        "is not in the record at 'click' (the 'left' input's record); its fields: id, user, "
+        "target, ts"
+    ]

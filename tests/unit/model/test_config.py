@@ -57,6 +57,8 @@ def test_relative_paths_resolve_against_the_files_folder(tmp_path: Path) -> None
     assert pipe.inputs["one"].schema_file == tmp_path.resolve() / "user.avsc"
     assert pipe.checkpoint == tmp_path.resolve() / "state/p"
     assert pipe.output.schema_file == Path("/abs/out.avsc")
+    spark = load_pipeline_file(write(tmp_path, f'[spark]\nlocal_dir = "scratch"\n{MINIMAL}')).spark
+    assert spark.local_dir == tmp_path.resolve() / "scratch"
 
 
 def test_trigger_is_a_duration(tmp_path: Path) -> None:
@@ -168,6 +170,27 @@ def test_bad_pipeline_name(tmp_path: Path) -> None:
     assert ".name: " in problem
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (MINIMAL.replace('name = "p"', 'name = "a.totals"'), "pipeline[0] (a.totals).name"),
+        ('[kafka]\nid_prefix = "team.staging"\n' + MINIMAL, "kafka.id_prefix"),
+    ],
+)
+def test_a_dot_in_a_name_or_id_prefix_is_refused_with_one_line(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    """Pipeline 'a.totals' would share transactional ids with pipeline 'a''s totals stage."""
+    (problem,) = problems_of(write(tmp_path, text))
+    value = "'a.totals'" if "a.totals" in where else "'team.staging'"
+    assert problem == (
+        f"{tmp_path / 'pipeline.toml'}: {where}: {value} may hold only letters, digits, '_' "
+        "and '-', starting with a letter or digit: it is part of the transactional ids and "
+        "groups enrichd names, where a '.' would let two pipelines' names meet (pipeline "
+        "'a.totals' and the totals stage of pipeline 'a')"
+    )
+
+
 def test_service_http_address_is_host_and_port(tmp_path: Path) -> None:
     assert load_pipeline_file(write(tmp_path, MINIMAL)).service.http is None
     served = load_pipeline_file(write(tmp_path, '[service]\nhttp = "0.0.0.0:9464"\n' + MINIMAL))
@@ -222,3 +245,51 @@ def test_state_deltas_are_on_by_default_and_can_be_turned_off(tmp_path: Path) ->
     assert load_pipeline_file(write(tmp_path, text)).state.deltas is False
     (problem,) = problems_of(write(tmp_path, '[state]\ndeltas = "sometimes"\n' + MINIMAL))
     assert "state.deltas" in problem
+
+
+def test_headers_carry_trace_context_unless_set_otherwise(tmp_path: Path) -> None:
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0].headers == "trace"
+    def with_headers(written: str) -> Path:
+        line = 'checkpoint = "state/p"'
+        return write(tmp_path, MINIMAL.replace(line, f"{line}\nheaders = {written}"))
+
+    for policy, written in (("none", '"none"'), ("all", '"all"'), (["a", "b"], '["a", "b"]')):
+        assert load_pipeline_file(with_headers(written)).pipeline[0].headers == policy
+    for wrong in ('"traceparent"', "[]", '["a", 3]', "3"):
+        (problem,) = problems_of(with_headers(wrong))
+        assert "pipeline[0] (p).headers: " in problem
+        assert 'is not a header policy: "trace", "none", "all" or a list of header names' in problem
+
+
+def test_a_select_is_read_entry_by_entry_one_problem_each(tmp_path: Path) -> None:
+    select = """
+[pipeline.select]
+id = "one.id"
+name = { path = "one.name", default = "?" }
+channel = { value = "web" }
+"one_*" = "one.*"
+"""
+    pipe = load_pipeline_file(write(tmp_path, MINIMAL + select)).pipeline[0]
+    assert pipe.select is not None
+    assert {name: entry.model_dump(exclude_unset=True) for name, entry in pipe.select.items()} == {
+        "id": {"path": "one.id"},
+        "name": {"path": "one.name", "default": "?"},
+        "channel": {"value": "web"},
+        "one_*": {"path": "one.*"},
+    }
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0].select is None
+    wrong = """
+[pipeline.select]
+a = { path = "x", value = 1 }
+b = { value = 1, default = 2 }
+c = { pth = "x" }
+"""
+    problems = problems_of(write(tmp_path, MINIMAL + wrong))
+    assert [problem.split(": ", 2)[1] for problem in problems] == [
+        "pipeline[0] (p).select.a",
+        "pipeline[0] (p).select.b",
+        "pipeline[0] (p).select.c.pth",
+    ]
+    spread = '\n[pipeline.select]\n"one_*" = "one"\n'
+    (problem,) = problems_of(write(tmp_path, MINIMAL + spread))
+    assert "pipeline[0] (p).select: one_*: a spread names its fields with one *" in problem

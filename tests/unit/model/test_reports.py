@@ -24,6 +24,7 @@ COUNTS = BatchCounts(
     joiner={"unmatched": 1},
     latency={"views": ([0, 12, 28], 31.5)},
     event_time={"many": 1_764_000_000_000},
+    state_cache={"hit": 30, "miss": 2},
 )
 RESUMED = MissingOffsetsResumed(
     "views",

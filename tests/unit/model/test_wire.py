@@ -64,7 +64,11 @@ def test_schema_ddl_and_positions_come_from_the_named_tuple(layout: Layout[Any])
 
 
 def test_the_layouts_are_the_ones_checkpoints_and_earlier_builds_have() -> None:
-    """Their declarations as they were before this module; a pack is their IPC bytes."""
+    """Their declarations as they were before this module, with the packed headers since.
+
+    A checkpoint records only the source's ``bucket`` column (the operator's grouping key);
+    the other layouts live in flight, so a column can be added (``headers``), not renamed.
+    """
     assert SOURCE.ddl == "bucket int, records binary"
     assert INPUT.arrow == pa.schema(
         [
@@ -77,11 +81,13 @@ def test_the_layouts_are_the_ones_checkpoints_and_earlier_builds_have() -> None:
             ("kafka_key", pa.binary()),
             ("value", pa.binary()),
             ("error", pa.string()),
+            ("headers", pa.binary()),
         ]
     )
     assert OUTPUT.ddl == (
         "topic string, key binary, value binary, timestamp long, source_topic string, "
-        "source_partition int, source_offset long, error_class string, error_message string"
+        "source_partition int, source_offset long, error_class string, error_message string, "
+        "headers binary"
     )
 
 
@@ -96,6 +102,7 @@ def records() -> pa.RecordBatch:
         kafka_key=[b"a", b"bob", None],
         value=[b"v", None, b"\xff"],
         error=[None, None, "MissingKey: no join key field 'id'"],
+        headers=[b"h", None, None],
     )
 
 

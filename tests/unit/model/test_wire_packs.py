@@ -22,6 +22,7 @@ def records(keys: list[str]) -> pa.RecordBatch:
             "kafka_key": [None if i % 2 else f"k{i}".encode() for i in range(n)],
             "value": [f"v{i}".encode() for i in range(n)],
             "error": [None if i % 3 else "MissingKey: no" for i in range(n)],
+            "headers": [None if i % 4 else b"packed" for i in range(n)],
         },
         schema=INPUT.arrow,
     )

@@ -16,6 +16,7 @@ import pyarrow as pa
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.lookup import Lookup, LookupOptions
 from daemon.joiners.window import Window, WindowOptions
+from daemon.model.headers import pack as pack_headers
 from daemon.model.wire import INPUT, OutputRow, pack
 from daemon.operator import bucket_delta
 from daemon.operator.processor import JoinerProcessor
@@ -158,7 +159,8 @@ def processor_on(
 def call(
     processor: JoinerProcessor, records: list[dict[str, Any]], now: int = NOW
 ) -> list[tuple[Any, ...]]:
-    """One call with ``records`` (input, key, value, event_time) of one bucket; its output."""
+    """One call with ``records`` (input, key, value, event_time, maybe headers) of one bucket;
+    its output."""
     plan = processor.plan
     offsets = range(len(records))
     batch = pa.RecordBatch.from_pylist(
@@ -173,6 +175,7 @@ def call(
                 "kafka_key": r["key"].encode(),
                 "value": plan.codecs[plan.inputs[r["input"]][0]].encode(r["value"]),
                 "error": None,
+                "headers": pack_headers(r.get("headers")),
             }
             for offset, r in zip(offsets, records, strict=True)
         ],

@@ -161,6 +161,21 @@ def test_a_cached_bucket_is_used_while_the_store_holds_its_stamp() -> None:
     assert handle.values["bucket_stamp"].value is not None
 
 
+def test_loads_are_counted_as_hits_and_misses_of_the_worker_cache() -> None:
+    """A bucket the store has no stamp for (none stored yet) is not a load the cache could
+    have saved; one whose stamp the worker's copy holds is a hit, any other a miss."""
+    handle = Handle()
+    processor, _ = processor_on(handle=handle)
+    call(processor, [region_update("ada", "north", 1)])
+    assert processor.buckets.loads == {}
+    call(processor, [click("ada", 2)])
+    call(processor, [click("ada", 3)])
+    assert processor.buckets.loads == {"hit": 2}
+    handle.values["bucket_stamp"].value = (7,)  # another worker's write
+    call(processor, [click("ada", 4)])
+    assert processor.buckets.loads == {"hit": 2, "miss": 1}
+
+
 def test_a_bucket_another_worker_wrote_is_loaded_from_the_store() -> None:
     ours, theirs = Handle(), Handle()
     processor, _ = processor_on(handle=ours)

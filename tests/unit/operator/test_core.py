@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from daemon.operator.core import AFTER_END_OF_INPUT, EXPIRED, EngineCore
+from daemon.operator.core import AFTER_END_OF_INPUT, EXPIRED, EngineCore, JoinerFailure
 from daemon.operator.stash_log import MemoryChunks, StashLog
 from daemon.operator.state_format import LAST_MS, STATE, STREAM_TIME, UPDATED_MS, Bucket
 from daemon.plugin.joiner import (
@@ -87,16 +87,17 @@ class Outlet:
     def __init__(self) -> None:
         self.emits: list[Emit] = []
         self.rejected: list[DeadLetter] = []
-        self.failures: list[tuple[list[InputRecord], Exception]] = []
+        self.failures: list[JoinerFailure] = []
 
-    def emit(self, emit: Emit) -> None:
-        self.emits.append(emit)
+    def rows(self, results: Sequence[Emit | DeadLetter]) -> list[Emit | DeadLetter]:
+        return list(results)
 
-    def reject(self, letter: DeadLetter) -> None:
-        self.rejected.append(letter)
+    def send(self, rows: Sequence[Emit | DeadLetter]) -> None:
+        for row in rows:
+            (self.emits if isinstance(row, Emit) else self.rejected).append(row)  # type: ignore[arg-type]
 
-    def failed(self, records: Sequence[InputRecord], error: Exception) -> None:
-        self.failures.append((list(records), error))
+    def failed(self, failure: JoinerFailure) -> None:
+        self.failures.append(failure)
 
 
 class Bench:
@@ -277,7 +278,17 @@ def test_a_failing_joiner_leaves_the_state_and_tells_the_outlet() -> None:
     records = [rec("boom", 2, offset=1), rec("b", 3, offset=2)]
     bench.apply({"k": records}, now=NOW + 1)
 
-    assert [(failed, str(error)) for failed, error in bench.outlet.failures] == [(records, "no")]
+    (failure,) = bench.outlet.failures
+    assert (failure.key, failure.call, failure.records, str(failure.error)) == (
+        "k",
+        "process",
+        records,
+        "no",
+    )
+    assert (
+        failure.reason("p")
+        == "joiner 'recorder' of plugin 'p' raised ValueError('no') in process of key 'k'"
+    )
     assert bench.state("k") == {"seen": ["a"]}
 
 
@@ -306,9 +317,11 @@ def test_dead_letters_and_stashes_go_through() -> None:
 
 
 @pytest.mark.parametrize("ended", [False, True])
-def test_a_failing_advance_is_told_with_no_records_and_stops_the_wake_ups(ended: bool) -> None:
+def test_a_failing_advance_is_told_with_its_time_and_the_keys_clock_goes_on(ended: bool) -> None:
     class Failing(Recorder):
         def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterable[Emit]:
+            state["seen"].append("half way")
+            yield Emit(key, {"v": "before the raise"})
             raise RuntimeError("advance")
 
     bench = Bench(wakeup=100)
@@ -317,9 +330,13 @@ def test_a_failing_advance_is_told_with_no_records_and_stops_the_wake_ups(ended:
     bench.apply({"k": [rec("a", 1)]})
     if ended:
         bench.apply({"k": []}, ended={"k"}, now=NOW + 1)
-        assert [records for records, _ in bench.outlet.failures] == [[]]
-        assert bench.bucket.keys["k"][STREAM_TIME] == 1  # the end did not land
+        assert bench.bucket.keys["k"][STREAM_TIME] == END_OF_TIME  # the end landed all the same
+        call = "advance at the end of input"
     else:
         bench.tick(NOW + 100)
-        assert [records for records, _ in bench.outlet.failures] == [[]]
-        assert bench.bucket.due == {}
+        assert bench.bucket.keys["k"][LAST_MS] == NOW + 100
+        assert bench.bucket.due == {"k": NOW + 200}  # it wakes up again, as it asks
+        call = "advance at event time 101"
+    assert [(f.key, f.call, f.records) for f in bench.outlet.failures] == [("k", call, ())]
+    assert bench.values() == ["a"]  # what it yielded before it raised is not sent
+    assert bench.state("k") == {"seen": ["a"]}  # and what it did to the state is gone

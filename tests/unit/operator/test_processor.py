@@ -9,10 +9,14 @@ state handle (``processor_calls.py``). How it keeps a bucket is ``test_bucket_st
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+from daemon.joiners.lookup import Lookup, LookupOptions
 from daemon.joiners.window import Window, WindowOptions
+from daemon.model.headers import ERROR_EXCEPTION, unpack
+from daemon.model.latency import compact
 from daemon.model.wire import OutputRow
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.state_format import EVENT_TIME
@@ -22,6 +26,7 @@ from tests.unit.operator.processor_calls import (
     INPUTS,
     NOW,
     Clock,
+    Handle,
     Regions,
     call,
     click,
@@ -33,6 +38,9 @@ from tests.unit.operator.processor_calls import (
     stored_bucket,
     window_plan,
 )
+
+_WINDOW_CODECS = {"left": "left_event", "right": "right_event"}
+_LOOKUP_CODECS = {"stream": "click", "table": "user_region"}
 
 
 def test_a_key_remembers_the_newest_event_time_that_changed_its_state() -> None:
@@ -108,3 +116,71 @@ def test_a_replay_that_counts_nothing_still_reports_its_timers() -> None:
     assert [json.loads(row.value) for row in processor._counts()] == [
         {"timers": {"7": NOW + 60_000}}
     ]
+
+
+def _written() -> Any:
+    """The task's output as the counts read it: open, not a replay (its rows go to the test)."""
+    return SimpleNamespace(skipped=False, records={}, dead_letters={})
+
+
+class _LateFailingWindow(Window):
+    """The window joiner, whose ``advance`` raises after it yielded what it yields."""
+
+    def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterator[Any]:
+        yield from super().advance(key, state, to, ctx)
+        raise RuntimeError("tick")
+
+
+def test_a_failing_advance_is_one_dead_letter_keyed_by_its_join_key_and_is_counted() -> None:
+    context = JoinerContext(pipeline="p", fields={"left": "left", "right": "right"})
+    joiner = _LateFailingWindow(WindowOptions(window=10_000, idle_timeout=60_000), context)
+    inputs = (("left", "lefts"), ("right", "rights"))
+    handle = Handle()
+    processor, _ = processor_on(plan_of(joiner, _WINDOW_CODECS, "joined_pair", inputs), handle)
+    processor.output = _written()
+    call(processor, [event(0, 1, 1)])
+    list(processor._counts())
+    sent: list[tuple[Any, ...]] = []
+
+    processor._wake_up(BUCKET, Clock(NOW + 60_000), sent.append)
+
+    reason = (
+        "joiner 'window' of plugin 'enrichd' raised RuntimeError('tick') in advance at event "
+        "time 60001 of key '1'"
+    )
+    # Only the dead letter: the records the joiner yielded before it raised are not sent.
+    (letter,) = sent
+    assert letter[:9] == ("out.dlq", b"1", None, None, None, None, None, "JoinerFailed", reason)
+    # No input record to take headers from: only why, with the exception as KIP-1034 has it.
+    headers = dict(unpack(letter.headers))
+    assert headers[ERROR_EXCEPTION] == b"RuntimeError"
+    (counts,) = [json.loads(row.value) for row in processor._counts()]
+    assert (counts["failed_calls"], counts["failures"]) == (1, [reason])
+    # The key keeps its state, and wakes up again (a Kafka Streams punctuator goes on too).
+    bucket = stored_bucket(handle)
+    assert list(bucket.keys) == ["1"] and bucket.due["1"] > NOW + 60_000
+
+
+class _Fragile(Lookup):
+    """lookup, except that a click of 'boom' raises once the click's output is yielded."""
+
+    def process(self, key: str, state: Any, records: Any, ctx: JoinerContext) -> Iterator[Any]:
+        yield from super().process(key, state, records, ctx)
+        if any(record.value and record.value["user"] == "boom" for record in records):
+            raise RuntimeError("boom")
+
+
+def test_a_failing_process_sends_nothing_it_yielded_and_stamps_only_what_was_sent() -> None:
+    context = JoinerContext(pipeline="p", fields={"stream": "click", "table": "region"})
+    joiner = _Fragile(LookupOptions(mode="left"), context)
+    processor, _ = processor_on(plan_of(joiner, _LOOKUP_CODECS, "enriched_click", INPUTS))
+    processor.output = _written()
+
+    sent = call(processor, [region_update("ada", "north", 10), click("ada", 11), click("boom", 12)])
+
+    assert [(row[0], row[7]) for row in sent] == [("out", None), ("out.dlq", "JoinerFailed")]
+    assert sent[1][6] == 2  # the offset of boom's click, with its original bytes
+    (counts,) = [json.loads(row.value) for row in processor._counts()]
+    assert counts["failed_calls"] == 1 and "'boom'" in counts["failures"][0]
+    # The output's source timestamp is stamped; boom's yielded output never was.
+    assert counts["stamps"] == {"out": compact([11])}

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder, seed_folder, shape_file
 from daemon.model.config import PipelineConfig
 from daemon.operator.state_format import STATE_FORMAT
+from daemon.pipeline import written_by
 from daemon.pipeline.checkpoint_shape import (
     IncompatibleCheckpointError,
     NewerCheckpointError,
     NoCheckpointError,
+    OtherSparkCheckpointError,
     check_checkpoint,
     pending_batch,
     verify_checkpoint,
@@ -117,16 +121,74 @@ def test_a_composite_key_and_its_key_format_are_recorded_and_checked(tmp_path: P
         check_checkpoint(pipeline(tmp_path, inputs=debezium))
 
 
-def test_state_of_a_newer_format_is_refused_with_one_line(tmp_path: Path) -> None:
-    first_start(tmp_path)
+def recorded(tmp_path: Path, **changes: object) -> dict[str, Any]:
+    """The checkpoint's shape file with ``changes`` written into it; what it held before."""
     path = shape_file(tmp_path / "checkpoint")
+    was: dict[str, Any] = json.loads(path.read_text())
+    path.write_text(json.dumps({**was, **changes}))
+    return was
+
+
+def test_state_of_a_newer_format_is_refused_with_one_line_naming_both(tmp_path: Path) -> None:
+    first_start(tmp_path)
     newer = {"format": STATE_FORMAT + 1, "buckets": 32}
-    path.write_text(json.dumps({**json.loads(path.read_text()), "state": newer}))
+    recorded(tmp_path, state=newer, written_by={"enrichd": "9.1.0", "pyspark": "4.3.0"})
+    this = written_by.running()["enrichd"]
     for check in (check_checkpoint, verify_checkpoint):
         with pytest.raises(NewerCheckpointError) as caught:
             check(pipeline(tmp_path))
         message = str(caught.value)
-        assert "format 2, written by a newer enrichd" in message and "\n" not in message
+        assert "holds state in format 3 (made by enrichd 9.1.0)" in message, message
+        assert f"this enrichd {this} reads (state formats 1 to 2)" in message
+        assert "run enrichd 9.1.0 or newer" in message and "`daemon restore`" in message
+        assert "\n" not in message
+
+
+def test_a_checkpoint_of_format_1_is_taken_up_to_format_2_when_it_starts(tmp_path: Path) -> None:
+    """Format 1 (no deltas) reads as format 2; the start records format 2 before the query can
+    write a delta, so that an enrichd of format 1 refuses the checkpoint from then on."""
+    first_start(tmp_path)
+    recorded(tmp_path, state={"format": 1, "buckets": 32})
+    assert verify_checkpoint(pipeline(tmp_path))["state"]["format"] == 1  # read only
+    check_checkpoint(pipeline(tmp_path))
+    shape = json.loads(shape_file(tmp_path / "checkpoint").read_text())
+    assert shape["state"] == {"format": 2, "buckets": 32}
+    assert shape["written_by"] == written_by.running()
+
+
+def test_a_checkpoint_records_the_enrichd_and_pyspark_that_made_it(tmp_path: Path) -> None:
+    first_start(tmp_path)
+    versions = json.loads(shape_file(tmp_path / "checkpoint").read_text())["written_by"]
+    assert versions == {
+        "enrichd": metadata.version("enrichd"),
+        "pyspark": metadata.version("pyspark"),
+    }
+    # One made before they were recorded is taken for this pyspark's, and gets them.
+    was = recorded(tmp_path)
+    del was["written_by"]
+    shape_file(tmp_path / "checkpoint").write_text(json.dumps(was))
+    check_checkpoint(pipeline(tmp_path))
+    again = json.loads(shape_file(tmp_path / "checkpoint").read_text())
+    assert again["written_by"] == versions
+
+
+def test_another_pyspark_minor_version_is_refused_at_the_start_only(tmp_path: Path) -> None:
+    first_start(tmp_path)
+    running = metadata.version("pyspark")
+    major, minor = running.split(".")[:2]
+    patch_of_ours = f"{major}.{minor}.99"
+    recorded(tmp_path, written_by={"enrichd": "0.1.0", "pyspark": patch_of_ours})
+    check_checkpoint(pipeline(tmp_path))  # another patch release is the same minor version
+    other = f"{major}.{int(minor) + 1}.0"
+    recorded(tmp_path, written_by={"enrichd": "0.1.0", "pyspark": other})
+    with pytest.raises(OtherSparkCheckpointError) as caught:
+        check_checkpoint(pipeline(tmp_path))
+    message = str(caught.value)
+    assert f"made by pyspark {other}, and this is pyspark {running}" in message, message
+    assert f"pip install 'pyspark>={major}.{int(minor) + 1},<{major}.{int(minor) + 2}'" in message
+    assert "`daemon snapshot`" in message and "`daemon rescale`" in message
+    assert "\n" not in message
+    verify_checkpoint(pipeline(tmp_path))  # the state commands (and rescale) may read it
 
 
 def test_verifying_writes_nothing(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Which marker groups a reset or rescale deletes: those of the queries it replaces only."""
+"""Which marker groups a reset or rescale deletes: those of the queries it replaces only; what
+a rescale changes, in words."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from daemon.model.config import PipelineConfig
-from daemon.pipeline import reset
+from daemon.model.config import PipelineConfig, PipelineFile, SparkConfig
+from daemon.pipeline import reset, written_by
 from daemon.pipeline.reset import Change, StageChange, forget_markers
 
 
@@ -34,3 +35,20 @@ def test_only_the_replaced_queries_markers_go_under_the_files_prefix(
     ]
     assert forget_markers(change) == ["deleted"]
     assert asked == [(conf, ["staging.views.sink.q1."])]
+
+
+def test_a_checkpoint_of_another_pyspark_minor_version_is_rescaled_into_this_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``daemon rescale`` finds nothing to do only when the layout and pyspark's minor match."""
+    monkeypatch.setattr(written_by, "running", lambda: {"enrichd": "0.2.0", "pyspark": "4.3.1"})
+    file: Any = PipelineFile.model_construct(spark=SparkConfig())
+    pipe: Any = PipelineConfig.model_construct(checkpoint=tmp_path / "cp", state_buckets=32)
+    made = {"state": {"format": 2, "buckets": 32}, "written_by": {"pyspark": "4.3.0"}}
+    old, new = reset.layout_of(file, pipe, made)
+    assert old == new == "32 buckets over 2 shuffle partitions"
+    made["written_by"] = {"pyspark": "4.2.1"}
+    assert reset.layout_of(file, pipe, made) == (
+        "32 buckets over 2 shuffle partitions of pyspark 4.2.1",
+        "32 buckets over 2 shuffle partitions of pyspark 4.3.1",
+    )

@@ -30,14 +30,24 @@ def test_a_record_pickles_as_its_fields_and_loads_back_equal() -> None:
     assert record.__reduce__() == (input_record, VALUES)
     loaded = pickle.loads(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))  # noqa: S301
     assert type(loaded) is InputRecord
-    assert dataclasses.astuple(loaded) == VALUES
+    assert dataclasses.astuple(loaded) == (*VALUES, None)
+
+
+def test_a_record_with_headers_pickles_them_too() -> None:
+    headers = (("traceparent", b"00-ab-cd-01"), ("flag", None))
+    record = InputRecord(*VALUES, headers=headers)
+
+    assert record.__reduce__() == (input_record, (*VALUES, headers))
+    loaded = pickle.loads(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))  # noqa: S301
+    assert loaded == record and loaded.headers == headers
 
 
 def test_a_record_pickled_the_dataclass_way_still_loads() -> None:
     """State written before records had ``__reduce__`` holds them in the slotted dataclass's
     own form: the class, then its fields for ``__setstate__``."""
     record = InputRecord(*VALUES)
-    old_form = (copyreg.__newobj__, (InputRecord,), record.__getstate__())  # type: ignore[attr-defined]
+    # Its nine fields: records had no headers then.
+    old_form = (copyreg.__newobj__, (InputRecord,), VALUES)
 
     class OldPickler(pickle.Pickler):
         def reducer_override(self, obj: object) -> object:
@@ -46,4 +56,5 @@ def test_a_record_pickled_the_dataclass_way_still_loads() -> None:
     buffer = io.BytesIO()
     OldPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(record)
 
-    assert pickle.loads(buffer.getvalue()) == record  # noqa: S301
+    loaded = pickle.loads(buffer.getvalue())  # noqa: S301
+    assert loaded == record and loaded.headers is None

@@ -214,6 +214,15 @@ def test_the_joiners_own_counts_become_events() -> None:
     assert sample(metrics, "enrichd_joiner_events_total", pipeline="views", event="revisions") == 1
 
 
+def test_the_worker_caches_loads_are_counted_by_outcome() -> None:
+    metrics = Metrics()
+    metrics.batch_written(VIEW, BatchCounts("views", 1, state_cache={"hit": 5, "miss": 27}))
+    metrics.batch_written(VIEW, BatchCounts("views", 2, state_cache={"hit": 30, "miss": 2}))
+    loads = "enrichd_state_cache_loads_total"
+    assert sample(metrics, loads, pipeline="views", outcome="hit") == 35
+    assert sample(metrics, loads, pipeline="views", outcome="miss") == 29
+
+
 def test_latency_tallies_add_up_into_one_cumulative_histogram_per_output() -> None:
     from daemon.model.latency import LATENCY_BUCKETS, tally
 

@@ -1,5 +1,6 @@
-"""What the Kafka sink's tasks count for the metrics: records per topic, dead letters per
-reason, the operator's counts rows (which are not produced), and what commit() relays."""
+"""What a micro-batch's counts rows add up to: in the Kafka sink's tasks (records per topic,
+dead letters per reason, the operator's counts rows, which are not produced) and what its
+commit() relays, or on the driver through ``foreachBatch`` (:class:`BatchCounter`)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ import pytest
 
 from daemon.checkpoint import due_times
 from daemon.checkpoint.due_times import NO_BATCH, DueTimes
+from daemon.model.headers import pack
 from daemon.model.wire import COUNTS_TOPIC, OUTPUT
 from daemon.sink import task_producer
-from daemon.sink.spark_sink import KafkaStreamWriter, Written, keep_due_times, write_rows
+from daemon.sink.spark_sink import (
+    BatchCounter,
+    KafkaStreamWriter,
+    Written,
+    keep_due_times,
+    write_rows,
+)
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
 
@@ -53,8 +61,13 @@ def recording_output() -> tuple[TaskOutput, RecordingProducer]:
     return TaskOutput(spec, 3, 7, "query"), producer
 
 
-def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
-    """Sink rows: topic, value and error class; each came from offset 7 of tweets/0."""
+def rows(
+    *items: tuple[str, bytes | None, str | None], carried: bytes | None = None
+) -> pa.RecordBatch:
+    """Sink rows: topic, value and error class; each came from offset 7 of tweets/0.
+
+    ``carried``: each row's packed input headers.
+    """
     return pa.RecordBatch.from_pydict(
         {
             "topic": [topic for topic, _, _ in items],
@@ -66,6 +79,7 @@ def rows(*items: tuple[str, bytes | None, str | None]) -> pa.RecordBatch:
             "source_offset": [7 for _ in items],
             "error_class": [kind for _, _, kind in items],
             "error_message": [kind and f"{kind}: why" for _, _, kind in items],
+            "headers": [carried for _ in items],
         },
         schema=OUTPUT.arrow,
     )
@@ -120,6 +134,19 @@ def test_provenance_and_error_columns_become_the_records_headers() -> None:
     ]
 
 
+def test_the_headers_a_row_carries_come_before_enrichds_own() -> None:
+    output, producer = recording_output()
+    carried = [("traceparent", b"00-ab-cd-01"), ("flag", None)]
+    write_rows(output, iter([rows(("views", b"v1", None), carried=pack(carried))]))
+    (headers,) = producer.headers
+    assert headers[:2] == carried
+    assert [name for name, _ in headers[2:]] == [
+        "enrichd.source.topic",
+        "enrichd.source.partition",
+        "enrichd.source.offset",
+    ]
+
+
 def daemon_listening(tmp_path: Path) -> tuple[socket.socket, OutputSpec]:
     """The daemon's end of the metrics socket, and an output spec that sends to it."""
     daemon_end = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -135,10 +162,23 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
     writer.commit(
         [
             Written(
-                0, 7, {"views": 3}, dead_letters={"LateRecord": 1}, joiner_counts={"matched": 3}
+                0,
+                7,
+                {"views": 3},
+                dead_letters={"LateRecord": 1},
+                joiner_counts={"matched": 3},
+                failed_calls=2,
+                failures=["a", "b"],
             ),
             Written(1, 7, {}, skipped=True),  # a replay whose output had landed: adds nothing
-            Written(2, 7, {"views": 2, "views.dlq": 1}, joiner_counts={"matched": 1}),
+            Written(
+                2,
+                7,
+                {"views": 2, "views.dlq": 1},
+                joiner_counts={"matched": 1},
+                failed_calls=2,
+                failures=["c", "d"],
+            ),
             None,
         ],
         7,
@@ -152,6 +192,9 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
         "joiner": {"matched": 4},
         "latency": {},
         "event_time": {},
+        "state_cache": {},
+        "failed_calls": 4,
+        "failures": ["a", "b", "c"],  # the first few: the count has them all
     }
     daemon_end.close()
 
@@ -179,6 +222,17 @@ def test_the_stamps_of_counts_rows_become_a_latency_tally_at_the_end_of_the_task
     assert counts[bounds.index(0.5)] == 2 and counts[bounds.index(5.0)] == 1 and sum(counts) == 3
     assert total == pytest.approx(0.4 + 0.4 + 3.0)
     assert written.event_time == {"many": 9_500, "one": 100}
+
+
+def test_the_counts_rows_failures_add_up_per_task() -> None:
+    output, _ = recording_output()
+    calls = [
+        {"failed_calls": 3, "failures": ["a", "b", "c"]},
+        {"failed_calls": 1, "failures": ["d"]},
+    ]
+    batch = rows(*((COUNTS_TOPIC, json.dumps(call).encode(), None) for call in calls))
+    written = write_rows(output, iter([batch]))
+    assert (written.failed_calls, written.failures) == (4, ["a", "b", "c"])
 
 
 def test_commit_adds_up_the_tasks_latency_tallies(tmp_path: Path) -> None:
@@ -246,3 +300,73 @@ def test_commit_does_not_fail_when_the_map_cannot_be_written(
     monkeypatch.setattr(due_times, "write", disk_full)
     keep_due_times(str(tmp_path), [Written(0, 1, {}, timers={1: 5})], 1)
     assert due_times.read(tmp_path) == DueTimes(0, {})  # behind batch 1: not trusted
+
+
+class CollectedFrame:
+    """A micro-batch's frame as ``foreachBatch`` hands it over: rows of topic and value."""
+
+    def __init__(self, *rows: tuple[str, bytes]) -> None:
+        self.rows = list(rows)
+        self.selected: tuple[str, ...] = ()
+
+    def select(self, *columns: str) -> CollectedFrame:
+        self.selected = columns
+        return self
+
+    def collect(self) -> list[tuple[str, bytes]]:
+        return self.rows
+
+
+def test_a_batch_counted_on_the_driver_keeps_its_timers_then_reports_its_totals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """foreachBatch's counting does what the sink's tasks and commit() did together: the
+    timers into the due-time map, then one report of the batch's totals and latencies."""
+    from daemon.model import latency
+
+    monkeypatch.setattr("time.time_ns", lambda: 10_000 * 1_000_000)
+    daemon_end, spec = daemon_listening(tmp_path)
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    due_times.write(checkpoint, DueTimes(4, {1: 500}))
+    spec = OutputSpec(
+        "views",
+        {},
+        "exactly_once",
+        "views",
+        metrics_address=spec.metrics_address,
+        checkpoint=str(checkpoint),
+    )
+    first = {
+        "records": {"views": 2},
+        "joiner": {"matched": 2},
+        "stamps": {"views": latency.compact([9_600, 9_600])},
+        "timers": {"1": None, "2": 700},
+    }
+    first["cache"] = {"hit": 3, "miss": 1}
+    second = {"records": {"views.dlq": 1}, "dead_letters": {"LateRecord": 1}, "timers": {"2": 800}}
+    second["cache"] = {"hit": 2}
+    frame = CollectedFrame(
+        (COUNTS_TOPIC, json.dumps(first).encode()), (COUNTS_TOPIC, json.dumps(second).encode())
+    )
+    BatchCounter(spec)(frame, 5)  # type: ignore[arg-type]
+    assert frame.selected == ("topic", "value")
+    assert due_times.read(checkpoint) == DueTimes(5, {2: 800})
+    message = json.loads(daemon_end.recv(65536))
+    assert {k: message[k] for k in ("batch", "records", "dead_letters", "joiner")} == {
+        "batch": 5,
+        "records": {"views": 2, "views.dlq": 1},
+        "dead_letters": {"LateRecord": 1},
+        "joiner": {"matched": 2},
+    }
+    assert message["state_cache"] == {"hit": 5, "miss": 1}
+    counts, total = message["latency"]["views"]
+    assert sum(counts) == 2 and total == pytest.approx(0.8)
+    daemon_end.close()
+
+
+def test_a_record_reaching_the_driver_fails_the_batch_rather_than_being_dropped() -> None:
+    """The operator writes its records itself: one handed on instead would be lost unwritten."""
+    spec = OutputSpec("views", {}, "exactly_once", "views")
+    with pytest.raises(RuntimeError, match="handed on a record for 'views'"):
+        BatchCounter(spec)(CollectedFrame(("views", b"v1")), 1)  # type: ignore[arg-type]

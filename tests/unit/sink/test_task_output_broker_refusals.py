@@ -150,7 +150,7 @@ def output(dead_letter_topic: str | None = DEAD_LETTERS) -> TaskOutput:
 
 def view(value: bytes, offset: int, topic: str = "views") -> tuple[Any, ...]:
     """An output row made from offset ``offset`` of tweets/1."""
-    return (topic, b"k%d" % offset, value, 1000 + offset, "tweets", 1, offset, None, None)
+    return (topic, b"k%d" % offset, value, 1000 + offset, "tweets", 1, offset, None, None, None)
 
 
 def test_a_refused_record_is_written_again_as_a_dead_letter_with_the_others_once(

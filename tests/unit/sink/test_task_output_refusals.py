@@ -73,7 +73,7 @@ def refusing_output(
 
 def view(value: bytes, offset: int) -> tuple[Any, ...]:
     """An output row of topic ``views`` made from offset ``offset`` of tweets/1."""
-    return ("views", b"k%d" % offset, value, 1000 + offset, "tweets", 1, offset, None, None)
+    return ("views", b"k%d" % offset, value, 1000 + offset, "tweets", 1, offset, None, None, None)
 
 
 def test_a_refused_output_is_a_dead_letter_and_the_records_around_it_are_written() -> None:

@@ -17,6 +17,11 @@ REMOVED = MissingOffset("clicks", 2, needed=40, earliest=100, end=150)
 """Records 0-99 removed (retention, DeleteRecords); the pipeline needed offset 40."""
 RECREATED = MissingOffset("clicks", 0, needed=500, earliest=0, end=30)
 """The topic deleted and created again with 30 records; the pipeline needed offset 500."""
+NEW_ID = MissingOffset("clicks", 0, needed=20, earliest=0, end=30, cause="recreated")
+"""The topic deleted and created again with 30 records, told by its id: offset 20 is the
+old topic's."""
+GONE = MissingOffset("clicks", 3, needed=9, earliest=-1, end=-1, cause="gone")
+"""The topic created again with fewer partitions: partition 3 is gone."""
 
 
 def test_a_start_below_the_earliest_or_past_the_end_is_missing_and_others_are_not() -> None:
@@ -40,6 +45,10 @@ def test_an_end_that_may_under_report_is_no_proof_of_a_start_past_it() -> None:
         (REMOVED, "latest", 150, 110),  # 40-149: the gone ones and the ones passed over
         (RECREATED, "earliest", 0, 0),  # the new topic read whole
         (RECREATED, "latest", 30, 30),  # the new topic's 30 records passed over
+        (NEW_ID, "earliest", 0, 0),  # the new topic read whole, though it has offset 20
+        (NEW_ID, "latest", 30, 30),
+        (GONE, "earliest", -1, 0),  # read no more; what it held is not known
+        (GONE, "latest", -1, 0),
     ],
 )
 def test_each_policy_goes_on_from_its_offset_and_counts_what_it_skips(
@@ -85,7 +94,7 @@ def test_a_report_reaches_the_daemon_whole(tmp_path: Path) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as daemon_end:
         daemon_end.bind(address)
         daemon_end.settimeout(5)
-        sent = [resume(REMOVED, "latest"), resume(RECREATED, "earliest")]
+        sent = [resume(item, "latest") for item in (REMOVED, RECREATED, NEW_ID, GONE)]
         assert report(address, "p", sent)
         message = decode(daemon_end.recv(65_536))
     assert isinstance(message, MissingOffsetsResumed)
@@ -97,3 +106,20 @@ def test_a_report_without_a_daemon_is_only_logged(caplog: pytest.LogCaptureFixtu
     with caplog.at_level("WARNING", logger="enrichd.source"):
         assert not report(None, "p", [resume(REMOVED, "earliest")])
     assert [r.getMessage() for r in caplog.records] == [resume(REMOVED, "earliest").warning("p")]
+
+
+def test_a_topic_told_created_again_by_its_id_or_a_partition_gone_says_so() -> None:
+    assert resume(NEW_ID, "earliest").warning("p") == (
+        "pipeline 'p': input topic 'clicks' partition 0 no longer has offset 20: the topic was "
+        "deleted and created again (its topic id changed), and the new one's earliest offset "
+        "is 0 and its log ends at 30; on_missing_offsets = 'earliest': reading on from offset "
+        "0, 0 offsets skipped"
+    )
+    assert str(failure("p", GONE)) == (
+        "pipeline 'p': input topic 'clicks' partition 3 no longer exists (offset 9 was to be "
+        "read next): the topic was deleted and created again with fewer partitions; set "
+        'on_missing_offsets = "earliest" or "latest" to read on without it, or move its start '
+        "with `daemon reset`"
+    )
+    gone = resume(GONE, "earliest").warning("p")
+    assert gone.endswith("on_missing_offsets = 'earliest': reading on without it")

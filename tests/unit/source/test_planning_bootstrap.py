@@ -14,7 +14,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.wire import BOOTSTRAP, CLOCK
-from daemon.source.planning import Heads, KafkaPartition, SourcePlanner
+from daemon.source.admission import Heads
+from daemon.source.planning import KafkaPartition, SourcePlanner
 from daemon.source.spec import SourceInput, SourceSpec
 from tests.kafka_helpers import SCHEMAS
 

@@ -58,7 +58,7 @@ def test_the_child_file_loads_and_only_its_owner_reads_it(
     monkeypatch.setenv("ENRICHD_TEST_PASSWORD", "pw")
     path = tmp_path / "child.toml"
     pipeline = {
-        "name": "p.comap",
+        "name": "p-comap",
         "joiner": "comap",
         "checkpoint": str(tmp_path / "cp"),
         "inputs": {

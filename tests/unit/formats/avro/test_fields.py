@@ -148,18 +148,21 @@ def test_a_writer_schema_is_walked_and_a_changed_field_type_declines() -> None:
     assert AvroCodec(promoted, writer_schema=old).read_fields(data, ("id",)) is None
 
 
-def test_a_schema_the_registry_cannot_give_routes_the_record_to_dead_letters() -> None:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
+def test_a_schema_the_registry_says_it_does_not_know_routes_the_record_to_dead_letters() -> None:
+    """The registry's own "schema not found" (40403), from the stand-in over HTTP (the
+    client's mock registry answers a code no registry gives, 40400, which is held back)."""
     from daemon.source.reading import _route
     from daemon.source.spec import SourceInput
+    from tests.registry import RegistryServer
 
-    codec = AvroCodec(EVERY_TYPE, registry_url="mock://enrichd-unknown-ids")
-    codec._client = SchemaRegistryClient.new_client({"url": "mock://enrichd-unknown-ids"})
-    framed = b"\x00" + struct.pack(">I", 404) + b"\x02"
-    routing = _route(SourceInput("r", "t", "author", None, codec), framed, None, 5)
+    with RegistryServer() as server:
+        settings = server.client_settings()
+        codec = AvroCodec(EVERY_TYPE, registry_url=server.url, registry_settings=settings)
+        framed = b"\x00" + struct.pack(">I", 404) + b"\x02"
+        routing = _route(SourceInput("r", "t", "author", None, codec), framed, None, 5)
     assert routing.key is None and routing.event_time == 5
-    assert (routing.error or "").startswith("UndecodableRecord: ")
+    assert (routing.error or "").startswith("UndecodableRecord: ValueError: schema id 404: ")
+    assert "SR code 40403" in (routing.error or "")
 
 
 def test_a_bug_in_the_compiled_scanner_dead_letters_the_record_not_hidden_by_a_decode() -> None:

@@ -1,6 +1,6 @@
 """A capped micro-batch admits the same records as a k-way merge by each partition's next record.
 
-:func:`daemon.source.planning.admit_earliest` sorts once by each partition's running maximum
+:func:`daemon.source.admission.admit_earliest` sorts once by each partition's running maximum
 timestamp; the merge it replaces, kept here as the reference, takes one record at a time from
 the partition whose next record is smallest. Timestamps within a partition go back and forth,
 ties are common, and end-of-input markers are sprinkled in, so every rule of the merge is
@@ -14,7 +14,7 @@ import heapq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.source.planning import Heads, admit_earliest
+from daemon.source.admission import Heads, admit_earliest
 
 
 def merged(heads: dict[str, Heads], ranks: dict[str, int], budget: int) -> dict[str, int]:
