@@ -379,13 +379,8 @@ class JoinerProcessor(StatefulProcessor):
                 # the select's or the schema's fault: keep the triggering record, with the
                 # reason, rather than lose it.
                 reason = f"{type(exc).__name__}: {exc}"
-                if emit.source is None:
-                    raise ContractBreach(
-                        f"the schema of its output refuses a value it emitted ({reason}), "
-                        "which no input record made"
-                    ) from exc
-                letter = DeadLetter(emit.source, reason, "UnencodableOutput")
-                return self._rejected(letter, raw, exc)
+                refused = "the schema of its output refuses a value it emitted"
+                return self._unencodable(emit, raw, refused, reason, exc)
         key = written_key
         if key is None:
             key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
@@ -449,14 +444,22 @@ class JoinerProcessor(StatefulProcessor):
             key = writer.encode(emit.key)
         except Exception as exc:
             reason = f"key {emit.key!r}: {type(exc).__name__}: {exc}"
-            if emit.source is None:
-                raise ContractBreach(
-                    f"its output's key format refuses a key it emitted ({reason}), which no "
-                    "input record made"
-                ) from exc
-            letter = DeadLetter(emit.source, reason, "UnencodableOutput")
-            return self._rejected(letter, raw, exc)
+            refused = "its output's key format refuses a key it emitted"
+            return self._unencodable(emit, raw, refused, reason, exc)
         return self._output(emit, raw, key)
+
+    def _unencodable(
+        self, emit: Emit, raw: Originals, refused: str, reason: str, error: Exception
+    ) -> OutputRow:
+        """An ``UnencodableOutput`` dead letter of the emit's source record.
+
+        Raises:
+            ContractBreach: the emit has no source record to dead-letter: the call fails.
+        """
+        if emit.source is None:
+            raise ContractBreach(f"{refused} ({reason}), which no input record made") from error
+        letter = DeadLetter(emit.source, reason, "UnencodableOutput")
+        return self._rejected(letter, raw, error)
 
     def _rejected(
         self, letter: DeadLetter, raw: Originals, error: BaseException | None = None
