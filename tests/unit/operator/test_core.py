@@ -248,6 +248,24 @@ def test_an_ended_key_is_not_flushed_again_when_it_expires() -> None:
     ]
 
 
+def test_an_expired_key_whose_flush_fails_is_told_and_dropped_all_the_same() -> None:
+    class Failing(Recorder):
+        def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterable[Emit]:
+            yield Emit(key, {"v": "before the raise"})
+            raise RuntimeError("advance")
+
+    bench = Bench(state_ttl=1_000)
+    bench.joiner = Failing(RecorderOptions(state_ttl=1_000), JoinerContext("p", {}))
+    bench.core = EngineCore(bench.joiner, bench.outlet)
+    bench.apply({"k": [rec("a", 1)]})
+    bench.tick(NOW + 1_000)
+    failures = [(f.key, f.call, f.records) for f in bench.outlet.failures]
+    assert failures == [("k", "advance at the end of input", ())]
+    assert bench.values() == ["a"]  # what the failed flush yielded is not sent
+    assert bench.bucket.keys == {} and bench.bucket.due == {}
+    assert bench.joiner.context.metrics == {EXPIRED: 1}
+
+
 def test_a_key_stored_without_a_ttl_counts_its_ttl_from_its_next_update() -> None:
     bench = Bench()
     bench.apply({"k": [rec("a", 1)]})
