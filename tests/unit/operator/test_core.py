@@ -132,6 +132,23 @@ class Bench:
         return [emit.value["v"] if emit.value else None for emit in self.outlet.emits]
 
 
+class FailingAdvance(Recorder):
+    """Its ``advance`` changes the state and yields, then raises."""
+
+    def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterable[Emit]:
+        state["seen"].append("half way")
+        yield Emit(key, {"v": "before the raise"})
+        raise RuntimeError("advance")
+
+
+def failing_advance(**options: Any) -> Bench:
+    """A bench whose joiner is :class:`FailingAdvance`."""
+    bench = Bench(**options)
+    bench.joiner = FailingAdvance(RecorderOptions(**options), JoinerContext("p", {}))
+    bench.core = EngineCore(bench.joiner, bench.outlet)
+    return bench
+
+
 def rec(value: str, event_time: int, role: str = "left", offset: int = 0, key: str = "k") -> Any:
     return input_record(role, key, {"v": value}, event_time, role, 0, offset, None, event_time)
 
@@ -249,14 +266,7 @@ def test_an_ended_key_is_not_flushed_again_when_it_expires() -> None:
 
 
 def test_an_expired_key_whose_flush_fails_is_told_and_dropped_all_the_same() -> None:
-    class Failing(Recorder):
-        def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterable[Emit]:
-            yield Emit(key, {"v": "before the raise"})
-            raise RuntimeError("advance")
-
-    bench = Bench(state_ttl=1_000)
-    bench.joiner = Failing(RecorderOptions(state_ttl=1_000), JoinerContext("p", {}))
-    bench.core = EngineCore(bench.joiner, bench.outlet)
+    bench = failing_advance(state_ttl=1_000)
     bench.apply({"k": [rec("a", 1)]})
     bench.tick(NOW + 1_000)
     failures = [(f.key, f.call, f.records) for f in bench.outlet.failures]
@@ -336,15 +346,7 @@ def test_dead_letters_and_stashes_go_through() -> None:
 
 @pytest.mark.parametrize("ended", [False, True])
 def test_a_failing_advance_is_told_with_its_time_and_the_keys_clock_goes_on(ended: bool) -> None:
-    class Failing(Recorder):
-        def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterable[Emit]:
-            state["seen"].append("half way")
-            yield Emit(key, {"v": "before the raise"})
-            raise RuntimeError("advance")
-
-    bench = Bench(wakeup=100)
-    bench.joiner = Failing(RecorderOptions(wakeup=100), JoinerContext("p", {}))
-    bench.core = EngineCore(bench.joiner, bench.outlet)
+    bench = failing_advance(wakeup=100)
     bench.apply({"k": [rec("a", 1)]})
     if ended:
         bench.apply({"k": []}, ended={"k"}, now=NOW + 1)
