@@ -64,8 +64,9 @@ def test_schema_ddl_and_positions_come_from_the_named_tuple(layout: Layout[Any])
 
 
 def test_the_layouts_are_the_ones_checkpoints_and_earlier_builds_have() -> None:
-    """Their declarations as they were before this module; a pack is their IPC bytes."""
-    assert SOURCE.ddl == "bucket int, records binary"
+    """Their declarations as they were before this module; a pack is their IPC bytes. (The
+    pack's ``read_range`` came later: only the grouping key, ``bucket``, is in a checkpoint.)"""
+    assert SOURCE.ddl == "bucket int, records binary, read_range string"
     assert INPUT.arrow == pa.schema(
         [
             ("input", pa.int32()),
@@ -116,18 +117,19 @@ def test_a_batch_needs_every_column_by_name() -> None:
     with pytest.raises(ValueError, match="has columns"):
         SOURCE.batch(bucket=[1])
     with pytest.raises(ValueError, match="has columns"):
-        SOURCE.batch(bucket=[1], records=[b""], extra=[0])
+        SOURCE.batch(bucket=[1], records=[b""], read_range=[""], extra=[0])
     assert SOURCE.column("bucket") == "bucket"
     with pytest.raises(ValueError, match="no column 'buckets'"):
         SOURCE.column("buckets")
 
 
 def test_packs_are_source_rows_of_input_rows() -> None:
-    packed = pack(records(), [4, 9, 4])
+    packed = pack(records(), [4, 9, 4], "tweets/0:10-13")
     assert packed.schema == SOURCE.arrow
     (first, second) = SOURCE.rows(packed)
     assert isinstance(first, SourceRow)
     assert (first.bucket, second.bucket) == (4, 9)
+    assert first.read_range == second.read_range == "tweets/0:10-13"
     assert [row.key for row in INPUT.rows(unpack(first.records))] == ["ada", DEAD_LETTER_ROUTE]
     assert [row.key for row in INPUT.rows(unpack(second.records))] == ["bob"]
 
