@@ -65,20 +65,25 @@ def _metadata(client_conf: dict[str, str], timeout: float) -> Any:
 
 
 def create_topics(
-    client_conf: dict[str, str], topics: dict[str, int], replication: int = -1
+    client_conf: dict[str, str],
+    topics: dict[str, int],
+    replication: int = -1,
+    *,
+    configs: dict[str, dict[str, str]] | None = None,
 ) -> None:
     """Create the topics that do not exist yet, with the given partition counts.
 
-    ``replication`` is their replication factor; -1: the broker's default. A refusal is
-    raised as :class:`KafkaUnavailableError` from the client's exception (its error code
-    names the refusal).
+    ``replication`` is their replication factor; -1: the broker's default. ``configs``: a
+    topic's settings, by its name (``cleanup.policy``, ...). A refusal is raised as
+    :class:`KafkaUnavailableError` from the client's exception (its error code names the
+    refusal).
     """
     # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
     from confluent_kafka.admin import NewTopic
 
     present = existing_topics(client_conf)
     wanted = [
-        NewTopic(name, partitions, replication)
+        NewTopic(name, partitions, replication, config=(configs or {}).get(name, {}))
         for name, partitions in topics.items()
         if name not in present
     ]
@@ -105,6 +110,20 @@ def delete_topics(client_conf: dict[str, str], topics: list[str]) -> dict[str, E
         except Exception as exc:
             failed[name] = exc
     return failed
+
+
+def groups_starting(client_conf: dict[str, str], prefix: str) -> list[str]:
+    """The cluster's consumer groups whose names start with ``prefix``, sorted.
+
+    Raises:
+        KafkaUnavailableError: the cluster would not list them (no ACL to, say).
+    """
+    client = admin(client_conf)  # must outlive the futures it answers
+    try:
+        listed = client.list_consumer_groups(request_timeout=30).result(timeout=30)
+    except Exception as exc:
+        raise KafkaUnavailableError(f"cannot list the groups {prefix}*: {exc}") from None
+    return sorted(group.group_id for group in listed.valid if group.group_id.startswith(prefix))
 
 
 def delete_groups(client_conf: dict[str, str], starting_with: list[str]) -> list[str]:

@@ -14,7 +14,11 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, mo
 
 from daemon import secrets
 from daemon.errors import ConfigError
-from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_STATE_BUCKETS
+from daemon.model.constants import (
+    DEFAULT_ID_PREFIX,
+    DEFAULT_STATE_BUCKETS,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+)
 from daemon.model.durations import DurationMs
 from daemon.model.envelope import Envelope
 from daemon.model.environment import expand_environment
@@ -61,6 +65,7 @@ class KafkaConfig(_Strict):
     ``id_prefix`` starts every transactional id and consumer group enrichd makes
     (``enrichd``: the names before it existed); give each environment that shares a cluster
     its own. ``commit_turn`` forces the commit turn on or off (docs/semantics.md).
+    ``transaction_timeout`` is the producers' ``transaction.timeout.ms``.
     """
 
     bootstrap_servers: str | None = None
@@ -75,6 +80,13 @@ class KafkaConfig(_Strict):
         default=None,
         description="whether transactions on one host end one at a time; unset: on the "
         "embedded broker only (daemon.sink.commit_turn)",
+    )
+    transaction_timeout: DurationMs = Field(
+        default=DEFAULT_TRANSACTION_TIMEOUT_MS,
+        ge=1000,
+        description="how long a task's transaction may stay open before the broker aborts it "
+        "(the producers' transaction.timeout.ms); at most the brokers' "
+        "transaction.max.timeout.ms, which a start checks",
     )
 
 
