@@ -43,6 +43,10 @@ A replay of a batch whose marker says it committed writes nothing; at its end it
 the input ranges it read (:attr:`TaskOutput.covered`) with the marker's, and a difference
 fails the task with a :class:`~daemon.errors.CheckpointDivergedError`
 (:mod:`daemon.sink.markers` says why).
+
+Why this module is long: a record's fate is one state machine (held, sent, refused,
+dead-lettered, written again, counted) over one task's held rows; split, each part would
+reach into the others' rows, counts and producer.
 """
 
 from __future__ import annotations
@@ -636,13 +640,6 @@ class TaskOutput:
             f"{kind} dead letter made from {source} ({error.name()}: {error.str()}); raise its "
             "max.message.bytes, or lower the client's message.max.bytes to it"
         )
-
-
-def _fenced(exc: BaseException) -> bool:
-    """Whether ``exc`` says another producer took the transactional id over."""
-    error = exc.args[0] if exc.args else None
-    fatal = getattr(error, "fatal", None)
-    return callable(fatal) and bool(fatal())
 
 
 def headers_of(
