@@ -292,10 +292,13 @@ def query_markers(
         suffixes = (group[len(start) :] for group in groups_starting(conf, start))
         tasks.update(int(task) for task in suffixes if task.isdigit())
     found = {}
-    for task in sorted(tasks):
-        marker = task_marker(conf, prefix, pipeline, query_id, task, output_topic, stable=True)
-        if marker is not None:
-            found[task] = marker
+    try:
+        for task in sorted(tasks):
+            marker = task_marker(conf, prefix, pipeline, query_id, task, output_topic, stable=True)
+            if marker is not None:
+                found[task] = marker
+    finally:
+        forget_readers()  # a consumer per group: the driver reads them once per start
     return found
 
 
