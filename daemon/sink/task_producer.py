@@ -227,9 +227,12 @@ class TaskProducer:
             after = TopicPartition(topic, 0, int(message.offset()) + 1)
             metadata = _group_metadata(self.spec, self.group)
             producer.send_offsets_to_transaction([after], metadata, _WAIT_S)
-        except KafkaException as exc:
-            if not abortable(exc):
+        except (KafkaException, SystemError) as raised:
+            exc = _kafka_error(raised)
+            if exc is None:
                 raise
+            if not abortable(exc):
+                raise exc from None
             raise self._cause(exc) from None
         with ending_transaction(self.spec.commit_turn):
             producer.commit_transaction(_WAIT_S)
@@ -357,3 +360,19 @@ def forget_kept_clients() -> None:
     _SPARES.clear()
     _PRODUCERS.clear()
     _GROUPS.clear()
+
+
+def _kafka_error(exc: BaseException) -> Any:
+    """The client's error behind ``exc``, or None.
+
+    A fenced producer's ``flush()`` sets the fatal error as a Python exception and then calls
+    a delivery callback, which Python reports as ``SystemError`` ("returned a result with an
+    exception set") with the ``KafkaException`` as its context (confluent-kafka 2.x, measured).
+    """
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import KafkaException
+
+    if isinstance(exc, KafkaException):
+        return exc
+    behind = exc.__cause__ or exc.__context__
+    return behind if isinstance(exc, SystemError) and isinstance(behind, KafkaException) else None
