@@ -5,8 +5,10 @@ The producers here act as librdkafka's transactional producer does when a broker
 record batch (measured against a refusing proxy, tests/refusing_proxy.py): every record of
 the refused batch fails its delivery with the broker's error, the transaction becomes
 abortable, ``produce()`` then raises ``_STATE``, and the commit raises the first failed
-delivery's error. With ``batch.num.messages = 1`` a batch is one record. The real path is
-tested in tests/delivery/test_output_rejected.py and tests/service/test_nothing_lost.py.
+delivery's error. With ``batch.num.messages = 1`` a batch is one record. A batch marker
+(a record on the markers topic) is delivered, and the offset just past it is what the
+transaction commits for the marker group. The real path is tested in
+tests/delivery/test_output_rejected.py and tests/service/test_nothing_lost.py.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from daemon.sink import task_output, task_producer
+from daemon.sink import task_producer
+from daemon.sink.markers import Marker
 from daemon.sink.refusals import OUTPUT_REJECTED
 from daemon.sink.spec import OutputSpec
-from daemon.sink.task_output import NEAR_LIMIT_SLACK, TaskOutput
+from daemon.sink.task_output import TaskOutput
 from daemon.sink.task_producer import TaskProducer
 
 DEAD_LETTERS = "views.dlq"
@@ -34,12 +37,16 @@ class Message:
 
     topic_: str
     headers_: list[tuple[str, bytes]]
+    offset_: int = -1
 
     def topic(self) -> str:
         return self.topic_
 
     def headers(self) -> list[tuple[str, bytes]]:
         return self.headers_
+
+    def offset(self) -> int:
+        return self.offset_
 
 
 @dataclass
@@ -52,6 +59,11 @@ class Broker:
     committed: list[list[tuple[str, bytes | None, dict[str, bytes]]]] = field(default_factory=list)
     aborted: int = 0
     markers: list[int] = field(default_factory=list)
+    """The offsets the transactions committed for the marker group."""
+    marker_records: list[bytes] = field(default_factory=list)
+    """The markers topic's records (their offsets: their places)."""
+    marker: Marker | None = None
+    """What a stable read of the task's marker finds."""
     producers: list[TransactionalProducer] = field(default_factory=list)
 
 
@@ -72,15 +84,21 @@ class TransactionalProducer:
     def begin_transaction(self) -> None:
         self.records, self.failure, self.sent = [], None, 0
 
-    def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any) -> None:
+    def send_offsets_to_transaction(
+        self, offsets: list[Any], metadata: Any, timeout: float
+    ) -> None:
         self.broker.markers.append(offsets[0].offset)
 
     def produce(self, topic: str, **record: Any) -> None:
         if self.failure is not None:
             raise KafkaException(KafkaError(KafkaError._STATE))
-        self.records.append(
-            (topic, record["value"], dict(record["headers"]), record["on_delivery"])
-        )
+        if topic.endswith(".markers"):  # delivered at once, kept apart from the output
+            self.broker.marker_records.append(record["value"])
+            offset = len(self.broker.marker_records) - 1
+            record["on_delivery"](None, Message(topic, [], offset))
+            return
+        headers = dict(record.get("headers") or [])
+        self.records.append((topic, record["value"], headers, record["on_delivery"]))
 
     def poll(self, timeout: float = 0) -> int:
         return 0
@@ -130,13 +148,14 @@ def broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
 
     monkeypatch.setattr(task_producer, "_transactional_producer", producer)
     monkeypatch.setattr(task_producer, "_group_metadata", lambda spec, group: None)
-    monkeypatch.setattr(TaskProducer, "_last_committed", lambda self, group, marker: -1)
+    monkeypatch.setattr(TaskProducer, "marker", lambda self, stable: found.marker)
     yield found
     task_producer.forget_kept_clients()
 
 
-def output(dead_letter_topic: str | None = DEAD_LETTERS) -> TaskOutput:
-    """An exactly-once task output of batch 4 of pipeline ``views``."""
+def output(dead_letter_topic: str | None = DEAD_LETTERS, held_bytes: int = 1 << 20) -> TaskOutput:
+    """An exactly-once task output of batch 4 of pipeline ``views``, holding ``held_bytes``
+    of rows in memory."""
     spec = OutputSpec(
         "views",
         {"message.max.bytes": str(LIMIT)},
@@ -144,8 +163,11 @@ def output(dead_letter_topic: str | None = DEAD_LETTERS) -> TaskOutput:
         "views",
         dead_letter_topic=dead_letter_topic,
         commit_turn=False,
+        held_bytes=held_bytes,
     )
-    return TaskOutput(spec, 0, 4, "query")
+    task = TaskOutput(spec, 0, 4, "query")
+    task.covered.add("tweets/1:0-10")
+    return task
 
 
 def view(value: bytes, offset: int, topic: str = "views") -> tuple[Any, ...]:
@@ -163,7 +185,13 @@ def test_a_refused_record_is_written_again_as_a_dead_letter_with_the_others_once
 
     # The first try, then a round that finds which record of the refused batch it was.
     assert broker.aborted == 2
-    assert broker.markers == [5, 5, 5]  # the marker went into every transaction
+    # The marker went into every transaction that tried to commit (the first try's and the
+    # last round's, not the round that only found the refused record), the group's offset
+    # just past it.
+    assert broker.markers == [1, 2]
+    marker = Marker.decode(broker.marker_records[-1])
+    assert marker.batch == 4 and marker.share is not None
+    assert marker.share.by_partition() == {"tweets/1": (0, 10)}
     (written,) = broker.committed
     assert [(topic, value) for topic, value, _ in written] == [
         ("views", b"first"),
@@ -190,22 +218,18 @@ def test_a_refused_record_is_written_again_as_a_dead_letter_with_the_others_once
     assert task.dead_letters == {OUTPUT_REJECTED: 1}
 
 
-def test_a_record_refused_after_records_went_out_as_they_came_is_written_again(
+def test_a_round_of_writing_again_finds_the_batch_committed_by_another_attempt(
     broker: Broker,
 ) -> None:
-    """A value near the client's limit ends the holding back; the refusal comes back while
-    the task still produces, which then raises ``_STATE``: the rest wait for the redo."""
+    """Each round reads the marker again once its producer fenced the others: an attempt of
+    the task that committed the batch meanwhile wins, and this one writes nothing."""
     task = output()
-    near = b"refuse" + b"n" * (LIMIT - NEAR_LIMIT_SLACK)
-    task.send_row(view(near, 1))
-    broker.producers[0].flush()  # the broker answers: the transaction is now abortable
-    task.send_row(view(b"after", 2))
+    task.send_row(view(b"refuse me", 1))
+    task.open()
+    broker.marker = Marker(4, task.share)  # committed elsewhere, after this task began
     task.commit()
-    (written,) = broker.committed
-    assert [(topic, value) for topic, value, _ in written] == [
-        (DEAD_LETTERS, near),
-        ("views", b"after"),
-    ]
+    assert broker.committed == [] and task.skipped
+    assert broker.aborted == 1  # the first try only
 
 
 def test_a_dead_letter_the_dead_letter_topic_refuses_too_fails_the_task_with_one_line(
@@ -246,19 +270,14 @@ def test_without_a_dead_letter_topic_a_refusal_fails_the_task(broker: Broker) ->
     assert broker.committed == []
 
 
-def test_past_the_records_it_keeps_a_refusal_fails_the_task_naming_the_record(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(task_output, "HELD_RECORDS", 3)
-    task = output()
-    for offset in range(5):
-        task.send_row(view(b"refuse me" if offset == 4 else b"fine", offset))
-    with pytest.raises(RuntimeError) as failed:
-        task.commit()
-    # The broker refused the batch whole: all five, of which the first is named.
-    assert str(failed.value).startswith(
-        "pipeline 'views': topic 'views' refused 5 records (MSG_SIZE_TOO_LARGE: Broker: "
-        "Message size too large; it refuses a record batch whole), the first made from input "
-        "topic 'tweets' partition 1 offset 0; the task wrote more than 3 records"
-    )
-    assert broker.committed == []
+def test_rows_held_past_the_memory_budget_are_written_again_from_disk(broker: Broker) -> None:
+    """What a task holds is bounded by bytes: past them its rows wait in a file, and a
+    refusal writes them all again from there (no cap after which the batch fails)."""
+    task = output(held_bytes=1_000)
+    for offset in range(50):
+        task.send_row(view(b"refuse me" if offset == 30 else b"x" * 100, offset))
+    assert task._rows.spilled > 0
+    task.commit()
+    (written,) = broker.committed
+    assert [topic for topic, _, _ in written] == ["views"] * 30 + [DEAD_LETTERS] + ["views"] * 19
+    assert task.dead_letters == {OUTPUT_REJECTED: 1}
