@@ -43,11 +43,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from functools import cached_property, partial
+from functools import partial
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Row as SparkRow
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
@@ -62,15 +60,14 @@ from daemon.model.wire import (
     CONTROL_INPUT,
     DEAD_LETTER_ROUTE,
     FAILURES_REPORTED,
-    INPUT,
     OUTPUT,
     CallCounts,
     InputRow,
     OutputRow,
     counts_row,
-    unpack,
 )
 from daemon.operator.bucket_store import BucketStore
+from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import ContractBreach, EngineCore, JoinerFailure, KeyBatch
 from daemon.operator.spec import OperatorPlan
 from daemon.operator.state_format import decode_portable
@@ -134,7 +131,7 @@ class JoinerProcessor(StatefulProcessor):
         self._carry: Carrier | None = carrier(policy) if reads_headers(policy) else None
         """What a record keeps of its headers for its outputs (None: the source read none)."""
         self._send: Send = _unsent
-        self._raw = _Originals([], ())
+        self._raw = Originals([], ())
         """Where the current call's rows go, and its input rows by origin (for dead letters)."""
         self.core = EngineCore(self.plan.joiner, self)
         """The apply loop; made here, on the executor: it holds this processor's methods."""
@@ -154,7 +151,7 @@ class JoinerProcessor(StatefulProcessor):
     ) -> None:
         """Group the call's records by key and hand them to the core (:mod:`.core`)."""
         by_key: dict[str, list[InputRow]] = {}
-        for row in _rows_of(packs, self._newest, self._covered):
+        for row in rows_of(packs, self._newest, self._covered):
             if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
                 send(self._dead_letter(row, kind, reason))
@@ -207,7 +204,7 @@ class JoinerProcessor(StatefulProcessor):
                         None if row.headers is None or carry is None else carry(row.headers),
                     )
                 )
-            self._raw = _Originals(rows, inputs)
+            self._raw = Originals(rows, inputs)
             yield key, records, end_of_input
 
     def handleInitialState(  # noqa: N802
@@ -254,7 +251,7 @@ class JoinerProcessor(StatefulProcessor):
         bucket, log, stored = self.buckets.load(key)
         bucket.timer_ms = None  # fired, so gone: the stored bucket must say so
         bucket.changed = True
-        self._send, self._raw = send, _Originals([], ())
+        self._send, self._raw = send, Originals([], ())
         self.core.tick(bucket, log, timer_values.getCurrentProcessingTimeInMs())
         self.buckets.save(key, bucket, log, stored)
         self._timers[int(key[0])] = bucket.timer_ms
@@ -359,11 +356,11 @@ class JoinerProcessor(StatefulProcessor):
             )
             return
         for record in failure.records:
-            row = self._raw[_origin(record)]
+            row = self._raw[origin(record)]
             self._send(self._dead_letter(row, JOINER_FAILED, reason, failure.error))
 
     def _output(
-        self, emit: Emit, raw: _Originals, written_key: bytes | None = None
+        self, emit: Emit, raw: Originals, written_key: bytes | None = None
     ) -> tuple[Any, ...]:
         """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send).
 
@@ -424,7 +421,7 @@ class JoinerProcessor(StatefulProcessor):
             None if carried is None else pack_headers(carried),
         )
 
-    def _keyed_output(self, emit: Emit, raw: _Originals) -> tuple[Any, ...]:
+    def _keyed_output(self, emit: Emit, raw: Originals) -> tuple[Any, ...]:
         """:meth:`_output` for a pipeline whose outputs write keys in Avro or JSON.
 
         Apart, so that the pipelines that write text keys (most) pay nothing for it.
@@ -446,13 +443,13 @@ class JoinerProcessor(StatefulProcessor):
         return self._output(emit, raw, key)
 
     def _rejected(
-        self, letter: DeadLetter, raw: _Originals, error: BaseException | None = None
+        self, letter: DeadLetter, raw: Originals, error: BaseException | None = None
     ) -> OutputRow:
         """A dead letter for a record of this batch (its original bytes) or one from state.
 
         ``error``: the exception that made it, for its KIP-1034 headers.
         """
-        row = raw.get(_origin(letter.record))
+        row = raw.get(origin(letter.record))
         if row is not None:
             return self._dead_letter(row, letter.kind, letter.reason, error)
         record = letter.record
@@ -468,7 +465,7 @@ class JoinerProcessor(StatefulProcessor):
             record.kafka_key,
             value,
             record.timestamp or None,
-            *_origin(record),
+            *origin(record),
             letter.kind,
             secrets.redact(letter.reason),
             dead_letter_headers(pack_headers(record.headers), letter.kind, letter.reason, error),
@@ -506,44 +503,6 @@ class JoinerProcessor(StatefulProcessor):
             self.output.commit()
 
 
-class _Originals:
-    """The input rows of one key's call, found by origin when a dead letter needs their bytes.
-
-    Indexed on first use: most calls never need it, and an index entry per record cost more
-    than the rest of a record's bookkeeping.
-    """
-
-    def __init__(self, rows: list[InputRow], inputs: tuple[tuple[str, str], ...]) -> None:
-        self._rows = rows
-        self._inputs = inputs
-        self._index: dict[tuple[str, int, int], InputRow] | None = None
-
-    @cached_property
-    def newest_timestamp(self) -> int | None:
-        """The newest Kafka timestamp of the key's rows in the call, its marker's too.
-
-        None without rows (a wake-up) or without timestamps. Found once per key: an end of
-        input can revise every event the key keeps.
-        """
-        return max((row.timestamp for row in self._rows if row.timestamp), default=None)
-
-    def get(self, origin: tuple[str, int, int]) -> InputRow | None:
-        """The row a record of this call came from; None for a record from state."""
-        if self._index is None:
-            self._index = {
-                (self._inputs[row.input][1], row.partition, row.offset): row
-                for row in self._rows
-                if row.input != CONTROL_INPUT
-            }
-        return self._index.get(origin)
-
-    def __getitem__(self, origin: tuple[str, int, int]) -> InputRow:
-        row = self.get(origin)
-        if row is None:
-            raise KeyError(origin)
-        return row
-
-
 def _decoder(codec: AvroCodec, envelope: Envelope | None) -> Callable[[bytes], Any]:
     """How an input's values are decoded: by its codec, then, with an envelope, unwrapped."""
     if envelope is None:
@@ -561,43 +520,12 @@ def _unwrapped(decode: Callable[[bytes], Any], data: bytes) -> dict[str, Any] | 
     return unwrap(decode(data))
 
 
-def _rows_of(
-    packs: Iterator[SparkRow], newest: dict[int, int], covered: set[str]
-) -> Iterator[InputRow]:
-    """The records of the call's packs (:func:`~daemon.model.wire.unpack`), by columns.
-
-    Notes in ``newest`` each input's newest event time, a pack at a time (a pack's records
-    come from one Kafka partition), leaving out end-of-input markers and unroutable records,
-    and in ``covered`` the range each pack was read over.
-    """
-    for pack in packs:
-        covered.add(pack.read_range)
-        records = unpack(pack.records)
-        _note_newest(records, newest)
-        yield from INPUT.rows(records)
-
-
-def _note_newest(records: pa.RecordBatch, newest: dict[int, int]) -> None:
-    inputs = records.column("input")
-    routed = pc.and_(pc.greater_equal(inputs, 0), pc.is_null(records.column("error")))
-    times = pc.filter(records.column("event_time"), routed)
-    if len(times):
-        index = pc.filter(inputs, routed)[0].as_py()
-        latest = pc.max(times).as_py()
-        if latest > newest.get(index, latest - 1):
-            newest[index] = latest
-
-
 def _unsent(row: tuple[Any, ...]) -> None:
     raise RuntimeError("an output row outside a call of the processor")
 
 
-def _timestamp(source: InputRecord | None, raw: _Originals) -> int | None:
+def _timestamp(source: InputRecord | None, raw: Originals) -> int | None:
     """An output's Kafka timestamp, as :meth:`JoinerProcessor._output` writes it (None: now)."""
     if source is None:
         return raw.newest_timestamp
     return source.timestamp or None
-
-
-def _origin(record: InputRecord) -> tuple[str, int, int]:
-    return (record.topic, record.partition, record.offset)
