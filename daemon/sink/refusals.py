@@ -33,6 +33,13 @@ or the transaction: the record is dead-lettered and the task goes on. Any other 
 retriable ones and a fenced producer's among them, fails the task as before."""
 
 
+PURGED = "_PURGE_QUEUE"
+"""librdkafka's name of a delivery it gave up because the transaction must abort: a failed
+delivery makes the transaction abortable, and the client then purges every record still
+queued (``rd_kafka_txn_set_abortable_error0``, 2.16). Such a record was refused nothing;
+the failure that came first says why."""
+
+
 def is_refusal(error: Any) -> bool:
     """Whether ``error`` (a ``KafkaError``) refuses one record (:data:`REFUSALS`)."""
     return bool(error.name() in REFUSALS and not error.retriable() and not error.fatal())
@@ -71,8 +78,16 @@ class DeliveryNotes:
     def __init__(self) -> None:
         self.refused: dict[int, Any] = {}
         """The ``KafkaError`` of each refused row, by its index."""
+        self.purged = 0
+        """Rows the client purged once a failure made the transaction abortable
+        (``_PURGE_QUEUE``): that failure's doing, which is reported on its own."""
         self.failed: list[str] = []
         """Every other failure: the task fails on them."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether no row failed: the transaction may commit."""
+        return not (self.refused or self.purged or self.failed)
 
     def of(self, index: int) -> Callable[[Any, Any], None]:
         """The ``on_delivery`` callback of row ``index``."""
@@ -82,6 +97,8 @@ class DeliveryNotes:
                 return
             if is_refusal(error):
                 self.refused[index] = error
+            elif error.name() == PURGED:
+                self.purged += 1
             else:
                 self.failed.append(f"{message.topic()}: {error.name()}: {error.str()}")
 

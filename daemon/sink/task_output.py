@@ -535,7 +535,7 @@ class TaskOutput:
             # refused one wait for the abort (a new epoch), or else the transaction's timeout.
             while producer.flush(_FLUSH_STEP_S) and not notes.refused:
                 pass
-            if not notes.refused and not notes.failed:
+            if notes.complete:
                 transaction.commit(self.share)
                 break
             transaction.abort_refused()
@@ -543,8 +543,8 @@ class TaskOutput:
                 # they may have failed only because it made the transaction abortable
                 raise RuntimeError(
                     f"pipeline {self.spec.pipeline!r}: writing its output again after a "
-                    f"refused record, {len(notes.failed)} records were not delivered: "
-                    f"{notes.failed[0]}"
+                    f"refused record, {len(notes.failed) + notes.purged} records were not "
+                    f"delivered: {(notes.failed or ['purged by the client'])[0]}"
                 )
             refused = self._rows_at(notes.refused, letters)
             for index, error in sorted(notes.refused.items()):

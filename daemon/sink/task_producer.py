@@ -53,6 +53,7 @@ from daemon.kafka import connect, names
 from daemon.sink import markers
 from daemon.sink.commit_turn import ending_transaction
 from daemon.sink.markers import Marker, Share
+from daemon.sink.refusals import PURGED
 from daemon.sink.spec import OutputSpec
 
 _PRODUCERS: dict[str, Any] = {}  # idempotent producers, kept by a reused Python worker
@@ -202,9 +203,10 @@ class TaskProducer:
         records, the marker and the group's offset become visible together.
 
         Raises:
-            KafkaException: a record was not delivered (then the error is the first failed
-                delivery's, which made the transaction abortable), or the coordinator
-                refused; the transaction is then to be aborted.
+            KafkaException: a record or the marker was not delivered (then the error is the
+                first failed delivery's, which made the transaction abortable, not the
+                marker's purge that followed), or the coordinator refused;
+                the transaction is then to be aborted.
         """
         # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
         from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -231,7 +233,7 @@ class TaskProducer:
             exc = _kafka_error(raised)
             if exc is None:
                 raise
-            if not abortable(exc):
+            if not abortable(exc) and not purged(exc):
                 raise exc from None
             raise self._cause(exc) from None
         with ending_transaction(self.spec.commit_turn):
@@ -241,7 +243,8 @@ class TaskProducer:
         """What made the transaction abortable (``exc`` says only that it is).
 
         A commit fails with the first failed delivery's error, where ``produce()`` only
-        says ``_STATE`` (librdkafka 2.16).
+        says ``_STATE`` and a purged marker ``_PURGE_QUEUE`` (librdkafka 2.16; only an
+        abortable transaction purges, so that commit fails too).
         """
         # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
         from confluent_kafka import KafkaException
@@ -323,6 +326,17 @@ def abortable(exc: BaseException) -> bool:
         return True
     name = getattr(error, "name", None)
     return callable(name) and name() == "_STATE"
+
+
+def purged(exc: BaseException) -> bool:
+    """Whether ``exc`` is a delivery the client purged because the transaction must abort.
+
+    The marker, produced after the task's records, fails so when a refusal of one of them
+    comes back before it left (:data:`~daemon.sink.refusals.PURGED`).
+    """
+    error = exc.args[0] if exc.args else None
+    name = getattr(error, "name", None)
+    return callable(name) and name() == PURGED
 
 
 def _idempotent_producer(spec: OutputSpec) -> Any:

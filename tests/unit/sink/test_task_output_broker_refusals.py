@@ -7,7 +7,9 @@ the refused batch fails its delivery with the broker's error, the transaction be
 abortable, ``produce()`` then raises ``_STATE``, and the commit raises the first failed
 delivery's error. With ``batch.num.messages = 1`` a batch is one record. A batch marker
 (a record on the markers topic) is delivered, and the offset just past it is what the
-transaction commits for the marker group. The real path is tested in
+transaction commits for the marker group. When the broker answers a refusal before the
+records after it (the marker among them) have left, the client purges those: each fails with
+``_PURGE_QUEUE`` (``Broker.purges``). The real path is tested in
 tests/delivery/test_output_rejected.py and tests/service/test_nothing_lost.py.
 """
 
@@ -64,6 +66,9 @@ class Broker:
     """The markers topic's records (their offsets: their places)."""
     marker: Marker | None = None
     """What a stable read of the task's marker finds."""
+    purges: bool = False
+    """Whether a refusal comes back while the records after it, and the marker, still wait
+    in the client's queue, which purges them (see the module docstring)."""
     producers: list[TransactionalProducer] = field(default_factory=list)
 
 
@@ -76,6 +81,7 @@ class TransactionalProducer:
         self.records: list[tuple[str, bytes | None, dict[str, bytes], Any]] = []
         self.failure: KafkaError | None = None
         self.sent = 0  # records of the transaction the broker has answered
+        self.queued_marker: dict[str, Any] | None = None
         broker.producers.append(self)
 
     def init_transactions(self, timeout: float) -> None:
@@ -92,10 +98,11 @@ class TransactionalProducer:
     def produce(self, topic: str, **record: Any) -> None:
         if self.failure is not None:
             raise KafkaException(KafkaError(KafkaError._STATE))
-        if topic.endswith(".markers"):  # delivered at once, kept apart from the output
-            self.broker.marker_records.append(record["value"])
-            offset = len(self.broker.marker_records) - 1
-            record["on_delivery"](None, Message(topic, [], offset))
+        if topic.endswith(".markers"):  # kept apart from the output
+            if self.broker.purges:
+                self.queued_marker = record  # answered at the flush, after the records
+            else:
+                self._deliver_marker(topic, record)
             return
         headers = dict(record.get("headers") or [])
         self.records.append((topic, record["value"], headers, record["on_delivery"]))
@@ -121,7 +128,19 @@ class TransactionalProducer:
                 )
                 if on_delivery is not None:
                     on_delivery(error, Message(topic, list(headers.items())))
+            elif self.failure is not None and self.broker.purges and on_delivery is not None:
+                on_delivery(KafkaError(KafkaError._PURGE_QUEUE), Message(topic, []))
+        marker, self.queued_marker = self.queued_marker, None
+        if marker is not None and self.failure is not None:
+            marker["on_delivery"](KafkaError(KafkaError._PURGE_QUEUE), Message("markers", []))
+        elif marker is not None:
+            self._deliver_marker("markers", marker)
         return 0
+
+    def _deliver_marker(self, topic: str, record: dict[str, Any]) -> None:
+        self.broker.marker_records.append(record["value"])
+        offset = len(self.broker.marker_records) - 1
+        record["on_delivery"](None, Message(topic, [], offset))
 
     def _refused(self, topic: str, value: bytes | None) -> bool:
         marker = self.broker.refuses.get(topic)
@@ -214,6 +233,29 @@ def test_a_refused_record_is_written_again_as_a_dead_letter_with_the_others_once
     )
     # Written again by producers that send one record per batch, a new one each round.
     assert sum(p.one_per_batch for p in broker.producers) == 2
+    assert task.records == {"views": 2, DEAD_LETTERS: 1}
+    assert task.dead_letters == {OUTPUT_REJECTED: 1}
+
+
+def test_a_refusal_that_purges_the_marker_and_later_records_is_written_again_alike(
+    broker: Broker,
+) -> None:
+    """The marker and the records after a refused one fail as purged, not refused: the
+    refusal is what the task acts on (once, a replay failed on the marker's purge)."""
+    broker.purges = True
+    task = output()
+    for row in (view(b"first", 1), view(b"refuse me", 2), view(b"third", 3)):
+        task.send_row(row)
+    task.commit()
+
+    assert broker.aborted == 2
+    assert broker.markers == [1]  # only the last round's marker was delivered
+    (written,) = broker.committed
+    assert [(topic, value) for topic, value, _ in written] == [
+        ("views", b"first"),
+        (DEAD_LETTERS, b"refuse me"),
+        ("views", b"third"),
+    ]
     assert task.records == {"views": 2, DEAD_LETTERS: 1}
     assert task.dead_letters == {OUTPUT_REJECTED: 1}
 
