@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
     from daemon.state.reader import CheckpointState
     from daemon.state.seed import Seed
+    from daemon.state.show import Expiry
 
 Key = Annotated[
     str | None,
@@ -44,8 +46,10 @@ def state(
     from daemon.checkpoint.batch_logs import last_committed
     from daemon.model.config import load_pipeline_file, pick_pipeline
     from daemon.pipeline.checkpoint_shape import buckets_of_shape, verify_checkpoint
+    from daemon.plugin.configured import pipeline_joiner
     from daemon.state.reader import CheckpointState, state_session
     from daemon.state.seed import seed_of
+    from daemon.state.show import Expiry
 
     if (key is None) == (not summary):
         raise ConfigError("give either --key KEY or --summary")
@@ -59,6 +63,8 @@ def state(
             f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} has committed no "
             "micro-batch yet, so it holds no state"
         )
+    # The joiner's TTL says which stored keys it no longer sees (expired, not yet dropped).
+    expiry = Expiry(pipeline_joiner(pipe).state_ttl_ms(), int(time.time() * 1000))
     spark = state_session(file)
     head: dict[str, Any] = {"pipeline": pipe.name, "checkpoint": str(pipe.checkpoint)}
     if batch is not None:
@@ -70,7 +76,7 @@ def state(
         head["micro_batch"] = None
         head["seeded"] = "by daemon reset or rescale; the next start takes it in"
     if key is not None:
-        shown = _key(spark, found, key, buckets_of_shape(shape))
+        shown = _key(spark, found, key, buckets_of_shape(shape), expiry)
         if shown is None:
             raise NoStateError(
                 f"pipeline {pipe.name!r}: no state for key {key!r} in checkpoint "
@@ -79,11 +85,11 @@ def state(
             )
         typer.echo(json.dumps({**head, **shown}, indent=2))
     else:
-        typer.echo(json.dumps({**head, **_summary(spark, found)}, indent=2))
+        typer.echo(json.dumps({**head, **_summary(spark, found, expiry)}, indent=2))
 
 
 def _key(
-    spark: SparkSession, found: CheckpointState | Seed, key: str, buckets: int
+    spark: SparkSession, found: CheckpointState | Seed, key: str, buckets: int, expiry: Expiry
 ) -> dict[str, Any] | None:
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.model.record_route import bucket_of
@@ -93,20 +99,23 @@ def _key(
     label = bucket_of(key, buckets)
     if isinstance(found, CheckpointState):
         stored = found.bucket(label)
-        return None if stored is None else key_view(stored, key)
+        return None if stored is None else key_view(stored, key, expiry)
     rows = found.state_frame(spark).where(f"bucket = {label}").selectExpr("inline(keys)")
     entries = rows.where(rows.key == key).collect()
-    return seeded_key_view(label, key, bytes(entries[0].entry)) if entries else None
+    return seeded_key_view(label, key, bytes(entries[0].entry), expiry) if entries else None
 
 
-def _summary(spark: SparkSession, found: CheckpointState | Seed) -> dict[str, Any]:
+def _summary(
+    spark: SparkSession, found: CheckpointState | Seed, expiry: Expiry
+) -> dict[str, Any]:
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.state.reader import CheckpointState
     from daemon.state.show import bucket_summary, seeded_bucket_summary, summary
 
     if isinstance(found, CheckpointState):
-        return summary(bucket_summary(stored, size) for stored, size in found.sizes())
+        return summary(bucket_summary(stored, size, expiry) for stored, size in found.sizes())
     rows = found.state_frame(spark).toLocalIterator()
     return summary(
-        seeded_bucket_summary(row.bucket, [bytes(item.entry) for item in row.keys]) for row in rows
+        seeded_bucket_summary(row.bucket, [bytes(item.entry) for item in row.keys], expiry)
+        for row in rows
     )

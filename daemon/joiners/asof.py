@@ -54,6 +54,14 @@ class AsOfOptions(JoinerOptions):
         default=60_000, gt=0, description="how often kept left events are joined again"
     )
     rejoin_on: RejoinOn = Field(default="event_time", description="the clock of the re-join timer")
+    state_ttl: DurationMs | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "forget a key's history and left events this long (processing time) after its "
+            "state last changed, after a last re-join"
+        ),
+    )
 
     @model_validator(mode="after")
     def _horizon_within_retention(self) -> AsOfOptions:
@@ -123,6 +131,12 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
     dead-letter topic as ``LateRecord``: its history is gone. State per key is bounded by
     the right records of the retention (plus one) and the left events of the horizon (plus
     one interval, since eviction runs on the timer).
+
+    ``state_ttl``: a key whose state has not changed for that long (processing time) is
+    forgotten after a last re-join of its kept left events (as at the end of input), so that
+    the history of keys that stop updating (the one right record kept past the retention,
+    the stream time) does not grow for ever. Its next record starts afresh: no history, no
+    stream time, so nothing is judged late against the time it had.
 
     Example:
         A mood at 10, a recommendation at 20 (answered with it), then a late mood at 15: the

@@ -104,6 +104,15 @@ class LookupOptions(JoinerOptions):
             "stream record"
         ),
     )
+    state_ttl: DurationMs | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "forget a key's table row (versioned: its history and records) this long "
+            "(processing time) after its state last changed; then it is a tombstone to later "
+            "stream records"
+        ),
+    )
 
     @model_validator(mode="after")
     def _default_needs_left(self) -> LookupOptions:
@@ -201,6 +210,14 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
 
     ``bootstrap = true``: a new pipeline reads the table input to the end it had at start
     before any stream record is joined, as a GlobalKTable is restored first.
+
+    ``state_ttl``: a key whose state has not changed for that long (processing time) is
+    forgotten, so that the state of keys that stop updating does not grow for ever. A stream
+    record that only reads the table row does not renew it; in versioned mode stream records
+    are part of the key's state (its stream time, held and kept records) and do. An expired
+    key's held records go out first, as at the end of input; its kept answers are no longer
+    revised. To later stream records an expired row is a tombstone (``inner``: no output;
+    ``left``: ``default``), and a versioned key starts afresh, its stream time too.
 
     Foreign keys: the stream input's ``key`` may be any field of the stream record (a
     ``user`` field of a click keyed by click id). The engine groups both inputs by join key

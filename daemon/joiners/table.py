@@ -9,6 +9,7 @@ from pydantic import Field
 
 from daemon.plugin import (
     DeadLetter,
+    DurationMs,
     Emit,
     InputRecord,
     Joiner,
@@ -32,6 +33,14 @@ class TableOptions(JoinerOptions):
         default="inner",
         description="inner: both sides needed; left: the left side; outer: either side",
     )
+    state_ttl: DurationMs | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "forget a key's rows this long (processing time) after they last changed; then "
+            "they are tombstones to later updates, and the result they made is not retracted"
+        ),
+    )
 
 
 class Table(Joiner[TableOptions, dict[str, Any]]):
@@ -47,6 +56,12 @@ class Table(Joiner[TableOptions, dict[str, Any]]):
     for the key is out there to retract: a key whose join never held gets no tombstone.
     Deleting a side that is already absent changes nothing and emits nothing. Within a
     micro-batch a key's updates apply in event-time order.
+
+    ``state_ttl``: a key whose rows have not changed for that long (processing time) is
+    forgotten, both sides with it, so that the state of keys that stop updating does not grow
+    for ever. Expiry writes nothing: the key's last result stays in the output topic, and a
+    later update of either side finds the other side absent, as after a tombstone, with no
+    result out there to retract (``inner`` mode writes nothing for it).
 
     Example:
         A left row, then the matching right row, then the left row is deleted::

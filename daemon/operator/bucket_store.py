@@ -11,10 +11,11 @@ appended to the bucket's stash log once, and read only when looked at
 (:mod:`daemon.operator.stash_log`).
 
 A :class:`BucketStore` is the joiner processor's (:mod:`daemon.operator.processor`) keeper of
-its buckets: it declares the state variables (the bucket, its stash chunks, its deltas, its
-stamp), loads a call's bucket (from the worker cache, :mod:`daemon.operator.bucket_cache`,
-while the store's stamp says the cached copy is the committed one, else from the store with
-its deltas, :mod:`daemon.operator.bucket_delta`), and writes it back once per call: nothing
+its buckets: it holds the state variables (the bucket, its stash chunks, its deltas, its
+stamp, declared by :mod:`daemon.operator.state_vars`), loads a call's bucket (from the worker
+cache, :mod:`daemon.operator.bucket_cache`, while the store's stamp says the cached copy is the
+committed one, else from the store with its deltas, :mod:`daemon.operator.bucket_delta`), and
+writes it back once per call: nothing
 when nothing changed, a delta of the keys that did, or the bucket whole, with the one
 processing-time timer the bucket holds.
 """
@@ -26,7 +27,6 @@ from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql.streaming import StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from daemon.operator import bucket_delta, state_compression
 from daemon.operator.bucket_cache import (
@@ -40,17 +40,7 @@ from daemon.operator.bucket_delta import Pending
 from daemon.operator.spec import OperatorPlan
 from daemon.operator.stash_log import StashLog
 from daemon.operator.state_format import Bucket, encode_bucket
-
-BUCKET_SCHEMA = StructType([StructField("blob", BinaryType())])
-"""Schema of the bucket's value state (a StructType: a DDL string would cost a call to the JVM
-to parse it in every task)."""
-CHUNK_SCHEMA = StructType([StructField("chunk", BinaryType())])
-"""Schema of the bucket's list state of stash chunks (:mod:`daemon.operator.stash_log`)."""
-DELTA_SCHEMA = StructType([StructField("delta", BinaryType())])
-"""Schema of the bucket's list state of deltas (:mod:`daemon.operator.bucket_delta`)."""
-STAMP_SCHEMA = StructType([StructField("stamp", LongType())])
-"""Schema of the bucket's stamp, written with each write of the bucket while the worker cache
-is on (:mod:`daemon.operator.bucket_cache`)."""
+from daemon.operator.state_vars import StateVariables
 
 
 @dataclass(frozen=True)
@@ -70,18 +60,17 @@ class Stored:
 class BucketStore:
     """The state variables of a processor's buckets, and the worker cache's copies of them.
 
-    Made in the processor's ``init``, on the executor, where Spark has a processor declare its
-    state variables.
+    Made on the executor, with the variables the processor's ``init`` declared.
     """
 
-    def __init__(self, handle: StatefulProcessorHandle, plan: OperatorPlan) -> None:
+    def __init__(
+        self, handle: StatefulProcessorHandle, variables: StateVariables, plan: OperatorPlan
+    ) -> None:
         self.handle = handle
-        self.state = handle.getValueState("state_bucket", BUCKET_SCHEMA)
-        self.stash_chunks = handle.getListState("stash_chunks", CHUNK_SCHEMA)
-        # Declared whether the cache and the deltas are on or not, so that switching them
-        # keeps the checkpoint's state variables as they were.
-        self.stamps = handle.getValueState("bucket_stamp", STAMP_SCHEMA)
-        self.deltas = handle.getListState("bucket_delta", DELTA_SCHEMA)
+        self.state = variables.state
+        self.stash_chunks = variables.stash_chunks
+        self.stamps = variables.stamps
+        self.deltas = variables.deltas
         self._deltas_on = plan.state_deltas
         self._cache: BucketCache | None = None
         self._cache_space = ""

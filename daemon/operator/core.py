@@ -2,12 +2,21 @@
 
 A micro-batch's records reach a state bucket grouped by join key. For each key the core
 loads the key's clock and state (a fresh start when it has none, or it outlived its
-``state_ttl``), puts the key's records in apply order (:func:`~daemon.plugin.joiner.apply_order`:
-time, then role order, partition and offset), lets the joiner process them and, when the
-key's input has ended, advances it to :data:`END_OF_TIME`: the records of a micro-batch
-before its ticks. Then it keeps the key's new state and clock, and notes when the key is next
-due (its joiner's wake-up, or its TTL). A *tick* (the bucket's timer firing) moves each due
-key's event time on by the processing time that passed, or drops the key past its TTL.
+``state_ttl``: see below), puts the key's records in apply order
+(:func:`~daemon.plugin.joiner.apply_order`: time, then role order, partition and offset),
+lets the joiner process them and, when the key's input has ended, advances it to
+:data:`END_OF_TIME`: the records of a micro-batch before its ticks. Then it keeps the key's
+new state and clock, and notes when the key is next due (its joiner's wake-up, or its TTL).
+A *tick* (the bucket's timer firing) moves each due key's event time on by the processing
+time that passed, or drops the key past its TTL.
+
+State TTL: a key's TTL counts from the last change of its state (``updated_ms``); a record
+that leaves the state as it was (a lookup's stream record, a re-sent identical row) reads it
+and does not renew it, as Flink's default TTL (renewed on create and write). A key past its
+TTL is *expired*: its joiner first gets :meth:`~daemon.plugin.joiner.Joiner.advance` to
+:data:`END_OF_TIME`, so that nothing it holds back is lost (a lookup's records in their grace
+go out, an as-of join re-joins its kept events a last time), then the key is dropped and
+counted as :data:`EXPIRED`. Its next record starts afresh.
 
 End of input is final: a record that reaches an ended key in a later micro-batch is applied
 and flushed at once (no later marker would flush what the joiner holds back), and counted as
@@ -50,6 +59,8 @@ from daemon.plugin.joiner import (
 AFTER_END_OF_INPUT = "after_end_of_input"
 """The event counted (``enrichd_joiner_events``) for each record that reaches its key after
 the key's end of input."""
+EXPIRED = "expired"
+"""The event counted (``enrichd_joiner_events``) for each key dropped past its ``state_ttl``."""
 
 
 KeyBatch = tuple[str, list[InputRecord], bool]
@@ -214,17 +225,35 @@ class EngineCore:
                 self._clock_only(bucket, log, key, clock, now)
 
     def load(self, bucket: Bucket, log: StashLog, key: str, now: int) -> tuple[KeyClock, Any]:
-        """A key's clock and state; a fresh start when it has none or it outlived its TTL."""
+        """A key's clock and state; a fresh start when it has none or it outlived its TTL.
+
+        A key that outlived its TTL is expired first (see the module docstring).
+        """
         entry = bucket.keys.get(key)
         if entry is not None:
             clock = KeyClock(entry[STREAM_TIME], entry[LAST_MS], entry[UPDATED_MS])
             state = log.loads(key, entry[STATE])
             # updated_ms 0: stored while the pipeline had no state_ttl, so unknown. The TTL
-            # counts from this key's next update rather than dropping it unseen.
+            # counts from this key's next store rather than dropping it unseen.
             if self.ttl_ms is None or not clock.updated_ms or now - clock.updated_ms < self.ttl_ms:
                 return clock, state
-            _drop(bucket, log, key)
+            self._expire(bucket, log, key, clock, state, now)
         return KeyClock(), self.joiner.initial_state()
+
+    def _expire(
+        self, bucket: Bucket, log: StashLog, key: str, clock: KeyClock, state: Any, now: int
+    ) -> None:
+        """Drop a key past its TTL, after flushing what its joiner holds back.
+
+        An ended key was flushed by its end of input already. A flush that fails is
+        dead-lettered as any failed ``advance`` is, and the key is dropped all the same: its
+        state ran out.
+        """
+        if clock.stream_time != END_OF_TIME:
+            clock.stream_time = END_OF_TIME
+            self._call(bucket, log, key, clock, state, now, _ADVANCE, END_OF_TIME, ())
+        _drop(bucket, log, key)
+        self.joiner.context.count(EXPIRED)
 
     def _call(
         self,
@@ -301,7 +330,7 @@ class EngineCore:
                 )
 
     def _settle(self, log: StashLog, clock: KeyClock, state: Any, now: int) -> _Settled:
-        """What storing the key's state takes: when it is next due, and its pickle.
+        """What storing the key's state takes: when its joiner next wakes it, and its pickle.
 
         None: the state is empty, and the key is to be dropped. Asks the joiner
         (:meth:`Joiner.is_empty`, :meth:`Joiner.wakeup_ms`), so it runs inside the call.
@@ -313,9 +342,6 @@ class EngineCore:
         due = None
         if self.wakes and (wakeup := joiner.wakeup_ms(state)) is not None:
             due = now + max(wakeup, 1)
-        if self.ttl_ms is not None:
-            expiry = now + self.ttl_ms
-            due = expiry if due is None else min(due, expiry)
         try:
             # Last: what a stash holds goes into the log as it is pickled.
             pickled = log.dumps(state)
@@ -338,25 +364,30 @@ class EngineCore:
     ) -> None:
         """Keep a key's new state and clock (``newest``: its records' newest event time).
 
-        The key's ``event_time`` moves to ``newest`` only if the state changed: a record that
-        leaves the state as it was (a lookup's stream record) leaves the entry, and so the
-        bucket's bytes, as they were.
+        The key's ``event_time`` moves to ``newest``, and its TTL starts again, only if the
+        state changed: a record that leaves the state as it was (a lookup's stream record)
+        leaves the entry, and so the bucket's bytes, as they were.
         """
         if settled is None:
             _drop(bucket, log, key)
             return
         due, pickled = settled
+        before = bucket.keys.get(key)
+        changed = before is None or before[STATE] != pickled
         if self.ttl_ms is not None:
-            clock.updated_ms = now
+            # Renewed by a change only: a record that read the state leaves its TTL running.
+            if changed or not clock.updated_ms:
+                clock.updated_ms = now
+            expiry = clock.updated_ms + self.ttl_ms
+            due = expiry if due is None else min(due, expiry)
         if due is not None:
             if bucket.due.get(key) != due:
                 bucket.due[key] = due
                 bucket.touch(key)
         elif bucket.due and bucket.due.pop(key, None) is not None:
             bucket.touch(key)
-        before = bucket.keys.get(key)
         event_time = 0 if before is None else before[EVENT_TIME]
-        if newest is not None and (before is None or before[STATE] != pickled):
+        if newest is not None and changed:
             event_time = max(event_time, newest)
         entry = (clock.stream_time, clock.last_ms, clock.updated_ms, event_time, pickled)
         if entry != before:
@@ -383,7 +414,8 @@ class EngineCore:
 
 
 _Settled = tuple[int | None, bytes] | None
-"""A state ready to store: the time its key is next due (None: never) and its pickle; None
+"""A state ready to store: the time its joiner next wakes its key (None: never) and its
+pickle; None
 for a state that is empty (its key is dropped)."""
 
 _PROCESS = "process"

@@ -41,9 +41,8 @@ after the records of its micro-batch.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from pyspark.sql import Row as SparkRow
@@ -69,8 +68,10 @@ from daemon.model.wire import (
 from daemon.operator.bucket_store import BucketStore
 from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import ContractBreach, EngineCore, JoinerFailure, KeyBatch
+from daemon.operator.held_records import HeldRecords
 from daemon.operator.spec import OperatorPlan
 from daemon.operator.state_format import decode_portable
+from daemon.operator.state_vars import StateVariables, declare
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, input_record
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_output import TaskOutput
@@ -98,7 +99,11 @@ class JoinerProcessor(StatefulProcessor):
         with the processor, never put in a Spark option (:mod:`daemon.secrets`)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variables (:class:`BucketStore`: the bucket and its stash log)."""
+        """Declare the state variables (:mod:`.state_vars`) and get ready for calls."""
+        self.start(handle, declare(handle))
+
+    def start(self, handle: StatefulProcessorHandle, variables: StateVariables) -> None:
+        """Get ready for calls, with the state variables ``init`` declared on ``handle``."""
         freeze_loaded()
         secrets.remember_values(self._secrets)
         self.handle = handle
@@ -115,7 +120,7 @@ class JoinerProcessor(StatefulProcessor):
         self._timers: dict[int, int | None] = {}
         """The timer each bucket stored since the last counts row holds (None: none), for the
         planner's clock (:mod:`daemon.checkpoint.due_times`)."""
-        self.buckets = BucketStore(handle, self.plan)
+        self.buckets = BucketStore(handle, variables, self.plan)
         """The state store's buckets: loaded and written back once per call."""
         envelopes = self.plan.envelopes or {}
         self._decoders = tuple(
@@ -239,7 +244,8 @@ class JoinerProcessor(StatefulProcessor):
     ) -> Iterator[SparkRow]:
         """Keys of the bucket have been quiet for their wake-up time: move their event time on.
 
-        A key whose state outlived ``state_ttl`` is dropped instead.
+        A key whose state outlived ``state_ttl`` is flushed to the end of time and dropped
+        instead (:meth:`EngineCore.load`).
         """
         send = self._sender()
         # A timer's firing depends on the batch's time, which its marker records.
@@ -350,8 +356,16 @@ class JoinerProcessor(StatefulProcessor):
             headers = dead_letter_headers(None, JOINER_FAILED, reason, failure.error)
             self._send(
                 OutputRow(
-                    dead, key, None, timestamp, None, None, None, JOINER_FAILED,
-                    secrets.redact(reason), headers,
+                    dead,
+                    key,
+                    None,
+                    timestamp,
+                    None,
+                    None,
+                    None,
+                    JOINER_FAILED,
+                    secrets.redact(reason),
+                    headers,
                 )  # fmt: skip
             )
             return
@@ -376,24 +390,21 @@ class JoinerProcessor(StatefulProcessor):
                     f"configure ([pipeline.outputs.{emit.output}])"
                 )
             topic, codec = configured
-        record, value = emit.value, None
+        value = None
         try:
-            if record is not None:
-                shape = self._shapes.get(emit.output) if self._shapes else None
-                if shape is not None:  # the pipeline's select (daemon.model.selection)
-                    record = shape(record, emit.key, _timestamp(emit.source, raw))
-                value = codec.encode(record)
+            if emit.value is not None:
+                value = self._encoded(emit.value, emit, codec, raw)
         except Exception as exc:
-            # An output the schema rejects (or its select cannot shape) is the joiner's, the
-            # select's or the schema's fault: keep the triggering record, with the reason,
-            # rather than lose it.
-            reason = f"{type(exc).__name__}: {exc}"
-            if emit.source is None:
-                raise ContractBreach(
-                    f"the schema of its output refuses a value it emitted ({reason}), which "
-                    "no input record made"
-                ) from exc
-            return self._rejected(DeadLetter(emit.source, reason, "UnencodableOutput"), raw, exc)
+            # Records held in state since before their input's schema evolved: read them
+            # with the schema they have now, as Avro reads old data (.held_records).
+            value = self._evolved(emit, codec, raw)
+            if value is None:
+                # An output the schema rejects (or its select cannot shape) is the joiner's,
+                # the select's or the schema's fault: keep the triggering record, with the
+                # reason, rather than lose it.
+                reason = f"{type(exc).__name__}: {exc}"
+                refused = "the schema of its output refuses a value it emitted"
+                return self._unencodable(emit, raw, refused, reason, exc)
         key = written_key
         if key is None:
             key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
@@ -421,6 +432,30 @@ class JoinerProcessor(StatefulProcessor):
             None if carried is None else pack_headers(carried),
         )
 
+    def _encoded(
+        self, record: dict[str, Any], emit: Emit, codec: AvroCodec, raw: Originals
+    ) -> bytes:
+        """An emitted output record in bytes, through the pipeline's select if it has one."""
+        shape = self._shapes.get(emit.output) if self._shapes else None
+        if shape is not None:  # the pipeline's select (daemon.model.selection)
+            record = shape(record, emit.key, _timestamp(emit.source, raw))
+        return codec.encode(record)
+
+    @cached_property
+    def _held(self) -> HeldRecords:
+        """Which output fields hold input records, and each input's schema (made when needed)."""
+        return HeldRecords(self.plan.joiner, self.plan.codecs, self.plan.envelopes)
+
+    def _evolved(self, emit: Emit, codec: AvroCodec, raw: Originals) -> bytes | None:
+        """An output value encoded with its input records conformed; None: it still fails."""
+        conformed = None if emit.value is None else self._held.conformed(emit.value, emit.output)
+        if conformed is None:
+            return None
+        try:
+            return self._encoded(conformed, emit, codec, raw)
+        except Exception:
+            return None
+
     def _keyed_output(self, emit: Emit, raw: Originals) -> tuple[Any, ...]:
         """:meth:`_output` for a pipeline whose outputs write keys in Avro or JSON.
 
@@ -433,14 +468,22 @@ class JoinerProcessor(StatefulProcessor):
             key = writer.encode(emit.key)
         except Exception as exc:
             reason = f"key {emit.key!r}: {type(exc).__name__}: {exc}"
-            if emit.source is None:
-                raise ContractBreach(
-                    f"its output's key format refuses a key it emitted ({reason}), which no "
-                    "input record made"
-                ) from exc
-            letter = DeadLetter(emit.source, reason, "UnencodableOutput")
-            return self._rejected(letter, raw, exc)
+            refused = "its output's key format refuses a key it emitted"
+            return self._unencodable(emit, raw, refused, reason, exc)
         return self._output(emit, raw, key)
+
+    def _unencodable(
+        self, emit: Emit, raw: Originals, refused: str, reason: str, error: Exception
+    ) -> OutputRow:
+        """An ``UnencodableOutput`` dead letter of the emit's source record.
+
+        Raises:
+            ContractBreach: the emit has no source record to dead-letter: the call fails.
+        """
+        if emit.source is None:
+            raise ContractBreach(f"{refused} ({reason}), which no input record made") from error
+        letter = DeadLetter(emit.source, reason, "UnencodableOutput")
+        return self._rejected(letter, raw, error)
 
     def _rejected(
         self, letter: DeadLetter, raw: Originals, error: BaseException | None = None
@@ -453,12 +496,11 @@ class JoinerProcessor(StatefulProcessor):
         if row is not None:
             return self._dead_letter(row, letter.kind, letter.reason, error)
         record = letter.record
-        try:
-            value = (
-                None if record.value is None else self.plan.codecs[record.role].encode(record.value)
-            )
-        except Exception:  # e.g. a registry codec that only reads: keep the fields as JSON
-            value = json.dumps(record.value, default=str).encode("utf-8")
+        value = (
+            None
+            if record.value is None
+            else self._held.encoded(record.role, record.value, self.plan.codecs[record.role])
+        )
         # From state: the headers it kept (its outputs'), where the batch's own keep all.
         return OutputRow(
             self.plan.dead_letter_topic,

@@ -22,6 +22,7 @@ from daemon.model.envelope import Envelope
 from daemon.model.headers import reads_headers
 from daemon.model.selection import SelectFunction
 from daemon.model.wire import OUTPUT, SOURCE
+from daemon.operator.deferred import DeferredProcessor
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
 from daemon.pipeline.marker_check import check_markers
@@ -400,7 +401,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     register_data_sources(spark)
     stream: Any = spark.readStream.format(KafkaSource.name()).option("spec", source.encode()).load()
     joined = stream.groupBy(SOURCE.column("bucket")).transformWithState(
-        statefulProcessor=JoinerProcessor(plan.operator, output),
+        statefulProcessor=DeferredProcessor(JoinerProcessor(plan.operator, output)),
         outputStructType=OUTPUT.ddl,
         outputMode="Append",
         timeMode=time_mode,

@@ -189,10 +189,17 @@ class Scenario:
         """Return as soon as Spark has planned a batch after batch ``after``.
 
         Spark plans a batch only once the one before has finished, its tasks' Kafka
-        transactions committed, so at that moment no commit is under way.
+        transactions committed, so at that moment no commit is under way. The batch before
+        may be a restart's first, which re-runs the batch a kill interrupted and pays for the
+        JVM's and the Python workers' warm-up (a CI run waited more than 60 s for it), so the
+        bound is a cold start's; the polling, not the bound, makes the moment "just after".
         """
         self._poll(
-            process, lambda: self.last(OFFSET_LOG) > after, f"no batch after {after}", 60.0, 0.01
+            process,
+            lambda: self.last(OFFSET_LOG) > after,
+            f"no batch after {after}",
+            COLD_START_S,
+            0.01,
         )
 
     def wait_for_log(self, process: subprocess.Popen[bytes], text: str, timeout_s: float = 60.0):
@@ -210,7 +217,10 @@ class Scenario:
         deadline = time.monotonic() + timeout_s
         while not ready():
             assert process.poll() is None, f"daemon run exited early:\n{self.log_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"{missing}:\n{self.log_text()}"
+            assert time.monotonic() < deadline, (
+                f"{missing} within {timeout_s:.0f}s; {self.where()}:\n"
+                f"{self.log_text()[-3000:]}\n{self.spark_log_tail()}"
+            )
             time.sleep(interval_s)
 
 

@@ -7,8 +7,8 @@ folder on ``PYTHONPATH``: tests/fixtures/stalling_plugin.py):
 - ``hanging`` starts first, and its first micro-batch never ends: a tweet makes its joiner
   block in the Spark task. A real hang, not a mock: Spark reports nothing on the query.
 - ``steady`` waits its turn (the next pipeline starts once the one before progressed, or
-  after 30 s), then runs; its first micro-batch fails once in a Spark task (an unstorable
-  state), is restarted, and goes through.
+  after 30 s), then runs; its first micro-batch fails once in a Spark task (an error that no
+  joiner call is caught for), is restarted, and goes through.
 
 Checked: ``/readyz`` says ``steady`` is waiting its turn, not failed, and always names
 both queries; ``/livez`` turns 503 naming ``hanging`` once it has been stalled for the
@@ -35,7 +35,7 @@ import pytest
 from daemon.broker import EmbeddedBroker
 from tests.daemon_process import DaemonProcess
 from tests.delivery.test_crash_recovery import crash
-from tests.fixtures.stalling_plugin import FAIL_ONCE, install
+from tests.fixtures.stalling_plugin import FAIL_ONCE, FAILED_ONCE, install
 from tests.kafka_helpers import (
     COMAP_HEADER,
     client_conf,
@@ -205,7 +205,7 @@ def test_sparks_log_and_the_daemons_are_one_stream_of_json_lines(hung: HungRun) 
     failed = [
         r
         for r in spark
-        if r["level"] == "ERROR" and "cannot pickle 'generator' object" in r.get("error", "")
+        if r["level"] == "ERROR" and FAILED_ONCE in r.get("error", "")
     ]
     assert failed, [r["message"] for r in spark]
     trace = failed[0]["error"]

@@ -10,6 +10,7 @@ entry, in this process, so that they read state with the session's Spark.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -332,3 +333,37 @@ def test_a_start_refuses_a_newer_state_format_or_another_pyspark_with_one_line(
     (line,) = done.stderr.strip().splitlines()
     assert f"holds state in format {STATE_FORMAT + 1} (made by enrichd 9.0.0)" in line, line
     assert f"reads (state formats 1 to {STATE_FORMAT}); run enrichd 9.0.0 or newer" in line
+
+def test_state_shows_when_a_key_expires_and_that_it_has(
+    broker: EmbeddedBroker, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a ``state_ttl``, a key's state expires that long after it last changed. Between
+    then and the micro-batch whose timer drops it (none runs here: the pipeline stopped), the
+    joiner no longer sees it, and ``daemon state`` says so, for the key and in the summary."""
+    tweets = Tweets(broker, tmp_path, buckets=4)
+    text = tweets.path.read_text()
+    tweets.path.write_text(text.replace('many_id = "id"', 'many_id = "id"\nstate_ttl = "2s"'))
+    tweets.produce(users=[user(1, 1000)], tweets=[tweet(7, 1, 2000)])
+    assert tweets.run(spark)
+    shown = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "1").out)
+    expires = shown["updated_ms"] + 2000
+    assert shown["expires_ms"] == expires and shown["state"]["one"]["name"] == "user 1"
+    while time.time() * 1000 < expires:  # wall-clock time the TTL counts, not a speed
+        time.sleep(0.1)
+    shown = json.loads(daemon(capsys, "state", str(tweets.path), "--key", "1").out)
+    assert shown["expired"] is True and shown["expires_ms"] == expires
+    summary = json.loads(daemon(capsys, "state", str(tweets.path), "--summary").out)
+    assert (summary["keys"], summary["expired_keys"]) == (1, 1)
+
+
+def test_a_key_stored_without_a_ttl_shows_none_until_its_next_change(
+    ran: Tweets, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The kept checkpoint ran without a TTL: with one set now, its keys' TTLs count from
+    their next change (as the engine counts them), so none shows as expired."""
+    copy = copy_of(ran, tmp_path)
+    copy.write_text(copy.read_text().replace('many_id = "id"', 'many_id = "id"\nstate_ttl = "1ms"'))
+    shown = json.loads(daemon(capsys, "state", str(copy), "--key", "2").out)
+    assert (shown["expires_ms"], shown["expired"]) == (None, False)
+    summary = json.loads(daemon(capsys, "state", str(copy), "--summary").out)
+    assert summary["expired_keys"] == 0

@@ -353,3 +353,19 @@ def test_outputs_do_not_depend_on_micro_batching(streams: Any, batch_size: int) 
     assert by_key(run(inputs, batch_size=batch_size, **LONG).outputs) == by_key(
         run(inputs, **LONG).outputs
     )
+
+
+def test_an_expired_key_rejoins_its_kept_events_a_last_time_and_starts_afresh() -> None:
+    """The history kept past the retention (the one current at its boundary) and the stream
+    time would stay for ever; with a TTL they go, after a last re-join, as at the end."""
+    harness = JoinerHarness(
+        AsOf, keys=KEYS, times=TIMES, options={"rejoin_interval": "1h", "state_ttl": "1s"}
+    )
+    harness.feed({"right": [line("ann", 10, 1, mood="calm")], "left": [line("ann", 20, 2)]})
+    harness.feed({"right": [line("ann", 15, 3, mood="grumpy")]})  # no re-join due yet
+    harness.wait(1_000)
+    outputs = [(o.key, o.value["right"]["mood"], o.value["revision"]) for o in harness.run.outputs]
+    assert outputs == [("ann@20", "calm", 0), ("ann@20", "grumpy", 1)]
+    assert harness.run.states == {} and harness.run.metrics["expired"] == 1
+    harness.feed({"left": [line("ann", 5, 4)]})  # older than the old stream time: afresh
+    assert harness.run.outputs[-1].value["right"] is None and harness.run.dead_letters == []

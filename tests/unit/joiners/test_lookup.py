@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from daemon.joiners.aggregate import Aggregate, AggregateOptions
 from daemon.joiners.lookup import Lookup, LookupOptions
 from daemon.plugin.joiner import JoinerContext
-from daemon.testing import JoinerRun, by_key, run_joiner
+from daemon.testing import JoinerHarness, JoinerRun, by_key, run_joiner
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 KEYS = {"stream": "user", "table": "user"}
@@ -310,3 +310,32 @@ def test_a_joined_record_without_a_group_cannot_be_grouped() -> None:
     run = aggregate([joined("c1", None, 2, 1), joined("c2", "eu", 3, 2)], SUM_CLICKS)
     assert [(d.record.kafka_key, d.kind) for d in run.dead_letters] == [(b"c1", "MissingKey")]
     assert [o.value for o in run.outputs] == [{"region": "eu", "clicks": 3}]
+
+
+def test_an_expired_table_row_is_a_tombstone_to_later_stream_records() -> None:
+    """A row whose key has not changed for ``state_ttl`` is forgotten; the clicks that read
+    it meanwhile did not renew it (only a change does)."""
+    for mode, after in (("inner", {}), ("left", {"c2": [None]})):
+        kit = JoinerHarness(
+            Lookup, keys=KEYS, fields=FIELDS, options={"mode": mode, "state_ttl": "1s"}
+        )
+        kit.feed({"table": [region("ada", "eu", 1)]})
+        kit.wait(600)
+        kit.feed({"stream": [click("c1", "ada", 1, 2)]})  # reads the row: no renewal
+        kit.wait(400)  # a second since the row was written: expired, and dropped by its timer
+        assert kit.run.states == {} and kit.run.metrics["expired"] == 1
+        kit.feed({"stream": [click("c2", "ada", 1, 3)]})
+        assert regions_of(kit.run) == {"c1": ["eu"], **after}
+        kit.feed({"table": [region("ada", "us", 4)]})  # a new row starts the key afresh
+        kit.feed({"stream": [click("c3", "ada", 1, 5)]})
+        assert regions_of(kit.run)["c3"] == ["us"]
+
+
+def test_a_changed_row_renews_its_ttl() -> None:
+    kit = JoinerHarness(Lookup, keys=KEYS, fields=FIELDS, options={"state_ttl": "1s"})
+    kit.feed({"table": [region("ada", "eu", 1)]})
+    kit.wait(900)
+    kit.feed({"table": [region("ada", "us", 2)]})
+    kit.wait(900)
+    kit.feed({"stream": [click("c1", "ada", 1, 3)]})
+    assert regions_of(kit.run) == {"c1": ["us"]} and "expired" not in kit.run.metrics

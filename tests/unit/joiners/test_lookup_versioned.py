@@ -481,3 +481,22 @@ def test_a_grace_longer_than_the_lateness_gives_the_batch_answer_at_once(
     run = lookup(clicks, changes, options=options, batch_size=batch_size)
     assert run.metrics.get("revisions", 0) == 0
     assert final_answers(run) == batch_asof(clicks, changes, "left")
+
+
+def test_an_expired_key_lets_its_held_clicks_out_first_and_starts_afresh() -> None:
+    """Expiry flushes what the grace holds (nothing is lost), drops the kept answers (a late
+    row no longer revises them) and the history: later clicks see no row, as after a
+    tombstone, and nothing is late against the stream time the key had."""
+    run = harness(grace="1h", idle_timeout="1h", revisions=True, mode="left", state_ttl="1s")
+    run.feed({"table": [change("ada", "eu", 1, 1)], "stream": [click("c1", "ada", 1000, 1000)]})
+    assert run.run.outputs == []  # held: the grace is an hour
+    run.wait(1_000)  # the key has not changed for its TTL: expired, its held click let out
+    assert [(o.key, o.value["region"]["region"]) for o in run.run.outputs] == [(b"c1", "eu")]
+    assert run.run.states == {} and run.run.metrics["expired"] == 1
+    run.feed({"table": [change("ada", "us", 1, 2)]})  # would revise c1 had it been kept
+    run.feed({"stream": [click("c2", "ada", 5, 3)]})  # older than c1: not late, afresh
+    run.end()
+    assert [(o.key, o.value["region"]["region"], o.value["revision"]) for o in run.run.outputs] == [
+        (b"c1", "eu", 0),
+        (b"c2", "us", 0),
+    ]

@@ -13,7 +13,7 @@ import daemon.joiners.table as table_module
 from daemon.joiners.table import Table, TableOptions
 from daemon.model.config import load_pipeline_file
 from daemon.plugin.joiner import Emit
-from daemon.testing import by_key, run_joiner
+from daemon.testing import JoinerHarness, by_key, run_joiner
 
 KEYS = {"left": "k", "right": "k"}
 
@@ -218,3 +218,21 @@ def test_the_example_pipeline_is_a_valid_table_join() -> None:
     assert pipeline.joiner == "table"
     assert TableOptions(**pipeline.options).mode == "outer"
     assert set(pipeline.inputs) == set(Table.roles)
+
+
+@pytest.mark.parametrize(
+    ("mode", "before", "after"),
+    [("inner", ["A - a"], []), ("outer", ["A - null", "A - a"], ["null - b"])],
+)
+def test_an_expired_key_forgets_both_sides_and_retracts_nothing(
+    mode: str, before: list[str | None], after: list[str | None]
+) -> None:
+    """Expiry writes nothing; a later update finds the other side absent, as after a
+    tombstone, with no result of its own out there to retract."""
+    kit = JoinerHarness(Table, keys=KEYS, options={"mode": mode, "state_ttl": "1s"})
+    kit.feed(lines([(1, "left", "A"), (2, "right", "a")]))
+    kit.wait(1_000)
+    assert shown(kit.run.outputs) == before and kit.run.states == {}
+    kit.feed(lines([(3, "right", "b")]))
+    assert shown(kit.run.outputs) == [*before, *after]
+    assert kit.run.metrics["expired"] == 1

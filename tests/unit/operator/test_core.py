@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from daemon.operator.core import AFTER_END_OF_INPUT, EngineCore, JoinerFailure
+from daemon.operator.core import AFTER_END_OF_INPUT, EXPIRED, EngineCore, JoinerFailure
 from daemon.operator.stash_log import MemoryChunks, StashLog
 from daemon.operator.state_format import LAST_MS, STATE, STREAM_TIME, UPDATED_MS, Bucket
 from daemon.plugin.joiner import (
@@ -132,6 +132,23 @@ class Bench:
         return [emit.value["v"] if emit.value else None for emit in self.outlet.emits]
 
 
+class FailingAdvance(Recorder):
+    """Its ``advance`` changes the state and yields, then raises."""
+
+    def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterable[Emit]:
+        state["seen"].append("half way")
+        yield Emit(key, {"v": "before the raise"})
+        raise RuntimeError("advance")
+
+
+def failing_advance(**options: Any) -> Bench:
+    """A bench whose joiner is :class:`FailingAdvance`."""
+    bench = Bench(**options)
+    bench.joiner = FailingAdvance(RecorderOptions(**options), JoinerContext("p", {}))
+    bench.core = EngineCore(bench.joiner, bench.outlet)
+    return bench
+
+
 def rec(value: str, event_time: int, role: str = "left", offset: int = 0, key: str = "k") -> Any:
     return input_record(role, key, {"v": value}, event_time, role, 0, offset, None, event_time)
 
@@ -198,10 +215,65 @@ def test_state_ttl_starts_a_key_afresh_and_its_timer_drops_it() -> None:
     assert bench.state("k") == {"seen": ["a", "b"]}
     bench.apply({"k": [rec("c", 3, offset=2)]}, now=NOW + 999 + 1_000)  # expired: afresh
     assert bench.state("k") == {"seen": ["c"]}
+    # Expired, it was flushed first (advanced to the end), then forgotten, and counted.
+    assert bench.values()[-2:] == [("end", 2), "c"]
+    assert bench.joiner.context.metrics == {EXPIRED: 1}
 
-    bench.tick(NOW + 999 + 2_000)  # the TTL timer: dropped, never advanced
+    bench.tick(NOW + 999 + 2_000)  # the TTL timer: flushed, then dropped
     assert bench.bucket.keys == {} and bench.bucket.due == {}
-    assert [call for call in bench.joiner.calls if call[0] == "advance"] == []
+    advances = [call for call in bench.joiner.calls if call[0] == "advance"]
+    assert advances == [("advance", "k", END_OF_TIME)] * 2
+    assert bench.joiner.context.metrics == {EXPIRED: 2}
+
+
+def test_a_record_that_changes_no_state_does_not_renew_its_ttl() -> None:
+    """A lookup's stream record reads the table row: the row's TTL runs on from its write,
+    and the bucket is not written for it."""
+
+    class Reading(Recorder):
+        def wakes_up(self) -> bool:
+            return False  # a clock kept for wake-ups would change the entry itself
+
+        def process(
+            self, key: str, state: Any, records: Sequence[InputRecord], ctx: JoinerContext
+        ) -> Iterable[Emit | DeadLetter]:
+            for record in records:
+                if record.value and record.value["v"] != "read":
+                    state["seen"].append(record.value["v"])
+                yield Emit(key, {"v": list(state["seen"])}, record)
+
+    bench = Bench(state_ttl=1_000)
+    bench.joiner = Reading(RecorderOptions(state_ttl=1_000), JoinerContext("p", {}))
+    bench.core = EngineCore(bench.joiner, bench.outlet)
+    bench.apply({"k": [rec("row", 1)]})
+    bench.bucket.touched.clear()
+    bench.apply({"k": [rec("read", 2, offset=1)]}, now=NOW + 600)
+    assert bench.bucket.keys["k"][UPDATED_MS] == NOW and bench.bucket.due == {"k": NOW + 1_000}
+    assert not bench.bucket.touched
+    bench.apply({"k": [rec("read", 3, offset=2)]}, now=NOW + 1_000)  # expired: no row
+    emitted = [emit.value["v"] for emit in bench.outlet.emits]
+    assert emitted == [["row"], ["row"], ("end", 1), []]  # flushed at expiry, then afresh
+
+
+def test_an_ended_key_is_not_flushed_again_when_it_expires() -> None:
+    bench = Bench(state_ttl=1_000)
+    bench.apply({"k": [rec("a", 1)]}, ended={"k"})
+    bench.tick(NOW + 1_000)
+    assert bench.bucket.keys == {}
+    assert [call for call in bench.joiner.calls if call[0] == "advance"] == [
+        ("advance", "k", END_OF_TIME)
+    ]
+
+
+def test_an_expired_key_whose_flush_fails_is_told_and_dropped_all_the_same() -> None:
+    bench = failing_advance(state_ttl=1_000)
+    bench.apply({"k": [rec("a", 1)]})
+    bench.tick(NOW + 1_000)
+    failures = [(f.key, f.call, f.records) for f in bench.outlet.failures]
+    assert failures == [("k", "advance at the end of input", ())]
+    assert bench.values() == ["a"]  # what the failed flush yielded is not sent
+    assert bench.bucket.keys == {} and bench.bucket.due == {}
+    assert bench.joiner.context.metrics == {EXPIRED: 1}
 
 
 def test_a_key_stored_without_a_ttl_counts_its_ttl_from_its_next_update() -> None:
@@ -274,15 +346,7 @@ def test_dead_letters_and_stashes_go_through() -> None:
 
 @pytest.mark.parametrize("ended", [False, True])
 def test_a_failing_advance_is_told_with_its_time_and_the_keys_clock_goes_on(ended: bool) -> None:
-    class Failing(Recorder):
-        def advance(self, key: str, state: Any, to: int, ctx: JoinerContext) -> Iterable[Emit]:
-            state["seen"].append("half way")
-            yield Emit(key, {"v": "before the raise"})
-            raise RuntimeError("advance")
-
-    bench = Bench(wakeup=100)
-    bench.joiner = Failing(RecorderOptions(wakeup=100), JoinerContext("p", {}))
-    bench.core = EngineCore(bench.joiner, bench.outlet)
+    bench = failing_advance(wakeup=100)
     bench.apply({"k": [rec("a", 1)]})
     if ended:
         bench.apply({"k": []}, ended={"k"}, now=NOW + 1)

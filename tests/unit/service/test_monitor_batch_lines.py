@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import logging
 import time
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 from daemon.model.reports import BatchCounts
 from daemon.report_socket import send
 from daemon.service.monitor import Monitor, view_of
+from tests.unit.service.stub_plan import views_plan
 
 
 def test_the_failed_calls_of_a_batch_are_one_line_and_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    plan: Any = SimpleNamespace(
-        config=SimpleNamespace(name="views"),
-        source=SimpleNamespace(inputs=[SimpleNamespace(role="stream", topic="clicks")]),
-        operator=SimpleNamespace(output_topic="views", outputs=None, dead_letter_topic="dlq"),
-    )
+    plan = views_plan()
     first = "joiner 'mine' of plugin 'p' raised RuntimeError('boom') in process of key '1'"
     report = BatchCounts(
         "views",

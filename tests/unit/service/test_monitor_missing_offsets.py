@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -15,6 +13,7 @@ from daemon.model.wire import RESETS
 from daemon.service.monitor import Monitor, view_of
 from daemon.service.observability import Health, Metrics
 from daemon.source.missing_offsets import failure, report, resume
+from tests.unit.service.stub_plan import views_plan
 
 REMOVED = MissingOffset("clicks", 2, needed=40, earliest=100, end=150)
 
@@ -32,11 +31,7 @@ def test_reading_on_past_missing_offsets_is_one_warning_and_counted_per_partitio
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Through the daemon's metrics socket, as the planner in Spark's worker sends it."""
-    plan: Any = SimpleNamespace(
-        config=SimpleNamespace(name="views"),
-        source=SimpleNamespace(inputs=[SimpleNamespace(role="stream", topic="clicks")]),
-        operator=SimpleNamespace(output_topic="views", outputs=None, dead_letter_topic="dlq"),
-    )
+    plan = views_plan()
     labels = {"pipeline": "views", "topic": "clicks", "partition": "2"}
     resumed = resume(REMOVED, "earliest")
     monitor = Monitor({})
@@ -62,11 +57,7 @@ def sample(metrics: Metrics, name: str, labels: dict[str, str]) -> float | None:
 
 def test_records_in_count_from_where_the_source_read_on() -> None:
     """Offsets skipped past are not records read (the plan's ``resets`` entry says where)."""
-    plan: Any = SimpleNamespace(
-        config=SimpleNamespace(name="views"),
-        source=SimpleNamespace(inputs=[SimpleNamespace(role="stream", topic="clicks")]),
-        operator=SimpleNamespace(output_topic="views", outputs=None, dead_letter_topic="dlq"),
-    )
+    plan = views_plan()
     metrics = Metrics()
     start = {"clicks/0": 40, "clicks/1": 500}
     end = {"clicks/0": 150, "clicks/1": 30, RESETS: {"clicks/0": 100, "clicks/1": 0}}
