@@ -519,25 +519,16 @@ class TaskOutput:
                 self._check_replay()
                 return
             transaction.open_transaction()
-            notes = DeliveryNotes()
-            for index, held in enumerate(self._rows):
-                row = letters.get(index, self._sent_instead.get(index, held))
-                try:
-                    self._produce(row, notes.of(index))
-                except Exception as exc:
-                    if not abortable(exc):
-                        raise
-                    break  # a refusal came back already: the rest go in the next round
-            else:
-                for place, cut in enumerate(self._cut):
-                    self._produce_cut(cut[:-1], cut[-1], notes.of(-place - 1))
-            # Until every record is answered, or one is refused: records queued behind a
-            # refused one wait for the abort (a new epoch), or else the transaction's timeout.
-            while producer.flush(_FLUSH_STEP_S) and not notes.refused:
-                pass
-            if notes.complete:
-                transaction.commit(self.share)
-                break
+            try:
+                notes = self._write_round(producer, letters)
+                if notes.complete:
+                    transaction.commit(self.share)
+                    break
+            except BaseException:
+                # Never leave the round's transaction open: it would hold read_committed
+                # readers, and the marker group's offsets, until the transaction timeout.
+                transaction.abort_refused()
+                raise
             transaction.abort_refused()
             if not notes.refused:  # records failed for another reason; with a refusal,
                 # they may have failed only because it made the transaction abortable
@@ -555,6 +546,29 @@ class TaskOutput:
                 letters[index] = refusals.letter(found, dead_letter_topic, error.name(), why)
         replaced = self._rows_at(letters, {})
         self._recount([(replaced[index], letter) for index, letter in letters.items()])
+
+    def _write_round(self, producer: Any, letters: dict[int, tuple[Any, ...]]) -> DeliveryNotes:
+        """Produce a round of :meth:`_write_again`, flushed until all are answered or one refused.
+
+        ``letters``: the dead letters that take refused records' places in this round.
+        """
+        notes = DeliveryNotes()
+        for index, held in enumerate(self._rows):
+            row = letters.get(index, self._sent_instead.get(index, held))
+            try:
+                self._produce(row, notes.of(index))
+            except Exception as exc:
+                if not abortable(exc):
+                    raise
+                break  # a refusal came back already: the rest go in the next round
+        else:
+            for place, cut in enumerate(self._cut):
+                self._produce_cut(cut[:-1], cut[-1], notes.of(-place - 1))
+        # Until every record is answered, or one is refused: records queued behind a refused
+        # one wait for the abort (a new epoch), or else the transaction's timeout.
+        while producer.flush(_FLUSH_STEP_S) and not notes.refused:
+            pass
+        return notes
 
     def _rows_at(
         self, indexes: dict[int, Any], letters: dict[int, tuple[Any, ...]]

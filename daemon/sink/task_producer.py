@@ -69,6 +69,15 @@ _ABORT_WAIT_S = 2.0
 """How long the abort of a transaction with a refused record may wait (see _abort_refused)."""
 _WAIT_S = 30.0
 """How long a call to the transaction's coordinator may wait."""
+_SOCKET_TIMEOUT_MS = 60_000
+_MESSAGE_TIMEOUT_MS = 300_000
+"""How long a request, and a record's delivery, may take in a transactional producer.
+
+librdkafka stretches both to the transaction timeout (15 minutes by default here) when they
+are not set, so that a broker that stops answering would hold a task's flush that long:
+these are librdkafka's own request default and Kafka's ``delivery.timeout.ms`` default,
+each at most the transaction timeout (which librdkafka requires). ``[kafka] client_conf``
+may set either."""
 _DELIVERY_REPORTS = {"delivery.report.only.error": True}
 """An at-least-once task only needs to hear of failed deliveries; a report per record is a
 Python callback per record. It hears of them when it flushes, at commit: nothing else polls
@@ -218,6 +227,7 @@ class TaskProducer:
                 topic,
                 value=Marker(self.batch_id, share).encode(),
                 key=markers.record_key(self.query_id, self.partition),
+                partition=0,  # the group's offset and every read are of partition 0
                 on_delivery=lambda error, message: delivered.append((error, message)),
             )
             producer.flush()
@@ -285,6 +295,7 @@ def _transactional_producer(
         {
             "transactional.id": txn_id,
             "transaction.timeout.ms": spec.transaction_timeout_ms,
+            **_timeouts(spec),
             "enable.idempotence": True,
             "linger.ms": 5,
             "partitioner": "murmur2_random",  # the Java client's, so keys land alike
@@ -292,6 +303,15 @@ def _transactional_producer(
             **(extra or {}),
         },
     )
+
+
+def _timeouts(spec: OutputSpec) -> dict[str, int]:
+    """The request and delivery timeouts of a transactional producer (see _SOCKET_TIMEOUT_MS)."""
+    wanted = {
+        "socket.timeout.ms": min(_SOCKET_TIMEOUT_MS, spec.transaction_timeout_ms),
+        "message.timeout.ms": min(_MESSAGE_TIMEOUT_MS, spec.transaction_timeout_ms),
+    }
+    return {name: value for name, value in wanted.items() if name not in spec.client_conf}
 
 
 def _abort_refused(producer: Any, commit_turn: bool) -> None:

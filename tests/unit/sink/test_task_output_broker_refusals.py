@@ -66,6 +66,11 @@ class Broker:
     """The markers topic's records (their offsets: their places)."""
     marker: Marker | None = None
     """What a stable read of the task's marker finds."""
+    marker_partitions: list[int | None] = field(default_factory=list)
+    """The partition each marker was produced to (None: the partitioner's choice)."""
+    offsets_fail: bool = False
+    """Whether the coordinator times out adding the marker group's offset, in rounds of
+    writing again (producers with one record per batch)."""
     purges: bool = False
     """Whether a refusal comes back while the records after it, and the marker, still wait
     in the client's queue, which purges them (see the module docstring)."""
@@ -93,12 +98,15 @@ class TransactionalProducer:
     def send_offsets_to_transaction(
         self, offsets: list[Any], metadata: Any, timeout: float
     ) -> None:
+        if self.broker.offsets_fail and self.one_per_batch:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no coordinator answer"))
         self.broker.markers.append(offsets[0].offset)
 
     def produce(self, topic: str, **record: Any) -> None:
         if self.failure is not None:
             raise KafkaException(KafkaError(KafkaError._STATE))
         if topic.endswith(".markers"):  # kept apart from the output
+            self.broker.marker_partitions.append(record.get("partition"))
             if self.broker.purges:
                 self.queued_marker = record  # answered at the flush, after the records
             else:
@@ -233,6 +241,9 @@ def test_a_refused_record_is_written_again_as_a_dead_letter_with_the_others_once
     )
     # Written again by producers that send one record per batch, a new one each round.
     assert sum(p.one_per_batch for p in broker.producers) == 2
+    # Every marker to partition 0, where the group's offset points and readers look,
+    # whatever partitions the markers topic has.
+    assert broker.marker_partitions == [0, 0]
     assert task.records == {"views": 2, DEAD_LETTERS: 1}
     assert task.dead_letters == {OUTPUT_REJECTED: 1}
 
@@ -302,6 +313,22 @@ def test_an_error_that_is_no_refusal_fails_the_task_as_before(broker: Broker, er
         task.commit()
     assert broker.committed == []
     assert not any(p.one_per_batch for p in broker.producers)  # nothing was written again
+
+
+def test_a_round_of_writing_again_that_fails_aborts_its_transaction_first(
+    broker: Broker,
+) -> None:
+    """An error in a round is no refusal (the coordinator timed out): the task fails, and
+    leaves no transaction open to hold read_committed readers until its timeout."""
+    broker.offsets_fail = True
+    task = output()
+    task.send_row(view(b"refuse me", 1))
+    task.send_row(view(b"second", 2))
+    with pytest.raises(KafkaException, match="no coordinator answer"):
+        task.commit()
+    # The first try's, the round that found the refused record, and the one that failed.
+    assert broker.aborted == 3
+    assert broker.committed == []
 
 
 def test_without_a_dead_letter_topic_a_refusal_fails_the_task(broker: Broker) -> None:

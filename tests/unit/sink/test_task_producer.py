@@ -44,7 +44,10 @@ class Producer:
         """The marker records it produced (their offsets: their places)."""
         markers.producers.append(self)
 
-    def produce(self, topic: str, value: bytes, key: bytes, on_delivery: Any) -> None:
+    def produce(
+        self, topic: str, value: bytes, key: bytes, on_delivery: Any, partition: int = -1
+    ) -> None:
+        assert partition == 0  # where the group's offset points and every read looks
         self.records.append(value)
         offset = len(self.records) - 1
         on_delivery(None, type("Delivered", (), {"offset": lambda self: offset})())
@@ -146,3 +149,20 @@ def test_abortable_errors_say_so_or_are_the_state_error() -> None:
     )
     assert not abortable(KafkaException(KafkaError(KafkaError._FENCED)))
     assert not abortable(RuntimeError("not Kafka's"))
+
+
+def test_a_producer_waits_a_minute_for_a_request_not_the_transaction_timeout() -> None:
+    """librdkafka stretches the request and delivery timeouts to the transaction timeout
+    when they are not set: a broker that stops answering would hold a task that long."""
+    spec = OutputSpec("views", {}, "exactly_once", "views", transaction_timeout_ms=900_000)
+    assert task_producer._timeouts(spec) == {
+        "socket.timeout.ms": 60_000,
+        "message.timeout.ms": 300_000,
+    }
+    short = OutputSpec("views", {}, "exactly_once", "views", transaction_timeout_ms=10_000)
+    assert task_producer._timeouts(short) == {  # librdkafka wants them within it
+        "socket.timeout.ms": 10_000,
+        "message.timeout.ms": 10_000,
+    }
+    chosen = OutputSpec("views", {"socket.timeout.ms": "5000"}, "exactly_once", "views")
+    assert task_producer._timeouts(chosen) == {"message.timeout.ms": 300_000}
