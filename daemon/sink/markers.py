@@ -18,11 +18,12 @@ recompute), and when it closes compares the digest of what it read with the mark
 (:mod:`daemon.sink.task_output`): the same batch over other ranges means the checkpoint
 lost what the output holds (:class:`~daemon.errors.CheckpointDivergedError`).
 
-Reading a marker: the group's committed offset, fetched by a ``read_committed`` consumer,
-which on Kafka waits for a transaction still holding offsets of the group (KIP-447's
-stable offsets), then the record just before it. Markers are read by tasks
-(:func:`task_marker`) and, for a whole query, by the driver at start and by ``daemon state``
-(:func:`query_markers`).
+Reading a marker: the group's committed offset, then the record just before it. A task
+that fenced its id reads the offset ``read_committed``, which on Kafka waits for a
+transaction still holding offsets of the group (KIP-447's stable offsets); the driver at
+start reads a whole query's markers uncommitted (:func:`query_markers`).
+A group's offset that points at a record the topic no longer holds stops the pipeline: the
+task's last batch cannot be told.
 
 Layout before the markers topic: an older enrichd kept no record, only the offset N + 1 of
 the group ``<id_prefix>.<pipeline>.sink.<query id>.<task>`` on the output topic's partition
@@ -39,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.errors import CheckpointDivergedError
 from daemon.kafka import connect, names
 from daemon.model.wire import split_range_name
 
@@ -177,7 +179,7 @@ def task_marker(
     *,
     stable: bool,
 ) -> Marker | None:
-    """Task ``task``'s last marker; None: it committed no batch (or its marker expired).
+    """Task ``task``'s last marker; None: it committed no batch (or its group's offset expired).
 
     ``stable``: the group's offset is read ``read_committed``, which waits for a
     transaction that still holds offsets of the group (Kafka's stable offsets). Only after
@@ -187,6 +189,10 @@ def task_marker(
 
     Without a marker in the markers topic, the older layout's offset on ``output_topic``
     (partition 0) is read (see the module docstring).
+
+    Raises:
+        CheckpointDivergedError: the group's offset points at a marker record the topic no
+            longer holds.
     """
     # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
     from confluent_kafka import TopicPartition
@@ -195,7 +201,17 @@ def task_marker(
     group = names.marker_group(prefix, pipeline, query_id, task)
     offset = _committed(conf, group, TopicPartition(topic, 0), stable)
     if offset > 0:
-        return _record(conf, prefix, topic, offset - 1)
+        marker = _record(conf, prefix, topic, offset - 1)
+        if marker is None:
+            raise CheckpointDivergedError(
+                f"pipeline {pipeline!r}: task {task}'s marker group {group!r} points at offset "
+                f"{offset - 1} of the markers topic {topic!r}, which no longer holds it (its "
+                "retention.ms is shorter than the brokers' offsets.retention.minutes, or it was "
+                "deleted and created again): which micro-batch the task committed last cannot "
+                "be told, so running it could write a batch twice or skip one; see "
+                'docs/operations.md, "When the checkpoint and the output disagree"'
+            )
+        return marker
     legacy = names.legacy_marker_group(prefix, pipeline, query_id, task)
     offset = _committed(conf, legacy, TopicPartition(output_topic, 0), stable)
     return Marker(offset - 1) if offset > 0 else None
@@ -273,13 +289,18 @@ def _fetch_one(consumer: Any, topic: str, offset: int) -> bytes | None:
 def query_markers(
     conf: dict[str, str], prefix: str, pipeline: str, query_id: str, output_topic: str
 ) -> dict[int, Marker]:
-    """Every task's last marker of one query, by task (stable reads).
+    """Every task's last marker of one query, by task.
 
-    Read at a query's start (:mod:`daemon.pipeline.marker_check`) and by ``daemon state``.
+    Read at a query's start (:mod:`daemon.pipeline.marker_check`), before any task's
+    producer initialised its id: so read uncommitted, as :func:`task_marker`
+    says, else a transaction a killed task left open would hold the read until the
+    transaction timeout. What a committed transaction wrote is there all the same; a marker
+    still pending in an open one is not, and the task's own read after fencing finds it.
     The tasks are found by the cluster's groups of the query, of either layout.
 
     Raises:
         KafkaUnavailableError: the cluster would not list the groups.
+        CheckpointDivergedError: a group points at a marker record the topic no longer holds.
     """
     # Late: the admin module loads confluent_kafka's admin client.
     from daemon.kafka.admin import groups_starting
@@ -294,7 +315,7 @@ def query_markers(
     found = {}
     try:
         for task in sorted(tasks):
-            marker = task_marker(conf, prefix, pipeline, query_id, task, output_topic, stable=True)
+            marker = task_marker(conf, prefix, pipeline, query_id, task, output_topic, stable=False)
             if marker is not None:
                 found[task] = marker
     finally:
