@@ -29,6 +29,8 @@ class TopicSettings:
     """``max.message.bytes``: the largest record batch it takes (None: unknown)."""
     compacted: bool = False
     """Whether ``cleanup.policy`` includes ``compact``: a record without a key is refused."""
+    retention_ms: int | None = None
+    """``retention.ms``: how long it keeps records (-1: for ever; None: unknown)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ def _topic(settings: dict[str, str] | None) -> TopicSettings:
     return TopicSettings(
         max_message_bytes=_number(settings.get("max.message.bytes")),
         compacted="compact" in {part.strip() for part in policy.split(",")},
+        retention_ms=_number(settings.get("retention.ms")),
     )
 
 

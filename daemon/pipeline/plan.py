@@ -15,8 +15,7 @@ from daemon.formats.serdes import codec_for as codec_for  # where callers look f
 from daemon.formats.serdes import key_codec_for
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
-from daemon.kafka.names import markers_topic
-from daemon.kafka.topic_settings import ClusterSettings, describe
+from daemon.kafka.topic_settings import describe
 from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
 from daemon.model.envelope import Envelope
 from daemon.model.headers import reads_headers
@@ -25,6 +24,7 @@ from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.deferred import DeferredProcessor
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
+from daemon.pipeline.cluster_checks import check_cluster, create_markers_topics
 from daemon.pipeline.marker_check import check_markers
 from daemon.pipeline.selection import select_function
 from daemon.pipeline.switches import COUNTS_SINK
@@ -134,10 +134,10 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
     )
     written = sorted({pipe.output.topic, pipe.dead_letters, *(t for t, _ in outputs.values())})
     settings = describe(conf, written)
-    _check_cluster(file, pipe, settings)
+    check_cluster(file, pipe, settings)
     stage_names = [pipe.name] + ([f"{pipe.name}.{stage.output}"] if stage is not None else [])
     if pipe.delivery == "exactly_once":
-        _create_markers_topics(file, conf, stage_names, settings)
+        create_markers_topics(file, conf, stage_names, settings)
     inputs = tuple(
         SourceInput(
             role,
@@ -183,56 +183,6 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         return PipelinePlan(pipe, conf, source, output, operator)
     downstream = _downstream_plan(pipe, output, stage, plugin, output_codec, outputs, file.state)
     return PipelinePlan(pipe, conf, source, output, operator, downstream)
-
-
-MARKERS_RETENTION_MS = 14 * 86_400_000
-"""The least ``retention.ms`` of a markers topic enrichd creates: twice the brokers' default
-``offsets.retention.minutes``, so that a marker record outlives the group offset that points
-at it (:mod:`daemon.sink.markers`)."""
-
-
-def _check_cluster(file: PipelineFile, pipe: PipelineConfig, settings: ClusterSettings) -> None:
-    """Refuse what the cluster's settings would make fail at every micro-batch.
-
-    Raises:
-        ConfigError: the transaction timeout is above the brokers' most, or the dead-letter
-            topic is compacted (a dead letter without a key would be refused).
-    """
-    most = settings.transaction_max_timeout_ms
-    wanted = file.kafka.transaction_timeout
-    if pipe.delivery == "exactly_once" and most is not None and wanted > most:
-        raise ConfigError(
-            f"pipeline {pipe.name!r}: [kafka] transaction_timeout is {wanted} ms, above the "
-            f"brokers' transaction.max.timeout.ms of {most} ms, so the brokers would refuse "
-            "every task's producer; lower transaction_timeout, or raise "
-            "transaction.max.timeout.ms on the brokers"
-        )
-    dead_letters = settings.topics.get(pipe.dead_letters)
-    if dead_letters is not None and dead_letters.compacted:
-        raise ConfigError(
-            f"pipeline {pipe.name!r}: the dead-letter topic {pipe.dead_letters!r} is compacted "
-            "(cleanup.policy=compact), which refuses every dead letter without a key (an "
-            "undecodable record without one, say); set its cleanup.policy to delete, or name "
-            "another dead_letter_topic"
-        )
-
-
-def _create_markers_topics(
-    file: PipelineFile, conf: dict[str, str], pipelines: list[str], settings: ClusterSettings
-) -> None:
-    """Create the markers topic of each stage, unless it exists.
-
-    One partition, deleted by time, never compacted (:mod:`daemon.sink.markers`), kept at
-    least twice as long as the brokers keep group offsets; replicated as the outputs are
-    (``[kafka] replication_factor``).
-    """
-    retention = MARKERS_RETENTION_MS
-    if settings.offsets_retention_minutes is not None:
-        retention = max(retention, 2 * settings.offsets_retention_minutes * 60_000)
-    config = {"cleanup.policy": "delete", "retention.ms": str(retention)}
-    topics = [markers_topic(file.kafka.id_prefix, name) for name in pipelines]
-    replication, configs = file.kafka.replication_factor, dict.fromkeys(topics, config)
-    create_topics(conf, dict.fromkeys(topics, 1), replication, configs=configs)
 
 
 def _downstream_plan(
