@@ -108,6 +108,9 @@ class JoinerProcessor(StatefulProcessor):
         secrets.remember_values(self._secrets)
         self.handle = handle
         self.output: TaskOutput | None = None  # opened at the task's first call
+        self._covered: set[str] = set()
+        """The ranges the task's packs were read over: its share of the batch, which its
+        output's marker records (:attr:`TaskOutput.covered` is this set)."""
         self._stamps: dict[str, list[int]] = {}
         """Source timestamps of the call's output records, by topic (``daemon.model.latency``)."""
         self._failures: list[str] = []
@@ -153,7 +156,7 @@ class JoinerProcessor(StatefulProcessor):
     ) -> None:
         """Group the call's records by key and hand them to the core (:mod:`.core`)."""
         by_key: dict[str, list[InputRow]] = {}
-        for row in rows_of(packs, self._newest):
+        for row in rows_of(packs, self._newest, self._covered):
             if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
                 send(self._dead_letter(row, kind, reason))
@@ -244,7 +247,10 @@ class JoinerProcessor(StatefulProcessor):
         A key whose state outlived ``state_ttl`` is flushed to the end of time and dropped
         instead (:meth:`EngineCore.load`).
         """
-        self._wake_up(key, timerValues, self._sender())
+        send = self._sender()
+        # A timer's firing depends on the batch's time, which its marker records.
+        self._task_output().timer_ms = timerValues.getCurrentProcessingTimeInMs()
+        self._wake_up(key, timerValues, send)
         yield from self._counts()
 
     def _wake_up(self, key: Any, timer_values: Any, send: Send) -> None:
@@ -257,15 +263,20 @@ class JoinerProcessor(StatefulProcessor):
         self._timers[int(key[0])] = bucket.timer_ms
 
     def _sender(self) -> Send:
-        """Where a call's output rows go: the task's transaction, opened at its first call.
+        """Where a call's output rows go: the task's output, opened at its first call.
 
         Rows are handed to it as they are made, not yielded up through the call chain: a
         generator level costs a resumption per row.
         """
+        return self._task_output().send_row
+
+    def _task_output(self) -> TaskOutput:
+        """The task's output, opened at its first call: its producer fences any earlier one."""
         if self.output is None:
             self.output = TaskOutput.of_task(self.spec)
+            self.output.covered = self._covered  # noted by the calls, recorded by its marker
             self.output.open()  # now, so that a replay knows at once it writes nothing
-        return self.output.send_row
+        return self.output
 
     def _counts(self) -> Iterator[SparkRow]:
         """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.
