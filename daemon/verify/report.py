@@ -72,6 +72,7 @@ def summary_lines(report: VerifyReport) -> list[str]:
         described = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
         lines.append(f"  {topic}: {described}")
     lines += [f"held: {line}" for line in report.held]
+    lines += [f"WARNING settings: {line}" for line in report.settings]
     lines += [f"note: {line}" for line in report.notes]
     if report.kept:
         lines.append(f"kept: topics under {report.prefix}.{report.run}, files in {report.kept}")
@@ -153,6 +154,7 @@ def as_json(report: VerifyReport) -> dict[str, Any]:
         "raw_batches": report.raw_batches,
         "transactions": report.transactions,
         "held": report.held,
+        "settings_warnings": report.settings,
         "notes": report.notes,
         "kept": report.kept,
     }

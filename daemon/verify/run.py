@@ -7,10 +7,12 @@ end-of-input marker per join key, as ``daemon replay`` sends. Every pipeline the
 child ``daemon run`` with the file's connection settings (:mod:`~daemon.verify.child_file`),
 which verify kills with SIGKILL at spread points of the input and starts again from its
 checkpoints, and stops with SIGTERM once every input (and a second stage's input) is
-committed. The outputs and dead letters are read back with ``read_committed`` consumers and
-as raw batches (:mod:`~daemon.verify.readback`), and compared with the answer that the
-joiner's own logic gives (:mod:`~daemon.verify.answer`, :mod:`~daemon.verify.check`). The
-topics are deleted at the end unless ``keep``.
+committed. The cluster's settings that exactly-once output rests on are read before the run
+(:mod:`~daemon.verify.durability`) and reported as warnings. The outputs and dead letters
+are read back with ``read_committed`` consumers and as raw batches
+(:mod:`~daemon.verify.readback`), and compared with the answer that the joiner's own logic
+gives (:mod:`~daemon.verify.answer`, :mod:`~daemon.verify.check`). The topics are deleted at
+the end unless ``keep``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ from daemon.errors import EnrichdError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka import connect
 from daemon.kafka.admin import delete_topics, existing_topics
+from daemon.kafka.topic_settings import describe
 from daemon.model.config import PipelineFile, id_part, load_pipeline_file
+from daemon.model.constants import DEFAULT_TRANSACTION_TIMEOUT_MS
 from daemon.signals import StopRequest
 from daemon.verify import child as runs
 from daemon.verify.acl import refusal
 from daemon.verify.check import JoinerCheck, check
 from daemon.verify.child_file import connection_tables, write_child_file
 from daemon.verify.cluster import make_topics, probe_transactions, produce_workloads
+from daemon.verify.durability import warnings
 from daemon.verify.facts import BrokerFacts, broker_facts
 from daemon.verify.kills import Interrupted, Kill, Progress, check_stop, run_with_kills
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions, child_table, plan_pipeline
@@ -60,6 +65,8 @@ class VerifyReport:
     transactions: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per topic: records by what became of their transaction, and markers."""
     held: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)
+    """Warnings about the cluster's settings, each with its fix (never a failure)."""
     notes: list[str] = field(default_factory=list)
     kept: str | None = None
 
@@ -131,6 +138,7 @@ def verify(
         try:
             pipelines = [plan_pipeline(joiner, base, folder, options) for joiner in options.joiners]
             make_topics(conf, pipelines, options, base, created)
+            report.settings = settings_warnings(conf, file, pipelines)
             probe_transactions(conf, base, options.prefix, pipelines[0].config.output.topic)
             check_stop(stop, "the workload was produced")
             progress(f"producing {len(pipelines)} workload(s) under {base}")
@@ -189,6 +197,34 @@ def _client_conf(file: PipelineFile | None, servers: str) -> dict[str, str]:
     if file is None:
         return {"bootstrap.servers": servers}
     return connect.client_conf(file, servers)
+
+
+def settings_warnings(
+    conf: dict[str, str], file: PipelineFile | None, pipelines: list[VerifiedPipeline]
+) -> list[str]:
+    """The settings warnings of the file's pipelines' output topics, where they exist.
+
+    Those are the topics exactly-once output goes to in production; without them (no file,
+    or its topics not made yet) verify's own output topics stand in, made with the
+    ``--replication`` asked for.
+    """
+    present = existing_topics(conf)
+    topics = [
+        topic
+        for pipe in (file.pipeline if file is not None else [])
+        for topic in [pipe.output.topic, pipe.dead_letters]
+        + [out.topic for out in pipe.outputs.values()]
+        if topic in present
+    ]
+    if not topics:
+        topics = [
+            topic
+            for pipe in pipelines
+            for topic in [pipe.config.output.topic, pipe.config.dead_letters]
+            + [out.topic for out in pipe.config.outputs.values()]
+        ]
+    timeout = file.kafka.transaction_timeout if file else DEFAULT_TRANSACTION_TIMEOUT_MS
+    return warnings(describe(conf, topics), topics, timeout)
 
 
 def read_back(

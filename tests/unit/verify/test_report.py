@@ -87,3 +87,12 @@ def test_a_reader_held_short_of_the_end_fails_the_run() -> None:
     found.held = ["p.out/0: no progress past offset 5 in 30 s, short of offset 9"]
     assert found.exit_code == 3
     assert "held: p.out/0: no progress past offset 5" in rendered(found)
+
+
+def test_the_settings_warnings_are_shown_and_do_not_fail_the_run() -> None:
+    found = report([Row("tweet joins its user", 87, 87)])
+    found.settings = ["min.insync.replicas is 1 on topic out: set it to 2"]
+    assert "WARNING settings: min.insync.replicas is 1 on topic out: set it to 2" in (
+        rendered(found)
+    )
+    assert as_json(found)["settings_warnings"] == found.settings and found.ok
