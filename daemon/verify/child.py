@@ -13,7 +13,9 @@ the source) and ``commits/N`` once the batch is done.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +30,11 @@ CHILD_STOP_TIMEOUT_S = 15
 micro-batches in flight then hold no records, and a shorter wait spares each run the time a
 loaded machine's Spark can take to shut down (up to the whole timeout, measured)."""
 _TAIL_BYTES = 64 << 10
+REPLAY_LINE = re.compile(
+    r"pipeline \S+: micro-batch \d+: (\d+) replayed task\(s\) found their batch committed"
+)
+"""The line a run logs for a batch whose replayed tasks found it committed
+(:meth:`daemon.model.reports.BatchCounts.replay_line`)."""
 
 
 class ChildRun:
@@ -104,6 +111,24 @@ class ChildRun:
             self.kill()
             return -int(signal.SIGKILL)
 
+    def replays_found(self) -> int:
+        """Replayed tasks that found their batch committed, as every start's log says."""
+        found = 0
+        for start in range(1, self.starts + 1):
+            try:
+                text = (self.folder / f"run-{start}.log").read_text(errors="replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                try:
+                    message = str(json.loads(line).get("message", ""))
+                except (ValueError, AttributeError):
+                    continue
+                said = REPLAY_LINE.match(message)
+                if said is not None:
+                    found += int(said.group(1))
+        return found
+
     def log_tail(self, lines: int = 20) -> str:
         """The end of the current run's log."""
         try:
@@ -149,6 +174,12 @@ def planned(checkpoint: Path) -> tuple[int, dict[str, int]]:
     """The last planned micro-batch and its offsets (-1 and none before the first)."""
     batch = last_planned(checkpoint)
     return (-1, {}) if batch is None else (batch, batch_offsets(checkpoint, batch))
+
+
+def in_flight(checkpoint: Path) -> bool:
+    """Whether the last planned micro-batch is not committed yet."""
+    planned_last, committed_last = last_planned(checkpoint), last_committed(checkpoint)
+    return planned_last is not None and (committed_last is None or committed_last < planned_last)
 
 
 def committed(checkpoint: Path) -> dict[str, int]:

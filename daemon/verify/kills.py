@@ -1,9 +1,12 @@
 """``daemon verify``'s child run: started, killed with SIGKILL at spread points, restarted.
 
 A kill lands once the input planned (read from the checkpoints' offset logs) passes the next
-of ``kills`` spread points and a micro-batch was planned since the last restart, a little
-after that batch was planned (:data:`KILL_DELAYS_S`); the next waits until the restarted run
-is back. The run ends with SIGTERM once every input, and a second stage's input, is committed.
+of ``kills`` spread points and a micro-batch was planned since the last restart: the first
+once a task of that batch committed its output (its batch marker landed on the pipeline's
+markers topic) while the batch is not yet in the commit log, so that the restarted run
+replays a batch part of which committed; the others a little after the batch was planned
+(:data:`KILL_DELAYS_S`). The next waits until the restarted run is back. The run ends with
+SIGTERM once every input, and a second stage's input, is committed.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ from dataclasses import dataclass
 
 from daemon.checkpoint import layout
 from daemon.errors import EnrichdError
+from daemon.kafka import connect
 from daemon.replay import committed_ends
 from daemon.signals import StopRequest
 from daemon.verify import child as runs
 from daemon.verify.acl import acl_line, code_in_text
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions
 
-KILL_DELAYS_S = (0.0, 0.7, 1.5)
-"""How long after a micro-batch is planned each kill lands, in turn: before its tasks start,
-while they run, and about when they commit."""
+KILL_DELAYS_S: tuple[float | None, ...] = (None, 0.0, 0.7)
+"""When each kill lands, in turn: once a task of the planned micro-batch committed (None),
+then seconds after the batch is planned: before its tasks start, and while they run."""
 _POLL_S = 0.05
 
 
@@ -39,9 +43,12 @@ class Kill:
     consumed: int
     """Input records planned so far, of all the workloads' records."""
     delay_s: float
+    """Seconds from seeing the batch planned to the kill."""
     recovered_s: float | None = None
     """Seconds from the restart until a pipeline of the restarted run planned a micro-batch
     past those it had planned before the kill."""
+    after: str = "planned"
+    """What the kill waited for: the batch ``planned``, or ``a task committed`` of it."""
 
 
 @dataclass
@@ -88,6 +95,46 @@ def planned_since(before: list[int], now: list[int]) -> bool:
     return any(later > earlier for earlier, later in zip(before, now, strict=True))
 
 
+class MarkerWatch:
+    """Whether a task committed since :meth:`mark`: the pipelines' markers topics moved.
+
+    Each committed task adds a marker record to its pipeline's markers topic (one partition),
+    so the topics' ends (as ListOffsets gives them: some brokers under-report the end, but
+    every new transaction moves it) grow by one or more. A topic not made yet ends at 0.
+    """
+
+    def __init__(self, conf: dict[str, str], topics: list[str]) -> None:
+        self.consumer = connect.consumer(conf, {"group.id": "enrichd-verify-markers"})
+        self.topics = topics
+        self.marked = 0
+
+    def ends(self) -> int:
+        """The markers topics' ends, added up."""
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import KafkaException, TopicPartition
+
+        total = 0
+        for topic in self.topics:
+            try:
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, 0), 5)
+            except KafkaException:
+                continue  # not made yet: the first batch's tasks make it
+            total += high
+        return total
+
+    def mark(self) -> None:
+        """Remember the ends as they are now."""
+        self.marked = self.ends()
+
+    def moved(self) -> bool:
+        """Whether a marker landed since :meth:`mark`."""
+        return self.ends() > self.marked
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self.consumer.close()
+
+
 def run_with_kills(
     child: runs.ChildRun,
     conf: dict[str, str],
@@ -96,6 +143,7 @@ def run_with_kills(
     kills: list[Kill],
     progress: Progress,
     stop: StopRequest,
+    markers: MarkerWatch,
 ) -> ChildOutcome:
     """Start the child, kill it at spread points, restart it, and stop it once all is in.
 
@@ -119,12 +167,28 @@ def run_with_kills(
             return planned_since(since, batches) and records >= point
 
         wait(f"input planned past {point} of {total} records", past_point)
+        planned_at = time.monotonic()
         delay = KILL_DELAYS_S[(number - 1) % len(KILL_DELAYS_S)]
-        if stop.sleep(delay):
+        if delay is None:
+            # A task committed (of this batch: the last one's were in before it was planned);
+            # a batch through before that was seen leaves the kill after it, no replay found.
+            markers.mark()
+            wait(
+                f"a task of the micro-batch past {point} records committed",
+                lambda: markers.moved() or not _in_flight(pipelines),
+            )
+        elif stop.sleep(delay):
             raise Interrupted(f"kill -9 #{number}")
         batches, consumed = _planned_records(pipelines)
         child.kill()
-        kill = Kill(number, round(time.monotonic() - started, 1), max(batches), consumed, delay)
+        kill = Kill(
+            number,
+            round(time.monotonic() - started, 1),
+            max(batches),
+            consumed,
+            round(time.monotonic() - planned_at, 1),
+            after="planned" if delay is not None else "a task committed",
+        )
         kills.append(kill)
         progress(f"kill -9 #{number} at {consumed} of {total} input records; restarting")
         restarted = time.monotonic()
@@ -149,6 +213,11 @@ def run_with_kills(
     run_s = round(time.monotonic() - started, 1)
     progress("stopping daemon run with SIGTERM")
     return ChildOutcome(run_s, child.starts, child.stop())
+
+
+def _in_flight(pipelines: list[VerifiedPipeline]) -> bool:
+    """Whether a pipeline planned a micro-batch it has not committed."""
+    return any(runs.in_flight(pipe.config.checkpoint) for pipe in pipelines)
 
 
 def _all_committed(pipelines: list[VerifiedPipeline]) -> bool:

@@ -40,13 +40,14 @@ def show(report: VerifyReport, console: Console) -> None:
         if check.final_totals_wrong:
             console.print(f"  final totals wrong for: {', '.join(check.final_totals_wrong)}")
     kills = Table(title="restarts", title_justify="left")
-    for column in ("kill", "at s", "input planned", "delay s", "back in s"):
+    for column in ("kill", "at s", "input planned", "after", "delay s", "back in s"):
         kills.add_column(column, justify="right")
     for kill in report.kills:
         kills.add_row(
             str(kill.number),
             f"{kill.at_s:g}",
             f"{kill.consumed} of {report.input_records}",
+            kill.after,
             f"{kill.delay_s:g}",
             "-" if kill.recovered_s is None else f"{kill.recovered_s:g}",
         )
@@ -66,6 +67,7 @@ def summary_lines(report: VerifyReport) -> list[str]:
         f"{report.output_records} output records",
         f"stop: SIGTERM, daemon run exited with code {report.stop_exit_code}",
     ]
+    lines.append(replays_line(report))
     lines += [f"broker: {line}" for line in report.broker.summary()]
     lines.append(f"raw record batches: {report.raw_batches}")
     for topic, counts in sorted(report.transactions.items()):
@@ -77,6 +79,22 @@ def summary_lines(report: VerifyReport) -> list[str]:
     if report.kept:
         lines.append(f"kept: topics under {report.prefix}.{report.run}, files in {report.kept}")
     return lines
+
+
+def replays_line(report: VerifyReport) -> str:
+    """Whether the replay path ran: replayed tasks found their batch committed by its marker."""
+    found = report.replays_found
+    if not report.kills:
+        return f"replays: {found} replayed task(s) found their batch committed (no kill)"
+    if found:
+        return (
+            f"replays: {found} replayed task(s) found their batch committed by its marker and "
+            f"wrote nothing again: the replay path ran"
+        )
+    return (
+        "replays: NO replayed task found its batch committed: the kills landed where no "
+        "task had committed, so this run did not prove the replay path (run it again)"
+    )
 
 
 def _joiner_table(check: JoinerCheck) -> Table:
@@ -140,6 +158,7 @@ def as_json(report: VerifyReport) -> dict[str, Any]:
             for check in report.checks
         },
         "restarts": [asdict(kill) for kill in report.kills],
+        "replays_found": report.replays_found,
         "starts": report.starts,
         "stop_exit_code": report.stop_exit_code,
         "rates": {

@@ -27,11 +27,11 @@ from pathlib import Path
 from daemon.broker import EmbeddedBroker
 from daemon.errors import EnrichdError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
-from daemon.kafka import connect
+from daemon.kafka import connect, names
 from daemon.kafka.admin import delete_topics, existing_topics
 from daemon.kafka.topic_settings import describe
 from daemon.model.config import PipelineFile, id_part, load_pipeline_file
-from daemon.model.constants import DEFAULT_TRANSACTION_TIMEOUT_MS
+from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_TRANSACTION_TIMEOUT_MS
 from daemon.signals import StopRequest
 from daemon.verify import child as runs
 from daemon.verify.acl import refusal
@@ -40,7 +40,14 @@ from daemon.verify.child_file import connection_tables, write_child_file
 from daemon.verify.cluster import make_topics, probe_transactions, produce_workloads
 from daemon.verify.durability import warnings
 from daemon.verify.facts import BrokerFacts, broker_facts
-from daemon.verify.kills import Interrupted, Kill, Progress, check_stop, run_with_kills
+from daemon.verify.kills import (
+    Interrupted,
+    Kill,
+    MarkerWatch,
+    Progress,
+    check_stop,
+    run_with_kills,
+)
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions, child_table, plan_pipeline
 from daemon.verify.readback import RawLogs, TopicRead, read_committed, with_status
 
@@ -64,6 +71,8 @@ class VerifyReport:
     """Whether the raw batches were read, or why not."""
     transactions: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per topic: records by what became of their transaction, and markers."""
+    replays_found: int = 0
+    """Replayed tasks that found their batch committed by its marker, as the child logged."""
     held: list[str] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)
     """Warnings about the cluster's settings, each with its fix (never a failure)."""
@@ -152,14 +161,20 @@ def verify(
                 [child_table(p.config) for p in pipelines],
             )
             child = runs.ChildRun(child_path, folder)
+            id_prefix = file.kafka.id_prefix if file is not None else DEFAULT_ID_PREFIX
+            markers = MarkerWatch(
+                conf, [names.markers_topic(id_prefix, p.config.name) for p in pipelines]
+            )
             try:
                 outcome = run_with_kills(
-                    child, conf, pipelines, options, report.kills, progress, stop
+                    child, conf, pipelines, options, report.kills, progress, stop, markers
                 )
             finally:
+                markers.close()
                 if child.exited() is None:  # interrupted or failed: never left running
                     child.kill()
             report.run_s, report.starts = outcome.run_s, outcome.starts
+            report.replays_found = child.replays_found()
             report.stop_exit_code = outcome.stop_exit_code
             progress("reading back every output and dead letter")
             read_back(conf, raw, pipelines, report, stop)

@@ -89,6 +89,23 @@ def test_a_reader_held_short_of_the_end_fails_the_run() -> None:
     assert "held: p.out/0: no progress past offset 5" in rendered(found)
 
 
+def test_the_report_says_whether_the_replay_path_ran() -> None:
+    found = report([Row("tweet joins its user", 87, 87)])
+    assert (
+        "replays: NO replayed task found its batch committed: the kills landed where no "
+        "task had committed, so this run did not prove the replay path (run it again)"
+        in (rendered(found))
+    )
+    found.replays_found = 3
+    text = rendered(found)
+    assert (
+        "replays: 3 replayed task(s) found their batch committed by its marker and wrote "
+        "nothing again: the replay path ran" in text
+    )
+    assert as_json(found)["replays_found"] == 3
+    assert found.ok  # a fact about the run, never a failure
+
+
 def test_the_settings_warnings_are_shown_and_do_not_fail_the_run() -> None:
     found = report([Row("tweet joins its user", 87, 87)])
     found.settings = ["min.insync.replicas is 1 on topic out: set it to 2"]
