@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from daemon.checkpoint import layout
 from daemon.errors import EnrichdError
@@ -24,6 +25,9 @@ from daemon.signals import StopRequest
 from daemon.verify import child as runs
 from daemon.verify.acl import acl_line, code_in_text
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions
+
+if TYPE_CHECKING:  # it checks stops with this module's check_stop
+    from daemon.verify.cluster import WorkloadFeed
 
 KILL_DELAYS_S: tuple[float | None, ...] = (None, 0.0, 0.7)
 """When each kill lands, in turn: once a task of the planned micro-batch committed (None),
@@ -144,10 +148,14 @@ def run_with_kills(
     progress: Progress,
     stop: StopRequest,
     markers: MarkerWatch,
+    feed: WorkloadFeed,
 ) -> ChildOutcome:
     """Start the child, kill it at spread points, restart it, and stop it once all is in.
 
-    Each kill is added to ``kills`` as it lands, so that a run stopped half-way has them.
+    The workload's first part is in before the start; the next goes in once the run planned
+    its first micro-batch, and another each time a restarted run is back, so the input keeps
+    arriving while it runs. Each kill is added to ``kills`` as it lands, so that a run
+    stopped half-way has them.
     """
     started = time.monotonic()
     deadline = started + options.timeout_s
@@ -155,11 +163,17 @@ def run_with_kills(
     def wait(what: str, done: Callable[[], bool]) -> None:
         await_progress(child, deadline, what, done, prefix=options.prefix, stop=stop)
 
-    total = sum(sum(pipe.ends.values()) for pipe in pipelines)
+    total = feed.total
+    at_first, _ = _planned_records(pipelines)
     child.start()
     progress("daemon run started")
+    wait("the first micro-batch", lambda: planned_since(at_first, _planned_records(pipelines)[0]))
+    progress("producing the next part of the workload while the run goes on")
+    feed.next_part(stop)
     for number in range(1, options.kills + 1):
-        point = total * number // (options.kills + 1)
+        produced = sum(sum(pipe.ends.values()) for pipe in pipelines)
+        # Spread over the whole input, but within what is produced by now.
+        point = min(total * number // (options.kills + 1), produced * number // (number + 1))
         at_start, _ = _planned_records(pipelines)
 
         def past_point(since: list[int] = at_start, point: int = point) -> bool:
@@ -200,6 +214,9 @@ def run_with_kills(
 
         wait("a micro-batch after the restart", planned_again)
         kill.recovered_s = round(time.monotonic() - restarted, 1)
+        feed.next_part(stop)
+    while not feed.finished:
+        feed.next_part(stop)
     wait("every input record committed", lambda: _all_committed(pipelines))
     for pipe in pipelines:
         for name, stage in pipe.config.outputs.items():

@@ -53,7 +53,8 @@ def show(report: VerifyReport, console: Console) -> None:
         )
     console.print(kills)
     for line in summary_lines(report):
-        console.print(line, markup=False, highlight=False)
+        # Unwrapped: a warning with its fix stays one line a CI log can be searched for.
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     style = "bold green" if report.ok else "bold red"
     console.print(verdict_line(report), style=style, markup=False, highlight=False)
 
@@ -65,6 +66,8 @@ def summary_lines(report: VerifyReport) -> list[str]:
         f"rates: {report.input_records} input records in {report.run_s:g} s including "
         f"{len(report.kills)} kill(s) and {report.starts} start(s): {rate:.0f} records/s; "
         f"{report.output_records} output records",
+        f"input: {report.input_at_start} record(s) produced before daemon run started, "
+        f"{report.input_records - report.input_at_start} while it ran",
         f"stop: SIGTERM, daemon run exited with code {report.stop_exit_code}",
     ]
     lines.append(replays_line(report))
@@ -163,6 +166,7 @@ def as_json(report: VerifyReport) -> dict[str, Any]:
         "stop_exit_code": report.stop_exit_code,
         "rates": {
             "input_records": report.input_records,
+            "input_at_start": report.input_at_start,
             "output_records": report.output_records,
             "seconds": report.run_s,
             "records_per_second": round(report.input_records / report.run_s, 1)

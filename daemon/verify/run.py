@@ -37,7 +37,7 @@ from daemon.verify import child as runs
 from daemon.verify.acl import refusal
 from daemon.verify.check import JoinerCheck, check
 from daemon.verify.child_file import connection_tables, write_child_file
-from daemon.verify.cluster import make_topics, probe_transactions, produce_workloads
+from daemon.verify.cluster import WorkloadFeed, make_topics, probe_transactions
 from daemon.verify.durability import warnings
 from daemon.verify.facts import BrokerFacts, broker_facts
 from daemon.verify.kills import (
@@ -65,6 +65,8 @@ class VerifyReport:
     starts: int = 0
     stop_exit_code: int | None = None
     input_records: int = 0
+    input_at_start: int = 0
+    """Of them, those produced before the child run started (the rest came while it ran)."""
     output_records: int = 0
     run_s: float = 0.0
     raw_batches: str = ""
@@ -150,9 +152,12 @@ def verify(
             report.settings = settings_warnings(conf, file, pipelines)
             probe_transactions(conf, base, options.prefix, pipelines[0].config.output.topic)
             check_stop(stop, "the workload was produced")
-            progress(f"producing {len(pipelines)} workload(s) under {base}")
-            produce_workloads(conf, pipelines, options.prefix, stop)
-            report.input_records = sum(sum(p.ends.values()) for p in pipelines)
+            progress(f"producing the first part of {len(pipelines)} workload(s) under {base}")
+            # A part before the start, the rest while the run goes on (kills.run_with_kills).
+            feed = WorkloadFeed(conf, pipelines, options.prefix, max(options.kills, 1) + 1)
+            feed.next_part(stop)
+            report.input_records = feed.total
+            report.input_at_start = sum(sum(p.ends.values()) for p in pipelines)
             child_path = folder / "verify.toml"
             write_child_file(
                 child_path,
@@ -167,7 +172,7 @@ def verify(
             )
             try:
                 outcome = run_with_kills(
-                    child, conf, pipelines, options, report.kills, progress, stop, markers
+                    child, conf, pipelines, options, report.kills, progress, stop, markers, feed
                 )
             finally:
                 markers.close()

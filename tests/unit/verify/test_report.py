@@ -32,6 +32,7 @@ def report(rows: list[Row], leaked: dict[str, int] | None = None) -> VerifyRepor
         starts=2,
         stop_exit_code=0,
         input_records=120,
+        input_at_start=50,
         output_records=90,
         run_s=60.0,
         raw_batches="read: every record's transaction known",
@@ -54,6 +55,7 @@ def test_a_passing_report_shows_each_scenario_and_the_brokers_fault_apart() -> N
     assert (
         "rates: 120 input records in 60 s including 1 kill(s) and 2 start(s): 2 records/s" in text
     )
+    assert "input: 50 record(s) produced before daemon run started, 70 while it ran" in text
     assert text.rstrip().endswith(
         "PASS: exactly once through 1 kill -9(s): nothing lost, nothing duplicated; the broker "
         "handed 2 aborted record(s) to read_committed readers (its fault, not enrichd's: see above)"
