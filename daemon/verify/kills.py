@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from daemon.checkpoint import layout
 from daemon.errors import EnrichdError
@@ -25,9 +25,6 @@ from daemon.signals import StopRequest
 from daemon.verify import child as runs
 from daemon.verify.acl import acl_line, code_in_text
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions
-
-if TYPE_CHECKING:  # it checks stops with this module's check_stop
-    from daemon.verify.cluster import WorkloadFeed
 
 KILL_DELAYS_S: tuple[float | None, ...] = (None, 0.0, 0.7)
 """When each kill lands, in turn: once a task of the planned micro-batch committed (None),
@@ -63,6 +60,21 @@ class ChildOutcome:
     """Seconds from the first start to the SIGTERM."""
     starts: int
     stop_exit_code: int | None
+
+
+class Feed(Protocol):
+    """The workload, produced in parts (:class:`daemon.verify.cluster.WorkloadFeed`)."""
+
+    @property
+    def total(self) -> int:
+        """Records every part together holds."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether every part was produced."""
+
+    def next_part(self, stop: StopRequest) -> None:
+        """Produce the next part, and wait for its delivery."""
 
 
 Progress = Callable[[str], None]
@@ -148,7 +160,7 @@ def run_with_kills(
     progress: Progress,
     stop: StopRequest,
     markers: MarkerWatch,
-    feed: WorkloadFeed,
+    feed: Feed,
 ) -> ChildOutcome:
     """Start the child, kill it at spread points, restart it, and stop it once all is in.
 
