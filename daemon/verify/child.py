@@ -38,18 +38,22 @@ REPLAY_LINE = re.compile(
 
 
 class ChildRun:
-    """``daemon run PATH`` as a child process; each start logs to ``run-N.log`` in ``folder``."""
+    """``daemon run PATH`` as a child process; each start logs to ``NAME-N.log`` in ``folder``."""
 
-    def __init__(self, path: Path, folder: Path) -> None:
+    def __init__(self, path: Path, folder: Path, name: str = "run") -> None:
         self.path = path
         self.folder = folder
+        self.name = name
         self.starts = 0
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def log(self) -> Path:
         """The current run's log."""
-        return self.folder / f"run-{self.starts}.log"
+        return self._log(self.starts)
+
+    def _log(self, start: int) -> Path:
+        return self.folder / f"{self.name}-{start}.log"
 
     def start(self) -> None:
         """Start ``daemon run`` (after a kill, from the same checkpoints)."""
@@ -87,6 +91,21 @@ class ChildRun:
         """SIGKILL the whole run at once: driver, JVM and Python workers."""
         if self.process is None:
             return
+        self._signal_all(signal.SIGKILL)
+        self.process.wait(30)
+
+    def pause(self) -> None:
+        """SIGSTOP the whole run, as a frozen VM or a long GC pause would stop it."""
+        self._signal_all(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the whole run after :meth:`pause`."""
+        self._signal_all(signal.SIGCONT)
+
+    def _signal_all(self, signum: signal.Signals) -> None:
+        """Signal every process group of the run (Spark's Python workers leave the driver's)."""
+        if self.process is None:
+            return
         groups = {self.process.pid}
         for pid in descendants(self.process.pid):
             try:
@@ -95,10 +114,9 @@ class ChildRun:
                 pass
         for group in groups:
             try:
-                os.killpg(group, signal.SIGKILL)
+                os.killpg(group, signum)
             except ProcessLookupError:
                 pass
-        self.process.wait(30)
 
     def stop(self) -> int:
         """SIGTERM the driver, as systemd does; its exit code (killed if it does not exit)."""
@@ -114,19 +132,25 @@ class ChildRun:
     def replays_found(self) -> int:
         """Replayed tasks that found their batch committed, as every start's log says."""
         found = 0
-        for start in range(1, self.starts + 1):
+        for message in self.messages():
+            said = REPLAY_LINE.match(message)
+            if said is not None:
+                found += int(said.group(1))
+        return found
+
+    def messages(self, start: int = 1) -> list[str]:
+        """The messages every start from ``start`` on logged (lines not JSON as they are)."""
+        found = []
+        for number in range(start, self.starts + 1):
             try:
-                text = (self.folder / f"run-{start}.log").read_text(errors="replace")
+                text = self._log(number).read_text(errors="replace")
             except OSError:
                 continue
             for line in text.splitlines():
                 try:
-                    message = str(json.loads(line).get("message", ""))
+                    found.append(str(json.loads(line).get("message", "")))
                 except (ValueError, AttributeError):
-                    continue
-                said = REPLAY_LINE.match(message)
-                if said is not None:
-                    found += int(said.group(1))
+                    found.append(line)
         return found
 
     def log_tail(self, lines: int = 20) -> str:
@@ -174,6 +198,16 @@ def planned(checkpoint: Path) -> tuple[int, dict[str, int]]:
     """The last planned micro-batch and its offsets (-1 and none before the first)."""
     batch = last_planned(checkpoint)
     return (-1, {}) if batch is None else (batch, batch_offsets(checkpoint, batch))
+
+
+def planned_since(before: list[int], now: list[int]) -> bool:
+    """Whether some pipeline planned a micro-batch after those it had planned ``before``.
+
+    Per pipeline: after a restart each replays the batch a kill cut short under its old
+    number, and the pipelines that were furthest may have nothing left to plan, so the highest
+    number across them says nothing about whether the restart is back.
+    """
+    return any(later > earlier for earlier, later in zip(before, now, strict=True))
 
 
 def in_flight(checkpoint: Path) -> bool:

@@ -24,7 +24,9 @@ from daemon.replay import committed_ends
 from daemon.signals import StopRequest
 from daemon.verify import child as runs
 from daemon.verify.acl import acl_line, code_in_text
+from daemon.verify.child import planned_since
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions
+from daemon.verify.zombie import Zombie, replace_paused_run
 
 KILL_DELAYS_S: tuple[float | None, ...] = (None, 0.0, 0.7)
 """When each kill lands, in turn: once a task of the planned micro-batch committed (None),
@@ -60,6 +62,8 @@ class ChildOutcome:
     """Seconds from the first start to the SIGTERM."""
     starts: int
     stop_exit_code: int | None
+    zombie: Zombie | None = None
+    """What the zombie scenario saw (None: not run)."""
 
 
 class Feed(Protocol):
@@ -99,16 +103,6 @@ def _planned_records(pipelines: list[VerifiedPipeline]) -> tuple[list[int], int]
         batches.append(number)
         records += runs.records_within(offsets, pipe.ends)
     return batches, records
-
-
-def planned_since(before: list[int], now: list[int]) -> bool:
-    """Whether some pipeline planned a micro-batch after those it had planned ``before``.
-
-    Per pipeline: after a restart each replays the batch a kill cut short under its old
-    number, and the pipelines that were furthest may have nothing left to plan, so the highest
-    number across them says nothing about whether the restart is back.
-    """
-    return any(later > earlier for earlier, later in zip(before, now, strict=True))
 
 
 class MarkerWatch:
@@ -152,7 +146,7 @@ class MarkerWatch:
 
 
 def run_with_kills(
-    child: runs.ChildRun,
+    children: list[runs.ChildRun],
     conf: dict[str, str],
     pipelines: list[VerifiedPipeline],
     options: VerifyOptions,
@@ -167,13 +161,19 @@ def run_with_kills(
     The workload's first part is in before the start; the next goes in once the run planned
     its first micro-batch, and another each time a restarted run is back, so the input keeps
     arriving while it runs. Each kill is added to ``kills`` as it lands, so that a run
-    stopped half-way has them.
+    stopped half-way has them. With ``options.zombie``, the zombie scenario
+    (:mod:`daemon.verify.zombie`) follows the kills, and the new run it starts is added to
+    ``children`` (verify kills those left running however it ends) and goes on to the end.
     """
     started = time.monotonic()
     deadline = started + options.timeout_s
+    child = children[0]
+
+    def wait_on(run: runs.ChildRun, what: str, done: Callable[[], bool]) -> None:
+        await_progress(run, deadline, what, done, prefix=options.prefix, stop=stop)
 
     def wait(what: str, done: Callable[[], bool]) -> None:
-        await_progress(child, deadline, what, done, prefix=options.prefix, stop=stop)
+        wait_on(child, what, done)
 
     total = feed.total
     at_first, _ = _planned_records(pipelines)
@@ -227,6 +227,23 @@ def run_with_kills(
         wait("a micro-batch after the restart", planned_again)
         kill.recovered_s = round(time.monotonic() - restarted, 1)
         feed.next_part(stop)
+    zombie = None
+    if options.zombie:
+        progress("zombie: stopping daemon run with SIGSTOP, starting a new one")
+
+        def planned() -> list[int]:
+            return _planned_records(pipelines)[0]
+
+        def more_input() -> None:  # a micro-batch to stop the run in
+            feed.next_part(stop)
+
+        new, zombie = replace_paused_run(
+            child, pipelines, planned, more_input, markers, wait_on, stop
+        )
+        children.append(new)
+        progress(f"zombie: the resumed run {zombie.ended}")
+        child = new
+        feed.next_part(stop)
     while not feed.finished:
         feed.next_part(stop)
     wait("every input record committed", lambda: _all_committed(pipelines))
@@ -241,7 +258,8 @@ def run_with_kills(
             )
     run_s = round(time.monotonic() - started, 1)
     progress("stopping daemon run with SIGTERM")
-    return ChildOutcome(run_s, child.starts, child.stop())
+    code = child.stop()
+    return ChildOutcome(run_s, sum(run.starts for run in children), code, zombie)
 
 
 def _in_flight(pipelines: list[VerifiedPipeline]) -> bool:

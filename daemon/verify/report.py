@@ -10,6 +10,7 @@ from rich.table import Table
 
 from daemon.verify.check import JoinerCheck, Row
 from daemon.verify.run import VerifyReport
+from daemon.verify.zombie import Zombie
 
 BROKER_FAULT = "broker's fault"
 
@@ -71,6 +72,8 @@ def summary_lines(report: VerifyReport) -> list[str]:
         f"stop: SIGTERM, daemon run exited with code {report.stop_exit_code}",
     ]
     lines.append(replays_line(report))
+    if report.zombie is not None:
+        lines.append(zombie_line(report.zombie))
     lines += [f"broker: {line}" for line in report.broker.summary()]
     lines.append(f"raw record batches: {report.raw_batches}")
     for topic, counts in sorted(report.transactions.items()):
@@ -97,6 +100,17 @@ def replays_line(report: VerifyReport) -> str:
     return (
         "replays: NO replayed task found its batch committed: the kills landed where no "
         "task had committed, so this run did not prove the replay path (run it again)"
+    )
+
+
+def zombie_line(zombie: Zombie) -> str:
+    """What the zombie scenario saw: where the run was stopped, and what the woken run did."""
+    where = "while its tasks ran" if zombie.in_flight else "after it was committed"
+    return (
+        f"zombie: daemon run stopped (SIGSTOP) at micro-batch {zombie.paused_batch} ({where}); "
+        f"a new run committed up to {zombie.new_batch}; once resumed, {zombie.fenced_lines} "
+        f"line(s) of its logs said a transaction was fenced, {zombie.replays_found} of its "
+        f"tasks found their batch committed, and it {zombie.ended}"
     )
 
 
@@ -162,6 +176,7 @@ def as_json(report: VerifyReport) -> dict[str, Any]:
         },
         "restarts": [asdict(kill) for kill in report.kills],
         "replays_found": report.replays_found,
+        "zombie": None if report.zombie is None else asdict(report.zombie),
         "starts": report.starts,
         "stop_exit_code": report.stop_exit_code,
         "rates": {

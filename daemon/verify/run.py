@@ -50,6 +50,7 @@ from daemon.verify.kills import (
 )
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions, child_table, plan_pipeline
 from daemon.verify.readback import RawLogs, TopicRead, read_committed, with_status
+from daemon.verify.zombie import Zombie
 
 
 @dataclass
@@ -74,6 +75,8 @@ class VerifyReport:
     transactions: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per topic: records by what became of their transaction, and markers."""
     replays_found: int = 0
+    zombie: Zombie | None = None
+    """What the zombie scenario saw (None: not run)."""
     """Replayed tasks that found their batch committed by its marker, as the child logged."""
     held: list[str] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)
@@ -154,7 +157,7 @@ def verify(
             check_stop(stop, "the workload was produced")
             progress(f"producing the first part of {len(pipelines)} workload(s) under {base}")
             # A part before the start, the rest while the run goes on (kills.run_with_kills).
-            feed = WorkloadFeed(conf, pipelines, options.prefix, max(options.kills, 1) + 1)
+            feed = WorkloadFeed(conf, pipelines, options.prefix, parts(options))
             feed.next_part(stop)
             report.input_records = feed.total
             report.input_at_start = sum(sum(p.ends.values()) for p in pipelines)
@@ -165,21 +168,23 @@ def verify(
                 {"master": "local[2]"},
                 [child_table(p.config) for p in pipelines],
             )
-            child = runs.ChildRun(child_path, folder)
+            children = [runs.ChildRun(child_path, folder)]
             id_prefix = file.kafka.id_prefix if file is not None else DEFAULT_ID_PREFIX
             markers = MarkerWatch(
                 conf, [names.markers_topic(id_prefix, p.config.name) for p in pipelines]
             )
             try:
                 outcome = run_with_kills(
-                    child, conf, pipelines, options, report.kills, progress, stop, markers, feed
+                    children, conf, pipelines, options, report.kills, progress, stop, markers, feed
                 )
             finally:
                 markers.close()
-                if child.exited() is None:  # interrupted or failed: never left running
-                    child.kill()
+                for child in children:
+                    if child.exited() is None:  # interrupted or failed: never left running
+                        child.kill()
             report.run_s, report.starts = outcome.run_s, outcome.starts
-            report.replays_found = child.replays_found()
+            report.replays_found = sum(child.replays_found() for child in children)
+            report.zombie = outcome.zombie
             report.stop_exit_code = outcome.stop_exit_code
             progress("reading back every output and dead letter")
             read_back(conf, raw, pipelines, report, stop)
@@ -197,6 +202,16 @@ def verify(
     if interrupted is not None:
         raise EnrichdError(_interrupted_line(interrupted, report, len(created)))
     return report
+
+
+def parts(options: VerifyOptions) -> int:
+    """The parts the workload is produced in (:func:`daemon.verify.kills.run_with_kills`).
+
+    One before the start, one once the run planned its first micro-batch, one after each
+    kill's restart, and for the zombie scenario one to stop the run in and one for the new
+    run to go on with (its tasks then end any transaction the killed old run left open).
+    """
+    return 2 + options.kills + 2 * options.zombie
 
 
 def _interrupted_line(exc: Interrupted, report: VerifyReport, topics: int) -> str:

@@ -115,3 +115,17 @@ def test_the_settings_warnings_are_shown_and_do_not_fail_the_run() -> None:
         rendered(found)
     )
     assert as_json(found)["settings_warnings"] == found.settings and found.ok
+
+
+def test_the_zombie_line_says_where_the_run_was_stopped_and_what_it_did_once_woken() -> None:
+    from daemon.verify.zombie import Zombie
+
+    found = report([Row("tweet joins its user", 87, 87)])
+    found.zombie = Zombie(4, True, 5, 0, 2, "was killed by verify once it committed the batch")
+    assert (
+        "zombie: daemon run stopped (SIGSTOP) at micro-batch 4 (while its tasks ran); a new run "
+        "committed up to 5; once resumed, 0 line(s) of its logs said a transaction was fenced, "
+        "2 of its tasks found their batch committed, and it was killed by verify once it "
+        "committed the batch" in rendered(found)
+    )
+    assert as_json(found)["zombie"]["replays_found"] == 2
