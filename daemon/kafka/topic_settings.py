@@ -9,6 +9,11 @@ would refuse is refused at start with one line instead of failing every task.
 
 A setting the cluster does not answer for (an ACL without ``DescribeConfigs``, a broker
 that does not implement it) is None: unknown, and the client's own defaults apply.
+
+The settings that decide whether committed output survives a lost broker
+(``min.insync.replicas``, ``unclean.leader.election.enable``, the replication factor) are
+read too: a start does not judge them, ``daemon verify`` reports them
+(:mod:`daemon.verify.durability`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ class TopicSettings:
     """Whether ``cleanup.policy`` includes ``compact``: a record without a key is refused."""
     retention_ms: int | None = None
     """``retention.ms``: how long it keeps records (-1: for ever; None: unknown)."""
+    min_insync_replicas: int | None = None
+    """``min.insync.replicas``: how many replicas must have a write before it is committed."""
+    unclean_leader_election: bool | None = None
+    """``unclean.leader.election.enable``: whether an out-of-date replica may become leader."""
+    replication_factor: int | None = None
+    """The fewest replicas of any of its partitions (Metadata; None: not listed)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,10 @@ class ClusterSettings:
     """The brokers' ``message.max.bytes``: the default of every topic's ``max.message.bytes``."""
     offsets_retention_minutes: int | None = None
     """The brokers' ``offsets.retention.minutes``: how long an idle group's offsets live."""
+    min_insync_replicas: int | None = None
+    """The brokers' ``min.insync.replicas``: the default of every topic's."""
+    unclean_leader_election: bool | None = None
+    """The brokers' ``unclean.leader.election.enable``: the default of every topic's."""
 
 
 def describe(client_conf: dict[str, str], topics: list[str]) -> ClusterSettings:
@@ -57,9 +72,10 @@ def describe(client_conf: dict[str, str], topics: list[str]) -> ClusterSettings:
 
     client = admin(client_conf)  # must outlive the futures it answers
     try:
-        brokers = sorted(client.list_topics(timeout=_WAIT_S).brokers)
+        metadata = client.list_topics(timeout=_WAIT_S)
     except Exception:  # noqa: BLE001 - unknown settings are the answer
         return ClusterSettings()
+    brokers = sorted(metadata.brokers)
     wanted = [ConfigResource("topic", topic) for topic in topics]
     if brokers:
         wanted.append(ConfigResource("broker", str(brokers[0])))
@@ -78,10 +94,15 @@ def describe(client_conf: dict[str, str], topics: list[str]) -> ClusterSettings:
         }
     broker = answers.get(("broker", str(brokers[0])), {}) if brokers else {}
     return ClusterSettings(
-        topics={topic: _topic(answers.get(("topic", topic))) for topic in topics},
+        topics={
+            topic: _topic(answers.get(("topic", topic)), _replicas(metadata, topic))
+            for topic in topics
+        },
         transaction_max_timeout_ms=_number(broker.get("transaction.max.timeout.ms")),
         message_max_bytes=_number(broker.get("message.max.bytes")),
         offsets_retention_minutes=_number(broker.get("offsets.retention.minutes")),
+        min_insync_replicas=_number(broker.get("min.insync.replicas")),
+        unclean_leader_election=_flag(broker.get("unclean.leader.election.enable")),
     )
 
 
@@ -90,15 +111,32 @@ def _kind(resource: Any) -> str:
     return str(getattr(resource.restype, "name", resource.restype)).lower()
 
 
-def _topic(settings: dict[str, str] | None) -> TopicSettings:
+def _topic(settings: dict[str, str] | None, replicas: int | None) -> TopicSettings:
     if settings is None:
-        return TopicSettings()
+        return TopicSettings(replication_factor=replicas)
     policy = settings.get("cleanup.policy", "")
     return TopicSettings(
         max_message_bytes=_number(settings.get("max.message.bytes")),
         compacted="compact" in {part.strip() for part in policy.split(",")},
         retention_ms=_number(settings.get("retention.ms")),
+        min_insync_replicas=_number(settings.get("min.insync.replicas")),
+        unclean_leader_election=_flag(settings.get("unclean.leader.election.enable")),
+        replication_factor=replicas,
     )
+
+
+def _replicas(metadata: Any, topic: str) -> int | None:
+    """The fewest replicas of the topic's partitions, as Metadata lists them."""
+    listed = metadata.topics.get(topic)
+    if listed is None or listed.error is not None or not listed.partitions:
+        return None
+    return min(len(partition.replicas) for partition in listed.partitions.values())
+
+
+def _flag(text: str | None) -> bool | None:
+    if text is None or text.strip().lower() not in ("true", "false"):
+        return None
+    return text.strip().lower() == "true"
 
 
 def _number(text: str | None) -> int | None:

@@ -355,6 +355,9 @@ class CallCounts(TypedDict, total=False):
     """Joiner calls that failed (their records dead-lettered as ``JoinerFailed``)."""
     failures: list[str]
     """The lines of the first few of them (:meth:`daemon.operator.core.JoinerFailure.reason`)."""
+    replayed: int
+    """1 from the first call of a task that replays a batch its marker says committed: it
+    writes nothing again (:attr:`daemon.sink.task_output.TaskOutput.skipped`)."""
 
 
 FAILURES_REPORTED = 3

@@ -115,6 +115,8 @@ class JoinerProcessor(StatefulProcessor):
         """Source timestamps of the call's output records, by topic (``daemon.model.latency``)."""
         self._failures: list[str] = []
         """The lines of the joiner calls that failed since the last counts row."""
+        self._replay_told = False
+        """Whether a counts row said the task replays a committed batch (said once a task)."""
         self._newest: dict[int, int] = {}
         """The newest event time of the call's records, by input (event-time lag)."""
         self._timers: dict[int, int | None] = {}
@@ -284,7 +286,8 @@ class JoinerProcessor(StatefulProcessor):
         With them go the source timestamps of its output records (:mod:`daemon.model.latency`)
         and its inputs' newest event times. A replay that writes nothing counts nothing: its
         counts were reported the first time. The bucket's timer goes along either way: it is
-        a fact about the state the batch commits, the same in a replay, not a count.
+        a fact about the state the batch commits, the same in a replay, not a count; and so
+        does the one count a replay makes: that it found its batch committed.
         """
         output = self.output
         metrics = self.plan.joiner.context.metrics
@@ -295,8 +298,13 @@ class JoinerProcessor(StatefulProcessor):
         loads, self.buckets.loads = self.buckets.loads, {}
         failures, self._failures = self._failures, []
         if output is None or output.skipped:
-            if timers:
-                yield SparkRow(**counts_row({"timers": timers})._asdict())
+            replayed: CallCounts = {"timers": timers} if timers else {}
+            if output is not None and not self._replay_told:
+                # Counted once a task, so that a verify (or an operator) sees replays found
+                # their batch committed: the path exactly-once rests on after a crash.
+                replayed["replayed"], self._replay_told = 1, True
+            if replayed:
+                yield SparkRow(**counts_row(replayed)._asdict())
             return
         if timers:
             counts["timers"] = timers
