@@ -100,11 +100,15 @@ def test_verify_passes_over_sasl_ssl_with_scram(
     assert report["rates"]["input_records"] > 28  # the workload and an end marker per key
     # Part of the input came while the run went on, and the answer was exact all the same.
     assert 0 < report["rates"]["input_at_start"] < report["rates"]["input_records"] // 2 + 1
-    # The kill landed once a task of the batch had committed: the restarted run replayed it
-    # and found its marker, so the pass proves the replay path ran.
+    # The kill landed once a task of the batch had committed, so the restarted run replays
+    # that batch and its tasks find their markers, unless the batch's other task and Spark's
+    # commit got in before the kill did (timing's, as the zombie's stop below): the report
+    # says which. (The replay path itself: tests/delivery/test_crash_recovery.py.)
     assert report["restarts"][0]["after"] == "a task committed"
-    assert report["replays_found"] > 0, done.stdout[-4000:]
-    assert "found their batch committed by its marker" in done.stdout
+    if report["replays_found"]:
+        assert "found their batch committed by its marker" in done.stdout
+    else:
+        assert "replays: NO replayed task found its batch committed" in done.stdout
     # The settings exactly-once rests on, as this Tansu reports them for verify's own topics
     # (the file's are not made): one replica, and empty DescribeConfigs answers, said as not
     # reported. Warnings, which do not fail the run.
@@ -118,13 +122,17 @@ def test_verify_passes_over_sasl_ssl_with_scram(
         "offsets.retention.minutes is not reported by the brokers",
     ], warned
     assert all(f"WARNING settings: {line}" in done.stdout for line in warned)
-    # The zombie: stopped while a micro-batch ran, replaced by a run that committed that
-    # batch, woken up, and ended. The output above is exact, so nothing it did once woken was
+    # The zombie: stopped in a micro-batch, replaced by a run that committed that batch,
+    # woken up, and ended. The output above is exact, so nothing it did once woken was
     # written twice. What it was seen doing is timing's: in three runs here its logs showed
     # 8 fenced-transaction lines once, its tasks finding the batch committed once, and
-    # nothing within the watch once; the report says which.
+    # nothing within the watch once; the report says which. So is whether the stop landed
+    # while the batch's tasks ran: on a loaded CI machine the batch's last task committed
+    # before the SIGSTOP did, and the report says "after it was committed".
     zombie = report["zombie"]
-    assert zombie["in_flight"] and zombie["new_batch"] >= zombie["paused_batch"], zombie
+    assert zombie["new_batch"] >= zombie["paused_batch"], zombie
+    where = "while its tasks ran" if zombie["in_flight"] else "after it was committed"
+    assert where in done.stdout
     assert zombie["ended"].startswith(("was killed by verify", "exited by itself")), zombie
     assert "zombie: daemon run stopped (SIGSTOP)" in done.stdout
     assert report["broker"]["bootstrap"] == servers
