@@ -42,6 +42,8 @@ class TopicSettings:
     """``unclean.leader.election.enable``: whether an out-of-date replica may become leader."""
     replication_factor: int | None = None
     """The fewest replicas of any of its partitions (Metadata; None: not listed)."""
+    partitions: int | None = None
+    """How many partitions it has (Metadata; None: not listed, as a topic that does not exist)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def describe(client_conf: dict[str, str], topics: list[str]) -> ClusterSettings:
     broker = answers.get(("broker", str(brokers[0])), {}) if brokers else {}
     return ClusterSettings(
         topics={
-            topic: _topic(answers.get(("topic", topic)), _replicas(metadata, topic))
+            topic: _topic(answers.get(("topic", topic)), metadata.topics.get(topic))
             for topic in topics
         },
         transaction_max_timeout_ms=_number(broker.get("transaction.max.timeout.ms")),
@@ -111,9 +113,14 @@ def _kind(resource: Any) -> str:
     return str(getattr(resource.restype, "name", resource.restype)).lower()
 
 
-def _topic(settings: dict[str, str] | None, replicas: int | None) -> TopicSettings:
+def _topic(settings: dict[str, str] | None, listed: Any) -> TopicSettings:
+    """A topic's settings from its DescribeConfigs answer and its Metadata listing."""
+    replicas = partitions = None
+    if listed is not None and listed.error is None and listed.partitions:
+        partitions = len(listed.partitions)
+        replicas = min(len(partition.replicas) for partition in listed.partitions.values())
     if settings is None:
-        return TopicSettings(replication_factor=replicas)
+        return TopicSettings(replication_factor=replicas, partitions=partitions)
     policy = settings.get("cleanup.policy", "")
     return TopicSettings(
         max_message_bytes=_number(settings.get("max.message.bytes")),
@@ -122,15 +129,8 @@ def _topic(settings: dict[str, str] | None, replicas: int | None) -> TopicSettin
         min_insync_replicas=_number(settings.get("min.insync.replicas")),
         unclean_leader_election=_flag(settings.get("unclean.leader.election.enable")),
         replication_factor=replicas,
+        partitions=partitions,
     )
-
-
-def _replicas(metadata: Any, topic: str) -> int | None:
-    """The fewest replicas of the topic's partitions, as Metadata lists them."""
-    listed = metadata.topics.get(topic)
-    if listed is None or listed.error is not None or not listed.partitions:
-        return None
-    return min(len(partition.replicas) for partition in listed.partitions.values())
 
 
 def _flag(text: str | None) -> bool | None:

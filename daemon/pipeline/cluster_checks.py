@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from daemon.errors import ConfigError
-from daemon.kafka.admin import create_topics, existing_topics
-from daemon.kafka.names import markers_topic
-from daemon.kafka.topic_settings import ClusterSettings, TopicSettings, describe
+from daemon.kafka.admin import create_topics
+from daemon.kafka.topic_settings import ClusterSettings, TopicSettings
 
 MARKERS_RETENTION_MS = 14 * 86_400_000
 """The least ``retention.ms`` of a markers topic enrichd creates: twice the brokers' default
@@ -53,36 +52,35 @@ def check_cluster(file: Any, pipe: Any, settings: ClusterSettings) -> None:
 
 
 def create_markers_topics(
-    file: Any, conf: dict[str, str], pipelines: list[str], settings: ClusterSettings
+    file: Any, conf: dict[str, str], topics: list[str], settings: ClusterSettings
 ) -> None:
-    """Create the markers topic of each stage, unless it exists, and check the ones that do.
+    """Check the markers topics that exist (``settings`` lists them) and create the others.
 
     One partition, deleted by time, never compacted (:mod:`daemon.sink.markers`), kept at
     least twice as long as the brokers keep group offsets; replicated as the outputs are
     (``[kafka] replication_factor``).
 
     Raises:
-        ConfigError: a markers topic is missing and enrichd may not create it, or one that
-            exists is not as :func:`markers_topic_problem` wants it.
+        ConfigError: a markers topic that exists is not as :func:`markers_topic_problem`
+            wants it, or one is missing and enrichd may not create it.
     """
     offsets_kept_ms = 60_000 * (
         settings.offsets_retention_minutes or DEFAULT_OFFSETS_RETENTION_MINUTES
     )
+    for topic in topics:
+        found = settings.topics.get(topic)
+        if found is None or found.partitions is None:
+            continue  # not there yet: made below, as it must be
+        problem = markers_topic_problem(found.partitions, found, offsets_kept_ms)
+        if problem is not None:
+            raise ConfigError(f"the markers topic {topic!r} {problem}; {_MARKERS_TOPIC}")
     retention = max(MARKERS_RETENTION_MS, 2 * offsets_kept_ms)
     config = {"cleanup.policy": "delete", "retention.ms": str(retention)}
-    topics = [markers_topic(file.kafka.id_prefix, name) for name in pipelines]
     replication, configs = file.kafka.replication_factor, dict.fromkeys(topics, config)
     try:
         create_topics(conf, dict.fromkeys(topics, 1), replication, configs=configs)
     except ConfigError as missing:
         raise ConfigError(f"{missing}; {_MARKERS_TOPIC}") from None
-    partitions, found = existing_topics(conf), describe(conf, topics)
-    for topic in topics:
-        problem = markers_topic_problem(
-            partitions.get(topic), found.topics.get(topic), offsets_kept_ms
-        )
-        if problem is not None:
-            raise ConfigError(f"the markers topic {topic!r} {problem}; {_MARKERS_TOPIC}")
 
 
 def markers_topic_problem(

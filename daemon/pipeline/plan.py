@@ -15,6 +15,7 @@ from daemon.formats.serdes import codec_for as codec_for  # where callers look f
 from daemon.formats.serdes import key_codec_for
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
+from daemon.kafka.names import markers_topic
 from daemon.kafka.topic_settings import describe
 from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
 from daemon.model.envelope import Envelope
@@ -133,11 +134,13 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         file.kafka.replication_factor,
     )
     written = sorted({pipe.output.topic, pipe.dead_letters, *(t for t, _ in outputs.values())})
-    settings = describe(conf, written)
-    check_cluster(file, pipe, settings)
     stage_names = [pipe.name] + ([f"{pipe.name}.{stage.output}"] if stage is not None else [])
-    if pipe.delivery == "exactly_once":
-        create_markers_topics(file, conf, stage_names, settings)
+    markers = [markers_topic(file.kafka.id_prefix, name) for name in stage_names]
+    exactly_once = pipe.delivery == "exactly_once"
+    settings = describe(conf, written + (markers if exactly_once else []))
+    check_cluster(file, pipe, settings)
+    if exactly_once:
+        create_markers_topics(file, conf, markers, settings)
     inputs = tuple(
         SourceInput(
             role,
