@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from daemon.checkpoint.batch_logs import last_committed, last_planned, planned_batch
@@ -214,6 +215,11 @@ def in_flight(checkpoint: Path) -> bool:
     """Whether the last planned micro-batch is not committed yet."""
     planned_last, committed_last = last_planned(checkpoint), last_committed(checkpoint)
     return planned_last is not None and (committed_last is None or committed_last < planned_last)
+
+
+def any_in_flight(checkpoints: Iterable[Path]) -> bool:
+    """Whether any of the checkpoints planned a micro-batch it has not committed."""
+    return any(in_flight(Path(checkpoint)) for checkpoint in checkpoints)
 
 
 def committed(checkpoint: Path) -> dict[str, int]:

@@ -201,7 +201,10 @@ def run_with_kills(
             markers.mark()
             wait(
                 f"a task of the micro-batch past {point} records committed",
-                lambda: markers.moved() or not _in_flight(pipelines),
+                lambda: (
+                    markers.moved()
+                    or not runs.any_in_flight(pipe.config.checkpoint for pipe in pipelines)
+                ),
             )
         elif stop.sleep(delay):
             raise Interrupted(f"kill -9 #{number}")
@@ -260,11 +263,6 @@ def run_with_kills(
     progress("stopping daemon run with SIGTERM")
     code = child.stop()
     return ChildOutcome(run_s, sum(run.starts for run in children), code, zombie)
-
-
-def _in_flight(pipelines: list[VerifiedPipeline]) -> bool:
-    """Whether a pipeline planned a micro-batch it has not committed."""
-    return any(runs.in_flight(pipe.config.checkpoint) for pipe in pipelines)
 
 
 def _all_committed(pipelines: list[VerifiedPipeline]) -> bool:

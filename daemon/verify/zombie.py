@@ -109,11 +109,11 @@ def replace_paused_run(
     wait(
         old,
         "a task of the micro-batch to stop the run in committed",
-        lambda: markers.moved() or not any(runs.in_flight(path) for path in originals),
+        lambda: markers.moved() or not runs.any_in_flight(originals),
     )
     old.pause()
     paused = planned()
-    zombie = Zombie(max(paused), any(runs.in_flight(path) for path in originals))
+    zombie = Zombie(max(paused), runs.any_in_flight(originals))
     copies = [path.with_name(path.name + "-new") for path in originals]
     text = old.path.read_text(encoding="utf-8")
     for pipe, original, copy in zip(pipelines, originals, copies, strict=True):
