@@ -12,7 +12,7 @@ from typing import Any
 
 from daemon.broker import EmbeddedBroker
 from daemon.checkpoint.batch_logs import batches
-from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG
+from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.kafka.clients import Deliveries, read_partition
 from daemon.model.config import (
@@ -355,6 +355,17 @@ def await_committed(checkpoint: Path, timeout_s: float) -> None:
     ):
         assert time.monotonic() < deadline, f"{checkpoint}: a planned micro-batch never committed"
         time.sleep(0.1)
+
+
+def forget_from(checkpoint: Path, batch: int) -> None:
+    """Make Spark's checkpoint look as after a crash between the Kafka commit of ``batch``
+    and Spark's own: ``batch`` planned but not committed, and nothing after it."""
+    for log, first in ((COMMIT_LOG, batch), (OFFSET_LOG, batch + 1)):
+        folder = log_folder(checkpoint, log)
+        for path in folder.glob("[0-9]*"):
+            if int(path.name) >= first:
+                path.unlink()
+                (folder / f".{path.name}.crc").unlink(missing_ok=True)
 
 
 def run_pipeline(

@@ -28,7 +28,7 @@ from daemon.operator.spec import OperatorPlan
 from daemon.pipeline.cluster_checks import check_cluster, create_markers_topics
 from daemon.pipeline.marker_check import check_markers
 from daemon.pipeline.selection import select_function
-from daemon.pipeline.switches import COUNTS_SINK
+from daemon.pipeline.switches import COUNTS_SINK, SOURCE_READER
 from daemon.plugin.configured import configure, pipeline_joiner
 from daemon.plugin.host import registry
 from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner
@@ -340,6 +340,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     source = replace(
         plan.source,
         read_tasks=spark.sparkContext.defaultParallelism,
+        read_on_driver=SOURCE_READER.value() == "driver",
         wake_ms=(pipe.trigger or WAKEUP_MS) if wakes else 0,
         start=None if seed is None else seed.start,
         checkpoint=checkpoint,

@@ -51,5 +51,11 @@ COUNTS_SINK = Switch(
     "how a query hands its counts rows on: foreachBatch on the driver, or the Python "
     "data-source sink as before (daemon.sink.spark_sink)",
 )
-SWITCHES = (COUNTS_SINK,)
+SOURCE_READER = Switch(
+    "ENRICHD_SOURCE_READER",
+    ("executors", "driver"),
+    "who reads a micro-batch: Python tasks on the executors, or the driver's planning "
+    "process (daemon.source.spark_source.DriverStreamReader)",
+)
+SWITCHES = (COUNTS_SINK, SOURCE_READER)
 """Every switch, for the benchmark."""

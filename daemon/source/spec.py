@@ -115,6 +115,10 @@ class SourceSpec:
     read_tasks: int = 0
     """How many Spark tasks read a micro-batch at most (the cluster's cores); 0: one task
     per Kafka partition."""
+    read_on_driver: bool = False
+    """Read each micro-batch on the driver, in the process that plans it, and hand its packs
+    to Spark there (:class:`daemon.source.spark_source.DriverStreamReader`): no Python task
+    reads; for small batches. The packs and their ranges are the executors' reader's."""
     wake_ms: int = 0
     """How often the plan's :data:`CLOCK` may move, for a joiner that wakes quiet keys; 0: no
     clock."""

@@ -24,6 +24,7 @@ from tests.kafka_helpers import (
     TweetViews,
     client_conf,
     create_topic,
+    forget_from,
     produce,
     read_topic,
     run_pipeline,
@@ -70,17 +71,6 @@ def _setup(
     file = setup.file(**pipeline)
     produce(setup.conf, setup.users, users(1, 2))
     return setup.conf, file, setup.tweets, setup.output
-
-
-def forget_from(checkpoint: Path, batch: int) -> None:
-    """Make Spark's checkpoint look as after a crash between the Kafka commit of ``batch``
-    and Spark's own: ``batch`` planned but not committed, and nothing after it."""
-    for log, first in ((COMMIT_LOG, batch), (OFFSET_LOG, batch + 1)):
-        folder = log_folder(checkpoint, log)
-        for path in folder.glob("[0-9]*"):
-            if int(path.name) >= first:
-                path.unlink()
-                (folder / f".{path.name}.crc").unlink(missing_ok=True)
 
 
 def test_restarts_from_the_checkpoint_write_each_output_once(

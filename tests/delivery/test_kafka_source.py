@@ -11,20 +11,30 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint.batch_logs import batches, planned_batch
+from daemon.checkpoint.layout import COMMIT_LOG
 from daemon.errors import KafkaReadError, failure_reason
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
 from daemon.kafka import connect
 from daemon.kafka.clients import read_partition
 from daemon.model.record_route import bucket_of
-from daemon.model.wire import DEAD_LETTER_ROUTE, parse_offsets, unpack
+from daemon.model.wire import (
+    DEAD_LETTER_ROUTE,
+    parse_offsets,
+    range_name,
+    split_partition_name,
+    unpack,
+)
 from daemon.source.spec import SourceInput, SourceSpec
 from tests.fetch_fault_proxy import TOPIC_AUTHORIZATION_FAILED, faulty
 from tests.kafka_helpers import (
     SCHEMAS,
     In,
     TweetViews,
+    await_committed,
     client_conf,
     create_topic,
+    forget_from,
     process_all,
     produce,
 )
@@ -46,25 +56,43 @@ def user(i: int) -> dict[str, Any]:
 
 
 def run_source(
-    spark: Any, checkpoint: Path, spec: SourceSpec, name: str
+    spark: Any,
+    checkpoint: Path,
+    spec: SourceSpec,
+    name: str,
+    ranges: set[str] | None = None,
+    batch_ids: list[int] | None = None,
 ) -> tuple[list[Any], list[int]]:
-    """Run the source into a memory sink until it has read everything; rows and batch sizes."""
-    query = (
-        spark.readStream.format("enrichd-kafka")
-        .option("spec", spec.encode())
-        .load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(checkpoint))
-        .start()
-    )
+    """Run the source into a memory sink until it has read everything; rows and batch sizes.
+
+    ``ranges``: gets the range each pack says it was read over (what batch markers record).
+    ``batch_ids``: collect through ``foreachBatch`` instead, and note there each batch's id:
+    a query that starts again on its checkpoint needs it, since Spark's memory sink refuses
+    to recover from a checkpoint in Append mode (it does only in Complete mode).
+    """
+    stream = spark.readStream.format("enrichd-kafka").option("spec", spec.encode()).load()
+    collected: list[Any] = []
+    if batch_ids is None:
+        writer = stream.writeStream.format("memory")
+    else:
+
+        def keep(frame: Any, batch_id: int) -> None:
+            batch_ids.append(batch_id)
+            collected.extend(frame.collect())
+
+        writer = stream.writeStream.foreachBatch(keep)
+    query = writer.queryName(name).option("checkpointLocation", str(checkpoint)).start()
     try:
         process_all(query)
+        await_committed(checkpoint, 60)  # a re-run batch too (processAllAvailable may not wait)
         sizes = [records_of(report) for report in query.recentProgress if report.numInputRows]
     finally:
         query.stop()
-    packs = spark.table(name).collect()
-    spark.catalog.dropTempView(name)
+    if batch_ids is None:
+        packs = spark.table(name).collect()
+        spark.catalog.dropTempView(name)
+    else:
+        packs = collected
     rows = []
     for pack in packs:
         records = [SimpleNamespace(**record) for record in unpack(pack.records).to_pylist()]
@@ -72,6 +100,8 @@ def run_source(
         assert {bucket_of(r.key, spec.state_buckets) for r in records} == {pack.bucket}
         assert len({r.partition for r in records}) == 1
         rows.extend(records)
+        if ranges is not None:
+            ranges.add(pack.read_range)
     return rows, sizes
 
 
@@ -111,39 +141,94 @@ def test_reads_the_tail_of_the_last_record_batch_without_newer_data(
     assert all(r.error is None and r.input == 0 for r in rows)
 
 
-@pytest.mark.parametrize("read_tasks", [0, 1])
+CAPPED_RECORDS = sorted([(0, o) for o in range(9)] + [(1, o) for o in range(8)])
+"""The (partition, offset) of each of :func:`capped`'s records."""
+
+
+def capped(broker: EmbeddedBroker, topic: str, **settings: Any) -> SourceSpec:
+    """17 users on two partitions of ``topic`` (user i on partition i % 2, Kafka timestamp
+    5000 + i), read at most 6 a micro-batch with the spec's other ``settings``."""
+    conf = client_conf(broker.bootstrap_servers)
+    create_topic(conf, topic, 2)
+    codec = AvroCodec(USER)
+    records = [In(codec.encode(user(i)), partition=i % 2, timestamp=5000 + i) for i in range(17)]
+    assert produce(conf, topic, records) == {0: 9, 1: 8}
+    return SourceSpec(
+        inputs=(SourceInput("one", topic, "id", "updated_at", codec),),
+        client_conf=conf,
+        max_records_per_batch=6,
+        **settings,
+    )
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"read_tasks": 0}, {"read_tasks": 1}, {"read_on_driver": True}],
+    ids=["task-per-partition", "one-task", "driver"],
+)
 def test_caps_micro_batches_and_reads_every_partition_once(
     broker: EmbeddedBroker,
     spark: Any,
     fresh_topic: Callable[[str], str],
     tmp_path: Path,
-    read_tasks: int,
+    settings: dict[str, Any],
 ) -> None:
-    """With ``read_tasks`` 1 one task reads both partitions' ranges, one after the other."""
-    conf = client_conf(broker.bootstrap_servers)
-    topic = fresh_topic("cap")
-    create_topic(conf, topic, 2)
-    codec = AvroCodec(USER)
-    records = [In(codec.encode(user(i)), partition=i % 2, timestamp=5000 + i) for i in range(17)]
-    assert produce(conf, topic, records) == {0: 9, 1: 8}
-    spec = SourceSpec(
-        inputs=(SourceInput("one", topic, "id", "updated_at", codec),),
-        client_conf=conf,
-        max_records_per_batch=6,
-        read_tasks=read_tasks,
-    )
+    """With ``read_tasks`` 1 one task reads both partitions' ranges, one after the other;
+    with ``read_on_driver`` (``ENRICHD_SOURCE_READER=driver``) the driver's planning process
+    reads them, and the planner, not Spark, applies the cap."""
+    spec = capped(broker, fresh_topic("cap"), **settings)
+    name = "cap_rows_" + "_".join(f"{key}_{int(value)}" for key, value in settings.items())
 
-    rows, sizes = run_source(spark, tmp_path / "checkpoint", spec, f"cap_rows_{read_tasks}")
+    rows, sizes = run_source(spark, tmp_path / "checkpoint", spec, name)
 
-    assert sorted((r.partition, r.offset) for r in rows) == sorted(
-        [(0, o) for o in range(9)] + [(1, o) for o in range(8)]
-    )
+    assert sorted((r.partition, r.offset) for r in rows) == CAPPED_RECORDS
     assert sum(sizes) == 17
     assert max(sizes) <= 6 and len(sizes) >= 3
     by_id = {int(r.key): r for r in rows}
     assert sorted(by_id) == list(range(17))
     assert all(by_id[i].event_time == 1000 + i for i in by_id)  # from the time field
     assert all(by_id[i].timestamp == 5000 + i for i in by_id)  # the Kafka timestamp
+
+
+def test_a_batch_the_driver_read_is_read_again_from_its_planned_offsets_after_a_restart(
+    broker: EmbeddedBroker, spark: Any, fresh_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """``read_on_driver``: a batch Spark runs again after a crash before its commit (its
+    ``commits/N`` deleted) has no copy left (it lived in the driver runner's memory) and is
+    read again, by a Python task, from the offsets its plan recorded: the same records, in
+    packs that name the same ranges, so a batch marker's digest of them matches."""
+    spec = capped(broker, fresh_topic("driver"), read_on_driver=True)
+    checkpoint = tmp_path / "checkpoint"
+    first_ranges: set[str] = set()
+
+    rows, _ = run_source(spark, checkpoint, spec, "driver_rows", first_ranges, [])
+
+    assert sorted((r.partition, r.offset) for r in rows) == CAPPED_RECORDS
+    last = max(batches(checkpoint, COMMIT_LOG))
+    assert last >= 2  # 17 records at most 6 a batch
+    before, end = planned_batch(checkpoint, last - 1).ends, planned_batch(checkpoint, last).ends
+    planned = {
+        (split_partition_name(name)[1], offset)
+        for name, stop in end.items()
+        for offset in range(before.get(name, 0), stop)
+    }
+    planned_ranges = {
+        range_name(*split_partition_name(name), before.get(name, 0), stop)
+        for name, stop in end.items()
+        if stop > before.get(name, 0)
+    }
+    assert planned and planned_ranges <= first_ranges
+    forget_from(checkpoint, last)
+    again_ranges: set[str] = set()
+    again_ids: list[int] = []
+
+    again, _ = run_source(spark, checkpoint, spec, "driver_again", again_ranges, again_ids)
+
+    assert again_ids == [last]  # run again, and nothing more
+    assert max(batches(checkpoint, COMMIT_LOG)) == last
+    assert sorted((r.partition, r.offset) for r in again) == sorted(planned)
+    assert again_ranges == planned_ranges
+    assert {(r.key, r.value) for r in again} <= {(r.key, r.value) for r in rows}
 
 
 def test_end_of_input_markers_become_control_rows_outside_the_cap(

@@ -16,8 +16,9 @@ from daemon.model.config import PipelineConfig, SparkConfig
 
 @pytest.fixture(autouse=True)
 def _untuned(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("ENRICHD_COUNTS_SINK", "")  # so that it is restored afterwards
-    monkeypatch.delenv("ENRICHD_COUNTS_SINK")
+    for switch in tuning.SWITCHES.values():
+        monkeypatch.setenv(switch.variable, "")  # so that it is restored afterwards
+        monkeypatch.delenv(switch.variable)
     yield
     tuning.apply(tuning.Tuning())
 
@@ -39,13 +40,18 @@ def test_the_options_become_spark_settings_buckets_and_switches() -> None:
         "8",
         "--counts-sink",
         "data-source",
+        "--source-reader",
+        "driver",
     )
     assert chosen.spark_conf == {
         "spark.python.factory.idleWorkerMaxPoolSize": "2",
         "spark.sql.shuffle.partitions": "1",
         "spark.python.unix.domain.socket.enabled": "true",
     }
-    assert (chosen.state_buckets, chosen.switches) == (8, {"counts_sink": "data-source"})
+    assert (chosen.state_buckets, chosen.switches) == (
+        8,
+        {"counts_sink": "data-source", "source_reader": "driver"},
+    )
     assert parsed(*chosen.options()) == chosen  # as `all` hands them on to each workload
 
 
@@ -58,7 +64,7 @@ def test_every_enrichd_run_gets_the_tuning_and_the_command_line_says_so() -> Non
     spark = SparkConfig(conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
     assert tuning.spark(spark) is spark  # untuned: as the workload made it
     tuning.apply(
-        parsed("--shuffle-partitions", "1", "--state-buckets", "4", "--counts-sink", "data-source")
+        parsed("--shuffle-partitions", "1", "--state-buckets", "4", "--source-reader", "driver")
     )
     assert tuning.spark(spark).conf == {
         "spark.sql.shuffle.partitions": "1",
@@ -74,9 +80,10 @@ def test_every_enrichd_run_gets_the_tuning_and_the_command_line_says_so() -> Non
         }
     )
     assert tuning.pipeline(pipe).state_buckets == 4
-    assert os.environ["ENRICHD_COUNTS_SINK"] == "data-source"
+    assert os.environ["ENRICHD_SOURCE_READER"] == "driver"
+    assert "ENRICHD_COUNTS_SINK" not in os.environ  # not chosen: enrichd's default
     command = run_header("python -m bench comap", "a machine")[0]
     assert command == (
         "Command: `python -m bench comap --spark-conf spark.sql.shuffle.partitions=1 "
-        "--state-buckets 4 --counts-sink data-source`  "
+        "--state-buckets 4 --source-reader driver`  "
     )
