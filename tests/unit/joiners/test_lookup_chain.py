@@ -10,6 +10,7 @@ one table.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,10 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.errors import ConfigError
-from daemon.joiners.aggregate import RETRACTIONS
+from daemon.joiners.aggregate import RETRACTIONS, Aggregate, AggregateOptions
 from daemon.joiners.lookup import Lookup, LookupOptions
 from daemon.joiners.lookup_chain import ChainTable, plan_chain
-from daemon.plugin.joiner import Emit
+from daemon.plugin.joiner import JOINED, RETRACTED, Emit, InputRecord, JoinerContext
 from daemon.testing import by_key, run_joiner
 from tests.unit.joiners.chain_replay import ChainRun, ChainStream, run_chain
 
@@ -201,6 +202,32 @@ def test_left_mode_passes_an_order_on_without_a_row_and_its_region_without_a_key
     assert value["product"]["name"] == "pen"
 
 
+def test_a_table_with_a_composite_key_is_looked_up_by_several_paths() -> None:
+    # Customers are keyed by tenant and id; an order names both, its customer's row the same
+    # id under another tenant is not hers.
+    customers = ChainTable(
+        "customers", "customer", ("order.tenant", "order.customer_id"), LookupOptions()
+    )
+    orders = [order("o1", "c1", "p1", 20, 5), order("o2", "c1", "p1", 20, 6)]
+    orders[0]["value"]["tenant"], orders[1]["value"]["tenant"] = "acme", "initech"
+    run = run_chain(
+        STREAM,
+        [customers],
+        {
+            "orders": orders,
+            "customers": [
+                row("c1", 0, 1, tenant="acme", name="Ada"),
+                row("c1", 0, 2, tenant="initech", name="Bob"),
+            ],
+        },
+        row_keys={"customers": ["tenant", "id"]},
+    )
+    assert [(key, value["customer"]["name"]) for key, value in outputs(run)] == [
+        (b"o1", "Ada"),
+        (b"o2", "Bob"),
+    ]
+
+
 # -- against a plain model ------------------------------------------------------------------
 
 
@@ -310,6 +337,51 @@ def test_the_latest_answer_is_the_as_of_join_of_every_table_for_any_micro_batchi
         )
 
 
+def revision_log(inputs: Mapping[str, Sequence[dict[str, Any]]], mode: str) -> dict[str, Any]:
+    """What each record, in arrival order, changes: per order, every answer it had, numbered.
+
+    After each input record, each order that has arrived is joined as of its time with the
+    rows that have arrived; an answer that differs from the last one written is written with
+    the next number (in inner mode a lost answer as a tombstone, None, which takes a number).
+    """
+    # Ties of timestamp: the stream first, then the tables as the pipeline lists them.
+    roles = ["orders", *(table.role for table in tables())]
+    arrival = sorted(
+        (
+            (line["timestamp"], rank, offset, role, line)
+            for rank, role in enumerate(roles)
+            for offset, line in enumerate(inputs[role])
+        ),
+        key=lambda item: item[:3],
+    )
+    written: dict[str, list[Any]] = {}
+    last: dict[str, Any] = {}
+    for end in range(1, len(arrival) + 1):
+        arrived = {role: [item[4] for item in arrival[:end] if item[3] == role] for role in roles}
+        for key, answer in model(arrived, mode).items():
+            answer = None if answer == ABSENT else answer
+            if answer != last.get(key):
+                log = written.setdefault(key, [])
+                log.append(answer and {**answer, "revision": len(log)})
+                last[key] = answer
+    return written
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    inputs=INPUT_SETS,
+    mode=st.sampled_from(["inner", "left"]),
+    max_batch=st.sampled_from([1, 2, None]),
+)
+def test_each_record_revises_exactly_the_answers_it_changes_once(
+    inputs: dict[str, list[dict[str, Any]]], mode: str, max_batch: int | None
+) -> None:
+    run = chain(
+        inputs, options={"versioned": True, "revisions": True, "mode": mode}, max_batch=max_batch
+    )
+    assert answers(run) == revision_log(inputs, mode)
+
+
 @settings(max_examples=100, deadline=None)
 @given(inputs=INPUT_SETS, max_batch=st.sampled_from([1, 2, None]))
 def test_the_latest_value_joins_each_order_once_with_the_rows_in_before_it(
@@ -343,6 +415,32 @@ def outputs_by_key(run: ChainRun) -> list[tuple[str, Any]]:
         found.append((out.key.decode(), out.value))
     assert len({key for key, _ in found}) == len(found), "an order was answered twice"
     return found
+
+
+@settings(max_examples=100, deadline=None)
+@given(inputs=INPUT_SETS, max_batch=st.sampled_from([1, 3, None]))
+def test_running_totals_count_each_order_once_in_the_region_of_its_latest_answer(
+    inputs: dict[str, list[dict[str, Any]]], max_batch: int | None
+) -> None:
+    run = chain(inputs, max_batch=max_batch, retractions=True)
+    stage = Aggregate(
+        AggregateOptions(group_by="region.name"), JoinerContext("chain", {"joined": "joined"})
+    )
+    totals: dict[str, int] = {}
+    for out in run.outputs:  # the final totals do not depend on the order groups apply in
+        if out.value is None:
+            continue  # a withdrawn answer: its retraction takes it back
+        role = RETRACTED if out.output == RETRACTIONS else JOINED
+        group = out.value["region"]["name"]
+        record = InputRecord(role, group, out.value, 0, "", 0, 0)
+        state = {"total": totals[group]} if group in totals else {}
+        for total in stage.process(group, state, [record], stage.context):
+            assert isinstance(total, Emit) and total.value is not None
+            totals[group] = total.value["count"]
+    expected = Counter(
+        answer["region"]["name"] for answer in model(inputs, "inner").values() if answer != ABSENT
+    )
+    assert {group: n for group, n in totals.items() if n} == dict(expected)
 
 
 # -- one table: as today's lookup -----------------------------------------------------------
