@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any, Final
 
@@ -134,6 +134,34 @@ def meta(record: InputRecord) -> dict[str, Any]:
 def enriched(partial: dict[str, Any]) -> dict[str, Any]:
     """A partial's value without the chain's bookkeeping: the output record."""
     return {name: value for name, value in partial.items() if name != META}
+
+
+def as_partial(record: InputRecord, field: str) -> InputRecord:
+    """A stream record as the first stage takes it: a partial of no table yet.
+
+    Its identity is its topic, partition and offset; its rank its own place in the arrival
+    order (the stream is input 0).
+    """
+    book = {
+        "id": f"{record.topic}/{record.partition}/{record.offset}",
+        "t": record.event_time,
+        "gen": (),
+        "rank": (record.timestamp, 0, record.partition, record.offset),
+    }
+    return replace(record, role="stream", value={field: record.value, META: book})
+
+
+def read_back(emit: Emit) -> InputRecord:
+    """A stage's partial (or withdrawal) as the next stage, or the numbering, reads it back.
+
+    Its event time is the stream record's, its timestamp that of the record that made it;
+    the Kafka key is the stream record's. The join key is the reader's to set.
+    """
+    value = emit.value or {}
+    book = value[META]
+    key = emit.key if isinstance(emit.key, bytes) else None
+    timestamp = int(book["rank"][0])
+    return InputRecord("stream", "", value, int(book["t"]), "", 0, 0, key, timestamp, emit.headers)
 
 
 class LookupStage(Lookup):
@@ -305,6 +333,18 @@ class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
                 headers=record.headers,
             )
             state["next"], state["last"] = numbered + 1, answer
+
+    def advance(
+        self, key: str, state: dict[str, Any], to: int, ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """At the end of input no stage revises any more (they drop what they kept): forget.
+
+        A record that reaches the key after the end starts afresh, as the stages' do.
+        """
+        if to >= END_OF_TIME:
+            state.clear()
+            state.update(self.initial_state())
+        return iter(())
 
     def _value(self, answer: dict[str, Any], revision: int) -> dict[str, Any]:
         if self.options.revisions:

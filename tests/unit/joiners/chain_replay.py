@@ -17,15 +17,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from daemon.joiners.lookup_chain import (
-    META,
     WITHDRAWN,
     ChainTable,
     LookupStage,
     Numbering,
     NumberingOptions,
+    as_partial,
     enriched,
     meta,
     plan_chain,
+    read_back,
     stage_order,
 )
 from daemon.model.keys import join_key
@@ -59,6 +60,7 @@ class ChainRun:
             their ``output``), in the order written.
         dead_letters: every refused record (a late partial is refused as the stream record
             it carries).
+        numbered: how many stream records the numbering stage still holds at the end.
         metrics: each stage's counters, named ``TABLE.NAME`` (``customers.matched``), and
             the numbering stage's (``revisions``: outputs that replace an earlier one).
         batches: how many micro-batches ran.
@@ -68,6 +70,7 @@ class ChainRun:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     metrics: dict[str, int] = field(default_factory=dict)
     batches: int = 0
+    numbered: int = 0
 
 
 class _Chain:
@@ -114,7 +117,7 @@ class _Chain:
         withdrawn: list[Emit] = []
         for index, stage in enumerate(self.stages):
             passed = self._stage(index, partials, rows[stage.table.role], withdrawn)
-            partials = [self._passed(emit) for emit in passed]
+            partials = [read_back(emit) for emit in passed]
         self._finish(partials, withdrawn)
         self.run.batches += 1
 
@@ -127,8 +130,9 @@ class _Chain:
             for key, state in self.states[index].items():
                 passed += self._sorted(stage.advance(key, state, END_OF_TIME, stage.context))
             passed = [emit for emit in passed if not self._withdrawal(emit, withdrawn)]
-            partials = [self._passed(emit) for emit in passed]
+            partials = [read_back(emit) for emit in passed]
         self._finish(partials, withdrawn)
+        self.forget()
 
     def _stage(
         self,
@@ -185,7 +189,7 @@ class _Chain:
                     )
                 )
             return
-        joined = [*ordered, *(self._passed(emit) for emit in withdrawn)]
+        joined = [*ordered, *(read_back(emit) for emit in withdrawn)]
         groups: dict[str, list[InputRecord]] = {}
         for record in sorted(joined, key=_rank_and_identity):
             groups.setdefault(str(meta(record)["id"]), []).append(replace(record, role="joined"))
@@ -195,20 +199,25 @@ class _Chain:
             records.sort(key=lambda r: (tuple(meta(r)["rank"]), tuple(meta(r)["gen"])))
             self.run.outputs += self.numbering.process(key, state, records, ctx)
 
+    def forget(self) -> None:
+        """The end of input reaches the numbering: each stream record's entry it drops."""
+        if self.numbering is None:
+            return
+        for key, state in list(self.numbered.items()):
+            self.run.outputs += self.numbering.advance(
+                key, state, END_OF_TIME, self.numbering.context
+            )
+            if self.numbering.is_empty(state):
+                del self.numbered[key]
+
     def _partial(self, offset: int, line: Mapping[str, Any]) -> InputRecord:
-        """A stream record as the first stage takes it: a partial of no table yet."""
+        """A stream record as the first stage takes it."""
         value, timestamp = line["value"], int(line["timestamp"])
         event_time = _event_time(value, self.stream.time, timestamp)
-        book = {
-            "id": f"{self.stream.role}/0/{offset}",
-            "t": event_time,
-            "gen": (),
-            "rank": (timestamp, 0, 0, offset),
-        }
-        return InputRecord(
+        record = InputRecord(
             "stream",
             "",
-            {self.stream.field: value, META: book},
+            value,
             event_time,
             self.stream.role,
             0,
@@ -216,6 +225,7 @@ class _Chain:
             _key_bytes(line.get("key")),
             timestamp,
         )
+        return as_partial(record, self.stream.field)
 
     def _row(self, role: str, offset: int, line: Mapping[str, Any]) -> InputRecord:
         """A table row, keyed by its own key (a tombstone by its Kafka key)."""
@@ -229,24 +239,6 @@ class _Chain:
         event_time = _event_time(value, self.times.get(role), timestamp)
         return InputRecord(
             "table", key, value, event_time, role, 0, offset, _key_bytes(line.get("key")), timestamp
-        )
-
-    @staticmethod
-    def _passed(emit: Emit) -> InputRecord:
-        """A stage's emit as the next stage (or the numbering) takes it."""
-        value = emit.value or {}
-        book = value[META]
-        return InputRecord(
-            "stream",
-            "",
-            value,
-            int(book["t"]),
-            "",
-            0,
-            0,
-            emit.key if isinstance(emit.key, bytes) else None,
-            int(book["rank"][0]),
-            emit.headers,
         )
 
 
@@ -306,6 +298,7 @@ def run_chain(
         chain.batch([(i, o, role, line) for _, i, o, role, line in arrival[start : start + size]])
     chain.end()
     run = chain.run
+    run.numbered = len(chain.numbered)
     for stage in chain.stages:
         for name, n in stage.context.metrics.items():
             run.metrics[f"{stage.table.role}.{name}"] = n

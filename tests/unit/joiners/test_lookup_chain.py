@@ -155,6 +155,7 @@ def test_a_late_customer_row_moves_the_order_to_her_new_region_once_it_is_known(
     ]
     assert run.metrics["revisions"] == 2
     assert run.metrics["customers.revisions"] == 1
+    assert run.numbered == 0  # the end of input: nothing can revise the order any more
 
 
 def test_a_late_row_of_a_region_the_order_has_left_revises_nothing() -> None:
