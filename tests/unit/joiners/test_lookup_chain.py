@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from daemon.errors import ConfigError
 from daemon.joiners.aggregate import RETRACTIONS, Aggregate, AggregateOptions
 from daemon.joiners.lookup import Lookup, LookupOptions
-from daemon.joiners.lookup_chain import ChainTable, plan_chain
+from daemon.joiners.lookup_chain import ChainTable, meta, plan_chain
 from daemon.plugin.joiner import JOINED, RETRACTED, Emit, InputRecord, JoinerContext
 from daemon.testing import by_key, run_joiner
 from tests.unit.joiners.chain_replay import ChainRun, ChainStream, run_chain
@@ -336,6 +336,30 @@ def test_the_latest_answer_is_the_as_of_join_of_every_table_for_any_micro_batchi
         assert per_output(chain(inputs, options=options, max_batch=max_batch).outputs) == (
             per_output(whole.outputs)
         )
+
+
+@settings(max_examples=100, deadline=None)
+@given(inputs=INPUT_SETS, grace=st.sampled_from([0, 4]), max_batch=st.sampled_from([1, 2, 3]))
+def test_records_later_than_the_retention_are_refused_alike_for_any_micro_batching(
+    inputs: dict[str, list[dict[str, Any]]], grace: int, max_batch: int
+) -> None:
+    # A retention of 8 ms: a row (or an order, at any stage) more than 8 behind its key's
+    # stream time is a dead letter, at the same stage, whatever the cuts.
+    options = {"versioned": True, "revisions": True, "history_retention": 8, "grace": grace}
+    whole = chain(inputs, options=options)
+    cut = chain(inputs, options=options, max_batch=max_batch)
+    assert per_output(cut.outputs) == per_output(whole.outputs)
+    assert refused(cut) == refused(whole)
+
+
+def refused(run: ChainRun) -> list[tuple[str, str, Any]]:
+    """Each dead letter's kind and record: a table row's input and offset, an order's id."""
+    found = []
+    for dead in run.dead_letters:
+        record = dead.record
+        which = meta(record)["id"] if record.role == "stream" else (record.topic, record.offset)
+        found.append((dead.kind, record.role, which))
+    return sorted(found, key=repr)
 
 
 def revision_log(inputs: Mapping[str, Sequence[dict[str, Any]]], mode: str) -> dict[str, Any]:
