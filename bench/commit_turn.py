@@ -191,7 +191,7 @@ def _task(
             yield
 
     task_producer.ending_transaction = timed_turn  # type: ignore[assignment]  # the real turn, timed
-    spec = OutputSpec(pipeline, conf, "exactly_once", marker_topic=topic, commit_turn=True)
+    spec = OutputSpec(pipeline, conf, "exactly_once", output_topic=topic, commit_turn=True)
     value = b"x" * 100
     commits = []
     try:

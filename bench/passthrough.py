@@ -277,7 +277,7 @@ def run_enrichd(
         client_conf=conf,
         max_records_per_batch=max_records_per_batch,
     )
-    sink = OutputSpec(name, conf, "exactly_once", marker_topic=output)
+    sink = OutputSpec(name, conf, "exactly_once", output_topic=output)
     input_records = sum(ends.values())
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-") as tmp, PeakMemory() as memory:
         checkpoint = Path(tmp) / "checkpoint"

@@ -58,6 +58,22 @@ class MissingOffsetsError(EnrichdError):
     """
 
 
+class CheckpointDivergedError(EnrichdError):
+    """The checkpoint no longer says what the output holds: a batch's marker disagrees with it.
+
+    Each task of a micro-batch commits, with its output, a marker naming the batch and the
+    input ranges it covered. Spark writes its offset and commit logs without syncing them
+    to disk, so a host crash, a volume snapshot restored or a checkpoint copied from
+    elsewhere can lose a batch whose output is already in Kafka. Started again, the
+    pipeline would plan that batch anew over other ranges: records of the new ranges would
+    never be written and others written twice. It stops instead; the message names the
+    batch, the ranges the marker records and what the checkpoint says now. To go on, decide
+    what the gap means for the output, then move the pipeline's start past what was written
+    with `daemon reset --to` (or `--keep-state`), or restore the checkpoint that wrote the
+    marker (docs/operations.md, "When the checkpoint and the output disagree").
+    """
+
+
 class RecordsRemovedWhileReadingError(EnrichdError):
     """Records were removed from an input partition while a micro-batch was reading them.
 
@@ -146,12 +162,17 @@ def _python_exception(text: str) -> tuple[str, str] | None:
     return None
 
 
+OPERATOR_ONLY = (MissingOffsetsError, CheckpointDivergedError)
+"""The errors only the operator can mend: a restart would fail the same way for ever."""
+
+
 def stops_the_pipeline(text: str) -> bool:
     """Whether a query failed for a reason that restarting cannot mend (the operator must act).
 
-    That is a :class:`MissingOffsetsError`, wherever in the text of its exception it is.
+    That is one of :data:`OPERATOR_ONLY`, wherever in the text of its exception it is.
     """
-    return re.search(rf"(?:^|[\s.]){MissingOffsetsError.__name__}: ", text) is not None
+    names = "|".join(error.__name__ for error in OPERATOR_ONLY)
+    return re.search(rf"(?:^|[\s.])(?:{names}): ", text) is not None
 
 
 def _error_names(root: type[BaseException]) -> set[str]:

@@ -41,6 +41,14 @@ def verify(
     kills: Annotated[
         int, typer.Option("--kills", min=0, help="kill -9s of the running daemon, spread out.")
     ] = 3,
+    zombie: Annotated[
+        bool,
+        typer.Option(
+            "--zombie/--no-zombie",
+            help="Also stop the run with SIGSTOP, start a new one, and resume the old one: "
+            "it must be fenced and write nothing twice.",
+        ),
+    ] = True,
     partitions: Annotated[
         int, typer.Option("--partitions", min=1, help="Partitions of every topic it creates.")
     ] = 2,
@@ -86,6 +94,7 @@ def verify(
         joiners=JOINERS if joiner == "all" else (joiner,),
         records=records,
         kills=kills,
+        zombie=zombie,
         partitions=partitions,
         replication=replication,
         keep=keep,

@@ -134,14 +134,19 @@ def topic_ids(client_conf: dict[str, str], topics: list[str]) -> dict[str, str]:
 
 
 def create_topics(
-    client_conf: dict[str, str], topics: dict[str, int], replication: int | None = -1
+    client_conf: dict[str, str],
+    topics: dict[str, int],
+    replication: int | None = -1,
+    *,
+    configs: dict[str, dict[str, str]] | None = None,
 ) -> None:
     """Create the topics that do not exist yet, with the given partition counts.
 
     ``replication`` is their replication factor; -1: the broker's default; None (``[kafka]
     replication_factor`` unset): the broker's default on the embedded broker, where there is
     one broker, and a refusal anywhere else, where the broker's default may be less than the
-    cluster's durability needs (Kafka's own is 1). A refusal of the broker is raised as
+    cluster's durability needs (Kafka's own is 1). ``configs``: a topic's settings, by its
+    name (``cleanup.policy``, ...). A refusal of the broker is raised as
     :class:`KafkaUnavailableError` from the client's exception (its error code names the
     refusal).
 
@@ -165,7 +170,10 @@ def create_topics(
                 "-1: the broker's default.replication.factor) for enrichd to create them"
             )
         replication = -1
-    wanted = [NewTopic(name, partitions, replication) for name, partitions in missing.items()]
+    wanted = [
+        NewTopic(name, partitions, replication, config=(configs or {}).get(name, {}))
+        for name, partitions in missing.items()
+    ]
     client = admin(client_conf)  # must outlive the futures it answers
     for name, future in client.create_topics(wanted).items():
         try:
@@ -187,6 +195,20 @@ def delete_topics(client_conf: dict[str, str], topics: list[str]) -> dict[str, E
         except Exception as exc:
             failed[name] = exc
     return failed
+
+
+def groups_starting(client_conf: dict[str, str], prefix: str) -> list[str]:
+    """The cluster's consumer groups whose names start with ``prefix``, sorted.
+
+    Raises:
+        KafkaUnavailableError: the cluster would not list them (no ACL to, say).
+    """
+    client = admin(client_conf)  # must outlive the futures it answers
+    try:
+        listed = client.list_consumer_groups(request_timeout=30).result(timeout=30)
+    except Exception as exc:
+        raise KafkaUnavailableError(f"cannot list the groups {prefix}*: {exc}") from None
+    return sorted(group.group_id for group in listed.valid if group.group_id.startswith(prefix))
 
 
 def delete_groups(client_conf: dict[str, str], starting_with: list[str]) -> list[str]:

@@ -27,7 +27,11 @@ from pydantic import (
 
 from daemon import secrets
 from daemon.errors import ConfigError
-from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_STATE_BUCKETS
+from daemon.model.constants import (
+    DEFAULT_ID_PREFIX,
+    DEFAULT_STATE_BUCKETS,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+)
 from daemon.model.durations import DurationMs
 from daemon.model.envelope import Envelope
 from daemon.model.environment import expand_environment
@@ -101,6 +105,7 @@ class KafkaConfig(_Strict):
     its own. ``commit_turn`` forces the commit turn on or off (docs/semantics.md).
     ``replication_factor`` is that of the topics enrichd creates (outputs, dead letters);
     unset, it creates them only on the embedded broker (:func:`daemon.kafka.admin.create_topics`).
+    ``transaction_timeout`` is the producers' ``transaction.timeout.ms``.
     """
 
     bootstrap_servers: str | None = None
@@ -114,6 +119,13 @@ class KafkaConfig(_Strict):
         default=None,
         description="whether transactions on one host end one at a time; unset: on the "
         "embedded broker only (daemon.sink.commit_turn)",
+    )
+    transaction_timeout: DurationMs = Field(
+        default=DEFAULT_TRANSACTION_TIMEOUT_MS,
+        ge=1000,
+        description="how long a task's transaction may stay open before the broker aborts it "
+        "(the producers' transaction.timeout.ms); at most the brokers' "
+        "transaction.max.timeout.ms, which a start checks",
     )
 
     replication_factor: int | None = Field(

@@ -29,3 +29,12 @@ that with 32 (``BENCHMARKS.md``, "Measurements behind the defaults")."""
 DEFAULT_ID_PREFIX: Final = "enrichd"
 """What every transactional id and consumer group of enrichd starts with, unless
 ``[kafka] id_prefix`` says otherwise (:mod:`daemon.kafka.names`)."""
+
+DEFAULT_TRANSACTION_TIMEOUT_MS: Final = 15 * 60 * 1000
+"""``[kafka] transaction_timeout`` unless set: the producers' ``transaction.timeout.ms``, after
+which the broker aborts a transaction still open. It is the brokers' default
+``transaction.max.timeout.ms``, the most they allow unless raised; librdkafka's own default
+is 60 s. A task's transaction opens only once its records are ready
+(:mod:`daemon.sink.task_producer`), so this bounds writing them, not computing the batch;
+Flink's Kafka sink asks for an hour and the brokers raised to match, and Kafka Streams, whose
+transactions span its processing, lowers it to 10 s to fence a dead instance sooner."""

@@ -67,6 +67,9 @@ class BatchCounts:
     """Joiner calls that failed; their records went to the dead-letter topic (``JoinerFailed``)."""
     failures: list[str] = field(default_factory=list)
     """The lines of the first few of those failures."""
+    replayed: int = 0
+    """Tasks that replayed the batch (after a crash or a retry) and found by their marker
+    that it had committed before: they wrote nothing again."""
 
     def fields(self) -> dict[str, Any]:
         """The report's fields as JSON takes them."""
@@ -81,6 +84,7 @@ class BatchCounts:
             "state_cache": self.state_cache,
             "failed_calls": self.failed_calls,
             "failures": self.failures,
+            "replayed": self.replayed,
         }
 
     @classmethod
@@ -100,6 +104,16 @@ class BatchCounts:
             dict(fields.get("state_cache") or {}),
             int(fields.get("failed_calls") or 0),
             [str(line) for line in fields.get("failures") or []],
+            int(fields.get("replayed") or 0),
+        )
+
+    def replay_line(self) -> str | None:
+        """The line that says tasks replayed the batch and found it committed (None: none)."""
+        if not self.replayed:
+            return None
+        return (
+            f"pipeline {self.pipeline}: micro-batch {self.batch}: {self.replayed} replayed "
+            f"task(s) found their batch committed (by its marker) and wrote nothing again"
         )
 
     def failure_line(self) -> str | None:

@@ -194,6 +194,11 @@ class SourceRow(NamedTuple):
     records: Blob
     """The records, an Arrow IPC record batch of :data:`INPUT`'s schema, all from one Kafka
     partition, in offset order."""
+    read_range: Text
+    """The offset range of the micro-batch that the pack's partition was read over
+    (:func:`range_name`), whether or not the pack holds its first or last record. The
+    operator's task adds up the ranges of its packs: its share of the batch, which its batch
+    marker records (:mod:`daemon.sink.markers`)."""
 
 
 SOURCE = Layout(SourceRow)
@@ -234,10 +239,11 @@ class OutputRow(NamedTuple):
 OUTPUT = Layout(OutputRow)
 
 
-def pack(records: pa.RecordBatch, buckets: list[int]) -> pa.RecordBatch:
+def pack(records: pa.RecordBatch, buckets: list[int], read_range: str = "") -> pa.RecordBatch:
     """Rows of :data:`SOURCE`: ``records`` packed by bucket (``buckets[i]`` is record i's).
 
-    Each bucket's records keep their order in ``records``.
+    Each bucket's records keep their order in ``records``; every pack carries ``read_range``
+    (:attr:`SourceRow.read_range`).
     """
     # Late: pyarrow loads where rows are built or read, not for this module's names.
     import numpy as np
@@ -253,7 +259,27 @@ def pack(records: pa.RecordBatch, buckets: list[int]) -> pa.RecordBatch:
     starts = [0, *(np.flatnonzero(np.diff(sorted_labels)) + 1).tolist()]
     bounds = zip(starts, [*starts[1:], len(sorted_labels)], strict=True)
     packs = [by_bucket.slice(start, end - start).serialize().to_pybytes() for start, end in bounds]
-    return SOURCE.batch(bucket=sorted_labels[starts], records=packs)
+    ranges = pa.repeat(pa.scalar(read_range, pa.string()), len(packs))
+    return SOURCE.batch(bucket=sorted_labels[starts], records=packs, read_range=ranges)
+
+
+def range_name(topic: str, partition: int, start: int, end: int) -> str:
+    """A partition's offset range ``[start, end)`` as a pack carries it: ``"topic/0:10-25"``.
+
+    Example:
+        >>> range_name("tweets", 0, 10, 25)
+        'tweets/0:10-25'
+        >>> split_range_name("tweets/0:10-25")
+        ('tweets/0', 10, 25)
+    """
+    return f"{partition_name(topic, partition)}:{start}-{end}"
+
+
+def split_range_name(name: str) -> tuple[str, int, int]:
+    """The partition's name, start and end of a :func:`range_name`."""
+    partition, _, offsets = name.rpartition(":")
+    start, _, end = offsets.partition("-")
+    return partition, int(start), int(end)
 
 
 def unpack(blob: bytes) -> pa.RecordBatch:
@@ -329,6 +355,9 @@ class CallCounts(TypedDict, total=False):
     """Joiner calls that failed (their records dead-lettered as ``JoinerFailed``)."""
     failures: list[str]
     """The lines of the first few of them (:meth:`daemon.operator.core.JoinerFailure.reason`)."""
+    replayed: int
+    """1 from the first call of a task that replays a batch its marker says committed: it
+    writes nothing again (:attr:`daemon.sink.task_output.TaskOutput.skipped`)."""
 
 
 FAILURES_REPORTED = 3

@@ -56,13 +56,17 @@ class Originals:
         return row
 
 
-def rows_of(packs: Iterator[SparkRow], newest: dict[int, int]) -> Iterator[InputRow]:
+def rows_of(
+    packs: Iterator[SparkRow], newest: dict[int, int], covered: set[str]
+) -> Iterator[InputRow]:
     """The records of the call's packs (:func:`~daemon.model.wire.unpack`), by columns.
 
     Notes in ``newest`` each input's newest event time, a pack at a time (a pack's records
-    come from one Kafka partition), leaving out end-of-input markers and unroutable records.
+    come from one Kafka partition), leaving out end-of-input markers and unroutable records,
+    and in ``covered`` the range each pack was read over.
     """
     for pack in packs:
+        covered.add(pack.read_range)
         records = unpack(pack.records)
         note_newest(records, newest)
         yield from INPUT.rows(records)

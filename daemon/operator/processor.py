@@ -108,10 +108,15 @@ class JoinerProcessor(StatefulProcessor):
         secrets.remember_values(self._secrets)
         self.handle = handle
         self.output: TaskOutput | None = None  # opened at the task's first call
+        self._covered: set[str] = set()
+        """The ranges the task's packs were read over: its share of the batch, which its
+        output's marker records (:attr:`TaskOutput.covered` is this set)."""
         self._stamps: dict[str, list[int]] = {}
         """Source timestamps of the call's output records, by topic (``daemon.model.latency``)."""
         self._failures: list[str] = []
         """The lines of the joiner calls that failed since the last counts row."""
+        self._replay_told = False
+        """Whether a counts row said the task replays a committed batch (said once a task)."""
         self._newest: dict[int, int] = {}
         """The newest event time of the call's records, by input (event-time lag)."""
         self._timers: dict[int, int | None] = {}
@@ -153,7 +158,7 @@ class JoinerProcessor(StatefulProcessor):
     ) -> None:
         """Group the call's records by key and hand them to the core (:mod:`.core`)."""
         by_key: dict[str, list[InputRow]] = {}
-        for row in rows_of(packs, self._newest):
+        for row in rows_of(packs, self._newest, self._covered):
             if row.key == DEAD_LETTER_ROUTE:
                 kind, _, reason = (row.error or "Error: unknown").partition(": ")
                 send(self._dead_letter(row, kind, reason))
@@ -244,7 +249,10 @@ class JoinerProcessor(StatefulProcessor):
         A key whose state outlived ``state_ttl`` is flushed to the end of time and dropped
         instead (:meth:`EngineCore.load`).
         """
-        self._wake_up(key, timerValues, self._sender())
+        send = self._sender()
+        # A timer's firing depends on the batch's time, which its marker records.
+        self._task_output().timer_ms = timerValues.getCurrentProcessingTimeInMs()
+        self._wake_up(key, timerValues, send)
         yield from self._counts()
 
     def _wake_up(self, key: Any, timer_values: Any, send: Send) -> None:
@@ -257,15 +265,20 @@ class JoinerProcessor(StatefulProcessor):
         self._timers[int(key[0])] = bucket.timer_ms
 
     def _sender(self) -> Send:
-        """Where a call's output rows go: the task's transaction, opened at its first call.
+        """Where a call's output rows go: the task's output, opened at its first call.
 
         Rows are handed to it as they are made, not yielded up through the call chain: a
         generator level costs a resumption per row.
         """
+        return self._task_output().send_row
+
+    def _task_output(self) -> TaskOutput:
+        """The task's output, opened at its first call: its producer fences any earlier one."""
         if self.output is None:
             self.output = TaskOutput.of_task(self.spec)
+            self.output.covered = self._covered  # noted by the calls, recorded by its marker
             self.output.open()  # now, so that a replay knows at once it writes nothing
-        return self.output.send_row
+        return self.output
 
     def _counts(self) -> Iterator[SparkRow]:
         """Hand the call's counts (records, dead letters, ``ctx.count``) to the sink.
@@ -273,7 +286,8 @@ class JoinerProcessor(StatefulProcessor):
         With them go the source timestamps of its output records (:mod:`daemon.model.latency`)
         and its inputs' newest event times. A replay that writes nothing counts nothing: its
         counts were reported the first time. The bucket's timer goes along either way: it is
-        a fact about the state the batch commits, the same in a replay, not a count.
+        a fact about the state the batch commits, the same in a replay, not a count; and so
+        does the one count a replay makes: that it found its batch committed.
         """
         output = self.output
         metrics = self.plan.joiner.context.metrics
@@ -284,8 +298,13 @@ class JoinerProcessor(StatefulProcessor):
         loads, self.buckets.loads = self.buckets.loads, {}
         failures, self._failures = self._failures, []
         if output is None or output.skipped:
-            if timers:
-                yield SparkRow(**counts_row({"timers": timers})._asdict())
+            replayed: CallCounts = {"timers": timers} if timers else {}
+            if output is not None and not self._replay_told:
+                # Counted once a task, so that a verify (or an operator) sees replays found
+                # their batch committed: the path exactly-once rests on after a crash.
+                replayed["replayed"], self._replay_told = 1, True
+            if replayed:
+                yield SparkRow(**counts_row(replayed)._asdict())
             return
         if timers:
             counts["timers"] = timers

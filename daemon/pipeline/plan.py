@@ -15,6 +15,8 @@ from daemon.formats.serdes import codec_for as codec_for  # where callers look f
 from daemon.formats.serdes import key_codec_for
 from daemon.kafka.admin import create_topics, existing_topics
 from daemon.kafka.connect import client_conf as client_conf  # where callers look for it
+from daemon.kafka.names import markers_topic
+from daemon.kafka.topic_settings import describe
 from daemon.model.config import PipelineConfig, PipelineFile, StateConfig
 from daemon.model.envelope import Envelope
 from daemon.model.headers import reads_headers
@@ -23,6 +25,8 @@ from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.deferred import DeferredProcessor
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
+from daemon.pipeline.cluster_checks import check_cluster, create_markers_topics
+from daemon.pipeline.marker_check import check_markers
 from daemon.pipeline.selection import select_function
 from daemon.pipeline.switches import COUNTS_SINK
 from daemon.plugin.configured import configure, pipeline_joiner
@@ -31,7 +35,7 @@ from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner
 from daemon.private_paths import private_folder
 from daemon.sink.commit_turn import turn_needed
 from daemon.sink.spark_sink import BatchCounter, KafkaSink
-from daemon.sink.spec import OutputSpec
+from daemon.sink.spec import OutputSpec, WriteLimits
 from daemon.source.spark_source import KafkaSource
 from daemon.source.spec import SourceInput, SourceSpec
 from daemon.state.seed import discard_if_applied, seed_of
@@ -129,6 +133,14 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         },
         file.kafka.replication_factor,
     )
+    written = sorted({pipe.output.topic, pipe.dead_letters, *(t for t, _ in outputs.values())})
+    stage_names = [pipe.name] + ([f"{pipe.name}.{stage.output}"] if stage is not None else [])
+    markers = [markers_topic(file.kafka.id_prefix, name) for name in stage_names]
+    exactly_once = pipe.delivery == "exactly_once"
+    settings = describe(conf, written + (markers if exactly_once else []))
+    check_cluster(file, pipe, settings)
+    if exactly_once:
+        create_markers_topics(file, conf, markers, settings)
     inputs = tuple(
         SourceInput(
             role,
@@ -150,10 +162,12 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         pipe.name,
         conf,
         pipe.delivery,
-        marker_topic=pipe.output.topic,
+        output_topic=pipe.output.topic,
         dead_letter_topic=pipe.dead_letters,
         id_prefix=file.kafka.id_prefix,
         commit_turn=turn_needed(file.kafka.commit_turn, conf),
+        transaction_timeout_ms=file.kafka.transaction_timeout,
+        limits=WriteLimits.sized(conf, settings, written),
     )
     operator = _operator_plan(
         pipe,
@@ -230,7 +244,7 @@ def _downstream_plan(
         (topic, codec),
         {stage.output: (topic, codec)},
     )
-    output = replace(first, pipeline=config.name, marker_topic=topic)
+    output = replace(first, pipeline=config.name, output_topic=topic)
     return PipelinePlan(config, conf, source, output, operator)
 
 
@@ -335,6 +349,8 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         # in arrival order. A seed without state starts empty, so it bootstraps.
         inputs = tuple(replace(spec, bootstrap=False) for spec in source.inputs)
         source = replace(source, inputs=inputs)
+    # A checkpoint behind the output's markers (its logs lost a batch) must not run.
+    check_markers(output, Path(pipe.checkpoint))
     register_data_sources(spark)
     stream: Any = spark.readStream.format(KafkaSource.name()).option("spec", source.encode()).load()
     joined = stream.groupBy(SOURCE.column("bucket")).transformWithState(

@@ -16,7 +16,7 @@ adds up from then on is the output of the records read again; one that keeps the
 leaves the second stage as it is. A rescale moves every stage's state.
 
 A new checkpoint is a new query to Spark: its micro-batches count from 0 again, and the
-output's exactly-once markers are kept per query (``daemon.sink.task_producer``), so nothing
+output's exactly-once markers are kept per query (``daemon.sink.markers``), so nothing
 of the old run's is taken for the new one's. The old query's marker groups are of no more
 use, and :func:`forget_markers` deletes them from the cluster.
 """
@@ -43,7 +43,7 @@ from daemon.checkpoint.layout import (
 )
 from daemon.errors import ConfigError
 from daemon.kafka.admin import delete_groups, topic_ids
-from daemon.kafka.names import marker_groups_of, reader_group
+from daemon.kafka.names import legacy_marker_groups_of, marker_groups_of, reader_group
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import TOPIC_IDS
@@ -327,9 +327,10 @@ def forget_markers(change: Change) -> list[str]:
         KafkaUnavailableError: the cluster would not list or delete them.
     """
     replaced = [
-        marker_groups_of(change.id_prefix, stage.name, stage.query_id)
+        layout(change.id_prefix, stage.name, stage.query_id)
         for stage in change.stages
         if stage.after is not None and stage.query_id is not None
+        for layout in (marker_groups_of, legacy_marker_groups_of)
     ]
     return delete_groups(change.client_conf, replaced)
 

@@ -323,12 +323,17 @@ class Monitor:
     def _batch_written(self, report: BatchCounts) -> None:
         """A micro-batch committed: its counts go into the metrics.
 
-        A batch whose joiner calls failed is one WARN line, naming the first failure.
+        A batch whose joiner calls failed is one WARN line, naming the first failure; one
+        whose tasks replayed it and found it committed, an INFO line (``daemon verify`` counts
+        them, proof that its kills made the replay path run).
         """
         view = self.views.get(report.pipeline)
         if view is None:
             return
         self.metrics.batch_written(view, report)
+        replayed = report.replay_line()
+        if replayed is not None:
+            log.info("%s", replayed, extra={"pipeline": view.name})
         failed = report.failure_line()
         if failed is not None:
             log.warning("%s", failed, extra={"pipeline": view.name})

@@ -221,6 +221,13 @@ class Metrics:
             p,
             registry=r,
         )
+        self.replayed_tasks = Counter(
+            "enrichd_replayed_tasks",
+            "Tasks that replayed a micro-batch and found by its marker that it had committed "
+            "before, so wrote nothing again.",
+            p,
+            registry=r,
+        )
         self.batch_seconds = Histogram(
             "enrichd_batch_duration_seconds",
             "Wall time of each micro-batch (Spark's triggerExecution).",
@@ -308,6 +315,8 @@ class Metrics:
             self.state_cache.labels(view.name, outcome).inc(int(n))
         if report.failed_calls:
             self.joiner_failures.labels(view.name).inc(report.failed_calls)
+        if report.replayed:
+            self.replayed_tasks.labels(view.name).inc(report.replayed)
 
     def event_time_read(self, pipeline: str, role: str, ms: int) -> None:
         """Records of event time ``ms`` were read from an input: the lag counts from there."""

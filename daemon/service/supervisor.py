@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark import SparkContext
 
 from daemon.errors import (
+    EnrichdError,
     KafkaUnreachableError,
     failure_reason,
     stops_the_pipeline,
@@ -159,6 +160,10 @@ class Supervised:
         """Start the query; a failure to start counts as a failure of the query."""
         try:
             self.query = start_query(spark, self.plan)
+        except EnrichdError as exc:
+            # By its class, as a task's would come: the name says whether it stops the pipeline.
+            self.failed(f"could not start: {type(exc).__name__}: {exc}", now)
+            return
         except Exception as exc:
             self.failed(f"could not start: {_reason(exc)}", now)
             return

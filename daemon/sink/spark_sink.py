@@ -83,6 +83,9 @@ class Written(WriterCommitMessage):
     """Joiner calls that failed in the operator tasks whose counts it read."""
     failures: list[str] = field(default_factory=list)
     """The lines of the first few of those failures."""
+    replayed: int = 0
+    """Tasks of the batch (operator tasks whose counts it read, or itself) that replayed it
+    and found it committed by their marker."""
 
 
 class CountTotals:
@@ -98,6 +101,7 @@ class CountTotals:
         self.state_cache: dict[str, int] = {}
         self.failed_calls = 0
         self.failures: list[str] = []
+        self.replayed = 0
 
     def add(self, value: bytes) -> None:
         """Add the counts of one counts row's value (:class:`~daemon.model.wire.CallCounts`)."""
@@ -113,6 +117,7 @@ class CountTotals:
         _add(self.state_cache, added.get("cache", {}))
         self.failed_calls += added.get("failed_calls", 0)
         self.failures += added.get("failures", [])[: FAILURES_REPORTED - len(self.failures)]
+        self.replayed += added.get("replayed", 0)
 
     def written(self, partition: int, batch_id: int, now_ms: int, skipped: bool = False) -> Written:
         """The totals as a task's commit message; latencies are up to ``now_ms``."""
@@ -128,6 +133,7 @@ class CountTotals:
             event_time=self.event_time,
             timers=self.timers,
             state_cache=self.state_cache,
+            replayed=self.replayed + int(skipped),
             failed_calls=self.failed_calls,
             failures=self.failures,
         )
@@ -222,7 +228,7 @@ def report_batch(
         latencies: dict[str, latency.Tally] = {}
         event_time: dict[str, int] = {}
         state_cache: dict[str, int] = {}
-        failed_calls = 0
+        failed_calls = replayed = 0
         failures: list[str] = []
         for message in messages:
             if isinstance(message, Written):
@@ -234,6 +240,7 @@ def report_batch(
                 _add(state_cache, getattr(message, "state_cache", {}))
                 failed_calls += getattr(message, "failed_calls", 0)
                 failures += getattr(message, "failures", [])
+                replayed += getattr(message, "replayed", 0)
         send(
             spec.metrics_address,
             BatchCounts(
@@ -247,6 +254,7 @@ def report_batch(
                 state_cache=state_cache,
                 failed_calls=failed_calls,
                 failures=failures[:FAILURES_REPORTED],
+                replayed=replayed,
             ),
         )
     except Exception:  # noqa: S110 - metrics must never fail a committed batch

@@ -9,39 +9,44 @@ go through the task's producer in one Kafka transaction with the batch's marker,
 task takes. This module is a record's fate, as Kafka Streams' ``RecordCollector`` beside its
 ``StreamsProducer``: held back, sent, counted, refused, dead-lettered, written again.
 
-Records are held back in the task until it commits (or until it holds :data:`HELD_RECORDS`,
-which bounds its memory), and only then produced. The transaction is open from the task's
-first record, but until its first record is produced it holds only the marker: the output
-partitions join it at the end. So an open transaction holds back ``read_committed`` readers of
-the output (at its last stable offset) only for the time the commit takes, and a task killed
-before it commits has written nothing, which also keeps crash tests checkable on a broker that
-shows aborted records to ``read_committed`` readers (Tansu, the test broker; see
+Records are held back in the task until it commits (:class:`~daemon.sink.row_log.RowLog`: in
+memory up to ``held_bytes``, the rest in a private file), and only then produced, in a
+transaction opened then. So an open transaction holds back ``read_committed`` readers of
+the output only for the time the commit takes, the coordinator's ``transaction.timeout.ms``
+bounds the commit rather than the task, and a task killed before it commits has written
+nothing, which also keeps crash tests checkable on a broker that shows aborted records to
+``read_committed`` readers (Tansu, the test broker; see
 ``tests/delivery/test_crash_recovery.py``).
 
-A record the client refuses to produce (one larger than ``message.max.bytes``, librdkafka's
-limit, which it checks before the record joins the transaction) goes to the dead-letter topic
-instead, as an :data:`OUTPUT_REJECTED` dead letter with the client's error name and the
-source record's provenance; the transaction goes on and commits with it. The refusal must be
-known when the record is sent, where it is counted: a record that may be near the limit
-(:data:`NEAR_LIMIT_SLACK`) ends the holding back, so that it and everything after it are
-produced as they come. A dead letter too large for its own topic keeps its headers and the
-start of its value, with an :data:`CUT_HEADER` header giving the value's whole length.
+A record its topic would refuse is known when it is sent, where it is counted: one larger
+than its topic takes (:class:`~daemon.sink.spec.WriteLimits`, from the topics'
+``max.message.bytes`` asked at start, else the client's ``message.max.bytes``), or without a
+key on a compacted topic, goes to the dead-letter topic instead, as an
+:data:`OUTPUT_REJECTED` dead letter with the reason and the source record's provenance
+(:mod:`daemon.sink.refusals`). Only values that may be near a limit
+(:data:`NEAR_LIMIT_SLACK`) are measured whole. A dead letter too large for its own topic
+keeps its headers and the start of its value, with a :data:`CUT_HEADER` header giving the
+value's whole length.
 
-A record the broker refuses (larger than the topic's ``max.message.bytes``, failing its
-validation: :data:`~daemon.sink.refusals.REFUSALS`) fails its delivery, which makes the
-transaction abortable: the commit raises the error, or a record produced as it comes meets
-``_STATE`` first. So the task keeps every record it put into the transaction (a refused
-one's dead letter in its place), up to :data:`HELD_RECORDS`, and writes them all again
-(:meth:`TaskOutput._write_again`): a new producer takes the id over, as at the start of a
-task, opens a transaction with the marker and sends one record per batch, so that the
-broker's answer is about that record alone; each refused record becomes an
-:data:`OUTPUT_REJECTED` dead letter with the broker's error and the source record's
-provenance, in the next round, until one commits. The other records are written once, in
-the transaction that commits; readers never see the aborted ones (Tansu, the test broker,
-shows them all the same: ``tests/committed_read.py``). A task that let go of its records
-(more than :data:`HELD_RECORDS`), and a dead letter refused in turn, fail the task with
-one line naming the record's source, as Kafka Streams fails on a record it cannot send by
-default: the micro-batch is retried, and reported as stuck if it keeps failing.
+The broker may still refuse a record (failing its validation:
+:data:`~daemon.sink.refusals.REFUSALS`). That fails its delivery and makes the transaction
+abortable, and the task writes everything again (:meth:`TaskOutput._write_again`): a new
+producer takes the id over, as at the start of a task, reads the marker again (another live
+attempt of the task may have committed the batch meanwhile), opens a transaction and sends
+one record per batch, so that the broker's answer is about that record alone; each refused
+record becomes an :data:`OUTPUT_REJECTED` dead letter with the broker's error, in the next
+round, until one commits. A dead letter refused in turn fails the task with one line naming
+the record's source, as Kafka Streams fails on a record it cannot send by default: the
+micro-batch is retried, and reported as stuck if it keeps failing.
+
+A replay of a batch whose marker says it committed writes nothing; at its end it compares
+the input ranges it read (:attr:`TaskOutput.covered`) with the marker's, and a difference
+fails the task with a :class:`~daemon.errors.CheckpointDivergedError`
+(:mod:`daemon.sink.markers` says why).
+
+Why this module is long: a record's fate is one state machine (held, sent, refused,
+dead-lettered, written again, counted) over one task's held rows; split, each part would
+reach into the others' rows, counts and producer.
 """
 
 from __future__ import annotations
@@ -50,45 +55,49 @@ from typing import Any
 
 from pyspark import TaskContext
 
-from daemon.kafka.clients import Deliveries, produce
-from daemon.model.headers import dead_letter_headers, unpack
+from daemon.errors import CheckpointDivergedError
+from daemon.kafka.clients import produce
+from daemon.model.headers import unpack
 from daemon.model.reports import BatchCounts
 from daemon.model.wire import OUTPUT, OutputRow
 from daemon.report_socket import send
+from daemon.sink import refusals
+from daemon.sink.markers import Marker, Share, describe
 from daemon.sink.refusals import (
     OUTPUT_REJECTED,
     DeliveryNotes,
-    FirstRefusal,
+    FailedDeliveries,
     is_refusal,
     provenance,
     refusal_of,
 )
+from daemon.sink.row_log import ROW_OVERHEAD, RowLog, row_size
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_producer import TaskProducer, abortable
 
 _TOPIC = OUTPUT.position("topic")
+_KEY = OUTPUT.position("key")
 _VALUE = OUTPUT.position("value")
 _ERROR_CLASS = OUTPUT.position("error_class")
+_HEADERS = OUTPUT.position("headers")
 CUT_HEADER = "enrichd.error.cut"
 """The header of a dead letter whose value was cut to fit its topic: the value's whole length."""
-DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
-"""librdkafka's ``message.max.bytes`` when ``[kafka] client_conf`` does not set it."""
 NEAR_LIMIT_SLACK = 65_536
-"""Bytes below ``message.max.bytes`` from which a value may make its record too large (with
-its key, headers and the record's framing)."""
-_CUT_SLACK = 1_024
-"""Bytes a cut dead letter leaves for the record's framing (librdkafka counts tens)."""
-HELD_RECORDS = 100_000
-"""Records a task holds back before it starts producing them (see the module docstring)."""
+"""Bytes below the smallest topic limit from which a value may make its record too large
+(with its key, headers and the record's framing): such a record is measured whole."""
 _FLUSH_STEP_S = 0.2
 """How often a task writing its output again looks for a refusal while it flushes."""
+_DELIVERY_ROUNDS = 3
+"""How many times an at-least-once task sends the records whose delivery failed, before it
+fails: only those, never its whole output again."""
 
 
 class TaskOutput:
     """The output of one task of one micro-batch (see the module docstring).
 
-    The transaction opens at :meth:`open` or the first :meth:`send`, or at :meth:`commit` for
-    a task that wrote nothing, so that its marker still says the batch is done.
+    :meth:`open` (or the first :meth:`send`) takes the task's producer, fencing any earlier
+    one, and reads its marker; :meth:`commit` writes what was sent, in one transaction with
+    the batch's marker, so that a task that wrote nothing still marks the batch done.
     """
 
     def __init__(self, spec: OutputSpec, partition: int, batch_id: int, query_id: str) -> None:
@@ -101,38 +110,38 @@ class TaskOutput:
         """Dead letters sent, by reason (their ``enrichd.error.class`` header)."""
         self.skipped = False
         """The batch was committed before: this replay writes nothing."""
-        self._transaction = TaskProducer(spec, partition, batch_id, query_id)
-        self._producer: Any = None
-        """The client the records go through: :attr:`TaskProducer.producer`, held here too,
-        since it is called once per record (a lookup through the transaction would cost one
-        more attribute lookup each time)."""
-        self._opened = False
-        self._held: list[tuple[Any, ...]] | None = []
-        """Records sent but not yet produced; None once they go out as they come."""
-        self._written: list[tuple[Any, ...]] | None = (
-            [] if spec.delivery == "exactly_once" else None
-        )
-        """Records produced (a client-refused one's dead letter in its place), kept to write
-        them again if the broker refuses one (:meth:`_write_again`); None past
-        :data:`HELD_RECORDS`, and without a transaction to write again."""
-        self._doomed: BaseException | None = None
-        """What made the transaction abortable while records went out as they came: the rest
-        wait in :attr:`_written` for :meth:`_write_again`."""
-        self._first_refusal: FirstRefusal | None = None
+        self.covered: set[str] = set()
+        """The ranges the task's packs were read over (:func:`~daemon.model.wire.range_name`),
+        noted by the operator: the task's share of the batch, which its marker records."""
+        self.timer_ms: int | None = None
+        """The batch's processing time, noted by the operator if a timer fired in the task."""
         self.reports_refusals = True
         """Whether :meth:`commit` sends the dead letters of broker refusals to the daemon's
         metrics itself (the operator's calls have handed their counts on by then); the Spark
         sink, which reads :attr:`dead_letters` after the commit, sets it False."""
-        self._limit = message_max_bytes(spec.client_conf)
-        self._near_limit = self._limit - NEAR_LIMIT_SLACK
+        self._transaction = TaskProducer(spec, partition, batch_id, query_id)
+        self._producer: Any = None
+        """The client the records go through: :attr:`TaskProducer.producer`, held here too,
+        since it is called once per record."""
+        self._opened = False
+        self._marker: Marker | None = None
+        """The task's last marker, as :meth:`open` found it."""
+        self._rows = RowLog(spec.held_bytes)
+        """The records sent, until the commit is through."""
+        self._cut = RowLog(spec.held_bytes)
+        """Dead letters cut to fit their topic, each with its value's whole length."""
+        self._sent_instead: dict[int, tuple[Any, ...]] = {}
+        """The dead letter that went instead of a held record the client refused at the commit,
+        by the record's place in :attr:`_rows`."""
+        self._limits = spec.limits
+        self._near_limit = spec.limits.smallest - NEAR_LIMIT_SLACK
         """Values longer than this may be refused: see the module docstring."""
-        self._deliveries = None if spec.delivery == "exactly_once" else Deliveries()
-        """Failed deliveries (see ``daemon.sink.task_producer._DELIVERY_REPORTS``). None in a
-        transaction: its commit fails if any of its records was not delivered (librdkafka's
-        ``commit_transaction``), and a callback passed with each record costs the task's
-        thread a call per record."""
-        self._on_delivery: Any = self._deliveries
-        """The callback passed with each record produced as it comes (see :meth:`_release`)."""
+        self._compacted = spec.limits.compacted
+        self._deliveries = None if spec.delivery == "exactly_once" else FailedDeliveries()
+        """Failed deliveries, at least once (see
+        ``daemon.sink.task_producer._DELIVERY_REPORTS``). None in a transaction: its commit
+        fails if any of its records was not delivered, and a callback passed with each record
+        costs the task's thread a call per record."""
 
     @classmethod
     def of_task(cls, spec: OutputSpec) -> TaskOutput:
@@ -149,12 +158,18 @@ class TaskOutput:
         """Whether the task sent anything yet (or committed)."""
         return self._opened
 
+    @property
+    def share(self) -> Share:
+        """What the task read of the batch (see :attr:`covered`)."""
+        return Share(frozenset(self.covered), self.timer_ms)
+
     def open(self) -> None:
-        """Open the transaction now, or learn that the batch was committed before."""
+        """Take the producer, fencing earlier ones, and learn whether the batch was committed."""
         if self._opened:
             return
         self._opened = True
-        self.skipped = not self._transaction.begin()
+        self._marker = self._transaction.begin()
+        self.skipped = self._marker is not None and self._marker.batch >= self.batch_id
         self._producer = self._transaction.producer
 
     def send(
@@ -190,33 +205,69 @@ class TaskOutput:
         """:meth:`send` of a whole row, kept as it is.
 
         The row is an :class:`~daemon.model.wire.OutputRow`, or a plain tuple of its columns
-        in order. It is held back until the commit, or until :data:`HELD_RECORDS` are held: see the
-        module docstring.
+        in order. It is held until the commit; one its topic would refuse becomes a dead
+        letter now (see the module docstring).
         """
         if not self._opened:
             self.open()
         if self.skipped:
             return
-        held = self._held
+        value = row[_VALUE]
+        held: tuple[Any, ...] | None = row
+        if value is not None and len(value) > self._near_limit:
+            held = self._fitted(row)
+        elif self._compacted and row[_KEY] is None and row[_TOPIC] in self._compacted:
+            held = self._dead_letter(row, "INVALID_RECORD", refusals.KEYLESS)
         if held is None:
-            row = self._stream(row)
-        else:
-            value = row[_VALUE]
-            if value is not None and len(value) > self._near_limit:
-                # It may be refused: the refusal must be known now, while it can be counted,
-                # and the records before it must go first.
-                self._release()
-                row = self._stream(row)
-            else:
-                held.append(row)
-                if len(held) >= HELD_RECORDS:
-                    self._release()
+            return  # a dead letter kept apart, cut, and counted
+        key, value, carried = held[_KEY], held[_VALUE], held[_HEADERS]
+        # row_size, inline: this runs once per output record.
+        size = ROW_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        if carried is not None:
+            size += len(carried)
+        self._rows.append(held, size)
         # Counted here, not by a call: this runs once per output record.
-        topic = row[_TOPIC]
+        topic = held[_TOPIC]
         self.records[topic] = self.records.get(topic, 0) + 1
-        kind = row[_ERROR_CLASS]
+        kind = held[_ERROR_CLASS]
         if kind is not None:
             self.dead_letters[kind] = self.dead_letters.get(kind, 0) + 1
+
+    def _fitted(self, row: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """``row``, or the dead letter that goes instead if its topic would refuse it.
+
+        A dead letter too large for the dead-letter topic is kept apart, cut (:attr:`_cut`),
+        and counted: then None.
+        """
+        limit, why = self._limits.of_topic(row[_TOPIC])
+        if refusals.record_bytes(row, headers_of) <= limit:
+            return row
+        return self._dead_letter(row, "MSG_SIZE_TOO_LARGE", why)
+
+    def _dead_letter(self, row: tuple[Any, ...], name: str, why: str) -> tuple[Any, ...] | None:
+        """The dead letter of a record its topic refuses (``name``: the error's, ``why``).
+
+        None: the dead letter was too large for its own topic, and is kept apart, cut, and
+        counted (:attr:`_cut`).
+        """
+        dead_letter_topic = self.spec.dead_letter_topic
+        if dead_letter_topic is None:
+            topic = row[_TOPIC]
+            raise RuntimeError(
+                f"pipeline {self.spec.pipeline!r}: topic {topic!r} refuses a record made from "
+                f"{provenance(headers_of(*row[4:9]))} ({name}: {why}), and the pipeline has "
+                "no dead-letter topic"
+            )
+        letter = row
+        if row[_TOPIC] != dead_letter_topic:
+            letter = refusals.letter(row, dead_letter_topic, name, why)
+        limit, _ = self._limits.of_topic(dead_letter_topic)
+        if refusals.record_bytes(letter, headers_of) <= limit:
+            return letter
+        cut, whole = refusals.cut(letter, limit, headers_of)
+        self._cut.append((*cut, whole), row_size(None, cut[_VALUE]))
+        self._count(cut, 1)
+        return None
 
     def _count(self, row: tuple[Any, ...], n: int) -> None:
         """Add ``n`` to the counts of what ``row`` is: a record of its topic, a dead letter."""
@@ -225,66 +276,6 @@ class TaskOutput:
         kind = row[_ERROR_CLASS]
         if kind is not None:
             self.dead_letters[kind] = self.dead_letters.get(kind, 0) + n
-
-    def _release(self, *, at_commit: bool = False) -> None:
-        """Send the records held back, and from now on each as it comes.
-
-        A held record the client refuses (its value was short, so a long key or headers did
-        it) is counted again as what went instead: for the operator's calls, whose counts
-        have gone to the sink by the commit, that correction is lost.
-
-        Released before the commit, a transaction's records are produced with a callback
-        that keeps the first the broker refuses (:class:`FirstRefusal`): past
-        :data:`HELD_RECORDS` it names the record in the line the task fails with.
-        """
-        held, self._held = self._held, None
-        if not held:
-            return
-        if not at_commit and self._deliveries is None:
-            self._first_refusal = self._on_delivery = FirstRefusal()
-        on_delivery = self._on_delivery
-        for index, row in enumerate(held):
-            try:
-                sent = self._produce(row, on_delivery)
-            except Exception as exc:
-                if self._deliveries is not None or not abortable(exc):
-                    raise
-                self._doomed = exc  # a delivery failed: the rest waits (see commit)
-                break
-            if sent is not row:
-                held[index] = sent
-                self._count(row, -1)
-                self._count(sent, 1)
-        written = self._written
-        if written is not None:
-            if written:
-                written.extend(held)
-            else:
-                written = self._written = held
-            if len(written) > HELD_RECORDS:
-                self._written = None
-
-    def _stream(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Produce a record as it comes, and keep it for a redo while the task still can.
-
-        Returns:
-            The row produced, as :meth:`_produce`.
-        """
-        written = self._written
-        if self._doomed is None:
-            try:
-                row = self._produce(row, self._on_delivery)
-            except Exception as exc:
-                if written is None or self._deliveries is not None or not abortable(exc):
-                    raise
-                self._doomed = exc
-        if written is not None:
-            written.append(row)
-            if len(written) > HELD_RECORDS:
-                self._written = None
-        if self._doomed is not None and self._written is None:
-            raise RuntimeError(self._cannot_write_again(self._doomed))
-        return row
 
     def _produce(self, row: tuple[Any, ...], on_delivery: Any = None) -> tuple[Any, ...]:
         """Produce one record; while the local queue is full, :func:`produce` waits for room.
@@ -328,66 +319,34 @@ class TaskOutput:
             return self._refused(row, refusal, on_delivery)
         return row
 
-    def _letter(self, row: tuple[Any, ...], error: Any, *, by_broker: bool) -> tuple[Any, ...]:
-        """The :data:`OUTPUT_REJECTED` dead letter of an output record its topic refused.
-
-        It is the record as it was, with the source record's provenance and the headers it
-        carried, in the dead-letter topic; its reason starts with the error's name (``error``,
-        a ``KafkaError``).
-        """
-        topic, key, value, timestamp, source_topic, partition, offset, _, _, carried = row
-        size = len(key or b"") + len(value or b"")
-        why = (
-            f"the broker answered: {error.str()}"
-            if by_broker
-            else f"the client's message.max.bytes is {self._limit}"
-        )
-        reason = (
-            f"{error.name()}: topic {topic!r} refused the record ({size} bytes of key and "
-            f"value; {why})"
-        )
-        return (
-            self.spec.dead_letter_topic,
-            key,
-            value,
-            timestamp,
-            source_topic,
-            partition,
-            offset,
-            OUTPUT_REJECTED,
-            reason,
-            dead_letter_headers(carried, OUTPUT_REJECTED, reason),
-        )
-
     def _refused(self, row: tuple[Any, ...], error: Any, on_delivery: Any) -> tuple[Any, ...]:
-        """Dead-letter a record the client refused (``error``, its ``KafkaError``).
+        """Dead-letter a record the client refused when it was produced (``error``).
 
-        An output record goes to the dead-letter topic as :meth:`_letter` makes it. A dead
-        letter that is refused in turn (too large for the dead-letter topic too) goes there
-        cut (:meth:`_produce_cut`).
+        The limits the task knows make that rare (a record with headers far larger than its
+        value): the dead letter goes in its place, cut if the dead-letter topic refuses it
+        too; the operator's calls counted it as a record already.
         """
-        if row[_TOPIC] != self.spec.dead_letter_topic:
-            letter = self._letter(row, error, by_broker=False)
+        dead_letter_topic = self.spec.dead_letter_topic
+        assert dead_letter_topic is not None  # noqa: S101 - checked by the caller
+        client = self._limits.client_bytes
+        why = f"the client's message.max.bytes is {client}"
+        if row[_TOPIC] != dead_letter_topic:
+            letter = refusals.letter(row, dead_letter_topic, error.name(), why)
             try:
-                return self._produce_cut(letter, on_delivery, cut=False)
+                return self._produce_cut(letter, None, on_delivery)
             except Exception as exc:
                 if refusal_of(exc) is None:
                     raise
             row = letter
-        return self._produce_cut(row, on_delivery, cut=True)
+        cut, whole = refusals.cut(row, client, headers_of)
+        return self._produce_cut(cut, whole, on_delivery)
 
-    def _produce_cut(self, row: tuple[Any, ...], on_delivery: Any, *, cut: bool) -> tuple[Any, ...]:
-        """Produce a dead letter, its value cut to fit ``message.max.bytes`` if ``cut``.
-
-        A cut letter keeps its headers and the start of its value; :data:`CUT_HEADER` gives
-        the value's whole length.
-        """
+    def _produce_cut(self, row: tuple[Any, ...], whole: int | None, on_delivery: Any) -> Any:
+        """Produce a dead letter; ``whole``: its value was cut from that many bytes."""
         topic, key, value, timestamp, source_topic, partition, offset, kind, message, carried = row
         headers = headers_of(source_topic, partition, offset, kind, message, carried)
-        if cut and value is not None:
-            headers.append((CUT_HEADER, str(len(value)).encode("utf-8")))
-            used = len(key or b"") + sum(len(name) + len(data or b"") for name, data in headers)
-            value = value[: max(self._limit - used - _CUT_SLACK, 0)]
+        if whole is not None:
+            headers.append((CUT_HEADER, str(whole).encode("utf-8")))
         produce(
             self._producer,
             topic,
@@ -402,153 +361,305 @@ class TaskOutput:
     def commit(self) -> None:
         """Deliver everything sent and commit it with the batch's marker.
 
+        A replay of a batch committed before writes nothing, and checks that it read what
+        the marker says the batch covered.
+
         Raises:
+            CheckpointDivergedError: the replay read other input than the batch committed.
             RuntimeError: a record was not delivered (the transaction is aborted).
             KafkaException: the broker refused the commit (aborted likewise).
+        """
+        if not self._opened:
+            self.open()
+        try:
+            if self.skipped:
+                self._check_replay()
+            elif self._transaction.transactional:
+                self._commit_transaction()
+            else:
+                self._deliver()
+        finally:
+            self._rows.close()
+            self._cut.close()
+
+    def _commit_transaction(self) -> None:
+        """Write the held records in a transaction with the marker, and commit it.
+
+        A kept producer that another producer of the id fenced learns it here: the task
+        starts over once, as a new producer that reads the marker again (:meth:`_taken_over`).
         """
         # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
         from confluent_kafka import KafkaException
 
-        if not self._opened:
-            self.open()
-        if self.skipped:
-            return
-        producer, transaction = self._producer, self._transaction
-        transactional = transaction.transactional
-        refused: BaseException | None = None
-        try:
-            self._release(at_commit=True)
-            producer.flush()
-            if self._deliveries is not None and self._deliveries.failures:
-                failures = self._deliveries.failures
-                raise RuntimeError(f"{len(failures)} records were not delivered: {failures[0]}")
-            if transactional:
-                # A transaction made abortable while records went out (self._doomed) fails
-                # here too, with the failed delivery's error: that says whether it was refused.
-                try:
-                    transaction.commit()
-                except KafkaException as exc:
-                    if not self._refused_by_broker(exc):
-                        raise
-                    refused = exc
+        transaction = self._transaction
+        for last_try in (not transaction.kept, True):
+            try:
+                self._write()
+            except Exception as exc:
+                if self._refused_by_broker(exc):
                     transaction.abort_refused()
-        except BaseException:
-            if transactional:
+                    self._write_again()  # with a producer of its own: this one is not kept
+                    return
                 transaction.abort()
-            raise
-        if refused is not None:
-            self._write_again(refused)  # with a producer of its own: this one is not kept
-        elif transactional:
+                if last_try or not isinstance(exc, KafkaException):
+                    raise
+                if self._taken_over():
+                    return
+                continue
             transaction.keep()
+            return
+
+    def _taken_over(self) -> bool:
+        """Take the id over with a new producer; whether the batch proved committed meanwhile."""
+        self._marker = self._transaction.take_over()
+        self._producer = self._transaction.producer
+        if self._marker is None or self._marker.batch < self.batch_id:
+            return False
+        self.skipped = True
+        self._transaction.keep()
+        self._check_replay()
+        return True
+
+    def _write(self) -> None:
+        """Open the transaction, produce what the task holds and the marker, and commit.
+
+        What it holds: its records, and the dead letters cut to fit their topic. A record
+        the client refuses is dead-lettered in its place.
+        """
+        transaction = self._transaction
+        transaction.open_transaction()
+        self._producer = transaction.producer
+        sent_instead = self._sent_instead
+        try:
+            for index, held in enumerate(self._rows):
+                row = sent_instead.get(index, held)
+                sent = self._produce(row)
+                if sent is not row:
+                    sent_instead[index] = sent
+            for cut in self._cut:
+                self._produce_cut(cut[:-1], cut[-1], None)
+        except Exception as exc:
+            if not abortable(exc):
+                raise
+            # A delivery failed and the transaction must abort: the commit says why.
+        transaction.commit(self.share)
+        if sent_instead:  # rare: one pass over the held rows, which may be on disk
+            instead = enumerate(self._rows)
+            self._recount([(held, sent_instead[i]) for i, held in instead if i in sent_instead])
+
+    def _check_replay(self) -> None:
+        """Fail if this replay read other input than the batch the marker says committed.
+
+        Raises:
+            CheckpointDivergedError: see :mod:`daemon.sink.markers`.
+        """
+        marker = self._marker
+        if marker is None or marker.share is None:
+            return  # an older enrichd's marker records no ranges
+        pipeline, task = self.spec.pipeline, self.partition
+        if marker.batch > self.batch_id:
+            raise CheckpointDivergedError(
+                f"pipeline {pipeline!r}: task {task} runs micro-batch {self.batch_id}, but its "
+                f"marker says micro-batch {marker.batch} was written to Kafka already: the "
+                "checkpoint lost batches whose output is in Kafka (a host crash, a restored "
+                'snapshot or a copied checkpoint); see docs/operations.md, "When the '
+                'checkpoint and the output disagree"'
+            )
+        share = self.share
+        if marker.share.digest == share.digest:
+            return
+        raise CheckpointDivergedError(
+            f"pipeline {pipeline!r}: micro-batch {self.batch_id} was written to Kafka over "
+            f"other input than the checkpoint now plans for it: task {task}'s marker says "
+            f"it covered {describe(marker.share, share)}, and this run read "
+            f"{describe(share, marker.share)}; the checkpoint lost what the output holds (a "
+            "host crash, a restored snapshot or a copied checkpoint), and the pipeline stops "
+            'rather than skip or duplicate records: see docs/operations.md, "When the '
+            'checkpoint and the output disagree"'
+        )
 
     def _refused_by_broker(self, exc: BaseException) -> bool:
         """Whether the transaction failed because the broker refused one of its records.
 
         ``exc`` made the transaction abortable: the commit's error, which is the first
-        failed delivery's, or the error a record produced as it came met once a failed
-        delivery had made the transaction abortable; for that one the producer's callback
-        (:class:`FirstRefusal`) says what the failed delivery was.
+        failed delivery's (:meth:`TaskProducer.commit` finds it).
         """
         if self.spec.dead_letter_topic is None or not abortable(exc):
             return False
         error = exc.args[0]
-        if error.txn_requires_abort() and is_refusal(error):
-            return True
-        first = self._first_refusal
-        if first is None:
-            return False
-        self._producer.flush()  # serves the delivery reports still waiting
-        return first.line is not None
+        return bool(error.txn_requires_abort() and is_refusal(error))
 
-    def _write_again(self, first: BaseException) -> None:
+    def _write_again(self) -> None:
         """Write the task's output again, each record the broker refuses as a dead letter.
 
         Each round a new producer takes the transactional id over, as at the start of a
-        task, which aborts the transaction the last one left open and fences that one. It
-        sends one record per batch, so that the broker's answer is about that record alone
-        (the broker refuses a batch whole, and librdkafka fails each of its records). It
-        writes the marker and every record, those refused so far as their dead letters
-        (:meth:`_letter`), and commits if nothing more is refused; otherwise it goes round
-        again. A round that finds nothing new to dead-letter fails the task: a dead letter
-        refused in turn, or an error that is no refusal.
+        task, which aborts the transaction the last one left open and fences that one, and
+        reads the marker again: another attempt of the task that committed the batch
+        meanwhile wins, and this one writes nothing. It sends one record per batch, so that
+        the broker's answer is about that record alone (the broker refuses a batch whole, and
+        librdkafka fails each of its records). It writes every record, those refused so far
+        as their dead letters, and the marker, and commits if nothing more is refused;
+        otherwise it goes round again. A round that finds nothing new to dead-letter fails
+        the task: a dead letter refused in turn, or an error that is no refusal.
 
         Raises:
             RuntimeError: one line for the operator, when the output cannot be written so.
         """
-        rows = self._written
-        if rows is None:
-            raise RuntimeError(self._cannot_write_again(first))
         transaction = self._transaction
+        dead_letter_topic = self.spec.dead_letter_topic
+        assert dead_letter_topic is not None  # noqa: S101 - a refusal needs one
         letters: dict[int, tuple[Any, ...]] = {}
         while True:
             # A new producer each round (see TaskProducer.abort_refused), which fences the
-            # last one.
-            producer = self._producer = transaction.take_over({"batch.num.messages": 1})
-            notes = DeliveryNotes()
-            for index, row in enumerate(rows):
-                try:
-                    self._produce(letters.get(index, row), notes.of(index))
-                except Exception as exc:
-                    if not abortable(exc):
-                        raise
-                    break  # a refusal came back already: the rest go in the next round
-            # Until every record is answered, or one is refused: records queued behind a
-            # refused one wait for the abort (a new epoch), or else the transaction's timeout.
-            while producer.flush(_FLUSH_STEP_S) and not notes.refused:
-                pass
-            if not notes.refused and not notes.failed:
-                transaction.commit()
-                break
+            # last one; the marker is read again, after it.
+            marker = transaction.take_over({"batch.num.messages": 1})
+            producer = self._producer = transaction.producer
+            if marker is not None and marker.batch >= self.batch_id:
+                self._marker, self.skipped = marker, True
+                self._check_replay()
+                return
+            transaction.open_transaction()
+            try:
+                notes = self._write_round(producer, letters)
+                if notes.complete:
+                    transaction.commit(self.share)
+                    break
+            except BaseException:
+                # Never leave the round's transaction open: it would hold read_committed
+                # readers, and the marker group's offsets, until the transaction timeout.
+                transaction.abort_refused()
+                raise
             transaction.abort_refused()
             if not notes.refused:  # records failed for another reason; with a refusal,
                 # they may have failed only because it made the transaction abortable
                 raise RuntimeError(
                     f"pipeline {self.spec.pipeline!r}: writing its output again after a "
-                    f"refused record, {len(notes.failed)} records were not delivered: "
-                    f"{notes.failed[0]}"
+                    f"refused record, {len(notes.failed) + notes.purged} records were not "
+                    f"delivered: {(notes.failed or ['purged by the client'])[0]}"
                 )
+            refused = self._rows_at(notes.refused, letters)
             for index, error in sorted(notes.refused.items()):
-                row = letters.get(index, rows[index])
-                if row[_TOPIC] == self.spec.dead_letter_topic:
-                    raise RuntimeError(self._dead_letter_refused(row, error))
-                letters[index] = self._letter(row, error, by_broker=True)
-        for index, letter in letters.items():
-            self._count(rows[index], -1)
+                found = refused.get(index)
+                if found is None or found[_TOPIC] == dead_letter_topic:
+                    raise RuntimeError(self._dead_letter_refused(found, error))
+                why = f"the broker answered: {error.str()}"
+                letters[index] = refusals.letter(found, dead_letter_topic, error.name(), why)
+        replaced = self._rows_at(letters, {})
+        self._recount([(replaced[index], letter) for index, letter in letters.items()])
+
+    def _write_round(self, producer: Any, letters: dict[int, tuple[Any, ...]]) -> DeliveryNotes:
+        """Produce a round of :meth:`_write_again`, flushed until all are answered or one refused.
+
+        ``letters``: the dead letters that take refused records' places in this round.
+        """
+        notes = DeliveryNotes()
+        for index, held in enumerate(self._rows):
+            row = letters.get(index, self._sent_instead.get(index, held))
+            try:
+                self._produce(row, notes.of(index))
+            except Exception as exc:
+                if not abortable(exc):
+                    raise
+                break  # a refusal came back already: the rest go in the next round
+        else:
+            for place, cut in enumerate(self._cut):
+                self._produce_cut(cut[:-1], cut[-1], notes.of(-place - 1))
+        # Until every record is answered, or one is refused: records queued behind a refused
+        # one wait for the abort (a new epoch), or else the transaction's timeout.
+        while producer.flush(_FLUSH_STEP_S) and not notes.refused:
+            pass
+        return notes
+
+    def _rows_at(
+        self, indexes: dict[int, Any], letters: dict[int, tuple[Any, ...]]
+    ) -> dict[int, tuple[Any, ...]]:
+        """The rows the task sent at ``indexes``, as they went out last.
+
+        A cut dead letter's index is negative (-1 is the first); a dead letter of
+        ``letters`` stands in place of its record. One pass over the held rows, which may
+        be on disk.
+        """
+        found = {}
+        for index, held in enumerate(self._rows):
+            if index in indexes:
+                found[index] = letters.get(index, self._sent_instead.get(index, held))
+        for place, cut in enumerate(self._cut):
+            if -place - 1 in indexes:
+                found[-place - 1] = cut[:-1]
+        return found
+
+    def _recount(self, replaced: list[tuple[tuple[Any, ...], tuple[Any, ...]]]) -> None:
+        """Count each record of ``replaced`` as the dead letter that went instead of it.
+
+        The client or the broker refused it after the operator's calls had told the daemon's
+        metrics of it as a record: they hear of the dead letters here.
+        """
+        if not replaced:
+            return
+        for row, letter in replaced:
+            self._count(row, -1)
             self._count(letter, 1)
         address = self.spec.metrics_address
         if self.reports_refusals and address is not None:
-            # The operator's calls handed their counts on before this commit.
-            refusals = {OUTPUT_REJECTED: len(letters)}
-            send(address, BatchCounts(self.spec.pipeline, self.batch_id, dead_letters=refusals))
+            refused = {OUTPUT_REJECTED: len(replaced)}
+            send(address, BatchCounts(self.spec.pipeline, self.batch_id, dead_letters=refused))
 
-    def _dead_letter_refused(self, row: tuple[Any, ...], error: Any) -> str:
+    def _deliver(self) -> None:
+        """At least once: produce the held records, then again those whose delivery failed.
+
+        Only those, :data:`_DELIVERY_ROUNDS` times at most, a record the broker refused as
+        its dead letter: a failed task would send its whole output again.
+
+        Raises:
+            RuntimeError: records were still not delivered, or the dead-letter topic refused
+                a dead letter.
+        """
+        deliveries = self._deliveries
+        assert deliveries is not None  # noqa: S101 - at least once
+        replaced = []
+        for held in self._rows:
+            sent = self._produce(held, deliveries)
+            if sent is not held:
+                replaced.append((held, sent))
+        for cut in self._cut:
+            self._produce_cut(cut[:-1], cut[-1], deliveries)
+        self._producer.flush()
+        dead_letter_topic = self.spec.dead_letter_topic
+        for _ in range(_DELIVERY_ROUNDS):
+            failed = deliveries.take()
+            if not failed:
+                break
+            for error, row in failed:
+                if is_refusal(error) and dead_letter_topic is not None:
+                    if row[_TOPIC] == dead_letter_topic:
+                        raise RuntimeError(self._dead_letter_refused(row, error))
+                    why = f"the broker answered: {error.str()}"
+                    letter = refusals.letter(row, dead_letter_topic, error.name(), why)
+                    replaced.append((row, letter))
+                    row = letter
+                self._produce(row, deliveries)
+            self._producer.flush()
+        failed = deliveries.take()
+        if failed:
+            error, row = failed[0]
+            raise RuntimeError(
+                f"pipeline {self.spec.pipeline!r}: {len(failed)} records were not delivered "
+                f"after {_DELIVERY_ROUNDS} tries, the first to topic {row[_TOPIC]!r} "
+                f"({error.name()}: {error.str()})"
+            )
+        self._recount(replaced)
+
+    def _dead_letter_refused(self, row: tuple[Any, ...] | None, error: Any) -> str:
         """The line a task fails with when the dead-letter topic refuses a record too."""
-        topic, *_, source_topic, partition, offset, kind, _, _ = row
-        source = provenance(headers_of(source_topic, partition, offset, None, None))
+        topic, source, kind = self.spec.dead_letter_topic, "an unknown record", OUTPUT_REJECTED
+        if row is not None:
+            topic, *_, source_topic, partition, offset, kind, _, _ = row
+            source = provenance(headers_of(source_topic, partition, offset, None, None))
         return (
             f"pipeline {self.spec.pipeline!r}: the dead-letter topic {topic!r} refused the "
             f"{kind} dead letter made from {source} ({error.name()}: {error.str()}); raise its "
             "max.message.bytes, or lower the client's message.max.bytes to it"
         )
-
-    def _cannot_write_again(self, first: BaseException) -> str:
-        """The line a task fails with when a record was refused after it let go of its rows."""
-        refusal = self._first_refusal
-        if refusal is not None and refusal.line is None:
-            self._producer.flush()  # serves the delivery reports still waiting
-        what = refusal.line if refusal is not None and refusal.line else str(first)
-        return (
-            f"pipeline {self.spec.pipeline!r}: {what}; the task wrote more than "
-            f"{HELD_RECORDS} records, too many to keep for writing them again with it "
-            "dead-lettered, so the micro-batch fails: raise the topic's max.message.bytes, or "
-            "lower the client's message.max.bytes to it (the client's refusals are "
-            "dead-lettered as they come)"
-        )
-
-
-def message_max_bytes(client_conf: dict[str, str]) -> int:
-    """The largest record the client produces: ``message.max.bytes`` of ``client_conf``."""
-    return int(client_conf.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
 
 
 def headers_of(

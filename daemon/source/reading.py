@@ -35,6 +35,7 @@ from daemon.model.wire import (
     INPUT,
     is_end_of_input,
     pack,
+    range_name,
 )
 from daemon.source.missing_offsets import MissingOffset, failure
 from daemon.source.planning import KafkaRange
@@ -63,6 +64,8 @@ def read_range(spec: SourceSpec, kafka_range: KafkaRange) -> Iterator[pa.RecordB
     index, read = next((i, s) for i, s in enumerate(spec.inputs) if s.topic == kafka_range.topic)
     buckets = spec.state_buckets
     number = kafka_range.partition
+    # Every pack says which range it was read over: a batch marker records its task's share.
+    packed = range_name(kafka_range.topic, number, kafka_range.start, kafka_range.end)
     consumer = connect.consumer(spec.reader_conf())
     tp = TopicPartition(kafka_range.topic, number, kafka_range.start)
     pending: list[Any] = []
@@ -73,14 +76,14 @@ def read_range(spec: SourceSpec, kafka_range: KafkaRange) -> Iterator[pa.RecordB
         for records in chunks:
             pending.extend(records)
             if len(pending) >= _ARROW_CHUNK:
-                yield _arrow_batch(read, index, number, pending, buckets, spec.headers)
+                yield _arrow_batch(read, index, number, pending, buckets, packed, spec.headers)
                 pending = []
     except OffsetNotAvailableError as exc:
         raise _removed_while_reading(spec, consumer, exc) from None
     finally:
         consumer.close()
     if pending:
-        yield _arrow_batch(read, index, number, pending, buckets, spec.headers)
+        yield _arrow_batch(read, index, number, pending, buckets, packed, spec.headers)
 
 
 def _removed_while_reading(
@@ -117,6 +120,7 @@ def _arrow_batch(
     partition: int,
     messages: list[Any],
     buckets: int,
+    read_range: str,
     headers: bool = False,
 ) -> pa.RecordBatch:
     """Route one partition's messages and pack them by state bucket (:func:`pack`).
@@ -156,7 +160,7 @@ def _arrow_batch(
         if headers
         else pa.nulls(count, pa.binary()),
     )
-    return pack(records, buckets_of(keys, buckets))
+    return pack(records, buckets_of(keys, buckets), read_range)
 
 
 _HEADERS = methodcaller("headers")

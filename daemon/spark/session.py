@@ -47,6 +47,8 @@ _DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
+    # Workers forked with enrichd's modules already imported (daemon.pipeline.worker_daemon).
+    "spark.python.daemon.module": "daemon.pipeline.worker_daemon",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     # Spark's own masking, in its logs, plans and errors: the settings whose names
     # daemon.secrets.is_secret_key takes for secrets (Spark's default misses "credential",

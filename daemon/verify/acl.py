@@ -1,8 +1,9 @@
 """A refused request, as the one ACL that would allow it.
 
 verify works under one prefix: its topics are named ``PREFIX.RUN.JOINER.ROLE``, its pipelines
-``PREFIX.RUN.JOINER``, so their transactional ids (``enrichd.<pipeline>.<task>``) and batch
-marker groups (``enrichd.<pipeline>.sink...``) start with ``enrichd.PREFIX``. A platform
+``PREFIX.RUN.JOINER``, so their transactional ids (``enrichd.<pipeline>.<task>``), batch
+markers topics (``enrichd.<pipeline>.markers``) and marker groups
+(``enrichd.<pipeline>.marker...``) start with ``enrichd.PREFIX``. A platform
 team grants these as prefixed ACLs once; each refusal names the missing one.
 
 Example:

@@ -13,10 +13,13 @@ the source) and ``commits/N`` once the batch is done.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from daemon.checkpoint.batch_logs import last_committed, last_planned, planned_batch
@@ -28,21 +31,30 @@ CHILD_STOP_TIMEOUT_S = 15
 micro-batches in flight then hold no records, and a shorter wait spares each run the time a
 loaded machine's Spark can take to shut down (up to the whole timeout, measured)."""
 _TAIL_BYTES = 64 << 10
+REPLAY_LINE = re.compile(
+    r"pipeline \S+: micro-batch \d+: (\d+) replayed task\(s\) found their batch committed"
+)
+"""The line a run logs for a batch whose replayed tasks found it committed
+(:meth:`daemon.model.reports.BatchCounts.replay_line`)."""
 
 
 class ChildRun:
-    """``daemon run PATH`` as a child process; each start logs to ``run-N.log`` in ``folder``."""
+    """``daemon run PATH`` as a child process; each start logs to ``NAME-N.log`` in ``folder``."""
 
-    def __init__(self, path: Path, folder: Path) -> None:
+    def __init__(self, path: Path, folder: Path, name: str = "run") -> None:
         self.path = path
         self.folder = folder
+        self.name = name
         self.starts = 0
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def log(self) -> Path:
         """The current run's log."""
-        return self.folder / f"run-{self.starts}.log"
+        return self._log(self.starts)
+
+    def _log(self, start: int) -> Path:
+        return self.folder / f"{self.name}-{start}.log"
 
     def start(self) -> None:
         """Start ``daemon run`` (after a kill, from the same checkpoints)."""
@@ -80,6 +92,21 @@ class ChildRun:
         """SIGKILL the whole run at once: driver, JVM and Python workers."""
         if self.process is None:
             return
+        self._signal_all(signal.SIGKILL)
+        self.process.wait(30)
+
+    def pause(self) -> None:
+        """SIGSTOP the whole run, as a frozen VM or a long GC pause would stop it."""
+        self._signal_all(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the whole run after :meth:`pause`."""
+        self._signal_all(signal.SIGCONT)
+
+    def _signal_all(self, signum: signal.Signals) -> None:
+        """Signal every process group of the run (Spark's Python workers leave the driver's)."""
+        if self.process is None:
+            return
         groups = {self.process.pid}
         for pid in descendants(self.process.pid):
             try:
@@ -88,10 +115,9 @@ class ChildRun:
                 pass
         for group in groups:
             try:
-                os.killpg(group, signal.SIGKILL)
+                os.killpg(group, signum)
             except ProcessLookupError:
                 pass
-        self.process.wait(30)
 
     def stop(self) -> int:
         """SIGTERM the driver, as systemd does; its exit code (killed if it does not exit)."""
@@ -103,6 +129,30 @@ class ChildRun:
         except subprocess.TimeoutExpired:
             self.kill()
             return -int(signal.SIGKILL)
+
+    def replays_found(self) -> int:
+        """Replayed tasks that found their batch committed, as every start's log says."""
+        found = 0
+        for message in self.messages():
+            said = REPLAY_LINE.match(message)
+            if said is not None:
+                found += int(said.group(1))
+        return found
+
+    def messages(self, start: int = 1) -> list[str]:
+        """The messages every start from ``start`` on logged (lines not JSON as they are)."""
+        found = []
+        for number in range(start, self.starts + 1):
+            try:
+                text = self._log(number).read_text(errors="replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                try:
+                    found.append(str(json.loads(line).get("message", "")))
+                except (ValueError, AttributeError):
+                    found.append(line)
+        return found
 
     def log_tail(self, lines: int = 20) -> str:
         """The end of the current run's log."""
@@ -149,6 +199,27 @@ def planned(checkpoint: Path) -> tuple[int, dict[str, int]]:
     """The last planned micro-batch and its offsets (-1 and none before the first)."""
     batch = last_planned(checkpoint)
     return (-1, {}) if batch is None else (batch, batch_offsets(checkpoint, batch))
+
+
+def planned_since(before: list[int], now: list[int]) -> bool:
+    """Whether some pipeline planned a micro-batch after those it had planned ``before``.
+
+    Per pipeline: after a restart each replays the batch a kill cut short under its old
+    number, and the pipelines that were furthest may have nothing left to plan, so the highest
+    number across them says nothing about whether the restart is back.
+    """
+    return any(later > earlier for earlier, later in zip(before, now, strict=True))
+
+
+def in_flight(checkpoint: Path) -> bool:
+    """Whether the last planned micro-batch is not committed yet."""
+    planned_last, committed_last = last_planned(checkpoint), last_committed(checkpoint)
+    return planned_last is not None and (committed_last is None or committed_last < planned_last)
+
+
+def any_in_flight(checkpoints: Iterable[Path]) -> bool:
+    """Whether any of the checkpoints planned a micro-batch it has not committed."""
+    return any(in_flight(Path(checkpoint)) for checkpoint in checkpoints)
 
 
 def committed(checkpoint: Path) -> dict[str, int]:

@@ -66,19 +66,99 @@ def probe_transactions(conf: dict[str, str], base: str, prefix: str, topic: str)
         consumer.close()
 
 
-def produce_workloads(
-    conf: dict[str, str], pipelines: list[VerifiedPipeline], prefix: str, stop: StopRequest
-) -> None:
-    """Produce every workload in arrival order, then an end-of-input marker per join key."""
-    producer = connect.producer(
-        conf, {"linger.ms": 5, "enable.idempotence": True, "partitioner": "murmur2_random"}
-    )
-    failures: list[str] = []
+class WorkloadFeed:
+    """Every workload in arrival order, in parts, then an end-of-input marker per join key.
 
-    def delivered(pipe: VerifiedPipeline, index: int | None) -> Callable[[Any, Any], None]:
+    The first part goes before the child run starts, the others while it runs
+    (:func:`daemon.verify.kills.run_with_kills`), so that the run reads input that arrives
+    while it goes on, across its restarts, as in production; the markers go with the last
+    part. Each part is flushed before :meth:`next_part` returns: the pipelines' ``ends`` and
+    ``items`` then say where every record produced so far landed, and the answer, which
+    depends only on the records and their order, stays exact.
+    """
+
+    def __init__(
+        self, conf: dict[str, str], pipelines: list[VerifiedPipeline], prefix: str, parts: int
+    ) -> None:
+        self.pipelines, self.prefix, self.parts = pipelines, prefix, parts
+        self.producer = connect.producer(
+            conf, {"linger.ms": 5, "enable.idempotence": True, "partitioner": "murmur2_random"}
+        )
+        self.done = 0
+        """Parts produced so far."""
+        self.failures: list[str] = []
+        self.codecs = [
+            {
+                role: AvroCodec(load_schema_file(spec.schema_file))
+                for role, spec in pipe.config.inputs.items()
+                if spec.schema_file is not None
+            }
+            for pipe in pipelines
+        ]
+        self.keys = [join_keys(pipe) for pipe in pipelines]
+
+    @property
+    def total(self) -> int:
+        """Records every part together holds: the workloads' and a marker per join key."""
+        return sum(
+            len(pipe.work.items) + len(keys)
+            for pipe, (_, keys) in zip(self.pipelines, self.keys, strict=True)
+        )
+
+    @property
+    def finished(self) -> bool:
+        """Whether every part was produced."""
+        return self.done >= self.parts
+
+    def next_part(self, stop: StopRequest) -> None:
+        """Produce the next part (nothing once :attr:`finished`), and wait for its delivery."""
+        if self.finished:
+            return
+        part, self.done = self.done, self.done + 1
+        for pipe, codecs, (marker_topic, keys) in zip(
+            self.pipelines, self.codecs, self.keys, strict=True
+        ):
+            check_stop(stop, f"{pipe.joiner}'s workload was produced")
+            items = pipe.work.items
+            first, end = len(items) * part // self.parts, len(items) * (part + 1) // self.parts
+            for index in range(first, end):
+                item = items[index]
+                value = item.poison
+                if value is None and item.value is not None:
+                    value = codecs[item.role].encode(item.value)
+                produce(
+                    self.producer,
+                    pipe.config.inputs[item.role].topic,
+                    value=value,
+                    key=key_bytes(item.key),
+                    timestamp=item.timestamp,
+                    on_delivery=self._delivered(pipe, index),
+                )
+                self.producer.poll(0)
+            if not self.finished:
+                continue
+            last = max((item.timestamp for item in items), default=1)
+            for key in keys:
+                produce(
+                    self.producer,
+                    marker_topic,
+                    value=None,
+                    key=key.encode("utf-8"),
+                    timestamp=last,
+                    headers=END_OF_INPUT_HEADERS,
+                    on_delivery=self._delivered(pipe, None),
+                )
+                self.producer.poll(0)
+        self.producer.flush(60)
+        if self.failures:
+            failure = self.failures[0]
+            line = acl_line(code_in_text(failure) or 0, "write to its topics", self.prefix)
+            raise EnrichdError(line or f"could not produce the workload: {failure}")
+
+    def _delivered(self, pipe: VerifiedPipeline, index: int | None) -> Callable[[Any, Any], None]:
         def report(err: Any, msg: Any) -> None:
             if err is not None:
-                failures.append(str(err))
+                self.failures.append(str(err))
                 return
             where = (msg.topic(), msg.partition(), msg.offset())
             name = partition_name(where[0], where[1])
@@ -87,41 +167,3 @@ def produce_workloads(
                 pipe.items[where] = index
 
         return report
-
-    for pipe in pipelines:
-        check_stop(stop, f"{pipe.joiner}'s workload was produced")
-        codecs = {
-            role: AvroCodec(load_schema_file(spec.schema_file))
-            for role, spec in pipe.config.inputs.items()
-            if spec.schema_file is not None
-        }
-        for index, item in enumerate(pipe.work.items):
-            value = item.poison
-            if value is None and item.value is not None:
-                value = codecs[item.role].encode(item.value)
-            produce(
-                producer,
-                pipe.config.inputs[item.role].topic,
-                value=value,
-                key=key_bytes(item.key),
-                timestamp=item.timestamp,
-                on_delivery=delivered(pipe, index),
-            )
-            producer.poll(0)
-        marker_topic, keys = join_keys(pipe)
-        last = max((item.timestamp for item in pipe.work.items), default=1)
-        for key in keys:
-            produce(
-                producer,
-                marker_topic,
-                value=None,
-                key=key.encode("utf-8"),
-                timestamp=last,
-                headers=END_OF_INPUT_HEADERS,
-                on_delivery=delivered(pipe, None),
-            )
-            producer.poll(0)
-    producer.flush(60)
-    if failures:
-        line = acl_line(code_in_text(failures[0]) or 0, "write to its topics", prefix)
-        raise EnrichdError(line or f"could not produce the workload: {failures[0]}")

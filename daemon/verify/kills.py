@@ -1,9 +1,12 @@
 """``daemon verify``'s child run: started, killed with SIGKILL at spread points, restarted.
 
 A kill lands once the input planned (read from the checkpoints' offset logs) passes the next
-of ``kills`` spread points and a micro-batch was planned since the last restart, a little
-after that batch was planned (:data:`KILL_DELAYS_S`); the next waits until the restarted run
-is back. The run ends with SIGTERM once every input, and a second stage's input, is committed.
+of ``kills`` spread points and a micro-batch was planned since the last restart: the first
+once a task of that batch committed its output (its batch marker landed on the pipeline's
+markers topic) while the batch is not yet in the commit log, so that the restarted run
+replays a batch part of which committed; the others a little after the batch was planned
+(:data:`KILL_DELAYS_S`). The next waits until the restarted run is back. The run ends with
+SIGTERM once every input, and a second stage's input, is committed.
 """
 
 from __future__ import annotations
@@ -12,18 +15,22 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from daemon.checkpoint import layout
 from daemon.errors import EnrichdError
+from daemon.kafka import connect
 from daemon.replay import committed_ends
 from daemon.signals import StopRequest
 from daemon.verify import child as runs
 from daemon.verify.acl import acl_line, code_in_text
+from daemon.verify.child import planned_since
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions
+from daemon.verify.zombie import Zombie, replace_paused_run
 
-KILL_DELAYS_S = (0.0, 0.7, 1.5)
-"""How long after a micro-batch is planned each kill lands, in turn: before its tasks start,
-while they run, and about when they commit."""
+KILL_DELAYS_S: tuple[float | None, ...] = (None, 0.0, 0.7)
+"""When each kill lands, in turn: once a task of the planned micro-batch committed (None),
+then seconds after the batch is planned: before its tasks start, and while they run."""
 _POLL_S = 0.05
 
 
@@ -39,9 +46,12 @@ class Kill:
     consumed: int
     """Input records planned so far, of all the workloads' records."""
     delay_s: float
+    """Seconds from seeing the batch planned to the kill."""
     recovered_s: float | None = None
     """Seconds from the restart until a pipeline of the restarted run planned a micro-batch
     past those it had planned before the kill."""
+    after: str = "planned"
+    """What the kill waited for: the batch ``planned``, or ``a task committed`` of it."""
 
 
 @dataclass
@@ -52,6 +62,23 @@ class ChildOutcome:
     """Seconds from the first start to the SIGTERM."""
     starts: int
     stop_exit_code: int | None
+    zombie: Zombie | None = None
+    """What the zombie scenario saw (None: not run)."""
+
+
+class Feed(Protocol):
+    """The workload, produced in parts (:class:`daemon.verify.cluster.WorkloadFeed`)."""
+
+    @property
+    def total(self) -> int:
+        """Records every part together holds."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether every part was produced."""
+
+    def next_part(self, stop: StopRequest) -> None:
+        """Produce the next part, and wait for its delivery."""
 
 
 Progress = Callable[[str], None]
@@ -78,40 +105,87 @@ def _planned_records(pipelines: list[VerifiedPipeline]) -> tuple[list[int], int]
     return batches, records
 
 
-def planned_since(before: list[int], now: list[int]) -> bool:
-    """Whether some pipeline planned a micro-batch after those it had planned ``before``.
+class MarkerWatch:
+    """Whether a task committed since :meth:`mark`: the pipelines' markers topics moved.
 
-    Per pipeline: after a restart each replays the batch a kill cut short under its old
-    number, and the pipelines that were furthest may have nothing left to plan, so the highest
-    number across them says nothing about whether the restart is back.
+    Each committed task adds a marker record to its pipeline's markers topic (one partition),
+    so the topics' ends (as ListOffsets gives them: some brokers under-report the end, but
+    every new transaction moves it) grow by one or more. A topic not made yet ends at 0.
     """
-    return any(later > earlier for earlier, later in zip(before, now, strict=True))
+
+    def __init__(self, conf: dict[str, str], topics: list[str]) -> None:
+        self.consumer = connect.consumer(conf, {"group.id": "enrichd-verify-markers"})
+        self.topics = topics
+        self.marked = 0
+
+    def ends(self) -> int:
+        """The markers topics' ends, added up."""
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import KafkaException, TopicPartition
+
+        total = 0
+        for topic in self.topics:
+            try:
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, 0), 5)
+            except KafkaException:
+                continue  # not made yet: the first batch's tasks make it
+            total += high
+        return total
+
+    def mark(self) -> None:
+        """Remember the ends as they are now."""
+        self.marked = self.ends()
+
+    def moved(self) -> bool:
+        """Whether a marker landed since :meth:`mark`."""
+        return self.ends() > self.marked
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self.consumer.close()
 
 
 def run_with_kills(
-    child: runs.ChildRun,
+    children: list[runs.ChildRun],
     conf: dict[str, str],
     pipelines: list[VerifiedPipeline],
     options: VerifyOptions,
     kills: list[Kill],
     progress: Progress,
     stop: StopRequest,
+    markers: MarkerWatch,
+    feed: Feed,
 ) -> ChildOutcome:
     """Start the child, kill it at spread points, restart it, and stop it once all is in.
 
-    Each kill is added to ``kills`` as it lands, so that a run stopped half-way has them.
+    The workload's first part is in before the start; the next goes in once the run planned
+    its first micro-batch, and another each time a restarted run is back, so the input keeps
+    arriving while it runs. Each kill is added to ``kills`` as it lands, so that a run
+    stopped half-way has them. With ``options.zombie``, the zombie scenario
+    (:mod:`daemon.verify.zombie`) follows the kills, and the new run it starts is added to
+    ``children`` (verify kills those left running however it ends) and goes on to the end.
     """
     started = time.monotonic()
     deadline = started + options.timeout_s
+    child = children[0]
+
+    def wait_on(run: runs.ChildRun, what: str, done: Callable[[], bool]) -> None:
+        await_progress(run, deadline, what, done, prefix=options.prefix, stop=stop)
 
     def wait(what: str, done: Callable[[], bool]) -> None:
-        await_progress(child, deadline, what, done, prefix=options.prefix, stop=stop)
+        wait_on(child, what, done)
 
-    total = sum(sum(pipe.ends.values()) for pipe in pipelines)
+    total = feed.total
+    at_first, _ = _planned_records(pipelines)
     child.start()
     progress("daemon run started")
+    wait("the first micro-batch", lambda: planned_since(at_first, _planned_records(pipelines)[0]))
+    progress("producing the next part of the workload while the run goes on")
+    feed.next_part(stop)
     for number in range(1, options.kills + 1):
-        point = total * number // (options.kills + 1)
+        produced = sum(sum(pipe.ends.values()) for pipe in pipelines)
+        # Spread over the whole input, but within what is produced by now.
+        point = min(total * number // (options.kills + 1), produced * number // (number + 1))
         at_start, _ = _planned_records(pipelines)
 
         def past_point(since: list[int] = at_start, point: int = point) -> bool:
@@ -119,12 +193,31 @@ def run_with_kills(
             return planned_since(since, batches) and records >= point
 
         wait(f"input planned past {point} of {total} records", past_point)
+        planned_at = time.monotonic()
         delay = KILL_DELAYS_S[(number - 1) % len(KILL_DELAYS_S)]
-        if stop.sleep(delay):
+        if delay is None:
+            # A task committed (of this batch: the last one's were in before it was planned);
+            # a batch through before that was seen leaves the kill after it, no replay found.
+            markers.mark()
+            wait(
+                f"a task of the micro-batch past {point} records committed",
+                lambda: (
+                    markers.moved()
+                    or not runs.any_in_flight(pipe.config.checkpoint for pipe in pipelines)
+                ),
+            )
+        elif stop.sleep(delay):
             raise Interrupted(f"kill -9 #{number}")
         batches, consumed = _planned_records(pipelines)
         child.kill()
-        kill = Kill(number, round(time.monotonic() - started, 1), max(batches), consumed, delay)
+        kill = Kill(
+            number,
+            round(time.monotonic() - started, 1),
+            max(batches),
+            consumed,
+            round(time.monotonic() - planned_at, 1),
+            after="planned" if delay is not None else "a task committed",
+        )
         kills.append(kill)
         progress(f"kill -9 #{number} at {consumed} of {total} input records; restarting")
         restarted = time.monotonic()
@@ -136,6 +229,26 @@ def run_with_kills(
 
         wait("a micro-batch after the restart", planned_again)
         kill.recovered_s = round(time.monotonic() - restarted, 1)
+        feed.next_part(stop)
+    zombie = None
+    if options.zombie:
+        progress("zombie: stopping daemon run with SIGSTOP, starting a new one")
+
+        def planned() -> list[int]:
+            return _planned_records(pipelines)[0]
+
+        def more_input() -> None:  # a micro-batch to stop the run in
+            feed.next_part(stop)
+
+        new, zombie = replace_paused_run(
+            child, pipelines, planned, more_input, markers, wait_on, stop
+        )
+        children.append(new)
+        progress(f"zombie: the resumed run {zombie.ended}")
+        child = new
+        feed.next_part(stop)
+    while not feed.finished:
+        feed.next_part(stop)
     wait("every input record committed", lambda: _all_committed(pipelines))
     for pipe in pipelines:
         for name, stage in pipe.config.outputs.items():
@@ -148,7 +261,8 @@ def run_with_kills(
             )
     run_s = round(time.monotonic() - started, 1)
     progress("stopping daemon run with SIGTERM")
-    return ChildOutcome(run_s, child.starts, child.stop())
+    code = child.stop()
+    return ChildOutcome(run_s, sum(run.starts for run in children), code, zombie)
 
 
 def _all_committed(pipelines: list[VerifiedPipeline]) -> bool:

@@ -35,6 +35,7 @@ class VerifyOptions:
     joiners: tuple[str, ...] = JOINERS
     records: int = 2000
     kills: int = 3
+    zombie: bool = True
     partitions: int = 2
     replication: int = -1
     keep: bool = False

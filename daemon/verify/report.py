@@ -10,6 +10,7 @@ from rich.table import Table
 
 from daemon.verify.check import JoinerCheck, Row
 from daemon.verify.run import VerifyReport
+from daemon.verify.zombie import Zombie
 
 BROKER_FAULT = "broker's fault"
 
@@ -40,19 +41,21 @@ def show(report: VerifyReport, console: Console) -> None:
         if check.final_totals_wrong:
             console.print(f"  final totals wrong for: {', '.join(check.final_totals_wrong)}")
     kills = Table(title="restarts", title_justify="left")
-    for column in ("kill", "at s", "input planned", "delay s", "back in s"):
+    for column in ("kill", "at s", "input planned", "after", "delay s", "back in s"):
         kills.add_column(column, justify="right")
     for kill in report.kills:
         kills.add_row(
             str(kill.number),
             f"{kill.at_s:g}",
             f"{kill.consumed} of {report.input_records}",
+            kill.after,
             f"{kill.delay_s:g}",
             "-" if kill.recovered_s is None else f"{kill.recovered_s:g}",
         )
     console.print(kills)
     for line in summary_lines(report):
-        console.print(line, markup=False, highlight=False)
+        # Unwrapped: a warning with its fix stays one line a CI log can be searched for.
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     style = "bold green" if report.ok else "bold red"
     console.print(verdict_line(report), style=style, markup=False, highlight=False)
 
@@ -64,18 +67,51 @@ def summary_lines(report: VerifyReport) -> list[str]:
         f"rates: {report.input_records} input records in {report.run_s:g} s including "
         f"{len(report.kills)} kill(s) and {report.starts} start(s): {rate:.0f} records/s; "
         f"{report.output_records} output records",
+        f"input: {report.input_at_start} record(s) produced before daemon run started, "
+        f"{report.input_records - report.input_at_start} while it ran",
         f"stop: SIGTERM, daemon run exited with code {report.stop_exit_code}",
     ]
+    lines.append(replays_line(report))
+    if report.zombie is not None:
+        lines.append(zombie_line(report.zombie))
     lines += [f"broker: {line}" for line in report.broker.summary()]
     lines.append(f"raw record batches: {report.raw_batches}")
     for topic, counts in sorted(report.transactions.items()):
         described = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
         lines.append(f"  {topic}: {described}")
     lines += [f"held: {line}" for line in report.held]
+    lines += [f"WARNING settings: {line}" for line in report.settings]
     lines += [f"note: {line}" for line in report.notes]
     if report.kept:
         lines.append(f"kept: topics under {report.prefix}.{report.run}, files in {report.kept}")
     return lines
+
+
+def replays_line(report: VerifyReport) -> str:
+    """Whether the replay path ran: replayed tasks found their batch committed by its marker."""
+    found = report.replays_found
+    if not report.kills:
+        return f"replays: {found} replayed task(s) found their batch committed (no kill)"
+    if found:
+        return (
+            f"replays: {found} replayed task(s) found their batch committed by its marker and "
+            f"wrote nothing again: the replay path ran"
+        )
+    return (
+        "replays: NO replayed task found its batch committed: the kills landed where no "
+        "task had committed, so this run did not prove the replay path (run it again)"
+    )
+
+
+def zombie_line(zombie: Zombie) -> str:
+    """What the zombie scenario saw: where the run was stopped, and what the woken run did."""
+    where = "while its tasks ran" if zombie.in_flight else "after it was committed"
+    return (
+        f"zombie: daemon run stopped (SIGSTOP) at micro-batch {zombie.paused_batch} ({where}); "
+        f"a new run committed up to {zombie.new_batch}; once resumed, {zombie.fenced_lines} "
+        f"line(s) of its logs said a transaction was fenced, {zombie.replays_found} of its "
+        f"tasks found their batch committed, and it {zombie.ended}"
+    )
 
 
 def _joiner_table(check: JoinerCheck) -> Table:
@@ -139,10 +175,13 @@ def as_json(report: VerifyReport) -> dict[str, Any]:
             for check in report.checks
         },
         "restarts": [asdict(kill) for kill in report.kills],
+        "replays_found": report.replays_found,
+        "zombie": None if report.zombie is None else asdict(report.zombie),
         "starts": report.starts,
         "stop_exit_code": report.stop_exit_code,
         "rates": {
             "input_records": report.input_records,
+            "input_at_start": report.input_at_start,
             "output_records": report.output_records,
             "seconds": report.run_s,
             "records_per_second": round(report.input_records / report.run_s, 1)
@@ -153,6 +192,7 @@ def as_json(report: VerifyReport) -> dict[str, Any]:
         "raw_batches": report.raw_batches,
         "transactions": report.transactions,
         "held": report.held,
+        "settings_warnings": report.settings,
         "notes": report.notes,
         "kept": report.kept,
     }

@@ -7,10 +7,12 @@ end-of-input marker per join key, as ``daemon replay`` sends. Every pipeline the
 child ``daemon run`` with the file's connection settings (:mod:`~daemon.verify.child_file`),
 which verify kills with SIGKILL at spread points of the input and starts again from its
 checkpoints, and stops with SIGTERM once every input (and a second stage's input) is
-committed. The outputs and dead letters are read back with ``read_committed`` consumers and
-as raw batches (:mod:`~daemon.verify.readback`), and compared with the answer that the
-joiner's own logic gives (:mod:`~daemon.verify.answer`, :mod:`~daemon.verify.check`). The
-topics are deleted at the end unless ``keep``.
+committed. The cluster's settings that exactly-once output rests on are read before the run
+(:mod:`~daemon.verify.durability`) and reported as warnings. The outputs and dead letters
+are read back with ``read_committed`` consumers and as raw batches
+(:mod:`~daemon.verify.readback`), and compared with the answer that the joiner's own logic
+gives (:mod:`~daemon.verify.answer`, :mod:`~daemon.verify.check`). The topics are deleted at
+the end unless ``keep``.
 """
 
 from __future__ import annotations
@@ -25,19 +27,30 @@ from pathlib import Path
 from daemon.broker import EmbeddedBroker
 from daemon.errors import EnrichdError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
-from daemon.kafka import connect
+from daemon.kafka import connect, names
 from daemon.kafka.admin import delete_topics, existing_topics
+from daemon.kafka.topic_settings import describe
 from daemon.model.config import PipelineFile, id_part, load_pipeline_file
+from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_TRANSACTION_TIMEOUT_MS
 from daemon.signals import StopRequest
 from daemon.verify import child as runs
 from daemon.verify.acl import refusal
 from daemon.verify.check import JoinerCheck, check
 from daemon.verify.child_file import connection_tables, write_child_file
-from daemon.verify.cluster import make_topics, probe_transactions, produce_workloads
+from daemon.verify.cluster import WorkloadFeed, make_topics, probe_transactions
+from daemon.verify.durability import warnings
 from daemon.verify.facts import BrokerFacts, broker_facts
-from daemon.verify.kills import Interrupted, Kill, Progress, check_stop, run_with_kills
+from daemon.verify.kills import (
+    Interrupted,
+    Kill,
+    MarkerWatch,
+    Progress,
+    check_stop,
+    run_with_kills,
+)
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions, child_table, plan_pipeline
 from daemon.verify.readback import RawLogs, TopicRead, read_committed, with_status
+from daemon.verify.zombie import Zombie
 
 
 @dataclass
@@ -53,13 +66,21 @@ class VerifyReport:
     starts: int = 0
     stop_exit_code: int | None = None
     input_records: int = 0
+    input_at_start: int = 0
+    """Of them, those produced before the child run started (the rest came while it ran)."""
     output_records: int = 0
     run_s: float = 0.0
     raw_batches: str = ""
     """Whether the raw batches were read, or why not."""
     transactions: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per topic: records by what became of their transaction, and markers."""
+    replays_found: int = 0
+    zombie: Zombie | None = None
+    """What the zombie scenario saw (None: not run)."""
+    """Replayed tasks that found their batch committed by its marker, as the child logged."""
     held: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)
+    """Warnings about the cluster's settings, each with its fix (never a failure)."""
     notes: list[str] = field(default_factory=list)
     kept: str | None = None
 
@@ -131,11 +152,15 @@ def verify(
         try:
             pipelines = [plan_pipeline(joiner, base, folder, options) for joiner in options.joiners]
             make_topics(conf, pipelines, options, base, created)
+            report.settings = settings_warnings(conf, file, pipelines)
             probe_transactions(conf, base, options.prefix, pipelines[0].config.output.topic)
             check_stop(stop, "the workload was produced")
-            progress(f"producing {len(pipelines)} workload(s) under {base}")
-            produce_workloads(conf, pipelines, options.prefix, stop)
-            report.input_records = sum(sum(p.ends.values()) for p in pipelines)
+            progress(f"producing the first part of {len(pipelines)} workload(s) under {base}")
+            # A part before the start, the rest while the run goes on (kills.run_with_kills).
+            feed = WorkloadFeed(conf, pipelines, options.prefix, parts(options))
+            feed.next_part(stop)
+            report.input_records = feed.total
+            report.input_at_start = sum(sum(p.ends.values()) for p in pipelines)
             child_path = folder / "verify.toml"
             write_child_file(
                 child_path,
@@ -143,15 +168,23 @@ def verify(
                 {"master": "local[2]"},
                 [child_table(p.config) for p in pipelines],
             )
-            child = runs.ChildRun(child_path, folder)
+            children = [runs.ChildRun(child_path, folder)]
+            id_prefix = file.kafka.id_prefix if file is not None else DEFAULT_ID_PREFIX
+            markers = MarkerWatch(
+                conf, [names.markers_topic(id_prefix, p.config.name) for p in pipelines]
+            )
             try:
                 outcome = run_with_kills(
-                    child, conf, pipelines, options, report.kills, progress, stop
+                    children, conf, pipelines, options, report.kills, progress, stop, markers, feed
                 )
             finally:
-                if child.exited() is None:  # interrupted or failed: never left running
-                    child.kill()
+                markers.close()
+                for child in children:
+                    if child.exited() is None:  # interrupted or failed: never left running
+                        child.kill()
             report.run_s, report.starts = outcome.run_s, outcome.starts
+            report.replays_found = sum(child.replays_found() for child in children)
+            report.zombie = outcome.zombie
             report.stop_exit_code = outcome.stop_exit_code
             progress("reading back every output and dead letter")
             read_back(conf, raw, pipelines, report, stop)
@@ -169,6 +202,16 @@ def verify(
     if interrupted is not None:
         raise EnrichdError(_interrupted_line(interrupted, report, len(created)))
     return report
+
+
+def parts(options: VerifyOptions) -> int:
+    """The parts the workload is produced in (:func:`daemon.verify.kills.run_with_kills`).
+
+    One before the start, one once the run planned its first micro-batch, one after each
+    kill's restart, and for the zombie scenario one to stop the run in and one for the new
+    run to go on with (its tasks then end any transaction the killed old run left open).
+    """
+    return 2 + options.kills + 2 * options.zombie
 
 
 def _interrupted_line(exc: Interrupted, report: VerifyReport, topics: int) -> str:
@@ -189,6 +232,34 @@ def _client_conf(file: PipelineFile | None, servers: str) -> dict[str, str]:
     if file is None:
         return {"bootstrap.servers": servers}
     return connect.client_conf(file, servers)
+
+
+def settings_warnings(
+    conf: dict[str, str], file: PipelineFile | None, pipelines: list[VerifiedPipeline]
+) -> list[str]:
+    """The settings warnings of the file's pipelines' output topics, where they exist.
+
+    Those are the topics exactly-once output goes to in production; without them (no file,
+    or its topics not made yet) verify's own output topics stand in, made with the
+    ``--replication`` asked for.
+    """
+    present = existing_topics(conf)
+    topics = [
+        topic
+        for pipe in (file.pipeline if file is not None else [])
+        for topic in [pipe.output.topic, pipe.dead_letters]
+        + [out.topic for out in pipe.outputs.values()]
+        if topic in present
+    ]
+    if not topics:
+        topics = [
+            topic
+            for pipe in pipelines
+            for topic in [pipe.config.output.topic, pipe.config.dead_letters]
+            + [out.topic for out in pipe.config.outputs.values()]
+        ]
+    timeout = file.kafka.transaction_timeout if file else DEFAULT_TRANSACTION_TIMEOUT_MS
+    return warnings(describe(conf, topics), topics, timeout)
 
 
 def read_back(

@@ -6,7 +6,9 @@ The cluster is the suite's two gates in a row, as most company clusters are set 
 in front of the SCRAM gate (tests/scram_proxy.py) in front of a Tansu that advertises the
 terminator's port. A client without TLS fails the handshake, one without the SASL login is
 cut off by the gate, so the run could not pass unless every client used the file's settings.
-It is also the suite's `daemon verify` through a kill -9 and its report (tables and JSON):
+It is also the suite's `daemon verify` through a kill -9 and its report (tables and JSON),
+with input produced while the run goes on, the count of replays that found their batch
+committed, and the cluster-settings warnings:
 one `comap` run killed once and restarted, so that the restarted child's clients are shown to
 log in too, and no second verify run with a kill (a Spark start of its own, twice) is needed
 on the session's broker (tests/commands/test_verify.py tests the rest of verify there).
@@ -92,9 +94,47 @@ def test_verify_passes_over_sasl_ssl_with_scram(
     assert sum(row["expected"] for row in comap["scenarios"]) > 0
     letters = {row["scenario"] for row in comap["dead_letters"]}
     assert letters == {"UndecodableRecord", "UnroutableTombstone"}
-    assert len(report["restarts"]) == 1 and report["starts"] == 2
+    # The kill's restart, then the zombie scenario's new run.
+    assert len(report["restarts"]) == 1 and report["starts"] == 3
     assert report["stop_exit_code"] == 0
     assert report["rates"]["input_records"] > 28  # the workload and an end marker per key
+    # Part of the input came while the run went on, and the answer was exact all the same.
+    assert 0 < report["rates"]["input_at_start"] < report["rates"]["input_records"] // 2 + 1
+    # The kill landed once a task of the batch had committed, so the restarted run replays
+    # that batch and its tasks find their markers, unless the batch's other task and Spark's
+    # commit got in before the kill did (timing's, as the zombie's stop below): the report
+    # says which. (The replay path itself: tests/delivery/test_crash_recovery.py.)
+    assert report["restarts"][0]["after"] == "a task committed"
+    if report["replays_found"]:
+        assert "found their batch committed by its marker" in done.stdout
+    else:
+        assert "replays: NO replayed task found its batch committed" in done.stdout
+    # The settings exactly-once rests on, as this Tansu reports them for verify's own topics
+    # (the file's are not made): one replica, and empty DescribeConfigs answers, said as not
+    # reported. Warnings, which do not fail the run.
+    warned = report["settings_warnings"]
+    topics = f"topics {prefix}.{report['run']}.comap.out, {prefix}.{report['run']}.comap.dlq"
+    assert [line.split(":")[0] for line in warned] == [
+        topics,
+        f"min.insync.replicas is not reported for {topics}",
+        f"unclean.leader.election.enable is not reported for {topics}",
+        "transaction.max.timeout.ms is not reported by the brokers",
+        "offsets.retention.minutes is not reported by the brokers",
+    ], warned
+    assert all(f"WARNING settings: {line}" in done.stdout for line in warned)
+    # The zombie: stopped in a micro-batch, replaced by a run that committed that batch,
+    # woken up, and ended. The output above is exact, so nothing it did once woken was
+    # written twice. What it was seen doing is timing's: in three runs here its logs showed
+    # 8 fenced-transaction lines once, its tasks finding the batch committed once, and
+    # nothing within the watch once; the report says which. So is whether the stop landed
+    # while the batch's tasks ran: on a loaded CI machine the batch's last task committed
+    # before the SIGSTOP did, and the report says "after it was committed".
+    zombie = report["zombie"]
+    assert zombie["new_batch"] >= zombie["paused_batch"], zombie
+    where = "while its tasks ran" if zombie["in_flight"] else "after it was committed"
+    assert where in done.stdout
+    assert zombie["ended"].startswith(("was killed by verify", "exited by itself")), zombie
+    assert "zombie: daemon run stopped (SIGSTOP)" in done.stdout
     assert report["broker"]["bootstrap"] == servers
     # The raw batches and the API versions were read through TLS and SCRAM too.
     assert report["raw_batches"].startswith("read")

@@ -163,21 +163,19 @@ class Scenario:
         """Where the last run stopped: batches planned and committed by Spark and by the sink.
 
         Spark writes ``offsets/N`` when it plans batch N and ``commits/N`` when it is done;
-        the sink commits its marker (batch + 1, per write task) inside each Kafka transaction.
+        the sink commits its marker (a record naming the batch, per write task) inside each
+        Kafka transaction.
         """
-        from confluent_kafka import Consumer, TopicPartition
+        from daemon.sink.markers import task_marker
 
         checkpoint = self.checkpoint
         query_id = json.loads(metadata_file(checkpoint).read_text())["id"]
         markers = []
         for task in range(2):  # spark.sql.shuffle.partitions: one write task each
-            group = f"enrichd.{self.name}.sink.{query_id}.{task}"
-            consumer = Consumer({**self.conf, "group.id": group})
-            try:
-                (marker,) = consumer.committed([TopicPartition(self.output, 0)], timeout=10)
-            finally:
-                consumer.close()
-            markers.append(marker.offset - 1 if marker.offset >= 0 else -1)
+            found = task_marker(
+                self.conf, "enrichd", self.name, query_id, task, self.output, stable=True
+            )
+            markers.append(-1 if found is None else found.batch)
         return (
             f"run {self.runs}: Spark planned batch {self.last(OFFSET_LOG)}, committed "
             f"{self.last(COMMIT_LOG)}; the sink's write tasks committed batches {markers}"

@@ -15,6 +15,7 @@ import pytest
 
 from daemon.broker import EmbeddedBroker
 from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder
+from daemon.errors import CheckpointDivergedError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import PipelineFile
 from tests.kafka_helpers import (
@@ -131,6 +132,30 @@ def test_restarts_from_the_checkpoint_write_each_output_once(
         f"planned ranges: {planned_offsets(checkpoint, [*first, *second])}"
     )
 
+    # (4) The checkpoint loses the last batch whole (offsets and commits: a host crash before
+    # Spark's renames reached the disk, a restored snapshot), and more input arrives: Spark
+    # would plan that batch again over other ranges, its marker would skip it, and the new
+    # tweets' views would never be written. The start refuses, naming both, and writes nothing.
+    lose_from(checkpoint, last)
+    produce(conf, tweet_topic, tweets(range(112, 122)))
+    with pytest.raises(CheckpointDivergedError) as refused:
+        run_pipeline(spark, file)
+    line = str(refused.value)
+    assert "\n" not in line
+    assert f"ends at micro-batch {last - 1}, but task " in line
+    assert f"marker says micro-batch {last} (" in line and f"{tweet_topic}/" in line
+    assert set(view_counts(conf, output)) == set(range(100, 112))
+
+
+def lose_from(checkpoint: Path, batch: int) -> None:
+    """Make Spark's checkpoint lose ``batch`` and those after it: offsets and commits."""
+    for log in (COMMIT_LOG, OFFSET_LOG):
+        folder = log_folder(checkpoint, log)
+        for path in folder.glob("[0-9]*"):
+            if int(path.name) >= batch:
+                path.unlink()
+                (folder / f".{path.name}.crc").unlink(missing_ok=True)
+
 
 def planned_offsets(checkpoint: Path, batches: list[int]) -> dict[int, str]:
     """The source offsets each batch planned, as the checkpoint's offset log holds them."""
@@ -165,6 +190,16 @@ def test_a_fresh_checkpoint_writes_its_outputs_again(
     assert view_counts(conf, output) == dict.fromkeys(range(300, 304), 2)
 
 
+def sink_spec(conf: dict[str, str], pipeline: str, topic: str) -> Any:
+    """An exactly-once output spec of ``pipeline`` writing ``topic``, its markers topic
+    created (as a pipeline's start creates it)."""
+    from daemon.sink.spec import OutputSpec
+
+    spec = OutputSpec(pipeline, conf, "exactly_once", output_topic=topic)
+    create_topic(conf, spec.markers_topic)
+    return spec
+
+
 def commit_one(spec: Any, topic: str, batch: int, value: bytes) -> Any:
     """Write one record as partition 0's task of ``batch`` would, and commit; the task output."""
     from daemon.sink.task_output import TaskOutput
@@ -184,14 +219,13 @@ def test_a_kept_producer_fenced_by_another_starts_over_and_writes_each_batch_onc
     output directly against the broker, as a reused Python worker would."""
     from confluent_kafka import Producer
 
-    from daemon.sink.spec import OutputSpec
     from daemon.sink.task_output import TaskOutput
     from daemon.sink.task_producer import forget_kept_clients
 
     conf = client_conf(broker.bootstrap_servers)
     topic = fresh_topic("fenced")
     create_topic(conf, topic)
-    spec = OutputSpec(f"fenced-{topic}", conf, "exactly_once", marker_topic=topic)
+    spec = sink_spec(conf, f"fenced-{topic}", topic)
 
     def write(batch: int, value: bytes) -> TaskOutput:
         return commit_one(spec, topic, batch, value)
@@ -231,14 +265,13 @@ def test_a_kept_producer_that_did_not_commit_the_last_batch_is_not_tried(
     batch 1, so A starts over with a new producer without trying the kept one, which would
     only be refused as fenced (and the client log an error)."""
     from daemon.sink import task_producer
-    from daemon.sink.spec import OutputSpec
     from daemon.sink.task_output import TaskOutput
     from daemon.sink.task_producer import forget_kept_clients
 
     conf = client_conf(broker.bootstrap_servers)
     topic = fresh_topic("moved")
     create_topic(conf, topic)
-    spec = OutputSpec(f"moved-{topic}", conf, "exactly_once", marker_topic=topic)
+    spec = sink_spec(conf, f"moved-{topic}", topic)
     kept = task_producer._TRANSACTIONAL
     txn_id = f"enrichd.{spec.pipeline}.0"
 
@@ -280,32 +313,99 @@ def produced(conf: dict[str, str], topic: str, expected: int, wait_s: float = 3.
     return values
 
 
-def test_a_task_produces_its_records_when_it_commits_or_holds_too_many(
-    broker: EmbeddedBroker, fresh_topic: Callable[[str], str], monkeypatch: Any
+def test_a_task_produces_its_records_when_it_commits_past_its_memory_too(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str]
 ) -> None:
     """A task's records are held back until it commits, so a task killed before its commit
-    has put none of them in the output; past ``HELD_RECORDS`` they go out as they come, which
-    bounds what a task holds."""
-    from daemon.sink import task_output
-    from daemon.sink.spec import OutputSpec
+    has put none of them in the output; past its memory budget it holds them in a file, not
+    in the output."""
     from daemon.sink.task_output import TaskOutput
     from daemon.sink.task_producer import forget_kept_clients
 
-    monkeypatch.setattr(task_output, "HELD_RECORDS", 3)
     conf = client_conf(broker.bootstrap_servers)
     topic = fresh_topic("held")
     create_topic(conf, topic)
-    spec = OutputSpec(f"held-{topic}", conf, "exactly_once", marker_topic=topic)
+    spec = replace(sink_spec(conf, f"held-{topic}", topic), held_bytes=600)
     try:
         output = TaskOutput(spec, 0, 0, "query")
-        output.send(topic, b"k", b"a", None)
-        output.send(topic, b"k", b"b", None)
-        assert produced(conf, topic, 1) == []  # held
-        output.send(topic, b"k", b"c", None)  # the third: all go out, uncommitted
-        assert produced(conf, topic, 3, wait_s=30) == [b"a", b"b", b"c"]
-        output.send(topic, b"k", b"d", None)
+        for value in (b"a", b"b", b"c", b"d"):
+            output.send(topic, b"k", value, None)
+        assert produced(conf, topic, 1) == []  # held, the first ones on disk
         output.commit()
         assert [record.value for record in read_topic(conf, topic)] == [b"a", b"b", b"c", b"d"]
+    finally:  # what the task keeps would outlive the broker in this process
+        forget_kept_clients()
+
+
+def test_a_replay_over_other_input_ranges_stops_naming_both(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str]
+) -> None:
+    """The marker records the input ranges the task's batch covered: a replay of the batch
+    over the same ranges writes nothing; over other ranges (the checkpoint lost what the
+    output holds) it fails with one line naming both, and writes nothing either."""
+    from daemon.errors import CheckpointDivergedError
+    from daemon.sink.markers import query_markers
+    from daemon.sink.task_output import TaskOutput
+    from daemon.sink.task_producer import forget_kept_clients
+
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("ranges")
+    create_topic(conf, topic)
+    spec = sink_spec(conf, f"ranges-{topic}", topic)
+
+    def task(batch: int, covered: str) -> TaskOutput:
+        output = TaskOutput(spec, 0, batch, "query")
+        output.covered.add(covered)
+        output.send(topic, b"k", covered.encode(), None)
+        return output
+
+    try:
+        task(0, "tweets/0:0-15").commit()
+        (marker,) = query_markers(conf, "enrichd", spec.pipeline, "query", topic).values()
+        assert marker.batch == 0 and marker.share is not None
+        assert marker.share.by_partition() == {"tweets/0": (0, 15)}
+
+        again = task(0, "tweets/0:0-15")
+        again.commit()
+        assert again.skipped
+
+        diverged = task(0, "tweets/0:0-25")
+        with pytest.raises(CheckpointDivergedError) as failed:
+            diverged.commit()
+        line = str(failed.value)
+        assert "\n" not in line
+        assert "marker says it covered tweets/0 offsets 0-15" in line
+        assert "this run read tweets/0 offsets 0-25" in line
+        assert [r.value for r in read_topic(conf, topic)] == [b"tweets/0:0-15"]
+    finally:  # what the task keeps would outlive the broker in this process
+        forget_kept_clients()
+
+
+def test_a_marker_of_the_older_layout_is_read_once_to_migrate(
+    broker: EmbeddedBroker, fresh_topic: Callable[[str], str]
+) -> None:
+    """A checkpoint of an older enrichd: its marker is the offset batch + 1 of the group
+    ``...sink.<query>.<task>`` on the output's partition 0. Its batch is skipped; the next
+    one writes, and its marker goes to the markers topic, off the output's partitions."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from daemon.kafka.names import legacy_marker_group
+    from daemon.sink.markers import query_markers
+    from daemon.sink.task_producer import forget_kept_clients
+
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("legacy")
+    create_topic(conf, topic)
+    spec = sink_spec(conf, f"legacy-{topic}", topic)
+    old = Consumer({**conf, "group.id": legacy_marker_group("enrichd", spec.pipeline, "query", 0)})
+    old.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)  # batch 4 committed
+    old.close()
+    try:
+        assert commit_one(spec, topic, 4, b"replayed").skipped
+        assert not commit_one(spec, topic, 5, b"new").skipped
+        assert [r.value for r in read_topic(conf, topic)] == [b"new"]
+        (marker,) = query_markers(conf, "enrichd", spec.pipeline, "query", topic).values()
+        assert marker.batch == 5 and marker.share is not None
     finally:  # what the task keeps would outlive the broker in this process
         forget_kept_clients()
 
@@ -396,7 +496,7 @@ output.open()
 print("open", flush=True)
 sys.stdin.readline()
 try:
-    output.send(spec.marker_topic, b"k", b"from the other daemon", None)
+    output.send(spec.output_topic, b"k", b"from the other daemon", None)
     output.commit()
     print("committed", flush=True)
 finally:
@@ -451,7 +551,7 @@ def test_two_environments_of_one_pipeline_write_side_by_side_without_fencing(
         assert other.stdout is not None and other.stdin is not None
         try:
             assert other.stdout.readline() == "open\n"
-            here.send(staging.marker_topic, b"k", b"from this daemon", None)
+            here.send(staging.output_topic, b"k", b"from this daemon", None)
             here.commit()
         finally:
             other.stdin.write("go\n")
@@ -464,12 +564,12 @@ def test_two_environments_of_one_pipeline_write_side_by_side_without_fencing(
         other = side_by_side(staging, production)
         assert other.returncode == 0 and other.stdout is not None
         assert other.stdout.read() == "committed\n"
-        assert [r.value for r in read_topic(conf, staging.marker_topic)] == [b"from this daemon"]
-        assert [r.value for r in read_topic(conf, production.marker_topic)] == [
+        assert [r.value for r in read_topic(conf, staging.output_topic)] == [b"from this daemon"]
+        assert [r.value for r in read_topic(conf, production.output_topic)] == [
             b"from the other daemon"
         ]
         for env in ("staging", "production"):
-            assert groups_starting(conf, f"{env}.{name}.sink."), env
+            assert groups_starting(conf, f"{env}.{name}.marker."), env
         assert groups_starting(conf, f"enrichd.{name}.") == []
 
         # The control: one prefix, one transactional id for both tasks.

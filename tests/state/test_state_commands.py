@@ -165,7 +165,7 @@ def test_reset_to_a_time_reads_exactly_the_records_from_there(
     reads users 8-9 and every tweet, and views only the tweets of users 8 and 9. Each reset
     deletes the marker groups of the checkpoint it replaces ([kafka] id_prefix's)."""
     tweets = Tweets(broker, tmp_path, kafka={"id_prefix": "reset-env"})
-    markers = f"reset-env.{tweets.name}.sink."
+    markers = f"reset-env.{tweets.name}.marker."
     tweets.produce(
         users=[user(i, 1000 + i) for i in range(10)],
         tweets=[tweet(t, t % 10, 2000 + t) for t in range(20)],
@@ -244,7 +244,7 @@ def test_rescale_moves_the_state_and_a_snapshot_puts_it_back_after_the_pipeline_
     whole = json.loads(daemon(capsys, "state", str(tweets.path), "--summary").out)
     assert whole["keys"] == 6 and sum(b["stashed_values"] for b in whole["buckets"]) == 18
 
-    markers = f"enrichd.{tweets.name}.sink."  # the default id_prefix
+    markers = f"enrichd.{tweets.name}.marker."  # the default id_prefix
     assert groups_starting(tweets.conf, markers)
     tweets.write(buckets=4, partitions=1)
     done = daemon(capsys, "rescale", str(tweets.path), "--yes")

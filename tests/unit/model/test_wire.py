@@ -64,12 +64,13 @@ def test_schema_ddl_and_positions_come_from_the_named_tuple(layout: Layout[Any])
 
 
 def test_the_layouts_are_the_ones_checkpoints_and_earlier_builds_have() -> None:
-    """Their declarations as they were before this module, with the packed headers since.
+    """Their declarations as they were before this module, with the packed headers and the
+    pack's ``read_range`` since.
 
     A checkpoint records only the source's ``bucket`` column (the operator's grouping key);
-    the other layouts live in flight, so a column can be added (``headers``), not renamed.
+    the other layouts live in flight, so a column can be added, not renamed.
     """
-    assert SOURCE.ddl == "bucket int, records binary"
+    assert SOURCE.ddl == "bucket int, records binary, read_range string"
     assert INPUT.arrow == pa.schema(
         [
             ("input", pa.int32()),
@@ -123,18 +124,19 @@ def test_a_batch_needs_every_column_by_name() -> None:
     with pytest.raises(ValueError, match="has columns"):
         SOURCE.batch(bucket=[1])
     with pytest.raises(ValueError, match="has columns"):
-        SOURCE.batch(bucket=[1], records=[b""], extra=[0])
+        SOURCE.batch(bucket=[1], records=[b""], read_range=[""], extra=[0])
     assert SOURCE.column("bucket") == "bucket"
     with pytest.raises(ValueError, match="no column 'buckets'"):
         SOURCE.column("buckets")
 
 
 def test_packs_are_source_rows_of_input_rows() -> None:
-    packed = pack(records(), [4, 9, 4])
+    packed = pack(records(), [4, 9, 4], "tweets/0:10-13")
     assert packed.schema == SOURCE.arrow
     (first, second) = SOURCE.rows(packed)
     assert isinstance(first, SourceRow)
     assert (first.bucket, second.bucket) == (4, 9)
+    assert first.read_range == second.read_range == "tweets/0:10-13"
     assert [row.key for row in INPUT.rows(unpack(first.records))] == ["ada", DEAD_LETTER_ROUTE]
     assert [row.key for row in INPUT.rows(unpack(second.records))] == ["bob"]
 

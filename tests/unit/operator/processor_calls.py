@@ -183,7 +183,8 @@ def call(
     )
     blob = pack(batch, [0] * len(records)).column("records")[0].as_py()
     sent: list[tuple[Any, ...]] = []
-    pack_row: Any = SimpleNamespace(records=blob)  # the field of a Spark row the call reads
+    # The fields of a Spark row the call reads.
+    pack_row: Any = SimpleNamespace(records=blob, read_range=f"t/0:0-{len(records)}")
     processor._input_rows(BUCKET, iter([pack_row]), Clock(now), sent.append)
     return sent
 

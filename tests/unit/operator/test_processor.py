@@ -108,11 +108,15 @@ def test_each_call_reports_the_timer_its_bucket_holds_after_it() -> None:
     assert _reported_timers(processor) == []  # nothing since
 
 
-def test_a_replay_that_counts_nothing_still_reports_its_timers() -> None:
+def test_a_replay_that_counts_nothing_still_reports_its_timers_and_once_that_it_replayed() -> None:
     processor, _ = processor_on(window_plan())
     processor.output = SimpleNamespace(skipped=True)  # type: ignore[assignment]
     processor.plan.joiner.context.count("matched")
     call(processor, [event(0, 1, 1)])
+    assert [json.loads(row.value) for row in processor._counts()] == [
+        {"timers": {"7": NOW + 60_000}, "replayed": 1}
+    ]
+    call(processor, [event(0, 1, 2)])  # the task's next call: its replay was told already
     assert [json.loads(row.value) for row in processor._counts()] == [
         {"timers": {"7": NOW + 60_000}}
     ]

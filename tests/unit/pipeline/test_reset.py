@@ -34,7 +34,7 @@ def test_only_the_replaced_queries_markers_go_under_the_files_prefix(
         StageChange("other", tmp_path, None, {}, "state dropped", query_id=None),
     ]
     assert forget_markers(change) == ["deleted"]
-    assert asked == [(conf, ["staging.views.sink.q1."])]
+    assert asked == [(conf, ["staging.views.marker.q1.", "staging.views.sink.q1."])]
 
 
 def test_a_checkpoint_of_another_pyspark_minor_version_is_rescaled_into_this_one(

@@ -170,7 +170,8 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
                 failed_calls=2,
                 failures=["a", "b"],
             ),
-            Written(1, 7, {}, skipped=True),  # a replay whose output had landed: adds nothing
+            # A replay whose output had landed: adds nothing but that it replayed.
+            Written(1, 7, {}, skipped=True, replayed=1),
             Written(
                 2,
                 7,
@@ -195,6 +196,7 @@ def test_commit_relays_the_batch_totals_of_every_task(tmp_path: Path) -> None:
         "state_cache": {},
         "failed_calls": 4,
         "failures": ["a", "b", "c"],  # the first few: the count has them all
+        "replayed": 1,
     }
     daemon_end.close()
 
@@ -233,6 +235,13 @@ def test_the_counts_rows_failures_add_up_per_task() -> None:
     batch = rows(*((COUNTS_TOPIC, json.dumps(call).encode(), None) for call in calls))
     written = write_rows(output, iter([batch]))
     assert (written.failed_calls, written.failures) == (4, ["a", "b", "c"])
+
+
+def test_the_operator_tasks_that_replayed_a_committed_batch_add_up() -> None:
+    output, _ = recording_output()
+    calls = [{"replayed": 1}, {"timers": {"3": None}}, {"replayed": 1}]
+    batch = rows(*((COUNTS_TOPIC, json.dumps(call).encode(), None) for call in calls))
+    assert write_rows(output, iter([batch])).replayed == 2
 
 
 def test_commit_adds_up_the_tasks_latency_tallies(tmp_path: Path) -> None:

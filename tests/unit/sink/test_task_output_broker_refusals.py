@@ -5,8 +5,12 @@ The producers here act as librdkafka's transactional producer does when a broker
 record batch (measured against a refusing proxy, tests/refusing_proxy.py): every record of
 the refused batch fails its delivery with the broker's error, the transaction becomes
 abortable, ``produce()`` then raises ``_STATE``, and the commit raises the first failed
-delivery's error. With ``batch.num.messages = 1`` a batch is one record. The real path is
-tested in tests/delivery/test_output_rejected.py and tests/service/test_nothing_lost.py.
+delivery's error. With ``batch.num.messages = 1`` a batch is one record. A batch marker
+(a record on the markers topic) is delivered, and the offset just past it is what the
+transaction commits for the marker group. When the broker answers a refusal before the
+records after it (the marker among them) have left, the client purges those: each fails with
+``_PURGE_QUEUE`` (``Broker.purges``). The real path is tested in
+tests/delivery/test_output_rejected.py and tests/service/test_nothing_lost.py.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from daemon.sink import task_output, task_producer
+from daemon.sink import task_producer
+from daemon.sink.markers import Marker
 from daemon.sink.refusals import OUTPUT_REJECTED
 from daemon.sink.spec import OutputSpec
-from daemon.sink.task_output import NEAR_LIMIT_SLACK, TaskOutput
+from daemon.sink.task_output import TaskOutput
 from daemon.sink.task_producer import TaskProducer
 
 DEAD_LETTERS = "views.dlq"
@@ -34,12 +39,16 @@ class Message:
 
     topic_: str
     headers_: list[tuple[str, bytes]]
+    offset_: int = -1
 
     def topic(self) -> str:
         return self.topic_
 
     def headers(self) -> list[tuple[str, bytes]]:
         return self.headers_
+
+    def offset(self) -> int:
+        return self.offset_
 
 
 @dataclass
@@ -52,6 +61,19 @@ class Broker:
     committed: list[list[tuple[str, bytes | None, dict[str, bytes]]]] = field(default_factory=list)
     aborted: int = 0
     markers: list[int] = field(default_factory=list)
+    """The offsets the transactions committed for the marker group."""
+    marker_records: list[bytes] = field(default_factory=list)
+    """The markers topic's records (their offsets: their places)."""
+    marker: Marker | None = None
+    """What a stable read of the task's marker finds."""
+    marker_partitions: list[int | None] = field(default_factory=list)
+    """The partition each marker was produced to (None: the partitioner's choice)."""
+    offsets_fail: bool = False
+    """Whether the coordinator times out adding the marker group's offset, in rounds of
+    writing again (producers with one record per batch)."""
+    purges: bool = False
+    """Whether a refusal comes back while the records after it, and the marker, still wait
+    in the client's queue, which purges them (see the module docstring)."""
     producers: list[TransactionalProducer] = field(default_factory=list)
 
 
@@ -64,6 +86,7 @@ class TransactionalProducer:
         self.records: list[tuple[str, bytes | None, dict[str, bytes], Any]] = []
         self.failure: KafkaError | None = None
         self.sent = 0  # records of the transaction the broker has answered
+        self.queued_marker: dict[str, Any] | None = None
         broker.producers.append(self)
 
     def init_transactions(self, timeout: float) -> None:
@@ -72,15 +95,25 @@ class TransactionalProducer:
     def begin_transaction(self) -> None:
         self.records, self.failure, self.sent = [], None, 0
 
-    def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any) -> None:
+    def send_offsets_to_transaction(
+        self, offsets: list[Any], metadata: Any, timeout: float
+    ) -> None:
+        if self.broker.offsets_fail and self.one_per_batch:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no coordinator answer"))
         self.broker.markers.append(offsets[0].offset)
 
     def produce(self, topic: str, **record: Any) -> None:
         if self.failure is not None:
             raise KafkaException(KafkaError(KafkaError._STATE))
-        self.records.append(
-            (topic, record["value"], dict(record["headers"]), record["on_delivery"])
-        )
+        if topic.endswith(".markers"):  # kept apart from the output
+            self.broker.marker_partitions.append(record.get("partition"))
+            if self.broker.purges:
+                self.queued_marker = record  # answered at the flush, after the records
+            else:
+                self._deliver_marker(topic, record)
+            return
+        headers = dict(record.get("headers") or [])
+        self.records.append((topic, record["value"], headers, record["on_delivery"]))
 
     def poll(self, timeout: float = 0) -> int:
         return 0
@@ -103,7 +136,19 @@ class TransactionalProducer:
                 )
                 if on_delivery is not None:
                     on_delivery(error, Message(topic, list(headers.items())))
+            elif self.failure is not None and self.broker.purges and on_delivery is not None:
+                on_delivery(KafkaError(KafkaError._PURGE_QUEUE), Message(topic, []))
+        marker, self.queued_marker = self.queued_marker, None
+        if marker is not None and self.failure is not None:
+            marker["on_delivery"](KafkaError(KafkaError._PURGE_QUEUE), Message("markers", []))
+        elif marker is not None:
+            self._deliver_marker("markers", marker)
         return 0
+
+    def _deliver_marker(self, topic: str, record: dict[str, Any]) -> None:
+        self.broker.marker_records.append(record["value"])
+        offset = len(self.broker.marker_records) - 1
+        record["on_delivery"](None, Message(topic, [], offset))
 
     def _refused(self, topic: str, value: bytes | None) -> bool:
         marker = self.broker.refuses.get(topic)
@@ -130,13 +175,14 @@ def broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
 
     monkeypatch.setattr(task_producer, "_transactional_producer", producer)
     monkeypatch.setattr(task_producer, "_group_metadata", lambda spec, group: None)
-    monkeypatch.setattr(TaskProducer, "_last_committed", lambda self, group, marker: -1)
+    monkeypatch.setattr(TaskProducer, "marker", lambda self, stable: found.marker)
     yield found
     task_producer.forget_kept_clients()
 
 
-def output(dead_letter_topic: str | None = DEAD_LETTERS) -> TaskOutput:
-    """An exactly-once task output of batch 4 of pipeline ``views``."""
+def output(dead_letter_topic: str | None = DEAD_LETTERS, held_bytes: int = 1 << 20) -> TaskOutput:
+    """An exactly-once task output of batch 4 of pipeline ``views``, holding ``held_bytes``
+    of rows in memory."""
     spec = OutputSpec(
         "views",
         {"message.max.bytes": str(LIMIT)},
@@ -144,8 +190,11 @@ def output(dead_letter_topic: str | None = DEAD_LETTERS) -> TaskOutput:
         "views",
         dead_letter_topic=dead_letter_topic,
         commit_turn=False,
+        held_bytes=held_bytes,
     )
-    return TaskOutput(spec, 0, 4, "query")
+    task = TaskOutput(spec, 0, 4, "query")
+    task.covered.add("tweets/1:0-10")
+    return task
 
 
 def view(value: bytes, offset: int, topic: str = "views") -> tuple[Any, ...]:
@@ -163,7 +212,13 @@ def test_a_refused_record_is_written_again_as_a_dead_letter_with_the_others_once
 
     # The first try, then a round that finds which record of the refused batch it was.
     assert broker.aborted == 2
-    assert broker.markers == [5, 5, 5]  # the marker went into every transaction
+    # The marker went into every transaction that tried to commit (the first try's and the
+    # last round's, not the round that only found the refused record), the group's offset
+    # just past it.
+    assert broker.markers == [1, 2]
+    marker = Marker.decode(broker.marker_records[-1])
+    assert marker.batch == 4 and marker.share is not None
+    assert marker.share.by_partition() == {"tweets/1": (0, 10)}
     (written,) = broker.committed
     assert [(topic, value) for topic, value, _ in written] == [
         ("views", b"first"),
@@ -186,26 +241,48 @@ def test_a_refused_record_is_written_again_as_a_dead_letter_with_the_others_once
     )
     # Written again by producers that send one record per batch, a new one each round.
     assert sum(p.one_per_batch for p in broker.producers) == 2
+    # Every marker to partition 0, where the group's offset points and readers look,
+    # whatever partitions the markers topic has.
+    assert broker.marker_partitions == [0, 0]
     assert task.records == {"views": 2, DEAD_LETTERS: 1}
     assert task.dead_letters == {OUTPUT_REJECTED: 1}
 
 
-def test_a_record_refused_after_records_went_out_as_they_came_is_written_again(
+def test_a_refusal_that_purges_the_marker_and_later_records_is_written_again_alike(
     broker: Broker,
 ) -> None:
-    """A value near the client's limit ends the holding back; the refusal comes back while
-    the task still produces, which then raises ``_STATE``: the rest wait for the redo."""
+    """The marker and the records after a refused one fail as purged, not refused: the
+    refusal is what the task acts on (once, a replay failed on the marker's purge)."""
+    broker.purges = True
     task = output()
-    near = b"refuse" + b"n" * (LIMIT - NEAR_LIMIT_SLACK)
-    task.send_row(view(near, 1))
-    broker.producers[0].flush()  # the broker answers: the transaction is now abortable
-    task.send_row(view(b"after", 2))
+    for row in (view(b"first", 1), view(b"refuse me", 2), view(b"third", 3)):
+        task.send_row(row)
     task.commit()
+
+    assert broker.aborted == 2
+    assert broker.markers == [1]  # only the last round's marker was delivered
     (written,) = broker.committed
     assert [(topic, value) for topic, value, _ in written] == [
-        (DEAD_LETTERS, near),
-        ("views", b"after"),
+        ("views", b"first"),
+        (DEAD_LETTERS, b"refuse me"),
+        ("views", b"third"),
     ]
+    assert task.records == {"views": 2, DEAD_LETTERS: 1}
+    assert task.dead_letters == {OUTPUT_REJECTED: 1}
+
+
+def test_a_round_of_writing_again_finds_the_batch_committed_by_another_attempt(
+    broker: Broker,
+) -> None:
+    """Each round reads the marker again once its producer fenced the others: an attempt of
+    the task that committed the batch meanwhile wins, and this one writes nothing."""
+    task = output()
+    task.send_row(view(b"refuse me", 1))
+    task.open()
+    broker.marker = Marker(4, task.share)  # committed elsewhere, after this task began
+    task.commit()
+    assert broker.committed == [] and task.skipped
+    assert broker.aborted == 1  # the first try only
 
 
 def test_a_dead_letter_the_dead_letter_topic_refuses_too_fails_the_task_with_one_line(
@@ -238,6 +315,22 @@ def test_an_error_that_is_no_refusal_fails_the_task_as_before(broker: Broker, er
     assert not any(p.one_per_batch for p in broker.producers)  # nothing was written again
 
 
+def test_a_round_of_writing_again_that_fails_aborts_its_transaction_first(
+    broker: Broker,
+) -> None:
+    """An error in a round is no refusal (the coordinator timed out): the task fails, and
+    leaves no transaction open to hold read_committed readers until its timeout."""
+    broker.offsets_fail = True
+    task = output()
+    task.send_row(view(b"refuse me", 1))
+    task.send_row(view(b"second", 2))
+    with pytest.raises(KafkaException, match="no coordinator answer"):
+        task.commit()
+    # The first try's, the round that found the refused record, and the one that failed.
+    assert broker.aborted == 3
+    assert broker.committed == []
+
+
 def test_without_a_dead_letter_topic_a_refusal_fails_the_task(broker: Broker) -> None:
     task = output(dead_letter_topic=None)
     task.send_row(view(b"refuse me", 1))
@@ -246,19 +339,14 @@ def test_without_a_dead_letter_topic_a_refusal_fails_the_task(broker: Broker) ->
     assert broker.committed == []
 
 
-def test_past_the_records_it_keeps_a_refusal_fails_the_task_naming_the_record(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(task_output, "HELD_RECORDS", 3)
-    task = output()
-    for offset in range(5):
-        task.send_row(view(b"refuse me" if offset == 4 else b"fine", offset))
-    with pytest.raises(RuntimeError) as failed:
-        task.commit()
-    # The broker refused the batch whole: all five, of which the first is named.
-    assert str(failed.value).startswith(
-        "pipeline 'views': topic 'views' refused 5 records (MSG_SIZE_TOO_LARGE: Broker: "
-        "Message size too large; it refuses a record batch whole), the first made from input "
-        "topic 'tweets' partition 1 offset 0; the task wrote more than 3 records"
-    )
-    assert broker.committed == []
+def test_rows_held_past_the_memory_budget_are_written_again_from_disk(broker: Broker) -> None:
+    """What a task holds is bounded by bytes: past them its rows wait in a file, and a
+    refusal writes them all again from there (no cap after which the batch fails)."""
+    task = output(held_bytes=1_000)
+    for offset in range(50):
+        task.send_row(view(b"refuse me" if offset == 30 else b"x" * 100, offset))
+    assert task._rows.spilled > 0
+    task.commit()
+    (written,) = broker.committed
+    assert [topic for topic, _, _ in written] == ["views"] * 30 + [DEAD_LETTERS] + ["views"] * 19
+    assert task.dead_letters == {OUTPUT_REJECTED: 1}

@@ -1,8 +1,11 @@
-"""A record the Kafka client refuses to produce goes to the dead-letter topic, and the task goes on.
+"""A record its topic or the Kafka client would refuse goes to the dead-letter topic, and the
+task goes on.
 
-The producer here refuses as librdkafka does before a record joins the transaction: a record
-whose key, value and headers exceed ``message.max.bytes`` raises ``MSG_SIZE_TOO_LARGE`` from
-``produce()`` (one test checks that against the real client).
+The task knows the limits (:class:`~daemon.sink.spec.WriteLimits`, here the client's
+``message.max.bytes``) and dead-letters a record over them when it is sent. The producer here
+refuses as librdkafka does before a record joins the transaction, for what slips past that: a
+record whose key, value and headers exceed ``message.max.bytes`` raises ``MSG_SIZE_TOO_LARGE``
+from ``produce()`` (one test checks that against the real client).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from daemon.sink import task_producer
-from daemon.sink.spec import OutputSpec
+from daemon.sink.spec import OutputSpec, WriteLimits
 from daemon.sink.task_output import (
     CUT_HEADER,
     NEAR_LIMIT_SLACK,
@@ -60,12 +63,14 @@ def refusing_output(
     producer: RefusingProducer, dead_letter_topic: str | None = "views.dlq"
 ) -> TaskOutput:
     """An at-least-once task output of pipeline ``views`` whose client is ``producer``."""
+    conf = {"message.max.bytes": str(LIMIT)}
     spec = OutputSpec(
         "views",
-        {"message.max.bytes": str(LIMIT)},
+        conf,
         "at_least_once",
         "views",
         dead_letter_topic=dead_letter_topic,
+        limits=WriteLimits.sized(conf, None, []),
     )
     task_producer._PRODUCERS["idempotent.enrichd.views"] = producer
     return TaskOutput(spec, 0, 4, "query")
@@ -83,18 +88,20 @@ def test_a_refused_output_is_a_dead_letter_and_the_records_around_it_are_written
     for row in (view(b"first", 1), view(big, 2), view(b"third", 3)):
         output.send_row(row)
     output.commit()
+    # The cut dead letter goes out after the records (the order within each topic is kept).
     assert [(topic, key) for topic, key, _, _ in producer.produced] == [
         ("views", b"k1"),
-        ("views.dlq", b"k2"),
         ("views", b"k3"),
+        ("views.dlq", b"k2"),
     ]
-    _, _, value, headers = producer.produced[1]
+    _, _, value, headers = producer.produced[2]
     assert headers["enrichd.source.topic"] == b"tweets"
     assert headers["enrichd.source.partition"] == b"1"
     assert headers["enrichd.source.offset"] == b"2"
     assert headers["enrichd.error.class"] == OUTPUT_REJECTED.encode()
     reason = headers["enrichd.error.message"].decode()
     assert reason.startswith("MSG_SIZE_TOO_LARGE: topic 'views' refused the record")
+    assert reason.endswith(f"the client's message.max.bytes is {LIMIT})")
     # As large as the refused record, it is too large for the dead-letter topic too: cut.
     assert headers[CUT_HEADER] == str(BIG).encode()
     assert big.startswith(value) and 0 < len(value) < LIMIT
@@ -140,17 +147,17 @@ def test_a_dead_letter_too_large_for_its_topic_keeps_its_headers_and_the_start_o
     assert output.dead_letters == {"UndecodableRecord": 1}
 
 
-def test_records_held_back_go_out_before_a_record_that_may_be_refused() -> None:
-    """Holding back ends at a value near the limit, so the output keeps the order sent."""
+def test_records_are_held_back_until_the_commit_and_keep_their_order() -> None:
+    """A value near the limit is measured whole, and goes out in its place if it fits."""
     producer = RefusingProducer(LIMIT)
     output = refusing_output(producer)
     near = b"n" * (LIMIT - NEAR_LIMIT_SLACK + 1)
     output.send_row(view(b"held", 1))
-    assert producer.produced == []  # held back until the commit
     output.send_row(view(near, 2))
     output.send_row(view(b"after", 3))
-    assert [value for _, _, value, _ in producer.produced] == [b"held", near, b"after"]
+    assert producer.produced == []  # held back until the commit
     output.commit()
+    assert [value for _, _, value, _ in producer.produced] == [b"held", near, b"after"]
     assert output.records == {"views": 3}
 
 
@@ -165,7 +172,7 @@ def test_an_error_that_is_not_about_the_record_fails_the_task(error: int) -> Non
 
 def test_without_a_dead_letter_topic_a_refusal_fails_the_task() -> None:
     output = refusing_output(RefusingProducer(LIMIT), dead_letter_topic=None)
-    with pytest.raises(KafkaException):
+    with pytest.raises(RuntimeError, match="refuses a record made from .* no dead-letter topic"):
         output.send_row(view(b"v" * BIG, 1))
 
 

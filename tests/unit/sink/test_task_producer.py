@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from daemon.sink import task_producer
+from daemon.sink.markers import Marker, Share
 from daemon.sink.spec import OutputSpec
 from daemon.sink.task_producer import TaskProducer, abortable
 
@@ -39,7 +40,20 @@ class Producer:
         self.inits = 0
         self.begun = 0
         self.pending: tuple[str, int] | None = None
+        self.records: list[bytes] = []
+        """The marker records it produced (their offsets: their places)."""
         markers.producers.append(self)
+
+    def produce(
+        self, topic: str, value: bytes, key: bytes, on_delivery: Any, partition: int = -1
+    ) -> None:
+        assert partition == 0  # where the group's offset points and every read looks
+        self.records.append(value)
+        offset = len(self.records) - 1
+        on_delivery(None, type("Delivered", (), {"offset": lambda self: offset})())
+
+    def flush(self, timeout: float = -1) -> int:
+        return 0
 
     def init_transactions(self, timeout: float) -> None:
         self.inits += 1
@@ -47,25 +61,27 @@ class Producer:
     def begin_transaction(self) -> None:
         self.begun += 1
 
-    def send_offsets_to_transaction(self, offsets: list[Any], group: str) -> None:
+    def send_offsets_to_transaction(self, offsets: list[Any], group: str, timeout: float) -> None:
         self.pending = (group, offsets[0].offset)
 
-    def commit_transaction(self) -> None:
+    def commit_transaction(self, timeout: float) -> None:
         assert self.pending is not None
         group, offset = self.pending
-        self.markers.committed[group] = offset
+        # The group's offset points past the marker record: the batch it names, + 1 here.
+        self.markers.committed[group] = Marker.decode(self.records[offset - 1]).batch + 1
 
 
 @pytest.fixture
 def markers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Markers]:
     found = Markers()
 
-    def last_committed(self: TaskProducer, group: str, marker: Any) -> int:
-        return found.committed.get(group, 0) - 1
+    def marker(self: TaskProducer, *, stable: bool) -> Marker | None:
+        after = found.committed.get(self.group, 0)
+        return Marker(after - 1, Share()) if after > 0 else None
 
     monkeypatch.setattr(task_producer, "_transactional_producer", lambda *a: Producer(found))
     monkeypatch.setattr(task_producer, "_group_metadata", lambda spec, group: group)
-    monkeypatch.setattr(TaskProducer, "_last_committed", last_committed)
+    monkeypatch.setattr(TaskProducer, "marker", marker)
     yield found
     task_producer.forget_kept_clients()
 
@@ -73,8 +89,10 @@ def markers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Markers]:
 def committed_batch(batch: int) -> TaskProducer:
     """Task 0 of ``batch`` begins, commits and keeps its producer, as a task that wrote does."""
     task = TaskProducer(SPEC, 0, batch, "query")
-    assert task.begin()
-    task.commit()
+    marker = task.begin()
+    assert marker is None or marker.batch < batch
+    task.open_transaction()
+    task.commit(Share())
     task.keep()
     return task
 
@@ -90,7 +108,8 @@ def test_a_worker_uses_the_producer_it_kept_for_the_ids_next_batch(markers: Mark
 def test_a_batch_committed_before_begins_nothing(markers: Markers) -> None:
     first = committed_batch(0).producer
     replay = TaskProducer(SPEC, 0, 0, "query")
-    assert not replay.begin()
+    marker = replay.begin()
+    assert marker is not None and marker.batch == 0
     assert replay.producer is None and first.begun == 1
     assert committed_batch(1).producer is first  # still kept for the next batch
 
@@ -115,7 +134,7 @@ def test_at_least_once_a_pipeline_shares_one_idempotent_producer(
     spec = OutputSpec("views", {}, "at_least_once", "views")
     try:
         tasks = [TaskProducer(spec, partition, 0, "query") for partition in (0, 1)]
-        assert all(task.begin() for task in tasks)
+        assert all(task.begin() is None for task in tasks)
         assert tasks[0].producer is tasks[1].producer and len(made) == 1
     finally:
         task_producer.forget_kept_clients()
@@ -130,3 +149,20 @@ def test_abortable_errors_say_so_or_are_the_state_error() -> None:
     )
     assert not abortable(KafkaException(KafkaError(KafkaError._FENCED)))
     assert not abortable(RuntimeError("not Kafka's"))
+
+
+def test_a_producer_waits_a_minute_for_a_request_not_the_transaction_timeout() -> None:
+    """librdkafka stretches the request and delivery timeouts to the transaction timeout
+    when they are not set: a broker that stops answering would hold a task that long."""
+    spec = OutputSpec("views", {}, "exactly_once", "views", transaction_timeout_ms=900_000)
+    assert task_producer._timeouts(spec) == {
+        "socket.timeout.ms": 60_000,
+        "message.timeout.ms": 300_000,
+    }
+    short = OutputSpec("views", {}, "exactly_once", "views", transaction_timeout_ms=10_000)
+    assert task_producer._timeouts(short) == {  # librdkafka wants them within it
+        "socket.timeout.ms": 10_000,
+        "message.timeout.ms": 10_000,
+    }
+    chosen = OutputSpec("views", {"socket.timeout.ms": "5000"}, "exactly_once", "views")
+    assert task_producer._timeouts(chosen) == {"message.timeout.ms": 300_000}

@@ -34,3 +34,23 @@ def test_reaching_the_ends_and_counting_records_within_them() -> None:
     assert not reached({"t/0": 10}, ends)
     assert reached({"t/0": 10, "t/1": 5}, ends)
     assert records_within({"t/0": 6, "t/1": 9}, ends) == 10
+
+
+def test_the_replays_that_found_their_batch_committed_are_counted_over_every_start(
+    tmp_path: Path,
+) -> None:
+    from daemon.model.reports import BatchCounts
+    from daemon.verify.child import ChildRun
+
+    def logged(message: str) -> str:
+        return json.dumps({"level": "INFO", "message": message})
+
+    said = BatchCounts("p-comap", 4, replayed=2).replay_line()
+    assert said is not None
+    (tmp_path / "run-1.log").write_text(logged("pipeline p-comap started") + "\nnot json\n")
+    (tmp_path / "run-2.log").write_text(
+        logged(said) + "\n" + logged(said.replace("p-comap", "p-comap.totals").replace("2", "1"))
+    )
+    child = ChildRun(tmp_path / "verify.toml", tmp_path)
+    child.starts = 2
+    assert child.replays_found() == 3
