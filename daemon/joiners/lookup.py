@@ -33,9 +33,7 @@ from daemon.plugin import (
     JoinerContext,
     JoinerOptions,
     OutputValue,
-    Register,
     Written,
-    hookimpl,
 )
 
 LookupMode = Literal["inner", "left"]
@@ -330,7 +328,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         return None
 
     def bootstrap_roles(self) -> frozenset[str]:
-        """``bootstrap = true``: the table, read to its end at start."""
+        """``bootstrap = true``: the table, read to its end at start ."""
         return frozenset({"table"}) if self.options.bootstrap else frozenset()
 
     def process(
@@ -552,9 +550,3 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         if options.revisions:
             value["revision"] = revision
         return value
-
-
-@hookimpl
-def enrichd_register_joiners(register: Register) -> None:
-    """Register the built-in ``lookup`` joiner."""
-    register(Lookup)

@@ -24,7 +24,7 @@ secondary output :data:`WITHDRAWN`), so that an answer a late row takes away is 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any, Final
@@ -36,7 +36,10 @@ from daemon.joiners.lookup import Lookup, LookupOptions, VersionedState
 from daemon.joiners.versions import Kept, rejoin
 from daemon.plugin import (
     END_OF_TIME,
+    Chain,
+    ChainStage,
     ConfigError,
+    DeadLetter,
     Emit,
     InputRecord,
     Joiner,
@@ -183,6 +186,19 @@ class LookupStage(Lookup):
         self.input_index = input_index
         self.order = "arrival"  # a chain applies in arrival order at every stage
 
+    def process(
+        self,
+        key: str,
+        state: dict[str, Any] | VersionedState,
+        records: Sequence[InputRecord],
+        ctx: JoinerContext,
+    ) -> Iterator[Emit | DeadLetter]:
+        """Apply the key's records in arrival rank (:func:`stage_order`), as a lookup does.
+
+        The engine's apply order knows Kafka timestamps, not the ranks partials carry.
+        """
+        return super().process(key, state, stage_order(self, records), ctx)
+
     def rank(self, record: InputRecord) -> Rank:
         """Where a record of this stage stands in the arrival order of all inputs."""
         if record.role == "stream":
@@ -304,6 +320,8 @@ class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
         self, key: str, state: dict[str, Any], records: Sequence[InputRecord], ctx: JoinerContext
     ) -> Iterator[Emit]:
         """Write each record's answer that changes the last one written; see the class."""
+        # In rank, then generation: the engine's apply order knows neither.
+        records = sorted(records, key=lambda r: (tuple(meta(r)["rank"]), tuple(meta(r)["gen"])))
         for record in records:
             partial = record.value or {}
             gen = tuple(partial[META]["gen"])
@@ -359,3 +377,86 @@ def stage_order(stage: LookupStage, records: Sequence[InputRecord]) -> list[Inpu
 
 def _identity(record: InputRecord) -> str:
     return str(meta(record)["id"]) if record.role == "stream" else ""
+
+
+class LookupChain(Chain):
+    """A lookup of several tables as the engine runs it: its stages, then the numbering.
+
+    Args:
+        stream_field: the stream record's field in the output.
+        tables: the tables in stage order (:func:`plan_chain`).
+        inputs: each table's place among the pipeline's inputs (the stream is 0), which
+            ranks its rows at equal timestamps.
+        pipeline: the pipeline's name, for the stages' contexts.
+    """
+
+    def __init__(
+        self,
+        stream_field: str,
+        tables: Sequence[ChainTable],
+        inputs: Mapping[str, int],
+        pipeline: str,
+    ) -> None:
+        self.stream_field = stream_field
+        self.stages = tuple(
+            ChainStage(
+                LookupStage(
+                    table,
+                    JoinerContext(pipeline, {"stream": stream_field, "table": table.field}),
+                    input_index=inputs[table.role],
+                ),
+                table.role,
+                table.paths,
+            )
+            for table in tables
+        )
+        revising = any(table.options.revisions for table in tables)
+        self.last = (
+            Numbering(NumberingOptions(), JoinerContext(pipeline, {"joined": "joined"}))
+            if revising
+            else None
+        )
+
+    def enter(self, record: InputRecord) -> InputRecord:
+        """A stream record as a partial of no table yet (:func:`as_partial`)."""
+        return as_partial(record, self.stream_field)
+
+    def passed(self, emit: Emit) -> InputRecord:
+        """:func:`read_back`, placed where its stream record was read (for provenance)."""
+        record = read_back(emit)
+        topic, partition, offset = _place(record)
+        return replace(record, topic=topic, partition=partition, offset=offset)
+
+    def withdrawn(self, emit: Emit) -> bool:
+        """A withdrawal: an ``inner`` stage found no row."""
+        return emit.output == WITHDRAWN
+
+    def identity(self, record: InputRecord) -> str:
+        """The stream record's topic, partition and offset."""
+        return str(meta(record)["id"])
+
+    def without_key(self, stage: int, record: InputRecord) -> Emit:
+        """The stage's no-row answer (:meth:`LookupStage.missing_key`)."""
+        joiner = self.stages[stage].joiner
+        assert isinstance(joiner, LookupStage)  # noqa: S101 - made so in __init__
+        return joiner.missing_key(record, joiner.context)
+
+    def output(self, emit: Emit) -> Emit | None:
+        """The partial without its bookkeeping; a withdrawal writes nothing."""
+        if self.withdrawn(emit):
+            return None
+        return replace(emit, value=enriched(emit.value or {}))
+
+    def carried(self, record: InputRecord) -> InputRecord:
+        """The stream record under the stream's field, where it was read."""
+        topic, partition, offset = _place(record)
+        value = (record.value or {}).get(self.stream_field)
+        return replace(
+            record, role="stream", value=value, topic=topic, partition=partition, offset=offset
+        )
+
+
+def _place(record: InputRecord) -> tuple[str, int, int]:
+    """The topic, partition and offset of the stream record a partial comes from."""
+    topic, partition, offset = str(meta(record)["id"]).rsplit("/", 2)
+    return topic, int(partition), int(offset)

@@ -25,6 +25,7 @@ from daemon.model.wire import OUTPUT, SOURCE
 from daemon.operator.deferred import DeferredProcessor
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
+from daemon.pipeline.chain_checks import chain_problems
 from daemon.pipeline.cluster_checks import check_cluster, create_markers_topics
 from daemon.pipeline.marker_check import check_markers
 from daemon.pipeline.selection import select_function
@@ -93,6 +94,13 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
     # With a select the output record is the select's, not the joiner's value: the joiner
     # shapes nothing to the output schema then.
     joiner, plugin = make_joiner(pipe, () if pipe.select else record_fields(output_codec.schema))
+    chained = chain_problems(pipe, joiner)
+    if chained:
+        raise ConfigError(f"pipeline {pipe.name!r}: {chained[0]}")
+    if joiner.chain() is not None:
+        raise ConfigError(
+            f"pipeline {pipe.name!r}: the engine does not run a lookup of several tables yet"
+        )
     key_codecs = {
         role: key_codec_for(file, spec, writing=False) for role, spec in pipe.inputs.items()
     }
