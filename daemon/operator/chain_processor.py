@@ -241,15 +241,10 @@ class ChainProcessor(JoinerProcessor):
                 else:
                     made.append(self._routed(result, PASSED_INPUT))
             return made
+        # An output's source is where its stream record was read (Chain.passed places the
+        # records so far there), with the timestamp of the record whose arrival made it.
         if step.last_joiner:
-            return super().rows(
-                [
-                    replace(r, source=chain.carried(r.source))
-                    if isinstance(r, Emit) and r.source is not None
-                    else r
-                    for r in results
-                ]
-            )
+            return super().rows(results)
         written: list[Emit | DeadLetter] = []
         for result in results:
             if isinstance(result, DeadLetter):
@@ -257,9 +252,6 @@ class ChainProcessor(JoinerProcessor):
                 continue
             out = chain.output(result)
             if out is not None:
-                source = out.source
-                if source is not None and source.role == "stream":
-                    out = replace(out, source=chain.carried(source))
                 written.append(out)
         return super().rows(written)
 
