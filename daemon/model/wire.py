@@ -319,6 +319,11 @@ DEAD_INPUT = -4
 that writes: its ``value`` is the :class:`OutputRow`, pickled. Only the last operator of a
 chain writes to Kafka, so that a task has one transactional producer."""
 
+METRICS_INPUT = -5
+"""The :attr:`InputRow.input` of a chain stage's joiner counts (``ctx.count``) on their way to
+the operator that writes, which reports them as its own: JSON in ``value``, each named
+``TABLE.NAME`` as the stage's table says."""
+
 NO_KEY_ROUTE = "\x00no-key"
 """The join key of a passed record whose key at the next stage is null: that stage answers it
 without state (:meth:`daemon.plugin.Chain.without_key`)."""

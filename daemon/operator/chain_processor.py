@@ -24,11 +24,15 @@ differences:
 - Dead letters of records so far hold the stream record they carry
   (:meth:`~daemon.plugin.Chain.carried`), encoded with the stream's schema.
 
-The joiner metrics of the stages before the last operator are not reported yet.
+- Counts. Each stage's joiner counts are named ``TABLE.NAME`` (``customers.revisions``) and
+  handed on (:data:`~daemon.model.wire.METRICS_INPUT`) to the writing operator, which
+  reports them with its own: the names the plain replay of a chain gives them. The lines of
+  failed joiner calls of earlier stages are not reported (their dead letters are written).
 """
 
 from __future__ import annotations
 
+import json
 import pickle  # noqa: S403 - rows pickled by this query's own operators, never read from outside
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -43,6 +47,7 @@ from daemon.model.wire import (
     DEAD_INPUT,
     DEAD_LETTER_ROUTE,
     INPUT,
+    METRICS_INPUT,
     NO_KEY_ROUTE,
     PASSED_INPUT,
     SOURCE,
@@ -112,6 +117,8 @@ class ChainProcessor(JoinerProcessor):
         super().start(handle, variables)
         self._passing: list[Passed] = []
         self._call_ranges: set[str] = set()
+        self._forwarded: dict[str, int] = {}
+        """The earlier stages' counts that reached the writing operator since its last report."""
         self._stream_role = self.plan.inputs[self.step.stream_input][0]
 
     # -- a call ----------------------------------------------------------------------------
@@ -146,6 +153,12 @@ class ChainProcessor(JoinerProcessor):
             if kind == DEAD_INPUT:
                 if step.writes:
                     send(_unpickled(row.value))
+                else:
+                    self._hand_on(key, row)
+            elif kind == METRICS_INPUT:
+                if step.writes:
+                    for name, n in json.loads(row.value or b"{}").items():
+                        self._forwarded[name] = self._forwarded.get(name, 0) + int(n)
                 else:
                     self._hand_on(key, row)
             elif kind == CONTROL_INPUT:
@@ -309,7 +322,12 @@ class ChainProcessor(JoinerProcessor):
         A dead letter goes in the call's own bucket. Each range the call read goes on with a
         pack (an empty one where it has none), for the writing operator's batch marker.
         """
-        for _ in self._counts():  # not reported yet (see the module docstring): reset only
+        counted = self._stage_metrics()
+        if counted:
+            blob = json.dumps(counted).encode()
+            counts = InputRow(METRICS_INPUT, "", 0, 0, 0, 0, None, blob, None, None)
+            self._passing.append(Passed(-1, counts))
+        for _ in super()._counts():  # the writing operator reports; this only resets
             pass
         passing, self._passing = self._passing, []
         ranges, self._call_ranges = sorted(self._call_ranges), set()
@@ -322,6 +340,39 @@ class ChainProcessor(JoinerProcessor):
             yield SparkRow(**SOURCE.row(label, _packed(rows), first)._asdict())
         for extra in ranges[1:]:
             yield SparkRow(**SOURCE.row(bucket, _packed([]), extra)._asdict())
+
+    # -- counts ----------------------------------------------------------------------------
+
+    def _stage_metrics(self) -> dict[str, int]:
+        """The operator's joiner counts since the last report, named as reported; cleared.
+
+        A stage's are named ``TABLE.NAME``; the last joiner's keep their names.
+        """
+        metrics = self.plan.joiner.context.metrics
+        if self.step.last_joiner:
+            named = dict(metrics)
+        else:
+            table = self.step.chain.stages[self.step.index].table
+            named = {f"{table}.{name}": n for name, n in metrics.items()}
+        metrics.clear()
+        return named
+
+    def merged_metrics(self) -> dict[str, int]:
+        """The writing operator's counts to report: its own and the earlier stages'; cleared.
+
+        Left in its joiner's metrics, where :meth:`JoinerProcessor._counts` reads them.
+        """
+        merged = self._stage_metrics()
+        for name, n in self._forwarded.items():
+            merged[name] = merged.get(name, 0) + n
+        self._forwarded = {}
+        self.plan.joiner.context.metrics.update(merged)
+        return dict(merged)
+
+    def _counts(self) -> Iterator[SparkRow]:
+        """The call's counts, with the earlier stages' (see :meth:`merged_metrics`)."""
+        self.merged_metrics()
+        yield from super()._counts()
 
     # -- dead letters ----------------------------------------------------------------------
 

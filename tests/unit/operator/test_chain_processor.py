@@ -166,10 +166,13 @@ def test_the_operators_in_turn_write_what_the_plain_chain_writes(max_batch: int 
     )
     assert len(plain.outputs) == 6  # three answers and a revision by a row of each table
 
-    written = _run(_operators({"versioned": True, "revisions": True}), inputs, max_batch)
+    operators = _operators({"versioned": True, "revisions": True})
+    written = _run(operators, inputs, max_batch)
 
     assert by_key(_outputs(written)) == by_key(plain.outputs)
     assert _outputs(written, "out.dlq") == []
+    # Every stage's counts reach the writing operator, named as the plain replay names them.
+    assert operators[-1].merged_metrics() == plain.metrics
 
 
 def test_a_partial_refused_late_at_a_later_stage_dead_letters_the_stream_record() -> None:
