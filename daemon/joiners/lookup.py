@@ -328,7 +328,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         return None
 
     def bootstrap_roles(self) -> frozenset[str]:
-        """``bootstrap = true``: the table, read to its end at start ."""
+        """``bootstrap = true``: the table, read to its end at start."""
         return frozenset({"table"}) if self.options.bootstrap else frozenset()
 
     def process(

@@ -59,7 +59,7 @@ from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import JoinerFailure, KeyBatch
 from daemon.operator.processor import JOINER_FAILED, JoinerProcessor
 from daemon.operator.spec import OperatorPlan
-from daemon.plugin.joiner import Chain, DeadLetter, Emit, InputRecord, input_record
+from daemon.plugin.joiner import Chain, DeadLetter, Emit, InputRecord
 from daemon.sink.spec import OutputSpec
 
 
@@ -214,29 +214,13 @@ class ChainProcessor(JoinerProcessor):
         step, chain = self.step, self.step.chain
         if row.input in (PASSED_INPUT, WITHDRAWN_INPUT):
             value, headers = _unpickled(row.value)
-            record = chain.passed(Emit(key=row.kafka_key, value=value, headers=headers))
-            role = "joined" if step.last_joiner else "stream"
-            return replace(record, key=key, role=role)
-        role, topic = self.plan.inputs[row.input]
-        try:
-            value = None if row.value is None else self._decoders[row.input](row.value)
-        except Exception as exc:
-            self._send(self._dead_letter(row, "UndecodableRecord", str(exc), exc))
-            return None
-        carry = self._carry
-        record = input_record(
-            "stream" if row.input == step.stream_input else "table",
-            key,
-            value,
-            row.event_time,
-            topic,
-            row.partition,
-            row.offset,
-            row.kafka_key,
-            row.timestamp,
-            None if row.headers is None or carry is None else carry(row.headers),
-        )
-        return chain.enter(record) if row.input == step.stream_input else record
+            passed = chain.passed(Emit(key=row.kafka_key, value=value, headers=headers))
+            return replace(passed, key=key, role="joined" if step.last_joiner else "stream")
+        stream = row.input == step.stream_input
+        record = self._input_record(row, "stream" if stream else "table", key)
+        if record is None or not stream:
+            return record
+        return chain.enter(record)
 
     # -- what a call yields ----------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.lookup import LookupOptions
 from daemon.joiners.lookup_chain import ChainTable
@@ -220,3 +221,19 @@ def test_a_partial_refused_late_at_a_later_stage_dead_letters_the_stream_record(
     letter = dead[1][3]
     assert _codec("shop_order").decode(letter[at("value")])["id"] == "o-3"
     assert by_key(_outputs(written)) == by_key(plain.outputs)
+
+
+def test_a_registry_outage_at_a_stage_fails_the_call_instead_of_dead_lettering() -> None:
+    """A table row a stage cannot decode because the registry is down is a good record: the
+    batch fails and is retried, as in a one-table pipeline, and nothing is dead-lettered."""
+    operators = _operators({"versioned": True, "revisions": True})
+    region_stage = operators[1]
+
+    def unavailable(value: bytes) -> Any:
+        raise SchemaRegistryUnavailableError("schema registry http://registry answered 503")
+
+    decoders = list(region_stage._decoders)
+    decoders[ROLES.index("regions")] = unavailable
+    region_stage._decoders = tuple(decoders)
+    with pytest.raises(SchemaRegistryUnavailableError):
+        _run(operators, _inputs(), None)
