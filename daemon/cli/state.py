@@ -47,7 +47,7 @@ def state(
     from daemon.model.config import load_pipeline_file, pick_pipeline
     from daemon.pipeline.checkpoint_shape import buckets_of_shape, verify_checkpoint
     from daemon.plugin.configured import pipeline_joiner
-    from daemon.state.reader import CheckpointState, state_session
+    from daemon.state.reader import CheckpointState, operator_ids, state_session
     from daemon.state.seed import seed_of
     from daemon.state.show import Expiry
 
@@ -64,9 +64,30 @@ def state(
             "micro-batch yet, so it holds no state"
         )
     # The joiner's TTL says which stored keys it no longer sees (expired, not yet dropped).
-    expiry = Expiry(pipeline_joiner(pipe).state_ttl_ms(), int(time.time() * 1000))
+    joiner = pipeline_joiner(pipe)
+    expiry = Expiry(joiner.state_ttl_ms(), int(time.time() * 1000))
     spark = state_session(file)
     head: dict[str, Any] = {"pipeline": pipe.name, "checkpoint": str(pipe.checkpoint)}
+    chain = joiner.chain()
+    if chain is not None and batch is not None:
+        # One operator per table, each with its own state (and the numbering one).
+        names = [stage.table for stage in chain.stages] + ["numbering"] * (chain.last is not None)
+        head["micro_batch"] = batch
+        buckets = buckets_of_shape(shape)
+        operators: dict[str, Any] = {}
+        for name, operator in operator_ids(names).items():
+            found_here = CheckpointState(spark, pipe.checkpoint, batch, operator)
+            if key is not None:
+                operators[name] = _key(spark, found_here, key, buckets, expiry)
+            else:
+                operators[name] = _summary(spark, found_here, expiry)
+        if key is not None and not any(operators.values()):
+            raise NoStateError(
+                f"pipeline {pipe.name!r}: no state for key {key!r} in any operator of "
+                f"checkpoint {pipe.checkpoint} (micro-batch {batch})"
+            )
+        typer.echo(json.dumps({**head, "operators": operators}, indent=2))
+        return
     if batch is not None:
         found: CheckpointState | Seed = CheckpointState(spark, pipe.checkpoint, batch)
         head["micro_batch"] = batch
@@ -105,9 +126,7 @@ def _key(
     return seeded_key_view(label, key, bytes(entries[0].entry), expiry) if entries else None
 
 
-def _summary(
-    spark: SparkSession, found: CheckpointState | Seed, expiry: Expiry
-) -> dict[str, Any]:
+def _summary(spark: SparkSession, found: CheckpointState | Seed, expiry: Expiry) -> dict[str, Any]:
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.state.reader import CheckpointState
     from daemon.state.show import bucket_summary, seeded_bucket_summary, summary

@@ -33,9 +33,7 @@ from daemon.plugin import (
     JoinerContext,
     JoinerOptions,
     OutputValue,
-    Register,
     Written,
-    hookimpl,
 )
 
 LookupMode = Literal["inner", "left"]
@@ -346,27 +344,31 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                 yield from self._apply(key, state, record, ctx)
             self._evict(state)
             return
-        options = self.options
-        stream_field, table_field = ctx.fields["stream"], ctx.fields["table"]
         for record in records:
             if record.role == "table":
                 state["table"] = record.value  # a tombstone (None) deletes
                 continue
             if record.value is None:  # stream tombstones are dead-lettered before this
                 continue
-            table = state["table"]
-            if table is None:
-                ctx.count("unmatched")
-                if options.mode == "inner":
-                    continue
-                table = None if options.default is None else dict(options.default)
-            else:
-                ctx.count("matched")
-            yield Emit(
-                key=record.kafka_key,
-                value={stream_field: record.value, table_field: table},
-                source=record,
-            )
+            yield from self._current(record, state["table"], ctx)
+
+    def _current(
+        self, record: InputRecord, table: dict[str, Any] | None, ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """Answer a stream record with the table's current value ``table`` (None: none)."""
+        options = self.options
+        if table is None:
+            ctx.count("unmatched")
+            if options.mode == "inner":
+                return
+            table = None if options.default is None else dict(options.default)
+        else:
+            ctx.count("matched")
+        yield Emit(
+            key=record.kafka_key,
+            value={ctx.fields["stream"]: record.value, ctx.fields["table"]: table},
+            source=record,
+        )
 
     def advance(
         self, key: str, state: dict[str, Any] | VersionedState, to: int, ctx: JoinerContext
@@ -429,24 +431,41 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         elif record.value is not None:  # stream tombstones are dead-lettered before this
             if not state.held and event_time <= state.stream_time - options.grace:
                 # Due at once, and nothing older waits: answer it without holding it.
-                yield from self._answer(state, (record,), ctx)
+                yield from self._answer(state, (record,), ctx, record)
                 return
             insort(state.held, record, key=_EVENT_TIME)
-        yield from self._release(state, state.stream_time - options.grace, ctx)
+        yield from self._release(state, state.stream_time - options.grace, ctx, record)
 
-    def _release(self, state: VersionedState, up_to: int, ctx: JoinerContext) -> Iterator[Emit]:
-        """Answer the held stream records of event time up to ``up_to``, oldest first."""
+    def _release(
+        self,
+        state: VersionedState,
+        up_to: int,
+        ctx: JoinerContext,
+        at: InputRecord | None = None,
+    ) -> Iterator[Emit]:
+        """Answer the held stream records of event time up to ``up_to``, oldest first.
+
+        ``at``: the record whose arrival lets them out (None: a wake-up or the end of input).
+        """
         due = bisect_right(state.held, up_to, key=_EVENT_TIME)
         if not due:
             return
         released = state.held[:due]
         del state.held[:due]
-        yield from self._answer(state, released, ctx)
+        yield from self._answer(state, released, ctx, at)
 
     def _answer(
-        self, state: VersionedState, records: Sequence[InputRecord], ctx: JoinerContext
+        self,
+        state: VersionedState,
+        records: Sequence[InputRecord],
+        ctx: JoinerContext,
+        at: InputRecord | None = None,
     ) -> Iterator[Emit]:
-        """Answer stream records that are due, with the versions valid at their times."""
+        """Answer stream records that are due, with the versions valid at their times.
+
+        ``at``: the record whose arrival makes them due; a stage of a chain of lookups
+        (:mod:`daemon.joiners.lookup_chain`) ranks its answers by it. Here they keep their own.
+        """
         versions = state.versions
         for record in records:
             answer = versions.at(record.event_time, inclusive=True)
@@ -531,9 +550,3 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         if options.revisions:
             value["revision"] = revision
         return value
-
-
-@hookimpl
-def enrichd_register_joiners(register: Register) -> None:
-    """Register the built-in ``lookup`` joiner."""
-    register(Lookup)

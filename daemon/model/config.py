@@ -463,6 +463,10 @@ class PipelineConfig(_Strict):
 
     def key_parts_mismatch(self) -> str | None:
         """Why the inputs' join keys cannot match (their numbers of parts differ), or None."""
+        if self.options.get("tables"):
+            # A lookup of several tables: each table's lookup_key is matched to that table's
+            # key alone (daemon.pipeline.chain_checks).
+            return None
         counts = {role: len(spec.key_fields) for role, spec in self.inputs.items()}
         if len(set(counts.values())) <= 1:
             return None

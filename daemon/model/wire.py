@@ -305,6 +305,29 @@ A producer marks the end of a key's input with a tombstone whose header
 :data:`CONTROL_HEADER` is :data:`END_OF_INPUT` and whose Kafka key is the join key (``daemon
 replay`` sends one per key once its inputs are written); it is never joined itself."""
 
+PASSED_INPUT = -2
+"""The :attr:`InputRow.input` of a record one stage of a chain (:class:`daemon.plugin.Chain`)
+passed on to the next: its ``value`` is the emit's value and headers, pickled; its ``key``
+the next stage's join key, or :data:`NO_KEY_ROUTE`. Rows live only inside one query."""
+
+WITHDRAWN_INPUT = -3
+"""The :attr:`InputRow.input` of a chain stage's withdrawal, on its way to the chain's last
+operator (keyed by the stream record's identity); laid out as :data:`PASSED_INPUT`."""
+
+DEAD_INPUT = -4
+"""The :attr:`InputRow.input` of a dead letter a chain stage made, on its way to the operator
+that writes: its ``value`` is the :class:`OutputRow`, pickled. Only the last operator of a
+chain writes to Kafka, so that a task has one transactional producer."""
+
+METRICS_INPUT = -5
+"""The :attr:`InputRow.input` of a chain stage's joiner counts (``ctx.count``) on their way to
+the operator that writes, which reports them as its own: JSON in ``value``, each named
+``TABLE.NAME`` as the stage's table says."""
+
+NO_KEY_ROUTE = "\x00no-key"
+"""The join key of a passed record whose key at the next stage is null: that stage answers it
+without state (:meth:`daemon.plugin.Chain.without_key`)."""
+
 CONTROL_HEADER = "enrichd.control"
 """The Kafka header that makes a tombstone a control record (see :data:`CONTROL_INPUT`)."""
 

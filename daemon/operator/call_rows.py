@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Row as SparkRow
 
-from daemon.model.wire import CONTROL_INPUT, INPUT, InputRow, unpack
+from daemon.model.wire import INPUT, InputRow, unpack
 from daemon.plugin.joiner import InputRecord
 
 
@@ -45,7 +45,7 @@ class Originals:
             self._index = {
                 (self._inputs[row.input][1], row.partition, row.offset): row
                 for row in self._rows
-                if row.input != CONTROL_INPUT
+                if row.input >= 0  # not a marker, nor a record a chain's stage passed on
             }
         return self._index.get(origin)
 

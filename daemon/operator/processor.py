@@ -173,6 +173,35 @@ class JoinerProcessor(StatefulProcessor):
         self.buckets.save(key, bucket, log, stored)
         self._timers[int(key[0])] = bucket.timer_ms
 
+    def _input_record(self, row: InputRow, role: str, key: str) -> InputRecord | None:
+        """A source row as the joiner's record of ``role`` (None: undecodable, dead-lettered).
+
+        Raises:
+            SchemaRegistryUnavailableError: the registry did not answer; the record is fine,
+                so the batch fails and is retried rather than the record dead-lettered.
+        """
+        topic = self.plan.inputs[row.input][1]
+        try:
+            value = None if row.value is None else self._decoders[row.input](row.value)
+        except SchemaRegistryUnavailableError:
+            raise
+        except Exception as exc:  # the source read only the key and time fields
+            self._send(self._dead_letter(row, "UndecodableRecord", str(exc), exc))
+            return None
+        carry = self._carry
+        return input_record(
+            role,
+            key,
+            value,
+            row.event_time,
+            topic,
+            row.partition,
+            row.offset,
+            row.kafka_key,
+            row.timestamp,
+            None if row.headers is None or carry is None else carry(row.headers),
+        )
+
     def _decoded(self, by_key: dict[str, list[InputRow]]) -> Iterator[KeyBatch]:
         """Each key's part of the call, decoded when the core comes to the key.
 
@@ -180,8 +209,7 @@ class JoinerProcessor(StatefulProcessor):
         call's. An end-of-input marker row ends its key's input; a record that does not
         decode is dead-lettered here.
         """
-        inputs, decoders, send = self.plan.inputs, self._decoders, self._send
-        carry = self._carry
+        inputs = self.plan.inputs
         for key, rows in by_key.items():
             records: list[InputRecord] = []
             end_of_input = False
@@ -189,28 +217,9 @@ class JoinerProcessor(StatefulProcessor):
                 if row.input == CONTROL_INPUT:
                     end_of_input = True
                     continue
-                role, topic = inputs[row.input]
-                try:
-                    value = None if row.value is None else decoders[row.input](row.value)
-                except SchemaRegistryUnavailableError:
-                    raise  # the record is fine: fail the batch, which is retried, not the record
-                except Exception as exc:  # the source read only the key and time fields
-                    send(self._dead_letter(row, "UndecodableRecord", str(exc), exc))
-                    continue
-                records.append(
-                    input_record(
-                        role,
-                        key,
-                        value,
-                        row.event_time,
-                        topic,
-                        row.partition,
-                        row.offset,
-                        row.kafka_key,
-                        row.timestamp,
-                        None if row.headers is None or carry is None else carry(row.headers),
-                    )
-                )
+                record = self._input_record(row, inputs[row.input][0], key)
+                if record is not None:
+                    records.append(record)
             self._raw = Originals(rows, inputs)
             yield key, records, end_of_input
 

@@ -66,8 +66,16 @@ class NoCheckpointError(ConfigError):
 
 
 def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
-    """The parts of a pipeline its checkpoint depends on."""
+    """The parts of a pipeline its checkpoint depends on.
+
+    A lookup of several tables also records its ``operators``: one per table and its key,
+    in the file's order, and the numbering one when a table revises. Spark numbers a query's
+    stateful operators by their place, so another list would read each stage's state as
+    another's. A pipeline without ``tables`` records none, as before.
+    """
+    chain = _operators(pipe)
     return {
+        **({"operators": chain} if chain else {}),
         "joiner": pipe.joiner,
         "state": state_layout(pipe.state_buckets),
         "inputs": {
@@ -80,6 +88,19 @@ def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
             for role, spec in sorted(pipe.inputs.items())
         },
     }
+
+
+def _operators(pipe: PipelineConfig) -> list[str]:
+    """A chain's operators as the file lists its tables (no ``tables``: none)."""
+    tables = pipe.options.get("tables") or []
+    named = [
+        f"{table.get('input')} by {table.get('lookup_key')}"
+        for table in tables
+        if isinstance(table, dict)
+    ]
+    if any(isinstance(table, dict) and table.get("revisions") for table in tables):
+        named.append("numbering")
+    return named
 
 
 _ROUTING_DEFAULTS: dict[str, Any] = {"key_format": "string", "envelope": None}
@@ -300,6 +321,9 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     elif written.get("buckets") != new["state"]["buckets"]:
         was, now = written.get("buckets"), new["state"]["buckets"]
         changes.append(f"state_buckets {was} is now {now} (`daemon rescale` moves the state)")
+    if old.get("operators", []) != new.get("operators", []):
+        was, now = old.get("operators") or ["one"], new.get("operators") or ["one"]
+        changes.append(f"operators {', '.join(was)} are now {', '.join(now)}")
     old_inputs: dict[str, Any] = old.get("inputs") or {}
     for role in sorted(set(old_inputs) | set(new["inputs"])):
         before, after = old_inputs.get(role), new["inputs"].get(role)

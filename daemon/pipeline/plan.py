@@ -22,16 +22,18 @@ from daemon.model.envelope import Envelope
 from daemon.model.headers import reads_headers
 from daemon.model.selection import SelectFunction
 from daemon.model.wire import OUTPUT, SOURCE
+from daemon.operator.chain_processor import ChainProcessor, ChainStep
 from daemon.operator.deferred import DeferredProcessor
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
+from daemon.pipeline.chain_checks import chain_problems
 from daemon.pipeline.cluster_checks import check_cluster, create_markers_topics
 from daemon.pipeline.marker_check import check_markers
 from daemon.pipeline.selection import select_function
 from daemon.pipeline.switches import COUNTS_SINK, SOURCE_READER
 from daemon.plugin.configured import configure, pipeline_joiner
 from daemon.plugin.host import registry
-from daemon.plugin.joiner import JOINED, RETRACTED, Downstream, Joiner
+from daemon.plugin.joiner import JOINED, RETRACTED, Chain, Downstream, Joiner
 from daemon.private_paths import private_folder
 from daemon.sink.commit_turn import turn_needed
 from daemon.sink.spark_sink import BatchCounter, KafkaSink
@@ -64,6 +66,8 @@ class PipelinePlan:
     output: OutputSpec
     operator: OperatorPlan
     downstream: PipelinePlan | None = None
+    chain: tuple[tuple[OperatorPlan, ChainStep], ...] = ()
+    """With a joiner that runs as a chain: each operator's plan and place, in query order."""
 
     def stages(self) -> list[PipelinePlan]:
         """The plan and every stage after it, in data-flow order: one streaming query each."""
@@ -93,6 +97,9 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
     # With a select the output record is the select's, not the joiner's value: the joiner
     # shapes nothing to the output schema then.
     joiner, plugin = make_joiner(pipe, () if pipe.select else record_fields(output_codec.schema))
+    chained = chain_problems(pipe, joiner)
+    if chained:
+        raise ConfigError(f"pipeline {pipe.name!r}: {chained[0]}")
     key_codecs = {
         role: key_codec_for(file, spec, writing=False) for role, spec in pipe.inputs.items()
     }
@@ -182,10 +189,41 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         output_keys={n: c for n, c in output_keys.items() if c.key_format in ("avro", "json")},
         selects=selects or None,
     )
+    chain = joiner.chain()
+    if chain is not None:
+        return PipelinePlan(
+            pipe, conf, source, output, operator, chain=_chain_steps(pipe, operator, chain)
+        )
     if stage is None:
         return PipelinePlan(pipe, conf, source, output, operator)
     downstream = _downstream_plan(pipe, output, stage, plugin, output_codec, outputs, file.state)
     return PipelinePlan(pipe, conf, source, output, operator, downstream)
+
+
+def _chain_steps(
+    pipe: PipelineConfig, operator: OperatorPlan, chain: Chain
+) -> tuple[tuple[OperatorPlan, ChainStep], ...]:
+    """The operators of a joiner that runs as a chain: one per stage, and its last joiner.
+
+    Each runs its stage's joiner with the pipeline's codecs, outputs and state settings.
+    """
+    inputs = [role for role, _ in operator.inputs]
+    joiners = [stage.joiner for stage in chain.stages]
+    if chain.last is not None:
+        joiners.append(chain.last)
+    return tuple(
+        (
+            replace(operator, joiner=joiner),
+            ChainStep(
+                chain,
+                index,
+                pipe.state_buckets,
+                inputs.index("stream"),
+                inputs.index(chain.stages[index].table) if index < len(chain.stages) else None,
+            ),
+        )
+        for index, joiner in enumerate(joiners)
+    )
 
 
 def _downstream_plan(
@@ -354,13 +392,16 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     check_markers(output, Path(pipe.checkpoint))
     register_data_sources(spark)
     stream: Any = spark.readStream.format(KafkaSource.name()).option("spec", source.encode()).load()
-    joined = stream.groupBy(SOURCE.column("bucket")).transformWithState(
-        statefulProcessor=DeferredProcessor(JoinerProcessor(plan.operator, output)),
-        outputStructType=OUTPUT.ddl,
-        outputMode="Append",
-        timeMode=time_mode,
-        initialState=seed.initial_state(spark) if seed is not None and seed.has_state else None,
-    )
+    if plan.chain:
+        joined = _chained(stream, plan, output, seed is not None and seed.has_state)
+    else:
+        joined = stream.groupBy(SOURCE.column("bucket")).transformWithState(
+            statefulProcessor=DeferredProcessor(JoinerProcessor(plan.operator, output)),
+            outputStructType=OUTPUT.ddl,
+            outputMode="Append",
+            timeMode=time_mode,
+            initialState=seed.initial_state(spark) if seed is not None and seed.has_state else None,
+        )
     writer = joined.writeStream.option("checkpointLocation", str(pipe.checkpoint))
     if COUNTS_SINK.value() == "data-source":  # as before, for measuring (daemon.pipeline.switches)
         writer = writer.format(KafkaSink.name()).option("spec", output.encode())
@@ -370,6 +411,34 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     if pipe.trigger:
         writer = writer.trigger(processingTime=f"{pipe.trigger} milliseconds")
     return writer.start()
+
+
+def _chained(stream: Any, plan: PipelinePlan, output: OutputSpec, seeded: bool) -> Any:
+    """The chain's operators one after the other, each grouped by its stage's bucket.
+
+    Each operator but the last hands the next packs in the source's layout; the last writes.
+    Rows of later stages' tables go through the earlier operators, so the source is read
+    once (filtering it per stage would read every partition once per stage).
+
+    Raises:
+        ConfigError: the checkpoint was seeded with state (``daemon reset`` or ``rescale``),
+            which the operators of a chain cannot take in yet.
+    """
+    if seeded:
+        raise ConfigError(
+            f"pipeline {plan.config.name!r}: a seeded checkpoint (daemon reset or rescale with "
+            "state) cannot start a lookup of several tables yet; reset it to start afresh"
+        )
+    frame = stream
+    for operator, step in plan.chain:
+        frame = frame.groupBy(SOURCE.column("bucket")).transformWithState(
+            statefulProcessor=DeferredProcessor(ChainProcessor(operator, output, step)),
+            outputStructType=OUTPUT.ddl if step.writes else SOURCE.ddl,
+            outputMode="Append",
+            timeMode="None",  # a chain's tables have no grace and no state_ttl (yet)
+            initialState=None,
+        )
+    return frame
 
 
 def register_data_sources(spark: SparkSession) -> None:

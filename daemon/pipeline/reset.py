@@ -49,7 +49,7 @@ from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import TOPIC_IDS
 from daemon.pipeline import written_by
 from daemon.pipeline.checkpoint_shape import buckets_of_shape, write_shape
-from daemon.pipeline.plan import client_conf, plan_pipeline
+from daemon.pipeline.plan import PipelinePlan, client_conf, plan_pipeline
 from daemon.private_paths import private_folder
 from daemon.spark.session import default_setting
 from daemon.state.export import committed_keys, seed_rows, seeded_keys
@@ -145,6 +145,22 @@ def state_keys(spark: SparkSession, checkpoint: Path, buckets: int) -> DataFrame
     return None
 
 
+def refuse_chain(plan: PipelinePlan, command: str) -> None:
+    """Refuse to move the state of a query of chained operators (one state per stage).
+
+    A seed holds one operator's keys; moving each stage's into its own is still to come.
+
+    Raises:
+        ConfigError: the pipeline's joiner runs as a chain (``lookup`` with ``tables``).
+    """
+    if plan.chain:
+        raise ConfigError(
+            f"pipeline {plan.config.name!r}: {command} cannot move the state of a lookup of "
+            f"several tables yet (its query keeps one state per table, {len(plan.chain)} "
+            "operators); `daemon reset` without --keep-state starts it with empty state"
+        )
+
+
 def refuse_unfinished(pipe: PipelineConfig, checkpoint: Path) -> None:
     """Refuse to move state past a micro-batch that was planned but not committed.
 
@@ -174,7 +190,10 @@ def reset_change(
 ) -> Change:
     """What ``daemon reset`` would do (nothing is changed yet)."""
     conf = client_conf(file)
-    stages = plan_pipeline(file, pipe, conf).stages()
+    plan = plan_pipeline(file, pipe, conf)
+    if keep_state:
+        refuse_chain(plan, "daemon reset --keep-state")
+    stages = plan.stages()
     change = Change(pipe, "reset", client_conf=conf, id_prefix=file.kafka.id_prefix)
     for number, stage in enumerate(stages):
         checkpoint = Path(stage.config.checkpoint)
@@ -244,7 +263,9 @@ def rescale_change(
 ) -> Change:
     """What ``daemon rescale`` would do: every stage's state into the file's layout."""
     conf = client_conf(file)
-    stages = plan_pipeline(file, pipe, conf).stages()
+    plan = plan_pipeline(file, pipe, conf)
+    refuse_chain(plan, "daemon rescale")
+    stages = plan.stages()
     change = Change(pipe, "rescale", client_conf=conf, id_prefix=file.kafka.id_prefix)
     for stage in stages:
         checkpoint = Path(stage.config.checkpoint)

@@ -35,6 +35,7 @@ from daemon.formats.registry import client_settings, new_client
 from daemon.kafka.admin import existing_topics
 from daemon.kafka.connect import client_conf
 from daemon.model.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
+from daemon.pipeline.chain_checks import chain_problems
 from daemon.pipeline.field_checks import field_problems
 from daemon.pipeline.select_checks import select_problems
 from daemon.plugin.configured import configure
@@ -153,6 +154,7 @@ def _pipeline_problems(
         problems += serde_problems(parsed, extra, f"{where}.outputs.{name}", asked)
     # Fields are checked against a joiner that has every role's (the roles are reported).
     if joiner is not None and set(pipeline.inputs) == set(joiner.roles):
+        problems += [f"{where}.{problem}" for problem in chain_problems(pipeline, joiner)]
         problems += field_problems(pipeline, where, joiner)
         problems += select_problems(pipeline, where, joiner)
     return problems
@@ -215,16 +217,17 @@ def _output_problems(
 
 
 def _role_problems(pipeline: PipelineConfig, where: str, cls: type[Joiner]) -> list[str]:
-    roles = ", ".join(cls.roles)
+    wanted = cls.roles_for(pipeline.options)
+    roles = ", ".join(wanted)
     problems = [
         f"{where}.inputs.{role}: joiner {cls.name!r} has no role {role!r}; its roles: {roles}"
         for role in pipeline.inputs
-        if role not in cls.roles
+        if role not in wanted
     ]
     problems += [
         f"{where}.inputs: no input for role {role!r} of joiner {cls.name!r}; "
         f"add [pipeline.inputs.{role}]"
-        for role in cls.roles
+        for role in wanted
         if role not in pipeline.inputs
     ]
     return problems

@@ -62,7 +62,7 @@ def configure(
     )
     context = JoinerContext(
         pipeline=pipeline,
-        fields={role: (fields or {}).get(role, role) for role in cls.roles},
+        fields={role: (fields or {}).get(role, role) for role in _roles(cls, options)},
         output_fields=tuple(output_fields),
     )
     return cls(made, context)
@@ -89,7 +89,7 @@ def pipeline_joiner(
     cls = (joiners or registry()).get(pipe.joiner).cls
     if not cls.implemented:
         raise ConfigError(f"pipeline {pipe.name!r}: joiner {cls.name!r} is not implemented yet")
-    roles = set(cls.roles)
+    roles = set(_roles(cls, pipe.options))
     if set(pipe.inputs) != roles:
         raise ConfigError(
             f"pipeline {pipe.name!r}: joiner {cls.name!r} needs inputs {sorted(roles)}, "
@@ -104,3 +104,10 @@ def pipeline_joiner(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"pipeline {pipe.name!r}: options.{where}: {first['msg']}") from None
+
+
+def _roles(cls: type[Joiner], options: Mapping[str, Any] | JoinerOptions | None) -> tuple[str, ...]:
+    """The joiner's roles with these options (made options: the class's own roles)."""
+    if options is None or isinstance(options, JoinerOptions):
+        return cls.roles
+    return cls.roles_for(options)

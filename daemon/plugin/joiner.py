@@ -48,7 +48,7 @@ Example:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, ClassVar, Final, Generic, Literal, get_args, get_origin
@@ -311,6 +311,16 @@ class Joiner(ABC, Generic[OptionsT, StateT]):
     """Names of secondary outputs the joiner can write (``Emit(output=NAME)``); a pipeline
     configures each it uses as ``[pipeline.outputs.NAME]`` with a topic and a schema."""
 
+    @classmethod
+    def roles_for(cls, options: Mapping[str, Any]) -> tuple[str, ...]:
+        """The input roles a pipeline with these options (as written) gives the joiner.
+
+        By default :attr:`roles`, whatever the options. A joiner whose inputs the options
+        name (``lookup`` with ``tables``: the stream and each table's input) says so here, so
+        that a start and ``daemon validate`` check the inputs against them.
+        """
+        return cls.roles
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Take :attr:`Options` from ``Joiner[MineOptions, ...]`` unless the class sets it.
 
@@ -408,6 +418,13 @@ class Joiner(ABC, Generic[OptionsT, StateT]):
         """A second stage that consumes this joiner's output (see :class:`Downstream`); None."""
         return None
 
+    def chain(self) -> Chain | None:
+        """The stages the joiner runs as, chained in one query (see :class:`Chain`); None.
+
+        A joiner that returns a chain is never called itself: the engine runs its stages.
+        """
+        return None
+
     def wakeup_ms(self, state: StateT) -> int | None:
         """After how much processing time without a record :meth:`advance` is wanted; None: never.
 
@@ -435,6 +452,73 @@ class Joiner(ABC, Generic[OptionsT, StateT]):
         By default none.
         """
         return frozenset()
+
+
+@dataclass(frozen=True)
+class ChainStage:
+    """One stage of a :class:`Chain`: a joiner of roles ``stream`` and ``table``.
+
+    Attributes:
+        joiner: the stage's joiner. Its ``stream`` records are the records so far (what the
+            stage before it emitted, read back by :meth:`Chain.passed`); its ``table``
+            records are the rows of the input ``table`` names, keyed by that input's key.
+        table: the pipeline input whose records are the stage's ``table`` role.
+        paths: where a record so far has its key at this stage: dotted paths into its value
+            (several for a composite key). A record with a null there is answered by
+            :meth:`Chain.without_key`, without state.
+    """
+
+    joiner: Joiner
+    table: str
+    paths: tuple[str, ...]
+
+
+class Chain(ABC):
+    """A joiner run as stages chained in one query, each grouped by its own key.
+
+    How the engine runs it: the pipeline's stream records enter the first stage
+    (:meth:`enter`); what a stage emits goes to the next stage, re-keyed by that stage's
+    :attr:`ChainStage.paths`, or, from the last stage, to :attr:`last` keyed by
+    :meth:`identity` (without one, :meth:`output` makes it the output record). Emits that
+    :meth:`withdrawn` says withdraw an answer skip the later stages and go to :attr:`last`.
+    Rows of a later stage's table pass through the earlier stages, so every stage of a
+    micro-batch sees that micro-batch's rows of its table, after the stages before it.
+    Only the last operator writes to Kafka.
+    """
+
+    stages: tuple[ChainStage, ...]
+    """The stages, in order."""
+    last: Joiner | None
+    """A joiner of role ``joined`` grouped by :meth:`identity` that writes the output
+    (revisions numbered across stages); None: the last stage's answers are the output."""
+
+    @abstractmethod
+    def enter(self, record: InputRecord) -> InputRecord:
+        """A stream record as the first stage takes it (its ``key`` kept)."""
+
+    @abstractmethod
+    def passed(self, emit: Emit) -> InputRecord:
+        """What a stage emitted, as the next stage (or :attr:`last`) reads it; key unset."""
+
+    @abstractmethod
+    def withdrawn(self, emit: Emit) -> bool:
+        """Whether a stage's emit withdraws an answer (it goes to :attr:`last` only)."""
+
+    @abstractmethod
+    def identity(self, record: InputRecord) -> str:
+        """The stream record a record so far comes from, as :attr:`last`'s join key."""
+
+    @abstractmethod
+    def without_key(self, stage: int, record: InputRecord) -> Emit:
+        """Stage ``stage``'s answer to a record so far whose key there is null."""
+
+    @abstractmethod
+    def output(self, emit: Emit) -> Emit | None:
+        """The output record of the last stage's emit, without :attr:`last`; None: none."""
+
+    @abstractmethod
+    def carried(self, record: InputRecord) -> InputRecord:
+        """The stream record a record so far carries: what a dead letter of it holds."""
 
 
 def _declared_options(cls: type) -> type[JoinerOptions] | None:

@@ -96,16 +96,22 @@ class _Chunks:
 class CheckpointState:
     """The join state a checkpoint committed with micro-batch ``batch``."""
 
-    def __init__(self, spark: SparkSession, checkpoint: Path, batch: int) -> None:
+    def __init__(
+        self, spark: SparkSession, checkpoint: Path, batch: int, operator: int = 0
+    ) -> None:
         self.spark = spark
         self.checkpoint = Path(checkpoint)
         self.batch = batch
+        self.operator = operator
+        """Which stateful operator's state: Spark numbers them back from the sink, so 0 is a
+        one-joiner query's only one and a chain's last (:func:`operator_ids`)."""
 
     def frame(self, variable: str) -> DataFrame:
         """One state variable's rows, as Spark's state data source reads them."""
         return (
             self.spark.read.format("statestore")
             .option("batchId", self.batch)
+            .option("operatorId", self.operator)
             .option("stateVarName", variable)
             .load(str(self.checkpoint))
         )
@@ -162,6 +168,15 @@ class CheckpointState:
         for row in self.with_deltas().join(sized, "bucket", "left").toLocalIterator():
             deltas = tuple(bytes(delta) for delta in row.deltas or ())
             yield StoredBucket(row.bucket, bytes(row.blob), deltas=deltas), int(row.size or 0)
+
+
+def operator_ids(names: list[str]) -> dict[str, int]:
+    """Spark's id of each stateful operator of a query, named in query order.
+
+    Spark numbers a query's stateful operators as it plans them, from the sink back: the last
+    one in data-flow order is 0 (seen in a chain of ``transformWithState`` operators).
+    """
+    return {name: len(names) - 1 - place for place, name in enumerate(names)}
 
 
 def state_session(file: PipelineFile) -> SparkSession:

@@ -227,3 +227,46 @@ def test_the_pending_batch_is_the_last_planned_one_not_yet_committed(tmp_path: P
     assert pending_batch(tmp_path) == 2
     (log_folder(tmp_path, COMMIT_LOG) / "2").write_text("v1")
     assert pending_batch(tmp_path) is None  # all committed: the next one fails in planning
+
+
+def _tables(*keys: str, revisions: bool = True) -> dict[str, object]:
+    """A lookup of several tables: options and inputs, table ``t{i}`` read by ``keys[i]``."""
+    inputs: dict[str, object] = {
+        "stream": {"topic": "orders", "schema": "o.avsc", "key": "customer_id", "field": "order"}
+    }
+    tables = []
+    for number, key in enumerate(keys):
+        inputs[f"t{number}"] = {"topic": f"t{number}", "schema": "t.avsc", "key": "id"}
+        tables.append({"input": f"t{number}", "lookup_key": key, "revisions": revisions})
+    return {"joiner": "lookup", "inputs": inputs, "options": {"tables": tables}}
+
+
+def test_a_lookup_of_tables_records_its_operators_and_a_change_of_them_is_refused(
+    tmp_path: Path,
+) -> None:
+    first_start(tmp_path, **_tables("order.customer_id", "t0.region_id"))
+    recorded = json.loads(shape_file(tmp_path / "checkpoint").read_text())
+    assert recorded["operators"] == [
+        "t0 by order.customer_id",
+        "t1 by t0.region_id",
+        "numbering",
+    ]
+    check_checkpoint(pipeline(tmp_path, **_tables("order.customer_id", "t0.region_id")))
+    with pytest.raises(IncompatibleCheckpointError) as caught:
+        check_checkpoint(pipeline(tmp_path, **_tables("order.customer_id", "order.region_id")))
+    assert (
+        "operators t0 by order.customer_id, t1 by t0.region_id, numbering are now "
+        "t0 by order.customer_id, t1 by order.region_id, numbering"
+    ) in str(caught.value)
+    # Without revisions the chain has no numbering operator: another query.
+    with pytest.raises(
+        IncompatibleCheckpointError, match=r"numbering are now [^;]*t0\.region_id\)"
+    ):
+        check_checkpoint(
+            pipeline(tmp_path, **_tables("order.customer_id", "t0.region_id", revisions=False))
+        )
+
+
+def test_a_pipeline_of_one_table_records_no_operators(tmp_path: Path) -> None:
+    check_checkpoint(pipeline(tmp_path))
+    assert "operators" not in json.loads(shape_file(tmp_path / "checkpoint").read_text())

@@ -1,0 +1,462 @@
+"""``lookup`` of several tables: a chain of one-table stages and a stage that numbers answers.
+
+How it works (docs/semantics.md, "Several tables", has the user's view): state is grouped by
+one join key per record, so each table gets a stage of its own, grouped by that table's key.
+Stage *i* is a one-table :class:`~daemon.joiners.lookup.Lookup` whose stream records are the
+records enriched so far (a *partial*: the stream record under its field, each earlier table's
+answer under its own), re-keyed by the value at the table's ``lookup_key``; it adds its answer
+and passes the partial on. Every partial carries, under :data:`META`:
+
+- ``id``: the stream record's identity (its topic, partition and offset);
+- ``t``: the stream record's event time, at which every table is looked up;
+- ``gen``: its generation, the revision number it took at each stage so far. Generations of
+  one stream record compare lexicographically: a revision at a stage outranks everything
+  made from the answer it replaced, downstream included, whichever keys that went through;
+- ``rank``: the arrival rank (Kafka timestamp, input, partition, offset) of the input record
+  whose arrival made it, by which the next stage applies it among its table rows.
+
+With ``revisions`` on any table, :class:`Numbering` (grouped by ``id``) writes the output: it
+drops what a higher generation has overtaken, skips an answer equal to the last written, and
+numbers the rest. A stage in ``inner`` mode that finds no row sends it a withdrawal (the
+secondary output :data:`WITHDRAWN`), so that an answer a late row takes away is withdrawn.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from operator import attrgetter
+from typing import Any, Final
+
+from pydantic import Field
+
+from daemon.joiners.aggregate import RETRACTIONS
+from daemon.joiners.lookup import Lookup, LookupOptions, VersionedState
+from daemon.joiners.versions import Kept, rejoin
+from daemon.plugin import (
+    END_OF_TIME,
+    Chain,
+    ChainStage,
+    ConfigError,
+    DeadLetter,
+    Emit,
+    InputRecord,
+    Joiner,
+    JoinerContext,
+    JoinerOptions,
+)
+
+META: Final = "__enrichd"
+"""The field of a partial that carries its identity, event time, generation and rank."""
+WITHDRAWN: Final = "withdrawn"
+"""The stages' output of withdrawals: an ``inner`` stage found no row for a partial."""
+
+Rank = tuple[int, int, int, int]
+"""An input record's place in the arrival order: Kafka timestamp, input, partition, offset
+(input 0 is the stream, table *i* is *i* + 1)."""
+_EVENT_TIME = attrgetter("event_time")
+END_RANK: Final[Rank] = (END_OF_TIME, 0, 0, 0)
+"""The rank of what the end of input lets out: after every record."""
+
+
+@dataclass(frozen=True)
+class ChainTable:
+    """One table of a lookup of several.
+
+    Attributes:
+        role: the table's input (``customers``); its rows are keyed by that input's ``key``.
+        field: the table's field in the output record (default: the role).
+        lookup_key: where a stream record's key in this table comes from: a dotted path into
+            the record enriched so far, whose first part is the stream's field or an earlier
+            table's (``"order.customer_id"``, ``"customer.region_id"``), or a list of them.
+        options: the table's options, as a one-table lookup's (``aggregate`` not allowed:
+            running totals belong to the whole lookup).
+    """
+
+    role: str
+    field: str
+    lookup_key: str | tuple[str, ...]
+    options: LookupOptions
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The dotted paths of the lookup key's parts."""
+        return (self.lookup_key,) if isinstance(self.lookup_key, str) else self.lookup_key
+
+
+def plan_chain(stream_field: str, tables: Sequence[ChainTable]) -> list[ChainTable]:
+    """The tables in stage order: each after every table whose field its key reads.
+
+    The order given is kept where the keys allow it (orders -> customers -> regions and
+    orders -> products stay as written).
+
+    Raises:
+        ConfigError: a key reads a field that is neither the stream's nor a table's, or
+            tables read each other in a cycle.
+    """
+    fields = {table.field for table in tables}
+    for table in tables:
+        if table.options.aggregate is not None:
+            raise ConfigError(
+                f"table {table.role!r}: `aggregate` is the whole lookup's, not a table's"
+            )
+        for path in table.paths:
+            head = path.split(".", 1)[0]
+            if head != stream_field and head not in fields:
+                raise ConfigError(
+                    f"table {table.role!r}: lookup_key {path!r} starts with {head!r}, which is "
+                    f"neither the stream's field {stream_field!r} nor a table's "
+                    f"({', '.join(sorted(fields))})"
+                )
+            if head == table.field:
+                raise ConfigError(f"table {table.role!r}: lookup_key {path!r} reads itself")
+    ordered: list[ChainTable] = []
+    known = {stream_field}
+    waiting = list(tables)
+    while waiting:
+        ready = next(
+            (t for t in waiting if all(p.split(".", 1)[0] in known for p in t.paths)), None
+        )
+        if ready is None:
+            cycle = ", ".join(t.role for t in waiting)
+            raise ConfigError(f"tables {cycle} read each other's fields in a cycle")
+        waiting.remove(ready)
+        ordered.append(ready)
+        known.add(ready.field)
+    return ordered
+
+
+def meta(record: InputRecord) -> dict[str, Any]:
+    """The chain's bookkeeping of a partial (see the module docstring)."""
+    value = record.value or {}
+    found: dict[str, Any] = value[META]
+    return found
+
+
+def enriched(partial: dict[str, Any]) -> dict[str, Any]:
+    """A partial's value without the chain's bookkeeping: the output record."""
+    return {name: value for name, value in partial.items() if name != META}
+
+
+def as_partial(record: InputRecord, field: str) -> InputRecord:
+    """A stream record as the first stage takes it: a partial of no table yet.
+
+    Its identity is its topic, partition and offset; its rank its own place in the arrival
+    order (the stream is input 0).
+    """
+    book = {
+        "id": f"{record.topic}/{record.partition}/{record.offset}",
+        "t": record.event_time,
+        "gen": (),
+        "rank": (record.timestamp, 0, record.partition, record.offset),
+    }
+    return replace(record, role="stream", value={field: record.value, META: book})
+
+
+def read_back(emit: Emit) -> InputRecord:
+    """A stage's partial (or withdrawal) as the next stage, or the numbering, reads it back.
+
+    Its event time is the stream record's, its timestamp that of the record that made it;
+    the Kafka key is the stream record's. The join key is the reader's to set.
+    """
+    value = emit.value or {}
+    book = value[META]
+    key = emit.key if isinstance(emit.key, bytes) else None
+    timestamp = int(book["rank"][0])
+    return InputRecord("stream", "", value, int(book["t"]), "", 0, 0, key, timestamp, emit.headers)
+
+
+class LookupStage(Lookup):
+    """One table's stage of a chain: a one-table lookup whose stream records are partials.
+
+    Role ``stream``: partials, re-keyed by this table's ``lookup_key``; role ``table``: the
+    table's changelog. It answers as :class:`~daemon.joiners.lookup.Lookup` with the same
+    options, and instead of an output record it passes on the partial with its answer added
+    (:meth:`_out`). Its kept answers are the partials it answered, so a late row revises them
+    and passes each on with the next generation.
+    """
+
+    name = "lookup-stage"
+    description = "One table of a lookup of several (internal)."
+
+    def __init__(self, table: ChainTable, context: JoinerContext, *, input_index: int) -> None:
+        super().__init__(table.options, context)
+        self.table = table
+        self.input_index = input_index
+        self.order = "arrival"  # a chain applies in arrival order at every stage
+
+    def process(
+        self,
+        key: str,
+        state: dict[str, Any] | VersionedState,
+        records: Sequence[InputRecord],
+        ctx: JoinerContext,
+    ) -> Iterator[Emit | DeadLetter]:
+        """Apply the key's records in arrival rank (:func:`stage_order`), as a lookup does.
+
+        The engine's apply order knows Kafka timestamps, not the ranks partials carry.
+        """
+        return super().process(key, state, stage_order(self, records), ctx)
+
+    def rank(self, record: InputRecord) -> Rank:
+        """Where a record of this stage stands in the arrival order of all inputs."""
+        if record.role == "stream":
+            found: Rank = tuple(meta(record)["rank"])  # type: ignore[assignment]
+            return found
+        return (record.timestamp, self.input_index, record.partition, record.offset)
+
+    def _current(
+        self, record: InputRecord, table: dict[str, Any] | None, ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """The latest value: pass the partial on with the table's current value at once."""
+        ctx.count("matched" if table is not None else "unmatched")
+        yield self._out(record, table, 0, record)
+
+    def missing_key(self, record: InputRecord, ctx: JoinerContext) -> Emit:
+        """The answer to a partial that has no key here (a null at ``lookup_key``): no row."""
+        ctx.count("unmatched")
+        return self._out(record, None, 0, record)
+
+    def _answer(
+        self,
+        state: VersionedState,
+        records: Sequence[InputRecord],
+        ctx: JoinerContext,
+        at: InputRecord | None = None,
+    ) -> Iterator[Emit]:
+        """Answer partials that are due with the versions valid at their times; keep them."""
+        versions = state.versions
+        for record in records:
+            answer = versions.at(record.event_time, inclusive=True)
+            ctx.count("matched" if answer is not None else "unmatched")
+            yield self._out(record, answer, 0, at)
+            if self.options.revisions:
+                kept = Kept(
+                    record.event_time,
+                    record.value or {},
+                    answer,
+                    0,
+                    record.kafka_key,
+                    record.headers,
+                )
+                insort(state.kept, kept, key=_EVENT_TIME)
+
+    def _revise(
+        self, state: VersionedState, cause: InputRecord, ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """A row was added: pass on each kept partial whose answer it changes, a generation on."""
+        first = bisect_left(state.kept, cause.event_time, key=_EVENT_TIME)
+        for kept in state.kept[first:]:
+            if not rejoin(kept, state.versions, changed_from=cause.event_time, inclusive=True):
+                continue
+            ctx.count("revisions")
+            record = InputRecord(
+                "stream", "", kept.value, kept.event_time, "", 0, 0, kept.key, 0, kept.headers
+            )
+            yield self._out(record, kept.answer, kept.revision, cause)
+
+    def _out(
+        self,
+        record: InputRecord,
+        answer: dict[str, Any] | None,
+        revision: int,
+        at: InputRecord | None,
+    ) -> Emit:
+        """The partial with this stage's answer, or, ``inner`` without a row, a withdrawal.
+
+        Its generation gains ``revision``; its rank is that of ``at``, the record whose
+        arrival made it (None: the end of input or a wake-up).
+        """
+        partial = record.value or {}
+        book = dict(partial[META])
+        book["gen"] = (*book["gen"], revision)
+        book["rank"] = END_RANK if at is None else self.rank(at)
+        if answer is None:
+            if self.options.mode == "inner":
+                return Emit(
+                    key=record.kafka_key,
+                    value={META: book},
+                    source=at,
+                    output=WITHDRAWN,
+                    headers=record.headers,
+                )
+            if self.options.default is not None:
+                answer = dict(self.options.default)
+        value = {**partial, self.table.field: answer, META: book}
+        return Emit(key=record.kafka_key, value=value, source=at, headers=record.headers)
+
+
+class NumberingOptions(JoinerOptions):
+    """Options of :class:`Numbering`."""
+
+    revisions: bool = Field(default=True, description="write the `revision` number")
+    retractions: bool = Field(
+        default=False, description="write the answer a revision replaces to the retractions"
+    )
+
+
+class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
+    """The last stage of a revising chain, grouped by the stream record's identity.
+
+    Role ``joined``: the last stage's partials and every stage's withdrawals, applied in rank
+    order. State: the highest generation seen, the last answer written (None: none, or
+    withdrawn) and the next revision number. A record of a generation not above the highest is
+    stale: an answer made from one a revision upstream has replaced. An answer equal to the last
+    written changes nothing. Any other is written with the next ``revision`` (a withdrawal of
+    an answer that is out as a tombstone) and, with ``retractions``, the answer it replaces is
+    written to :data:`~daemon.joiners.aggregate.RETRACTIONS` first, for the running totals.
+    """
+
+    name = "lookup-numbering"
+    description = "Numbers the answers of a lookup of several tables (internal)."
+    roles = ("joined",)
+
+    def initial_state(self) -> dict[str, Any]:
+        """Nothing seen, nothing written."""
+        return {"gen": None, "last": None, "next": 0}
+
+    def process(
+        self, key: str, state: dict[str, Any], records: Sequence[InputRecord], ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """Write each record's answer that changes the last one written; see the class."""
+        # In rank, then generation: the engine's apply order knows neither.
+        records = sorted(records, key=lambda r: (tuple(meta(r)["rank"]), tuple(meta(r)["gen"])))
+        for record in records:
+            partial = record.value or {}
+            gen = tuple(partial[META]["gen"])
+            if state["gen"] is not None and gen <= state["gen"]:
+                ctx.count("stale")
+                continue
+            state["gen"] = gen
+            answer = enriched(partial) or None  # a withdrawal has nothing but its META
+            last = state["last"]
+            if answer == last:
+                continue
+            numbered = state["next"]
+            if last is not None and self.options.retractions:
+                yield Emit(
+                    key=record.kafka_key,
+                    value=self._value(last, numbered - 1),
+                    source=record,
+                    output=RETRACTIONS,
+                    headers=record.headers,
+                )
+            if numbered:
+                ctx.count("revisions")
+            yield Emit(
+                key=record.kafka_key,
+                value=None if answer is None else self._value(answer, numbered),
+                source=record,
+                headers=record.headers,
+            )
+            state["next"], state["last"] = numbered + 1, answer
+
+    def advance(
+        self, key: str, state: dict[str, Any], to: int, ctx: JoinerContext
+    ) -> Iterator[Emit]:
+        """At the end of input no stage revises any more (they drop what they kept): forget.
+
+        A record that reaches the key after the end starts afresh, as the stages' do.
+        """
+        if to >= END_OF_TIME:
+            state.clear()
+            state.update(self.initial_state())
+        return iter(())
+
+    def _value(self, answer: dict[str, Any], revision: int) -> dict[str, Any]:
+        if self.options.revisions:
+            return {**answer, "revision": revision}
+        return answer
+
+
+def stage_order(stage: LookupStage, records: Sequence[InputRecord]) -> list[InputRecord]:
+    """A stage key's records in arrival rank; partials of one rank by stream identity."""
+    return sorted(records, key=lambda r: (stage.rank(r), _identity(r)))
+
+
+def _identity(record: InputRecord) -> str:
+    return str(meta(record)["id"]) if record.role == "stream" else ""
+
+
+class LookupChain(Chain):
+    """A lookup of several tables as the engine runs it: its stages, then the numbering.
+
+    Args:
+        stream_field: the stream record's field in the output.
+        tables: the tables in stage order (:func:`plan_chain`).
+        inputs: each table's place among the pipeline's inputs (the stream is 0), which
+            ranks its rows at equal timestamps.
+        pipeline: the pipeline's name, for the stages' contexts.
+    """
+
+    def __init__(
+        self,
+        stream_field: str,
+        tables: Sequence[ChainTable],
+        inputs: Mapping[str, int],
+        pipeline: str,
+    ) -> None:
+        self.stream_field = stream_field
+        self.stages = tuple(
+            ChainStage(
+                LookupStage(
+                    table,
+                    JoinerContext(pipeline, {"stream": stream_field, "table": table.field}),
+                    input_index=inputs[table.role],
+                ),
+                table.role,
+                table.paths,
+            )
+            for table in tables
+        )
+        revising = any(table.options.revisions for table in tables)
+        self.last = (
+            Numbering(NumberingOptions(), JoinerContext(pipeline, {"joined": "joined"}))
+            if revising
+            else None
+        )
+
+    def enter(self, record: InputRecord) -> InputRecord:
+        """A stream record as a partial of no table yet (:func:`as_partial`)."""
+        return as_partial(record, self.stream_field)
+
+    def passed(self, emit: Emit) -> InputRecord:
+        """:func:`read_back`, placed where its stream record was read (for provenance)."""
+        record = read_back(emit)
+        topic, partition, offset = _place(record)
+        return replace(record, topic=topic, partition=partition, offset=offset)
+
+    def withdrawn(self, emit: Emit) -> bool:
+        """A withdrawal: an ``inner`` stage found no row."""
+        return emit.output == WITHDRAWN
+
+    def identity(self, record: InputRecord) -> str:
+        """The stream record's topic, partition and offset."""
+        return str(meta(record)["id"])
+
+    def without_key(self, stage: int, record: InputRecord) -> Emit:
+        """The stage's no-row answer (:meth:`LookupStage.missing_key`)."""
+        joiner = self.stages[stage].joiner
+        assert isinstance(joiner, LookupStage)  # noqa: S101 - made so in __init__
+        return joiner.missing_key(record, joiner.context)
+
+    def output(self, emit: Emit) -> Emit | None:
+        """The partial without its bookkeeping; a withdrawal writes nothing."""
+        if self.withdrawn(emit):
+            return None
+        return replace(emit, value=enriched(emit.value or {}))
+
+    def carried(self, record: InputRecord) -> InputRecord:
+        """The stream record under the stream's field, where it was read."""
+        topic, partition, offset = _place(record)
+        value = (record.value or {}).get(self.stream_field)
+        return replace(
+            record, role="stream", value=value, topic=topic, partition=partition, offset=offset
+        )
+
+
+def _place(record: InputRecord) -> tuple[str, int, int]:
+    """The topic, partition and offset of the stream record a partial comes from."""
+    topic, partition, offset = str(meta(record)["id"]).rsplit("/", 2)
+    return topic, int(partition), int(offset)

@@ -1,0 +1,397 @@
+"""One operator of a chain: a joiner's stage run as one of several chained in one query.
+
+A joiner that runs as a chain (:meth:`daemon.plugin.Joiner.chain`, ``lookup`` with
+``tables``) gets one ``transformWithState`` operator per stage, and one more for the chain's
+:attr:`~daemon.plugin.Chain.last` joiner when it has one, all in one streaming query
+(:func:`daemon.pipeline.plan.start_query`). Each is grouped by the state bucket of its own
+key, as a one-joiner query's operator is, and is a :class:`JoinerProcessor` with these
+differences:
+
+- What it hands on. An operator other than the last writes nothing to Kafka: its rows are
+  packs (:class:`~daemon.model.wire.SourceRow`) for the next operator. They hold what its
+  stage emitted, re-keyed by the next stage's key (:data:`~daemon.model.wire.PASSED_INPUT`),
+  or by the stream record's identity for the last joiner
+  (:data:`~daemon.model.wire.WITHDRAWN_INPUT` for withdrawals); the rows of later stages'
+  tables and end-of-input markers, unchanged; and its dead letters
+  (:data:`~daemon.model.wire.DEAD_INPUT`), which the last operator writes, so that a task has
+  one transactional producer. Every pack range a call read is handed on (in an empty pack if
+  need be), so the writing operator's batch marker records its share of the batch as a
+  one-joiner query's does.
+- What it takes. The stream's records (first stage only) enter the chain
+  (:meth:`~daemon.plugin.Chain.enter`); its own table's rows are the stage's ``table``
+  records; a passed record is read back (:meth:`~daemon.plugin.Chain.passed`), and one
+  without a key here is answered at once (:meth:`~daemon.plugin.Chain.without_key`).
+- Dead letters of records so far hold the stream record they carry
+  (:meth:`~daemon.plugin.Chain.carried`), encoded with the stream's schema.
+
+- Counts. Each stage's joiner counts are named ``TABLE.NAME`` (``customers.revisions``) and
+  handed on (:data:`~daemon.model.wire.METRICS_INPUT`) to the writing operator, which
+  reports them with its own: the names the plain replay of a chain gives them. The lines of
+  failed joiner calls of earlier stages are not reported (their dead letters are written).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle  # noqa: S403 - rows pickled by this query's own operators, never read from outside
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+from pyspark.sql import Row as SparkRow
+
+from daemon.model.keys import join_key
+from daemon.model.record_route import bucket_of, field_at
+from daemon.model.wire import (
+    CONTROL_INPUT,
+    DEAD_INPUT,
+    DEAD_LETTER_ROUTE,
+    INPUT,
+    METRICS_INPUT,
+    NO_KEY_ROUTE,
+    PASSED_INPUT,
+    SOURCE,
+    WITHDRAWN_INPUT,
+    InputRow,
+    OutputRow,
+)
+from daemon.operator.call_rows import Originals, origin, rows_of
+from daemon.operator.core import JoinerFailure, KeyBatch
+from daemon.operator.processor import JOINER_FAILED, JoinerProcessor
+from daemon.operator.spec import OperatorPlan
+from daemon.plugin.joiner import Chain, DeadLetter, Emit, InputRecord
+from daemon.sink.spec import OutputSpec
+
+
+@dataclass(frozen=True)
+class ChainStep:
+    """Which operator of a chain a :class:`ChainProcessor` is, and what it needs to route.
+
+    Attributes:
+        chain: the joiner's chain.
+        index: the operator's place: ``0 .. len(stages) - 1`` a stage, ``len(stages)`` the
+            chain's last joiner.
+        buckets: the pipeline's ``state_buckets``, by which each operator groups.
+        stream_input: the stream's place among the source's inputs.
+        table_input: this stage's table's place among them (None: the last joiner).
+    """
+
+    chain: Chain
+    index: int
+    buckets: int
+    stream_input: int
+    table_input: int | None
+
+    @property
+    def stages(self) -> int:
+        """How many stages the chain has."""
+        return len(self.chain.stages)
+
+    @property
+    def writes(self) -> bool:
+        """Whether this operator writes to Kafka: the last one of the query."""
+        return self.index == self.stages - (self.chain.last is None)
+
+    @property
+    def last_joiner(self) -> bool:
+        """Whether this operator runs the chain's last joiner, not a stage."""
+        return self.index == self.stages
+
+
+class Passed(NamedTuple):
+    """A row for the next operator, and the bucket it goes to."""
+
+    bucket: int
+    row: tuple[Any, ...]
+
+
+class ChainProcessor(JoinerProcessor):
+    """A :class:`JoinerProcessor` for one operator of a chain (see the module docstring)."""
+
+    def __init__(self, plan: OperatorPlan, output: OutputSpec, step: ChainStep) -> None:
+        super().__init__(plan, output)
+        self.step = step
+
+    def start(self, handle: Any, variables: Any) -> None:
+        """Get ready for calls, with nothing handed on yet."""
+        super().start(handle, variables)
+        self._passing: list[Passed] = []
+        self._call_ranges: set[str] = set()
+        self._forwarded: dict[str, int] = {}
+        """The earlier stages' counts that reached the writing operator since its last report."""
+        self._stream_role = self.plan.inputs[self.step.stream_input][0]
+
+    # -- a call ----------------------------------------------------------------------------
+
+    def handleInputRows(  # noqa: N802
+        self,
+        key: Any,
+        rows: Iterator[SparkRow],
+        timerValues: Any,  # noqa: N803
+    ) -> Iterator[SparkRow]:
+        """Apply the call's records; the last operator writes, the others hand packs on."""
+        if self.step.writes:
+            self._input_rows(key, rows, timerValues, self._sender())
+            yield from self._counts()
+            return
+        self._input_rows(key, rows, timerValues, self._collect)
+        yield from self._packs(int(key[0]))
+
+    def _input_rows(
+        self, key: Any, packs: Iterator[SparkRow], timer_values: Any, send: Any
+    ) -> None:
+        """Sort the call's rows: hand on, answer without a key, or group by key for the core."""
+        step = self.step
+        own = {step.table_input, step.stream_input if step.index == 0 else None} - {None}
+        by_key: dict[str, list[InputRow]] = {}
+        keyless: list[InputRow] = []
+        self._send = send
+        self._raw = Originals([], self.plan.inputs)
+        ranges: set[str] = set()
+        for row in rows_of(packs, self._newest, ranges):
+            kind = row.input
+            if kind == DEAD_INPUT:
+                if step.writes:
+                    send(_unpickled(row.value))
+                else:
+                    self._hand_on(key, row)
+            elif kind == METRICS_INPUT:
+                if step.writes:
+                    for name, n in json.loads(row.value or b"{}").items():
+                        self._forwarded[name] = self._forwarded.get(name, 0) + int(n)
+                else:
+                    self._hand_on(key, row)
+            elif kind == CONTROL_INPUT:
+                if not step.last_joiner:
+                    by_key.setdefault(row.key, []).append(row)  # this stage's key ends
+                if step.index + 1 < step.stages:
+                    self._hand_on(key, row)  # and each later stage's of that key
+            elif kind == WITHDRAWN_INPUT and not step.last_joiner:
+                self._hand_on(key, row)
+            elif kind >= 0 and kind not in own:
+                self._hand_on(key, row)  # a later stage's table row
+            elif row.key == DEAD_LETTER_ROUTE:
+                if kind == step.stream_input and (row.error or "").startswith("MissingKey"):
+                    keyless.append(row)  # no key in the first table: answered without one
+                else:
+                    kind_name, _, reason = (row.error or "Error: unknown").partition(": ")
+                    send(self._dead_letter(row, kind_name, reason))
+            elif row.key == NO_KEY_ROUTE:
+                keyless.append(row)
+            else:
+                by_key.setdefault(row.key, []).append(row)
+        self._covered |= ranges
+        self._call_ranges |= ranges
+        for row in keyless:
+            record = self._record(row, "")
+            if record is not None:
+                self.send(self.rows([step.chain.without_key(step.index, record)]))
+        if not by_key:
+            return
+        bucket, log, stored = self.buckets.load(key)
+        now = timer_values.getCurrentProcessingTimeInMs()
+        self.core.apply(bucket, log, self._decoded(by_key), now)
+        self.buckets.save(key, bucket, log, stored)
+        self._timers[int(key[0])] = bucket.timer_ms
+
+    def _decoded(self, by_key: dict[str, list[InputRow]]) -> Iterator[KeyBatch]:
+        """Each key's records as the stage (or the last joiner) takes them."""
+        for key, rows in by_key.items():
+            records: list[InputRecord] = []
+            end_of_input = False
+            for row in rows:
+                if row.input == CONTROL_INPUT:
+                    end_of_input = True
+                    continue
+                record = self._record(row, key)
+                if record is not None:
+                    records.append(record)
+            self._raw = Originals(rows, self.plan.inputs)
+            yield key, records, end_of_input
+
+    def _record(self, row: InputRow, key: str) -> InputRecord | None:
+        """One row as a record of this operator's joiner (None: dead-lettered, undecodable)."""
+        step, chain = self.step, self.step.chain
+        if row.input in (PASSED_INPUT, WITHDRAWN_INPUT):
+            value, headers = _unpickled(row.value)
+            passed = chain.passed(Emit(key=row.kafka_key, value=value, headers=headers))
+            return replace(passed, key=key, role="joined" if step.last_joiner else "stream")
+        stream = row.input == step.stream_input
+        record = self._input_record(row, "stream" if stream else "table", key)
+        if record is None or not stream:
+            return record
+        return chain.enter(record)
+
+    # -- what a call yields ----------------------------------------------------------------
+
+    def rows(self, results: Sequence[Emit | DeadLetter]) -> list[tuple[Any, ...]]:
+        """The rows of a call's yields: handed on, or, by the last operator, written."""
+        step, chain = self.step, self.step.chain
+        if not step.writes:
+            made: list[tuple[Any, ...]] = []
+            for result in results:
+                if isinstance(result, DeadLetter):
+                    made.append(self._rejected(result, self._raw))
+                elif chain.withdrawn(result):
+                    if chain.last is not None:
+                        made.append(self._routed(result, WITHDRAWN_INPUT))
+                else:
+                    made.append(self._routed(result, PASSED_INPUT))
+            return made
+        # An output's source is where its stream record was read (Chain.passed places the
+        # records so far there), with the timestamp of the record whose arrival made it.
+        if step.last_joiner:
+            return super().rows(results)
+        written: list[Emit | DeadLetter] = []
+        for result in results:
+            if isinstance(result, DeadLetter):
+                written.append(result)
+                continue
+            out = chain.output(result)
+            if out is not None:
+                written.append(out)
+        return super().rows(written)
+
+    def _routed(self, emit: Emit, kind: int) -> Passed:
+        """An emit as a row for the next operator, in the bucket of its key there."""
+        step, chain = self.step, self.step.chain
+        record = chain.passed(emit)
+        nxt = step.index + 1
+        if kind == WITHDRAWN_INPUT or nxt == step.stages:
+            key = chain.identity(record)
+            bucket_key = key
+        else:
+            parts = [field_at(record.value, path) for path in chain.stages[nxt].paths]
+            key = NO_KEY_ROUTE if any(part is None for part in parts) else join_key(parts)
+            bucket_key = chain.identity(record) if key == NO_KEY_ROUTE else key
+        kafka_key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
+        row = InputRow(
+            kind,
+            key,
+            record.event_time,
+            0,
+            0,
+            record.timestamp,
+            kafka_key,
+            pickle.dumps((emit.value, emit.headers)),
+            None,
+            None,
+        )
+        return Passed(bucket_of(bucket_key, step.buckets), row)
+
+    def send(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Write a call's rows, or, before the last operator, hand them on."""
+        if self.step.writes:
+            super().send(rows)
+            return
+        for row in rows:
+            self._collect(row)
+
+    def _collect(self, row: tuple[Any, ...]) -> None:
+        """Keep a row for the next operator; a dead letter goes on to the writing one."""
+        if isinstance(row, Passed):
+            self._passing.append(row)
+            return
+        dead = InputRow(DEAD_INPUT, "", 0, 0, 0, 0, None, pickle.dumps(tuple(row)), None, None)
+        self._passing.append(Passed(-1, dead))
+
+    def _hand_on(self, key: Any, row: InputRow) -> None:
+        """A row the next operator takes as it came, in the bucket it came in."""
+        bucket = int(key[0]) if row.input != DEAD_INPUT else -1
+        self._passing.append(Passed(bucket, tuple(row)))
+
+    def _packs(self, bucket: int) -> Iterator[SparkRow]:
+        """The call's rows for the next operator, a pack per bucket; every range read too.
+
+        A dead letter goes in the call's own bucket. Each range the call read goes on with a
+        pack (an empty one where it has none), for the writing operator's batch marker.
+        """
+        counted = self._stage_metrics()
+        if counted:
+            blob = json.dumps(counted).encode()
+            counts = InputRow(METRICS_INPUT, "", 0, 0, 0, 0, None, blob, None, None)
+            self._passing.append(Passed(-1, counts))
+        for _ in super()._counts():  # the writing operator reports; this only resets
+            pass
+        passing, self._passing = self._passing, []
+        ranges, self._call_ranges = sorted(self._call_ranges), set()
+        by_bucket: dict[int, list[tuple[Any, ...]]] = {}
+        for label, row in passing:
+            by_bucket.setdefault(bucket if label < 0 else label, []).append(row)
+        by_bucket.setdefault(bucket, [])
+        first = ranges[0] if ranges else ""
+        for label, rows in by_bucket.items():
+            yield SparkRow(**SOURCE.row(label, _packed(rows), first)._asdict())
+        for extra in ranges[1:]:
+            yield SparkRow(**SOURCE.row(bucket, _packed([]), extra)._asdict())
+
+    # -- counts ----------------------------------------------------------------------------
+
+    def _stage_metrics(self) -> dict[str, int]:
+        """The operator's joiner counts since the last report, named as reported; cleared.
+
+        A stage's are named ``TABLE.NAME``; the last joiner's keep their names.
+        """
+        metrics = self.plan.joiner.context.metrics
+        if self.step.last_joiner:
+            named = dict(metrics)
+        else:
+            table = self.step.chain.stages[self.step.index].table
+            named = {f"{table}.{name}": n for name, n in metrics.items()}
+        metrics.clear()
+        return named
+
+    def merged_metrics(self) -> dict[str, int]:
+        """The writing operator's counts to report: its own and the earlier stages'; cleared.
+
+        Left in its joiner's metrics, where :meth:`JoinerProcessor._counts` reads them.
+        """
+        merged = self._stage_metrics()
+        for name, n in self._forwarded.items():
+            merged[name] = merged.get(name, 0) + n
+        self._forwarded = {}
+        self.plan.joiner.context.metrics.update(merged)
+        return dict(merged)
+
+    def _counts(self) -> Iterator[SparkRow]:
+        """The call's counts, with the earlier stages' (see :meth:`merged_metrics`)."""
+        self.merged_metrics()
+        yield from super()._counts()
+
+    # -- dead letters ----------------------------------------------------------------------
+
+    def failed(self, failure: JoinerFailure) -> None:
+        """A stage's call failed: dead-letter the stream records its records carry."""
+        if not failure.records:
+            super().failed(failure)
+            return
+        reason = failure.reason(self.plan.plugin)
+        self._failures.append(reason)
+        for record in failure.records:
+            letter = DeadLetter(record, reason, JOINER_FAILED)
+            self._send(self._rejected(letter, self._raw, failure.error))
+
+    def _rejected(
+        self, letter: DeadLetter, raw: Originals, error: BaseException | None = None
+    ) -> OutputRow:
+        """A dead letter; of a record so far, the stream record it carries."""
+        record = letter.record
+        if record.role in ("stream", "joined") and raw.get(origin(record)) is None:
+            carried = self.step.chain.carried(record)
+            letter = replace(letter, record=replace(carried, role=self._stream_role))
+        return super()._rejected(letter, raw, error)
+
+
+def _packed(rows: Sequence[tuple[Any, ...]]) -> bytes:
+    """Rows of :data:`~daemon.model.wire.INPUT` as one pack's Arrow IPC bytes."""
+    columns = {name: [row[i] for row in rows] for i, name in enumerate(INPUT.columns)}
+    batch = INPUT.batch(**columns)
+    data: bytes = batch.serialize().to_pybytes()
+    return data
+
+
+def _unpickled(blob: bytes | None) -> Any:
+    """A value an operator of this query pickled into a row."""
+    if blob is None:
+        raise ValueError("a chain's row without its pickled value")
+    return pickle.loads(blob)  # noqa: S301 - see the import

@@ -1,0 +1,124 @@
+"""A lookup of several tables in a pipeline file: what ``daemon validate`` accepts and refuses.
+
+Each refusal is one line naming the option; a pipeline of one table is read as before.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from daemon.joiners.lookup_tables import LookupOfTables
+from daemon.model.config import load_pipeline_file
+from daemon.pipeline.validation import validate_pipeline_file
+from daemon.plugin.configured import pipeline_joiner
+
+EXAMPLE = Path(__file__).parents[3] / "examples" / "orders-three-tables.toml"
+
+
+def _variant(tmp_path: Path, old: str, new: str) -> Path:
+    """The three-table example with ``old`` replaced by ``new`` (exactly once)."""
+    text = EXAMPLE.read_text()
+    assert text.count(old) == 1, old
+    schemas = (EXAMPLE.parent.parent / "schemas").as_posix()
+    text = text.replace(old, new).replace("../schemas", schemas)
+    path = tmp_path / "pipeline.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_three_table_example_is_valid_and_staged_in_key_order() -> None:
+    parsed, problems = validate_pipeline_file(EXAMPLE)
+    assert problems == []
+    joiner = pipeline_joiner(parsed.pipeline[0])
+    assert isinstance(joiner, LookupOfTables)
+    assert joiner.roles == ("stream", "customers", "regions", "products")
+    assert [table.role for table in joiner.tables or []] == ["customers", "regions", "products"]
+
+
+def test_a_table_listed_before_the_table_its_key_reads_is_staged_after_it(
+    tmp_path: Path,
+) -> None:
+    first = 'input = "customers"\nlookup_key = "order.customer_id"'
+    second = 'input = "regions"\nlookup_key = "customer.region_id"'
+    text = EXAMPLE.read_text()
+    swapped = text.replace(first, "@@").replace(second, first).replace("@@", second)
+    path = tmp_path / "pipeline.toml"
+    schemas = (EXAMPLE.parent.parent / "schemas").as_posix()
+    path.write_text(swapped.replace("../schemas", schemas))
+    parsed, problems = validate_pipeline_file(path)
+    assert problems == []
+    joiner = pipeline_joiner(parsed.pipeline[0])
+    assert isinstance(joiner, LookupOfTables)
+    assert [table.role for table in joiner.tables or []] == ["customers", "regions", "products"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        (
+            'lookup_key = "customer.region_id"',
+            'lookup_key = "client.region_id"',
+            r"options\.tables: table 'regions': lookup_key 'client\.region_id' starts with "
+            r"'client', which is neither the stream's field 'order' nor a table's",
+        ),
+        (
+            'lookup_key = "order.customer_id"',
+            'lookup_key = "region.customer_id"',
+            r"tables customers, regions read each other's fields in a cycle",
+        ),
+        (
+            'input = "products"',
+            'input = "products"\nretention = "1h"',
+            r"options\.tables\.2\.retention: joiner 'lookup' has no such option",
+        ),
+        (
+            'key = "customer_id"',
+            'key = "product_id"',
+            r"inputs\.stream\.key: the stream\'s key is its key in the first table, "
+            r"'customers' \(lookup_key order\.customer_id\): set key = \"customer_id\"",
+        ),
+        (
+            'lookup_key = "order.product_id"',
+            'lookup_key = ["order.product_id", "order.quantity"]',
+            r"options\.tables \(products\): lookup_key has 2 part\(s\) and input 'products'",
+        ),
+        (
+            'input = "regions"',
+            'input = "regions"\ngrace = "1s"',
+            r"options\.tables\.1: `grace` is not supported with several tables yet",
+        ),
+        (
+            '[[pipeline.options.tables]]\ninput = "customers"',
+            "[pipeline.options]\nversioned = true\n\n[[pipeline.options.tables]]\n"
+            'input = "customers"',
+            r"with `tables`, `versioned` is each table's option",
+        ),
+    ],
+)
+def test_validate_refuses_with_one_line(tmp_path: Path, old: str, new: str, line: str) -> None:
+    _, problems = validate_pipeline_file(_variant(tmp_path, old, new))
+    assert len(problems) == 1, problems
+    assert re.search(line, problems[0]), problems[0]
+
+
+def test_a_pipeline_of_one_table_is_a_one_table_lookup_as_before() -> None:
+    parsed = load_pipeline_file(EXAMPLE.parent / "clicks-per-region-versioned.toml")
+    joiner = pipeline_joiner(parsed.pipeline[0])
+    assert isinstance(joiner, LookupOfTables)
+    assert joiner.tables is None
+    assert joiner.chain() is None
+    assert joiner.roles == ("stream", "table")
+
+
+def test_a_table_of_no_input_is_named_with_the_input_it_leaves_over(tmp_path: Path) -> None:
+    _, problems = validate_pipeline_file(
+        _variant(tmp_path, 'input = "products"', 'input = "suppliers"')
+    )
+    assert [p.split(").", 1)[1] for p in problems] == [
+        "inputs.products: joiner 'lookup' has no role 'products'; "
+        "its roles: stream, customers, regions, suppliers",
+        "inputs: no input for role 'suppliers' of joiner 'lookup'; add [pipeline.inputs.suppliers]",
+    ]
