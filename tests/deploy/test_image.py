@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -286,6 +287,12 @@ def served(
             "/livez failing", lambda: http_get(f"http://{http}/livez")[0] == 503, timeout_s=300
         )
         not_live, health_hung = http_get(f"http://{http}/livez"), http_get(f"http://{http}/healthz")
+        # /livez judges the stall when asked; its log line comes at the supervisor's next
+        # tick (every half second), which a stop right after the 503 can cut off on a busy
+        # machine. So wait a while for the line (the test asserts it), then stop.
+        deadline = time.monotonic() + 60
+        while not _stall_logged(second.logs()) and time.monotonic() < deadline:
+            time.sleep(1.0)
         second_exit = second.stop()
         yield Served(
             first, first_exit, ready, health, processes, before, views_after, second, live,
@@ -315,6 +322,14 @@ def test_the_service_runs_as_the_non_root_user(served: Served) -> None:
     assert {line.split()[0] for line in lines[1:]} == {"enrichd"}, served.first_processes
 
 
+def _stall_logged(logs: str) -> bool:
+    """Whether the service logged that tweet-views stopped progressing."""
+    return any(
+        str(line["message"]).startswith("pipeline tweet-views has not progressed for ")
+        for line in json_lines(logs)
+    )
+
+
 def test_livez_fails_once_the_restarted_service_hangs(served: Served) -> None:
     """Its joiner blocks in a Spark task on the tweet that says so: past the stall timeout
     /livez is 503, naming the pipeline, while /healthz, which only says the process answers,
@@ -325,8 +340,7 @@ def test_livez_fails_once_the_restarted_service_hangs(served: Served) -> None:
     assert body.startswith("tweet-views: stalled: no progress report for ")
     assert body.endswith(f" s (--stall-timeout {STALL_TIMEOUT_S} s)\n")
     assert served.health_while_hung == (200, "ok\n")
-    messages = [str(line["message"]) for line in json_lines(served.second.logs())]
-    assert any(m.startswith("pipeline tweet-views has not progressed for ") for m in messages)
+    assert _stall_logged(served.second.logs())
 
 
 def test_podman_stop_ends_it_with_exit_0_within_the_stop_timeout(served: Served) -> None:
