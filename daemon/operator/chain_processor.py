@@ -56,7 +56,7 @@ from daemon.model.wire import (
     OutputRow,
 )
 from daemon.operator.call_rows import Originals, origin, rows_of
-from daemon.operator.core import JoinerFailure, KeyBatch
+from daemon.operator.core import JoinerFailure
 from daemon.operator.processor import JOINER_FAILED, JoinerProcessor
 from daemon.operator.spec import OperatorPlan
 from daemon.plugin.joiner import Chain, DeadLetter, Emit, InputRecord
@@ -193,21 +193,6 @@ class ChainProcessor(JoinerProcessor):
         self.core.apply(bucket, log, self._decoded(by_key), now)
         self.buckets.save(key, bucket, log, stored)
         self._timers[int(key[0])] = bucket.timer_ms
-
-    def _decoded(self, by_key: dict[str, list[InputRow]]) -> Iterator[KeyBatch]:
-        """Each key's records as the stage (or the last joiner) takes them."""
-        for key, rows in by_key.items():
-            records: list[InputRecord] = []
-            end_of_input = False
-            for row in rows:
-                if row.input == CONTROL_INPUT:
-                    end_of_input = True
-                    continue
-                record = self._record(row, key)
-                if record is not None:
-                    records.append(record)
-            self._raw = Originals(rows, self.plan.inputs)
-            yield key, records, end_of_input
 
     def _record(self, row: InputRow, key: str) -> InputRecord | None:
         """One row as a record of this operator's joiner (None: dead-lettered, undecodable)."""

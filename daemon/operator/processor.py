@@ -217,11 +217,15 @@ class JoinerProcessor(StatefulProcessor):
                 if row.input == CONTROL_INPUT:
                     end_of_input = True
                     continue
-                record = self._input_record(row, inputs[row.input][0], key)
+                record = self._record(row, key)
                 if record is not None:
                     records.append(record)
             self._raw = Originals(rows, inputs)
             yield key, records, end_of_input
+
+    def _record(self, row: InputRow, key: str) -> InputRecord | None:
+        """A row as the joiner's record (None: undecodable, dead-lettered)."""
+        return self._input_record(row, self.plan.inputs[row.input][0], key)
 
     def handleInitialState(  # noqa: N802
         self,
