@@ -3,12 +3,11 @@
 Spark starts one daemon process per kind of Python worker and forks a worker from it for each
 task that finds no idle one; PySpark's own daemon imports nothing before it forks, so every
 new worker imported PySpark's worker, pyarrow, numpy, fastavro and enrichd's operator, source
-and sink again: about a CPU second each on these machines, paid again whenever Spark forks
-another worker (after a failed task, for a query's first tasks, when more tasks run at once).
-This daemon imports them once (``spark.python.daemon.module``, set in
-:mod:`daemon.spark.session`) and then runs PySpark's, so every worker starts with them
-loaded; the test suite's CPU for a replay fell by about a fifth (commit message has the
-figures).
+and sink again, whenever Spark forks one (after a failed task, for a query's first tasks, when
+more tasks run at once). This daemon imports them once (``spark.python.daemon.module``, set
+in :mod:`daemon.spark.session`) and then runs PySpark's, so every worker starts with them
+loaded: measured alone, a ``daemon run`` start takes 1-1.5 of its 20-21 CPU seconds less,
+and a running pipeline's batches, whose workers are reused, are the same (BENCHMARKS.md).
 
 PySpark imports a worker's modules after the fork because a module that starts a thread on
 import leaves a forked child whose locks that thread may hold. What is imported here starts
