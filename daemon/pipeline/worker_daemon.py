@@ -6,8 +6,8 @@ new worker imported PySpark's worker, pyarrow, numpy, fastavro and enrichd's ope
 and sink again, whenever Spark forks one (after a failed task, for a query's first tasks, when
 more tasks run at once). This daemon imports them once (``spark.python.daemon.module``, set
 in :mod:`daemon.spark.session`) and then runs PySpark's, so every worker starts with them
-loaded: measured alone, a ``daemon run`` start takes 1-1.5 of its 20-21 CPU seconds less,
-and a running pipeline's batches, whose workers are reused, are the same (BENCHMARKS.md).
+loaded: a start costs a little less CPU, and a running pipeline's batches, whose workers are
+reused, are the same (BENCHMARKS.md has the figures).
 
 PySpark imports a worker's modules after the fork because a module that starts a thread on
 import leaves a forked child whose locks that thread may hold. What is imported here starts
