@@ -25,6 +25,14 @@ start reads a whole query's markers uncommitted (:func:`query_markers`).
 A group's offset that points at a record the topic no longer holds stops the pipeline: the
 task's last batch cannot be told.
 
+Sub-batches (continuous mode, docs/architecture.md): a task of a long batch commits a
+transaction every commit interval, each with a marker of the long batch that also numbers
+the sub-batch and says where in the topic the task's committed marker of the sub-batch before
+it lies, and its first one. A task attempt that finds it died inside a long batch reads them
+all (:func:`sub_batches`) and replays them, each over the ranges and with the clock it
+recorded. They are found by that chain of places, from the one the group points at, not by
+the reader skipping aborted records: some brokers hand those to every reader.
+
 Layout before the markers topic: an older enrichd kept no record, only the offset N + 1 of
 the group ``<id_prefix>.<pipeline>.sink.<query id>.<task>`` on the output topic's partition
 0, which lag exporters showed as a consumer with absurd lag. A task whose new group has
@@ -42,10 +50,13 @@ from typing import Any
 
 from daemon.errors import CheckpointDivergedError
 from daemon.kafka import connect, names
+from daemon.kafka.clients import OffsetNotAvailableError, read_partition
 from daemon.model.wire import split_range_name
 
-MARKER_FORMAT = 1
-"""The version of a marker record's JSON."""
+MARKER_FORMAT = 2
+"""The newest version of a marker record's JSON this enrichd reads. A micro-batch's marker is
+written as version 1, which enrichd has read since markers had records; a sub-batch's as 2,
+which an enrichd that knows no sub-batches refuses rather than take for a whole batch."""
 _WAIT_S = 30.0
 """How long a marker read waits for the broker."""
 
@@ -78,7 +89,7 @@ class Share:
 
 @dataclass(frozen=True)
 class Marker:
-    """A task's last committed micro-batch, and its share of it.
+    """A task's last committed micro-batch, or sub-batch of a long batch, and its share of it.
 
     ``share`` is None for a marker of the older layout, which recorded only the batch. The
     record also carries the share's digest, for whoever reads the topic.
@@ -86,19 +97,27 @@ class Marker:
 
     batch: int
     share: Share | None = None
+    sub: int | None = None
+    """The sub-batch's number in long batch :attr:`batch`, from 0; None: a micro-batch's."""
+    first_at: int | None = None
+    """Where the task's marker of sub-batch 0 of the long batch lies in the markers topic;
+    None for that marker itself (its place is known only once it is written)."""
+    previous_at: int | None = None
+    """Where the task's marker of sub-batch :attr:`sub` - 1 lies; None for sub-batch 0."""
 
     def encode(self) -> bytes:
         """The marker record's value."""
         share = self.share or Share()
-        return json.dumps(
-            {
-                "format": MARKER_FORMAT,
-                "batch": self.batch,
-                "digest": share.digest,
-                "ranges": {name: list(pair) for name, pair in share.by_partition().items()},
-                "time_ms": share.time_ms,
-            }
-        ).encode("utf-8")
+        found: dict[str, Any] = {
+            "format": 1 if self.sub is None else 2,
+            "batch": self.batch,
+            "digest": share.digest,
+            "ranges": {name: list(pair) for name, pair in share.by_partition().items()},
+            "time_ms": share.time_ms,
+        }
+        if self.sub is not None:
+            found.update(sub=self.sub, first_at=self.first_at, previous_at=self.previous_at)
+        return json.dumps(found).encode("utf-8")
 
     @staticmethod
     def decode(value: bytes) -> Marker:
@@ -113,8 +132,15 @@ class Marker:
         ranges = frozenset(
             f"{name}:{int(start)}-{int(end)}" for name, (start, end) in found["ranges"].items()
         )
-        time_ms = found.get("time_ms")
-        return Marker(int(found["batch"]), Share(ranges, None if time_ms is None else int(time_ms)))
+        time_ms, sub = found.get("time_ms"), found.get("sub")
+        first_at, previous_at = found.get("first_at"), found.get("previous_at")
+        return Marker(
+            int(found["batch"]),
+            Share(ranges, None if time_ms is None else int(time_ms)),
+            None if sub is None else int(sub),
+            None if first_at is None else int(first_at),
+            None if previous_at is None else int(previous_at),
+        )
 
 
 def record_key(query_id: str, task: int) -> bytes:
@@ -215,6 +241,68 @@ def task_marker(
     legacy = names.legacy_marker_group(prefix, pipeline, query_id, task)
     offset = _committed(conf, legacy, TopicPartition(output_topic, 0), stable)
     return Marker(offset - 1) if offset > 0 else None
+
+
+def sub_batches(
+    conf: dict[str, str], prefix: str, pipeline: str, query_id: str, task: int, last: Marker
+) -> list[Marker]:
+    """Every sub-batch of ``last``'s long batch that task ``task`` committed, in order.
+
+    ``last`` is the task's last marker, read stable (:func:`task_marker`) after its producer
+    took the id over. The topic is read from the long batch's first marker to ``last``,
+    uncommitted (a transaction another task holds open must not hold the read), and the
+    committed markers are found by their chain of places back from ``last`` (see the module
+    docstring), passing over any aborted try's.
+
+    Raises:
+        ValueError: ``last`` is a micro-batch's marker.
+        CheckpointDivergedError: a marker of the chain is not in the topic any more (its
+            retention), so the long batch cannot be replayed as it ran.
+    """
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import TopicPartition
+
+    if last.sub is None:
+        raise ValueError(f"micro-batch {last.batch}'s marker has no sub-batches")
+    topic = names.markers_topic(prefix, pipeline)
+    group = names.marker_group(prefix, pipeline, query_id, task)
+    end = _committed(conf, group, TopicPartition(topic, 0), True)  # just past ``last``
+    start = end - 1 if last.first_at is None else last.first_at
+    key = record_key(query_id, task)
+    written: dict[int, Marker] = {}
+    reader = connect.consumer(
+        conf,
+        {
+            "group.id": names.reader_group(prefix),  # never joined or committed to
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+            "auto.offset.reset": "error",
+            "fetch.wait.max.ms": 10,
+        },
+    )
+    try:
+        for records in read_partition(reader, TopicPartition(topic, 0, start), end):
+            mine = (m for m in records if m.key() == key)
+            written.update((m.offset(), Marker.decode(m.value())) for m in mine)
+    except OffsetNotAvailableError:
+        written.clear()
+    finally:
+        reader.close()
+    chain: list[Marker] = []
+    at: int | None = end - 1
+    while at is not None and at in written and len(chain) <= last.sub:
+        marker = written[at]
+        chain.append(marker)
+        at = marker.previous_at
+    chain.reverse()
+    if [(m.batch, m.sub) for m in chain] != [(last.batch, n) for n in range(last.sub + 1)]:
+        raise CheckpointDivergedError(
+            f"pipeline {pipeline!r}: task {task} died inside long batch {last.batch} after "
+            f"sub-batch {last.sub}, but the markers topic {topic!r} no longer holds every "
+            "sub-batch marker before it (its retention): the long batch cannot be replayed as "
+            'it ran; see docs/operations.md, "When the checkpoint and the output disagree"'
+        )
+    return chain
 
 
 def _committed(conf: dict[str, str], group: str, partition: Any, stable: bool) -> int:

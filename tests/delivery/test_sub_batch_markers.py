@@ -1,0 +1,74 @@
+"""A long batch's sub-batch markers read back from the real broker, as a new attempt would.
+
+A task of long batch 5 commits three sub-batches, each with its marker; between its second
+and third it aborts a try whose marker record still reaches the topic (the embedded broker
+hands aborted records to readers), and another task commits a sub-batch of its own. A new
+attempt of the task takes its id over, reads its last marker, and must get exactly the three
+committed sub-batches, in order, with the ranges and clocks they recorded: what it replays
+(docs/architecture.md, "Continuous mode").
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from daemon.broker import EmbeddedBroker
+from daemon.kafka.admin import create_topics
+from daemon.kafka.names import markers_topic
+from daemon.model.constants import DEFAULT_ID_PREFIX
+from daemon.sink import markers
+from daemon.sink.markers import Marker, Share, sub_batches
+from daemon.sink.spec import OutputSpec
+from daemon.sink.task_producer import TaskProducer, forget_kept_clients
+from tests.kafka_helpers import client_conf
+
+LONG_BATCH = 5
+
+
+def _share(start: int, end: int, time_ms: int) -> Share:
+    ranges = {f"orders/0:{start}-{end}", f"users/0:{start // 2}-{end // 2}"}
+    return Share(frozenset(ranges), time_ms)
+
+
+def test_a_new_attempt_reads_the_sub_batches_its_task_committed_in_order(
+    broker: EmbeddedBroker,
+) -> None:
+    conf = client_conf(broker.bootstrap_servers)
+    pipeline = f"subs-{uuid.uuid4().hex[:8]}"
+    create_topics(conf, {f"{pipeline}-out": 1, markers_topic(DEFAULT_ID_PREFIX, pipeline): 1})
+    spec = OutputSpec(pipeline, conf, "exactly_once", f"{pipeline}-out")
+    shares = [_share(0, 10, 1000), _share(10, 30, 1100), _share(30, 31, 1200)]
+
+    task = TaskProducer(spec, 0, LONG_BATCH, "q")
+    assert task.begin() is None
+    other = TaskProducer(spec, 1, LONG_BATCH, "q")
+    assert other.begin() is None
+    first = previous = None
+    for sub, share in enumerate(shares):
+        if sub == 1:
+            other.open_transaction()
+            other.commit(_share(0, 99, 1050), sub=0)
+        if sub == 2:  # a try that dies after its marker went out
+            task.open_transaction()
+            task.producer.produce(
+                spec.markers_topic,
+                value=Marker(LONG_BATCH, _share(30, 77, 1150), 2, first, previous).encode(),
+                key=markers.record_key("q", 0),
+                partition=0,
+            )
+            task.producer.flush()
+            task.abort()
+        task.open_transaction()
+        task.producer.produce(spec.output_topic, value=f"sub {sub}".encode())
+        at = task.commit(share, sub=sub, first_at=first, previous_at=previous)
+        first = at if first is None else first
+        previous = at
+
+    attempt = TaskProducer(spec, 0, LONG_BATCH, "q")
+    last = attempt.take_over()
+    assert last is not None and (last.batch, last.sub) == (LONG_BATCH, 2)
+    found = sub_batches(conf, DEFAULT_ID_PREFIX, pipeline, "q", 0, last)
+    assert [(m.batch, m.sub, m.share) for m in found] == [
+        (LONG_BATCH, sub, share) for sub, share in enumerate(shares)
+    ]
+    forget_kept_clients()
