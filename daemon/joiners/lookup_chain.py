@@ -179,6 +179,7 @@ class LookupStage(Lookup):
 
     name = "lookup-stage"
     description = "One table of a lookup of several (internal)."
+    outputs = (WITHDRAWN,)  # the engine refuses an emit to an output not declared
 
     def __init__(self, table: ChainTable, context: JoinerContext, *, input_index: int) -> None:
         super().__init__(table.options, context)
