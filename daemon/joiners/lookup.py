@@ -342,7 +342,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         if isinstance(state, VersionedState):
             for record in records:
                 yield from self._apply(key, state, record, ctx)
-            self._evict(state)
+            yield from self._dropped(self._evict(state))
             return
         for record in records:
             if record.role == "table":
@@ -382,13 +382,14 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
             return
         if to >= END_OF_TIME:
             yield from self._release(state, END_OF_TIME, ctx)
-            state.kept.clear()
+            dropped, state.kept = state.kept, []
+            yield from self._dropped(dropped)
             if not state.times:
                 state.stream_time = None
             return
         state.stream_time = to if state.stream_time is None else max(state.stream_time, to)
         yield from self._release(state, state.stream_time - self.options.grace, ctx)
-        self._evict(state)
+        yield from self._dropped(self._evict(state))
 
     def downstream(self) -> Downstream | None:
         """The aggregation stage, re-keyed by ``aggregate.group_by``, when one is configured."""
@@ -433,8 +434,17 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                 # Due at once, and nothing older waits: answer it without holding it.
                 yield from self._answer(state, (record,), ctx, record)
                 return
-            insort(state.held, record, key=_EVENT_TIME)
+            yield from self._hold(state, record)
         yield from self._release(state, state.stream_time - options.grace, ctx, record)
+
+    def _hold(self, state: VersionedState, record: InputRecord) -> Iterator[Emit]:
+        """Hold a stream record until its grace has passed.
+
+        A stage of a chain of lookups also tells its numbering (see
+        :meth:`~daemon.joiners.lookup_chain.LookupStage._hold`); here nothing is emitted.
+        """
+        insort(state.held, record, key=_EVENT_TIME)
+        return iter(())
 
     def _release(
         self,
@@ -520,20 +530,32 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                 headers=kept.headers,
             )
 
-    def _evict(self, state: VersionedState) -> None:
-        """Forget what no record that is still on time can need.
+    def _evict(self, state: VersionedState) -> list[Kept]:
+        """Forget what no record that is still on time can need; return the answers dropped.
 
         That is the history older than the retention (but the version current at its start)
-        and the answers kept from there.
+        and the answers kept from there, which are revised no more.
         """
         if state.stream_time is None:
-            return
+            return []
         cutoff = state.stream_time - self.options.history_retention
         state.versions.forget_before(cutoff)
         if state.values and state.values[0] is None and state.times[0] < cutoff:
             # A tombstone at the start answers as no history at all does.
             del state.times[0], state.values[0]
-        del state.kept[: bisect_left(state.kept, cutoff, key=_EVENT_TIME)]
+        first = bisect_left(state.kept, cutoff, key=_EVENT_TIME)
+        dropped = state.kept[:first]
+        del state.kept[:first]
+        return dropped
+
+    def _dropped(self, dropped: Sequence[Kept]) -> Iterator[Emit]:
+        """Kept answers that will be revised no more: here nothing follows.
+
+        A stage of a chain of lookups tells its numbering, which then forgets a stream
+        record no stage can revise (see
+        :meth:`~daemon.joiners.lookup_chain.LookupStage._dropped`).
+        """
+        return iter(())
 
     def _shows(self, answer: dict[str, Any] | None) -> bool:
         """Whether an answer is emitted: inner mode emits none without a table value."""

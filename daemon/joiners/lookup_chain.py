@@ -13,12 +13,24 @@ and passes the partial on. Every partial carries, under :data:`META`:
   one stream record compare lexicographically: a revision at a stage outranks everything
   made from the answer it replaced, downstream included, whichever keys that went through;
 - ``rank``: the arrival rank (Kafka timestamp, input, partition, offset) of the input record
-  whose arrival made it, by which the next stage applies it among its table rows.
+  whose arrival made it, by which the next stage applies it among its table rows;
+- ``open``: what it changes in the count of the stream record's partials that stages hold
+  (for a ``grace``) or keep (for ``revisions``): see below.
 
 With ``revisions`` on any table, :class:`Numbering` (grouped by ``id``) writes the output: it
 drops what a higher generation has overtaken, skips an answer equal to the last written, and
 numbers the rest. A stage in ``inner`` mode that finds no row sends it a withdrawal (the
 secondary output :data:`WITHDRAWN`), so that an answer a late row takes away is withdrawn.
+
+The numbering forgets a stream record once no stage holds or keeps a partial of it: nothing
+can revise it then. End-of-input markers name join keys, never a stream record, so the
+stages count for it: a stage that keeps a partial adds one to the ``open`` its answer carries
+on, and one that drops a kept partial (end of input for its key, or past
+``history_retention``), holds one, or refuses one that carries a count sends a *tally* (a
+:func:`tally`, on :data:`WITHDRAWN` too) with the change. The numbering adds them up. Every
+count reaches the numbering in the micro-batch it was made in, since a count waits nowhere (a
+held partial's goes ahead in its tally), so after each micro-batch the sum is exact and
+zero only when nothing is open, however the micro-batches were cut.
 """
 
 from __future__ import annotations
@@ -50,7 +62,8 @@ from daemon.plugin import (
 META: Final = "__enrichd"
 """The field of a partial that carries its identity, event time, generation and rank."""
 WITHDRAWN: Final = "withdrawn"
-"""The stages' output of withdrawals: an ``inner`` stage found no row for a partial."""
+"""The stages' output for the numbering alone: withdrawals (an ``inner`` stage found no row
+for a partial) and tallies (:func:`tally`)."""
 
 Rank = tuple[int, int, int, int]
 """An input record's place in the arrival order: Kafka timestamp, input, partition, offset
@@ -150,8 +163,36 @@ def as_partial(record: InputRecord, field: str) -> InputRecord:
         "t": record.event_time,
         "gen": (),
         "rank": (record.timestamp, 0, record.partition, record.offset),
+        "open": 0,
     }
     return replace(record, role="stream", value={field: record.value, META: book})
+
+
+def opened(partial: dict[str, Any]) -> int:
+    """The change a partial (or tally) brings to the count of its stream record's open partials.
+
+    None in partials kept before stages counted: they change nothing.
+    """
+    return int(partial[META].get("open", 0))
+
+
+def with_open(partial: dict[str, Any], count: int) -> dict[str, Any]:
+    """The partial carrying ``count`` as its change to the count of open partials."""
+    return {**partial, META: {**partial[META], "open": count}}
+
+
+def tally(record: InputRecord | Kept, count: int) -> Emit:
+    """A stage's word to the numbering: ``count`` more (or fewer) partials of a record are open.
+
+    It carries only the partial's bookkeeping, marked ``tally``, so that the numbering neither
+    writes it nor takes it for a withdrawal.
+    """
+    if isinstance(record, Kept):
+        partial, key, headers = record.value, record.key, record.headers
+    else:
+        partial, key, headers = record.value or {}, record.kafka_key, record.headers
+    book = {**partial[META], "open": count, "tally": True}
+    return Emit(key=key, value={META: book}, output=WITHDRAWN, headers=headers)
 
 
 def read_back(emit: Emit) -> InputRecord:
@@ -179,6 +220,7 @@ class LookupStage(Lookup):
 
     name = "lookup-stage"
     description = "One table of a lookup of several (internal)."
+    outputs = (WITHDRAWN,)  # the engine refuses an emit to an output not declared
 
     def __init__(self, table: ChainTable, context: JoinerContext, *, input_index: int) -> None:
         super().__init__(table.options, context)
@@ -195,9 +237,15 @@ class LookupStage(Lookup):
     ) -> Iterator[Emit | DeadLetter]:
         """Apply the key's records in arrival rank (:func:`stage_order`), as a lookup does.
 
-        The engine's apply order knows Kafka timestamps, not the ranks partials carry.
+        The engine's apply order knows Kafka timestamps, not the ranks partials carry. A
+        partial refused as late goes no further: the count it carries goes on in a tally.
         """
-        return super().process(key, state, stage_order(self, records), ctx)
+        for result in super().process(key, state, stage_order(self, records), ctx):
+            yield result
+            if isinstance(result, DeadLetter) and result.record.role == "stream":
+                count = opened(result.record.value or {})
+                if count:
+                    yield tally(result.record, count)
 
     def rank(self, record: InputRecord) -> Rank:
         """Where a record of this stage stands in the arrival order of all inputs."""
@@ -227,20 +275,37 @@ class LookupStage(Lookup):
     ) -> Iterator[Emit]:
         """Answer partials that are due with the versions valid at their times; keep them."""
         versions = state.versions
+        keeps = self.options.revisions
         for record in records:
             answer = versions.at(record.event_time, inclusive=True)
             ctx.count("matched" if answer is not None else "unmatched")
-            yield self._out(record, answer, 0, at)
-            if self.options.revisions:
+            # Kept, it is open here: its answer carries that on. Its revisions carry nothing.
+            yield self._out(record, answer, 0, at, opens=int(keeps))
+            if keeps:
                 kept = Kept(
                     record.event_time,
-                    record.value or {},
+                    with_open(record.value or {}, 0),
                     answer,
                     0,
                     record.kafka_key,
                     record.headers,
                 )
                 insort(state.kept, kept, key=_EVENT_TIME)
+
+    def _hold(self, state: VersionedState, record: InputRecord) -> Iterator[Emit]:
+        """Hold a partial for its grace; its count, and one for the hold, go on in a tally.
+
+        The count must not wait with the partial: held, the partial carries minus one, so
+        that its answer takes the hold's one back.
+        """
+        yield tally(record, opened(record.value or {}) + 1)
+        held = replace(record, value=with_open(record.value or {}, -1))
+        insort(state.held, held, key=_EVENT_TIME)
+
+    def _dropped(self, dropped: Sequence[Kept]) -> Iterator[Emit]:
+        """Kept partials this stage revises no more: one fewer open each, in a tally."""
+        for kept in dropped:
+            yield tally(kept, -1)
 
     def _revise(
         self, state: VersionedState, cause: InputRecord, ctx: JoinerContext
@@ -262,16 +327,18 @@ class LookupStage(Lookup):
         answer: dict[str, Any] | None,
         revision: int,
         at: InputRecord | None,
+        opens: int = 0,
     ) -> Emit:
         """The partial with this stage's answer, or, ``inner`` without a row, a withdrawal.
 
         Its generation gains ``revision``; its rank is that of ``at``, the record whose
-        arrival made it (None: the end of input or a wake-up).
+        arrival made it (None: the end of input or a wake-up); its ``open`` gains ``opens``.
         """
         partial = record.value or {}
         book = dict(partial[META])
         book["gen"] = (*book["gen"], revision)
         book["rank"] = END_RANK if at is None else self.rank(at)
+        book["open"] = book.get("open", 0) + opens
         if answer is None:
             if self.options.mode == "inner":
                 return Emit(
@@ -299,13 +366,18 @@ class NumberingOptions(JoinerOptions):
 class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
     """The last stage of a revising chain, grouped by the stream record's identity.
 
-    Role ``joined``: the last stage's partials and every stage's withdrawals, applied in rank
-    order. State: the highest generation seen, the last answer written (None: none, or
-    withdrawn) and the next revision number. A record of a generation not above the highest is
-    stale: an answer made from one a revision upstream has replaced. An answer equal to the last
-    written changes nothing. Any other is written with the next ``revision`` (a withdrawal of
-    an answer that is out as a tombstone) and, with ``retractions``, the answer it replaces is
-    written to :data:`~daemon.joiners.aggregate.RETRACTIONS` first, for the running totals.
+    Role ``joined``: the last stage's partials and every stage's withdrawals and tallies,
+    applied in rank order. State: the highest generation seen, the last answer written (None:
+    none, or withdrawn), the next revision number and how many partials of the stream record
+    stages hold or keep (``open``, the sum of the counts partials and tallies carry). A record
+    of a generation not above the highest is stale: an answer made from one a revision
+    upstream has replaced. An answer equal to the last written changes nothing. Any other is
+    written with the next ``revision`` (a withdrawal of an answer that is out as a tombstone)
+    and, with ``retractions``, the answer it replaces is written to
+    :data:`~daemon.joiners.aggregate.RETRACTIONS` first, for the running totals.
+
+    When a call leaves nothing open, no stage can revise the stream record any more: its
+    entry is forgotten (the module docstring says why the count is exact then).
     """
 
     name = "lookup-numbering"
@@ -314,7 +386,7 @@ class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
 
     def initial_state(self) -> dict[str, Any]:
         """Nothing seen, nothing written."""
-        return {"gen": None, "last": None, "next": 0}
+        return {"gen": None, "last": None, "next": 0, "open": 0}
 
     def process(
         self, key: str, state: dict[str, Any], records: Sequence[InputRecord], ctx: JoinerContext
@@ -322,8 +394,14 @@ class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
         """Write each record's answer that changes the last one written; see the class."""
         # In rank, then generation: the engine's apply order knows neither.
         records = sorted(records, key=lambda r: (tuple(meta(r)["rank"]), tuple(meta(r)["gen"])))
+        # An entry from before stages counted has no count: it is kept, as it always was.
+        counted = "open" in state
         for record in records:
             partial = record.value or {}
+            if counted:
+                state["open"] += opened(partial)
+            if partial[META].get("tally"):
+                continue
             gen = tuple(partial[META]["gen"])
             if state["gen"] is not None and gen <= state["gen"]:
                 ctx.count("stale")
@@ -351,18 +429,9 @@ class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
                 headers=record.headers,
             )
             state["next"], state["last"] = numbered + 1, answer
-
-    def advance(
-        self, key: str, state: dict[str, Any], to: int, ctx: JoinerContext
-    ) -> Iterator[Emit]:
-        """At the end of input no stage revises any more (they drop what they kept): forget.
-
-        A record that reaches the key after the end starts afresh, as the stages' do.
-        """
-        if to >= END_OF_TIME:
+        if counted and state["open"] == 0:
             state.clear()
             state.update(self.initial_state())
-        return iter(())
 
     def _value(self, answer: dict[str, Any], revision: int) -> dict[str, Any]:
         if self.options.revisions:

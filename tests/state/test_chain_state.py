@@ -3,7 +3,8 @@
 The example pipeline (examples/orders-three-tables.toml) runs through the real engine over
 its recorded inputs, on the session's broker and Spark, and stops; ``daemon state`` then reads
 each operator's state. A customer's key is held by the customers operator only, a region's
-by the regions operator only: the operators are read in the order Spark numbers them.
+by the regions operator only: the operators are read in the order Spark numbers them. After
+the end of input for every key, the numbering operator holds no order any more.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import pytest
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import load_pipeline_file
+from daemon.model.wire import END_OF_INPUT_HEADERS
 from daemon.pipeline.checkpoint_shape import check_checkpoint
-from tests.kafka_helpers import In, client_conf, create_topic, produce, run_pipeline
+from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic, run_pipeline
 from tests.state_helpers import daemon
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,30 +33,38 @@ INPUTS = {
 }
 
 
-def test_state_shows_each_table_operators_keys(
-    broker: EmbeddedBroker, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _example(broker: EmbeddedBroker, folder: Path) -> Path:
+    """The example pipeline on topics of its own, its recorded inputs produced; its file."""
     text = EXAMPLE.read_text().replace("../schemas", (ROOT / "schemas").as_posix())
-    text = text.replace('"../state/orders-three-tables"', json.dumps(str(tmp_path / "cp")))
-    suffix = tmp_path.name[-8:].replace("_", "-")
-    for topic in INPUTS:
+    text = text.replace('"../state/orders-three-tables"', json.dumps(str(folder / "cp")))
+    suffix = folder.name[-8:].replace("_", "-")
+    for topic in (*INPUTS, "orders-three-tables"):
         text = text.replace(f'topic = "{topic}"', f'topic = "{topic}-{suffix}"')
     text = text.replace(
         "[spark]", f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n[spark]'
     )
-    path = tmp_path / "pipeline.toml"
+    path = folder / "pipeline.toml"
     path.write_text(text)
     conf = client_conf(broker.bootstrap_servers)
     for topic, (schema, data) in INPUTS.items():
         codec = AvroCodec(load_schema_file(ROOT / "schemas" / f"{schema}.avsc"))
-        lines = [json.loads(line) for line in (ROOT / "examples" / "data" / f"{data}.jsonl").open()]
         create_topic(conf, f"{topic}-{suffix}")
         records = [
             In(codec.encode(line["value"]), line["key"].encode(), line["timestamp"])
-            for line in lines
+            for line in _lines(data)
         ]
         produce(conf, f"{topic}-{suffix}", records)
+    return path
 
+
+def _lines(data: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (ROOT / "examples" / "data" / f"{data}.jsonl").open()]
+
+
+def test_state_shows_each_table_operators_keys(
+    broker: EmbeddedBroker, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _example(broker, tmp_path)
     file = load_pipeline_file(path)
     check_checkpoint(file.pipeline[0])  # as a start does: daemon state reads the shape
     assert run_pipeline(spark, file)
@@ -76,3 +86,40 @@ def test_state_shows_each_table_operators_keys(
     assert done.code == 0, done.err
     summary = json.loads(done.out)["operators"]
     assert set(summary) == {"customers", "regions", "products", "numbering"}
+
+
+def test_after_the_end_of_input_for_every_key_the_numbering_holds_no_order(
+    broker: EmbeddedBroker, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _example(broker, tmp_path)
+    file = load_pipeline_file(path)
+    (pipe,) = file.pipeline
+    check_checkpoint(pipe)
+    assert run_pipeline(spark, file)
+    # Each order is kept for revisions, at every stage and by the numbering.
+    assert _keys(capsys, path) == {"customers": 2, "regions": 2, "products": 2, "numbering": 3}
+    conf = client_conf(broker.bootstrap_servers)
+    written = [(out.key, out.value) for out in read_topic(conf, pipe.output.topic)]
+    assert len(written) == 6  # three answers and a revision by a late row of each table
+
+    # The end of input for every join key, as `daemon replay` marks it: on the orders'
+    # topic, keyed by the join key, after every record.
+    keys = {line["key"] for data in ("shop-customers", "shop-regions", "shop-products")
+            for line in _lines(data)}  # fmt: skip
+    newest = max(line["timestamp"] for _, data in INPUTS.values() for line in _lines(data))
+    markers = [In(None, key.encode(), newest, headers=END_OF_INPUT_HEADERS) for key in keys]
+    produce(conf, pipe.inputs["stream"].topic, markers)
+    assert run_pipeline(spark, file)
+
+    # The stages dropped what they kept for each order and told the numbering, which forgot
+    # every order. The stages keep their tables' rows, for records after the end, and each
+    # key's end (every marker reaches every stage). Nothing more is written.
+    assert _keys(capsys, path) == {"customers": 6, "regions": 6, "products": 6, "numbering": 0}
+    assert [(out.key, out.value) for out in read_topic(conf, pipe.output.topic)] == written
+
+
+def _keys(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, int]:
+    """How many keys each operator's state holds, as ``daemon state --summary`` says."""
+    done = daemon(capsys, "state", str(path), "--summary")
+    assert done.code == 0, done.err
+    return {name: found["keys"] for name, found in json.loads(done.out)["operators"].items()}

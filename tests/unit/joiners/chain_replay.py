@@ -61,6 +61,7 @@ class ChainRun:
         dead_letters: every refused record (a late partial is refused as the stream record
             it carries).
         numbered: how many stream records the numbering stage still holds at the end.
+        numbered_after: how many it held after each micro-batch (the end of input's last).
         metrics: each stage's counters, named ``TABLE.NAME`` (``customers.matched``), and
             the numbering stage's (``revisions``: outputs that replace an earlier one).
         batches: how many micro-batches ran.
@@ -71,6 +72,7 @@ class ChainRun:
     metrics: dict[str, int] = field(default_factory=dict)
     batches: int = 0
     numbered: int = 0
+    numbered_after: list[int] = field(default_factory=list)
 
 
 class _Chain:
@@ -132,7 +134,6 @@ class _Chain:
             passed = [emit for emit in passed if not self._withdrawal(emit, withdrawn)]
             partials = [read_back(emit) for emit in passed]
         self._finish(partials, withdrawn)
-        self.forget()
 
     def _stage(
         self,
@@ -198,17 +199,9 @@ class _Chain:
             state = self.numbered.setdefault(key, self.numbering.initial_state())
             records.sort(key=lambda r: (tuple(meta(r)["rank"]), tuple(meta(r)["gen"])))
             self.run.outputs += self.numbering.process(key, state, records, ctx)
-
-    def forget(self) -> None:
-        """The end of input reaches the numbering: each stream record's entry it drops."""
-        if self.numbering is None:
-            return
-        for key, state in list(self.numbered.items()):
-            self.run.outputs += self.numbering.advance(
-                key, state, END_OF_TIME, self.numbering.context
-            )
-            if self.numbering.is_empty(state):
+            if self.numbering.is_empty(state):  # as the engine drops an empty key's state
                 del self.numbered[key]
+        self.run.numbered_after.append(len(self.numbered))
 
     def _partial(self, offset: int, line: Mapping[str, Any]) -> InputRecord:
         """A stream record as the first stage takes it."""
@@ -267,6 +260,7 @@ def run_chain(
     times: Mapping[str, str] | None = None,
     max_batch: int | None = None,
     retractions: bool = False,
+    end: bool = True,
 ) -> ChainRun:
     """Replay ``inputs`` (per role; the stream's and each table's) through a chain.
 
@@ -279,6 +273,8 @@ def run_chain(
         times: event-time fields per role; a role without one uses the Kafka timestamp.
         max_batch: records per micro-batch; None: one micro-batch.
         retractions: write the answer each revision replaces (for running totals).
+        end: let every stage out at the end of input, as end-of-input markers for every key
+            do; False: stop after the last micro-batch.
 
     Returns:
         What the chain wrote and refused.
@@ -296,7 +292,8 @@ def run_chain(
     size = max_batch or max(len(arrival), 1)
     for start in range(0, len(arrival), size):
         chain.batch([(i, o, role, line) for _, i, o, role, line in arrival[start : start + size]])
-    chain.end()
+    if end:
+        chain.end()
     run = chain.run
     run.numbered = len(chain.numbered)
     for stage in chain.stages:

@@ -177,6 +177,64 @@ def test_a_late_row_of_a_region_the_order_has_left_revises_nothing() -> None:
     assert run.metrics["regions.revisions"] == 2
 
 
+def test_the_numbering_forgets_an_order_once_every_stage_has_dropped_it() -> None:
+    # A retention of 8 ms: each order moves the stream time of its customer, region and
+    # product 20 ms on, so every stage drops the order before it (nothing can revise that
+    # one any more), and the numbering forgets it, long before the end of input.
+    inputs = {
+        "orders": [order(f"o{n}", "c1", "p1", 10 + 20 * n, 5 + n) for n in range(4)],
+        "customers": [row("c1", 0, 1, region_id="r1")],
+        "regions": [row("r1", 0, 2, name="north")],
+        "products": [row("p1", 0, 3, name="pen")],
+    }
+    options = {"versioned": True, "revisions": True, "history_retention": 8}
+    run = chain(inputs, options=options, max_batch=1, end=False)
+    assert run.numbered_after == [0, 0, 0, 1, 1, 1, 1]  # never more than the latest order
+    # Forgetting changes no output: each order once, as with a retention that keeps all.
+    kept_all = chain(inputs, options={"versioned": True, "revisions": True}, max_batch=1)
+    assert outputs(run) == outputs(kept_all)
+    assert [value["revision"] for _, value in outputs(run)] == [0, 0, 0, 0]
+    assert kept_all.numbered_after[-2] == 4  # kept for revisions until the end of input
+    assert kept_all.numbered == 0
+
+
+def test_a_numbering_entry_lives_while_any_stage_holds_or_keeps_its_order() -> None:
+    # The products stage holds the order for its grace while the others keep it answered.
+    # The numbering counts them all and forgets it only when the last lets go.
+    products = LookupOptions(versioned=True, revisions=True, grace=30)
+    inputs = {
+        "orders": [order("o1", "c1", "p1", 20, 5), order("o2", "c1", "p1", 60, 6)],
+        "customers": [row("c1", 0, 1, region_id="r1")],
+        "regions": [row("r1", 0, 2, name="north")],
+        "products": [row("p1", 0, 3, name="pen")],
+    }
+    revising = LookupOptions(versioned=True, revisions=True, history_retention=8)
+    run = run_chain(
+        STREAM,
+        [
+            ChainTable("customers", "customer", "order.customer_id", revising),
+            ChainTable("regions", "region", "customer.region_id", revising),
+            ChainTable("products", "product", "order.product_id", products),
+        ],
+        inputs,
+        row_keys=ROW_KEYS,
+        times=TIMES,
+        max_batch=1,
+        end=False,
+    )
+    # o1 is held at products (grace 30) until o2 moves p1's stream time to 60; o2 then
+    # lets o1 out, and is held itself. The customers and regions stages drop o1 when o2
+    # reaches them (older than 60 - 8), but products still keeps o1 (retention 1 h).
+    assert outputs(run) == [(b"o1", unnumbered_answer(inputs, "o1"))]
+    assert run.numbered_after == [0, 0, 0, 1, 2]
+
+
+def unnumbered_answer(inputs: Mapping[str, Sequence[dict[str, Any]]], oid: str) -> Any:
+    """The order's as-of answer, numbered 0."""
+    answer = model(inputs, "inner")[oid]
+    return {**answer, "revision": 0}
+
+
 def test_a_row_that_changes_a_deeper_table_revises_each_order_it_changes_once() -> None:
     inputs = {
         "orders": [order("o1", "c1", "p1", 20, 5), order("o2", "c2", "p1", 21, 6)],
@@ -332,10 +390,11 @@ def test_the_latest_answer_is_the_as_of_join_of_every_table_for_any_micro_batchi
     assert {key: found.get(key, ABSENT) for key in expected} == expected
     revisions_are_numbered_and_each_changes_the_answer(whole)
     assert not whole.dead_letters
+    assert whole.numbered == 0  # the end of input for every key: nothing left to revise
     for max_batch in (1, 2, 3):
-        assert per_output(chain(inputs, options=options, max_batch=max_batch).outputs) == (
-            per_output(whole.outputs)
-        )
+        cut = chain(inputs, options=options, max_batch=max_batch)
+        assert per_output(cut.outputs) == per_output(whole.outputs)
+        assert cut.numbered == 0
 
 
 @settings(max_examples=100, deadline=None)
@@ -350,6 +409,8 @@ def test_records_later_than_the_retention_are_refused_alike_for_any_micro_batchi
     cut = chain(inputs, options=options, max_batch=max_batch)
     assert per_output(cut.outputs) == per_output(whole.outputs)
     assert refused(cut) == refused(whole)
+    # A partial refused at a later stage still tells the numbering what it carried.
+    assert whole.numbered == cut.numbered == 0
 
 
 def refused(run: ChainRun) -> list[tuple[str, str, Any]]:

@@ -237,3 +237,26 @@ def test_a_registry_outage_at_a_stage_fails_the_call_instead_of_dead_lettering()
     region_stage._decoders = tuple(decoders)
     with pytest.raises(SchemaRegistryUnavailableError):
         _run(operators, _inputs(), None)
+
+
+def test_an_inner_stage_without_a_row_withdraws_through_the_operators() -> None:
+    # Bob has no customer row: the customers stage withdraws his order (and tells the
+    # numbering what it keeps), which the operators hand on as the plain replay does.
+    inputs = _inputs()
+    inputs["customers"] = [line for line in inputs["customers"] if line["key"] != "bob"]
+    options = LookupOptions(versioned=True, revisions=True)
+    tables = [ChainTable(role, FIELDS[role], LOOKUP_KEYS[role], options) for role in ROLES[1:]]
+    plain = run_chain(
+        ChainStream("stream", "order", "at"),
+        tables,
+        inputs,
+        row_keys={role: "id" for role in ROLES[1:]},
+        times=TIMES,
+    )
+    assert plain.metrics["customers.unmatched"] == 1
+
+    for max_batch in (None, 1):
+        written = _run(_operators({"versioned": True, "revisions": True}), inputs, max_batch)
+        assert _outputs(written, "out.dlq") == []
+        assert by_key(_outputs(written)) == by_key(plain.outputs)
+        assert "o-2" not in by_key(_outputs(written))
