@@ -23,14 +23,19 @@ TABLES = [
 ]
 ROW_KEYS = {"customers": "id", "regions": "id", "products": "id"}
 TIMES = {"stream": "at", "customers": "since", "regions": "since", "products": "since"}
+Lines = dict[str, list[dict[str, Any]]]
+"""Each role's records, ``{"key": ..., "value": ..., "timestamp": ...}`` as replay reads them."""
 
 
-def shop_inputs(seed: int) -> dict[str, list[dict[str, Any]]]:
+def shop_inputs(seed: int, prefix: str = "", *, late_customer: bool = False) -> Lines:
     """Orders and the three tables' changelogs, each record with its own Kafka timestamp.
 
     Every key has a row from time 0 on, written first; then orders and table changes take
     turns at random. A change is valid from a time before the latest orders (``since`` up to
-    60 ms back), so it reaches Kafka late for them; some customers change region.
+    60 ms back), so it reaches Kafka late for them; some customers change region. Every key
+    and id starts with ``prefix``, so that several histories can share topics, each in its own
+    key space. ``late_customer``: one more customer is ordered for from the start, but its
+    first row (valid from time 0) reaches Kafka only after a third of the orders.
     """
     rng = random.Random(seed)  # noqa: S311 - test data, not security
     lines: dict[str, list[dict[str, Any]]] = {
@@ -44,25 +49,31 @@ def shop_inputs(seed: int) -> dict[str, list[dict[str, Any]]]:
     def put(role: str, key: str, value: dict[str, Any]) -> None:
         lines[role].append({"key": key, "value": value, "timestamp": next(clock)})
 
-    regions = ["north", "south", "east"]
-    customers = {f"c{n}": regions[n % 3] for n in range(4)}
+    regions = [f"{prefix}{name}" for name in ("north", "south", "east")]
+    products = [f"{prefix}p{n}" for n in range(3)]
+    customers = {f"{prefix}c{n}": regions[n % 3] for n in range(4)}
     for name in regions:
         put("regions", name, {"id": name, "name": name.title(), "manager": "m0", "since": 0})
     for cid, where in customers.items():
         put("customers", cid, {"id": cid, "name": cid.upper(), "region_id": where, "since": 0})
-    for pid in ("p0", "p1", "p2"):
+    for pid in products:
         put("products", pid, {"id": pid, "title": pid, "price": 10, "since": 0})
+    late = f"{prefix}c-late"
+    ordered = [*customers, late] if late_customer else list(customers)
     at = 100
     for n in range(36):
         at += rng.randint(5, 15)
+        if late_customer and n == 12:
+            put("customers", late, {"id": late, "name": "LATE", "region_id": regions[0],
+                                    "since": 0})  # fmt: skip
         order = {
-            "id": f"o{n}",
-            "customer_id": rng.choice(list(customers)),
-            "product_id": rng.choice(["p0", "p1", "p2"]),
+            "id": f"{prefix}o{n}",
+            "customer_id": rng.choice(ordered),
+            "product_id": rng.choice(products),
             "quantity": n,
             "at": at,
         }
-        put("stream", f"o{n}", order)
+        put("stream", f"{prefix}o{n}", order)
         if n % 2 == 1:  # a late change of each table in turn
             since = at - rng.randint(1, 60)
             table = ("customers", "regions", "products")[(n // 2) % 3]
@@ -76,12 +87,20 @@ def shop_inputs(seed: int) -> dict[str, list[dict[str, Any]]]:
                 put(table, name, {"id": name, "name": name.title(), "manager": f"m{n}",
                                   "since": since})  # fmt: skip
             else:
-                pid = rng.choice(["p0", "p1", "p2"])
+                pid = rng.choice(products)
                 put(table, pid, {"id": pid, "title": pid, "price": 10 + n, "since": since})
     return lines
 
 
-def plain_chain(lines: dict[str, list[dict[str, Any]]]) -> ChainRun:
+def merged(histories: list[Lines]) -> Lines:
+    """Several histories' lines in one set of inputs, interleaved by Kafka timestamp."""
+    return {
+        role: sorted((r for h in histories for r in h[role]), key=lambda r: r["timestamp"])
+        for role in histories[0]
+    }
+
+
+def plain_chain(lines: Lines) -> ChainRun:
     """The chain's plain replay over ``lines``: what the engine is to write."""
     return run_chain(
         ChainStream("stream", "order", "at"), TABLES, lines, row_keys=ROW_KEYS, times=TIMES

@@ -7,7 +7,9 @@ query. Every table has rows that reach Kafka after orders they are valid for (la
 so answers are revised, and a customer moves region late, so a region row's revisions
 follow her. The engine's outputs must equal, per order, the plain replay of the chain
 (tests/unit/joiners/chain_replay.py, itself checked against plain models there), in one
-micro-batch and in micro-batches of a few records.
+micro-batch and in micro-batches of a few records; and so must six such histories run at once,
+each in its own key space, half of them with a customer whose first row arrives after orders
+for it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 from daemon.model.config import load_pipeline_file
 from daemon.replay import replay
 from daemon.testing import by_key
-from tests.joins.shop_chain import plain_chain, shop_inputs
+from tests.joins.shop_chain import merged, plain_chain, shop_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "orders-three-tables.toml"
@@ -69,3 +71,28 @@ def test_three_tables_in_one_query_answer_as_the_plain_chain(
     assert by_key(result.outputs) == expected
     if max_batch is not None:
         assert result.batches >= sum(map(len, lines.values())) // max_batch
+
+
+def test_six_histories_at_once_answer_as_the_plain_chain_in_small_batches(
+    broker: Any, spark: Any, tmp_path: Path
+) -> None:
+    lines = merged(
+        [shop_inputs(seed, f"h{seed}-", late_customer=seed % 2 == 1) for seed in range(6)]
+    )
+    plain = plain_chain(lines)
+    expected = by_key(plain.outputs)
+    # Orders for a customer without a row yet wait for it: its late first row answers them.
+    assert plain.metrics["customers.unmatched"] > 0
+    assert all(plain.metrics[f"{table}.revisions"] > 0 for table in ("customers", "regions"))
+    assert len(expected) == 6 * 36
+
+    result = replay(
+        load_pipeline_file(EXAMPLE),
+        _write(tmp_path, lines),
+        bootstrap_servers=broker.bootstrap_servers,
+        max_batch=29,
+    )
+
+    assert result.dead_letters == []
+    assert by_key(result.outputs) == expected
+    assert result.batches >= sum(map(len, lines.values())) // 29
