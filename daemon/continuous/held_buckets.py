@@ -10,7 +10,7 @@ at every sub-batch.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from daemon.operator.bucket_delta import Pending
@@ -19,13 +19,15 @@ from daemon.operator.stash_log import MemoryChunks, StashLog
 from daemon.operator.state_format import Bucket
 
 _NOTHING_STORED = Stored(None, None, 0, Pending(0))
+Key = tuple[int, ...]
+"""A bucket's grouping key, as Spark hands it to a call: ``(bucket,)``."""
 
 
 class HeldBuckets:
     """The buckets a long batch's task has loaded, by key (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._held: dict[Hashable, tuple[Bucket, MemoryChunks]] = {}
+        self._held: dict[Key, tuple[Bucket, MemoryChunks]] = {}
         self.loads: dict[str, int] = {}
         """Always empty: no load goes to a store or a cache during the long batch."""
 
@@ -42,13 +44,11 @@ class HeldBuckets:
         log.flush(bucket.keys)
         bucket.timer_ms = min(bucket.due.values(), default=None)
 
-    def due(self, now: int) -> list[Hashable]:
+    def due(self, now: int) -> list[Key]:
         """The keys of the buckets with a key due at ``now``, in order."""
-        return sorted(
-            (key for key, (bucket, _) in self._held.items() if _due(bucket, now)), key=repr
-        )
+        return sorted(key for key, (bucket, _) in self._held.items() if _due(bucket, now))
 
-    def __iter__(self) -> Iterator[Hashable]:
+    def __iter__(self) -> Iterator[Key]:
         return iter(self._held)
 
 

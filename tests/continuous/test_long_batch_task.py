@@ -7,7 +7,8 @@ updated, so each tweet yields exactly one view. Tweets arrive in waves while the
 that it commits several sub-batches. The first attempt stops after its second sub-batch's
 commit, as a crash would; a second attempt of the same lease, with the state as of the long
 batch's start (none), must replay those two with output suppressed and go on, so that the
-output topic, read ``read_committed``, holds exactly one view per tweet.
+output topic, read ``read_committed``, holds exactly one view per tweet. A task whose marker
+is of a later long batch than its own stops: the checkpoint lost what the output holds.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ import pytest
 from daemon.continuous.held_buckets import HeldBuckets
 from daemon.continuous.lease import Lease
 from daemon.continuous.task import LongBatchRun, LongBatchTask, wall_ms
+from daemon.errors import CheckpointDivergedError
 from daemon.operator.processor import JoinerProcessor
 from daemon.pipeline.plan import PipelinePlan, plan_pipeline
+from daemon.sink.markers import Share
+from daemon.sink.sub_batches import SubBatchProducer
 from daemon.sink.task_producer import forget_kept_clients
 from tests.kafka_helpers import TWEETS, USERS, VIEWS, In, TweetViews, produce, read_topic
 
@@ -104,3 +108,25 @@ def test_a_replaced_attempt_replays_its_sub_batches_and_goes_on_exactly_once(
         assert view["author"]["name"] == f"user {view['tweet']['author_id']}"
         counts[view["id"]] += 1
     assert counts == Counter(range(WAVES * PER_WAVE))
+
+
+def test_a_task_whose_marker_is_of_a_later_long_batch_stops_naming_both(
+    tweet_views: Callable[..., TweetViews],
+) -> None:
+    views = tweet_views("later")
+    file = views.file()
+    plan = plan_pipeline(file, file.pipeline[0], views.conf)
+    later = SubBatchProducer(plan.output, 0, 7, "query")
+    try:
+        later.take_over()
+        later.open_transaction()
+        later.commit(Share(frozenset(), 1000))  # long batch 7 is in Kafka
+        lease = Lease(batch=5, task=0, starts={f"{views.tweets}/0": 0}, until_ms=wall_ms())
+        with pytest.raises(CheckpointDivergedError) as stopped:
+            _attempt(plan, lease)
+    finally:
+        forget_kept_clients()
+    assert str(stopped.value).startswith(
+        f"pipeline {views.name!r}: task 0 runs long batch 5, but its marker says long batch 7 "
+        "was written to Kafka already"
+    )
