@@ -144,10 +144,7 @@ def read_partition(
         if len(records) < len(messages):  # looked for only then: the source reads through here
             for error in (m.error() for m in messages if m.error() is not None):
                 last_error = error
-                if _is_offset_reset(error):
-                    raise OffsetNotAvailableError(tp.topic, tp.partition, position, error.str())
-                if not _is_transient(error):
-                    raise KafkaReadError(_read_failure(tp, position, error))
+                raise_unless_transient(error, tp, position)
         reached = max(
             [position, consumer.position([tp])[0].offset]
             + [(m.offset() or 0) + 1 for m in records[-1:]]
@@ -213,6 +210,20 @@ def log_starts(
     finally:
         consumer.close()
     return {name: starts[name] for name in (partition_name(t.topic, t.partition) for t in wanted)}
+
+
+def raise_unless_transient(error: Any, tp: Any, position: int) -> None:
+    """Raise what a consumer's error on ``tp`` at ``position`` means, unless waiting mends it.
+
+    Raises:
+        OffsetNotAvailableError: the broker no longer has the offset, and the consumer's
+            ``auto.offset.reset`` is ``error``.
+        KafkaReadError: an error that waiting does not mend (:func:`read_partition`).
+    """
+    if _is_offset_reset(error):
+        raise OffsetNotAvailableError(tp.topic, tp.partition, position, error.str())
+    if not _is_transient(error):
+        raise KafkaReadError(_read_failure(tp, position, error))
 
 
 def _is_offset_reset(error: Any) -> bool:

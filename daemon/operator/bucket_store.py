@@ -23,7 +23,7 @@ processing-time timer the bucket holds.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark import TaskContext
 from pyspark.sql.streaming import StatefulProcessorHandle
@@ -55,6 +55,19 @@ class Stored:
     """The decoded bucket's estimated memory (:mod:`.bucket_cache`)."""
     pending: Pending
     """The deltas the store holds after ``blob`` (:mod:`.bucket_delta`)."""
+
+
+class Buckets(Protocol):
+    """Where a processor's calls load their bucket from and write it back to."""
+
+    loads: dict[str, int]
+    """Loads since the counts last took them, by the worker cache's outcome."""
+
+    def load(self, key: Any) -> tuple[Bucket, StashLog, Stored]:
+        """The bucket, its stash log for this call, and what the store holds for it."""
+
+    def save(self, key: Any, bucket: Bucket, log: StashLog, stored: Stored) -> None:
+        """Write the bucket back after the call; keep one timer (``bucket.timer_ms``)."""
 
 
 class BucketStore:

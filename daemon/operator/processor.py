@@ -37,11 +37,17 @@ ticks the bucket. Each call's counts row says which timer its bucket holds after
 the planner's clock makes a batch only when one is due (:mod:`daemon.checkpoint.due_times`). An
 end-of-input marker row (see :data:`daemon.model.wire.CONTROL_INPUT`) ends its key's input,
 after the records of its micro-batch.
+
+Why this module is long: it is Spark's side of every call (input rows, initial state, timers,
+close) and the one place a joiner's results become output rows and dead letters, which a
+continuous mode's task (``daemon.continuous``) drives too; split, each half would need the
+other's private state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Any
 
@@ -65,7 +71,7 @@ from daemon.model.wire import (
     OutputRow,
     counts_row,
 )
-from daemon.operator.bucket_store import BucketStore
+from daemon.operator.bucket_store import Buckets, BucketStore
 from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import ContractBreach, EngineCore, JoinerFailure, KeyBatch
 from daemon.operator.held_records import HeldRecords
@@ -104,9 +110,17 @@ class JoinerProcessor(StatefulProcessor):
 
     def start(self, handle: StatefulProcessorHandle, variables: StateVariables) -> None:
         """Get ready for calls, with the state variables ``init`` declared on ``handle``."""
-        freeze_loaded()
-        secrets.remember_values(self._secrets)
+        freeze_loaded()  # a Spark worker's: what it loaded stays for its life
         self.handle = handle
+        self.ready(BucketStore(handle, variables, self.plan))
+
+    def ready(self, buckets: Buckets) -> None:
+        """Get ready for calls whose buckets ``buckets`` loads and saves.
+
+        Spark's state store's (:meth:`start`), or a long batch's buckets held in the worker
+        (``daemon.continuous``).
+        """
+        secrets.remember_values(self._secrets)
         self.output: TaskOutput | None = None  # opened at the task's first call
         self._covered: set[str] = set()
         """The ranges the task's packs were read over: its share of the batch, which its
@@ -122,8 +136,8 @@ class JoinerProcessor(StatefulProcessor):
         self._timers: dict[int, int | None] = {}
         """The timer each bucket stored since the last counts row holds (None: none), for the
         planner's clock (:mod:`daemon.checkpoint.due_times`)."""
-        self.buckets = BucketStore(handle, variables, self.plan)
-        """The state store's buckets: loaded and written back once per call."""
+        self.buckets = buckets
+        """Where a call's bucket is loaded from and written back to, once per call."""
         envelopes = self.plan.envelopes or {}
         self._decoders = tuple(
             _decoder(self.plan.codecs[role], envelopes.get(role)) for role, _ in self.plan.inputs
@@ -276,6 +290,25 @@ class JoinerProcessor(StatefulProcessor):
         self.core.tick(bucket, log, timer_values.getCurrentProcessingTimeInMs())
         self.buckets.save(key, bucket, log, stored)
         self._timers[int(key[0])] = bucket.timer_ms
+
+    # -- driven by a long batch's task (daemon.continuous), not by Spark's calls -------------
+
+    def write_to(self, output: TaskOutput) -> None:
+        """Write the coming calls' rows through ``output``: a sub-batch's, opened already."""
+        self.output = output
+        self._covered = output.covered
+
+    def apply(self, key: Any, packs: Iterator[Any], now: int) -> None:
+        """A call with bucket ``key``'s packs at processing time ``now``."""
+        self._input_rows(key, packs, _At(now), self._sender())
+
+    def wake(self, key: Any, now: int) -> None:
+        """A call for bucket ``key``'s timer, due at processing time ``now``."""
+        self._wake_up(key, _At(now), self._sender())
+
+    def counts(self) -> list[SparkRow]:
+        """The counts rows of the calls since the last ones (see :meth:`_counts`)."""
+        return list(self._counts())
 
     def _sender(self) -> Send:
         """Where a call's output rows go: the task's output, opened at its first call.
@@ -581,6 +614,16 @@ def _unwrapped(decode: Callable[[bytes], Any], data: bytes) -> dict[str, Any] | 
             happens only to a record the source routed by its fields alone.
     """
     return unwrap(decode(data))
+
+
+@dataclass(frozen=True)
+class _At:
+    """A call's timer values at processing time ``now``, as Spark hands them to a call."""
+
+    now: int
+
+    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802 - Spark's name
+        return self.now
 
 
 def _unsent(row: tuple[Any, ...]) -> None:

@@ -245,8 +245,11 @@ def task_marker(
 
 def sub_batches(
     conf: dict[str, str], prefix: str, pipeline: str, query_id: str, task: int, last: Marker
-) -> list[Marker]:
+) -> list[tuple[int, Marker]]:
     """Every sub-batch of ``last``'s long batch that task ``task`` committed, in order.
+
+    Each with its marker's place in the markers topic, which the next sub-batch's marker
+    names (:class:`Marker`).
 
     ``last`` is the task's last marker, read stable (:func:`task_marker`) after its producer
     took the id over. The topic is read from the long batch's first marker to ``last``,
@@ -288,14 +291,14 @@ def sub_batches(
         written.clear()
     finally:
         reader.close()
-    chain: list[Marker] = []
+    chain: list[tuple[int, Marker]] = []
     at: int | None = end - 1
     while at is not None and at in written and len(chain) <= last.sub:
         marker = written[at]
-        chain.append(marker)
+        chain.append((at, marker))
         at = marker.previous_at
     chain.reverse()
-    if [(m.batch, m.sub) for m in chain] != [(last.batch, n) for n in range(last.sub + 1)]:
+    if [(m.batch, m.sub) for _, m in chain] != [(last.batch, n) for n in range(last.sub + 1)]:
         raise CheckpointDivergedError(
             f"pipeline {pipeline!r}: task {task} died inside long batch {last.batch} after "
             f"sub-batch {last.sub}, but the markers topic {topic!r} no longer holds every "

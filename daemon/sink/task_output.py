@@ -163,6 +163,16 @@ class TaskOutput:
         """What the task read of the batch (see :attr:`covered`)."""
         return Share(frozenset(self.covered), self.timer_ms)
 
+    def adopt(self, producer: TaskProducer, committed: Marker | None) -> None:
+        """Write through ``producer``, which took the id over already, instead of opening.
+
+        ``committed``: the marker of this batch, found before (it writes nothing then);
+        None: it was not committed.
+        """
+        self._transaction, self._producer = producer, producer.producer
+        self._opened, self._marker = True, committed
+        self.skipped = committed is not None
+
     def open(self) -> None:
         """Take the producer, fencing earlier ones, and learn whether the batch was committed."""
         if self._opened:

@@ -204,21 +204,12 @@ class TaskProducer:
         """Open the transaction: the task's records are ready to go out."""
         self.producer.begin_transaction()
 
-    def commit(
-        self,
-        share: Share,
-        *,
-        sub: int | None = None,
-        first_at: int | None = None,
-        previous_at: int | None = None,
-    ) -> int:
+    def commit(self, share: Share) -> int:
         """Add the batch's marker (the task read ``share`` of it) and commit; the marker's offset.
 
         The marker record goes out last; once every record is delivered, the marker group's
         offset is set just past it, in the transaction, and the transaction commits: its
-        records, the marker and the group's offset become visible together. ``sub``,
-        ``first_at`` and ``previous_at``: the marker is of a sub-batch of a long batch
-        (:class:`~daemon.sink.markers.Marker`).
+        records, the marker and the group's offset become visible together.
 
         Raises:
             KafkaException: a record or the marker was not delivered (then the error is the
@@ -234,7 +225,7 @@ class TaskProducer:
         try:
             producer.produce(
                 topic,
-                value=Marker(self.batch_id, share, sub, first_at, previous_at).encode(),
+                value=self.marker_of(share).encode(),
                 key=markers.record_key(self.query_id, self.partition),
                 partition=0,  # the group's offset and every read are of partition 0
                 on_delivery=lambda error, message: delivered.append((error, message)),
@@ -258,6 +249,10 @@ class TaskProducer:
         with ending_transaction(self.spec.commit_turn):
             producer.commit_transaction(_WAIT_S)
         return after.offset - 1
+
+    def marker_of(self, share: Share) -> Marker:
+        """The marker a commit of ``share`` writes."""
+        return Marker(self.batch_id, share)
 
     def _cause(self, exc: Exception) -> Exception:
         """What made the transaction abortable (``exc`` says only that it is).

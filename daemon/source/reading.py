@@ -86,6 +86,17 @@ def read_range(spec: SourceSpec, kafka_range: KafkaRange) -> Iterator[pa.RecordB
         yield _arrow_batch(read, index, number, pending, buckets, packed, spec.headers)
 
 
+def pack_messages(
+    spec: SourceSpec, topic: str, partition: int, messages: list[Any], read: str
+) -> pa.RecordBatch:
+    """One partition's messages, read over the range named ``read``, as a batch of packs.
+
+    What :func:`read_range` yields, for messages a caller read itself (a long batch's task).
+    """
+    index, source = next((i, s) for i, s in enumerate(spec.inputs) if s.topic == topic)
+    return _arrow_batch(source, index, partition, messages, spec.state_buckets, read, spec.headers)
+
+
 def _removed_while_reading(
     spec: SourceSpec, consumer: Any, exc: OffsetNotAvailableError
 ) -> EnrichdError:

@@ -19,7 +19,8 @@ from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.sink import markers
 from daemon.sink.markers import Marker, Share, sub_batches
 from daemon.sink.spec import OutputSpec
-from daemon.sink.task_producer import TaskProducer, forget_kept_clients
+from daemon.sink.sub_batches import SubBatchProducer
+from daemon.sink.task_producer import forget_kept_clients
 from tests.kafka_helpers import client_conf
 
 LONG_BATCH = 5
@@ -39,20 +40,19 @@ def test_a_new_attempt_reads_the_sub_batches_its_task_committed_in_order(
     spec = OutputSpec(pipeline, conf, "exactly_once", f"{pipeline}-out")
     shares = [_share(0, 10, 1000), _share(10, 30, 1100), _share(30, 31, 1200)]
 
-    task = TaskProducer(spec, 0, LONG_BATCH, "q")
-    assert task.begin() is None
-    other = TaskProducer(spec, 1, LONG_BATCH, "q")
-    assert other.begin() is None
-    first = previous = None
+    task = SubBatchProducer(spec, 0, LONG_BATCH, "q")
+    assert task.take_over() is None
+    other = SubBatchProducer(spec, 1, LONG_BATCH, "q")
+    assert other.take_over() is None
     for sub, share in enumerate(shares):
         if sub == 1:
             other.open_transaction()
-            other.commit(_share(0, 99, 1050), sub=0)
+            other.commit(_share(0, 99, 1050))
         if sub == 2:  # a try that dies after its marker went out
             task.open_transaction()
             task.producer.produce(
                 spec.markers_topic,
-                value=Marker(LONG_BATCH, _share(30, 77, 1150), 2, first, previous).encode(),
+                value=task.marker_of(_share(30, 77, 1150)).encode(),
                 key=markers.record_key("q", 0),
                 partition=0,
             )
@@ -60,15 +60,16 @@ def test_a_new_attempt_reads_the_sub_batches_its_task_committed_in_order(
             task.abort()
         task.open_transaction()
         task.producer.produce(spec.output_topic, value=f"sub {sub}".encode())
-        at = task.commit(share, sub=sub, first_at=first, previous_at=previous)
-        first = at if first is None else first
-        previous = at
+        task.commit(share)
 
-    attempt = TaskProducer(spec, 0, LONG_BATCH, "q")
+    attempt = SubBatchProducer(spec, 0, LONG_BATCH, "q")
     last = attempt.take_over()
     assert last is not None and (last.batch, last.sub) == (LONG_BATCH, 2)
     found = sub_batches(conf, DEFAULT_ID_PREFIX, pipeline, "q", 0, last)
-    assert [(m.batch, m.sub, m.share) for m in found] == [
+    assert [(m.batch, m.sub, m.share) for _, m in found] == [
         (LONG_BATCH, sub, share) for sub, share in enumerate(shares)
     ]
+    # The attempt goes on where the dead one stopped: its next marker follows the chain.
+    attempt.resume(found)
+    assert attempt.marker_of(Share()) == Marker(LONG_BATCH, Share(), 3, found[0][0], found[-1][0])
     forget_kept_clients()

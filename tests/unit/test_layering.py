@@ -53,6 +53,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "sink": (*FLOOR, "private_paths", "checkpoint", "kafka", "spark", "report_socket"),
     "operator": (*FLOOR, "formats", "plugin", "spark", "sink"),  # writes through TaskOutput
     "state": (*FLOOR, "private_paths", "checkpoint", "plugin", "kafka", "spark", "operator"),
+    # A long batch's task: reads as the source does, joins through the operator, writes
+    # through the sink's sub-batches.
+    "continuous": (*FLOOR, "kafka", "source", "sink", "operator"),
     "pipeline": (
         *FLOOR,
         *("private_paths", "checkpoint", "formats", "plugin", "kafka", "spark"),

@@ -75,7 +75,7 @@ def chained(monkeypatch: pytest.MonkeyPatch, records: list[_Record]) -> list[Mar
         "close": lambda self: None})())  # fmt: skip
     monkeypatch.setattr(markers, "read_partition", lambda reader, tp, stop: iter([records]))
     last = Marker.decode(records[-1].value())
-    return markers.sub_batches({}, "enrichd", "views", "q1", 2, last)
+    return [marker for _, marker in markers.sub_batches({}, "enrichd", "views", "q1", 2, last)]
 
 
 def test_sub_batches_follow_the_chain_past_aborted_tries_and_other_tasks(

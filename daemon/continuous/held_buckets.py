@@ -1,0 +1,56 @@
+"""A long batch's state buckets, held decoded in the task's Python worker.
+
+A micro-batch's call loads its bucket from Spark's state store and writes it back
+(:class:`~daemon.operator.bucket_store.BucketStore`); a long batch's sub-batches come ten a
+second, so its buckets stay decoded in the worker for the whole long batch, and what changed
+is written to the state store once, when it ends. The operator's calls load and save them
+through the same interface; a bucket's timer is its earliest due key, which the task checks
+at every sub-batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from daemon.operator.bucket_delta import Pending
+from daemon.operator.bucket_store import Stored
+from daemon.operator.stash_log import MemoryChunks, StashLog
+from daemon.operator.state_format import Bucket
+
+_NOTHING_STORED = Stored(None, None, 0, Pending(0))
+Key = tuple[int, ...]
+"""A bucket's grouping key, as Spark hands it to a call: ``(bucket,)``."""
+
+
+class HeldBuckets:
+    """The buckets a long batch's task has loaded, by key (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._held: dict[Key, tuple[Bucket, MemoryChunks]] = {}
+        self.loads: dict[str, int] = {}
+        """Always empty: no load goes to a store or a cache during the long batch."""
+
+    def load(self, key: Any) -> tuple[Bucket, StashLog, Stored]:
+        """The bucket and its stash log; a bucket not held yet starts empty."""
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = (Bucket(), MemoryChunks())
+        bucket, chunks = held
+        return bucket, StashLog(chunks, bucket.stash), _NOTHING_STORED
+
+    def save(self, key: Any, bucket: Bucket, log: StashLog, stored: Stored) -> None:
+        """Keep the call's stashed values; the bucket's timer is its earliest due key."""
+        log.flush(bucket.keys)
+        bucket.timer_ms = min(bucket.due.values(), default=None)
+
+    def due(self, now: int) -> list[Key]:
+        """The keys of the buckets with a key due at ``now``, in order."""
+        return sorted(key for key, (bucket, _) in self._held.items() if _due(bucket, now))
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._held)
+
+
+def _due(bucket: Bucket, now: int) -> bool:
+    return bucket.timer_ms is not None and bucket.timer_ms <= now

@@ -1,0 +1,43 @@
+"""What one task of a long batch reads, and where it stopped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from daemon.model.wire import split_range_name
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One task's share of a long batch: partitions from offsets, until a time.
+
+    Attributes:
+        batch: the long batch (Spark's batch id).
+        task: the lease's number: its transactional id and marker group are the task's.
+        starts: where each partition is read from, by name (``"tweets/0"``).
+        until_ms: the wall-clock time after which the long batch reads nothing new.
+        commit_interval_ms: how often the task commits what it joined.
+    """
+
+    batch: int
+    task: int
+    starts: dict[str, int]
+    until_ms: int
+    commit_interval_ms: int = 100
+
+
+@dataclass
+class Positions:
+    """Where a lease's partitions are read up to: what the last sub-batch committed covers."""
+
+    at: dict[str, int] = field(default_factory=dict)
+
+    def ranges(self, reached: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """The ranges from here to ``reached`` of the partitions that moved."""
+        return {name: (self.at[name], end) for name, end in reached.items() if end > self.at[name]}
+
+    def cover(self, ranges: set[str]) -> None:
+        """Move past ranges a sub-batch committed (:func:`~daemon.model.wire.range_name`)."""
+        for name in ranges:
+            partition, _, end = split_range_name(name)
+            self.at[partition] = max(self.at.get(partition, end), end)

@@ -1,0 +1,251 @@
+"""One task of a long batch: its lease read and joined in sub-batches, each committed.
+
+The task takes its transactional id over (fencing any attempt before it) and reads its last
+marker. If an earlier attempt of this long batch committed sub-batches, it replays them
+first, each over the ranges and with the clock its marker recorded, writing nothing and
+checking it read what the marker says; state as of the long batch's start is the caller's
+(the state store's, in Spark). Then it reads on from where they stopped: every commit
+interval it hands what arrived, packed by bucket as the source packs a micro-batch, to the
+operator's calls, wakes the buckets due, and commits the sub-batch's output with its marker.
+A sub-batch with nothing read and nothing due commits nothing. It stops taking records when
+the lease's time is up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from daemon.continuous.held_buckets import HeldBuckets
+from daemon.continuous.lease import Lease, Positions
+from daemon.errors import CheckpointDivergedError
+from daemon.kafka import connect
+from daemon.kafka.clients import raise_unless_transient
+from daemon.model.wire import SOURCE, range_name
+from daemon.operator.processor import JoinerProcessor
+from daemon.sink import markers
+from daemon.sink.markers import Marker
+from daemon.sink.spec import OutputSpec
+from daemon.sink.sub_batches import SubBatchProducer, sub_batch_output
+from daemon.source.planning import KafkaRange
+from daemon.source.reading import pack_messages, read_range
+from daemon.source.spec import SourceSpec
+
+_CONSUME_MAX = 10_000
+"""Records one consume call may return."""
+
+
+def wall_ms() -> int:
+    """The wall clock, in milliseconds: a sub-batch's processing time."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class LongBatchRun:
+    """What one attempt of a lease did."""
+
+    replayed: int = 0
+    """Sub-batches an earlier attempt had committed, replayed with output suppressed."""
+    committed: int = 0
+    """Sub-batches this attempt committed."""
+    ends: dict[str, int] = field(default_factory=dict)
+    """Where each partition was read up to: the next long batch's start."""
+    counts: list[Any] = field(default_factory=list)
+    """The operator's counts rows, a sub-batch's after another."""
+
+
+class LongBatchTask:
+    """One attempt of one lease (see the module docstring).
+
+    Args:
+        processor: the operator, made ready with ``buckets``.
+        source: what the pipeline reads.
+        output: where it writes.
+        lease: the task's share of the long batch.
+        query_id: the streaming query's id: the marker group's name has it.
+        buckets: the state, as of the long batch's start, held for it.
+        clock: the wall clock in milliseconds.
+        after_commit: called with each sub-batch's number once it committed (tests stop an
+            attempt there, as a crash would).
+    """
+
+    def __init__(
+        self,
+        processor: JoinerProcessor,
+        source: SourceSpec,
+        output: OutputSpec,
+        lease: Lease,
+        query_id: str,
+        buckets: HeldBuckets,
+        *,
+        clock: Callable[[], int] = wall_ms,
+        after_commit: Callable[[int], None] | None = None,
+    ) -> None:
+        self.processor = processor
+        self.source = source
+        self.output = output
+        self.lease = lease
+        self.query_id = query_id
+        self.buckets = buckets
+        self.clock = clock
+        self.after_commit = after_commit or (lambda sub: None)
+        self.positions = Positions(dict(lease.starts))
+
+    def run(self) -> LongBatchRun:
+        """Replay what an earlier attempt committed, then read and commit until time is up.
+
+        Raises:
+            CheckpointDivergedError: the task's marker is of a later batch, or a micro-batch's
+                (the checkpoint lost what the output holds), or the long batch's sub-batch
+                markers are gone.
+        """
+        lease, run = self.lease, LongBatchRun()
+        producer = SubBatchProducer(self.output, lease.task, lease.batch, self.query_id)
+        last = producer.take_over()
+        if last is not None and last.batch >= lease.batch:
+            committed = self._committed(last)
+            for _, marker in committed:
+                self._replay(producer, marker)
+                run.replayed += 1
+            producer.resume(committed)
+        run.counts.extend(self.processor.counts())  # a replay counts nothing but that it was
+        consumer = connect.consumer(self.source.reader_conf())
+        try:
+            self._assign(consumer)
+            while self.clock() < lease.until_ms:
+                started = self.clock()
+                messages = self._poll(consumer, started + lease.commit_interval_ms)
+                now = self.clock()
+                reached = self._reached(consumer, messages)
+                if not messages and not self.buckets.due(now):
+                    continue
+                ranges = self.positions.ranges(reached)
+                self._sub_batch(producer, self._packs(messages, ranges), now, ranges)
+                self.after_commit(producer.sub - 1)
+                run.committed += 1
+                run.counts.extend(self.processor.counts())
+        finally:
+            consumer.close()
+        run.ends = dict(self.positions.at)
+        return run
+
+    def _committed(self, last: Marker) -> list[tuple[int, Marker]]:
+        """The sub-batches an earlier attempt of this long batch committed, with their places."""
+        lease, spec = self.lease, self.output
+        if last.batch > lease.batch or last.sub is None:
+            what = "micro-batch" if last.sub is None else "long batch"
+            raise CheckpointDivergedError(
+                f"pipeline {spec.pipeline!r}: task {lease.task} runs long batch {lease.batch}, "
+                f"but its marker says {what} {last.batch} was written to Kafka already: the "
+                'checkpoint lost what the output holds; see docs/operations.md, "When the '
+                'checkpoint and the output disagree"'
+            )
+        return markers.sub_batches(
+            spec.client_conf, spec.id_prefix, spec.pipeline, self.query_id, lease.task, last
+        )
+
+    def _replay(self, producer: SubBatchProducer, marker: Marker) -> None:
+        """A committed sub-batch again: its ranges read, with its clock, writing nothing."""
+        share = marker.share
+        assert share is not None and share.time_ms is not None  # noqa: S101 - a sub-batch's
+        packs: list[pa.RecordBatch] = []
+        ranges = share.by_partition()
+        for name, (start, end) in ranges.items():
+            topic, _, partition = name.rpartition("/")
+            packs.extend(read_range(self.source, KafkaRange(topic, int(partition), start, end)))
+        self._sub_batch(producer, packs, share.time_ms, ranges, marker)
+
+    def _sub_batch(
+        self,
+        producer: SubBatchProducer,
+        packs: Iterable[pa.RecordBatch],
+        now: int,
+        ranges: dict[str, tuple[int, int]],
+        replayed: Marker | None = None,
+    ) -> None:
+        """Join one sub-batch's packs at processing time ``now`` and wake its due buckets.
+
+        Then commit its output with its marker, or, ``replayed`` (its marker), check that it
+        read what the marker says, writing nothing.
+        """
+        output = sub_batch_output(self.output, producer, replayed)
+        output.timer_ms = now  # recorded whether a timer fires or not: TTL reads it too
+        for name, (start, end) in ranges.items():
+            topic, _, partition = name.rpartition("/")
+            output.covered.add(range_name(topic, int(partition), start, end))
+        processor = self.processor
+        processor.write_to(output)
+        by_bucket: dict[int, list[Any]] = defaultdict(list)
+        for batch in packs:
+            for row in SOURCE.rows(batch):
+                by_bucket[row.bucket].append(row)
+        for bucket in sorted(by_bucket):
+            processor.apply((bucket,), iter(by_bucket[bucket]), now)
+        for key in self.buckets.due(now):
+            processor.wake(key, now)
+        output.commit()
+        self.positions.cover(output.covered)
+
+    def _assign(self, consumer: Any) -> None:
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        consumer.assign(
+            [
+                TopicPartition(topic, int(partition), offset)
+                for topic, _, partition in (n.rpartition("/") for n in self.positions.at)
+                for offset in (self.positions.at[f"{topic}/{partition}"],)
+            ]
+        )
+
+    def _poll(self, consumer: Any, until_ms: int) -> list[Any]:
+        """What arrives before ``until_ms``."""
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        got: list[Any] = []
+        while (left := until_ms - self.clock()) > 0:
+            for message in consumer.consume(num_messages=_CONSUME_MAX, timeout=left / 1000):
+                error = message.error()
+                if error is None:
+                    got.append(message)
+                    continue
+                tp = TopicPartition(message.topic() or "", message.partition() or 0)
+                raise_unless_transient(error, tp, message.offset() or 0)
+        return got
+
+    def _reached(self, consumer: Any, messages: list[Any]) -> dict[str, int]:
+        """Where each partition is read up to now (transaction markers move it too)."""
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        names = list(self.positions.at)
+        parts = [TopicPartition(t, int(p)) for t, _, p in (n.rpartition("/") for n in names)]
+        reached = {
+            name: max(self.positions.at[name], tp.offset)
+            for name, tp in zip(names, consumer.position(parts), strict=True)
+        }
+        for message in messages:
+            name = f"{message.topic()}/{message.partition()}"
+            reached[name] = max(reached[name], message.offset() + 1)
+        return reached
+
+    def _packs(
+        self, messages: list[Any], ranges: dict[str, tuple[int, int]]
+    ) -> list[pa.RecordBatch]:
+        """The sub-batch's messages packed by bucket, a partition at a time."""
+        by_partition: dict[str, list[Any]] = defaultdict(list)
+        for message in messages:
+            by_partition[f"{message.topic()}/{message.partition()}"].append(message)
+        packs = []
+        for name, found in by_partition.items():
+            topic, _, partition = name.rpartition("/")
+            start, end = ranges[name]
+            read = range_name(topic, int(partition), start, end)
+            packs.append(pack_messages(self.source, topic, int(partition), found, read))
+        return packs

@@ -1,0 +1,132 @@
+"""One task of a long batch on the real broker: read, joined and committed in sub-batches,
+and an attempt that died inside it replaced by one that replays and goes on.
+
+No Spark: the task drives the operator's calls itself (docs/architecture.md, "Continuous
+mode"). The tweet-views ``comap`` pipeline; every user is produced before any tweet and never
+updated, so each tweet yields exactly one view. Tweets arrive in waves while the task runs, so
+that it commits several sub-batches. The first attempt stops after its second sub-batch's
+commit, as a crash would; a second attempt of the same lease, with the state as of the long
+batch's start (none), must replay those two with output suppressed and go on, so that the
+output topic, read ``read_committed``, holds exactly one view per tweet. A task whose marker
+is of a later long batch than its own stops: the checkpoint lost what the output holds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from daemon.continuous.held_buckets import HeldBuckets
+from daemon.continuous.lease import Lease
+from daemon.continuous.task import LongBatchRun, LongBatchTask, wall_ms
+from daemon.errors import CheckpointDivergedError
+from daemon.operator.processor import JoinerProcessor
+from daemon.pipeline.plan import PipelinePlan, plan_pipeline
+from daemon.sink.markers import Share
+from daemon.sink.sub_batches import SubBatchProducer
+from daemon.sink.task_producer import forget_kept_clients
+from tests.kafka_helpers import TWEETS, USERS, VIEWS, In, TweetViews, produce, read_topic
+
+AUTHORS = 5
+WAVES, PER_WAVE = 6, 10
+
+
+class Crash(Exception):  # noqa: N818 - what the test does to the attempt
+    """The first attempt ends here, after a commit."""
+
+
+def _users(conf: dict[str, str], topic: str) -> None:
+    produce(conf, topic, [
+        In(USERS.encode({"id": i, "name": f"user {i}"}), str(i).encode(), 1000 + i)
+        for i in range(1, AUTHORS + 1)
+    ])  # fmt: skip
+
+
+def _tweets_in_waves(conf: dict[str, str], topic: str, gap_s: float) -> threading.Thread:
+    def waves() -> None:
+        for wave in range(WAVES):
+            ids = range(wave * PER_WAVE, (wave + 1) * PER_WAVE)
+            produce(conf, topic, [
+                In(TWEETS.encode({"id": i, "author_id": 1 + i % AUTHORS, "content": "hi"}),
+                   str(i).encode(), 2000 + i)
+                for i in ids
+            ])  # fmt: skip
+            time.sleep(gap_s)
+
+    thread = threading.Thread(target=waves, daemon=True)
+    thread.start()
+    return thread
+
+
+def _attempt(
+    plan: PipelinePlan, lease: Lease, after_commit: Callable[[int], None] | None = None
+) -> LongBatchRun:
+    processor = JoinerProcessor(plan.operator, plan.output)
+    buckets = HeldBuckets()  # the state as of the long batch's start: none
+    processor.ready(buckets)
+    task = LongBatchTask(
+        processor, plan.source, plan.output, lease, "query", buckets, after_commit=after_commit
+    )
+    return task.run()
+
+
+def test_a_replaced_attempt_replays_its_sub_batches_and_goes_on_exactly_once(
+    tweet_views: Callable[..., TweetViews],
+) -> None:
+    views = tweet_views("long")
+    file = views.file()
+    plan = plan_pipeline(file, file.pipeline[0], views.conf)
+    _users(views.conf, views.users)
+    waves = _tweets_in_waves(views.conf, views.tweets, gap_s=0.3)
+    starts = {f"{views.users}/0": 0, f"{views.tweets}/0": 0}
+
+    def crash_after_two(sub: int) -> None:
+        if sub == 1:
+            raise Crash
+
+    lease = Lease(batch=3, task=0, starts=starts, until_ms=wall_ms() + 30_000)
+    try:
+        with pytest.raises(Crash):
+            _attempt(plan, lease, crash_after_two)
+        waves.join()
+        again = Lease(batch=3, task=0, starts=starts, until_ms=wall_ms() + 1_500)
+        run = _attempt(plan, again)
+    finally:
+        forget_kept_clients()  # before the session's broker stops
+
+    assert run.replayed == 2
+    assert run.committed >= 1
+    assert run.ends == {f"{views.users}/0": AUTHORS, f"{views.tweets}/0": WAVES * PER_WAVE}
+    counts: Counter[int] = Counter()
+    for record in read_topic(views.conf, views.output):
+        view: dict[str, Any] = VIEWS.decode(record.value or b"")
+        assert view["author"]["name"] == f"user {view['tweet']['author_id']}"
+        counts[view["id"]] += 1
+    assert counts == Counter(range(WAVES * PER_WAVE))
+
+
+def test_a_task_whose_marker_is_of_a_later_long_batch_stops_naming_both(
+    tweet_views: Callable[..., TweetViews],
+) -> None:
+    views = tweet_views("later")
+    file = views.file()
+    plan = plan_pipeline(file, file.pipeline[0], views.conf)
+    later = SubBatchProducer(plan.output, 0, 7, "query")
+    try:
+        later.take_over()
+        later.open_transaction()
+        later.commit(Share(frozenset(), 1000))  # long batch 7 is in Kafka
+        lease = Lease(batch=5, task=0, starts={f"{views.tweets}/0": 0}, until_ms=wall_ms())
+        with pytest.raises(CheckpointDivergedError) as stopped:
+            _attempt(plan, lease)
+    finally:
+        forget_kept_clients()
+    assert str(stopped.value).startswith(
+        f"pipeline {views.name!r}: task 0 runs long batch 5, but its marker says long batch 7 "
+        "was written to Kafka already"
+    )
