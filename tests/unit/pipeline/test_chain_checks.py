@@ -196,3 +196,9 @@ def test_aggregate_belongs_to_the_lookup_not_to_a_table(tmp_path: Path) -> None:
     _, problems = validate_pipeline_file(path)
     assert len(problems) == 1, problems
     assert re.search(r"options\.tables\.2: .*takes no `aggregate`", problems[0]), problems[0]
+
+
+def test_describe_says_running_totals_work_with_several_tables() -> None:
+    text = " ".join(LookupOfTables.semantics().split())
+    assert "``aggregate`` is the whole lookup's (beside ``tables``, not in an entry)" in text
+    assert "aggregate" not in text.split("Not yet with several tables:")[1]
