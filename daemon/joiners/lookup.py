@@ -404,8 +404,12 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
             joiner=stage,
             key=options.aggregate.group_by,
             output=TOTALS,
-            retractions=RETRACTIONS if options.revisions else None,
+            retractions=RETRACTIONS if self.retracts() else None,
         )
+
+    def retracts(self) -> bool:
+        """Whether an answer written can be replaced, so totals must take it back: revisions."""
+        return self.options.revisions
 
     # -- versioned --------------------------------------------------------------------------
 

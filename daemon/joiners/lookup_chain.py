@@ -383,6 +383,8 @@ class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
     name = "lookup-numbering"
     description = "Numbers the answers of a lookup of several tables (internal)."
     roles = ("joined",)
+    # Written only with `retractions`; declared, since the engine refuses an undeclared output.
+    outputs = (RETRACTIONS,)
 
     def initial_state(self) -> dict[str, Any]:
         """Nothing seen, nothing written."""
@@ -457,6 +459,9 @@ class LookupChain(Chain):
         inputs: each table's place among the pipeline's inputs (the stream is 0), which
             ranks its rows at equal timestamps.
         pipeline: the pipeline's name, for the stages' contexts.
+        retractions: the numbering writes the answer each revision replaces to
+            :data:`~daemon.joiners.aggregate.RETRACTIONS` first, for a running totals stage
+            (with revisions on some table; without, no answer is ever replaced).
     """
 
     def __init__(
@@ -465,6 +470,8 @@ class LookupChain(Chain):
         tables: Sequence[ChainTable],
         inputs: Mapping[str, int],
         pipeline: str,
+        *,
+        retractions: bool = False,
     ) -> None:
         self.stream_field = stream_field
         self.stages = tuple(
@@ -481,7 +488,10 @@ class LookupChain(Chain):
         )
         revising = any(table.options.revisions for table in tables)
         self.last = (
-            Numbering(NumberingOptions(), JoinerContext(pipeline, {"joined": "joined"}))
+            Numbering(
+                NumberingOptions(retractions=retractions),
+                JoinerContext(pipeline, {"joined": "joined"}),
+            )
             if revising
             else None
         )

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from daemon.joiners.aggregate import totals_value
 from daemon.joiners.lookup import Lookup, LookupOptions, VersionedState
 from daemon.joiners.lookup_chain import ChainTable, LookupChain, plan_chain
 from daemon.plugin import (
@@ -44,8 +45,11 @@ SEVERAL_TABLES = """
     streaming query, grouped by its own key: a stage adds its table's answer under the table's
     field and passes the record on. With ``revisions`` on any table, a late row of any table
     revises exactly the outputs it changes, once each (numbered by ``revision``), and the last
-    answer per stream record is the as-of join of all tables. Not yet with several tables:
-    ``aggregate``, ``grace`` and ``state_ttl``.
+    answer per stream record is the as-of join of all tables. ``aggregate`` is the whole
+    lookup's (beside ``tables``, not in an entry), its paths into the output record
+    (``"region.name"``): its running totals follow the revisions as with one table, each
+    stream record counting once, in the group of its latest answer. Not yet with several
+    tables: ``grace`` and ``state_ttl``.
 """
 """What ``tables`` adds to :meth:`LookupOfTables.semantics` (``daemon plugins describe``)."""
 
@@ -103,11 +107,6 @@ class LookupOfTablesOptions(LookupOptions):
             return self
         if not self.tables:
             raise ValueError("`tables` needs at least one table")
-        if self.aggregate is not None:
-            raise ValueError(
-                "`aggregate` with `tables` is not supported yet: running totals of a lookup of "
-                "several tables are to come; remove `aggregate` or use one table"
-            )
         shared = sorted(self.model_fields_set - {"tables", "aggregate"})
         if shared:
             raise ValueError(
@@ -193,8 +192,18 @@ class LookupOfTables(Lookup):
             return None
         inputs = {role: index for index, role in enumerate(self.roles)}
         return LookupChain(
-            self.context.fields["stream"], self.tables, inputs, self.context.pipeline
+            self.context.fields["stream"],
+            self.tables,
+            inputs,
+            self.context.pipeline,
+            retractions=self.options.aggregate is not None,
         )
+
+    def retracts(self) -> bool:
+        """With ``tables``: a revision of any table replaces an answer written."""
+        if self.tables is None:
+            return super().retracts()
+        return any(table.options.revisions for table in self.tables)
 
     def bootstrap_roles(self) -> frozenset[str]:
         """Each table with ``bootstrap = true``, read to its end at start."""
@@ -237,7 +246,7 @@ class LookupOfTables(Lookup):
             written.append(
                 Written.typed("revision", "int", "0 for the first answer, then 1, 2, ...")
             )
-        return [
+        values = [
             OutputValue(
                 written,
                 key="the stream record's Kafka key",
@@ -245,6 +254,9 @@ class LookupOfTables(Lookup):
                 key_role="stream",
             )
         ]
+        if self.options.aggregate is not None:
+            values.append(totals_value(self.options.aggregate))
+        return values
 
 
 def _chained(table: LookupTable, context: JoinerContext) -> ChainTable:

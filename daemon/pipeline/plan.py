@@ -189,15 +189,16 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
         output_keys={n: c for n, c in output_keys.items() if c.key_format in ("avro", "json")},
         selects=selects or None,
     )
-    chain = joiner.chain()
-    if chain is not None:
-        return PipelinePlan(
-            pipe, conf, source, output, operator, chain=_chain_steps(pipe, operator, chain)
+    downstream = None
+    if stage is not None:
+        downstream = _downstream_plan(
+            pipe, output, stage, plugin, output_codec, outputs, file.state
         )
-    if stage is None:
-        return PipelinePlan(pipe, conf, source, output, operator)
-    downstream = _downstream_plan(pipe, output, stage, plugin, output_codec, outputs, file.state)
-    return PipelinePlan(pipe, conf, source, output, operator, downstream)
+    # A chain's second stage reads its output as a one-joiner query's does: the chain ends
+    # in one writing operator, and its numbering writes the retractions.
+    chain = joiner.chain()
+    steps = () if chain is None else _chain_steps(pipe, operator, chain)
+    return PipelinePlan(pipe, conf, source, output, operator, downstream, chain=steps)
 
 
 def _chain_steps(

@@ -9,6 +9,7 @@ equal per order.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 from daemon.joiners.lookup import LookupOptions
@@ -25,6 +26,34 @@ ROW_KEYS = {"customers": "id", "regions": "id", "products": "id"}
 TIMES = {"stream": "at", "customers": "since", "regions": "since", "products": "since"}
 Lines = dict[str, list[dict[str, Any]]]
 """Each role's records, ``{"key": ..., "value": ..., "timestamp": ...}`` as replay reads them."""
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "orders-three-tables.toml"
+UNITS_PER_REGION = """
+[pipeline.outputs.totals]
+topic = "units-per-region"
+schema = "../schemas/region_quantity.avsc"
+
+[pipeline.options.aggregate]
+group_by = "region.name"
+op = "sum"
+field = "order.quantity"
+group_field = "region"
+"""
+"""Running totals for the example: units ordered per region name, following revisions."""
+
+
+def example_with(folder: Path, added: str = UNITS_PER_REGION, old: str = "", new: str = "") -> Path:
+    """examples/orders-three-tables.toml with ``added`` at its end (and ``old`` made ``new``).
+
+    Written to ``folder``, its schema paths made absolute.
+    """
+    text = EXAMPLE.read_text(encoding="utf-8")
+    if old:
+        assert old in text, old
+        text = text.replace(old, new)
+    schemas = (EXAMPLE.parents[1] / "schemas").as_posix()
+    path = folder / "orders-with-totals.toml"
+    path.write_text((text + added).replace("../schemas", schemas), encoding="utf-8")
+    return path
 
 
 def shop_inputs(seed: int, prefix: str = "", *, late_customer: bool = False) -> Lines:

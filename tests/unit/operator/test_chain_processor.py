@@ -20,6 +20,7 @@ import pytest
 
 from daemon.errors import SchemaRegistryUnavailableError
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
+from daemon.joiners.aggregate import RETRACTIONS
 from daemon.joiners.lookup import LookupOptions
 from daemon.joiners.lookup_chain import ChainTable
 from daemon.joiners.lookup_tables import LookupOfTables
@@ -58,12 +59,21 @@ def _codec(name: str) -> AvroCodec:
     return AvroCodec(load_schema_file(ROOT / "schemas" / f"{name}.avsc"))
 
 
-def _operators(options: dict[str, Any]) -> list[ChainProcessor]:
-    """The chain's operators, in query order, each on its own state handle."""
+def _operators(
+    options: dict[str, Any], aggregate: dict[str, Any] | None = None
+) -> list[ChainProcessor]:
+    """The chain's operators, in query order, each on its own state handle.
+
+    ``options``: each table's; ``aggregate``: the lookup's running totals, whose retractions
+    the writing operator writes to ``out.retractions``.
+    """
     tables = [{"input": role, "lookup_key": LOOKUP_KEYS[role], **options} for role in ROLES[1:]]
-    joiner = configure(
-        LookupOfTables, {"tables": tables}, pipeline="p", fields=FIELDS, output_fields=()
-    )
+    whole: dict[str, Any] = {"tables": tables}
+    outputs = None
+    if aggregate is not None:
+        whole["aggregate"] = aggregate
+        outputs = {RETRACTIONS: ("out.retractions", _codec("order_three_tables"))}
+    joiner = configure(LookupOfTables, whole, pipeline="p", fields=FIELDS, output_fields=())
     chain = joiner.chain()
     assert chain is not None
     joiners = [stage.joiner for stage in chain.stages] + [chain.last] * (chain.last is not None)
@@ -77,6 +87,7 @@ def _operators(options: dict[str, Any]) -> list[ChainProcessor]:
             dead_letter_topic="out.dlq",
             plugin="enrichd",
             inputs=tuple((role, f"{role}-topic") for role in ROLES),
+            outputs=outputs,
         )
         table = ROLES.index(chain.stages[index].table) if index < len(chain.stages) else None
         step = ChainStep(chain, index, 1, 0, table)
@@ -260,3 +271,37 @@ def test_an_inner_stage_without_a_row_withdraws_through_the_operators() -> None:
         assert _outputs(written, "out.dlq") == []
         assert by_key(_outputs(written)) == by_key(plain.outputs)
         assert "o-2" not in by_key(_outputs(written))
+
+
+@pytest.mark.parametrize("max_batch", [None, 1])
+def test_with_running_totals_the_writing_operator_retracts_what_each_revision_replaces(
+    max_batch: int | None,
+) -> None:
+    # The example's revisions: o-3 by north's new manager, then by Ada's move south, and o-1
+    # by the lamp's new price. Each replaced answer goes to the retractions first.
+    inputs = _inputs()
+    options = LookupOptions(versioned=True, revisions=True)
+    tables = [ChainTable(role, FIELDS[role], LOOKUP_KEYS[role], options) for role in ROLES[1:]]
+    plain = run_chain(
+        ChainStream("stream", "order", "at"),
+        tables,
+        inputs,
+        row_keys={role: "id" for role in ROLES[1:]},
+        times=TIMES,
+        retractions=True,
+    )
+    retracted = [out for out in plain.outputs if out.output == RETRACTIONS]
+    assert len(retracted) == 3
+
+    operators = _operators(
+        {"versioned": True, "revisions": True},
+        aggregate={"group_by": "region.name", "op": "sum", "field": "order.quantity"},
+    )
+    written = _run(operators, inputs, max_batch)
+
+    assert by_key(_outputs(written)) == by_key(o for o in plain.outputs if o.output is None)
+    assert by_key(_outputs(written, "out.retractions")) == by_key(retracted)
+    assert sorted(
+        (v["order"]["id"], v["region"]["manager"], v["revision"])
+        for v in (r["value"] for r in _outputs(written, "out.retractions"))
+    ) == [("o-1", "Mia", 0), ("o-3", "Mia", 0), ("o-3", "Noor", 1)]

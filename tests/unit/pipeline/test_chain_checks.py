@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from daemon.joiners.aggregate import RETRACTIONS
+from daemon.joiners.lookup_chain import Numbering
 from daemon.joiners.lookup_tables import LookupOfTables
 from daemon.model.config import load_pipeline_file
 from daemon.pipeline.validation import validate_pipeline_file
 from daemon.plugin.configured import pipeline_joiner
+from tests.joins.shop_chain import UNITS_PER_REGION, example_with
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "orders-three-tables.toml"
 
@@ -122,3 +125,80 @@ def test_a_table_of_no_input_is_named_with_the_input_it_leaves_over(tmp_path: Pa
         "its roles: stream, customers, regions, suppliers",
         "inputs: no input for role 'suppliers' of joiner 'lookup'; add [pipeline.inputs.suppliers]",
     ]
+
+
+# -- running totals -------------------------------------------------------------------------
+
+
+def test_running_totals_of_several_tables_retract_what_a_revision_replaces(
+    tmp_path: Path,
+) -> None:
+    parsed, problems = validate_pipeline_file(example_with(tmp_path))
+    assert parsed is not None and problems == []
+    joiner = pipeline_joiner(parsed.pipeline[0])
+    stage = joiner.downstream()
+    assert stage is not None
+    assert (stage.key, stage.output, stage.retractions) == ("region.name", "totals", RETRACTIONS)
+    chain = joiner.chain()
+    assert chain is not None and isinstance(chain.last, Numbering)
+    assert chain.last.options.retractions
+    # The totals output is declared, so validate checks its schema and describe shows it.
+    assert [value.output for value in joiner.writes()] == [None, "totals"]
+
+
+def test_running_totals_without_revisions_retract_nothing(tmp_path: Path) -> None:
+    # No answer is ever replaced: no numbering, no retractions topic, totals only grow.
+    path = example_with(tmp_path, old="revisions = true\n", new="")
+    joiner = pipeline_joiner(load_pipeline_file(path).pipeline[0])
+    stage = joiner.downstream()
+    assert stage is not None and stage.retractions is None
+    chain = joiner.chain()
+    assert chain is not None and chain.last is None
+
+
+@pytest.mark.parametrize(
+    ("added", "line"),
+    [
+        (
+            UNITS_PER_REGION.replace('"region.name"', '"region.nme"'),
+            r"\.options\.aggregate\.group_by: field 'nme' is not in the output's schema .*"
+            r"its fields: id, name, manager, since",
+        ),
+        (
+            UNITS_PER_REGION.replace('"order.quantity"', '"customer.name"'),
+            r"\.options\.aggregate\.field: field 'customer\.name' of .* is string; "
+            r"joiner 'lookup' needs",
+        ),
+        (
+            UNITS_PER_REGION.split("[pipeline.options.aggregate]")[0].replace(
+                "[pipeline.outputs.totals]", "[pipeline.outputs.other]"
+            )
+            + "[pipeline.options.aggregate]"
+            + UNITS_PER_REGION.split("[pipeline.options.aggregate]")[1],
+            r"\.outputs: joiner 'lookup' writes output 'totals' with these options; "
+            r"add \[pipeline\.outputs\.totals\]",
+        ),
+    ],
+)
+def test_validate_checks_running_totals_against_the_several_table_output(
+    tmp_path: Path, added: str, line: str
+) -> None:
+    _, problems = validate_pipeline_file(example_with(tmp_path, added))
+    assert any(re.search(line, problem) for problem in problems), problems
+
+
+def test_aggregate_belongs_to_the_lookup_not_to_a_table(tmp_path: Path) -> None:
+    path = example_with(
+        tmp_path,
+        old='input = "products"',
+        new='input = "products"\naggregate = {group_by = "region.name"}',
+    )
+    _, problems = validate_pipeline_file(path)
+    assert len(problems) == 1, problems
+    assert re.search(r"options\.tables\.2: .*takes no `aggregate`", problems[0]), problems[0]
+
+
+def test_describe_says_running_totals_work_with_several_tables() -> None:
+    text = " ".join(LookupOfTables.semantics().split())
+    assert "``aggregate`` is the whole lookup's (beside ``tables``, not in an entry)" in text
+    assert "aggregate" not in text.split("Not yet with several tables:")[1]
