@@ -48,8 +48,10 @@ SEVERAL_TABLES = """
     answer per stream record is the as-of join of all tables. ``aggregate`` is the whole
     lookup's (beside ``tables``, not in an entry), its paths into the output record
     (``"region.name"``): its running totals follow the revisions as with one table, each
-    stream record counting once, in the group of its latest answer. Not yet with several
-    tables: ``grace`` and ``state_ttl``.
+    stream record counting once, in the group of its latest answer. Tables with
+    ``bootstrap = true`` are read to their ends together, before any stream record, when a
+    query starts without a checkpoint. Not yet with several tables: ``grace`` and
+    ``state_ttl``.
 """
 """What ``tables`` adds to :meth:`LookupOfTables.semantics` (``daemon plugins describe``)."""
 

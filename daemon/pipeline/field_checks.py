@@ -6,7 +6,10 @@ name a field of an input's records (or of the main output's, for a second stage)
 must be in that schema, and of the types the mark allows. The joiner's
 :meth:`~daemon.plugin.joiner.Joiner.writes` says what it writes to each output: the output's
 schema must hold it (:mod:`daemon.formats.avro.fits`), and its other fields need defaults;
-with a ``select``, what the select makes of it (:mod:`daemon.pipeline.select_checks`).
+with a ``select``, what the select makes of it (:mod:`daemon.pipeline.select_checks`). A
+lookup of several tables reads each table's ``lookup_key`` from the record enriched so far:
+past its first part (the stream's or an earlier table's field), each path must be a field of
+that input's records, or no stream record would ever find a row of that table.
 
 Schemas come from the pipeline's ``.avsc`` files; an input or output whose schema is a
 registry subject alone is not checked here (the registry's own checks are
@@ -51,6 +54,7 @@ def field_problems(pipeline: PipelineConfig, where: str, joiner: Joiner) -> list
     records = {role: _input_schema(spec) for role, spec in pipeline.inputs.items()}
     records[MAIN_OUTPUT] = _schema_of(pipeline.output)
     problems = list(_option_problems(joiner.options, "options", records, where, joiner.name))
+    problems += _lookup_key_problems(pipeline, joiner, records, where)
     for value in joiner.writes():
         if value.output is None and pipeline.select is not None:
             continue  # the select writes the main output: daemon.pipeline.select_checks
@@ -104,6 +108,36 @@ def _option_problems(
             problem = _named_field_problem(str(path), mark, record, joiner)
             if problem is not None:
                 yield f"{at}: {problem}"
+
+
+def _lookup_key_problems(
+    pipeline: PipelineConfig, joiner: Joiner, records: dict[str, _Schema | None], where: str
+) -> Iterator[str]:
+    """A chain's ``lookup_key`` paths that name no field of the record they read.
+
+    Such a key is null for every stream record: each gets the table's no-row answer (in
+    ``inner`` mode, none at all), with no dead letter to say why.
+    """
+    chain = joiner.chain()
+    if chain is None:
+        return
+    roles = {pipeline.field_of(role): role for role in pipeline.inputs}
+    for stage in chain.stages:
+        for path in stage.paths:
+            head, _, rest = path.partition(".")
+            role = roles.get(head)
+            record = records.get(role) if role is not None else None
+            if record is None or not rest:
+                continue  # an unknown head is the joiner's to refuse; a schema not known here
+            missing = missing_field(record.schema, rest, record.named)
+            if missing is not None:
+                name, known = missing
+                yield (
+                    f"{where}.options.tables ({stage.table}): lookup_key {path!r}: field "
+                    f"{name!r} is not in the {role!r} input's schema {record.source}, so no "
+                    f"stream record would find a row of {stage.table!r}; its fields: "
+                    f"{', '.join(known) or 'none'}"
+                )
 
 
 def _named_field_problem(path: str, mark: FieldOf, record: _Schema, joiner: str) -> str | None:

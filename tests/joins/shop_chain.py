@@ -121,6 +121,56 @@ def shop_inputs(seed: int, prefix: str = "", *, late_customer: bool = False) -> 
     return lines
 
 
+REGIONAL = [
+    *TABLES[:2],
+    ChainTable("products", "product", ("order.product_id", "customer.region_id"), REVISING),
+]
+"""The tables when products are priced per region: a product's row is found by the order's
+product and the region of the order's customer, a key of two parts from two records."""
+REGIONAL_ROW_KEYS = {**ROW_KEYS, "products": ["kafka_key.id", "kafka_key.region"]}
+"""Each table's own key when products are keyed in Kafka by ``{"id": ..., "region": ...}``."""
+
+
+def priced_by_region(lines: Lines, seed: int) -> Lines:
+    """``lines`` with each product priced per region, keyed by a JSON ``{id, region}``.
+
+    Each first product row becomes one row per region, each with its own price; each later
+    change of a product applies to one region, chosen at random. The product in the first
+    region is deleted (a tombstone, keyed as its rows) at the Kafka time of the middle order,
+    just after it.
+    """
+    rng = random.Random(seed)  # noqa: S311 - test data, not security
+    regions = list(dict.fromkeys(line["key"] for line in lines["regions"]))
+    rows = []
+    for line in lines["products"]:
+        value = line["value"]
+        first = value["since"] == 0
+        for n, region in enumerate(regions if first else [rng.choice(regions)]):
+            price = {**value, "price": value["price"] + 100 * n}
+            key = {"id": value["id"], "region": region}
+            rows.append({"key": key, "value": price, "timestamp": line["timestamp"]})
+    middle = lines["stream"][len(lines["stream"]) // 2]
+    gone = {"id": middle["value"]["product_id"], "region": regions[0]}
+    rows.append({"key": gone, "value": None, "timestamp": middle["timestamp"]})
+    rows.sort(key=lambda r: r["timestamp"])
+    return {**lines, "products": rows}
+
+
+def bootstrapped_late(lines: Lines, roles: tuple[str, ...]) -> Lines:
+    """``lines`` with every record of ``roles`` produced after the last order, in its order.
+
+    Their ``since`` stays: the rows are valid when the orders were placed, but reach Kafka
+    only after them, as a table loaded after the events it describes.
+    """
+    last = max(line["timestamp"] for line in lines["stream"])
+    return {
+        role: [{**line, "timestamp": line["timestamp"] + last} for line in records]
+        if role in roles
+        else records
+        for role, records in lines.items()
+    }
+
+
 def merged(histories: list[Lines]) -> Lines:
     """Several histories' lines in one set of inputs, interleaved by Kafka timestamp."""
     return {
@@ -129,8 +179,22 @@ def merged(histories: list[Lines]) -> Lines:
     }
 
 
-def plain_chain(lines: Lines) -> ChainRun:
-    """The chain's plain replay over ``lines``: what the engine is to write."""
+def plain_chain(
+    lines: Lines,
+    tables: list[ChainTable] = TABLES,
+    row_keys: dict[str, Any] = ROW_KEYS,
+    bootstrap: tuple[str, ...] = (),
+) -> ChainRun:
+    """The chain's plain replay over ``lines``: what the engine is to write.
+
+    ``tables`` and ``row_keys``: the chain and each table's own key (default: the example's);
+    ``bootstrap``: the tables read first.
+    """
     return run_chain(
-        ChainStream("stream", "order", "at"), TABLES, lines, row_keys=ROW_KEYS, times=TIMES
+        ChainStream("stream", "order", "at"),
+        tables,
+        lines,
+        row_keys=row_keys,
+        times=TIMES,
+        bootstrap=bootstrap,
     )

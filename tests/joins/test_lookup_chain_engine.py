@@ -10,7 +10,10 @@ follow her. The engine's outputs must equal, per order, the plain replay of the 
 micro-batch and in micro-batches of a few records; and so must six such histories run at once,
 each in its own key space, half of them with a customer whose first row arrives after orders
 for it; and so must a history whose customers table is a Debezium changelog with Avro keys, a
-customer deleted midway (her later answers withdrawn).
+customer deleted midway (her later answers withdrawn); one whose products are priced per
+region, found by a key of two parts from two records (the order's product, its customer's
+region) in a table keyed by JSON Kafka keys; and one whose customers and products tables
+bootstrap, their rows reaching Kafka after every order.
 """
 
 from __future__ import annotations
@@ -24,7 +27,16 @@ import pytest
 from daemon.model.config import load_pipeline_file
 from daemon.replay import replay
 from daemon.testing import by_key
-from tests.joins.shop_chain import merged, plain_chain, shop_inputs
+from tests.joins.shop_chain import (
+    REGIONAL,
+    REGIONAL_ROW_KEYS,
+    Lines,
+    bootstrapped_late,
+    merged,
+    plain_chain,
+    priced_by_region,
+    shop_inputs,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "orders-three-tables.toml"
@@ -37,6 +49,17 @@ def _write(tmp: Path, lines: dict[str, list[dict[str, Any]]]) -> dict[str, Path]
         path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         files[role] = path
     return files
+
+
+def _derived(tmp: Path, changes: dict[str, str]) -> Path:
+    """The example's pipeline file with each of ``changes`` made (each text found once)."""
+    text = EXAMPLE.read_text().replace("../schemas", (ROOT / "schemas").as_posix())
+    for old, new in changes.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = tmp / "pipeline.toml"
+    path.write_text(text)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +198,106 @@ def test_a_debezium_table_with_avro_keys_answers_as_its_rows_do(
 
     result = replay(
         load_pipeline_file(path), files, bootstrap_servers=broker.bootstrap_servers, max_batch=23
+    )
+
+    assert result.dead_letters == []
+    assert by_key(result.outputs) == expected
+
+
+def test_a_composite_key_from_two_records_finds_the_price_in_the_customers_region(
+    broker: Any, spark: Any, tmp_path: Path
+) -> None:
+    # Products priced per region, keyed in Kafka by {"id", "region"}: an order's product row is
+    # found by its product and its customer's region, so a customer who moves region late
+    # revises the order's price too; late price changes of one region and a delete besides.
+    lines = priced_by_region(shop_inputs(3), 3)
+    plain = plain_chain(lines, REGIONAL, REGIONAL_ROW_KEYS)
+    expected = by_key(plain.outputs)
+    assert plain.metrics["products.revisions"] > 0
+    assert plain.metrics["customers.revisions"] > 0
+    assert any(value is None for values in expected.values() for value in values)
+    # An order whose answers change region and price: the key's parts come from two records.
+    assert any(
+        len({(v["customer"]["region_id"], v["product"]["price"]) for v in values if v}) > 1
+        and len({v["product"]["id"] for v in values if v}) == 1
+        for values in expected.values()
+    )
+    assert plain.dead_letters == []
+    path = _derived(
+        tmp_path,
+        {
+            'shop_product.avsc"\nkey = "id"': (
+                'shop_product.avsc"\nkey_format = "json"\n'
+                'key = ["kafka_key.id", "kafka_key.region"]'
+            ),
+            'lookup_key = "order.product_id"': (
+                'lookup_key = ["order.product_id", "customer.region_id"]'
+            ),
+        },
+    )
+
+    result = replay(
+        load_pipeline_file(path),
+        _write(tmp_path, lines),
+        bootstrap_servers=broker.bootstrap_servers,
+        max_batch=19,
+    )
+
+    assert result.dead_letters == []
+    assert by_key(result.outputs) == expected
+
+
+def _as_of(rows: list[dict[str, Any]], key: str, at: int) -> dict[str, Any] | None:
+    """The row of ``key`` valid at ``at`` (no tombstones here): the latest ``since`` up to
+    ``at``, of ties the last in."""
+    found = None
+    for row in rows:
+        value = row["value"]
+        if row["key"] == key and value["since"] <= at:
+            if found is None or value["since"] >= found["since"]:
+                found = value
+    return found
+
+
+def test_tables_that_bootstrap_answer_orders_that_reached_kafka_before_their_rows(
+    broker: Any, spark: Any, tmp_path: Path
+) -> None:
+    # Customers and products reach Kafka after every order (a table loaded after the events
+    # it describes); both bootstrap, so a new query reads them first. Regions do not: their
+    # late rows still revise.
+    booted = ("customers", "products")
+    lines: Lines = bootstrapped_late(shop_inputs(11), booted)
+    unbooted = plain_chain(lines)  # without bootstrap every order waits for its rows
+    assert unbooted.metrics["customers.unmatched"] == len(lines["stream"])
+    plain = plain_chain(lines, bootstrap=booted)
+    expected = by_key(plain.outputs)
+    # With it, each order is answered at once with the rows valid at its time: its first
+    # answer is revision 0 with its customer and product as of the order, and only regions
+    # revise.
+    for order in lines["stream"]:
+        value = order["value"]
+        first = expected[order["key"]][0]
+        assert first["revision"] == 0
+        assert first["customer"] == _as_of(lines["customers"], value["customer_id"], value["at"])
+        assert first["product"] == _as_of(lines["products"], value["product_id"], value["at"])
+    assert plain.metrics.get("customers.revisions", 0) == 0
+    assert plain.metrics.get("products.revisions", 0) == 0
+    assert plain.metrics["regions.revisions"] > 0
+    path = _derived(
+        tmp_path,
+        {
+            f'input = "{role}"\nlookup_key = "order.{field}_id"': (
+                f'input = "{role}"\nlookup_key = "order.{field}_id"\nbootstrap = true'
+            )
+            for role, field in (("customers", "customer"), ("products", "product"))
+        },
+    )
+
+    result = replay(
+        load_pipeline_file(path),
+        _write(tmp_path, lines),
+        bootstrap_servers=broker.bootstrap_servers,
+        max_batch=13,
     )
 
     assert result.dead_letters == []

@@ -5,14 +5,15 @@
 cut into micro-batches of ``max_batch`` records; in each, every stage in chain order takes its
 table's rows of the micro-batch and the partials the stage before it passed on, grouped by
 its key, in arrival rank. The engine is to reach the same by taking a stage's table rows only
-up to the rank the stage before it has finished. At the end, each stage in turn lets out
+up to the rank the stage before it has finished. Tables that bootstrap are read first, in
+micro-batches of their own, as a new query reads them. At the end, each stage in turn lets out
 what it holds. It keeps no state across a restart and checks no schema: it is the reference
 the engine's run of a chain is to agree with, in the tests until the engine runs chains.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,7 +30,7 @@ from daemon.joiners.lookup_chain import (
     read_back,
     stage_order,
 )
-from daemon.model.keys import join_key
+from daemon.model.keys import KAFKA_KEY, join_key
 from daemon.plugin import END_OF_TIME, DeadLetter, Emit, InputRecord, JoinerContext, field_at
 
 Lines = Sequence[Mapping[str, Any]]
@@ -221,14 +222,19 @@ class _Chain:
         return as_partial(record, self.stream.field)
 
     def _row(self, role: str, offset: int, line: Mapping[str, Any]) -> InputRecord:
-        """A table row, keyed by its own key (a tombstone by its Kafka key)."""
+        """A table row, keyed by its own key (a tombstone by its Kafka key).
+
+        A key part ``kafka_key.FIELD`` is that field of the line's key (a JSON key, as a
+        dict), so a tombstone of a table keyed by its Kafka key's fields reaches its row.
+        """
         value, timestamp = line["value"], int(line["timestamp"])
-        if value is None:
+        paths = self.row_keys[role]
+        paths = [paths] if isinstance(paths, str) else list(paths)
+        if value is None and not all(path.startswith(f"{KAFKA_KEY}.") for path in paths):
             key = str(line["key"])
         else:
-            paths = self.row_keys[role]
-            paths = [paths] if isinstance(paths, str) else list(paths)
-            key = join_key([field_at(value, path) for path in paths])
+            found = {**(value or {}), KAFKA_KEY: line.get("key")}
+            key = join_key([field_at(found, path) for path in paths])
         event_time = _event_time(value, self.times.get(role), timestamp)
         return InputRecord(
             "table", key, value, event_time, role, 0, offset, _key_bytes(line.get("key")), timestamp
@@ -261,6 +267,7 @@ def run_chain(
     max_batch: int | None = None,
     retractions: bool = False,
     end: bool = True,
+    bootstrap: Collection[str] = (),
 ) -> ChainRun:
     """Replay ``inputs`` (per role; the stream's and each table's) through a chain.
 
@@ -269,12 +276,16 @@ def run_chain(
         tables: the tables, in the pipeline file's order (it ranks their rows at equal
             timestamps: stream first, then the tables as written).
         inputs: each input's records, in its partition's order.
-        row_keys: each table's own key (its input's ``key``): a field or a list of them.
+        row_keys: each table's own key (its input's ``key``): a field or a list of them; a
+            part ``kafka_key.FIELD`` reads the line's key (a dict, as a JSON key).
         times: event-time fields per role; a role without one uses the Kafka timestamp.
         max_batch: records per micro-batch; None: one micro-batch.
         retractions: write the answer each revision replaces (for running totals).
         end: let every stage out at the end of input, as end-of-input markers for every key
             do; False: stop after the last micro-batch.
+        bootstrap: tables with ``bootstrap = true``: as a new query reads them, all their
+            records come first, in micro-batches of their own (of ``max_batch`` records),
+            then every other record in arrival order.
 
     Returns:
         What the chain wrote and refused.
@@ -289,9 +300,12 @@ def run_chain(
         ),
         key=lambda item: item[:3],
     )
-    size = max_batch or max(len(arrival), 1)
-    for start in range(0, len(arrival), size):
-        chain.batch([(i, o, role, line) for _, i, o, role, line in arrival[start : start + size]])
+    first = [item for item in arrival if item[3] in bootstrap]
+    then = [item for item in arrival if item[3] not in bootstrap]
+    for part in (first, then):
+        size = max_batch or max(len(part), 1)
+        for start in range(0, len(part), size):
+            chain.batch([(i, o, role, line) for _, i, o, role, line in part[start : start + size]])
     if end:
         chain.end()
     run = chain.run

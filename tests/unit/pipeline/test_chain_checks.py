@@ -89,6 +89,13 @@ def test_a_table_listed_before_the_table_its_key_reads_is_staged_after_it(
             r"options\.tables \(products\): lookup_key has 2 part\(s\) and input 'products'",
         ),
         (
+            'lookup_key = "customer.region_id"',
+            'lookup_key = "customer.region"',
+            r"options\.tables \(regions\): lookup_key 'customer\.region': field 'region' is "
+            r"not in the 'customers' input's schema .*shop_customer\.avsc, so no stream record "
+            r"would find a row of 'regions'; its fields: id, name, region_id, since",
+        ),
+        (
             'input = "regions"',
             'input = "regions"\ngrace = "1s"',
             r"options\.tables\.1: `grace` is not supported with several tables yet",
@@ -125,6 +132,32 @@ def test_a_table_of_no_input_is_named_with_the_input_it_leaves_over(tmp_path: Pa
         "its roles: stream, customers, regions, suppliers",
         "inputs: no input for role 'suppliers' of joiner 'lookup'; add [pipeline.inputs.suppliers]",
     ]
+
+
+def test_each_path_of_a_composite_lookup_key_is_a_field_of_the_record_it_reads(
+    tmp_path: Path,
+) -> None:
+    # Products priced per region, keyed by their JSON Kafka key's id and region: the
+    # customer's part of the key names a field her record lacks.
+    text = EXAMPLE.read_text().replace("../schemas", (EXAMPLE.parent.parent / "schemas").as_posix())
+    for old, new in (
+        (
+            'shop_product.avsc"\nkey = "id"',
+            'shop_product.avsc"\nkey_format = "json"\nkey = ["kafka_key.id", "kafka_key.region"]',
+        ),
+        ('lookup_key = "order.product_id"', 'lookup_key = ["order.product_id", "customer.zone"]'),
+    ):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = tmp_path / "pipeline.toml"
+    path.write_text(text)
+    _, problems = validate_pipeline_file(path)
+    assert [p.split(").", 1)[1].split(" input's")[0] for p in problems] == [
+        "options.tables (products): lookup_key 'customer.zone': field 'zone' is not in the "
+        "'customers'"
+    ]
+    path.write_text(text.replace("customer.zone", "customer.region_id"))
+    assert validate_pipeline_file(path)[1] == []
 
 
 # -- running totals -------------------------------------------------------------------------
