@@ -10,13 +10,15 @@ at every sub-batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import pickle
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from daemon.operator import state_compression
 from daemon.operator.bucket_delta import Pending
 from daemon.operator.bucket_store import Stored
 from daemon.operator.stash_log import MemoryChunks, StashLog
-from daemon.operator.state_format import Bucket
+from daemon.operator.state_format import Bucket, decode_bucket, encode_bucket
 
 _NOTHING_STORED = Stored(None, None, 0, Pending(0))
 Key = tuple[int, ...]
@@ -24,20 +26,34 @@ Key = tuple[int, ...]
 
 
 class HeldBuckets:
-    """The buckets a long batch's task has loaded, by key (see the module docstring)."""
+    """The buckets a long batch's task has loaded, by key (see the module docstring).
 
-    def __init__(self) -> None:
+    Args:
+        stored: a bucket's blob as the state store holds it (:func:`frozen`; None: none),
+            read the first time the long batch needs the bucket. None: the long batch
+            starts with no state.
+    """
+
+    def __init__(self, stored: Callable[[Key], bytes | None] | None = None) -> None:
         self._held: dict[Key, tuple[Bucket, MemoryChunks]] = {}
+        self._stored = stored
         self.loads: dict[str, int] = {}
-        """Always empty: no load goes to a store or a cache during the long batch."""
+        """Always empty: no load goes to the worker cache during the long batch."""
 
     def load(self, key: Any) -> tuple[Bucket, StashLog, Stored]:
-        """The bucket and its stash log; a bucket not held yet starts empty."""
+        """The bucket and its stash log, from the store the first time the long batch asks."""
         held = self._held.get(key)
         if held is None:
-            held = self._held[key] = (Bucket(), MemoryChunks())
+            blob = None if self._stored is None else self._stored(key)
+            held = self._held[key] = (Bucket(), MemoryChunks()) if blob is None else thawed(blob)
         bucket, chunks = held
         return bucket, StashLog(chunks, bucket.stash), _NOTHING_STORED
+
+    def changed(self) -> Iterator[tuple[Key, bytes | None]]:
+        """Each bucket the long batch changed, as the store is to hold it (None: empty)."""
+        for key, (bucket, chunks) in self._held.items():
+            if bucket.changed or bucket.touched:
+                yield key, frozen(bucket, chunks) if bucket.keys else None
 
     def save(self, key: Any, bucket: Bucket, log: StashLog, stored: Stored) -> None:
         """Keep the call's stashed values; the bucket's timer is its earliest due key."""
@@ -54,3 +70,15 @@ class HeldBuckets:
 
 def _due(bucket: Bucket, now: int) -> bool:
     return bucket.timer_ms is not None and bucket.timer_ms <= now
+
+
+def frozen(bucket: Bucket, chunks: MemoryChunks) -> bytes:
+    """A held bucket as one blob for the state store: its value and its stash chunks."""
+    data = (encode_bucket(bucket), [chunk for (chunk,) in chunks.items])
+    return state_compression.compress(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def thawed(blob: bytes) -> tuple[Bucket, MemoryChunks]:
+    """A bucket and its stash chunks back from :func:`frozen`'s blob."""
+    value, chunks = pickle.loads(state_compression.decompress(blob))  # noqa: S301 - our own state
+    return decode_bucket(value), MemoryChunks((chunk,) for chunk in chunks)

@@ -55,7 +55,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "state": (*FLOOR, "private_paths", "checkpoint", "plugin", "kafka", "spark", "operator"),
     # A long batch's task: reads as the source does, joins through the operator, writes
     # through the sink's sub-batches.
-    "continuous": (*FLOOR, "kafka", "source", "sink", "operator"),
+    "continuous": (*FLOOR, "kafka", "spark", "source", "sink", "operator"),
     "pipeline": (
         *FLOOR,
         *("private_paths", "checkpoint", "formats", "plugin", "kafka", "spark"),

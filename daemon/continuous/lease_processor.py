@@ -1,0 +1,98 @@
+"""A long batch's task in Spark: a ``transformWithState`` call per lease.
+
+Spark groups the long batch's rows by lease and calls the processor once per lease, for the
+whole long batch (:mod:`daemon.continuous.task` runs it). The lease's state is where it
+stopped (a value state of the end offsets, by partition) and its buckets (a map state, one
+entry a bucket), read the first time the long batch needs one and written, those changed,
+when the long batch ends: Spark commits them with the batch, so the next long batch starts
+where this one stopped, and a long batch run again starts as this one did.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql import Row as SparkRow
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+from daemon.continuous.held_buckets import HeldBuckets, Key
+from daemon.continuous.lease import Lease
+from daemon.continuous.task import LongBatchTask
+from daemon.operator.processor import JoinerProcessor
+from daemon.operator.spec import OperatorPlan
+from daemon.sink.spec import OutputSpec
+from daemon.source.spec import SourceSpec
+from daemon.spark.worker_gc import freeze_loaded
+
+ENDS_SCHEMA = StructType([StructField("ends", StringType())])
+BUCKET_KEY_SCHEMA = StructType([StructField("bucket", IntegerType())])
+HELD_SCHEMA = StructType([StructField("blob", BinaryType())])
+
+
+class LeaseProcessor(StatefulProcessor):
+    """Runs one lease's long batch per call (see the module docstring).
+
+    Args:
+        plan: the joiner operator's plan.
+        output: where the pipeline writes.
+        source: what it reads.
+        starts: where a lease without state starts, by partition name.
+        commit_interval_ms: how often a sub-batch commits.
+    """
+
+    def __init__(
+        self,
+        plan: OperatorPlan,
+        output: OutputSpec,
+        source: SourceSpec,
+        starts: dict[str, int],
+        commit_interval_ms: int,
+    ) -> None:
+        self.plan = plan
+        self.output_spec = output
+        self.source = source
+        self.starts = starts
+        self.commit_interval_ms = commit_interval_ms
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the lease's state: where it stopped, and its buckets."""
+        freeze_loaded()
+        self.ends = handle.getValueState("lease_ends", ENDS_SCHEMA)
+        self.held = handle.getMapState("lease_buckets", BUCKET_KEY_SCHEMA, HELD_SCHEMA)
+
+    def handleInputRows(  # noqa: N802 - Spark's name
+        self,
+        key: Any,
+        rows: Iterator[SparkRow],
+        timerValues: Any,  # noqa: N803
+    ) -> Iterator[SparkRow]:
+        """Run the lease's long batch; write what changed; hand the counts on."""
+        until = max(int(row.until) for row in rows)
+        context = TaskContext.get()
+        batch = int((context.getLocalProperty("streaming.sql.batchId") if context else 0) or 0)
+        query = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
+        stored = self.ends.get() if self.ends.exists() else None
+        starts = json.loads(stored[0]) if stored else dict(self.starts)
+        buckets = HeldBuckets(self._stored)
+        processor = JoinerProcessor(self.plan, self.output_spec)
+        processor.ready(buckets)
+        lease = Lease(batch, int(key[0]), starts, until, self.commit_interval_ms)
+        run = LongBatchTask(processor, self.source, self.output_spec, lease, query, buckets).run()
+        for bucket_key, blob in buckets.changed():
+            if blob is None:
+                self.held.removeKey(bucket_key)
+            else:
+                self.held.updateValue(bucket_key, (blob,))
+        self.ends.update((json.dumps(run.ends),))
+        yield from run.counts
+
+    def _stored(self, key: Key) -> bytes | None:
+        found = self.held.getValue(key) if self.held.containsKey(key) else None
+        return None if found is None else bytes(found[0])
+
+    def close(self) -> None:
+        """Nothing is open between calls: each sub-batch committed its own transaction."""

@@ -1,0 +1,93 @@
+"""The Spark source of a continuous pipeline: one row per lease per long batch.
+
+Each plan is a long batch: its number and the time after which it takes no new records,
+which Spark writes to its offset log, so that a long batch it runs again after a crash ends
+when the first try was to end. The rows name the leases; what each reads is its own state
+(:mod:`daemon.continuous.lease_processor`), not the plan's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+LEASE_DDL = "lease int, until long"
+"""A lease row: the lease (an ``int``, which Spark hashes as the grouping key expects) and the
+time its long batch stops taking records, in milliseconds."""
+
+
+@dataclass(frozen=True)
+class LongBatches:
+    """How a continuous pipeline's long batches are cut (the source's ``spec`` option)."""
+
+    leases: int = 1
+    long_batch_ms: int = 120_000
+    commit_interval_ms: int = 100
+
+    def encode(self) -> str:
+        """The option's text."""
+        return json.dumps(self.__dict__)
+
+    @staticmethod
+    def decode(text: str) -> LongBatches:
+        """The option's text back."""
+        return LongBatches(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class LongBatchPartition(InputPartition):
+    """The one read task of a long batch: its rows."""
+
+    until: int
+    leases: int
+
+
+class LeaseReader(DataSourceStreamReader):
+    """Plans a long batch after another (see the module docstring)."""
+
+    def __init__(self, batches: LongBatches) -> None:
+        self.batches = batches
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
+        """Before the first long batch."""
+        return {"long_batch": 0, "until": 0}
+
+    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
+        """The next long batch, until its length from now."""
+        now = time.time_ns() // 1_000_000
+        return {
+            "long_batch": int(start["long_batch"]) + 1,
+            "until": now + self.batches.long_batch_ms,
+        }
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        """One task makes the long batch's rows."""
+        return [LongBatchPartition(int(end["until"]), self.batches.leases)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, int]]:
+        """A row per lease."""
+        assert isinstance(partition, LongBatchPartition)  # noqa: S101 - ours
+        for lease in range(partition.leases):
+            yield (lease, partition.until)
+
+
+class LeaseSource(DataSource):
+    """``enrichd-leases``: a continuous pipeline's long batches (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format's name."""
+        return "enrichd-leases"
+
+    def schema(self) -> str:
+        """A lease row."""
+        return LEASE_DDL
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        """The planner of long batches."""
+        return LeaseReader(LongBatches.decode(self.options["spec"]))

@@ -1,0 +1,46 @@
+"""A continuous pipeline's query: long batches of leases, each a task's sub-batch loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.continuous.lease_processor import LeaseProcessor
+from daemon.continuous.lease_source import LeaseSource, LongBatches
+from daemon.model.wire import OUTPUT
+from daemon.operator.spec import OperatorPlan
+from daemon.sink.spark_sink import BatchCounter
+from daemon.sink.spec import OutputSpec
+from daemon.source.spec import SourceSpec
+
+
+def start_long_batches(
+    spark: Any,
+    name: str,
+    checkpoint: str,
+    operator: OperatorPlan,
+    output: OutputSpec,
+    source: SourceSpec,
+    starts: dict[str, int],
+    batches: LongBatches,
+) -> Any:
+    """Start the query of a continuous pipeline; its ``StreamingQuery``.
+
+    ``starts``: where a lease without state starts reading, by partition name.
+    """
+    registered = spark._jsparkSession.sessionState().dataSourceManager()
+    if not registered.dataSourceExists(LeaseSource.name()):
+        spark.dataSource.register(LeaseSource)
+    leases = spark.readStream.format(LeaseSource.name()).option("spec", batches.encode()).load()
+    processor = LeaseProcessor(operator, output, source, starts, batches.commit_interval_ms)
+    counts = leases.groupBy("lease").transformWithState(
+        statefulProcessor=processor,
+        outputStructType=OUTPUT.ddl,
+        outputMode="Append",
+        timeMode="None",
+    )
+    return (
+        counts.writeStream.option("checkpointLocation", checkpoint)
+        .foreachBatch(BatchCounter(output))
+        .queryName(name)
+        .start()
+    )
