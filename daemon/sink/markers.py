@@ -273,16 +273,7 @@ def sub_batches(
     start = end - 1 if last.first_at is None else last.first_at
     key = record_key(query_id, task)
     written: dict[int, Marker] = {}
-    reader = connect.consumer(
-        conf,
-        {
-            "group.id": names.reader_group(prefix),  # never joined or committed to
-            "enable.auto.commit": False,
-            "isolation.level": "read_uncommitted",
-            "auto.offset.reset": "error",
-            "fetch.wait.max.ms": 10,
-        },
-    )
+    reader = _records_reader(conf, prefix)
     try:
         for records in read_partition(reader, TopicPartition(topic, 0, start), end):
             mine = (m for m in records if m.key() == key)
@@ -329,18 +320,7 @@ def _record(conf: dict[str, str], prefix: str, topic: str, offset: int) -> Marke
     if cached is not None:
         return cached
     if _READERS.records is None:
-        _READERS.records = connect.consumer(
-            conf,
-            {
-                "group.id": names.reader_group(prefix),  # never joined or committed to
-                "enable.auto.commit": False,
-                # The group's offset points at a committed record: no need to wait for the
-                # transactions after it, as a read_committed reader would.
-                "isolation.level": "read_uncommitted",
-                "auto.offset.reset": "error",
-                "fetch.wait.max.ms": 10,
-            },
-        )
+        _READERS.records = _records_reader(conf, prefix)
     value = _fetch_one(_READERS.records, topic, offset)
     if value is None:
         return None
@@ -349,6 +329,25 @@ def _record(conf: dict[str, str], prefix: str, topic: str, offset: int) -> Marke
         _READERS.found.clear()
     _READERS.found[(topic, offset)] = marker
     return marker
+
+
+def _records_reader(conf: dict[str, str], prefix: str) -> Any:
+    """A consumer of marker records, read uncommitted.
+
+    Markers are found by a group's offset or by their chain (:func:`sub_batches`), both of
+    committed records: no need to wait for the transactions after them, as a read_committed
+    reader would.
+    """
+    return connect.consumer(
+        conf,
+        {
+            "group.id": names.reader_group(prefix),  # never joined or committed to
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+            "auto.offset.reset": "error",
+            "fetch.wait.max.ms": 10,
+        },
+    )
 
 
 def _fetch_one(consumer: Any, topic: str, offset: int) -> bytes | None:
