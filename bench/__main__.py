@@ -43,6 +43,7 @@ WORKLOADS = (
     "state",
     "startup",
     "commit_turn",
+    "continuous",
 )
 """Every workload, in the order ``all`` runs them (cheapest first)."""
 MEASURING = ("psutil", "matplotlib")

@@ -47,7 +47,10 @@ from bench.workloads import INPUT_PARTITIONS
 
 ENRICHD = "enrichd"
 YARDSTICK = "yardstick"
-"""The contenders of a latency run: the enrichd pipeline, or the raw exactly-once loop."""
+CONTINUOUS = "continuous"
+"""The contenders of a latency run: the enrichd pipeline, the raw exactly-once loop, or the
+pipeline as a continuous query of long batches (docs/architecture.md, not yet a setting of
+the pipeline file: :mod:`bench.continuous` starts it)."""
 
 _FETCH_WAIT_MS = 10
 """The watcher's ``fetch.wait.max.ms``: the broker answers an empty fetch this soon, so a
@@ -131,7 +134,7 @@ class LatencyResult:
     """The micro-batches that read offered records (enrichd)."""
     reason: str = ""
     contender: str = ENRICHD
-    """:data:`ENRICHD` or :data:`YARDSTICK`."""
+    """:data:`ENRICHD`, :data:`YARDSTICK` or :data:`CONTINUOUS`."""
     for_fit: bool = False
     """A run at another rate, made for the batch-cost fit (``--fit-rates``)."""
     transactions: int = 0
@@ -149,6 +152,8 @@ class LatencyResult:
         """The run as the report names it (``enrichd, default trigger``)."""
         if self.contender == YARDSTICK:
             return "yardstick (raw loop, exactly once)"
+        if self.contender == CONTINUOUS:
+            return "enrichd, continuous (long batches)"
         return f"enrichd, {trigger_name(self.trigger_ms)} trigger"
 
 
@@ -407,6 +412,67 @@ def _yardstick(
     return output, yardstick.running(dataclasses.replace(offer.raw, output=output), timeout_s)
 
 
+@contextmanager
+def _long_batches(offer: Offer, timeout_s: float, batches: Any) -> Iterator[Reached]:
+    """The offer's pipeline as a continuous query, on the process's Spark session.
+
+    It has consumed to some ends once its sub-batch markers cover them.
+    """
+    from daemon.continuous.query import start_long_batches
+    from daemon.pipeline.plan import client_conf, plan_pipeline
+    from daemon.spark.session import spark_session
+
+    spark = spark_session(tuning.spark(offer.file.spark))
+    plan = plan_pipeline(offer.file, offer.pipe, client_conf(offer.file))
+    starts = {
+        f"{read.topic}/{partition}": 0
+        for read in plan.source.inputs
+        for partition in range(INPUT_PARTITIONS)
+    }
+    query = start_long_batches(
+        spark, offer.pipe.name, str(offer.pipe.checkpoint), plan.operator, plan.output,
+        plan.source, starts, batches,
+    )  # fmt: skip
+
+    def covered_to(ends: dict[str, int]) -> tuple[Batch, ...]:
+        deadline = time.monotonic() + timeout_s
+        while not _markers_cover(plan.output, ends):
+            if query.exception() is not None:
+                raise RuntimeError(f"the pipeline failed: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the pipeline did not consume everything in {timeout_s:.0f}s")
+            time.sleep(0.2)
+        return ()
+
+    try:
+        yield covered_to
+    finally:
+        query.stop()
+
+
+def _markers_cover(output: Any, ends: dict[str, int]) -> bool:
+    """Whether the pipeline's sub-batch markers read every partition to its end in ``ends``."""
+    from confluent_kafka import TopicPartition
+
+    from daemon.kafka import connect
+    from daemon.kafka.clients import read_partition
+    from daemon.sink.markers import Marker
+
+    reached: dict[str, int] = {}
+    reader = connect.consumer(
+        output.client_conf, {"group.id": "bench-markers", "enable.auto.commit": False}
+    )
+    try:
+        for records in read_partition(reader, TopicPartition(output.markers_topic, 0, 0)):
+            for record in records:
+                share = Marker.decode(record.value()).share
+                for name, (_, end) in (share.by_partition() if share else {}).items():
+                    reached[name] = max(reached.get(name, 0), end)
+    finally:
+        reader.close()
+    return all(reached.get(name, 0) >= end for name, end in ends.items() if end > 0)
+
+
 def run_latency(
     servers: str,
     workload: LatencyWorkload,
@@ -418,10 +484,12 @@ def run_latency(
     broker_pid: int | None = None,
     for_fit: bool = False,
     contender: str = ENRICHD,
+    batches: Any = None,
 ) -> LatencyResult:
     """Measure the latency of ``workload``'s pipeline (``contender`` :data:`ENRICHD`, with
     ``trigger_ms``) or of its yardstick (:data:`YARDSTICK`) at ``rate`` records/s offered for
-    ``seconds``, on fresh topics.
+    ``seconds``, on fresh topics. :data:`CONTINUOUS` runs the pipeline as a continuous query
+    cut into ``batches`` (:class:`daemon.continuous.lease_source.LongBatches`).
 
     The pipeline runs through ``daemon run``'s service (:func:`bench.enrichd.serving`) on the
     process's Spark session, the yardstick in a process of its own
@@ -433,11 +501,12 @@ def run_latency(
     conf = {"bootstrap.servers": servers}
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-latency-") as tmp:
         offer = workload.prepare(Path(tmp) / "checkpoint", trigger_ms, rate)
-        output, running = (
-            _yardstick(conf, offer, timeout_s)
-            if contender == YARDSTICK
-            else _enrichd(offer, timeout_s)
-        )
+        if contender == YARDSTICK:
+            output, running = _yardstick(conf, offer, timeout_s)
+        elif contender == CONTINUOUS:
+            output, running = offer.pipe.output.topic, _long_batches(offer, timeout_s, batches)
+        else:
+            output, running = _enrichd(offer, timeout_s)
         try:
             offered, watcher, loaded, done = _measure(
                 conf, offer, output, running, rate, seconds, seed, timeout_s, broker_pid
@@ -451,6 +520,8 @@ def run_latency(
             transactions=done.transactions - loaded.transactions,
             drain_s=done.committed_at - offered.ended,
         )
+    if contender == CONTINUOUS:
+        return result
     mine = tuple(b for b in done if b.batch_id > loaded[-1].batch_id)
     drain_s = max(b.ended for b in mine) - offered.ended if mine else 0.0
     return dataclasses.replace(result, batches=mine, drain_s=drain_s)

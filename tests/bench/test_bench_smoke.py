@@ -72,9 +72,9 @@ def test_every_workload_runs_end_to_end_and_writes_its_section_to_the_given_repo
         assert start in text and end in text, name
         section = text[text.index(start) : text.index(end)]
         assert "Checks:" in section, name
-    # Every workload but startup and commit_turn (which measure no throughput) draws its
-    # chart, beside the report it wrote.
-    for name in (n for n in WORKLOADS if n not in ("startup", "commit_turn")):
+    # Every workload but startup, commit_turn and continuous (which measure no throughput)
+    # draws its chart, beside the report it wrote.
+    for name in (n for n in WORKLOADS if n not in ("startup", "commit_turn", "continuous")):
         chart = plot_path(report, name)
         assert chart.stat().st_size > 0, name
         assert f"]({chart.relative_to(tmp_path).as_posix()})" in text, name

@@ -1,0 +1,107 @@
+"""``python -m bench continuous``: the continuous mode's latency against the yardstick's.
+
+comap's latency workload (:func:`bench.comap.latency_workload`: every user read first, then
+tweets offered at a fixed rate), run as a continuous query of long batches
+(docs/architecture.md, "Continuous mode"; not yet a setting of the pipeline file, so the
+benchmark starts the query itself) and as the yardstick, the raw exactly-once loop that
+commits every 100 ms, alternately, ``--runs`` times each, in one run on one broker. Reported:
+each run's p50 and p99, and the medians' ratio to the yardstick's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from typing import TYPE_CHECKING
+
+from bench.comap import latency_workload
+from bench.latency import CONTINUOUS, YARDSTICK, LatencyResult, run_latency
+from bench.report import Section
+from bench.wording import checks_line, machine, markdown_table, run_header
+
+if TYPE_CHECKING:
+    from daemon.broker import EmbeddedBroker
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload's sizes."""
+    parser.add_argument("--users", type=int, default=20_000, help="users read first")
+    parser.add_argument("--rate", type=int, default=5_000, help="tweets/s offered")
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long each run offers")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each contender")
+    parser.add_argument(
+        "--long-batch-ms", type=int, default=120_000, help="a long batch's length (ms)"
+    )
+    parser.add_argument(
+        "--commit-interval-ms", type=int, default=100, help="how often a sub-batch commits"
+    )
+
+
+def _command(args: argparse.Namespace) -> str:
+    return (
+        f"python -m bench continuous --users {args.users} --rate {args.rate} --seconds "
+        f"{args.seconds:g} --runs {args.runs} --long-batch-ms {args.long_batch_ms} "
+        f"--commit-interval-ms {args.commit_interval_ms}"
+    )
+
+
+def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
+    """Alternate runs of the continuous query and the yardstick; the section."""
+    from daemon.continuous.lease_source import LongBatches
+
+    machine_line = machine()
+    workload = latency_workload(broker.bootstrap_servers, args.users, 100_000)
+    batches = LongBatches(1, args.long_batch_ms, args.commit_interval_ms)
+    results: dict[str, list[LatencyResult]] = {YARDSTICK: [], CONTINUOUS: []}
+    loads: list[str] = []
+    for _ in range(args.runs):
+        for contender in (YARDSTICK, CONTINUOUS):
+            result = run_latency(
+                broker.bootstrap_servers,
+                workload,
+                args.rate,
+                args.seconds,
+                contender=contender,
+                batches=batches,
+            )
+            results[contender].append(result)
+            loads.append(f"{os.getloadavg()[0]:.2f}")
+    table: list[tuple[str, ...]] = [("run", "offered", "outputs", "p50", "p99", "max")]
+    checks: list[str] = []
+    for runs in results.values():
+        for number, result in enumerate(runs, 1):
+            if result.reason:
+                checks.append(f"{result.name} run {number}: {result.reason}")
+                continue
+            table.append((
+                f"{result.name} {number}", f"{result.offered:,}", f"{result.outputs:,}",
+                f"{result.p50_ms:,.0f} ms", f"{result.p99_ms:,.0f} ms", f"{result.max_ms:,.0f} ms",
+            ))  # fmt: skip
+            if result.outputs != result.offered:
+                checks.append(f"{result.name} run {number}: {result.outputs} of {result.offered}")
+    ok = not checks
+    medians = {
+        contender: statistics.median(r.p99_ms for r in runs if not r.reason)
+        for contender, runs in results.items()
+        if any(not r.reason for r in runs)
+    }
+    lines = [*run_header(_command(args), machine_line), "", *markdown_table(table), ""]
+    if len(medians) == 2:
+        ratio = medians[CONTINUOUS] / medians[YARDSTICK]
+        lines.append(
+            f"Median p99: continuous {medians[CONTINUOUS]:,.0f} ms, yardstick "
+            f"{medians[YARDSTICK]:,.0f} ms: {ratio:.2f} times the yardstick's (issue 64's "
+            "target: at most 2 times, and at most 300 ms)."
+        )
+        lines.append("")
+    lines.append(f"Load average (1 min) after each run: {', '.join(loads)}.")
+    lines.append("")
+    lines.append(checks_line(checks or ["every offered tweet had its view"]))
+    return Section(
+        name="continuous",
+        title="## continuous: comap's latency as long batches, against the yardstick",
+        lines=lines,
+        table=table,
+        ok=ok,
+    )
