@@ -95,6 +95,13 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             "target: at most 2 times, and at most 300 ms)."
         )
         lines.append("")
+    lines.append(
+        f"Each continuous run starts its query afresh, so its long batches of "
+        f"{args.long_batch_ms:,} ms start about when the run does: a run shorter than one "
+        "long batch meets no end of one, where records wait for the next (about a third of a "
+        'second on 2 cores: the spike\'s section, "A loop inside a long micro-batch").'
+    )
+    lines.append("")
     lines.append(f"Load average (1 min) after each run: {', '.join(loads)}.")
     lines.append("")
     lines.append(checks_line(checks or ["every offered tweet had its view"]))

@@ -412,18 +412,27 @@ def _yardstick(
     return output, yardstick.running(dataclasses.replace(offer.raw, output=output), timeout_s)
 
 
+def _continuous(
+    offer: Offer, timeout_s: float, batches: Any
+) -> tuple[str, AbstractContextManager[Reached]]:
+    """The pipeline's output topic, and the pipeline to run as a continuous query."""
+    from daemon.pipeline.plan import client_conf, plan_pipeline
+
+    # Planned before the watcher starts: it creates the output topic the watcher reads.
+    plan = plan_pipeline(offer.file, offer.pipe, client_conf(offer.file))
+    return offer.pipe.output.topic, _long_batches(offer, plan, timeout_s, batches)
+
+
 @contextmanager
-def _long_batches(offer: Offer, timeout_s: float, batches: Any) -> Iterator[Reached]:
-    """The offer's pipeline as a continuous query, on the process's Spark session.
+def _long_batches(offer: Offer, plan: Any, timeout_s: float, batches: Any) -> Iterator[Reached]:
+    """The offer's planned pipeline as a continuous query, on the process's Spark session.
 
     It has consumed to some ends once its sub-batch markers cover them.
     """
     from daemon.continuous.query import start_long_batches
-    from daemon.pipeline.plan import client_conf, plan_pipeline
     from daemon.spark.session import spark_session
 
     spark = spark_session(tuning.spark(offer.file.spark))
-    plan = plan_pipeline(offer.file, offer.pipe, client_conf(offer.file))
     starts = {
         f"{read.topic}/{partition}": 0
         for read in plan.source.inputs
@@ -504,7 +513,7 @@ def run_latency(
         if contender == YARDSTICK:
             output, running = _yardstick(conf, offer, timeout_s)
         elif contender == CONTINUOUS:
-            output, running = offer.pipe.output.topic, _long_batches(offer, timeout_s, batches)
+            output, running = _continuous(offer, timeout_s, batches)
         else:
             output, running = _enrichd(offer, timeout_s)
         try:
