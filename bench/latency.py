@@ -430,11 +430,12 @@ def _long_batches(offer: Offer, plan: Any, timeout_s: float, batches: Any) -> It
     It has consumed to some ends once its sub-batch markers cover them.
     """
     from daemon.continuous.query import start_long_batches
+    from daemon.model.wire import partition_name
     from daemon.spark.session import spark_session
 
     spark = spark_session(tuning.spark(offer.file.spark))
     starts = {
-        f"{read.topic}/{partition}": 0
+        partition_name(read.topic, partition): 0
         for read in plan.source.inputs
         for partition in range(INPUT_PARTITIONS)
     }

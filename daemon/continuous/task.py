@@ -26,7 +26,7 @@ from daemon.continuous.lease import Lease, Positions
 from daemon.errors import CheckpointDivergedError
 from daemon.kafka import connect
 from daemon.kafka.clients import raise_unless_transient
-from daemon.model.wire import SOURCE, range_name
+from daemon.model.wire import SOURCE, partition_name, range_name, split_partition_name
 from daemon.operator.processor import JoinerProcessor
 from daemon.sink import markers
 from daemon.sink.markers import Marker
@@ -156,8 +156,8 @@ class LongBatchTask:
         packs: list[pa.RecordBatch] = []
         ranges = share.by_partition()
         for name, (start, end) in ranges.items():
-            topic, _, partition = name.rpartition("/")
-            packs.extend(read_range(self.source, KafkaRange(topic, int(partition), start, end)))
+            topic, partition = split_partition_name(name)
+            packs.extend(read_range(self.source, KafkaRange(topic, partition, start, end)))
         self._sub_batch(producer, packs, share.time_ms, ranges, marker)
 
     def _sub_batch(
@@ -176,8 +176,7 @@ class LongBatchTask:
         output = sub_batch_output(self.output, producer, replayed)
         output.timer_ms = now  # recorded whether a timer fires or not: TTL reads it too
         for name, (start, end) in ranges.items():
-            topic, _, partition = name.rpartition("/")
-            output.covered.add(range_name(topic, int(partition), start, end))
+            output.covered.add(range_name(*split_partition_name(name), start, end))
         processor = self.processor
         processor.write_to(output)
         by_bucket: dict[int, list[Any]] = defaultdict(list)
@@ -197,9 +196,8 @@ class LongBatchTask:
 
         consumer.assign(
             [
-                TopicPartition(topic, int(partition), offset)
-                for topic, _, partition in (n.rpartition("/") for n in self.positions.at)
-                for offset in (self.positions.at[f"{topic}/{partition}"],)
+                TopicPartition(*split_partition_name(name), offset)
+                for name, offset in self.positions.at.items()
             ]
         )
 
@@ -225,13 +223,13 @@ class LongBatchTask:
         from confluent_kafka import TopicPartition
 
         names = list(self.positions.at)
-        parts = [TopicPartition(t, int(p)) for t, _, p in (n.rpartition("/") for n in names)]
+        parts = [TopicPartition(*split_partition_name(name)) for name in names]
         reached = {
             name: max(self.positions.at[name], tp.offset)
             for name, tp in zip(names, consumer.position(parts), strict=True)
         }
         for message in messages:
-            name = f"{message.topic()}/{message.partition()}"
+            name = partition_name(message.topic(), message.partition())
             reached[name] = max(reached[name], message.offset() + 1)
         return reached
 
@@ -241,11 +239,10 @@ class LongBatchTask:
         """The sub-batch's messages packed by bucket, a partition at a time."""
         by_partition: dict[str, list[Any]] = defaultdict(list)
         for message in messages:
-            by_partition[f"{message.topic()}/{message.partition()}"].append(message)
+            by_partition[partition_name(message.topic(), message.partition())].append(message)
         packs = []
         for name, found in by_partition.items():
-            topic, _, partition = name.rpartition("/")
-            start, end = ranges[name]
-            read = range_name(topic, int(partition), start, end)
-            packs.append(pack_messages(self.source, topic, int(partition), found, read))
+            topic, partition = split_partition_name(name)
+            read = range_name(topic, partition, *ranges[name])
+            packs.append(pack_messages(self.source, topic, partition, found, read))
         return packs
