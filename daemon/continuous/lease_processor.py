@@ -14,7 +14,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark import TaskContext
 from pyspark.sql import Row as SparkRow
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
@@ -25,6 +24,7 @@ from daemon.continuous.task import LongBatchTask
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
 from daemon.sink.spec import OutputSpec
+from daemon.sink.task_output import running_task
 from daemon.source.spec import SourceSpec
 from daemon.spark.worker_gc import freeze_loaded
 
@@ -72,9 +72,7 @@ class LeaseProcessor(StatefulProcessor):
     ) -> Iterator[SparkRow]:
         """Run the lease's long batch; write what changed; hand the counts on."""
         until = max(int(row.until) for row in rows)
-        context = TaskContext.get()
-        batch = int((context.getLocalProperty("streaming.sql.batchId") if context else 0) or 0)
-        query = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
+        _, batch, query = running_task()
         stored = self.ends.get() if self.ends.exists() else None
         starts = json.loads(stored[0]) if stored else dict(self.starts)
         buckets = HeldBuckets(self._stored)

@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from pyspark import TaskContext
 from pyspark.sql.streaming import StatefulProcessorHandle
 
 from daemon.operator import bucket_delta, state_compression
@@ -41,6 +40,7 @@ from daemon.operator.spec import OperatorPlan
 from daemon.operator.stash_log import StashLog
 from daemon.operator.state_format import Bucket, encode_bucket
 from daemon.operator.state_vars import StateVariables
+from daemon.sink.task_output import running_task
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,8 @@ class BucketStore:
         counted."""
         if plan.state_cache:
             self._cache = worker_cache(plan.state_cache_bytes)
-            self._cache_space = _query_id()
+            # Cached buckets are kept apart by query; the stamps decide what is current.
+            self._cache_space = running_task()[2]
 
     def load(self, key: Any) -> tuple[Bucket, StashLog, Stored]:
         """The bucket, its stash log for this call, and what the store holds for it.
@@ -217,12 +218,3 @@ class BucketStore:
             stamp = new_stamp()
             self.stamps.update((stamp,))
         self._cache.put((self._cache_space, key), CachedBucket(bucket, blob, stamp, size, pending))
-
-
-def _query_id() -> str:
-    """The streaming query this task runs for: cached buckets are kept apart by query.
-
-    Stable across restarts from one checkpoint; the stamps, not this, decide what is current.
-    """
-    context = TaskContext.get()
-    return (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""

@@ -146,12 +146,7 @@ class TaskOutput:
     @classmethod
     def of_task(cls, spec: OutputSpec) -> TaskOutput:
         """The output of the Spark task this Python worker runs."""
-        context = TaskContext.get()
-        partition = context.partitionId() if context else 0
-        batch_id = int((context.getLocalProperty("streaming.sql.batchId") if context else 0) or 0)
-        # Stable across restarts from one checkpoint; a new checkpoint gets a new one.
-        query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
-        return cls(spec, partition, batch_id, query_id)
+        return cls(spec, *running_task())
 
     @property
     def opened(self) -> bool:
@@ -670,6 +665,19 @@ class TaskOutput:
             f"{kind} dead letter made from {source} ({error.name()}: {error.str()}); raise its "
             "max.message.bytes, or lower the client's message.max.bytes to it"
         )
+
+
+def running_task() -> tuple[int, int, str]:
+    """The Spark task this Python worker runs: its partition, micro-batch and query id.
+
+    The query id is stable across restarts from one checkpoint; a new checkpoint gets a new
+    one. Outside a task: partition 0 of batch 0 of no query.
+    """
+    context = TaskContext.get()
+    if context is None:
+        return 0, 0, ""
+    batch_id = int(context.getLocalProperty("streaming.sql.batchId") or 0)
+    return context.partitionId(), batch_id, context.getLocalProperty("sql.streaming.queryId") or ""
 
 
 def headers_of(
