@@ -13,45 +13,24 @@ from typing import Any
 
 from daemon.broker import EmbeddedBroker
 from daemon.testing import by_key
-from tests.kafka_helpers import SCHEMAS, replay_files
+from tests.joins.select_pipelines import replay_selected, schema, selecting
 
-FLAT_VIEW = {
-    "type": "record",
-    "name": "FlatView",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "content", "type": "string"},
-        {"name": "author", "type": "string"},
-        {"name": "channel", "type": "string"},
-    ],
-}
-PIPELINE = {
-    "name": "flat-views",
-    "joiner": "comap",
-    "dead_letter_topic": "flat-views.dlq",
-    "inputs": {
-        "one": {
-            "topic": "flat-users",
-            "schema": str(SCHEMAS / "user.avsc"),
-            "key": "id",
-            "field": "author",
-        },
-        "many": {
-            "topic": "flat-tweets",
-            "schema": str(SCHEMAS / "tweet.avsc"),
-            "key": "author_id",
-            "field": "tweet",
-        },
+PIPELINE = selecting(
+    "flat-views",
+    "comap",
+    {
+        "one": {"schema": schema("user"), "key": "id", "field": "author"},
+        "many": {"schema": schema("tweet"), "key": "author_id", "field": "tweet"},
     },
-    "output": {"topic": "flat-views", "schema": "{flat}"},
-    "options": {"many_id": "id"},
-    "select": {
+    {
         "id": "id",
         "content": "tweet.content",
         "author": "author.name",
         "channel": {"value": "web"},
     },
-}
+    {"many_id": "id"},
+)
+FLAT = {"id": "long", "content": "string", "author": "string", "channel": "string"}
 
 
 def test_a_comap_writes_the_fields_its_select_chooses(
@@ -68,8 +47,7 @@ def test_a_comap_writes_the_fields_its_select_chooses(
             {"key": "11", "value": {"id": 11, "author_id": 2, "content": "yo"}, "timestamp": 2500},
         ],
     }
-    pipeline = {**PIPELINE, "checkpoint": str(tmp_path / "checkpoint")}
-    result = replay_files(tmp_path, broker, pipeline, {"flat": FLAT_VIEW}, inputs)
+    result = replay_selected(tmp_path, broker, PIPELINE, FLAT, inputs)
 
     assert result.dead_letters == []
     assert by_key(result.outputs) == {
