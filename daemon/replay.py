@@ -18,12 +18,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from contextlib import ExitStack, closing
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
+from daemon.consumed import Consumed, TaskReports, reached, spark_progress
 from daemon.errors import (
     ConfigError,
     EnrichdError,
@@ -43,7 +44,7 @@ from daemon.kafka.connect import client_conf
 from daemon.kafka.names import reader_group
 from daemon.model.config import PipelineConfig, PipelineFile, pick_pipeline
 from daemon.model.headers import Headers
-from daemon.model.wire import END_OF_INPUT_HEADERS, parse_offsets, partition_name
+from daemon.model.wire import END_OF_INPUT_HEADERS, partition_name
 from daemon.spark.session import spark_session
 
 MAIN_OUTPUT = "output"
@@ -162,9 +163,13 @@ def headers_of_line(headers: Any) -> Headers | None:
         isinstance(value, str | None) for value in headers.values()
     ):
         raise ValueError('must be an object of header names and texts: {"traceparent": "00-..."}')
-    return tuple(
-        (name, None if value is None else value.encode("utf-8")) for name, value in headers.items()
-    ) or None
+    return (
+        tuple(
+            (name, None if value is None else value.encode("utf-8"))
+            for name, value in headers.items()
+        )
+        or None
+    )
 
 
 def arrival_order(inputs: dict[str, list[ReplayRecord]]) -> list[ReplayRecord]:
@@ -253,12 +258,20 @@ def replay(
                 }
                 if not ends:
                     continue
+            tasks = None
+            if stage.config.continuous:  # its task reports where it read to, not Spark
+                tasks = stack.enter_context(closing(TaskReports()))
+                output = replace(stage.output, metrics_address=tasks.address)
+                stage = replace(stage, output=output)
             query = start_query(spark, stage)
             plugin = stage.operator.plugin
             of = f" of plugin {plugin}" if plugin != pipe.joiner else ""  # as daemon run says it
             joiner = f"joiner {pipe.joiner}{of}"
+            consumed = tasks.consumed if tasks is not None else spark_progress(query)
             try:
-                batches += _await_consumed(query, ends, progress, timeout_s, (pipe.name, joiner))
+                batches += _await_consumed(
+                    query, ends, consumed, progress, timeout_s, (pipe.name, joiner)
+                )
             finally:
                 query.stop()
         output_keys = plan.operator.output_keys or {}
@@ -439,56 +452,18 @@ def consumed_to(query: Any, ends: dict[str, int]) -> bool:
     return last is not None and reached(last, ends)
 
 
-def reached(report: Any, ends: dict[str, int]) -> bool:
-    """Whether the micro-batch of a progress report ended at or past ``ends``."""
-    if not report.sources:
-        return False
-    end = parse_offsets(report.sources[0].endOffset)
-    return all(end.get(name, 0) >= offset for name, offset in ends.items())
-
-
-class NewReports:
-    """A query's progress reports as they come, each read from Spark once.
-
-    ``query.recentProgress`` converts every report Spark keeps (up to 100, each a call into
-    the JVM and a JSON parse) on every call: polled every 0.1 s while a replay runs, with 25
-    reports kept that took 6 ms of this process's CPU and 16 ms in all a poll. This
-    walks Spark's list from its newest report back to the last one it returned; a report is
-    known by its batch and its trigger's start, since an idle trigger reports the next
-    batch's id before that batch runs.
-    """
-
-    def __init__(self, query: Any):
-        self._query = query
-        self._last: tuple[int, str] | None = None
-
-    def __call__(self) -> list[Any]:
-        """The reports since the last call, oldest first."""
-        # Late: PySpark loads with the session (daemon.spark.session), not with this module.
-        from pyspark.sql.streaming.listener import StreamingQueryProgress
-
-        kept = self._query._jsq.recentProgress()
-        new = []
-        for index in range(len(kept) - 1, -1, -1):
-            report = StreamingQueryProgress.fromJson(json.loads(kept[index].json()))
-            if (report.batchId, report.timestamp) == self._last:
-                break
-            new.append(report)
-        if new:
-            self._last = (new[0].batchId, new[0].timestamp)
-        return new[::-1]
-
-
 def _await_consumed(
     query: Any,
     ends: dict[str, int],
+    consumed: Consumed,
     progress: Progress | None,
     timeout_s: float,
     names: tuple[str, str],
 ) -> int:
     """Wait until ``query`` has read its fresh topics to ``ends``; its batches that read any.
 
-    ``names``: the pipeline's name and its joiner's, for the line that says it failed.
+    ``consumed`` tells how far it has read; ``names``: the pipeline's name and its joiner's,
+    for the line that says it failed.
 
     Raises:
         PipelineFailedError: the query failed; the one line names the pipeline, its joiner
@@ -496,9 +471,6 @@ def _await_consumed(
     """
     deadline = time.monotonic() + timeout_s
     total = sum(ends.values())  # the topics are fresh: offsets count from 0
-    seen_batches: set[int] = set()
-    read = 0
-    new_reports = NewReports(query)
     while True:
         if query.exception() is not None:
             text = str(query.exception())
@@ -507,15 +479,12 @@ def _await_consumed(
                 f"pipeline {pipeline} ({joiner}) failed: {failure_reason(text)}",
                 task_traceback(text),
             )
-        reports = new_reports()
-        seen_batches.update(report.batchId for report in reports if report.numInputRows)
-        if reports and reports[-1].sources:
-            end = parse_offsets(reports[-1].sources[0].endOffset)
-            read = sum(min(end.get(name, 0), stop) for name, stop in ends.items())
+        at, batches = consumed()
+        read = sum(min(at.get(name, 0), stop) for name, stop in ends.items())
         if progress is not None:
             progress(read, total)
         if read >= total:
-            return len(seen_batches)
+            return batches
         if time.monotonic() > deadline:
             raise EnrichdError(f"the pipeline read {read} of {total} records in {timeout_s:.0f}s")
         time.sleep(0.1)

@@ -65,6 +65,9 @@ SHAPE = "enrichd-pipeline.json"
 """What the checkpoint was written by: the pipeline's shape."""
 DUE_TIMES = "enrichd-due-times.json"
 """Each state bucket's next timer, for the planner's clock."""
+STOPPING = "enrichd-stopping"
+"""There while ``daemon run`` stops a continuous pipeline: its long batch ends early, and no
+other is planned (:mod:`daemon.continuous`)."""
 SEED = "enrichd-seed"
 """A new checkpoint's seed, left by ``daemon reset`` or ``daemon rescale``."""
 SEED_OFFSETS = "offsets.json"
@@ -106,6 +109,11 @@ def lock_file(checkpoint: str | Path) -> Path:
 def shape_file(checkpoint: str | Path) -> Path:
     """The file recording the shape of the pipeline that wrote the checkpoint."""
     return Path(checkpoint) / SHAPE
+
+
+def stopping_file(checkpoint: str | Path) -> Path:
+    """The file that asks a continuous pipeline's long batch to end (:data:`STOPPING`)."""
+    return Path(checkpoint) / STOPPING
 
 
 def due_times_file(checkpoint: str | Path) -> Path:

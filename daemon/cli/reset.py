@@ -50,6 +50,7 @@ def reset(
     """
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.model.config import load_pipeline_file, pick_pipeline
+    from daemon.pipeline.checkpoint_shape import refuse_continuous_state
     from daemon.pipeline.reset import reset_change
     from daemon.state.positions import parse_target
     from daemon.state.reader import state_session
@@ -57,6 +58,7 @@ def reset(
     target = parse_target(to)
     file = load_pipeline_file(pipeline_file)
     pipe = pick_pipeline(file, pipeline)
+    refuse_continuous_state(pipe, "reset")
     with _locked(pipe, fresh_allowed=True) as fresh:
         spark = state_session(file) if keep_state and not fresh else None
         change = reset_change(file, pipe, target, keep_state=keep_state, spark=spark)
@@ -71,12 +73,13 @@ def rescale(pipeline_file: PipelinePath, pipeline: PipelineName = None, yes: Yes
     """
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.model.config import load_pipeline_file, pick_pipeline
-    from daemon.pipeline.checkpoint_shape import verify_checkpoint
+    from daemon.pipeline.checkpoint_shape import refuse_continuous_state, verify_checkpoint
     from daemon.pipeline.reset import layout_of, rescale_change
     from daemon.state.reader import state_session
 
     file = load_pipeline_file(pipeline_file)
     pipe = pick_pipeline(file, pipeline)
+    refuse_continuous_state(pipe, "rescale")
     with _locked(pipe, fresh_allowed=False):
         layout = layout_of(file, pipe, verify_checkpoint(pipe, any_buckets=True))
         if layout[0] == layout[1]:

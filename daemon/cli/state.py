@@ -45,7 +45,7 @@ def state(
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.checkpoint.batch_logs import last_committed
     from daemon.model.config import load_pipeline_file, pick_pipeline
-    from daemon.pipeline.checkpoint_shape import buckets_of_shape, verify_checkpoint
+    from daemon.pipeline import checkpoint_shape as shapes
     from daemon.plugin.configured import pipeline_joiner
     from daemon.state.reader import CheckpointState, operator_ids, state_session
     from daemon.state.seed import seed_of
@@ -55,7 +55,8 @@ def state(
         raise ConfigError("give either --key KEY or --summary")
     file = load_pipeline_file(pipeline_file)
     pipe = pick_pipeline(file, pipeline)
-    shape = verify_checkpoint(pipe)
+    shapes.refuse_continuous_state(pipe, "state")
+    shape = shapes.verify_checkpoint(pipe)
     batch = last_committed(pipe.checkpoint)
     seed = seed_of(pipe.checkpoint)
     if batch is None and (seed is None or not seed.has_state):
@@ -73,7 +74,7 @@ def state(
         # One operator per table, each with its own state (and the numbering one).
         names = [stage.table for stage in chain.stages] + ["numbering"] * (chain.last is not None)
         head["micro_batch"] = batch
-        buckets = buckets_of_shape(shape)
+        buckets = shapes.buckets_of_shape(shape)
         operators: dict[str, Any] = {}
         for name, operator in operator_ids(names).items():
             found_here = CheckpointState(spark, pipe.checkpoint, batch, operator)
@@ -97,7 +98,7 @@ def state(
         head["micro_batch"] = None
         head["seeded"] = "by daemon reset or rescale; the next start takes it in"
     if key is not None:
-        shown = _key(spark, found, key, buckets_of_shape(shape), expiry)
+        shown = _key(spark, found, key, shapes.buckets_of_shape(shape), expiry)
         if shown is None:
             raise NoStateError(
                 f"pipeline {pipe.name!r}: no state for key {key!r} in checkpoint "

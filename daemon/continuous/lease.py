@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from daemon.model.wire import split_range_name
@@ -17,6 +18,7 @@ class Lease:
         starts: where each partition is read from, by name (``"tweets/0"``).
         until_ms: the wall-clock time after which the long batch reads nothing new.
         commit_interval_ms: how often the task commits what it joined.
+        stopping: a file whose presence ends the long batch early (empty: none).
     """
 
     batch: int
@@ -24,6 +26,11 @@ class Lease:
     starts: dict[str, int]
     until_ms: int
     commit_interval_ms: int = 100
+    stopping: str = ""
+
+    def stopped(self) -> bool:
+        """Whether the long batch is asked to end now (``daemon run`` stops)."""
+        return bool(self.stopping) and os.path.exists(self.stopping)
 
 
 @dataclass

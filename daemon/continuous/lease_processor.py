@@ -20,6 +20,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, 
 
 from daemon.continuous.held_buckets import HeldBuckets, Key
 from daemon.continuous.lease import Lease
+from daemon.continuous.lease_source import LongBatches
 from daemon.continuous.task import LongBatchTask
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
@@ -41,7 +42,8 @@ class LeaseProcessor(StatefulProcessor):
         output: where the pipeline writes.
         source: what it reads.
         starts: where a lease without state starts, by partition name.
-        commit_interval_ms: how often a sub-batch commits.
+        batches: how long batches are cut: how often a sub-batch commits, and what asks
+            the long batch to end early.
     """
 
     def __init__(
@@ -50,13 +52,13 @@ class LeaseProcessor(StatefulProcessor):
         output: OutputSpec,
         source: SourceSpec,
         starts: dict[str, int],
-        commit_interval_ms: int,
+        batches: LongBatches,
     ) -> None:
         self.plan = plan
         self.output_spec = output
         self.source = source
         self.starts = starts
-        self.commit_interval_ms = commit_interval_ms
+        self.batches = batches
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the lease's state: where it stopped, and its buckets."""
@@ -70,15 +72,17 @@ class LeaseProcessor(StatefulProcessor):
         rows: Iterator[SparkRow],
         timerValues: Any,  # noqa: N803
     ) -> Iterator[SparkRow]:
-        """Run the lease's long batch; write what changed; hand the counts on."""
+        """Run the lease's long batch; write what changed. Its task reported its counts."""
         until = max(int(row.until) for row in rows)
         _, batch, query = running_task()
         stored = self.ends.get() if self.ends.exists() else None
-        starts = json.loads(stored[0]) if stored else dict(self.starts)
+        # A partition the lease has not read yet (the topic gained it) starts as a new lease's.
+        starts = {**self.starts, **(json.loads(stored[0]) if stored else {})}
         buckets = HeldBuckets(self._stored)
         processor = JoinerProcessor(self.plan, self.output_spec)
         processor.ready(buckets)
-        lease = Lease(batch, int(key[0]), starts, until, self.commit_interval_ms)
+        interval, stopping = self.batches.commit_interval_ms, self.batches.stopping
+        lease = Lease(batch, int(key[0]), starts, until, interval, stopping)
         run = LongBatchTask(processor, self.source, self.output_spec, lease, query, buckets).run()
         for bucket_key, blob in buckets.changed():
             if blob is None:
@@ -86,7 +90,7 @@ class LeaseProcessor(StatefulProcessor):
             else:
                 self.held.updateValue(bucket_key, (blob,))
         self.ends.update((json.dumps(run.ends),))
-        yield from run.counts
+        yield from ()
 
     def _stored(self, key: Key) -> bytes | None:
         found = self.held.getValue(key) if self.held.containsKey(key) else None

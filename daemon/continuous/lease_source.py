@@ -9,6 +9,7 @@ when the first try was to end. The rows name the leases; what each reads is its 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +29,13 @@ class LongBatches:
     leases: int = 1
     long_batch_ms: int = 120_000
     commit_interval_ms: int = 100
+    stopping: str = ""
+    """A file that asks the long batch running to end and no other to start, while it is
+    there (``daemon run`` stopping); empty: none."""
+
+    def stopped(self) -> bool:
+        """Whether the long batches are asked to stop (:attr:`stopping` is there)."""
+        return bool(self.stopping) and os.path.exists(self.stopping)
 
     def encode(self) -> str:
         """The option's text."""
@@ -58,7 +66,9 @@ class LeaseReader(DataSourceStreamReader):
         return {"long_batch": 0, "until": 0}
 
     def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
-        """The next long batch, until its length from now."""
+        """The next long batch, until its length from now; none while stopping."""
+        if self.batches.stopped():
+            return start
         now = time.time_ns() // 1_000_000
         return {
             "long_batch": int(start["long_batch"]) + 1,

@@ -6,10 +6,11 @@ from typing import Any
 
 from daemon.continuous.lease_processor import LeaseProcessor
 from daemon.continuous.lease_source import LeaseSource, LongBatches
-from daemon.model.wire import OUTPUT
+from daemon.model.wire import OUTPUT, is_partition_name
 from daemon.operator.spec import OperatorPlan
 from daemon.sink.spark_sink import BatchCounter
 from daemon.sink.spec import OutputSpec
+from daemon.source.planning import SourcePlanner
 from daemon.source.spec import SourceSpec
 
 
@@ -31,7 +32,7 @@ def start_long_batches(
     if not registered.dataSourceExists(LeaseSource.name()):
         spark.dataSource.register(LeaseSource)
     leases = spark.readStream.format(LeaseSource.name()).option("spec", batches.encode()).load()
-    processor = LeaseProcessor(operator, output, source, starts, batches.commit_interval_ms)
+    processor = LeaseProcessor(operator, output, source, starts, batches)
     counts = leases.groupBy("lease").transformWithState(
         statefulProcessor=processor,
         outputStructType=OUTPUT.ddl,
@@ -44,3 +45,16 @@ def start_long_batches(
         .queryName(name)
         .start()
     )
+
+
+def first_positions(source: SourceSpec) -> dict[str, int]:
+    """Where a lease without state starts: every input partition's earliest offset.
+
+    As a micro-batch query without a checkpoint starts (:meth:`SourcePlanner.initial_offsets`).
+    """
+    planner = SourcePlanner(source)
+    try:
+        offsets = planner.initial_offsets()
+    finally:
+        planner.stop()
+    return {name: int(at) for name, at in offsets.items() if is_partition_name(name)}

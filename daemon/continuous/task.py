@@ -5,24 +5,28 @@ marker. If an earlier attempt of this long batch committed sub-batches, it repla
 first, each over the ranges and with the clock its marker recorded, writing nothing and
 checking it read what the marker says; state as of the long batch's start is the caller's
 (the state store's, in Spark). Then it reads on from where they stopped: every commit
-interval it hands what arrived, packed by bucket as the source packs a micro-batch, to the
+interval it hands what arrived (at most ``max_records_per_batch`` of it:
+:mod:`daemon.continuous.arrivals`), packed by bucket as the source packs a micro-batch, to the
 operator's calls, wakes the buckets due, and commits the sub-batch's output with its marker.
 A sub-batch with nothing read and nothing due commits nothing. It stops taking records when
-the lease's time is up.
+the lease's time is up, or earlier when ``daemon run`` stops. What it committed reaches the
+daemon's metrics as it goes (:mod:`daemon.continuous.progress`).
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from daemon.continuous.arrivals import Arrivals
 from daemon.continuous.held_buckets import HeldBuckets
 from daemon.continuous.lease import Lease, Positions
+from daemon.continuous.progress import Progress
 from daemon.errors import CheckpointDivergedError
 from daemon.kafka import connect
 from daemon.kafka.clients import raise_unless_transient
@@ -55,8 +59,6 @@ class LongBatchRun:
     """Sub-batches this attempt committed."""
     ends: dict[str, int] = field(default_factory=dict)
     """Where each partition was read up to: the next long batch's start."""
-    counts: list[Any] = field(default_factory=list)
-    """The operator's counts rows, a sub-batch's after another."""
 
 
 class LongBatchTask:
@@ -95,6 +97,10 @@ class LongBatchTask:
         self.clock = clock
         self.after_commit = after_commit or (lambda sub: None)
         self.positions = Positions(dict(lease.starts))
+        ranks: dict[str, int] = {}  # the inputs come in the joiner's role order
+        for rank, spec in enumerate(source.inputs):
+            ranks.setdefault(spec.topic, rank)
+        self.arrivals = Arrivals(ranks, source.max_records_per_batch)
 
     def run(self) -> LongBatchRun:
         """Replay what an earlier attempt committed, then read and commit until time is up.
@@ -113,14 +119,19 @@ class LongBatchTask:
                 self._replay(producer, marker)
                 run.replayed += 1
             producer.resume(committed)
-        run.counts.extend(self.processor.counts())  # a replay counts nothing but that it was
+        progress = Progress(self.output, lease.batch, lease.task, self.clock)
+        # A replay counts nothing but that it was one: its output was counted the first time.
+        progress.committed(self.processor.counts(), Counter())
         consumer = connect.consumer(self.source.reader_conf())
         try:
             self._assign(consumer)
-            while self.clock() < lease.until_ms:
-                started = self.clock()
-                messages = self._poll(consumer, started + lease.commit_interval_ms)
+            while self.clock() < lease.until_ms and not lease.stopped():
+                progress.report(self.positions.at)
+                # Records left waiting by a capped sub-batch go on at once.
+                wait = 0 if self.arrivals else lease.commit_interval_ms
+                self.arrivals.add(self._poll(consumer, self.clock() + wait))
                 now = self.clock()
+                messages = self.arrivals.take()
                 reached = self._reached(consumer, messages)
                 if not messages and not self.buckets.due(now):
                     continue
@@ -128,9 +139,11 @@ class LongBatchTask:
                 self._sub_batch(producer, self._packs(messages, ranges), now, ranges)
                 self.after_commit(producer.sub - 1)
                 run.committed += 1
-                run.counts.extend(self.processor.counts())
+                read = Counter(message.topic() for message in messages)
+                progress.committed(self.processor.counts(), read)
         finally:
             consumer.close()
+        progress.report(self.positions.at, last=True)
         run.ends = dict(self.positions.at)
         return run
 
@@ -231,6 +244,9 @@ class LongBatchTask:
         for message in messages:
             name = partition_name(message.topic(), message.partition())
             reached[name] = max(reached[name], message.offset() + 1)
+        # Not past what still waits for a sub-batch.
+        for name, waiting in self.arrivals.first_waiting().items():
+            reached[name] = min(reached[name], waiting)
         return reached
 
     def _packs(

@@ -43,6 +43,20 @@ Delivery = Literal["exactly_once", "at_least_once"]
 """How output is written: one Kafka transaction per micro-batch and task (``exactly_once``),
 or the idempotent producer without transactions (``at_least_once``)."""
 
+Mode = Literal["micro_batch", "continuous"]
+"""How a pipeline runs: a Spark micro-batch after another, each committing its output
+(``micro_batch``, the default), or long micro-batches in which each task reads on by itself
+and commits its output every ``commit_interval`` (``continuous``: docs/architecture.md,
+"Continuous mode")."""
+
+DEFAULT_COMMIT_INTERVAL_MS = 100
+"""How often a continuous pipeline commits what it joined: Kafka Streams' default under
+exactly-once."""
+
+DEFAULT_LONG_BATCH_MS = 120_000
+"""How long a continuous pipeline's long batch lasts: its state is written once per long
+batch, and a task that dies replays at most one (docs/operations.md, "Continuous mode")."""
+
 MissingOffsets = Literal["fail", "earliest", "latest"]
 """What a pipeline does when an input partition no longer has the offset it is to read next
 (retention or DeleteRecords removed the records, or the topic was deleted and created again):
@@ -418,6 +432,9 @@ class PipelineConfig(_Strict):
     max_records_per_batch: int = Field(default=DEFAULT_MAX_RECORDS_PER_BATCH, gt=0)
     state_buckets: int = Field(default=DEFAULT_STATE_BUCKETS, ge=1, le=65_536)
     trigger: DurationMs = 0
+    mode: Mode = "micro_batch"
+    commit_interval: DurationMs = Field(default=DEFAULT_COMMIT_INTERVAL_MS, gt=0)
+    long_batch: DurationMs = Field(default=DEFAULT_LONG_BATCH_MS, gt=0)
     delivery: Delivery = "exactly_once"
     on_missing_offsets: MissingOffsets = "fail"
     headers: HeaderPolicy = Field(
@@ -451,6 +468,38 @@ class PipelineConfig(_Strict):
         )
 
     _name = field_validator("name")(id_part)
+
+    @model_validator(mode="after")
+    def _settings_of_its_mode(self) -> PipelineConfig:
+        # A setting the mode does not read is refused, never ignored.
+        given = self.model_fields_set
+        if self.mode == "micro_batch":
+            if given & {"commit_interval", "long_batch"}:
+                raise ValueError(
+                    '`commit_interval` and `long_batch` are settings of mode = "continuous"'
+                )
+            return self
+        if "trigger" in given:
+            raise ValueError(
+                '`trigger` is a micro-batch setting; mode = "continuous" commits what arrived '
+                "every `commit_interval`, and cuts long batches every `long_batch`"
+            )
+        if self.commit_interval >= self.long_batch:
+            raise ValueError(
+                f"`commit_interval` ({self.commit_interval} ms) must be shorter than "
+                f"`long_batch` ({self.long_batch} ms)"
+            )
+        if self.delivery != "exactly_once":
+            raise ValueError(
+                'mode = "continuous" writes exactly once: it commits a transaction every '
+                "`commit_interval`; leave `delivery` out"
+            )
+        return self
+
+    @property
+    def continuous(self) -> bool:
+        """Whether the pipeline runs in continuous mode."""
+        return self.mode == "continuous"
 
     @property
     def dead_letters(self) -> str:

@@ -7,7 +7,9 @@ declares the reports, as :mod:`daemon.model.wire` declares the rows between the 
 
 - :class:`BatchCounts`: what a committed micro-batch wrote, from its counting on the driver
   (:mod:`daemon.sink.spark_sink`), and the dead letters of records the broker refused, from a
-  task that wrote its output again (:mod:`daemon.sink.task_output`).
+  task that wrote its output again (:mod:`daemon.sink.task_output`); in continuous mode, what
+  a long batch's task committed since its last report, about once a second
+  (:mod:`daemon.continuous.progress`).
 - :class:`MissingOffsetsResumed`: where the source went on past offsets the broker no longer
   has, from the planner (:mod:`daemon.source.missing_offsets`).
 
@@ -70,6 +72,14 @@ class BatchCounts:
     replayed: int = 0
     """Tasks that replayed the batch (after a crash or a retry) and found by their marker
     that it had committed before: they wrote nothing again."""
+    read: dict[str, int] = field(default_factory=dict)
+    """A continuous pipeline's task: the records its sub-batches read, by input topic.
+    A micro-batch's are known from Spark's progress report instead."""
+    positions: dict[str, int] = field(default_factory=dict)
+    """A continuous pipeline's task: where its committed sub-batches have read each input
+    partition up to, by partition name; empty for a micro-batch."""
+    sub_batches: int = 0
+    """A continuous pipeline's task: its sub-batches since the last report that read records."""
 
     def fields(self) -> dict[str, Any]:
         """The report's fields as JSON takes them."""
@@ -85,6 +95,10 @@ class BatchCounts:
             "failed_calls": self.failed_calls,
             "failures": self.failures,
             "replayed": self.replayed,
+            # A continuous task's only: a micro-batch's report stays as it was.
+            **({"read": self.read} if self.read else {}),
+            **({"positions": self.positions} if self.positions else {}),
+            **({"sub_batches": self.sub_batches} if self.sub_batches else {}),
         }
 
     @classmethod
@@ -105,6 +119,9 @@ class BatchCounts:
             int(fields.get("failed_calls") or 0),
             [str(line) for line in fields.get("failures") or []],
             int(fields.get("replayed") or 0),
+            {str(topic): int(n) for topic, n in dict(fields.get("read") or {}).items()},
+            {str(name): int(at) for name, at in dict(fields.get("positions") or {}).items()},
+            int(fields.get("sub_batches") or 0),
         )
 
     def replay_line(self) -> str | None:

@@ -75,6 +75,8 @@ def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
     """
     chain = _operators(pipe)
     return {
+        # Recorded only in continuous mode, so shape files written before it existed match.
+        **({"mode": pipe.mode} if pipe.continuous else {}),
         **({"operators": chain} if chain else {}),
         "joiner": pipe.joiner,
         "state": state_layout(pipe.state_buckets),
@@ -215,6 +217,23 @@ def verify_checkpoint(pipe: PipelineConfig, *, any_buckets: bool = False) -> dic
     return written
 
 
+def refuse_continuous_state(pipe: PipelineConfig, command: str) -> None:
+    """Raise if ``pipe`` runs in continuous mode, whose state ``daemon COMMAND`` cannot read yet.
+
+    A continuous pipeline's leases keep their buckets and where they stopped in a layout of
+    their own (:mod:`daemon.continuous.lease_processor`), not the micro-batch operator's.
+
+    Raises:
+        IncompatibleCheckpointError: one line naming the command and what to do instead.
+    """
+    if pipe.continuous:
+        raise IncompatibleCheckpointError(
+            f"pipeline {pipe.name!r}: `daemon {command}` does not read the state of mode = "
+            '"continuous" yet (its leases lay their state out their own way); `daemon '
+            "snapshot` and `restore` copy it, and a new `checkpoint` folder starts over"
+        )
+
+
 def buckets_of_shape(shape: dict[str, Any]) -> int:
     """The ``state_buckets`` count a checkpoint's shape records."""
     return int(shape["state"]["buckets"])
@@ -243,6 +262,15 @@ def refuse_mismatch(pipe: PipelineConfig, written: dict[str, Any], shape: dict[s
     layout = written.get("state")
     if isinstance(layout, dict):
         refuse_format(pipe, layout.get("format"), written)
+    was = written.get("mode", "micro_batch")
+    if was != pipe.mode:
+        raise IncompatibleCheckpointError(
+            f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} was run in mode = {was!r}, "
+            f"and the file now says mode = {pipe.mode!r}: each mode lays its state out its own "
+            "way, and enrichd does not move state between them yet; set mode back, or point "
+            "`checkpoint` at a new folder to start over from the earliest offsets with empty "
+            "state"
+        )
     changes = differences(written, shape)
     if changes:
         raise IncompatibleCheckpointError(

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.checkpoint import due_times
-from daemon.checkpoint.layout import downstream
+from daemon.checkpoint.layout import downstream, stopping_file
+from daemon.continuous.lease_source import LongBatches
+from daemon.continuous.query import first_positions, start_long_batches
 from daemon.errors import ConfigError, KafkaUnavailableError
 from daemon.formats.avro.codec import AvroCodec, record_fields
 from daemon.formats.kafka_keys import KafkaKeyCodec
@@ -28,6 +30,7 @@ from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
 from daemon.pipeline.chain_checks import chain_problems
 from daemon.pipeline.cluster_checks import check_cluster, create_markers_topics
+from daemon.pipeline.continuous_checks import continuous_problems
 from daemon.pipeline.marker_check import check_markers
 from daemon.pipeline.selection import select_function
 from daemon.pipeline.switches import COUNTS_SINK, SOURCE_READER
@@ -97,9 +100,9 @@ def plan_pipeline(file: PipelineFile, pipe: PipelineConfig, conf: dict[str, str]
     # With a select the output record is the select's, not the joiner's value: the joiner
     # shapes nothing to the output schema then.
     joiner, plugin = make_joiner(pipe, () if pipe.select else record_fields(output_codec.schema))
-    chained = chain_problems(pipe, joiner)
-    if chained:
-        raise ConfigError(f"pipeline {pipe.name!r}: {chained[0]}")
+    refused = chain_problems(pipe, joiner) + continuous_problems(pipe, joiner)
+    if refused:
+        raise ConfigError(f"pipeline {pipe.name!r}: {refused[0]}")
     key_codecs = {
         role: key_codec_for(file, spec, writing=False) for role, spec in pipe.inputs.items()
     }
@@ -358,6 +361,8 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     (``foreachBatch``: :class:`~daemon.sink.spark_sink.BatchCounter`).
     """
     pipe = plan.config
+    if pipe.continuous:
+        return _start_continuous(spark, plan)
     joiner = plan.operator.joiner
     # A checkpoint that `daemon reset` or `daemon rescale` made starts from its seed.
     discard_if_applied(pipe.checkpoint)
@@ -412,6 +417,53 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     if pipe.trigger:
         writer = writer.trigger(processingTime=f"{pipe.trigger} milliseconds")
     return writer.start()
+
+
+def _start_continuous(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
+    """Start a continuous pipeline's query of long batches (:mod:`daemon.continuous`).
+
+    A lease without state starts every partition at its earliest offset, as a micro-batch
+    query without a checkpoint does.
+
+    Raises:
+        ConfigError: the checkpoint was seeded (``daemon reset`` or ``rescale``), whose state
+            a continuous query cannot take in yet.
+    """
+    pipe = plan.config
+    if seed_of(pipe.checkpoint) is not None:
+        raise ConfigError(
+            f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} was seeded by daemon reset "
+            'or rescale, which a pipeline in mode = "continuous" cannot start from yet; point '
+            "`checkpoint` at a new folder to start afresh"
+        )
+    check_markers(plan.output, Path(pipe.checkpoint))
+    stopping = stopping_file(pipe.checkpoint)
+    stopping.unlink(missing_ok=True)  # left by a stop that did not get to remove it
+    batches = LongBatches(1, pipe.long_batch, pipe.commit_interval, str(stopping))
+    return start_long_batches(
+        spark,
+        pipe.name,
+        str(pipe.checkpoint),
+        plan.operator,
+        plan.output,
+        plan.source,
+        first_positions(plan.source),
+        batches,
+    )
+
+
+def end_long_batches(plan: PipelinePlan) -> None:
+    """Ask a continuous pipeline's long batch to end, and no other to start.
+
+    Its task ends within a commit interval, so that the query can be stopped between batches,
+    as a micro-batch query is.
+
+    A task on another host than the daemon's does not see the request (the file is in the
+    checkpoint): its long batch runs on until the stop interrupts it, and the next start
+    replays what it committed.
+    """
+    if plan.config.continuous:
+        stopping_file(plan.config.checkpoint).touch()
 
 
 def _chained(stream: Any, plan: PipelinePlan, output: OutputSpec, seeded: bool) -> Any:

@@ -36,6 +36,7 @@ from daemon.kafka.admin import existing_topics
 from daemon.kafka.connect import client_conf
 from daemon.model.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
 from daemon.pipeline.chain_checks import chain_problems
+from daemon.pipeline.continuous_checks import continuous_problems
 from daemon.pipeline.field_checks import field_problems
 from daemon.pipeline.select_checks import select_problems
 from daemon.plugin.configured import configure
@@ -144,6 +145,9 @@ def _pipeline_problems(
         problems += _option_problems(pipeline, where, joiners, cls)
         joiner, refused = _configured(pipeline, where, cls)
         problems += _output_problems(pipeline, where, cls, joiner) + refused
+    if joiner is not None:
+        refusals = continuous_problems(pipeline, joiner)
+        problems += [f"{where}.mode: {problem}" for problem in refusals]
     mismatch = pipeline.key_parts_mismatch()
     if mismatch is not None:
         problems.append(f"{where}.inputs: {mismatch}")

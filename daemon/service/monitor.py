@@ -182,7 +182,8 @@ class Monitor:
         self.notifier = notifier or Notifier.from_environment()
         self.views: dict[str, PipelineView] = {}
         self._lock = threading.Lock()
-        self._reports: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._reports: queue.Queue[dict[str, Any] | BatchCounts | None] = queue.Queue()
+        """Spark's progress reports, and continuous tasks' reports of where they read to."""
         self._offsets = LogOffsets(client_conf, names.reader_group(id_prefix))
         self._lag_groups = LagGroups(client_conf, id_prefix)
         self._ends: dict[str, dict[str, int]] = {}
@@ -271,7 +272,9 @@ class Monitor:
             if progress is None:
                 return
             try:
-                if progress:
+                if isinstance(progress, BatchCounts):
+                    self._read_to(progress)
+                elif progress:
                     self._batch_done(progress)
                 if time.monotonic() >= next_lag:
                     next_lag = time.monotonic() + LAG_EVERY_S
@@ -285,9 +288,22 @@ class Monitor:
             return
         ends = self.metrics.batch_done(view, progress, self._offsets.first)
         with self._lock:
-            self._ends[view.name] = ends
+            if ends:  # a long batch's report names no partition: its task reports them
+                self._ends[view.name] = ends
             self._batches[view.name] = self._batches.get(view.name, 0) + 1
         # Spark reports a batch once its commit log has it: lag tools may see it now.
+        self._lag_groups.commit(view.name, ends)
+
+    def _read_to(self, report: BatchCounts) -> None:
+        """A continuous task's sub-batches committed up to ``report.positions``.
+
+        Their output is committed, so lag tools may see the input read to there, as after a
+        micro-batch.
+        """
+        view = self.views[report.pipeline]
+        with self._lock:
+            self._ends[view.name] = {**self._ends.get(view.name, {}), **report.positions}
+            ends = dict(self._ends[view.name])
         self._lag_groups.commit(view.name, ends)
 
     def _sample_lag(self) -> None:
@@ -321,7 +337,7 @@ class Monitor:
             health.hidden_output = hidden
 
     def _batch_written(self, report: BatchCounts) -> None:
-        """A micro-batch committed: its counts go into the metrics.
+        """A micro-batch committed, or a continuous task's sub-batches: counts into the metrics.
 
         A batch whose joiner calls failed is one WARN line, naming the first failure; one
         whose tasks replayed it and found it committed, an INFO line (``daemon verify`` counts
@@ -331,6 +347,12 @@ class Monitor:
         if view is None:
             return
         self.metrics.batch_written(view, report)
+        if report.positions:
+            # A continuous task reports about once a second, between the long batches'
+            # progress reports from Spark: it is running.
+            self.health.progressed(view.name, time.monotonic())
+            self.metrics.last_progress.labels(view.name).set(time.time())
+            self._reports.put(report)
         replayed = report.replay_line()
         if replayed is not None:
             log.info("%s", replayed, extra={"pipeline": view.name})

@@ -317,6 +317,8 @@ class Metrics:
             self.joiner_failures.labels(view.name).inc(report.failed_calls)
         if report.replayed:
             self.replayed_tasks.labels(view.name).inc(report.replayed)
+        for topic, n in report.read.items():  # a continuous task's; Spark's progress has none
+            self.records_in.labels(view.name, view.inputs.get(topic, topic)).inc(int(n))
 
     def event_time_read(self, pipeline: str, role: str, ms: int) -> None:
         """Records of event time ``ms`` were read from an input: the lag counts from there."""

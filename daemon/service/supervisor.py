@@ -36,6 +36,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +53,13 @@ from daemon.errors import (
 from daemon.model.config import PipelineFile
 from daemon.pipeline.checkpoint_shape import check_checkpoint, pending_batch
 from daemon.pipeline.lock import lock_checkpoints
-from daemon.pipeline.plan import PipelinePlan, client_conf, plan_pipeline, start_query
+from daemon.pipeline.plan import (
+    PipelinePlan,
+    client_conf,
+    end_long_batches,
+    plan_pipeline,
+    start_query,
+)
 from daemon.service.monitor import Monitor
 from daemon.signals import StopRequest
 from daemon.spark import spark_log
@@ -231,17 +239,22 @@ class Supervised:
             )
 
     def stop(self, deadline: float) -> None:
-        """Let the micro-batch in flight finish (until ``deadline``), then stop the query."""
+        """Let the micro-batch in flight finish (until ``deadline``), then stop the query.
+
+        A continuous pipeline's long batch is asked to end first (:func:`end_long_batches`).
+        """
         query = self.query
         if self.restart_at is not None or query is None or not query.isActive:
             return
+        end_long_batches(self.plan)
         in_flight = _last_batch(query)
         while time.monotonic() < deadline and query.isActive:
             if not query.status["isTriggerActive"] or _last_batch(query) != in_flight:
                 break
             time.sleep(0.02)
         try:
-            query.stop()
+            with _interrupt_unlogged():
+                query.stop()
         except Exception as exc:  # a stop timeout: the checkpoint still makes the next start right
             log.warning(
                 "pipeline %s did not stop cleanly: %s",
@@ -255,6 +268,24 @@ class Supervised:
             self.restarts,
             extra={"pipeline": self.name},
         )
+
+
+@contextmanager
+def _interrupt_unlogged() -> Iterator[None]:
+    """Keep py4j from logging the interrupt of a batch that a stop asked for as an ERROR.
+
+    Spark interrupts the batch's ``foreachBatch`` call in the daemon's process, and py4j logs
+    the ``InterruptedException`` it raises with its stack trace: every stop of a continuous
+    pipeline, which does not wait for its long batch, would log one. The next start runs the
+    batch again (and its task replays what it committed).
+    """
+    py4j = logging.getLogger("py4j.clientserver")
+    level = py4j.level
+    py4j.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        py4j.setLevel(level)
 
 
 def _reason(exc: Exception) -> str:

@@ -222,43 +222,47 @@ def report_batch(
     if spec.metrics_address is None:
         return
     try:
-        records: dict[str, int] = {}
-        dead_letters: dict[str, int] = {}
-        joiner: dict[str, int] = {}
-        latencies: dict[str, latency.Tally] = {}
-        event_time: dict[str, int] = {}
-        state_cache: dict[str, int] = {}
-        failed_calls = replayed = 0
-        failures: list[str] = []
-        for message in messages:
-            if isinstance(message, Written):
-                _add(records, message.records)
-                _add(dead_letters, message.dead_letters)
-                _add(joiner, getattr(message, "joiner_counts", {}))
-                latency.add(latencies, getattr(message, "tallies", {}))
-                _newest(event_time, getattr(message, "event_time", {}))
-                _add(state_cache, getattr(message, "state_cache", {}))
-                failed_calls += getattr(message, "failed_calls", 0)
-                failures += getattr(message, "failures", [])
-                replayed += getattr(message, "replayed", 0)
-        send(
-            spec.metrics_address,
-            BatchCounts(
-                spec.pipeline,
-                batch_id,
-                records,
-                dead_letters,
-                joiner,
-                latency=latencies,
-                event_time=event_time,
-                state_cache=state_cache,
-                failed_calls=failed_calls,
-                failures=failures[:FAILURES_REPORTED],
-                replayed=replayed,
-            ),
-        )
+        send(spec.metrics_address, batch_counts(spec.pipeline, messages, batch_id))
     except Exception:  # noqa: S110 - metrics must never fail a committed batch
         pass
+
+
+def batch_counts(
+    pipeline: str, messages: list[WriterCommitMessage | None], batch_id: int
+) -> BatchCounts:
+    """The report of what the tasks' commit ``messages`` say they wrote, added up."""
+    records: dict[str, int] = {}
+    dead_letters: dict[str, int] = {}
+    joiner: dict[str, int] = {}
+    latencies: dict[str, latency.Tally] = {}
+    event_time: dict[str, int] = {}
+    state_cache: dict[str, int] = {}
+    failed_calls = replayed = 0
+    failures: list[str] = []
+    for message in messages:
+        if isinstance(message, Written):
+            _add(records, message.records)
+            _add(dead_letters, message.dead_letters)
+            _add(joiner, getattr(message, "joiner_counts", {}))
+            latency.add(latencies, getattr(message, "tallies", {}))
+            _newest(event_time, getattr(message, "event_time", {}))
+            _add(state_cache, getattr(message, "state_cache", {}))
+            failed_calls += getattr(message, "failed_calls", 0)
+            failures += getattr(message, "failures", [])
+            replayed += getattr(message, "replayed", 0)
+    return BatchCounts(
+        pipeline,
+        batch_id,
+        records,
+        dead_letters,
+        joiner,
+        latency=latencies,
+        event_time=event_time,
+        state_cache=state_cache,
+        failed_calls=failed_calls,
+        failures=failures[:FAILURES_REPORTED],
+        replayed=replayed,
+    )
 
 
 def keep_due_times(

@@ -55,17 +55,18 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "state": (*FLOOR, "private_paths", "checkpoint", "plugin", "kafka", "spark", "operator"),
     # A long batch's task: reads as the source does, joins through the operator, writes
     # through the sink's sub-batches.
-    "continuous": (*FLOOR, "kafka", "spark", "source", "sink", "operator"),
+    "continuous": (*FLOOR, "report_socket", "kafka", "spark", "source", "sink", "operator"),
     "pipeline": (
         *FLOOR,
         *("private_paths", "checkpoint", "formats", "plugin", "kafka", "spark"),
-        *("source", "sink", "operator", "state"),  # the one package that composes the stages
+        *("source", "sink", "operator", "continuous", "state"),  # it composes the stages
     ),
     # The commands: the service through pipeline/, never a stage; one command imports
     # another only to build on it.
     "broker": (*FLOOR, "kafka"),
     "service": (*FLOOR, "signals", "kafka", "spark", "report_socket", "pipeline"),
-    "replay": (*FLOOR, "formats", "kafka", "spark", "pipeline", "broker"),
+    "consumed": (*FLOOR, "report_socket"),
+    "replay": (*FLOOR, "formats", "kafka", "spark", "pipeline", "broker", "consumed"),
     "demos": (*FLOOR, "signals", "formats", "kafka", "replay"),
     "testing": (*FLOOR, "formats", "plugin", "source", "operator", "pipeline", "replay"),
     "verify": (

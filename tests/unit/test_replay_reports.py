@@ -1,4 +1,4 @@
-"""A replay reads each progress report of its query once (:class:`daemon.replay.NewReports`)."""
+"""A replay reads each progress report of its query once (:class:`daemon.consumed.NewReports`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import uuid
 from typing import Any
 
-from daemon.replay import NewReports
+from daemon.consumed import NewReports
 
 QUERY = str(uuid.uuid4())
 

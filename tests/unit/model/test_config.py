@@ -293,3 +293,41 @@ c = { pth = "x" }
     spread = '\n[pipeline.select]\n"one_*" = "one"\n'
     (problem,) = problems_of(write(tmp_path, MINIMAL + spread))
     assert "pipeline[0] (p).select: one_*: a spread names its fields with one *" in problem
+
+
+def _with(settings: str) -> str:
+    return MINIMAL.replace('checkpoint = "state/p"', f'checkpoint = "state/p"\n{settings}')
+
+
+def test_micro_batch_is_the_default_and_continuous_reads_its_two_durations(
+    tmp_path: Path,
+) -> None:
+    pipe = load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0]
+    assert (pipe.mode, pipe.continuous) == ("micro_batch", False)
+    text = _with('mode = "continuous"\ncommit_interval = "200ms"\nlong_batch = "5m"')
+    pipe = load_pipeline_file(write(tmp_path, text)).pipeline[0]
+    assert (pipe.continuous, pipe.commit_interval, pipe.long_batch) == (True, 200, 300_000)
+    pipe = load_pipeline_file(write(tmp_path, _with('mode = "continuous"'))).pipeline[0]
+    assert (pipe.commit_interval, pipe.long_batch) == (100, 120_000)
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ('commit_interval = "50ms"', '`commit_interval` and `long_batch` are settings of mode'),
+        ('long_batch = "1m"', '`commit_interval` and `long_batch` are settings of mode'),
+        ('mode = "continuous"\ntrigger = "1s"', "`trigger` is a micro-batch setting"),
+        (
+            'mode = "continuous"\ncommit_interval = "2s"\nlong_batch = "2s"',
+            "`commit_interval` (2000 ms) must be shorter than `long_batch` (2000 ms)",
+        ),
+        ('mode = "continuous"\ndelivery = "at_least_once"', "writes exactly once"),
+        ('mode = "fast"', "mode: "),
+    ],
+)
+def test_a_setting_its_mode_does_not_read_is_one_problem(
+    tmp_path: Path, settings: str, says: str
+) -> None:
+    (problem,) = problems_of(write(tmp_path, _with(settings)))
+    assert problem.startswith(f"{tmp_path / 'pipeline.toml'}: pipeline[0] (p)")
+    assert says in problem

@@ -20,6 +20,7 @@ from daemon.pipeline.checkpoint_shape import (
     OtherSparkCheckpointError,
     check_checkpoint,
     pending_batch,
+    refuse_continuous_state,
     verify_checkpoint,
 )
 
@@ -270,3 +271,30 @@ def test_a_lookup_of_tables_records_its_operators_and_a_change_of_them_is_refuse
 def test_a_pipeline_of_one_table_records_no_operators(tmp_path: Path) -> None:
     check_checkpoint(pipeline(tmp_path))
     assert "operators" not in json.loads(shape_file(tmp_path / "checkpoint").read_text())
+
+
+def test_a_checkpoint_remembers_its_mode_and_a_start_in_the_other_is_refused(
+    tmp_path: Path,
+) -> None:
+    first_start(tmp_path / "micro")
+    with pytest.raises(IncompatibleCheckpointError) as caught:
+        check_checkpoint(pipeline(tmp_path / "micro", mode="continuous"))
+    assert "was run in mode = 'micro_batch', and the file now says mode = 'continuous'" in str(
+        caught.value
+    )
+    first_start(tmp_path / "continuous", mode="continuous")
+    assert json.loads(shape_file(tmp_path / "continuous" / "checkpoint").read_text())["mode"] == (
+        "continuous"
+    )
+    check_checkpoint(pipeline(tmp_path / "continuous", mode="continuous"))
+    with pytest.raises(IncompatibleCheckpointError, match="now says mode = 'micro_batch'"):
+        verify_checkpoint(pipeline(tmp_path / "continuous"))
+
+
+def test_the_state_commands_refuse_a_continuous_pipeline_with_one_line(tmp_path: Path) -> None:
+    refuse_continuous_state(pipeline(tmp_path), "state")  # micro-batch: read as before
+    with pytest.raises(IncompatibleCheckpointError) as caught:
+        refuse_continuous_state(pipeline(tmp_path, mode="continuous"), "rescale")
+    assert '`daemon rescale` does not read the state of mode = "continuous" yet' in str(
+        caught.value
+    )

@@ -1,0 +1,72 @@
+"""A sub-batch takes what arrived, or, past the cap, the earliest across partitions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daemon.continuous.arrivals import Arrivals
+from daemon.model.wire import END_OF_INPUT_HEADERS
+
+
+@dataclass
+class Message:
+    """What a confluent-kafka message gives the task (only that)."""
+
+    topic_: str
+    partition_: int
+    offset_: int
+    timestamp_: int
+    value_: bytes | None = b"v"
+    headers_: list[tuple[str, bytes]] | None = None
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self.timestamp_)
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self.headers_
+
+
+def _taken(arrivals: Arrivals) -> list[tuple[str, int]]:
+    return [(m.topic(), m.offset()) for m in arrivals.take()]
+
+
+def test_under_the_cap_a_sub_batch_takes_everything_that_arrived() -> None:
+    arrivals = Arrivals({"users": 0, "tweets": 1}, cap=10)
+    arrivals.add([Message("tweets", 0, 5, 300), Message("users", 0, 0, 100)])
+    assert arrivals.first_waiting() == {"tweets/0": 5, "users/0": 0}
+    assert _taken(arrivals) == [("tweets", 5), ("users", 0)]
+    assert not arrivals
+    assert arrivals.first_waiting() == {}
+    assert arrivals.take() == []
+
+
+def test_past_the_cap_the_earliest_go_first_and_the_rest_waits_in_order() -> None:
+    arrivals = Arrivals({"users": 0, "tweets": 1}, cap=2)
+    # The consumer brought all of tweets/0 before users/0: a user record is older.
+    arrivals.add([Message("tweets", 0, n, 100 + 10 * n) for n in range(3)])
+    arrivals.add([Message("users", 0, 7, 105), Message("users", 0, 8, 200)])
+    assert _taken(arrivals) == [("tweets", 0), ("users", 7)]
+    assert arrivals.first_waiting() == {"tweets/0": 1, "users/0": 8}
+    assert _taken(arrivals) == [("tweets", 1), ("tweets", 2)]
+    assert _taken(arrivals) == [("users", 8)]
+    assert not arrivals
+
+
+def test_a_tie_goes_to_the_earlier_role_and_end_of_input_markers_ride_along() -> None:
+    arrivals = Arrivals({"users": 0, "tweets": 1}, cap=1)
+    end = Message("tweets", 1, 4, 100, None, list(END_OF_INPUT_HEADERS))
+    arrivals.add([Message("tweets", 1, 3, 100), end, Message("users", 0, 0, 100)])
+    assert _taken(arrivals) == [("users", 0)]
+    assert _taken(arrivals) == [("tweets", 3), ("tweets", 4)]
