@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from daemon.model.config import JoinKey, PipelineFile, parse_pipeline_file
+from daemon.model.config import JoinKey, Mode, PipelineFile, parse_pipeline_file
 from daemon.pipeline.validation import validate_pipeline_file
 from daemon.plugin.host import RegisteredJoiner, build_registry, registry
 from daemon.plugin.joiner import Joiner
@@ -101,6 +101,7 @@ def replay_joiner(
     output_schemas: Mapping[str, Path] | None = None,
     state_cache: bool = True,
     state_deltas: bool = True,
+    mode: Mode = "micro_batch",
 ) -> ReplayResult:
     """Run an installed joiner over ``inputs`` through the real broker and Spark engine.
 
@@ -126,6 +127,8 @@ def replay_joiner(
             (``[state] cache``); the outputs are the same either way.
         state_deltas: whether a micro-batch writes only the keys it changed (``[state]
             deltas``); the outputs are the same either way.
+        mode: ``"continuous"`` runs the pipeline in continuous mode, its sub-batches capped
+            at ``max_batch``; event-time outputs are the same in either mode.
 
     Returns:
         The outputs and dead letters as JSON-ready dicts (see :class:`ReplayResult`).
@@ -148,6 +151,9 @@ def replay_joiner(
         )
         settings = {"cache": state_cache, "deltas": state_deltas}
         file = file.model_copy(update={"state": file.state.model_copy(update=settings)})
+        if mode != "micro_batch":
+            pipe = file.pipeline[0].model_copy(update={"mode": mode})
+            file = file.model_copy(update={"pipeline": [pipe]})
         files = {}
         for role, lines in inputs.items():
             path = work / f"{role}.jsonl"

@@ -2,8 +2,9 @@
 
 Every built-in joiner replays the same input with ``max_batch`` unset and 1 (the joiners
 take turns to run that replay with the Python workers' state cache and state deltas off,
-``[state] cache`` and ``deltas``, or on) and must write the same outputs and dead letters (as
-multisets: the engine promises no order across keys). The inputs are random (hypothesis),
+``[state] cache`` and ``deltas``, or on), and in continuous mode with sub-batches of 1, and
+must write the same outputs and dead letters (as multisets: the engine promises no order
+across keys). The inputs are random (hypothesis),
 many keys to a replay (every drawn input's, each in key spaces of its own, side by side),
 with timestamps from a small range so that records of different inputs tie, and each key
 ends with a record that matters: a partner on the other input with the same timestamp as the
@@ -32,6 +33,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from daemon.model.config import Mode
 from daemon.replay import ReplayResult
 from daemon.testing import replay_joiner
 
@@ -149,6 +151,7 @@ class Case:
         broker: Any,
         state_cache: bool = True,
         state_deltas: bool = True,
+        mode: Mode = "micro_batch",
     ) -> ReplayResult:
         return replay_joiner(
             self.joiner,
@@ -163,6 +166,7 @@ class Case:
             bootstrap_servers=broker.bootstrap_servers,
             state_cache=state_cache,
             state_deltas=state_deltas,
+            mode=mode,
         )
 
 
@@ -359,6 +363,12 @@ def test_outputs_and_dead_letters_do_not_depend_on_micro_batches(
     assert capped.batches > 1, f"max_batch {CAP} did not split the input"
     assert written(capped) == written(whole), (
         f"max_batch {CAP}: {differences(written(capped), written(whole))}\n{histories}"
+    )
+    # Continuous mode, its sub-batches capped alike: the same outputs as micro-batches.
+    continuous = case.replay(inputs, CAP, broker, mode="continuous")
+    assert continuous.batches > 1, f"sub-batches of {CAP} did not split the input"
+    assert written(continuous) == written(whole), (
+        f"continuous: {differences(written(continuous), written(whole))}\n{histories}"
     )
 
 
