@@ -20,13 +20,14 @@ import json
 import random
 import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.enrichd import EnrichdResult, run_pipeline
-from bench.workloads import REPO, SCHEMAS, codec, create_input_topics, input_producer
-from daemon.kafka import clients
+from bench.twostream import produce as produce_records
+from bench.workloads import REPO, SCHEMAS, codec, create_input_topics
 
 EXAMPLE = REPO / "examples" / "orders-three-tables.toml"
 REGIONS = 50
@@ -128,31 +129,22 @@ def produce(conf: dict[str, str], topics: ShopTopics, shop: Shop) -> dict[str, i
         RuntimeError: a topic could not be created or a record delivered.
     """
     create_input_topics(conf, (topics.orders, *topics.tables(len(TABLES)).values()))
-    producer = input_producer(conf)
-    deliveries = clients.Deliveries()
+    return produce_records(conf, records(topics, shop))
+
+
+def records(topics: ShopTopics, shop: Shop) -> Iterator[tuple[str, str, bytes, int]]:
+    """``(topic, key, value, timestamp)`` of every table row, then of every order, each a
+    millisecond after the one before."""
     rng = random.Random(shop.seed)
-    timestamp = 1
-
-    def send(topic: str, key: str, value: bytes) -> None:
-        nonlocal timestamp
-        clients.produce(
-            producer,
-            topic,
-            value=value,
-            key=key.encode(),
-            timestamp=timestamp,
-            on_delivery=deliveries,
-        )
-        timestamp += 1
-        if timestamp % 10_000 == 0:
-            producer.poll(0)
-
+    timestamp = 0
     for name, table in rows(shop, rng).items():
         encode = codec(f"shop_{FIELDS[name]}").encode
         for row in table:
-            send(topics.table(name), row["id"], encode(row))
+            timestamp += 1
+            yield topics.table(name), row["id"], encode(row), timestamp
     order = codec("shop_order").encode
     for i in range(shop.orders):
+        timestamp += 1
         key = f"order-{i}"
         value = {
             "id": key,
@@ -161,10 +153,7 @@ def produce(conf: dict[str, str], topics: ShopTopics, shop: Shop) -> dict[str, i
             "quantity": 1 + i % 5,
             "at": timestamp,
         }
-        send(topics.orders, key, order(value))
-    if producer.flush(60) != 0 or deliveries.failures:
-        raise RuntimeError(f"could not produce: {deliveries.failures[:1] or 'flush timed out'}")
-    return deliveries.ends
+        yield topics.orders, key, order(value), timestamp
 
 
 def output_schema(tables: int) -> dict[str, Any]:
