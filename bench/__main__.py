@@ -38,6 +38,7 @@ WORKLOADS = (
     "passthrough",
     "comap",
     "lookup",
+    "nway",
     "asof",
     "window",
     "state",

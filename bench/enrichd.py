@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import tuning
+from bench.operators import Operator, operators_of
 from bench.resources import PeakMemory, Peaks, state_bytes
 from bench.workloads import REPO, Topics
 from daemon.model.wire import parse_offsets
@@ -44,6 +45,8 @@ class Batch:
     started: float
     """Trigger start, epoch seconds."""
     durations_ms: dict[str, int]
+    operators: tuple[Operator, ...] = ()
+    """Its stateful operators' figures, source first (:mod:`bench.operators`)."""
 
     @classmethod
     def of(cls, report: Any) -> Batch:
@@ -56,7 +59,13 @@ class Batch:
             records += sum(
                 end - start.get(name, 0) for name, end in parse_offsets(source.endOffset).items()
             )
-        return cls(report.batchId, records, _epoch(report.timestamp), dict(report.durationMs))
+        return cls(
+            report.batchId,
+            records,
+            _epoch(report.timestamp),
+            dict(report.durationMs),
+            operators_of(report),
+        )
 
     @property
     def ended(self) -> float:

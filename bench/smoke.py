@@ -52,6 +52,10 @@ SIZES: dict[str, list[str]] = {
         "--users", "100", "--clicks", "1000", "--max-batch", "150", "--runs", "1",
         *YARDSTICK_ALONE, "--no-versioned",
     ],
+    "nway": [
+        "--customers", "50", "--products", "10", "--orders", "500", "--max-batch", "100",
+        "--runs", "1",
+    ],
     "asof": [
         "--keys", "20", "--left", "1000", "--right", "200", "--max-batch", "150", "--runs", "1",
         *YARDSTICK_ALONE,
@@ -73,10 +77,10 @@ SIZES: dict[str, list[str]] = {
 }  # fmt: skip
 """Each workload's tiny options, with the parts the module's docstring names left out.
 
-comap's, lookup's, asof's and window's caps are small enough for the six batches or more
-their sustained rate must be over (:data:`bench.runs.MIN_STEADY_BATCHES` after the first),
-and they run once. Each runs its yardstick (:data:`YARDSTICK_ALONE`: with no enrichd latency
-run but comap's)."""
+comap's, lookup's, nway's, asof's and window's caps are small enough for the six batches or
+more their sustained rate must be over (:data:`bench.runs.MIN_STEADY_BATCHES` after the
+first), and they run once (nway: one run with one table, one with three). Each joiner runs
+its yardstick (:data:`YARDSTICK_ALONE`: with no enrichd latency run but comap's)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
