@@ -83,26 +83,33 @@ class TaskReports:
     """A continuous query's task reports: where its committed sub-batches read to.
 
     Give :attr:`address` to the query's output as its ``metrics_address``; :meth:`close`
-    when done.
+    when done. Each of its ``leases`` reads every partition: the query has read what the
+    lease that read least has, once every lease has reported.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, leases: int = 1) -> None:
         self._lock = threading.Lock()
-        self._at: dict[str, int] = {}
+        self._leases = leases
+        self._at: dict[int, dict[str, int]] = {}
         self._sub_batches = 0
         self._socket = ReportSocket({BatchCounts.kind: self._heard})
         self.address = self._socket.address
 
     def _heard(self, report: BatchCounts) -> None:
         with self._lock:
+            lease = self._at.setdefault(report.lease, {})
             for name, at in report.positions.items():
-                self._at[name] = max(self._at.get(name, 0), at)
+                lease[name] = max(lease.get(name, 0), at)
             self._sub_batches += report.sub_batches
 
     def consumed(self) -> tuple[dict[str, int], int]:
         """Where the task read to, and how many sub-batches read records (:data:`Consumed`)."""
         with self._lock:
-            return dict(self._at), self._sub_batches
+            if len(self._at) < self._leases:
+                return {}, self._sub_batches
+            names = set().union(*self._at.values())
+            at = {name: min(lease.get(name, 0) for lease in self._at.values()) for name in names}
+            return at, self._sub_batches
 
     def close(self) -> None:
         """Stop listening."""

@@ -260,7 +260,7 @@ def replay(
                     continue
             tasks = None
             if stage.config.continuous:  # its task reports where it read to, not Spark
-                tasks = stack.enter_context(closing(TaskReports()))
+                tasks = stack.enter_context(closing(TaskReports(stage.config.leases)))
                 output = replace(stage.output, metrics_address=tasks.address)
                 stage = replace(stage, output=output)
             query = start_query(spark, stage)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from daemon.model.record_route import bucket_labels
 from daemon.model.wire import split_range_name
 
 
@@ -19,6 +20,9 @@ class Lease:
         until_ms: the wall-clock time after which the long batch reads nothing new.
         commit_interval_ms: how often the task commits what it joined.
         stopping: a file whose presence ends the long batch early (empty: none).
+        index: the lease's place among the pipeline's leases: it joins the state buckets
+            whose place is ``index`` modulo ``of`` (:meth:`owns`).
+        of: how many leases the pipeline has; each reads every input partition.
     """
 
     batch: int
@@ -27,6 +31,13 @@ class Lease:
     until_ms: int
     commit_interval_ms: int = 100
     stopping: str = ""
+    index: int = 0
+    of: int = 1
+
+    def owns(self, buckets: int) -> frozenset[int]:
+        """The labels of the state buckets (of ``buckets``) this lease joins."""
+        labels = bucket_labels(buckets)
+        return frozenset(label for i, label in enumerate(labels) if i % self.of == self.index)
 
     def stopped(self) -> bool:
         """Whether the long batch is asked to end now (``daemon run`` stops)."""

@@ -42,6 +42,7 @@ class LeaseProcessor(StatefulProcessor):
         output: where the pipeline writes.
         source: what it reads.
         starts: where a lease without state starts, by partition name.
+        labels: each lease's grouping key, in lease order.
         batches: how long batches are cut: how often a sub-batch commits, and what asks
             the long batch to end early.
     """
@@ -52,12 +53,14 @@ class LeaseProcessor(StatefulProcessor):
         output: OutputSpec,
         source: SourceSpec,
         starts: dict[str, int],
+        labels: tuple[int, ...],
         batches: LongBatches,
     ) -> None:
         self.plan = plan
         self.output_spec = output
         self.source = source
         self.starts = starts
+        self.labels = labels
         self.batches = batches
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -81,8 +84,17 @@ class LeaseProcessor(StatefulProcessor):
         buckets = HeldBuckets(self._stored)
         processor = JoinerProcessor(self.plan, self.output_spec)
         processor.ready(buckets)
-        interval, stopping = self.batches.commit_interval_ms, self.batches.stopping
-        lease = Lease(batch, int(key[0]), starts, until, interval, stopping)
+        label = int(key[0])
+        lease = Lease(
+            batch,
+            label,
+            starts,
+            until,
+            self.batches.commit_interval_ms,
+            self.batches.stopping,
+            index=self.labels.index(label),
+            of=len(self.labels),
+        )
         run = LongBatchTask(processor, self.source, self.output_spec, lease, query, buckets).run()
         for bucket_key, blob in buckets.changed():
             if blob is None:

@@ -17,6 +17,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from daemon.model.record_route import bucket_labels
+
 LEASE_DDL = "lease int, until long"
 """A lease row: the lease (an ``int``, which Spark hashes as the grouping key expects) and the
 time its long batch stops taking records, in milliseconds."""
@@ -27,6 +29,7 @@ class LongBatches:
     """How a continuous pipeline's long batches are cut (the source's ``spec`` option)."""
 
     leases: int = 1
+    """How many tasks share the pipeline's state buckets, each holding a task slot."""
     long_batch_ms: int = 120_000
     commit_interval_ms: int = 100
     stopping: str = ""
@@ -36,6 +39,15 @@ class LongBatches:
     def stopped(self) -> bool:
         """Whether the long batches are asked to stop (:attr:`stopping` is there)."""
         return bool(self.stopping) and os.path.exists(self.stopping)
+
+    def labels(self, partitions: int) -> tuple[int, ...]:
+        """Each lease's grouping key, in lease order.
+
+        Chosen as a state bucket's label is, so that Spark's shuffle into ``partitions`` puts
+        each lease in a partition of its own: two leases in one task would run one long
+        batch after the other.
+        """
+        return bucket_labels(self.leases, spread=max(partitions, self.leases))
 
     def encode(self) -> str:
         """The option's text."""
@@ -52,14 +64,15 @@ class LongBatchPartition(InputPartition):
     """The one read task of a long batch: its rows."""
 
     until: int
-    leases: int
+    labels: tuple[int, ...]
 
 
 class LeaseReader(DataSourceStreamReader):
     """Plans a long batch after another (see the module docstring)."""
 
-    def __init__(self, batches: LongBatches) -> None:
+    def __init__(self, batches: LongBatches, shuffle_partitions: int) -> None:
         self.batches = batches
+        self.shuffle_partitions = shuffle_partitions
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
         """Before the first long batch."""
@@ -77,13 +90,14 @@ class LeaseReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         """One task makes the long batch's rows."""
-        return [LongBatchPartition(int(end["until"]), self.batches.leases)]
+        labels = self.batches.labels(self.shuffle_partitions)
+        return [LongBatchPartition(int(end["until"]), labels)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int, int]]:
         """A row per lease."""
         assert isinstance(partition, LongBatchPartition)  # noqa: S101 - ours
-        for lease in range(partition.leases):
-            yield (lease, partition.until)
+        for label in partition.labels:
+            yield (label, partition.until)
 
 
 class LeaseSource(DataSource):
@@ -100,4 +114,5 @@ class LeaseSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
         """The planner of long batches."""
-        return LeaseReader(LongBatches.decode(self.options["spec"]))
+        partitions = int(self.options["partitions"])
+        return LeaseReader(LongBatches.decode(self.options["spec"]), partitions)

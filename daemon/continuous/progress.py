@@ -61,7 +61,11 @@ class Progress:
             return
         counts = batch_counts(self.output.pipeline, self._written, self.batch)
         heard = replace(
-            counts, read=dict(self._read), positions=dict(positions), sub_batches=self._reading
+            counts,
+            read=dict(self._read),
+            positions=dict(positions),
+            sub_batches=self._reading,
+            lease=self.task,
         )
         send(address, heard)
         self._written, self._read, self._reading, self._sent_at = [], Counter(), 0, now

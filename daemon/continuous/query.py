@@ -31,8 +31,17 @@ def start_long_batches(
     registered = spark._jsparkSession.sessionState().dataSourceManager()
     if not registered.dataSourceExists(LeaseSource.name()):
         spark.dataSource.register(LeaseSource)
-    leases = spark.readStream.format(LeaseSource.name()).option("spec", batches.encode()).load()
-    processor = LeaseProcessor(operator, output, source, starts, batches)
+    # The checkpoint's count once it has one; a count changed since leaves leases sharing a
+    # task, which then run one after the other: slower, never wrong.
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    leases = (
+        spark.readStream.format(LeaseSource.name())
+        .option("spec", batches.encode())
+        .option("partitions", str(partitions))
+        .load()
+    )
+    labels = batches.labels(partitions)
+    processor = LeaseProcessor(operator, output, source, starts, labels, batches)
     counts = leases.groupBy("lease").transformWithState(
         statefulProcessor=processor,
         outputStructType=OUTPUT.ddl,

@@ -30,7 +30,14 @@ from daemon.continuous.progress import Progress
 from daemon.errors import CheckpointDivergedError
 from daemon.kafka import connect
 from daemon.kafka.clients import raise_unless_transient
-from daemon.model.wire import SOURCE, partition_name, range_name, split_partition_name
+from daemon.model.wire import (
+    SOURCE,
+    partition_name,
+    range_name,
+    split_partition_name,
+    split_range_name,
+    unpack,
+)
 from daemon.operator.processor import JoinerProcessor
 from daemon.sink import markers
 from daemon.sink.markers import Marker
@@ -101,6 +108,8 @@ class LongBatchTask:
         for rank, spec in enumerate(source.inputs):
             ranks.setdefault(spec.topic, rank)
         self.arrivals = Arrivals(ranks, source.max_records_per_batch)
+        self.mine = lease.owns(source.state_buckets)
+        """The state buckets this lease joins: each lease reads every partition."""
 
     def run(self) -> LongBatchRun:
         """Replay what an earlier attempt committed, then read and commit until time is up.
@@ -136,10 +145,9 @@ class LongBatchTask:
                 if not messages and not self.buckets.due(now):
                     continue
                 ranges = self.positions.ranges(reached)
-                self._sub_batch(producer, self._packs(messages, ranges), now, ranges)
+                read = self._sub_batch(producer, self._packs(messages, ranges), now, ranges)
                 self.after_commit(producer.sub - 1)
                 run.committed += 1
-                read = Counter(message.topic() for message in messages)
                 progress.committed(self.processor.counts(), read)
         finally:
             consumer.close()
@@ -180,11 +188,12 @@ class LongBatchTask:
         now: int,
         ranges: dict[str, tuple[int, int]],
         replayed: Marker | None = None,
-    ) -> None:
+    ) -> Counter[str]:
         """Join one sub-batch's packs at processing time ``now`` and wake its due buckets.
 
         Then commit its output with its marker, or, ``replayed`` (its marker), check that it
-        read what the marker says, writing nothing.
+        read what the marker says, writing nothing. The records of its buckets it read, by
+        topic: each lease counts its own, so that the pipeline's add up.
         """
         output = sub_batch_output(self.output, producer, replayed)
         output.timer_ms = now  # recorded whether a timer fires or not: TTL reads it too
@@ -193,15 +202,21 @@ class LongBatchTask:
         processor = self.processor
         processor.write_to(output)
         by_bucket: dict[int, list[Any]] = defaultdict(list)
+        read: Counter[str] = Counter()
+        mine = self.mine
         for batch in packs:
             for row in SOURCE.rows(batch):
-                by_bucket[row.bucket].append(row)
+                if row.bucket in mine:
+                    by_bucket[row.bucket].append(row)
+                    topic, _ = split_partition_name(split_range_name(row.read_range)[0])
+                    read[topic] += unpack(row.records).num_rows
         for bucket in sorted(by_bucket):
             processor.apply((bucket,), iter(by_bucket[bucket]), now)
         for key in self.buckets.due(now):
             processor.wake(key, now)
         output.commit()
         self.positions.cover(output.covered)
+        return read
 
     def _assign(self, consumer: Any) -> None:
         # Late: confluent_kafka loads with the first client (daemon.model.constants says why).

@@ -435,6 +435,9 @@ class PipelineConfig(_Strict):
     mode: Mode = "micro_batch"
     commit_interval: DurationMs = Field(default=DEFAULT_COMMIT_INTERVAL_MS, gt=0)
     long_batch: DurationMs = Field(default=DEFAULT_LONG_BATCH_MS, gt=0)
+    leases: int = Field(default=1, ge=1, le=256)
+    """Continuous mode: the tasks that share the state buckets, each reading every input
+    partition and holding a task slot for the whole long batch."""
     delivery: Delivery = "exactly_once"
     on_missing_offsets: MissingOffsets = "fail"
     headers: HeaderPolicy = Field(
@@ -474,9 +477,10 @@ class PipelineConfig(_Strict):
         # A setting the mode does not read is refused, never ignored.
         given = self.model_fields_set
         if self.mode == "micro_batch":
-            if given & {"commit_interval", "long_batch"}:
+            if given & {"commit_interval", "long_batch", "leases"}:
                 raise ValueError(
-                    '`commit_interval` and `long_batch` are settings of mode = "continuous"'
+                    "`commit_interval`, `long_batch` and `leases` are settings of mode = "
+                    '"continuous"'
                 )
             return self
         if "trigger" in given:
@@ -488,6 +492,11 @@ class PipelineConfig(_Strict):
             raise ValueError(
                 f"`commit_interval` ({self.commit_interval} ms) must be shorter than "
                 f"`long_batch` ({self.long_batch} ms)"
+            )
+        if self.leases > self.state_buckets:
+            raise ValueError(
+                f"`leases` ({self.leases}) must not be more than `state_buckets` "
+                f"({self.state_buckets}): a lease joins a share of the buckets"
             )
         if self.delivery != "exactly_once":
             raise ValueError(

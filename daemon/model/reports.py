@@ -80,6 +80,8 @@ class BatchCounts:
     partition up to, by partition name; empty for a micro-batch."""
     sub_batches: int = 0
     """A continuous pipeline's task: its sub-batches since the last report that read records."""
+    lease: int = 0
+    """A continuous pipeline's task: the lease it runs (its grouping key)."""
 
     def fields(self) -> dict[str, Any]:
         """The report's fields as JSON takes them."""
@@ -99,6 +101,7 @@ class BatchCounts:
             **({"read": self.read} if self.read else {}),
             **({"positions": self.positions} if self.positions else {}),
             **({"sub_batches": self.sub_batches} if self.sub_batches else {}),
+            **({"lease": self.lease} if self.lease else {}),
         }
 
     @classmethod
@@ -122,6 +125,7 @@ class BatchCounts:
             {str(topic): int(n) for topic, n in dict(fields.get("read") or {}).items()},
             {str(name): int(at) for name, at in dict(fields.get("positions") or {}).items()},
             int(fields.get("sub_batches") or 0),
+            int(fields.get("lease") or 0),
         )
 
     def replay_line(self) -> str | None:

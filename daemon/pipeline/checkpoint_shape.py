@@ -76,7 +76,8 @@ def shape_of(pipe: PipelineConfig) -> dict[str, Any]:
     chain = _operators(pipe)
     return {
         # Recorded only in continuous mode, so shape files written before it existed match.
-        **({"mode": pipe.mode} if pipe.continuous else {}),
+        # Each lease holds the state of its share of the buckets: another count misreads it.
+        **({"mode": pipe.mode, "leases": pipe.leases} if pipe.continuous else {}),
         **({"operators": chain} if chain else {}),
         "joiner": pipe.joiner,
         "state": state_layout(pipe.state_buckets),
@@ -349,6 +350,9 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     elif written.get("buckets") != new["state"]["buckets"]:
         was, now = written.get("buckets"), new["state"]["buckets"]
         changes.append(f"state_buckets {was} is now {now} (`daemon rescale` moves the state)")
+    if old.get("leases", 1) != new.get("leases", 1):
+        was, now = old.get("leases", 1), new.get("leases", 1)
+        changes.append(f"leases {was} are now {now} (each lease holds its share of the state)")
     if old.get("operators", []) != new.get("operators", []):
         was, now = old.get("operators") or ["one"], new.get("operators") or ["one"]
         changes.append(f"operators {', '.join(was)} are now {', '.join(now)}")

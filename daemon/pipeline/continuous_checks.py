@@ -8,8 +8,14 @@ does.
 
 from __future__ import annotations
 
-from daemon.model.config import PipelineConfig
+import os
+import re
+
+from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.plugin.joiner import Joiner
+
+_LOCAL = re.compile(r"^local(?:\[(\d+|\*)(?:,\d+)?\])?$")
+"""A local master: ``local``, ``local[N]``, ``local[*]``, ``local[N,F]``."""
 
 
 def continuous_problems(pipe: PipelineConfig, joiner: Joiner) -> list[str]:
@@ -36,3 +42,28 @@ def continuous_problems(pipe: PipelineConfig, joiner: Joiner) -> list[str]:
             'mode = "micro_batch" for now'
         )
     return problems
+
+
+def slot_problems(file: PipelineFile) -> list[str]:
+    """Why the file's continuous pipelines would leave other queries no task slot.
+
+    Each lease holds a slot for its whole long batch; a lease without one waits for another
+    to end its long batch, and a micro-batch query without one waits for every lease. Known
+    for a local master only: a cluster's slots are its workers'.
+    """
+    leases = sum(pipe.leases for pipe in file.pipeline if pipe.continuous)
+    match = _LOCAL.match(file.spark.master.strip())
+    if not leases or match is None:
+        return []
+    cores = match.group(1) or "1"
+    slots = (os.cpu_count() or 1) if cores == "*" else int(cores)
+    beside = any(not pipe.continuous for pipe in file.pipeline)
+    needed = leases + (1 if beside else 0)
+    if needed <= slots:
+        return []
+    others = " and a micro-batch pipeline's tasks" if beside else ""
+    return [
+        f"[spark] master {file.spark.master!r} runs {slots} task(s) at once, and the "
+        f"continuous pipelines' {leases} lease(s) hold one each for whole long batches"
+        f"{others}: give it {needed} (local[{needed}]) or set fewer `leases`"
+    ]

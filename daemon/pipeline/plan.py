@@ -439,7 +439,7 @@ def _start_continuous(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery
     check_markers(plan.output, Path(pipe.checkpoint))
     stopping = stopping_file(pipe.checkpoint)
     stopping.unlink(missing_ok=True)  # left by a stop that did not get to remove it
-    batches = LongBatches(1, pipe.long_batch, pipe.commit_interval, str(stopping))
+    batches = LongBatches(pipe.leases, pipe.long_batch, pipe.commit_interval, str(stopping))
     return start_long_batches(
         spark,
         pipe.name,

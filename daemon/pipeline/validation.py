@@ -36,7 +36,7 @@ from daemon.kafka.admin import existing_topics
 from daemon.kafka.connect import client_conf
 from daemon.model.config import ConfigProblems, PipelineConfig, PipelineFile, load_pipeline_file
 from daemon.pipeline.chain_checks import chain_problems
-from daemon.pipeline.continuous_checks import continuous_problems
+from daemon.pipeline.continuous_checks import continuous_problems, slot_problems
 from daemon.pipeline.field_checks import field_problems
 from daemon.pipeline.select_checks import select_problems
 from daemon.plugin.configured import configure
@@ -87,6 +87,7 @@ def validate_pipeline_file(
             )
         seen.setdefault(pipeline.name, index)
         problems += _pipeline_problems(parsed, pipeline, where, joiners, asked)
+    problems += [f"{path}: {problem}" for problem in slot_problems(parsed)]
     if check_topics:
         problems += _topic_problems(parsed, path)
     return parsed, problems

@@ -187,6 +187,8 @@ class Monitor:
         self._offsets = LogOffsets(client_conf, names.reader_group(id_prefix))
         self._lag_groups = LagGroups(client_conf, id_prefix)
         self._ends: dict[str, dict[str, int]] = {}
+        self._leases: dict[str, dict[int, dict[str, int]]] = {}
+        """Where each lease of a continuous pipeline read to (the worker thread's alone)."""
         self._batches: dict[str, int] = {}
         """Micro-batches completed per query, for :class:`OutputVisibility`."""
         self._visibility: dict[str, OutputVisibility] = {}
@@ -301,9 +303,15 @@ class Monitor:
         micro-batch.
         """
         view = self.views[report.pipeline]
+        leases = self._leases.setdefault(view.name, {})
+        leases[report.lease] = {**leases.get(report.lease, {}), **report.positions}
+        # Each lease reads every partition: the pipeline has read what every lease has.
+        ends = {
+            name: min(at.get(name, 0) for at in leases.values())
+            for name in set().union(*leases.values())
+        }
         with self._lock:
-            self._ends[view.name] = {**self._ends.get(view.name, {}), **report.positions}
-            ends = dict(self._ends[view.name])
+            self._ends[view.name] = ends
         self._lag_groups.commit(view.name, ends)
 
     def _sample_lag(self) -> None:

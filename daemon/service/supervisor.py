@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark import SparkContext
 
 from daemon.errors import (
+    ConfigError,
     EnrichdError,
     KafkaUnreachableError,
     failure_reason,
@@ -52,6 +53,7 @@ from daemon.errors import (
 )
 from daemon.model.config import PipelineFile
 from daemon.pipeline.checkpoint_shape import check_checkpoint, pending_batch
+from daemon.pipeline.continuous_checks import slot_problems
 from daemon.pipeline.lock import lock_checkpoints
 from daemon.pipeline.plan import (
     PipelinePlan,
@@ -339,6 +341,9 @@ def run_service(
         IncompatibleCheckpointError: a checkpoint was written by a pipeline of another shape.
     """
     conf = client_conf(file)
+    crowded = slot_problems(file)
+    if crowded:
+        raise ConfigError(crowded[0])
     # Held until the process ends: a second daemon on these checkpoints is refused.
     locks = lock_checkpoints(file)
     request = StopRequest(stop)

@@ -8,7 +8,9 @@ is stopped inside the next long batch, while tweets keep arriving (its task kill
 sub-batch commits, as a crash would) and started again on its checkpoint:
 Spark runs the unfinished long batch again, whose task replays what was committed of it and
 goes on, and the next long batch starts where it stopped. The output topic, read
-``read_committed``, must hold exactly one view per tweet.
+``read_committed``, must hold exactly one view per tweet. With two leases, each reads every
+partition and joins its half of the state buckets (a view twice or none would say otherwise),
+and each replays its own sub-batches.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from daemon.continuous.lease_source import LongBatches
 from daemon.continuous.query import start_long_batches
 from daemon.pipeline.plan import PipelinePlan, plan_pipeline
@@ -26,7 +30,6 @@ from tests.kafka_helpers import TWEETS, USERS, VIEWS, In, TweetViews, produce, r
 
 AUTHORS = 5
 WAVES, PER_WAVE = 16, 5
-BATCHES = LongBatches(leases=1, long_batch_ms=2_000, commit_interval_ms=100)
 
 
 def _views(views: TweetViews) -> Counter[int]:
@@ -38,16 +41,18 @@ def _views(views: TweetViews) -> Counter[int]:
     return counts
 
 
-def _start(spark: Any, views: TweetViews, plan: PipelinePlan) -> Any:
+def _start(spark: Any, views: TweetViews, plan: PipelinePlan, leases: int) -> Any:
     starts = {f"{views.users}/0": 0, f"{views.tweets}/0": 0}
+    batches = LongBatches(leases=leases, long_batch_ms=2_000, commit_interval_ms=100)
     return start_long_batches(
         spark, views.name, str(views.checkpoint), plan.operator, plan.output, plan.source,
-        starts, BATCHES,
+        starts, batches,
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("leases", [1, 2])
 def test_a_continuous_query_stopped_inside_a_long_batch_goes_on_exactly_once(
-    tweet_views: Callable[..., TweetViews], spark: Any
+    tweet_views: Callable[..., TweetViews], spark: Any, leases: int
 ) -> None:
     views = tweet_views("continuous")
     file = views.file()
@@ -67,7 +72,7 @@ def test_a_continuous_query_stopped_inside_a_long_batch_goes_on_exactly_once(
             time.sleep(0.25)
 
     producing = threading.Thread(target=waves, daemon=True)
-    query = _start(spark, views, plan)
+    query = _start(spark, views, plan, leases)
     try:
         deadline = time.monotonic() + 120
         while not query.lastProgress:  # a first long batch ended: the next one is running
@@ -78,7 +83,7 @@ def test_a_continuous_query_stopped_inside_a_long_batch_goes_on_exactly_once(
     finally:
         query.stop()
     producing.join()
-    query = _start(spark, views, plan)
+    query = _start(spark, views, plan, leases)
     try:
         deadline = time.monotonic() + 120
         while len(_views(views)) < WAVES * PER_WAVE:

@@ -249,6 +249,7 @@ def test_state_deltas_are_on_by_default_and_can_be_turned_off(tmp_path: Path) ->
 
 def test_headers_carry_trace_context_unless_set_otherwise(tmp_path: Path) -> None:
     assert load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0].headers == "trace"
+
     def with_headers(written: str) -> Path:
         line = 'checkpoint = "state/p"'
         return write(tmp_path, MINIMAL.replace(line, f"{line}\nheaders = {written}"))
@@ -314,8 +315,13 @@ def test_micro_batch_is_the_default_and_continuous_reads_its_two_durations(
 @pytest.mark.parametrize(
     ("settings", "says"),
     [
-        ('commit_interval = "50ms"', '`commit_interval` and `long_batch` are settings of mode'),
-        ('long_batch = "1m"', '`commit_interval` and `long_batch` are settings of mode'),
+        ('commit_interval = "50ms"', "`commit_interval`, `long_batch` and `leases` are settings"),
+        ('long_batch = "1m"', "`commit_interval`, `long_batch` and `leases` are settings"),
+        ("leases = 2", "`commit_interval`, `long_batch` and `leases` are settings"),
+        (
+            'mode = "continuous"\nleases = 4\nstate_buckets = 2',
+            "`leases` (4) must not be more than `state_buckets` (2)",
+        ),
         ('mode = "continuous"\ntrigger = "1s"', "`trigger` is a micro-batch setting"),
         (
             'mode = "continuous"\ncommit_interval = "2s"\nlong_batch = "2s"',

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from daemon.model.config import load_pipeline_file
+from daemon.pipeline.continuous_checks import slot_problems
 from daemon.pipeline.validation import validate_pipeline_file
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
@@ -49,3 +51,26 @@ def test_what_continuous_mode_cannot_run_yet_is_one_line_each(tmp_path: Path) ->
         ('mode = "left"\n', 'mode = "left"\nbootstrap = true\n'),
     )
     assert "`bootstrap` (table) reads a table to its end first" in bootstrap
+
+
+def test_leases_that_would_take_every_task_slot_are_refused() -> None:
+    file = load_pipeline_file(EXAMPLES / "tweet-views.toml")
+    pipe = file.pipeline[0]
+    continuous = pipe.model_copy(update={"mode": "continuous"})
+    local = file.spark.model_copy(update={"master": "local[2]"})
+    alone = file.model_copy(update={"pipeline": [continuous], "spark": local})
+    assert slot_problems(alone) == []
+    beside = alone.model_copy(update={"pipeline": [continuous, pipe]})
+    assert slot_problems(beside) == []  # one slot each
+    crowded = alone.model_copy(
+        update={"pipeline": [continuous.model_copy(update={"leases": 2}), pipe]}
+    )
+    assert slot_problems(crowded) == [
+        "[spark] master 'local[2]' runs 2 task(s) at once, and the continuous pipelines' 2 "
+        "lease(s) hold one each for whole long batches and a micro-batch pipeline's tasks: "
+        "give it 3 (local[3]) or set fewer `leases`"
+    ]
+    cluster = crowded.model_copy(
+        update={"spark": local.model_copy(update={"master": "spark://h:7077"})}
+    )
+    assert slot_problems(cluster) == []  # its slots are its workers'
