@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from daemon.model.reports import BatchCounts
+from daemon.model.reports import BatchCounts, least_read
 from daemon.model.wire import parse_offsets
 from daemon.report_socket import ReportSocket
 
@@ -107,9 +107,7 @@ class TaskReports:
         with self._lock:
             if len(self._at) < self._leases:
                 return {}, self._sub_batches
-            names = set().union(*self._at.values())
-            at = {name: min(lease.get(name, 0) for lease in self._at.values()) for name in names}
-            return at, self._sub_batches
+            return least_read(self._at), self._sub_batches
 
     def close(self) -> None:
         """Stop listening."""

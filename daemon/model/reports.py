@@ -149,6 +149,18 @@ class BatchCounts:
         )
 
 
+def least_read(leases: Mapping[int, Mapping[str, int]]) -> dict[str, int]:
+    """Where a continuous pipeline has read to, from what each of its leases reported.
+
+    Per partition, the least any lease read, since each lease reads every partition.
+
+    >>> least_read({0: {"t/0": 9, "t/1": 4}, 7: {"t/0": 5}})
+    {'t/0': 5, 't/1': 0}
+    """
+    names = sorted(set().union(*leases.values())) if leases else []
+    return {name: min(at.get(name, 0) for at in leases.values()) for name in names}
+
+
 Cause = Literal["offsets", "recreated", "gone"]
 """How the planner knows an offset is missing: by the partition's earliest offset and log end
 (``offsets``), by the topic's id, which changed (``recreated``), or because the partition no

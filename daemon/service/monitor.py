@@ -30,7 +30,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from daemon.kafka import connect, names
 from daemon.model.constants import DEFAULT_ID_PREFIX
-from daemon.model.reports import BatchCounts, MissingOffsetsResumed
+from daemon.model.reports import BatchCounts, MissingOffsetsResumed, least_read
 from daemon.model.wire import partition_name, split_partition_name
 from daemon.report_socket import ReportSocket
 from daemon.secrets import redact
@@ -305,11 +305,7 @@ class Monitor:
         view = self.views[report.pipeline]
         leases = self._leases.setdefault(view.name, {})
         leases[report.lease] = {**leases.get(report.lease, {}), **report.positions}
-        # Each lease reads every partition: the pipeline has read what every lease has.
-        ends = {
-            name: min(at.get(name, 0) for at in leases.values())
-            for name in set().union(*leases.values())
-        }
+        ends = least_read(leases)
         with self._lock:
             self._ends[view.name] = ends
         self._lag_groups.commit(view.name, ends)
