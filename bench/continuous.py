@@ -1,11 +1,11 @@
 """``python -m bench continuous``: the continuous mode's latency against the yardstick's.
 
 comap's latency workload (:func:`bench.comap.latency_workload`: every user read first, then
-tweets offered at a fixed rate), run as a continuous query of long batches
-(docs/architecture.md, "Continuous mode"; not yet a setting of the pipeline file, so the
-benchmark starts the query itself) and as the yardstick, the raw exactly-once loop that
-commits every 100 ms, alternately, ``--runs`` times each, in one run on one broker. Reported:
-each run's p50 and p99, and the medians' ratio to the yardstick's.
+tweets offered at a fixed rate), run in continuous mode (``mode = "continuous"`` through
+``daemon run``'s service, docs/operations.md "Continuous mode") and as the yardstick, the
+raw exactly-once loop that commits every 100 ms, alternately, ``--runs`` times each, in one
+run on one broker. Reported: each run's p50 and p99, and the medians' ratio to the
+yardstick's.
 """
 
 from __future__ import annotations
@@ -95,6 +95,12 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             "target: at most 2 times, and at most 300 ms)."
         )
         lines.append("")
+    lines.append(
+        'The continuous contender is the pipeline with `mode = "continuous"`, run by `daemon '
+        "run`'s service (in the benchmark's process, as the micro-batch workloads run), which "
+        "hears its task's reports; it has read the offered tweets once its lag group says so."
+    )
+    lines.append("")
     lines.append(
         f"Each continuous run starts its query afresh, so its long batches of "
         f"{args.long_batch_ms:,} ms start about when the run does: a run shorter than one "

@@ -49,8 +49,7 @@ ENRICHD = "enrichd"
 YARDSTICK = "yardstick"
 CONTINUOUS = "continuous"
 """The contenders of a latency run: the enrichd pipeline, the raw exactly-once loop, or the
-pipeline as a continuous query of long batches (docs/architecture.md, not yet a setting of
-the pipeline file: :mod:`bench.continuous` starts it)."""
+pipeline in continuous mode (``mode = "continuous"``: docs/operations.md)."""
 
 _FETCH_WAIT_MS = 10
 """The watcher's ``fetch.wait.max.ms``: the broker answers an empty fetch this soon, so a
@@ -415,72 +414,71 @@ def _yardstick(
 def _continuous(
     offer: Offer, timeout_s: float, batches: Any
 ) -> tuple[str, AbstractContextManager[Reached]]:
-    """The pipeline's output topic, and the pipeline to run as a continuous query."""
+    """The pipeline's output topic, and the pipeline to run in continuous mode.
+
+    With ``mode = "continuous"`` and the long batches' settings of ``batches``
+    (:class:`daemon.continuous.lease_source.LongBatches`), through ``daemon run``'s service as
+    the micro-batch contender runs; it has consumed to some ends once its lag group, which
+    the daemon commits from the tasks' reports, is there.
+    """
     from daemon.pipeline.plan import client_conf, plan_pipeline
 
-    # Planned before the watcher starts: it creates the output topic the watcher reads.
-    plan = plan_pipeline(offer.file, offer.pipe, client_conf(offer.file))
-    return offer.pipe.output.topic, _long_batches(offer, plan, timeout_s, batches)
+    pipe = offer.pipe.model_copy(
+        update={
+            "mode": "continuous",
+            "long_batch": batches.long_batch_ms,
+            "commit_interval": batches.commit_interval_ms,
+            "leases": batches.leases,
+            "trigger": 0,
+        }
+    )
+    continuous = dataclasses.replace(offer, pipe=pipe)
+    # Planned here only for its output topic, which the watcher needs before the first
+    # output; the service plans the pipeline again when it starts.
+    plan_pipeline(offer.file, pipe, client_conf(offer.file))
+    return pipe.output.topic, _serving_continuous(continuous, timeout_s)
 
 
 @contextmanager
-def _long_batches(offer: Offer, plan: Any, timeout_s: float, batches: Any) -> Iterator[Reached]:
-    """The offer's planned pipeline as a continuous query, on the process's Spark session.
-
-    It has consumed to some ends once its sub-batch markers cover them.
-    """
-    from daemon.continuous.query import start_long_batches
-    from daemon.model.wire import partition_name
+def _serving_continuous(offer: Offer, timeout_s: float) -> Iterator[Reached]:
+    """The offer's continuous pipeline through ``daemon run``'s service."""
+    from daemon.kafka.names import pipeline_group
+    from daemon.pipeline.plan import client_conf
     from daemon.spark.session import spark_session
 
     spark = spark_session(tuning.spark(offer.file.spark))
-    starts = {
-        partition_name(read.topic, partition): 0
-        for read in plan.source.inputs
-        for partition in range(INPUT_PARTITIONS)
-    }
-    query = start_long_batches(
-        spark, offer.pipe.name, str(offer.pipe.checkpoint), plan.operator, plan.output,
-        plan.source, starts, batches,
-    )  # fmt: skip
+    group = pipeline_group(offer.file.kafka.id_prefix, offer.pipe.name)
+    conf = client_conf(offer.file)
+    with serving(offer.file, offer.pipe, spark, timeout_s) as query:
+        running = query(offer.pipe.name)
 
-    def covered_to(ends: dict[str, int]) -> tuple[Batch, ...]:
-        deadline = time.monotonic() + timeout_s
-        while not _markers_cover(plan.output, ends):
-            if query.exception() is not None:
-                raise RuntimeError(f"the pipeline failed: {query.exception()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the pipeline did not consume everything in {timeout_s:.0f}s")
-            time.sleep(0.2)
-        return ()
+        def covered_to(ends: dict[str, int]) -> tuple[Batch, ...]:
+            deadline = time.monotonic() + timeout_s
+            while not _group_at(conf, group, ends):
+                if running.exception() is not None:
+                    raise RuntimeError(f"the pipeline failed: {running.exception()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the pipeline did not consume everything in {timeout_s:.0f}s"
+                    )
+                time.sleep(0.2)
+            return ()
 
-    try:
         yield covered_to
-    finally:
-        query.stop()
 
 
-def _markers_cover(output: Any, ends: dict[str, int]) -> bool:
-    """Whether the pipeline's sub-batch markers read every partition to its end in ``ends``."""
-    from confluent_kafka import TopicPartition
+def _group_at(conf: dict[str, str], group: str, ends: dict[str, int]) -> bool:
+    """Whether ``group``'s committed offsets reach ``ends`` on every partition."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
 
     from daemon.kafka import connect
-    from daemon.kafka.clients import read_partition
-    from daemon.sink.markers import Marker
 
-    reached: dict[str, int] = {}
-    reader = connect.consumer(
-        output.client_conf, {"group.id": "bench-markers", "enable.auto.commit": False}
-    )
-    try:
-        for records in read_partition(reader, TopicPartition(output.markers_topic, 0, 0)):
-            for record in records:
-                share = Marker.decode(record.value()).share
-                for name, (_, end) in (share.by_partition() if share else {}).items():
-                    reached[name] = max(reached.get(name, 0), end)
-    finally:
-        reader.close()
-    return all(reached.get(name, 0) >= end for name, end in ends.items() if end > 0)
+    admin = connect.admin(conf)
+    asked = [ConsumerGroupTopicPartitions(group)]
+    (answer,) = admin.list_consumer_group_offsets(asked, request_timeout=30).values()
+    found = answer.result(timeout=30).topic_partitions or []
+    at = {f"{tp.topic}/{tp.partition}": tp.offset for tp in found if tp.offset >= 0}
+    return all(at.get(name, 0) >= end for name, end in ends.items() if end > 0)
 
 
 def run_latency(
