@@ -5,7 +5,9 @@ A micro-batch's call loads its bucket from Spark's state store and writes it bac
 second, so its buckets stay decoded in the worker for the whole long batch, and what changed
 is written to the state store once, when it ends. The operator's calls load and save them
 through the same interface; a bucket's timer is its earliest due key, which the task checks
-at every sub-batch.
+at every sub-batch. A bucket the long batch has not loaded is due by the timer the last long
+batch left it (:meth:`HeldBuckets.timers`): a key waiting for quiet processing time (a held
+record, a state TTL) wakes when it is due, whether a record of its bucket comes or not.
 """
 
 from __future__ import annotations
@@ -32,11 +34,17 @@ class HeldBuckets:
         stored: a bucket's blob as the state store holds it (:func:`frozen`; None: none),
             read the first time the long batch needs the bucket. None: the long batch
             starts with no state.
+        timers: each stored bucket's timer, by label, as the last long batch left it.
     """
 
-    def __init__(self, stored: Callable[[Key], bytes | None] | None = None) -> None:
+    def __init__(
+        self,
+        stored: Callable[[Key], bytes | None] | None = None,
+        timers: dict[int, int] | None = None,
+    ) -> None:
         self._held: dict[Key, tuple[Bucket, MemoryChunks]] = {}
         self._stored = stored
+        self._timers = {(label,): at for label, at in (timers or {}).items()}
         self.loads: dict[str, int] = {}
         """Always empty: no load goes to the worker cache during the long batch."""
 
@@ -61,8 +69,19 @@ class HeldBuckets:
         bucket.timer_ms = min(bucket.due.values(), default=None)
 
     def due(self, now: int) -> list[Key]:
-        """The keys of the buckets with a key due at ``now``, in order."""
-        return sorted(key for key, (bucket, _) in self._held.items() if _due(bucket, now))
+        """The keys of the buckets with a key due at ``now``, loaded or not, in order."""
+        held = self._held
+        due = {key for key, (bucket, _) in held.items() if _due(bucket, now)}
+        due.update(key for key, at in self._timers.items() if at <= now and key not in held)
+        return sorted(due)
+
+    def timers(self) -> dict[int, int]:
+        """Each bucket's timer, by label, as the next long batch is to find it."""
+        found = {key[0]: at for key, at in self._timers.items() if key not in self._held}
+        for key, (bucket, _) in self._held.items():
+            if bucket.timer_ms is not None and bucket.keys:
+                found[key[0]] = bucket.timer_ms
+        return dict(sorted(found.items()))
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self._held)

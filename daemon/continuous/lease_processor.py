@@ -2,16 +2,18 @@
 
 Spark groups the long batch's rows by lease and calls the processor once per lease, for the
 whole long batch (:mod:`daemon.continuous.task` runs it). The lease's state is where it
-stopped (a value state of the end offsets, by partition) and its buckets (a map state, one
-entry a bucket), read the first time the long batch needs one and written, those changed,
-when the long batch ends: Spark commits them with the batch, so the next long batch starts
-where this one stopped, and a long batch run again starts as this one did.
+stopped (a value state: the end offsets by partition, and its buckets' timers, so that a
+bucket the next long batch does not load still wakes when due) and its buckets (a map
+state, one entry a bucket), read the first time the long batch needs one and written, those
+changed, when the long batch ends: Spark commits them with the batch, so the next long batch
+starts where this one stopped, and a long batch run again starts as this one did.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Row as SparkRow
@@ -32,6 +34,32 @@ from daemon.spark.worker_gc import freeze_loaded
 ENDS_SCHEMA = StructType([StructField("ends", StringType())])
 BUCKET_KEY_SCHEMA = StructType([StructField("bucket", IntegerType())])
 HELD_SCHEMA = StructType([StructField("blob", BinaryType())])
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Where a lease stopped: what the ``lease_ends`` value state holds, as JSON."""
+
+    ends: dict[str, int]
+    """Where each partition was read up to: the next long batch's start."""
+    timers: dict[int, int]
+    """Each held bucket's timer, by label."""
+
+    def text(self) -> str:
+        """The value's text."""
+        return json.dumps({"ends": self.ends, "timers": self.timers})
+
+    @staticmethod
+    def read(text: str | None) -> Stopped:
+        """A value's text back (None: the lease has not run yet).
+
+        The first continuous builds kept the ends alone, without timers: partition names
+        have a ``/``, so no partition is named ``ends``.
+        """
+        found = json.loads(text) if text else {}
+        if "ends" not in found:
+            return Stopped(found, {})
+        return Stopped(found["ends"], {int(label): at for label, at in found["timers"].items()})
 
 
 class LeaseProcessor(StatefulProcessor):
@@ -78,10 +106,10 @@ class LeaseProcessor(StatefulProcessor):
         """Run the lease's long batch; write what changed. Its task reported its counts."""
         until = max(int(row.until) for row in rows)
         _, batch, query = running_task()
-        stored = self.ends.get() if self.ends.exists() else None
+        stopped = Stopped.read(self.ends.get()[0] if self.ends.exists() else None)
         # A partition the lease has not read yet (the topic gained it) starts as a new lease's.
-        starts = {**self.starts, **(json.loads(stored[0]) if stored else {})}
-        buckets = HeldBuckets(self._stored)
+        starts = {**self.starts, **stopped.ends}
+        buckets = HeldBuckets(self._stored, stopped.timers)
         processor = JoinerProcessor(self.plan, self.output_spec)
         processor.ready(buckets)
         label = int(key[0])
@@ -101,7 +129,7 @@ class LeaseProcessor(StatefulProcessor):
                 self.held.removeKey(bucket_key)
             else:
                 self.held.updateValue(bucket_key, (blob,))
-        self.ends.update((json.dumps(run.ends),))
+        self.ends.update((Stopped(run.ends, buckets.timers()).text(),))
         yield from ()
 
     def _stored(self, key: Key) -> bytes | None:

@@ -25,6 +25,7 @@ from daemon.continuous.held_buckets import HeldBuckets
 from daemon.continuous.lease import Lease
 from daemon.continuous.task import LongBatchRun, LongBatchTask, wall_ms
 from daemon.errors import CheckpointDivergedError
+from daemon.model.config import load_pipeline_file
 from daemon.operator.processor import JoinerProcessor
 from daemon.pipeline.plan import PipelinePlan, plan_pipeline
 from daemon.sink.markers import Share
@@ -64,10 +65,14 @@ def _tweets_in_waves(conf: dict[str, str], topic: str, gap_s: float) -> threadin
 
 
 def _attempt(
-    plan: PipelinePlan, lease: Lease, after_commit: Callable[[int], None] | None = None
+    plan: PipelinePlan,
+    lease: Lease,
+    after_commit: Callable[[int], None] | None = None,
+    buckets: HeldBuckets | None = None,
 ) -> LongBatchRun:
+    """One attempt of ``lease``, with ``buckets`` as of the long batch's start (None: none)."""
     processor = JoinerProcessor(plan.operator, plan.output)
-    buckets = HeldBuckets()  # the state as of the long batch's start: none
+    buckets = HeldBuckets() if buckets is None else buckets
     processor.ready(buckets)
     task = LongBatchTask(
         processor, plan.source, plan.output, lease, "query", buckets, after_commit=after_commit
@@ -130,3 +135,32 @@ def test_a_task_whose_marker_is_of_a_later_long_batch_stops_naming_both(
         f"pipeline {views.name!r}: task 0 runs long batch 5, but its marker says long batch 7 "
         "was written to Kafka already"
     )
+
+
+def test_a_bucket_no_record_touches_still_expires_its_keys_in_the_next_long_batch(
+    tweet_views: Callable[..., TweetViews],
+) -> None:
+    """State TTL is a timer: the next long batch wakes the users' buckets when their TTL
+    passes, though no record of theirs comes and the long batch never loaded them."""
+    views = tweet_views("ttl")
+    views.write()
+    views.path.write_text(views.path.read_text() + "state_ttl = 1000\n")  # [pipeline.options]
+    file = load_pipeline_file(views.path)
+    plan = plan_pipeline(file, file.pipeline[0], views.conf)
+    _users(views.conf, views.users)
+    starts = {f"{views.users}/0": 0, f"{views.tweets}/0": 0}
+    try:
+        first = HeldBuckets()
+        lease = Lease(batch=1, task=0, starts=starts, until_ms=wall_ms() + 1_000)
+        ended = _attempt(plan, lease, buckets=first)
+        stored = dict(first.changed())
+        timers = first.timers()
+        # The next long batch, as Spark hands it the state the first one left.
+        second = HeldBuckets(lambda key: stored.get(key), timers)
+        lease = Lease(batch=2, task=0, starts=ended.ends, until_ms=wall_ms() + 2_500)
+        _attempt(plan, lease, buckets=second)
+    finally:
+        forget_kept_clients()
+    held = {key for key, blob in stored.items() if blob is not None}
+    assert held and set(timers) == {key[0] for key in held}
+    assert dict(second.changed()) == dict.fromkeys(held)  # every user's bucket emptied
