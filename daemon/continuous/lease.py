@@ -41,7 +41,12 @@ class Lease:
 
     def stopped(self) -> bool:
         """Whether the long batch is asked to end now (``daemon run`` stops)."""
-        return bool(self.stopping) and os.path.exists(self.stopping)
+        return asked_to_stop(self.stopping)
+
+
+def asked_to_stop(stopping: str) -> bool:
+    """Whether the file ``stopping`` asks the long batches to end (empty: none asks)."""
+    return bool(stopping) and os.path.exists(stopping)
 
 
 @dataclass

@@ -9,7 +9,6 @@ when the first try was to end. The rows name the leases; what each reads is its 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from daemon.continuous.lease import asked_to_stop
 from daemon.model.record_route import bucket_labels
 
 LEASE_DDL = "lease int, until long"
@@ -38,7 +38,7 @@ class LongBatches:
 
     def stopped(self) -> bool:
         """Whether the long batches are asked to stop (:attr:`stopping` is there)."""
-        return bool(self.stopping) and os.path.exists(self.stopping)
+        return asked_to_stop(self.stopping)
 
     def labels(self, partitions: int) -> tuple[int, ...]:
         """Each lease's grouping key, in lease order.
