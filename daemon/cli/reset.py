@@ -50,7 +50,7 @@ def reset(
     """
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.model.config import load_pipeline_file, pick_pipeline
-    from daemon.pipeline.checkpoint_shape import refuse_continuous_state
+    from daemon.pipeline.checkpoint_shape import ran_continuous, recorded_shape
     from daemon.pipeline.reset import reset_change
     from daemon.state.positions import parse_target
     from daemon.state.reader import state_session
@@ -58,30 +58,31 @@ def reset(
     target = parse_target(to)
     file = load_pipeline_file(pipeline_file)
     pipe = pick_pipeline(file, pipeline)
-    refuse_continuous_state(pipe, "reset")
     with _locked(pipe, fresh_allowed=True) as fresh:
-        spark = state_session(file) if keep_state and not fresh else None
+        # A continuous checkpoint's leases keep where they stopped in their state.
+        reads_state = not fresh and (keep_state or ran_continuous(recorded_shape(pipe)))
+        spark = state_session(file) if reads_state else None
         change = reset_change(file, pipe, target, keep_state=keep_state, spark=spark)
         _confirm_and_apply(change, "Reset", yes)
 
 
 def rescale(pipeline_file: PipelinePath, pipeline: PipelineName = None, yes: Yes = False) -> None:
-    """Move a stopped pipeline's state into the file's state_buckets and shuffle partitions.
+    """Move a stopped pipeline's state into the file's buckets, partitions, mode and leases.
 
-    The state moves into a new checkpoint laid out as the file now says, which reads on from
+    That is ``state_buckets``, ``spark.sql.shuffle.partitions``, ``mode`` and ``leases``: the
+    state moves into a new checkpoint laid out as the file now says, which reads on from
     where the old one stopped. Refused while a daemon runs on the checkpoint; asks first.
     """
     # Late: Spark (the state reader's) loads when the command runs, not for `daemon --help`.
     from daemon.model.config import load_pipeline_file, pick_pipeline
-    from daemon.pipeline.checkpoint_shape import refuse_continuous_state, verify_checkpoint
+    from daemon.pipeline.checkpoint_shape import verify_checkpoint
     from daemon.pipeline.reset import layout_of, rescale_change
     from daemon.state.reader import state_session
 
     file = load_pipeline_file(pipeline_file)
     pipe = pick_pipeline(file, pipeline)
-    refuse_continuous_state(pipe, "rescale")
     with _locked(pipe, fresh_allowed=False):
-        layout = layout_of(file, pipe, verify_checkpoint(pipe, any_buckets=True))
+        layout = layout_of(file, pipe, verify_checkpoint(pipe, any_layout=True))
         if layout[0] == layout[1]:
             typer.echo(f"pipeline {pipe.name!r}: nothing to rescale, the state is in {layout[1]}")
             return
@@ -101,7 +102,7 @@ def _locked(pipe: PipelineConfig, *, fresh_allowed: bool) -> Iterator[bool]:
     from daemon.pipeline.lock import held
 
     try:
-        verify_checkpoint(pipe, any_buckets=not fresh_allowed)
+        verify_checkpoint(pipe, any_layout=not fresh_allowed)
         fresh = False
     except NoCheckpointError:
         if not fresh_allowed:

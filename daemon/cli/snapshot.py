@@ -39,7 +39,7 @@ def snapshot(pipeline_file: PipelinePath, to: To, pipeline: PipelineName = None)
 
     file = load_pipeline_file(pipeline_file)
     pipe = pick_pipeline(file, pipeline)
-    verify_checkpoint(pipe, any_buckets=True)  # a pipeline that never ran gets no folder made
+    verify_checkpoint(pipe, any_layout=True)  # a pipeline that never ran gets no folder made
     with held(pipe.name, pipe.checkpoint):
         manifest = take(pipe, to)
     typer.echo(

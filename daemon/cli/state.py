@@ -47,6 +47,7 @@ def state(
     from daemon.model.config import load_pipeline_file, pick_pipeline
     from daemon.pipeline import checkpoint_shape as shapes
     from daemon.plugin.configured import pipeline_joiner
+    from daemon.state.leases import LeaseState
     from daemon.state.reader import CheckpointState, operator_ids, state_session
     from daemon.state.seed import seed_of
     from daemon.state.show import Expiry
@@ -55,14 +56,14 @@ def state(
         raise ConfigError("give either --key KEY or --summary")
     file = load_pipeline_file(pipeline_file)
     pipe = pick_pipeline(file, pipeline)
-    shapes.refuse_continuous_state(pipe, "state")
     shape = shapes.verify_checkpoint(pipe)
     batch = last_committed(pipe.checkpoint)
     seed = seed_of(pipe.checkpoint)
+    kind = "long batch" if pipe.continuous else "micro-batch"
     if batch is None and (seed is None or not seed.has_state):
         raise NoStateError(
             f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} has committed no "
-            "micro-batch yet, so it holds no state"
+            f"{kind} yet, so it holds no state"
         )
     # The joiner's TTL says which stored keys it no longer sees (expired, not yet dropped).
     joiner = pipeline_joiner(pipe)
@@ -89,8 +90,11 @@ def state(
             )
         typer.echo(json.dumps({**head, "operators": operators}, indent=2))
         return
-    if batch is not None:
-        found: CheckpointState | Seed = CheckpointState(spark, pipe.checkpoint, batch)
+    if batch is not None and pipe.continuous:  # its leases hold the buckets
+        found: CheckpointState | Seed = LeaseState(spark, pipe.checkpoint, batch)
+        head["long_batch"] = batch
+    elif batch is not None:
+        found = CheckpointState(spark, pipe.checkpoint, batch)
         head["micro_batch"] = batch
     else:
         assert seed is not None  # noqa: S101 - checked above
@@ -102,7 +106,7 @@ def state(
         if shown is None:
             raise NoStateError(
                 f"pipeline {pipe.name!r}: no state for key {key!r} in checkpoint "
-                f"{pipe.checkpoint} (micro-batch {batch}); the key was never joined, or its "
+                f"{pipe.checkpoint} ({kind} {batch}); the key was never joined, or its "
                 "state emptied or expired"
             )
         typer.echo(json.dumps({**head, **shown}, indent=2))

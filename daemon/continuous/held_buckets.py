@@ -99,5 +99,17 @@ def frozen(bucket: Bucket, chunks: MemoryChunks) -> bytes:
 
 def thawed(blob: bytes) -> tuple[Bucket, MemoryChunks]:
     """A bucket and its stash chunks back from :func:`frozen`'s blob."""
-    value, chunks = pickle.loads(state_compression.decompress(blob))  # noqa: S301 - our own state
+    value, chunks = _opened(blob)
     return decode_bucket(value), MemoryChunks((chunk,) for chunk in chunks)
+
+
+def stored_parts(blob: bytes) -> tuple[bytes, list[bytes]]:
+    """A :func:`frozen` blob's value, as a micro-batch checkpoint stores it, and chunks."""
+    value, chunks = _opened(blob)
+    return state_compression.compress(value), chunks
+
+
+def _opened(blob: bytes) -> tuple[bytes, list[bytes]]:
+    """A :func:`frozen` blob's parts: the bucket's value, pickled, and its stash chunks."""
+    value, chunks = pickle.loads(state_compression.decompress(blob))  # noqa: S301 - our own state
+    return value, list(chunks)

@@ -106,7 +106,7 @@ class LeaseProcessor(StatefulProcessor):
         """Run the lease's long batch; write what changed. Its task reported its counts."""
         until = max(int(row.until) for row in rows)
         _, batch, query = running_task()
-        stopped = Stopped.read(self.ends.get()[0] if self.ends.exists() else None)
+        stopped = self._stopped()
         # A partition the lease has not read yet (the topic gained it) starts as a new lease's.
         starts = {**self.starts, **stopped.ends}
         buckets = HeldBuckets(self._stored, stopped.timers)
@@ -124,13 +124,43 @@ class LeaseProcessor(StatefulProcessor):
             of=len(self.labels),
         )
         run = LongBatchTask(processor, self.source, self.output_spec, lease, query, buckets).run()
+        self._write(buckets, run.ends)
+        yield from ()
+
+    def handleInitialState(  # noqa: N802 - Spark's name
+        self,
+        key: Any,
+        initialState: SparkRow,  # noqa: N803
+        timerValues: Any,  # noqa: N803
+    ) -> None:
+        """Take in a bucket of a seed (``daemon rescale`` or ``reset --keep-state``).
+
+        Spark calls this in a new checkpoint's first long batch only, before the lease's
+        long batch, once per bucket the lease joins: its keys, each key's entry portable
+        (:mod:`daemon.state.seed`), taken in as a micro-batch's operator takes them, into
+        this lease's buckets. The lease starts where the seed says (``starts``).
+        """
+        buckets = HeldBuckets(self._stored)
+        processor = JoinerProcessor(self.plan, self.output_spec)
+        processor.ready(buckets)
+        processor.handleInitialState((int(initialState.bucket),), initialState, timerValues)
+        stopped = self._stopped()
+        self._write(buckets, stopped.ends, stopped.timers)
+
+    def _write(
+        self, buckets: HeldBuckets, ends: dict[str, int], timers: dict[int, int] | None = None
+    ) -> None:
+        """Write the buckets that changed, and where the lease stopped, with their timers."""
         for bucket_key, blob in buckets.changed():
             if blob is None:
                 self.held.removeKey(bucket_key)
             else:
                 self.held.updateValue(bucket_key, (blob,))
-        self.ends.update((Stopped(run.ends, buckets.timers()).text(),))
-        yield from ()
+        self.ends.update((Stopped(ends, {**(timers or {}), **buckets.timers()}).text(),))
+
+    def _stopped(self) -> Stopped:
+        found = self.ends.get() if self.ends.exists() else None
+        return Stopped.read(None if found is None else found[0])
 
     def _stored(self, key: Key) -> bytes | None:
         found = self.held.getValue(key) if self.held.containsKey(key) else None

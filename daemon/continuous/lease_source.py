@@ -49,6 +49,11 @@ class LongBatches:
         """
         return bucket_labels(self.leases, spread=max(partitions, self.leases))
 
+    def owners(self, partitions: int, buckets: int) -> dict[int, int]:
+        """The grouping key of each bucket's lease, by bucket label (as ``Lease.owns`` deals)."""
+        labels = self.labels(partitions)
+        return {bucket: labels[i % self.leases] for i, bucket in enumerate(bucket_labels(buckets))}
+
     def encode(self) -> str:
         """The option's text."""
         return json.dumps(self.__dict__)

@@ -23,10 +23,13 @@ def start_long_batches(
     source: SourceSpec,
     starts: dict[str, int],
     batches: LongBatches,
+    seeded: Any = None,
 ) -> Any:
     """Start the query of a continuous pipeline; its ``StreamingQuery``.
 
-    ``starts``: where a lease without state starts reading, by partition name.
+    ``starts``: where a lease without state starts reading, by partition name. ``seeded``:
+    a seed's state (``daemon.state.seed``: a row per bucket), which the leases take in in the
+    checkpoint's first long batch; None: none.
     """
     registered = spark._jsparkSession.sessionState().dataSourceManager()
     if not registered.dataSourceExists(LeaseSource.name()):
@@ -42,11 +45,17 @@ def start_long_batches(
     )
     labels = batches.labels(partitions)
     processor = LeaseProcessor(operator, output, source, starts, labels, batches)
+    initial = None
+    if seeded is not None:  # each bucket to the lease that joins it
+        owners = batches.owners(partitions, source.state_buckets)
+        leased = spark.createDataFrame(list(owners.items()), "bucket int, lease int")
+        initial = seeded.join(leased, "bucket").groupBy("lease")
     counts = leases.groupBy("lease").transformWithState(
         statefulProcessor=processor,
         outputStructType=OUTPUT.ddl,
         outputMode="Append",
         timeMode="None",
+        initialState=initial,
     )
     return (
         counts.writeStream.option("checkpointLocation", checkpoint)

@@ -199,12 +199,13 @@ def recorded_shape(pipe: PipelineConfig) -> dict[str, Any]:
     return shape
 
 
-def verify_checkpoint(pipe: PipelineConfig, *, any_buckets: bool = False) -> dict[str, Any]:
+def verify_checkpoint(pipe: PipelineConfig, *, any_layout: bool = False) -> dict[str, Any]:
     """Check, without writing anything, that the checkpoint fits the pipeline; its shape.
 
     Args:
         pipe: the pipeline.
-        any_buckets: accept another ``state_buckets`` count (``daemon rescale``'s case).
+        any_layout: accept another layout of the state: ``state_buckets``, ``mode`` and
+            ``leases`` (``daemon rescale``'s case).
 
     Raises:
         NoCheckpointError: the pipeline never ran in the checkpoint.
@@ -212,27 +213,24 @@ def verify_checkpoint(pipe: PipelineConfig, *, any_buckets: bool = False) -> dic
     """
     written = recorded_shape(pipe)
     shape = shape_of(pipe)
-    if any_buckets and isinstance(written.get("state"), dict):
-        shape["state"] = {**shape["state"], "buckets": written["state"].get("buckets")}
+    if any_layout:
+        if isinstance(written.get("state"), dict):
+            shape["state"] = {**shape["state"], "buckets": written["state"].get("buckets")}
+        for part in LAYOUT_PARTS:
+            shape.pop(part, None)
+            if part in written:
+                shape[part] = written[part]
     refuse_mismatch(pipe, written, shape)
     return written
 
 
-def refuse_continuous_state(pipe: PipelineConfig, command: str) -> None:
-    """Raise if ``pipe`` runs in continuous mode, whose state ``daemon COMMAND`` cannot read yet.
+LAYOUT_PARTS = ("mode", "leases")
+"""What a shape records of a continuous pipeline's layout, beside ``state_buckets``."""
 
-    A continuous pipeline's leases keep their buckets and where they stopped in a layout of
-    their own (:mod:`daemon.continuous.lease_processor`), not the micro-batch operator's.
 
-    Raises:
-        IncompatibleCheckpointError: one line naming the command and what to do instead.
-    """
-    if pipe.continuous:
-        raise IncompatibleCheckpointError(
-            f"pipeline {pipe.name!r}: `daemon {command}` does not read the state of mode = "
-            '"continuous" yet (its leases lay their state out their own way); `daemon '
-            "snapshot` and `restore` copy it, and a new `checkpoint` folder starts over"
-        )
+def ran_continuous(shape: dict[str, Any]) -> bool:
+    """Whether a checkpoint of recorded ``shape`` ran in continuous mode (its leases)."""
+    return shape.get("mode") == "continuous"
 
 
 def buckets_of_shape(shape: dict[str, Any]) -> int:
@@ -263,14 +261,13 @@ def refuse_mismatch(pipe: PipelineConfig, written: dict[str, Any], shape: dict[s
     layout = written.get("state")
     if isinstance(layout, dict):
         refuse_format(pipe, layout.get("format"), written)
-    was = written.get("mode", "micro_batch")
-    if was != pipe.mode:
+    was, now = written.get("mode", "micro_batch"), shape.get("mode", "micro_batch")
+    if was != now:
         raise IncompatibleCheckpointError(
             f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} was run in mode = {was!r}, "
-            f"and the file now says mode = {pipe.mode!r}: each mode lays its state out its own "
-            "way, and enrichd does not move state between them yet; set mode back, or point "
-            "`checkpoint` at a new folder to start over from the earliest offsets with empty "
-            "state"
+            f"and the file now says mode = {now!r}: each mode lays its state out its own "
+            "way; `daemon rescale` moves the state into the mode the file says, or set mode "
+            "back"
         )
     changes = differences(written, shape)
     if changes:
@@ -352,7 +349,7 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         changes.append(f"state_buckets {was} is now {now} (`daemon rescale` moves the state)")
     if old.get("leases", 1) != new.get("leases", 1):
         was, now = old.get("leases", 1), new.get("leases", 1)
-        changes.append(f"leases {was} are now {now} (each lease holds its share of the state)")
+        changes.append(f"leases {was} are now {now} (`daemon rescale` moves the state)")
     if old.get("operators", []) != new.get("operators", []):
         was, now = old.get("operators") or ["one"], new.get("operators") or ["one"]
         changes.append(f"operators {', '.join(was)} are now {', '.join(now)}")

@@ -423,23 +423,19 @@ def _start_continuous(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery
     """Start a continuous pipeline's query of long batches (:mod:`daemon.continuous`).
 
     A lease without state starts every partition at its earliest offset, as a micro-batch
-    query without a checkpoint does.
-
-    Raises:
-        ConfigError: the checkpoint was seeded (``daemon reset`` or ``rescale``), whose state
-            a continuous query cannot take in yet.
+    query without a checkpoint does, or where the checkpoint's seed says (``daemon reset``
+    or ``rescale``), taking in the seed's state.
     """
     pipe = plan.config
-    if seed_of(pipe.checkpoint) is not None:
-        raise ConfigError(
-            f"pipeline {pipe.name!r}: checkpoint {pipe.checkpoint} was seeded by daemon reset "
-            'or rescale, which a pipeline in mode = "continuous" cannot start from yet; point '
-            "`checkpoint` at a new folder to start afresh"
-        )
+    discard_if_applied(pipe.checkpoint)
+    seed = seed_of(pipe.checkpoint)
     check_markers(plan.output, Path(pipe.checkpoint))
     stopping = stopping_file(pipe.checkpoint)
     stopping.unlink(missing_ok=True)  # left by a stop that did not get to remove it
     batches = LongBatches(pipe.leases, pipe.long_batch, pipe.commit_interval, str(stopping))
+    starts = first_positions(plan.source)  # a partition the seed does not name: the earliest
+    if seed is not None and not seed.to_earliest:
+        starts.update(seed.offsets)
     return start_long_batches(
         spark,
         pipe.name,
@@ -447,8 +443,9 @@ def _start_continuous(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery
         plan.operator,
         plan.output,
         plan.source,
-        first_positions(plan.source),
+        starts,
         batches,
+        seed.state_frame(spark) if seed is not None and seed.has_state else None,
     )
 
 

@@ -48,11 +48,17 @@ from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import TOPIC_IDS
 from daemon.pipeline import written_by
-from daemon.pipeline.checkpoint_shape import buckets_of_shape, write_shape
+from daemon.pipeline.checkpoint_shape import (
+    buckets_of_shape,
+    ran_continuous,
+    recorded_shape,
+    write_shape,
+)
 from daemon.pipeline.plan import PipelinePlan, client_conf, plan_pipeline
 from daemon.private_paths import private_folder
 from daemon.spark.session import default_setting
 from daemon.state.export import committed_keys, seed_rows, seeded_keys
+from daemon.state.leases import LeaseState
 from daemon.state.positions import Target, positions
 from daemon.state.reader import CheckpointState, query_id
 from daemon.state.seed import SEED_SCHEMA, seed_of, seed_timers, write_seed
@@ -115,8 +121,28 @@ class Change:
         return lines
 
 
-def committed_or_seeded(checkpoint: Path) -> dict[str, int] | None:
-    """Where a stage would go on reading: its last committed end offsets, or its seed's."""
+def committed_state(
+    spark: SparkSession, name: str, checkpoint: Path, *, continuous: bool
+) -> CheckpointState | None:
+    """The state a stage's checkpoint committed last, as its mode laid it out (None: none)."""
+    batch = last_committed(checkpoint)
+    if batch is None:
+        return None
+    if continuous:  # its leases hold the buckets, and where they stopped
+        return LeaseState(spark, checkpoint, batch, pipeline=name)
+    return CheckpointState(spark, checkpoint, batch)
+
+
+def committed_or_seeded(
+    checkpoint: Path, committed: CheckpointState | None = None
+) -> dict[str, int] | None:
+    """Where a stage would go on reading: its last committed end offsets, or its seed's.
+
+    ``committed``: the stage's :func:`committed_state`, needed for a continuous checkpoint,
+    whose offset log holds no offsets (its leases keep them).
+    """
+    if isinstance(committed, LeaseState):
+        return committed.ends()
     batch = last_committed(checkpoint)
     if batch is not None:
         return planned_batch(checkpoint, batch).ends
@@ -134,11 +160,15 @@ def read_topic_ids(checkpoint: Path) -> dict[str, str]:
     return {} if seed is None else dict(seed.topic_ids)
 
 
-def state_keys(spark: SparkSession, checkpoint: Path, buckets: int) -> DataFrame | None:
-    """The stage's state, portable, dealt into ``buckets``; None when it holds none."""
-    batch = last_committed(checkpoint)
-    if batch is not None:
-        return committed_keys(CheckpointState(spark, checkpoint, batch), buckets)
+def state_keys(
+    spark: SparkSession, checkpoint: Path, buckets: int, committed: CheckpointState | None
+) -> DataFrame | None:
+    """The stage's state, portable, dealt into ``buckets``; None when it holds none.
+
+    ``committed``: the stage's :func:`committed_state`.
+    """
+    if committed is not None:
+        return committed_keys(committed, buckets)
     seed = seed_of(checkpoint)
     if seed is not None and seed.has_state:
         return seeded_keys(seed.state_frame(spark), buckets)
@@ -199,13 +229,20 @@ def reset_change(
         checkpoint = Path(stage.config.checkpoint)
         old_query = query_id(checkpoint)
         topics = sorted({spec.topic for spec in stage.source.inputs})
-        before = committed_or_seeded(checkpoint)
+        committed = None
+        if spark is not None and number == 0:
+            continuous = ran_continuous(recorded_shape(pipe))
+            committed = committed_state(spark, pipe.name, checkpoint, continuous=continuous)
+        if isinstance(committed, LeaseState):  # shown only: the reset chooses the start
+            before: dict[str, int] | None = committed.least_ends()
+        else:
+            before = committed_or_seeded(checkpoint, committed)
         if number == 0:
             keys = None
             if keep_state:
                 refuse_unfinished(pipe, checkpoint)
                 assert spark is not None  # noqa: S101 - the command starts it for --keep-state
-                keys = state_keys(spark, checkpoint, pipe.state_buckets)
+                keys = state_keys(spark, checkpoint, pipe.state_buckets, committed)
             what = "state kept" if keep_state else "state dropped"
             after = positions(conf, topics, target, reader_group(file.kafka.id_prefix))
             stage_change = StageChange(
@@ -252,10 +289,19 @@ def layout_of(file: PipelineFile, pipe: PipelineConfig, shape: dict[str, Any]) -
         was = planned_batch(pipe.checkpoint, batch).conf.get(PARTITIONS, "?")
     old = f"{buckets_of_shape(shape)} buckets over {was} shuffle partitions"
     new = f"{pipe.state_buckets} buckets over {partitions} shuffle partitions"
+    if ran_continuous(shape) or pipe.continuous:  # the mode and leases are the layout too
+        old += _mode_words(shape.get("mode", "micro_batch"), shape.get("leases", 1))
+        new += _mode_words(pipe.mode, pipe.leases)
     spark = written_by.spark_mismatch(shape)
     if spark is not None:  # the state moves into a checkpoint of this pyspark's own
         old, new = f"{old} of pyspark {spark[0]}", f"{new} of pyspark {spark[1]}"
     return old, new
+
+
+def _mode_words(mode: str, leases: int) -> str:
+    if mode == "continuous":
+        return f" in continuous mode, {leases} lease{'s' * (leases != 1)}"
+    return " in micro-batch mode"
 
 
 def rescale_change(
@@ -267,11 +313,13 @@ def rescale_change(
     refuse_chain(plan, "daemon rescale")
     stages = plan.stages()
     change = Change(pipe, "rescale", client_conf=conf, id_prefix=file.kafka.id_prefix)
+    continuous = ran_continuous(recorded_shape(pipe))  # one stage: a second is refused there
     for stage in stages:
         checkpoint = Path(stage.config.checkpoint)
         refuse_unfinished(pipe, checkpoint)
-        before = committed_or_seeded(checkpoint)
-        keys = state_keys(spark, checkpoint, pipe.state_buckets)
+        committed = committed_state(spark, pipe.name, checkpoint, continuous=continuous)
+        before = committed_or_seeded(checkpoint, committed)
+        keys = state_keys(spark, checkpoint, pipe.state_buckets, committed)
         what = f"state moved from {layout[0]} into {layout[1]}; reads on where it stopped"
         old_query = query_id(checkpoint)
         # The ids its offsets were read with, not today's: a topic created again since the

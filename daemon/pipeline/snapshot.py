@@ -99,7 +99,7 @@ def take(pipe: PipelineConfig, folder: Path) -> Manifest:
         IncompleteCheckpointError: a file the committed batch needs is missing.
         SnapshotError: ``folder`` holds files already.
     """
-    shape = verify_checkpoint(pipe, any_buckets=True)
+    shape = verify_checkpoint(pipe, any_layout=True)
     checkpoint = Path(pipe.checkpoint)
     names = committed_files(checkpoint)
     if folder.exists() and any(folder.iterdir()):

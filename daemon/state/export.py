@@ -19,6 +19,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from daemon.model.record_route import bucket_of
 from daemon.operator.state_format import STATE, encode_portable
+from daemon.state.leases import LeaseState
 from daemon.state.reader import CheckpointState, StoredBucket
 
 if TYPE_CHECKING:
@@ -28,10 +29,12 @@ KEYS_SCHEMA = "bucket int, key string, entry binary"
 _KEYS_ARROW = pa.schema([("bucket", pa.int32()), ("key", pa.string()), ("entry", pa.binary())])
 
 
-def committed_keys(state: CheckpointState, buckets: int) -> DataFrame:
-    """Every key of the committed state, portable, in its bucket among ``buckets``."""
-    chunks = state.chunks_frame().groupBy("bucket").agg(F.collect_list("chunk").alias("chunks"))
-    stored = state.with_deltas().join(chunks, "bucket", "left")
+def committed_keys(state: CheckpointState | LeaseState, buckets: int) -> DataFrame:
+    """Every key of the committed state, portable, in its bucket among ``buckets``.
+
+    A micro-batch checkpoint's or a continuous one's: their buckets hold keys alike.
+    """
+    stored = state.stored_frame()
     return stored.mapInArrow(partial(_export_buckets, buckets=buckets), KEYS_SCHEMA)
 
 

@@ -162,6 +162,14 @@ class CheckpointState:
         deltas = self.deltas_frame().groupBy("bucket").agg(F.collect_list("delta").alias("deltas"))
         return self.buckets_frame().join(deltas, "bucket", "left")
 
+    def stored_frame(self) -> DataFrame:
+        """Every stored bucket with all its parts.
+
+        ``bucket int, blob binary, deltas array<binary>, chunks array<binary>``.
+        """
+        chunks = self.chunks_frame().groupBy("bucket").agg(F.collect_list("chunk").alias("chunks"))
+        return self.with_deltas().join(chunks, "bucket", "left")
+
     def sizes(self) -> Iterator[tuple[StoredBucket, int]]:
         """Every stored bucket (with its deltas, not its chunks) and its chunks' bytes."""
         sized = self.chunks_frame().groupBy("bucket").agg(F.sum(F.length("chunk")).alias("size"))

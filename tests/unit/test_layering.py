@@ -52,10 +52,14 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "source": (*FLOOR, "checkpoint", "formats", "kafka", "spark", "report_socket"),
     "sink": (*FLOOR, "private_paths", "checkpoint", "kafka", "spark", "report_socket"),
     "operator": (*FLOOR, "formats", "plugin", "spark", "sink"),  # writes through TaskOutput
-    "state": (*FLOOR, "private_paths", "checkpoint", "plugin", "kafka", "spark", "operator"),
     # A long batch's task: reads as the source does, joins through the operator, writes
     # through the sink's sub-batches.
     "continuous": (*FLOOR, "report_socket", "kafka", "spark", "source", "sink", "operator"),
+    "state": (
+        *FLOOR,
+        *("private_paths", "checkpoint", "plugin", "kafka", "spark", "operator"),
+        "continuous",  # a continuous checkpoint's leases hold their buckets their own way
+    ),
     "pipeline": (
         *FLOOR,
         *("private_paths", "checkpoint", "formats", "plugin", "kafka", "spark"),

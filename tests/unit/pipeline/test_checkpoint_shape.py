@@ -20,7 +20,7 @@ from daemon.pipeline.checkpoint_shape import (
     OtherSparkCheckpointError,
     check_checkpoint,
     pending_batch,
-    refuse_continuous_state,
+    ran_continuous,
     verify_checkpoint,
 )
 
@@ -79,7 +79,7 @@ def test_the_shape_records_the_state_format_and_another_bucket_count_is_refused(
     check_checkpoint(pipeline(tmp_path, state_buckets=32))
     with pytest.raises(IncompatibleCheckpointError, match="state_buckets 32 is now 64"):
         check_checkpoint(pipeline(tmp_path, state_buckets=64))
-    assert verify_checkpoint(pipeline(tmp_path, state_buckets=64), any_buckets=True) == shape
+    assert verify_checkpoint(pipeline(tmp_path, state_buckets=64), any_layout=True) == shape
 
 
 def test_state_of_a_pre_release_layout_is_refused(tmp_path: Path) -> None:
@@ -291,10 +291,10 @@ def test_a_checkpoint_remembers_its_mode_and_a_start_in_the_other_is_refused(
         verify_checkpoint(pipeline(tmp_path / "continuous"))
 
 
-def test_the_state_commands_refuse_a_continuous_pipeline_with_one_line(tmp_path: Path) -> None:
-    refuse_continuous_state(pipeline(tmp_path), "state")  # micro-batch: read as before
-    with pytest.raises(IncompatibleCheckpointError) as caught:
-        refuse_continuous_state(pipeline(tmp_path, mode="continuous"), "rescale")
-    assert '`daemon rescale` does not read the state of mode = "continuous" yet' in str(
-        caught.value
-    )
+def test_rescale_takes_a_checkpoint_of_the_other_mode_or_other_leases(tmp_path: Path) -> None:
+    first_start(tmp_path, mode="continuous", leases=2)
+    written = verify_checkpoint(pipeline(tmp_path), any_layout=True)  # into micro-batch mode
+    assert ran_continuous(written) and written["leases"] == 2
+    verify_checkpoint(pipeline(tmp_path, mode="continuous"), any_layout=True)  # one lease
+    with pytest.raises(IncompatibleCheckpointError, match="leases 2 are now 1 .`daemon rescale"):
+        verify_checkpoint(pipeline(tmp_path, mode="continuous"))
