@@ -57,6 +57,7 @@ from daemon.plugin import (
     Joiner,
     JoinerContext,
     JoinerOptions,
+    input_record,
 )
 
 META: Final = "__enrichd"
@@ -165,7 +166,18 @@ def as_partial(record: InputRecord, field: str) -> InputRecord:
         "rank": (record.timestamp, 0, record.partition, record.offset),
         "open": 0,
     }
-    return replace(record, role="stream", value={field: record.value, META: book})
+    return input_record(
+        "stream",
+        record.key,
+        {field: record.value, META: book},
+        record.event_time,
+        record.topic,
+        record.partition,
+        record.offset,
+        record.kafka_key,
+        record.timestamp,
+        record.headers,
+    )
 
 
 def opened(partial: dict[str, Any]) -> int:
@@ -195,17 +207,23 @@ def tally(record: InputRecord | Kept, count: int) -> Emit:
     return Emit(key=key, value={META: book}, output=WITHDRAWN, headers=headers)
 
 
-def read_back(emit: Emit) -> InputRecord:
+def read_back(emit: Emit, *, placed: bool = False) -> InputRecord:
     """A stage's partial (or withdrawal) as the next stage, or the numbering, reads it back.
 
     Its event time is the stream record's, its timestamp that of the record that made it;
-    the Kafka key is the stream record's. The join key is the reader's to set.
+    the Kafka key is the stream record's. The join key is the reader's to set. ``placed``:
+    at the stream record's topic, partition and offset (:func:`_place_of`), else nowhere.
+    Made by :func:`input_record`: every stage makes one a partial, where a frozen
+    dataclass's own constructor cost more than the stage's lookup.
     """
     value = emit.value or {}
     book = value[META]
     key = emit.key if isinstance(emit.key, bytes) else None
     timestamp = int(book["rank"][0])
-    return InputRecord("stream", "", value, int(book["t"]), "", 0, 0, key, timestamp, emit.headers)
+    topic, partition, offset = _place_of(book) if placed else ("", 0, 0)
+    return input_record(
+        "stream", "", value, int(book["t"]), topic, partition, offset, key, timestamp, emit.headers
+    )
 
 
 class LookupStage(Lookup):
@@ -502,9 +520,7 @@ class LookupChain(Chain):
 
     def passed(self, emit: Emit) -> InputRecord:
         """:func:`read_back`, placed where its stream record was read (for provenance)."""
-        record = read_back(emit)
-        topic, partition, offset = _place(record)
-        return replace(record, topic=topic, partition=partition, offset=offset)
+        return read_back(emit, placed=True)
 
     def withdrawn(self, emit: Emit) -> bool:
         """A withdrawal: an ``inner`` stage found no row."""
@@ -537,5 +553,10 @@ class LookupChain(Chain):
 
 def _place(record: InputRecord) -> tuple[str, int, int]:
     """The topic, partition and offset of the stream record a partial comes from."""
-    topic, partition, offset = str(meta(record)["id"]).rsplit("/", 2)
+    return _place_of(meta(record))
+
+
+def _place_of(book: dict[str, Any]) -> tuple[str, int, int]:
+    """The topic, partition and offset of a partial's stream record, from its bookkeeping."""
+    topic, partition, offset = str(book["id"]).rsplit("/", 2)
     return topic, int(partition), int(offset)
