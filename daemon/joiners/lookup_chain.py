@@ -461,11 +461,19 @@ class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
 
 def stage_order(stage: LookupStage, records: Sequence[InputRecord]) -> list[InputRecord]:
     """A stage key's records in arrival rank; partials of one rank by stream identity."""
-    return sorted(records, key=lambda r: (stage.rank(r), _identity(r)))
+    index = stage.input_index
+    return sorted(records, key=lambda record: _stage_rank(record, index))
 
 
-def _identity(record: InputRecord) -> str:
-    return str(meta(record)["id"]) if record.role == "stream" else ""
+def _stage_rank(record: InputRecord, input_index: int) -> tuple[Rank, str]:
+    """A record's sort key in :func:`stage_order`: :meth:`LookupStage.rank`, then identity.
+
+    Reads a partial's bookkeeping once: a stage sorts every record it gets.
+    """
+    if record.role == "stream":
+        book = (record.value or {})[META]
+        return tuple(book["rank"]), str(book["id"])  # type: ignore[return-value]
+    return (record.timestamp, input_index, record.partition, record.offset), ""
 
 
 class LookupChain(Chain):
@@ -521,6 +529,10 @@ class LookupChain(Chain):
     def passed(self, emit: Emit) -> InputRecord:
         """:func:`read_back`, placed where its stream record was read (for provenance)."""
         return read_back(emit, placed=True)
+
+    def routed(self, emit: Emit) -> InputRecord:
+        """:func:`read_back`, not placed: the next stage's key and bucket need no place."""
+        return read_back(emit)
 
     def withdrawn(self, emit: Emit) -> bool:
         """A withdrawal: an ``inner`` stage found no row."""

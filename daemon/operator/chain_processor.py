@@ -238,30 +238,24 @@ class ChainProcessor(JoinerProcessor):
         return super().rows(written)
 
     def _routed(self, emit: Emit, kind: int) -> Passed:
-        """An emit as a row for the next operator, in the bucket of its key there."""
+        """An emit as a row for the next operator, in the bucket of its key there.
+
+        The row is a plain tuple of :data:`~daemon.model.wire.INPUT`'s columns (a named
+        tuple's constructor is a Python call, once per record at every stage).
+        """
         step, chain = self.step, self.step.chain
-        record = chain.passed(emit)
+        record = chain.routed(emit)
         nxt = step.index + 1
         if kind == WITHDRAWN_INPUT or nxt == step.stages:
             key = chain.identity(record)
             bucket_key = key
         else:
             parts = [field_at(record.value, path) for path in chain.stages[nxt].paths]
-            key = NO_KEY_ROUTE if any(part is None for part in parts) else join_key(parts)
+            key = NO_KEY_ROUTE if None in parts else join_key(parts)
             bucket_key = chain.identity(record) if key == NO_KEY_ROUTE else key
         kafka_key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
-        row = InputRow(
-            kind,
-            key,
-            record.event_time,
-            0,
-            0,
-            record.timestamp,
-            kafka_key,
-            pickle.dumps((emit.value, emit.headers)),
-            None,
-            None,
-        )
+        value = pickle.dumps((emit.value, emit.headers), pickle.HIGHEST_PROTOCOL)
+        row = (kind, key, record.event_time, 0, 0, record.timestamp, kafka_key, value, None, None)
         return Passed(bucket_of(bucket_key, step.buckets), row)
 
     def send(self, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -369,8 +363,10 @@ class ChainProcessor(JoinerProcessor):
 
 def _packed(rows: Sequence[tuple[Any, ...]]) -> bytes:
     """Rows of :data:`~daemon.model.wire.INPUT` as one pack's Arrow IPC bytes."""
-    columns = {name: [row[i] for row in rows] for i, name in enumerate(INPUT.columns)}
-    batch = INPUT.batch(**columns)
+    # A column at a time from the rows' transpose: indexing every row once per column cost
+    # a Python step per cell.
+    cells = list(zip(*rows, strict=True)) if rows else [()] * len(INPUT.columns)
+    batch = INPUT.batch(**dict(zip(INPUT.columns, cells, strict=True)))
     data: bytes = batch.serialize().to_pybytes()
     return data
 

@@ -500,6 +500,15 @@ class Chain(ABC):
     def passed(self, emit: Emit) -> InputRecord:
         """What a stage emitted, as the next stage (or :attr:`last`) reads it; key unset."""
 
+    def routed(self, emit: Emit) -> InputRecord:
+        """:meth:`passed`, as far as the engine routes it to the next stage by.
+
+        Its value, event time, timestamp and :meth:`identity` must be :meth:`passed`'s; where
+        it was read may be left out. By default :meth:`passed` itself; a chain whose
+        ``passed`` does more per record than routing needs can skip it here.
+        """
+        return self.passed(emit)
+
     @abstractmethod
     def withdrawn(self, emit: Emit) -> bool:
         """Whether a stage's emit withdraws an answer (it goes to :attr:`last` only)."""
