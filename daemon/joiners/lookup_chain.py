@@ -57,6 +57,7 @@ from daemon.plugin import (
     Joiner,
     JoinerContext,
     JoinerOptions,
+    emit_record,
     input_record,
 )
 
@@ -369,7 +370,7 @@ class LookupStage(Lookup):
             if self.options.default is not None:
                 answer = dict(self.options.default)
         value = {**partial, self.table.field: answer, META: book}
-        return Emit(key=record.kafka_key, value=value, source=at, headers=record.headers)
+        return emit_record(record.kafka_key, value, at, None, record.headers)
 
 
 class NumberingOptions(JoinerOptions):
@@ -552,7 +553,9 @@ class LookupChain(Chain):
         """The partial without its bookkeeping; a withdrawal writes nothing."""
         if self.withdrawn(emit):
             return None
-        return replace(emit, value=enriched(emit.value or {}))
+        return emit_record(
+            emit.key, enriched(emit.value or {}), emit.source, emit.output, emit.headers
+        )
 
     def carried(self, record: InputRecord) -> InputRecord:
         """The stream record under the stream's field, where it was read."""

@@ -59,7 +59,14 @@ from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import JoinerFailure
 from daemon.operator.processor import JOINER_FAILED, JoinerProcessor
 from daemon.operator.spec import OperatorPlan
-from daemon.plugin.joiner import Chain, DeadLetter, Emit, InputRecord, input_record
+from daemon.plugin.joiner import (
+    Chain,
+    DeadLetter,
+    Emit,
+    InputRecord,
+    emit_record,
+    input_record,
+)
 from daemon.sink.spec import OutputSpec
 
 
@@ -199,7 +206,7 @@ class ChainProcessor(JoinerProcessor):
         step, chain = self.step, self.step.chain
         if row.input in (PASSED_INPUT, WITHDRAWN_INPUT):
             value, headers = _unpickled(row.value)
-            passed = chain.passed(Emit(key=row.kafka_key, value=value, headers=headers))
+            passed = chain.passed(emit_record(row.kafka_key, value, None, None, headers))
             return _rekeyed(passed, "joined" if step.last_joiner else "stream", key)
         stream = row.input == step.stream_input
         record = self._input_record(row, "stream" if stream else "table", key)
