@@ -55,6 +55,7 @@ from daemon.model.wire import (
     InputRow,
     OutputRow,
 )
+from daemon.operator.bucket_store import Buckets
 from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import JoinerFailure
 from daemon.operator.processor import JOINER_FAILED, JoinerProcessor
@@ -119,9 +120,13 @@ class ChainProcessor(JoinerProcessor):
         super().__init__(plan, output)
         self.step = step
 
-    def start(self, handle: Any, variables: Any) -> None:
-        """Get ready for calls, with nothing handed on yet."""
-        super().start(handle, variables)
+    def ready(self, buckets: Buckets) -> None:
+        """Get ready for calls, with nothing handed on yet.
+
+        Here, not in ``start``: a processor whose buckets are held in the process
+        (``bench.stage_costs``) is made ready without Spark's handle.
+        """
+        super().ready(buckets)
         self._passing: list[Passed] = []
         self._call_ranges: set[str] = set()
         self._forwarded: dict[str, int] = {}
