@@ -11,8 +11,7 @@ the orders' batch, and with ``--profile`` where it went (cProfile, slower).
 Why: a profile of the Spark workers in a bench run put nearly all of the three-table run's
 Python time inside the chain's operators (PySpark's conversions were under 1%), so what a
 stage costs here is what it costs there, measured in seconds rather than a bench run's
-minutes. Compare only figures of one run: the machine's speed varies (docs in
-``/work/shared/ENVIRONMENT.md``).
+minutes. Compare only figures of one run: the machine's speed varies from day to day.
 """
 
 from __future__ import annotations
