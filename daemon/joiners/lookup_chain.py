@@ -57,6 +57,8 @@ from daemon.plugin import (
     Joiner,
     JoinerContext,
     JoinerOptions,
+    emit_record,
+    input_record,
 )
 
 META: Final = "__enrichd"
@@ -165,7 +167,18 @@ def as_partial(record: InputRecord, field: str) -> InputRecord:
         "rank": (record.timestamp, 0, record.partition, record.offset),
         "open": 0,
     }
-    return replace(record, role="stream", value={field: record.value, META: book})
+    return input_record(
+        "stream",
+        record.key,
+        {field: record.value, META: book},
+        record.event_time,
+        record.topic,
+        record.partition,
+        record.offset,
+        record.kafka_key,
+        record.timestamp,
+        record.headers,
+    )
 
 
 def opened(partial: dict[str, Any]) -> int:
@@ -195,17 +208,23 @@ def tally(record: InputRecord | Kept, count: int) -> Emit:
     return Emit(key=key, value={META: book}, output=WITHDRAWN, headers=headers)
 
 
-def read_back(emit: Emit) -> InputRecord:
+def read_back(emit: Emit, *, placed: bool = False) -> InputRecord:
     """A stage's partial (or withdrawal) as the next stage, or the numbering, reads it back.
 
     Its event time is the stream record's, its timestamp that of the record that made it;
-    the Kafka key is the stream record's. The join key is the reader's to set.
+    the Kafka key is the stream record's. The join key is the reader's to set. ``placed``:
+    at the stream record's topic, partition and offset (:func:`_place_of`), else nowhere.
+    Made by :func:`input_record`: every stage makes one a partial, where a frozen
+    dataclass's own constructor cost more than the stage's lookup.
     """
     value = emit.value or {}
     book = value[META]
     key = emit.key if isinstance(emit.key, bytes) else None
     timestamp = int(book["rank"][0])
-    return InputRecord("stream", "", value, int(book["t"]), "", 0, 0, key, timestamp, emit.headers)
+    topic, partition, offset = _place_of(book) if placed else ("", 0, 0)
+    return input_record(
+        "stream", "", value, int(book["t"]), topic, partition, offset, key, timestamp, emit.headers
+    )
 
 
 class LookupStage(Lookup):
@@ -351,7 +370,7 @@ class LookupStage(Lookup):
             if self.options.default is not None:
                 answer = dict(self.options.default)
         value = {**partial, self.table.field: answer, META: book}
-        return Emit(key=record.kafka_key, value=value, source=at, headers=record.headers)
+        return emit_record(record.kafka_key, value, at, None, record.headers)
 
 
 class NumberingOptions(JoinerOptions):
@@ -443,11 +462,19 @@ class Numbering(Joiner[NumberingOptions, dict[str, Any]]):
 
 def stage_order(stage: LookupStage, records: Sequence[InputRecord]) -> list[InputRecord]:
     """A stage key's records in arrival rank; partials of one rank by stream identity."""
-    return sorted(records, key=lambda r: (stage.rank(r), _identity(r)))
+    index = stage.input_index
+    return sorted(records, key=lambda record: _stage_rank(record, index))
 
 
-def _identity(record: InputRecord) -> str:
-    return str(meta(record)["id"]) if record.role == "stream" else ""
+def _stage_rank(record: InputRecord, input_index: int) -> tuple[Rank, str]:
+    """A record's sort key in :func:`stage_order`: :meth:`LookupStage.rank`, then identity.
+
+    Reads a partial's bookkeeping once: a stage sorts every record it gets.
+    """
+    if record.role == "stream":
+        book = (record.value or {})[META]
+        return tuple(book["rank"]), str(book["id"])  # type: ignore[return-value]
+    return (record.timestamp, input_index, record.partition, record.offset), ""
 
 
 class LookupChain(Chain):
@@ -502,9 +529,11 @@ class LookupChain(Chain):
 
     def passed(self, emit: Emit) -> InputRecord:
         """:func:`read_back`, placed where its stream record was read (for provenance)."""
-        record = read_back(emit)
-        topic, partition, offset = _place(record)
-        return replace(record, topic=topic, partition=partition, offset=offset)
+        return read_back(emit, placed=True)
+
+    def routed(self, emit: Emit) -> InputRecord:
+        """:func:`read_back`, not placed: the next stage's key and bucket need no place."""
+        return read_back(emit)
 
     def withdrawn(self, emit: Emit) -> bool:
         """A withdrawal: an ``inner`` stage found no row."""
@@ -524,7 +553,9 @@ class LookupChain(Chain):
         """The partial without its bookkeeping; a withdrawal writes nothing."""
         if self.withdrawn(emit):
             return None
-        return replace(emit, value=enriched(emit.value or {}))
+        return emit_record(
+            emit.key, enriched(emit.value or {}), emit.source, emit.output, emit.headers
+        )
 
     def carried(self, record: InputRecord) -> InputRecord:
         """The stream record under the stream's field, where it was read."""
@@ -537,5 +568,10 @@ class LookupChain(Chain):
 
 def _place(record: InputRecord) -> tuple[str, int, int]:
     """The topic, partition and offset of the stream record a partial comes from."""
-    topic, partition, offset = str(meta(record)["id"]).rsplit("/", 2)
+    return _place_of(meta(record))
+
+
+def _place_of(book: dict[str, Any]) -> tuple[str, int, int]:
+    """The topic, partition and offset of a partial's stream record, from its bookkeeping."""
+    topic, partition, offset = str(book["id"]).rsplit("/", 2)
     return topic, int(partition), int(offset)

@@ -55,11 +55,19 @@ from daemon.model.wire import (
     InputRow,
     OutputRow,
 )
+from daemon.operator.bucket_store import Buckets
 from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import JoinerFailure
 from daemon.operator.processor import JOINER_FAILED, JoinerProcessor
 from daemon.operator.spec import OperatorPlan
-from daemon.plugin.joiner import Chain, DeadLetter, Emit, InputRecord
+from daemon.plugin.joiner import (
+    Chain,
+    DeadLetter,
+    Emit,
+    InputRecord,
+    emit_record,
+    input_record,
+)
 from daemon.sink.spec import OutputSpec
 
 
@@ -112,9 +120,13 @@ class ChainProcessor(JoinerProcessor):
         super().__init__(plan, output)
         self.step = step
 
-    def start(self, handle: Any, variables: Any) -> None:
-        """Get ready for calls, with nothing handed on yet."""
-        super().start(handle, variables)
+    def ready(self, buckets: Buckets) -> None:
+        """Get ready for calls, with nothing handed on yet.
+
+        Here, not in ``start``: a processor whose buckets are held in the process
+        (``bench.stage_costs``) is made ready without Spark's handle.
+        """
+        super().ready(buckets)
         self._passing: list[Passed] = []
         self._call_ranges: set[str] = set()
         self._forwarded: dict[str, int] = {}
@@ -199,8 +211,8 @@ class ChainProcessor(JoinerProcessor):
         step, chain = self.step, self.step.chain
         if row.input in (PASSED_INPUT, WITHDRAWN_INPUT):
             value, headers = _unpickled(row.value)
-            passed = chain.passed(Emit(key=row.kafka_key, value=value, headers=headers))
-            return replace(passed, key=key, role="joined" if step.last_joiner else "stream")
+            passed = chain.passed(emit_record(row.kafka_key, value, None, None, headers))
+            return _rekeyed(passed, "joined" if step.last_joiner else "stream", key)
         stream = row.input == step.stream_input
         record = self._input_record(row, "stream" if stream else "table", key)
         if record is None or not stream:
@@ -238,30 +250,24 @@ class ChainProcessor(JoinerProcessor):
         return super().rows(written)
 
     def _routed(self, emit: Emit, kind: int) -> Passed:
-        """An emit as a row for the next operator, in the bucket of its key there."""
+        """An emit as a row for the next operator, in the bucket of its key there.
+
+        The row is a plain tuple of :data:`~daemon.model.wire.INPUT`'s columns (a named
+        tuple's constructor is a Python call, once per record at every stage).
+        """
         step, chain = self.step, self.step.chain
-        record = chain.passed(emit)
+        record = chain.routed(emit)
         nxt = step.index + 1
         if kind == WITHDRAWN_INPUT or nxt == step.stages:
             key = chain.identity(record)
             bucket_key = key
         else:
             parts = [field_at(record.value, path) for path in chain.stages[nxt].paths]
-            key = NO_KEY_ROUTE if any(part is None for part in parts) else join_key(parts)
+            key = NO_KEY_ROUTE if None in parts else join_key(parts)
             bucket_key = chain.identity(record) if key == NO_KEY_ROUTE else key
         kafka_key = emit.key.encode("utf-8") if isinstance(emit.key, str) else emit.key
-        row = InputRow(
-            kind,
-            key,
-            record.event_time,
-            0,
-            0,
-            record.timestamp,
-            kafka_key,
-            pickle.dumps((emit.value, emit.headers)),
-            None,
-            None,
-        )
+        value = pickle.dumps((emit.value, emit.headers), pickle.HIGHEST_PROTOCOL)
+        row = (kind, key, record.event_time, 0, 0, record.timestamp, kafka_key, value, None, None)
         return Passed(bucket_of(bucket_key, step.buckets), row)
 
     def send(self, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -369,10 +375,32 @@ class ChainProcessor(JoinerProcessor):
 
 def _packed(rows: Sequence[tuple[Any, ...]]) -> bytes:
     """Rows of :data:`~daemon.model.wire.INPUT` as one pack's Arrow IPC bytes."""
-    columns = {name: [row[i] for row in rows] for i, name in enumerate(INPUT.columns)}
-    batch = INPUT.batch(**columns)
+    # A column at a time from the rows' transpose: indexing every row once per column cost
+    # a Python step per cell.
+    cells = list(zip(*rows, strict=True)) if rows else [()] * len(INPUT.columns)
+    batch = INPUT.batch(**dict(zip(INPUT.columns, cells, strict=True)))
     data: bytes = batch.serialize().to_pybytes()
     return data
+
+
+def _rekeyed(record: InputRecord, role: str, key: str) -> InputRecord:
+    """``record`` as this operator's joiner reads it: of ``role``, under join key ``key``.
+
+    Made by :func:`input_record`, not ``dataclasses.replace``: once per record at every
+    stage, replace cost more than the stage's lookup.
+    """
+    return input_record(
+        role,
+        key,
+        record.value,
+        record.event_time,
+        record.topic,
+        record.partition,
+        record.offset,
+        record.kafka_key,
+        record.timestamp,
+        record.headers,
+    )
 
 
 def _unpickled(blob: bytes | None) -> Any:

@@ -208,6 +208,32 @@ class Emit:
     headers: Headers | None = None
 
 
+(_EMIT_KEY, _EMIT_VALUE, _EMIT_SOURCE, _EMIT_OUTPUT, _EMIT_HEADERS) = (
+    getattr(Emit, f.name).__set__ for f in fields(Emit)
+)
+
+
+def emit_record(
+    key: str | bytes | None,
+    value: dict[str, Any] | None,
+    source: InputRecord | None = None,
+    output: str | None = None,
+    headers: Headers | None = None,
+) -> Emit:
+    """``Emit(...)``, made by setting its slots directly, as :func:`input_record` makes records.
+
+    For a joiner that emits once per record on a hot path (each stage of a chain does, for
+    every record); the result is the same emit.
+    """
+    made: Emit = object.__new__(Emit)
+    _EMIT_KEY(made, key)
+    _EMIT_VALUE(made, value)
+    _EMIT_SOURCE(made, source)
+    _EMIT_OUTPUT(made, output)
+    _EMIT_HEADERS(made, headers)
+    return made
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """An input record the joiner refuses, with the reason, for the dead-letter topic.
@@ -499,6 +525,15 @@ class Chain(ABC):
     @abstractmethod
     def passed(self, emit: Emit) -> InputRecord:
         """What a stage emitted, as the next stage (or :attr:`last`) reads it; key unset."""
+
+    def routed(self, emit: Emit) -> InputRecord:
+        """:meth:`passed`, as far as the engine routes it to the next stage by.
+
+        Its value, event time, timestamp and :meth:`identity` must be :meth:`passed`'s; where
+        it was read may be left out. By default :meth:`passed` itself; a chain whose
+        ``passed`` does more per record than routing needs can skip it here.
+        """
+        return self.passed(emit)
 
     @abstractmethod
     def withdrawn(self, emit: Emit) -> bool:
