@@ -454,7 +454,7 @@ def _serving_continuous(offer: Offer, timeout_s: float) -> Iterator[Reached]:
 
         def covered_to(ends: dict[str, int]) -> tuple[Batch, ...]:
             deadline = time.monotonic() + timeout_s
-            while not _group_at(conf, group, ends):
+            while not group_at(conf, group, ends):
                 if running.exception() is not None:
                     raise RuntimeError(f"the pipeline failed: {running.exception()}")
                 if time.monotonic() > deadline:
@@ -467,7 +467,7 @@ def _serving_continuous(offer: Offer, timeout_s: float) -> Iterator[Reached]:
         yield covered_to
 
 
-def _group_at(conf: dict[str, str], group: str, ends: dict[str, int]) -> bool:
+def group_at(conf: dict[str, str], group: str, ends: dict[str, int]) -> bool:
     """Whether ``group``'s committed offsets reach ``ends`` on every partition."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 

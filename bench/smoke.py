@@ -72,7 +72,7 @@ SIZES: dict[str, list[str]] = {
     "commit_turn": ["--tasks", "2", "--rounds", "3", "--records", "5"],
     "continuous": [
         "--users", "50", "--rate", "200", "--seconds", "2", "--runs", "1",
-        "--long-batch-ms", "4000",
+        "--long-batch-ms", "4000", "--drain-tweets", "300",
     ],
 }  # fmt: skip
 """Each workload's tiny options, with the parts the module's docstring names left out.

@@ -1,0 +1,68 @@
+"""Sustained throughput of continuous mode against micro-batch mode: a backlog drained.
+
+comap's throughput workload (:mod:`bench.workloads`: the users, then the tweets, produced
+before either contender starts) read by the example pipeline through ``daemon run``'s
+service, in micro-batch mode (:func:`bench.enrichd.run_enrichd`) and with ``mode =
+"continuous"``, alternately, on the same topics. Both are timed the same way, from the
+service's start to the pipeline having read every record: the micro-batch run's last batch
+ending, the continuous run's lag group (which the daemon commits from its task's reports,
+about once a second) reaching the topics' ends.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import tuning
+from bench.enrichd import configure, run_enrichd, serving
+from bench.latency import group_at
+from bench.workloads import Topics
+from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
+
+
+@dataclass(frozen=True)
+class Drained:
+    """One contender's run: records read over seconds from the service's start."""
+
+    mode: str
+    records: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        """Records a second, end to end."""
+        return self.records / self.seconds
+
+
+def micro_batches(servers: str, topics: Topics, ends: dict[str, int], records: int) -> Drained:
+    """The pipeline in micro-batch mode (the default cap) over the backlog."""
+    result = run_enrichd(servers, topics, ends, records, DEFAULT_MAX_RECORDS_PER_BATCH, 3600.0)
+    return Drained("micro_batch", records, result.batches[-1].ended - result.query_started)
+
+
+def continuous(
+    servers: str, topics: Topics, ends: dict[str, int], records: int, long_batch_ms: int
+) -> Drained:
+    """The pipeline with ``mode = "continuous"`` (one lease) over the backlog."""
+    from daemon.kafka.names import pipeline_group
+    from daemon.pipeline.plan import client_conf
+    from daemon.spark.session import spark_session
+
+    with tempfile.TemporaryDirectory(prefix="enrichd-bench-drain-") as tmp:
+        checkpoint = Path(tmp) / "checkpoint"
+        file, pipe = configure(servers, topics, checkpoint, DEFAULT_MAX_RECORDS_PER_BATCH)
+        pipe = pipe.model_copy(update={"mode": "continuous", "long_batch": long_batch_ms})
+        spark = spark_session(tuning.spark(file.spark))
+        conf, group = client_conf(file), pipeline_group(file.kafka.id_prefix, pipe.name)
+        started = time.monotonic()
+        with serving(file, pipe, spark, 3600.0) as query:
+            running = query(pipe.name)
+            while not group_at(conf, group, ends):
+                if running.exception() is not None:
+                    raise RuntimeError(f"the pipeline failed: {running.exception()}")
+                time.sleep(0.2)
+            seconds = time.monotonic() - started
+    return Drained("continuous", records, seconds)
