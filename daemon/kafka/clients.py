@@ -60,6 +60,10 @@ class Deliveries:
         self.ends[name] = max(self.ends.get(name, 0), (msg.offset() or 0) + 1)
 
 
+PARTITION_UNASSIGNED = -1
+"""librdkafka's partition for "let the partitioner choose" (the client's default)."""
+
+
 def produce(
     producer: Any,
     topic: str,
@@ -69,8 +73,11 @@ def produce(
     headers: Any = None,
     on_delivery: Any = None,
     timestamp: int = 0,
+    partition: int = PARTITION_UNASSIGNED,
 ) -> None:
     """Produce one record, waiting for deliveries while the client's local queue is full.
+
+    ``partition``: where it goes (by default, where the key's hash puts it).
 
     The arguments are named, not passed on as ``**record``: the task output calls this once
     per output record, and packing and unpacking a dict of them cost more than the call.
@@ -84,6 +91,7 @@ def produce(
                 headers=headers,
                 on_delivery=on_delivery,
                 timestamp=timestamp,
+                partition=partition,
             )
             return
         except BufferError:

@@ -50,6 +50,7 @@ from __future__ import annotations
 from typing import Any
 
 from daemon.kafka import connect, names
+from daemon.kafka.clients import produce
 from daemon.sink import markers
 from daemon.sink.commit_turn import ending_transaction
 from daemon.sink.markers import Marker, Share
@@ -223,10 +224,12 @@ class TaskProducer:
         producer, topic = self.producer, self.spec.markers_topic
         delivered: list[tuple[Any, Any]] = []
         try:
-            producer.produce(
+            # The task's records may fill the client's queue: the marker waits for room.
+            produce(
+                producer,
                 topic,
-                value=self.marker_of(share).encode(),
-                key=markers.record_key(self.query_id, self.partition),
+                self.marker_of(share).encode(),
+                markers.record_key(self.query_id, self.partition),
                 partition=0,  # the group's offset and every read are of partition 0
                 on_delivery=lambda error, message: delivered.append((error, message)),
             )

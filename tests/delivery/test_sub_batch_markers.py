@@ -14,6 +14,7 @@ import uuid
 
 from daemon.broker import EmbeddedBroker
 from daemon.kafka.admin import create_topics
+from daemon.kafka.clients import produce
 from daemon.kafka.names import markers_topic
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.sink import markers
@@ -21,7 +22,7 @@ from daemon.sink.markers import Marker, Share, sub_batches
 from daemon.sink.spec import OutputSpec
 from daemon.sink.sub_batches import SubBatchProducer
 from daemon.sink.task_producer import forget_kept_clients
-from tests.kafka_helpers import client_conf
+from tests.kafka_helpers import client_conf, read_topic
 
 LONG_BATCH = 5
 
@@ -73,3 +74,26 @@ def test_a_new_attempt_reads_the_sub_batches_its_task_committed_in_order(
     attempt.resume(found)
     assert attempt.marker_of(Share()) == Marker(LONG_BATCH, Share(), 3, found[0][0], found[-1][0])
     forget_kept_clients()
+
+
+def test_a_task_whose_records_fill_its_clients_queue_still_commits_with_its_marker(
+    broker: EmbeddedBroker,
+) -> None:
+    """A backlog's sub-batch (or a large micro-batch's task) can leave the client's local
+    queue full when its marker goes out: the marker waits for room, as the records do."""
+    conf = {**client_conf(broker.bootstrap_servers), "queue.buffering.max.messages": "5"}
+    pipeline = f"full-{uuid.uuid4().hex[:8]}"
+    create_topics(conf, {f"{pipeline}-out": 1, markers_topic(DEFAULT_ID_PREFIX, pipeline): 1})
+    spec = OutputSpec(pipeline, conf, "exactly_once", f"{pipeline}-out")
+    task = SubBatchProducer(spec, 0, LONG_BATCH, "q")
+    try:
+        task.take_over()
+        task.open_transaction()
+        for record in range(5):
+            produce(task.producer, spec.output_topic, f"record {record}".encode())
+        task.commit(_share(0, 5, 1000))
+    finally:
+        forget_kept_clients()
+    assert [r.value for r in read_topic(conf, spec.output_topic)] == [
+        f"record {record}".encode() for record in range(5)
+    ]
