@@ -41,6 +41,7 @@ from daemon.verify.cluster import WorkloadFeed, make_topics, probe_transactions
 from daemon.verify.durability import warnings
 from daemon.verify.facts import BrokerFacts, broker_facts
 from daemon.verify.kills import (
+    BatchKillPoints,
     Interrupted,
     Kill,
     MarkerWatch,
@@ -50,6 +51,7 @@ from daemon.verify.kills import (
 )
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions, child_table, plan_pipeline
 from daemon.verify.readback import RawLogs, TopicRead, read_committed, with_status
+from daemon.verify.run_progress import CheckpointProgress
 from daemon.verify.zombie import Zombie
 
 
@@ -173,9 +175,20 @@ def verify(
             markers = MarkerWatch(
                 conf, [names.markers_topic(id_prefix, p.config.name) for p in pipelines]
             )
+            watch, points = CheckpointProgress(pipelines), BatchKillPoints(markers, pipelines)
             try:
                 outcome = run_with_kills(
-                    children, conf, pipelines, options, report.kills, progress, stop, markers, feed
+                    children,
+                    conf,
+                    pipelines,
+                    options,
+                    report.kills,
+                    progress,
+                    stop,
+                    markers,
+                    feed,
+                    watch,
+                    points,
                 )
             finally:
                 markers.close()
