@@ -12,6 +12,7 @@ import typer
 from daemon.cli.options import Verbose, show_spark_output
 
 JoinerChoice = Literal["comap", "lookup", "window", "asof", "all"]
+ModeChoice = Literal["micro_batch", "continuous"]
 
 
 def verify(
@@ -41,14 +42,25 @@ def verify(
     kills: Annotated[
         int, typer.Option("--kills", min=0, help="kill -9s of the running daemon, spread out.")
     ] = 3,
+    mode: Annotated[
+        ModeChoice,
+        typer.Option(
+            "--mode",
+            help="The pipelines' mode: continuous runs them in long batches of 4 s that commit "
+            "every 100 ms, and kills them right after a commit, inside long batches and as "
+            "long batches end (joiners the mode refuses are left out, each with a line).",
+        ),
+    ] = "micro_batch",
     zombie: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--zombie/--no-zombie",
             help="Also stop the run with SIGSTOP, start a new one, and resume the old one: "
-            "it must be fenced and write nothing twice.",
+            "it must be fenced and write nothing twice. Default: on in micro_batch mode, off "
+            "in continuous mode (which refuses it).",
+            show_default=False,
         ),
-    ] = True,
+    ] = None,
     partitions: Annotated[
         int, typer.Option("--partitions", min=1, help="Partitions of every topic it creates.")
     ] = 2,
@@ -94,13 +106,14 @@ def verify(
         joiners=JOINERS if joiner == "all" else (joiner,),
         records=records,
         kills=kills,
-        zombie=zombie,
+        zombie=mode == "micro_batch" if zombie is None else zombie,
         partitions=partitions,
         replication=replication,
         keep=keep,
         prefix=prefix,
         seed=seed,
         timeout_s=timeout,
+        mode=mode,
     )
     status = Console(stderr=True)
     with status.status("daemon verify") as spinner:

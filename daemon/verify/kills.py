@@ -6,8 +6,9 @@ batch its :class:`KillPoints` choose. For a micro-batch run (:class:`BatchKillPo
 first once a task of that batch committed its output (its batch marker landed on the
 pipeline's markers topic) while the batch is not yet in the commit log, so that the restarted
 run replays a batch part of which committed; the others a little after the batch was planned
-(:data:`KILL_DELAYS_S`). The next waits until the restarted run is back. The run ends with
-SIGTERM once every input, and a second stage's input, is committed.
+(:data:`KILL_DELAYS_S`). A continuous run's are in :mod:`daemon.verify.continuous_kills`. The
+next waits until the restarted run is back. The run ends with SIGTERM once every input, and a
+second stage's input, is committed.
 """
 
 from __future__ import annotations
