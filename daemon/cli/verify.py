@@ -52,15 +52,13 @@ def verify(
         ),
     ] = "micro_batch",
     zombie: Annotated[
-        bool | None,
+        bool,
         typer.Option(
             "--zombie/--no-zombie",
             help="Also stop the run with SIGSTOP, start a new one, and resume the old one: "
-            "it must be fenced and write nothing twice. Default: on in micro_batch mode, off "
-            "in continuous mode (which refuses it).",
-            show_default=False,
+            "it must be fenced and write nothing twice.",
         ),
-    ] = None,
+    ] = True,
     partitions: Annotated[
         int, typer.Option("--partitions", min=1, help="Partitions of every topic it creates.")
     ] = 2,
@@ -106,7 +104,7 @@ def verify(
         joiners=JOINERS if joiner == "all" else (joiner,),
         records=records,
         kills=kills,
-        zombie=mode == "micro_batch" if zombie is None else zombie,
+        zombie=zombie,
         partitions=partitions,
         replication=replication,
         keep=keep,

@@ -261,7 +261,14 @@ def run_with_kills(
             feed.next_part(stop)
 
         new, zombie = replace_paused_run(
-            child, pipelines, planned, more_input, markers, wait_on, stop
+            child,
+            pipelines,
+            planned,
+            more_input,
+            markers,
+            wait_on,
+            stop,
+            continuous=options.mode == "continuous",
         )
         children.append(new)
         progress(f"zombie: the resumed run {zombie.ended}")

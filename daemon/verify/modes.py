@@ -4,7 +4,7 @@ A continuous pipeline refuses some joiners' pipelines (a second stage, a chain, 
 :func:`daemon.pipeline.continuous_checks.continuous_problems`): verify leaves those out with a
 line each, as the child would refuse to start them. Each continuous pipeline's lease holds a
 task slot of the child's local Spark for its whole long batch, so the child gets one slot a
-pipeline. And the zombie scenario is a micro-batch run's only (:func:`zombie_refusal`).
+pipeline.
 """
 
 from __future__ import annotations
@@ -42,21 +42,3 @@ def slots(pipelines: list[VerifiedPipeline]) -> int:
     """The child's local task slots: one per continuous lease, else :data:`MICRO_BATCH_SLOTS`."""
     leases = sum(pipe.config.leases for pipe in pipelines if pipe.config.continuous)
     return max(MICRO_BATCH_SLOTS, leases)
-
-
-def zombie_refusal(options: VerifyOptions) -> str | None:
-    """Why the zombie scenario cannot run with ``options`` (None: it can).
-
-    Not with a continuous pipeline yet: its steps wait on micro-batches (a task of the one
-    it stops the run in committed while the batch is in flight, the new run's commit log
-    past it), which a continuous run's long batches of sub-batches would satisfy only by
-    chance, and no run has shown what a woken long batch's task then does. A pass it did
-    not earn would be worse than a refusal; the kills already prove that a restarted task
-    takes the transactional id over and writes nothing twice.
-    """
-    if options.zombie and options.mode == "continuous":
-        return (
-            "--zombie runs with --mode micro_batch only: in continuous mode it is not "
-            "implemented yet (pass --no-zombie; the kills prove the fencing of a restarted task)"
-        )
-    return None

@@ -51,7 +51,7 @@ from daemon.verify.kills import (
     check_stop,
     run_with_kills,
 )
-from daemon.verify.modes import refused_joiners, slots, zombie_refusal
+from daemon.verify.modes import refused_joiners, slots
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions, child_table, plan_pipeline
 from daemon.verify.readback import RawLogs, TopicRead, read_committed, with_status
 from daemon.verify.run_progress import CheckpointProgress, LagGroupProgress, RunProgress
@@ -125,9 +125,6 @@ def verify(
         id_part(options.prefix)
     except ValueError as refused:
         raise EnrichdError(f"--prefix {refused}") from None
-    refusal_line = zombie_refusal(options)
-    if refusal_line is not None:
-        raise EnrichdError(refusal_line)
     run_id = uuid.uuid4().hex[:8]
     base = f"{options.prefix}.{run_id}"
     interrupted: Interrupted | None = None
