@@ -12,6 +12,7 @@ import typer
 from daemon.cli.options import Verbose, show_spark_output
 
 JoinerChoice = Literal["comap", "lookup", "window", "asof", "all"]
+ModeChoice = Literal["micro_batch", "continuous"]
 
 
 def verify(
@@ -41,6 +42,15 @@ def verify(
     kills: Annotated[
         int, typer.Option("--kills", min=0, help="kill -9s of the running daemon, spread out.")
     ] = 3,
+    mode: Annotated[
+        ModeChoice,
+        typer.Option(
+            "--mode",
+            help="The pipelines' mode: continuous runs them in long batches of 4 s that commit "
+            "every 100 ms, and kills them right after a commit, inside long batches and as "
+            "long batches end (joiners the mode refuses are left out, each with a line).",
+        ),
+    ] = "micro_batch",
     zombie: Annotated[
         bool,
         typer.Option(
@@ -101,6 +111,7 @@ def verify(
         prefix=prefix,
         seed=seed,
         timeout_s=timeout,
+        mode=mode,
     )
     status = Console(stderr=True)
     with status.status("daemon verify") as spinner:

@@ -1,12 +1,14 @@
 """``daemon verify``'s child run: started, killed with SIGKILL at spread points, restarted.
 
-A kill lands once the input planned (read from the checkpoints' offset logs) passes the next
-of ``kills`` spread points and a micro-batch was planned since the last restart: the first
-once a task of that batch committed its output (its batch marker landed on the pipeline's
-markers topic) while the batch is not yet in the commit log, so that the restarted run
-replays a batch part of which committed; the others a little after the batch was planned
-(:data:`KILL_DELAYS_S`). The next waits until the restarted run is back. The run ends with
-SIGTERM once every input, and a second stage's input, is committed.
+A kill lands once the input planned (:mod:`daemon.verify.run_progress`) passes the next of
+``kills`` spread points and a batch was planned since the last restart, at a point of that
+batch its :class:`KillPoints` choose. For a micro-batch run (:class:`BatchKillPoints`): the
+first once a task of that batch committed its output (its batch marker landed on the
+pipeline's markers topic) while the batch is not yet in the commit log, so that the restarted
+run replays a batch part of which committed; the others a little after the batch was planned
+(:data:`KILL_DELAYS_S`). A continuous run's are in :mod:`daemon.verify.continuous_kills`. The
+next waits until the restarted run is back. The run ends with SIGTERM once every input, and a
+second stage's input, is committed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from daemon.verify import child as runs
 from daemon.verify.acl import acl_line, code_in_text
 from daemon.verify.child import planned_since
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions
+from daemon.verify.run_progress import RunProgress
 from daemon.verify.zombie import Zombie, replace_paused_run
 
 KILL_DELAYS_S: tuple[float | None, ...] = (None, 0.0, 0.7)
@@ -95,16 +98,6 @@ def check_stop(stop: StopRequest, what: str) -> None:
         raise Interrupted(what)
 
 
-def _planned_records(pipelines: list[VerifiedPipeline]) -> tuple[list[int], int]:
-    """The last micro-batch each pipeline planned, and the input records planned in all."""
-    batches, records = [], 0
-    for pipe in pipelines:
-        number, offsets = runs.planned(pipe.config.checkpoint)
-        batches.append(number)
-        records += runs.records_within(offsets, pipe.ends)
-    return batches, records
-
-
 class MarkerWatch:
     """Whether a task committed since :meth:`mark`: the pipelines' markers topics moved.
 
@@ -145,6 +138,45 @@ class MarkerWatch:
         self.consumer.close()
 
 
+WaitFor = Callable[[str, Callable[[], bool]], None]
+"""Polls a condition while the child run goes on, until it holds (or fails verify)."""
+
+
+class KillPoints(Protocol):
+    """Where in a batch each kill lands, once the input planned passed its point."""
+
+    def land(self, number: int, point: int, wait: WaitFor, stop: StopRequest) -> str:
+        """Wait until kill ``number`` is due; what it waited for (:attr:`Kill.after`)."""
+
+
+class BatchKillPoints:
+    """A micro-batch run's kills, in turn at :data:`KILL_DELAYS_S`."""
+
+    def __init__(self, markers: MarkerWatch, pipelines: list[VerifiedPipeline]) -> None:
+        self.markers = markers
+        self.pipelines = pipelines
+
+    def land(self, number: int, point: int, wait: WaitFor, stop: StopRequest) -> str:
+        """Once a task of the planned batch committed, or a delay after it was planned."""
+        delay = KILL_DELAYS_S[(number - 1) % len(KILL_DELAYS_S)]
+        if delay is None:
+            # A task committed (of this batch: the last one's were in before it was planned);
+            # a batch through before that was seen leaves the kill after it, no replay found.
+            markers = self.markers
+            markers.mark()
+            wait(
+                f"a task of the micro-batch past {point} records committed",
+                lambda: (
+                    markers.moved()
+                    or not runs.any_in_flight(pipe.config.checkpoint for pipe in self.pipelines)
+                ),
+            )
+            return "a task committed"
+        if stop.sleep(delay):
+            raise Interrupted(f"kill -9 #{number}")
+        return "planned"
+
+
 def run_with_kills(
     children: list[runs.ChildRun],
     conf: dict[str, str],
@@ -155,12 +187,15 @@ def run_with_kills(
     stop: StopRequest,
     markers: MarkerWatch,
     feed: Feed,
+    watch: RunProgress,
+    points: KillPoints,
 ) -> ChildOutcome:
     """Start the child, kill it at spread points, restart it, and stop it once all is in.
 
     The workload's first part is in before the start; the next goes in once the run planned
-    its first micro-batch, and another each time a restarted run is back, so the input keeps
-    arriving while it runs. Each kill is added to ``kills`` as it lands, so that a run
+    its first batch, and another each time a restarted run is back, so the input keeps
+    arriving while it runs. ``watch`` says how far the run got, ``points`` where in a batch
+    each kill lands. Each kill is added to ``kills`` as it lands, so that a run
     stopped half-way has them. With ``options.zombie``, the zombie scenario
     (:mod:`daemon.verify.zombie`) follows the kills, and the new run it starts is added to
     ``children`` (verify kills those left running however it ends) and goes on to the end.
@@ -176,39 +211,26 @@ def run_with_kills(
         wait_on(child, what, done)
 
     total = feed.total
-    at_first, _ = _planned_records(pipelines)
+    at_first, _ = watch.planned()
     child.start()
     progress("daemon run started")
-    wait("the first micro-batch", lambda: planned_since(at_first, _planned_records(pipelines)[0]))
+    wait("the first micro-batch", lambda: planned_since(at_first, watch.planned()[0]))
     progress("producing the next part of the workload while the run goes on")
     feed.next_part(stop)
     for number in range(1, options.kills + 1):
         produced = sum(sum(pipe.ends.values()) for pipe in pipelines)
         # Spread over the whole input, but within what is produced by now.
         point = min(total * number // (options.kills + 1), produced * number // (number + 1))
-        at_start, _ = _planned_records(pipelines)
+        at_start, _ = watch.planned()
 
         def past_point(since: list[int] = at_start, point: int = point) -> bool:
-            batches, records = _planned_records(pipelines)
+            batches, records = watch.planned()
             return planned_since(since, batches) and records >= point
 
         wait(f"input planned past {point} of {total} records", past_point)
         planned_at = time.monotonic()
-        delay = KILL_DELAYS_S[(number - 1) % len(KILL_DELAYS_S)]
-        if delay is None:
-            # A task committed (of this batch: the last one's were in before it was planned);
-            # a batch through before that was seen leaves the kill after it, no replay found.
-            markers.mark()
-            wait(
-                f"a task of the micro-batch past {point} records committed",
-                lambda: (
-                    markers.moved()
-                    or not runs.any_in_flight(pipe.config.checkpoint for pipe in pipelines)
-                ),
-            )
-        elif stop.sleep(delay):
-            raise Interrupted(f"kill -9 #{number}")
-        batches, consumed = _planned_records(pipelines)
+        after = points.land(number, point, wait, stop)
+        batches, consumed = watch.planned()
         child.kill()
         kill = Kill(
             number,
@@ -216,18 +238,16 @@ def run_with_kills(
             max(batches),
             consumed,
             round(time.monotonic() - planned_at, 1),
-            after="planned" if delay is not None else "a task committed",
+            after=after,
         )
         kills.append(kill)
         progress(f"kill -9 #{number} at {consumed} of {total} input records; restarting")
         restarted = time.monotonic()
         child.start()
-
-        def planned_again(before: list[int] = batches) -> bool:
-            now, _ = _planned_records(pipelines)
-            return planned_since(before, now) or _all_committed(pipelines)
-
-        wait("a micro-batch after the restart", planned_again)
+        wait(
+            "a micro-batch after the restart",
+            lambda before=batches, read=consumed: watch.back(before, read),  # type: ignore[misc]
+        )
         kill.recovered_s = round(time.monotonic() - restarted, 1)
         feed.next_part(stop)
     zombie = None
@@ -235,13 +255,20 @@ def run_with_kills(
         progress("zombie: stopping daemon run with SIGSTOP, starting a new one")
 
         def planned() -> list[int]:
-            return _planned_records(pipelines)[0]
+            return watch.planned()[0]
 
         def more_input() -> None:  # a micro-batch to stop the run in
             feed.next_part(stop)
 
         new, zombie = replace_paused_run(
-            child, pipelines, planned, more_input, markers, wait_on, stop
+            child,
+            pipelines,
+            planned,
+            more_input,
+            markers,
+            wait_on,
+            stop,
+            continuous=options.mode == "continuous",
         )
         children.append(new)
         progress(f"zombie: the resumed run {zombie.ended}")
@@ -249,7 +276,7 @@ def run_with_kills(
         feed.next_part(stop)
     while not feed.finished:
         feed.next_part(stop)
-    wait("every input record committed", lambda: _all_committed(pipelines))
+    wait("every input record committed", watch.all_committed)
     for pipe in pipelines:
         for name, stage in pipe.config.outputs.items():
             downstream = layout.downstream(pipe.config.checkpoint, name)
@@ -263,10 +290,6 @@ def run_with_kills(
     progress("stopping daemon run with SIGTERM")
     code = child.stop()
     return ChildOutcome(run_s, sum(run.starts for run in children), code, zombie)
-
-
-def _all_committed(pipelines: list[VerifiedPipeline]) -> bool:
-    return all(runs.reached(runs.committed(p.config.checkpoint), p.ends) for p in pipelines)
 
 
 def await_progress(

@@ -15,7 +15,7 @@ from typing import Any
 
 from daemon.demos import example_file
 from daemon.errors import EnrichdError
-from daemon.model.config import PipelineConfig, load_pipeline_file
+from daemon.model.config import Mode, PipelineConfig, load_pipeline_file
 from daemon.model.keys import key_parts
 from daemon.plugin.configured import pipeline_joiner
 from daemon.replay import key_bytes
@@ -26,6 +26,9 @@ from daemon.verify.workload import EXAMPLES, OPTIONS, Workload, build
 
 JOINERS = tuple(EXAMPLES)
 """The joiners ``--joiner all`` verifies."""
+LONG_BATCH_MS = 4000
+"""A continuous pipeline's long batch under verify: seconds, not the default minutes, so that
+its kills land inside long batches and as they end, and a restart replays little."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class VerifyOptions:
     prefix: str = "enrichd-verify"
     seed: int = 1
     timeout_s: float = 900.0
+    mode: Mode = "micro_batch"
+    """The pipelines' ``mode``: ``continuous`` runs them in long batches
+    (:mod:`daemon.verify.continuous_kills`)."""
 
 
 @dataclass
@@ -102,11 +108,23 @@ def plan_pipeline(joiner: str, base: str, folder: Path, options: VerifyOptions) 
             # Several micro-batches a pipeline, so that kills land between and inside them;
             # each batch of the five queries costs seconds of fixed work on two cores.
             "max_records_per_batch": max(10, options.records // 8),
+            **_mode_settings(options),
         }
     )
     start = int(time.time() * 1000) - options.records - 60_000  # past, within retention
     work = build(joiner, records=options.records, seed=options.seed, start_ms=start)
     return VerifiedPipeline(joiner, config, work, compute(work, config))
+
+
+def _mode_settings(options: VerifyOptions) -> dict[str, Any]:
+    """The settings of the mode asked for (micro-batch: the example's own, none added).
+
+    In continuous mode ``max_records_per_batch`` above caps each sub-batch, so that a
+    long batch commits several even while a workload's part is read at once.
+    """
+    if options.mode == "micro_batch":
+        return {}
+    return {"mode": options.mode, "long_batch": LONG_BATCH_MS}
 
 
 def child_table(config: PipelineConfig) -> dict[str, Any]:

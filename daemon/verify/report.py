@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from daemon.verify.check import JoinerCheck, Row
+from daemon.verify.plan import LONG_BATCH_MS
 from daemon.verify.run import VerifyReport
 from daemon.verify.zombie import Zombie
 
@@ -71,6 +72,11 @@ def summary_lines(report: VerifyReport) -> list[str]:
         f"{report.input_records - report.input_at_start} while it ran",
         f"stop: SIGTERM, daemon run exited with code {report.stop_exit_code}",
     ]
+    if report.options.mode == "continuous":
+        lines.append(
+            f"mode: continuous, long batches of {LONG_BATCH_MS / 1000:g} s; a restart's "
+            '"input planned" is what committed sub-batches had read (the pipelines\' groups)'
+        )
     lines.append(replays_line(report))
     if report.zombie is not None:
         lines.append(zombie_line(report.zombie))

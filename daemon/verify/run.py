@@ -38,18 +38,23 @@ from daemon.verify.acl import refusal
 from daemon.verify.check import JoinerCheck, check
 from daemon.verify.child_file import connection_tables, write_child_file
 from daemon.verify.cluster import WorkloadFeed, make_topics, probe_transactions
+from daemon.verify.continuous_kills import LongBatchKillPoints
 from daemon.verify.durability import warnings
 from daemon.verify.facts import BrokerFacts, broker_facts
 from daemon.verify.kills import (
+    BatchKillPoints,
     Interrupted,
     Kill,
+    KillPoints,
     MarkerWatch,
     Progress,
     check_stop,
     run_with_kills,
 )
+from daemon.verify.modes import refused_joiners, slots
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions, child_table, plan_pipeline
 from daemon.verify.readback import RawLogs, TopicRead, read_committed, with_status
+from daemon.verify.run_progress import CheckpointProgress, LagGroupProgress, RunProgress
 from daemon.verify.zombie import Zombie
 
 
@@ -151,6 +156,10 @@ def verify(
         created: list[str] = []
         try:
             pipelines = [plan_pipeline(joiner, base, folder, options) for joiner in options.joiners]
+            pipelines, skipped = refused_joiners(pipelines, options)
+            for skip in skipped:
+                progress(skip)
+            report.notes.extend(skipped)
             make_topics(conf, pipelines, options, base, created)
             report.settings = settings_warnings(conf, file, pipelines)
             probe_transactions(conf, base, options.prefix, pipelines[0].config.output.topic)
@@ -165,7 +174,7 @@ def verify(
             write_child_file(
                 child_path,
                 connection,
-                {"master": "local[2]"},
+                {"master": f"local[{slots(pipelines)}]"},
                 [child_table(p.config) for p in pipelines],
             )
             children = [runs.ChildRun(child_path, folder)]
@@ -173,9 +182,27 @@ def verify(
             markers = MarkerWatch(
                 conf, [names.markers_topic(id_prefix, p.config.name) for p in pipelines]
             )
+            watch: RunProgress
+            points: KillPoints
+            if options.mode == "continuous":
+                watch = groups = LagGroupProgress(conf, id_prefix, pipelines)
+                stack.callback(groups.close)
+                points = LongBatchKillPoints(markers, groups, options.seed)
+            else:
+                watch, points = CheckpointProgress(pipelines), BatchKillPoints(markers, pipelines)
             try:
                 outcome = run_with_kills(
-                    children, conf, pipelines, options, report.kills, progress, stop, markers, feed
+                    children,
+                    conf,
+                    pipelines,
+                    options,
+                    report.kills,
+                    progress,
+                    stop,
+                    markers,
+                    feed,
+                    watch,
+                    points,
                 )
             finally:
                 markers.close()

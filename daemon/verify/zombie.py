@@ -5,7 +5,9 @@ orchestrator) is replaced by a new one, and then wakes up, unaware. verify stops
 run with SIGSTOP (driver, JVM and Python workers) once a task of a micro-batch committed
 while the others run, starts a new run on a copy of the checkpoints taken while it is
 stopped, waits until the new run committed every micro-batch the old one had planned, and
-resumes the old one with SIGCONT.
+resumes the old one with SIGCONT. A continuous run is stopped once a sub-batch committed,
+inside its long batch; the new run runs that long batch again, replaying what the stopped
+one committed, and the woken task either finds the long batch's time up or is fenced.
 
 Why a copy: on one host the checkpoint's lock (:mod:`daemon.pipeline.lock`) refuses a
 second ``daemon run`` on it, and the stopped run still holds the lock. A copy is what a
@@ -93,24 +95,35 @@ def replace_paused_run(
     markers: Markers,
     wait: Wait,
     stop: StopRequest,
+    *,
+    continuous: bool = False,
 ) -> tuple[runs.ChildRun, Zombie]:
     """Run the scenario (see the module docstring); the new run, and what was seen.
 
-    ``more_input`` produces the input of the micro-batch the run is stopped in. The
-    pipelines' checkpoints are the new run's copies afterwards.
+    ``more_input`` produces the input of the micro-batch the run is stopped in (with
+    ``continuous``, of the sub-batch of a long batch). The pipelines' checkpoints are the new
+    run's copies afterwards.
     """
-    before = planned()
-    more_input()
-    wait(old, "a micro-batch to stop the run in", lambda: runs.planned_since(before, planned()))
     originals = [Path(pipe.config.checkpoint) for pipe in pipelines]
-    # Once a task of it committed, as the first kill: the others then hold producers and
-    # transactions the new run fences, and the batch is partly written.
-    markers.mark()
-    wait(
-        old,
-        "a task of the micro-batch to stop the run in committed",
-        lambda: markers.moved() or not runs.any_in_flight(originals),
-    )
+    if continuous:
+        # A long batch is always running, and its task commits input within a commit interval
+        # of its arrival: marked before the input goes in, the stop lands once that sub-batch
+        # committed, inside the long batch, which the new run then replays.
+        markers.mark()
+        more_input()
+        wait(old, "a sub-batch of the input to stop the run in committed", markers.moved)
+    else:
+        before = planned()
+        more_input()
+        wait(old, "a micro-batch to stop the run in", lambda: runs.planned_since(before, planned()))
+        # Once a task of it committed, as the first kill: the others then hold producers and
+        # transactions the new run fences, and the batch is partly written.
+        markers.mark()
+        wait(
+            old,
+            "a task of the micro-batch to stop the run in committed",
+            lambda: markers.moved() or not runs.any_in_flight(originals),
+        )
     old.pause()
     paused = planned()
     zombie = Zombie(max(paused), runs.any_in_flight(originals))

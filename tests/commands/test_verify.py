@@ -3,7 +3,9 @@ unexpected; and SIGTERM to verify itself. A pass through a kill -9, with its rep
 and JSON, runs on a SASL_SSL cluster (tests/connecting/test_connecting_verify.py): one such
 run proves both (a run with a kill starts Spark twice).
 
-The last test runs the real command, whose child `daemon run` starts a Spark of its own.
+The SIGTERM test and the continuous-mode pass run the real command, whose child `daemon
+run` starts a Spark of its own (the pass in continuous mode three times: its kills, progress and
+zombie differ from a micro-batch run's, so the SASL_SSL run does not cover them).
 The tampered output needs no Spark: the test writes what the pipeline would have
 written, transactionally as enrichd does, changes it, and reads it back through verify's own
 reading and check, raw record batches included.
@@ -236,3 +238,80 @@ def test_sigterm_stops_the_child_run_and_deletes_verifys_topics(broker: Embedded
     assert "PASS" not in stdout and "FAIL" not in stdout
     assert [pid for pid in below if alive(pid)] == [] and session_members(child) == []
     assert topics_under(conf, prefix) == []
+
+
+# -- continuous mode ---------------------------------------------------------------------------
+
+
+def test_a_continuous_pipeline_passes_through_a_kill_and_a_zombie(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """The real command in continuous mode: long batches of seconds, killed once right after a
+    sub-batch's marker landed and restarted, then stopped with SIGSTOP inside a long batch,
+    replaced and woken, its output checked exactly (three Spark starts)."""
+    prefix = f"verify-{uuid.uuid4().hex[:8]}"
+    report_file = tmp_path / "report.json"
+    done = subprocess.run(  # noqa: S603 - our own command
+        verify_command("--bootstrap", broker.bootstrap_servers, "--joiner", "comap")
+        # 28 records of seed 12 hold every scenario, poison and an unroutable tombstone too.
+        + ["--records", "28", "--seed", "12", "--kills", "1", "--mode", "continuous"]
+        + ["--prefix", prefix, "--json", str(report_file), "--timeout", "400"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=environment(),
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "PASS: exactly once through 1 kill -9(s)" in done.stdout
+    assert "mode: continuous, long batches of 4 s" in done.stdout
+    report = json.loads(report_file.read_text())
+    assert (report["verdict"], report["options"]["mode"]) == ("pass", "continuous")
+    comap = report["joiners"]["comap"]
+    rows = comap["scenarios"] + comap["dead_letters"]
+    assert all(row["expected"] == row["observed"] and row["verdict"] == "ok" for row in rows)
+    assert sum(row["expected"] for row in comap["scenarios"]) > 0
+    # The kill landed once a sub-batch's marker was on the markers topic, and the restarted
+    # run read on.
+    (kill,) = report["restarts"]
+    assert kill["after"] == "a sub-batch committed" and kill["recovered_s"] is not None
+    assert (report["starts"], report["stop_exit_code"]) == (3, 0)
+    # Whether the long batch the kill cut short had committed sub-batches to replay is
+    # timing's (the marker may be the first sub-batch's, its commit not yet in): the report
+    # says which.
+    if report["replays_found"]:
+        assert "found their batch committed by its marker" in done.stdout
+    else:
+        assert "replays: NO replayed task found its batch committed" in done.stdout
+    # The zombie: stopped once a sub-batch of a long batch committed, replaced by a run that
+    # committed that long batch, woken and ended. Whether the long batch was still running
+    # when the stop landed (almost always: it lasts 4 s, the stop follows the sub-batch's
+    # commit within a poll) and what the woken run did are timing's, as in micro-batch mode
+    # (tests/connecting/test_connecting_verify.py): the report says which. The output above
+    # is exact, so it wrote nothing twice.
+    zombie = report["zombie"]
+    assert zombie["new_batch"] >= zombie["paused_batch"], zombie
+    where = "while its tasks ran" if zombie["in_flight"] else "after it was committed"
+    assert where in done.stdout
+    assert zombie["ended"].startswith(("was killed by verify", "exited by itself")), zombie
+    conf = {"bootstrap.servers": broker.bootstrap_servers}
+    assert topics_under(conf, prefix) == []
+
+
+def test_continuous_mode_leaves_out_a_joiner_it_cannot_run(broker: EmbeddedBroker) -> None:
+    """A line and exit code 1 before any topic is made or Spark starts."""
+    prefix = f"verify-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(  # noqa: S603 - our own command
+        verify_command("--bootstrap", broker.bootstrap_servers, "--mode", "continuous")
+        + ["--joiner", "lookup", "--prefix", prefix],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment(),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(
+        "error: lookup: not verified in continuous mode: "
+        "mode = \"continuous\" runs one stage; joiner 'lookup' writes output 'totals'"
+    ), line
+    assert topics_under({"bootstrap.servers": broker.bootstrap_servers}, prefix) == []
