@@ -15,7 +15,7 @@ import argparse
 import os
 import statistics
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bench.comap import latency_workload
 from bench.drain import Drained, continuous, micro_batches
@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--commit-interval-ms", type=int, default=100, help="how often a sub-batch commits"
     )
+    parser.add_argument("--leases", type=int, default=1, help="the continuous pipeline's leases")
     parser.add_argument(
         "--drain-tweets",
         type=int,
@@ -52,7 +53,8 @@ def _command(args: argparse.Namespace) -> str:
     return (
         f"python -m bench continuous --users {args.users} --rate {args.rate} --seconds "
         f"{args.seconds:g} --runs {args.runs} --long-batch-ms {args.long_batch_ms} "
-        f"--commit-interval-ms {args.commit_interval_ms} --drain-tweets {args.drain_tweets}"
+        f"--commit-interval-ms {args.commit_interval_ms} --leases {args.leases} "
+        f"--drain-tweets {args.drain_tweets}"
     )
 
 
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
 
     machine_line = machine()
     workload = latency_workload(broker.bootstrap_servers, args.users, 100_000)
-    batches = LongBatches(1, args.long_batch_ms, args.commit_interval_ms)
+    batches = LongBatches(args.leases, args.long_batch_ms, args.commit_interval_ms)
     results: dict[str, list[LatencyResult]] = {YARDSTICK: [], CONTINUOUS: []}
     loads: list[str] = []
     for _ in range(args.runs):
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     lines.append(f"Load average (1 min) after each run: {', '.join(loads)}.")
     lines.append("")
     if args.drain_tweets:
-        lines.extend(_drain(args, broker))
+        lines.extend(_drain(args, broker, batches))
     lines.append(checks_line(checks or ["every offered tweet had its view"]))
     ok = not checks
     return Section(
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     )
 
 
-def _drain(args: argparse.Namespace, broker: EmbeddedBroker) -> list[str]:
+def _drain(args: argparse.Namespace, broker: EmbeddedBroker, batches: Any) -> list[str]:
     """Each mode draining the same backlog, alternately, ``args.runs`` times; its lines."""
     servers = broker.bootstrap_servers
     conf = {"bootstrap.servers": servers}
@@ -144,9 +146,7 @@ def _drain(args: argparse.Namespace, broker: EmbeddedBroker) -> list[str]:
     runs: dict[str, list[Drained]] = {"micro_batch": [], "continuous": []}
     for _ in range(args.runs):
         runs["micro_batch"].append(micro_batches(servers, topics, ends, workload.records))
-        runs["continuous"].append(
-            continuous(servers, topics, ends, workload.records, args.long_batch_ms)
-        )
+        runs["continuous"].append(continuous(servers, topics, ends, workload.records, batches))
     table: list[tuple[str, ...]] = [("run", "records", "seconds", "records/s")]
     for mode, done in runs.items():
         for number, run in enumerate(done, 1):

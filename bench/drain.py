@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench import tuning
 from bench.enrichd import configure, run_enrichd, serving
@@ -44,9 +45,10 @@ def micro_batches(servers: str, topics: Topics, ends: dict[str, int], records: i
 
 
 def continuous(
-    servers: str, topics: Topics, ends: dict[str, int], records: int, long_batch_ms: int
+    servers: str, topics: Topics, ends: dict[str, int], records: int, batches: Any
 ) -> Drained:
-    """The pipeline with ``mode = "continuous"`` (one lease) over the backlog."""
+    """The pipeline with ``mode = "continuous"`` over the backlog, its long batches' length
+    and leases those of ``batches`` (:class:`daemon.continuous.lease_source.LongBatches`)."""
     from daemon.kafka.names import pipeline_group
     from daemon.pipeline.plan import client_conf
     from daemon.spark.session import spark_session
@@ -54,7 +56,8 @@ def continuous(
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-drain-") as tmp:
         checkpoint = Path(tmp) / "checkpoint"
         file, pipe = configure(servers, topics, checkpoint, DEFAULT_MAX_RECORDS_PER_BATCH)
-        pipe = pipe.model_copy(update={"mode": "continuous", "long_batch": long_batch_ms})
+        settings = {"long_batch": batches.long_batch_ms, "leases": batches.leases}
+        pipe = pipe.model_copy(update={"mode": "continuous", **settings})
         spark = spark_session(tuning.spark(file.spark))
         conf, group = client_conf(file), pipeline_group(file.kafka.id_prefix, pipe.name)
         started = time.monotonic()
