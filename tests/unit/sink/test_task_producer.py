@@ -45,7 +45,14 @@ class Producer:
         markers.producers.append(self)
 
     def produce(
-        self, topic: str, value: bytes, key: bytes, on_delivery: Any, partition: int = -1
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes,
+        on_delivery: Any,
+        partition: int = -1,
+        headers: Any = None,
+        timestamp: int = 0,
     ) -> None:
         assert partition == 0  # where the group's offset points and every read looks
         self.records.append(value)
