@@ -59,6 +59,7 @@ from daemon.plugin import (
     JoinerOptions,
     emit_record,
     input_record,
+    recast,
 )
 
 META: Final = "__enrichd"
@@ -167,18 +168,7 @@ def as_partial(record: InputRecord, field: str) -> InputRecord:
         "rank": (record.timestamp, 0, record.partition, record.offset),
         "open": 0,
     }
-    return input_record(
-        "stream",
-        record.key,
-        {field: record.value, META: book},
-        record.event_time,
-        record.topic,
-        record.partition,
-        record.offset,
-        record.kafka_key,
-        record.timestamp,
-        record.headers,
-    )
+    return recast(record, "stream", record.key, {field: record.value, META: book})
 
 
 def opened(partial: dict[str, Any]) -> int:

@@ -66,7 +66,7 @@ from daemon.plugin.joiner import (
     Emit,
     InputRecord,
     emit_record,
-    input_record,
+    recast,
 )
 from daemon.sink.spec import OutputSpec
 
@@ -212,7 +212,7 @@ class ChainProcessor(JoinerProcessor):
         if row.input in (PASSED_INPUT, WITHDRAWN_INPUT):
             value, headers = _unpickled(row.value)
             passed = chain.passed(emit_record(row.kafka_key, value, None, None, headers))
-            return _rekeyed(passed, "joined" if step.last_joiner else "stream", key)
+            return recast(passed, "joined" if step.last_joiner else "stream", key, passed.value)
         stream = row.input == step.stream_input
         record = self._input_record(row, "stream" if stream else "table", key)
         if record is None or not stream:
@@ -381,26 +381,6 @@ def _packed(rows: Sequence[tuple[Any, ...]]) -> bytes:
     batch = INPUT.batch(**dict(zip(INPUT.columns, cells, strict=True)))
     data: bytes = batch.serialize().to_pybytes()
     return data
-
-
-def _rekeyed(record: InputRecord, role: str, key: str) -> InputRecord:
-    """``record`` as this operator's joiner reads it: of ``role``, under join key ``key``.
-
-    Made by :func:`input_record`, not ``dataclasses.replace``: once per record at every
-    stage, replace cost more than the stage's lookup.
-    """
-    return input_record(
-        role,
-        key,
-        record.value,
-        record.event_time,
-        record.topic,
-        record.partition,
-        record.offset,
-        record.kafka_key,
-        record.timestamp,
-        record.headers,
-    )
 
 
 def _unpickled(blob: bytes | None) -> Any:

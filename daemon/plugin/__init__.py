@@ -12,7 +12,9 @@ declares it reads and writes: :class:`FieldOf`, :class:`OutputValue`, :class:`Wr
 :data:`DurationMs` is the type of an option written as a duration (``"5m"``),
 :func:`field_at` reads a field named by a dotted path (as :class:`FieldOf` options name
 them), :func:`input_record` and :func:`emit_record` make an :class:`InputRecord` and an
-:class:`Emit` faster than their constructors (for a joiner that makes one per record), and
+:class:`Emit` faster than their constructors (for a joiner that makes one per record),
+:func:`recast` makes a record anew under another role, join key and value (as a chain's
+stage hands it on), and
 :class:`ConfigError` is what a joiner raises when the pipeline's configuration cannot work
 (an output schema without a field it needs).
 
@@ -42,6 +44,7 @@ from daemon.plugin.joiner import (
     apply_order,
     emit_record,
     input_record,
+    recast,
 )
 from daemon.plugin.stash import Stash
 
@@ -73,4 +76,5 @@ __all__ = [
     "field_at",
     "hookimpl",
     "input_record",
+    "recast",
 ]

@@ -187,6 +187,27 @@ def input_record(
     return record
 
 
+def recast(record: InputRecord, role: str, key: str, value: Any) -> InputRecord:
+    """``record`` under another ``role``, join ``key`` and ``value``, kept where Kafka had it.
+
+    How a stage of a chain hands a record on: the next stage reads it under its own role
+    and join key, and its topic, partition, offset, Kafka key, timestamp and headers still
+    name the input record it came from. Made as :func:`input_record` makes one.
+    """
+    return input_record(
+        role,
+        key,
+        value,
+        record.event_time,
+        record.topic,
+        record.partition,
+        record.offset,
+        record.kafka_key,
+        record.timestamp,
+        record.headers,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Emit:
     """An output record: ``value`` None is a tombstone; ``source`` gives provenance headers.

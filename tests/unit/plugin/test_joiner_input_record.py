@@ -1,4 +1,5 @@
-"""The engine's fast ways of making and pickling an input record give the dataclass's record."""
+"""The engine's fast ways of making, recasting and pickling an input record give the
+dataclass's record."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pickle  # noqa: S403 - the test pickles its own record
 
 import pytest
 
-from daemon.plugin.joiner import InputRecord, input_record
+from daemon.plugin.joiner import InputRecord, input_record, recast
 
 VALUES = ("many", "k1", {"id": 1, "text": "hi"}, 5, "tweets", 1, 42, b"k1", 7)
 
@@ -22,6 +23,18 @@ def test_a_record_made_through_its_slots_is_the_dataclasss_record() -> None:
     assert dataclasses.astuple(made) == dataclasses.astuple(InputRecord(*VALUES))
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.key = "k2"  # type: ignore[misc]
+
+
+def test_a_recast_record_changes_role_key_and_value_and_keeps_its_place_in_kafka() -> None:
+    headers = (("traceparent", b"00-ab-cd-01"),)
+    record = InputRecord(*VALUES, headers=headers)
+
+    recast_record = recast(record, "stream", "region-7", {"click": record.value})
+
+    assert type(recast_record) is InputRecord
+    assert recast_record == dataclasses.replace(
+        record, role="stream", key="region-7", value={"click": record.value}
+    )
 
 
 def test_a_record_pickles_as_its_fields_and_loads_back_equal() -> None:
