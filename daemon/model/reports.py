@@ -128,12 +128,19 @@ class BatchCounts:
             int(fields.get("lease") or 0),
         )
 
+    @property
+    def batch_name(self) -> str:
+        """The batch as the daemon's lines name it: a continuous task's long batch (its report
+        says where it has read to), else a micro-batch."""
+        kind = "long batch" if self.positions else "micro-batch"
+        return f"{kind} {self.batch}"
+
     def replay_line(self) -> str | None:
         """The line that says tasks replayed the batch and found it committed (None: none)."""
         if not self.replayed:
             return None
         return (
-            f"pipeline {self.pipeline}: micro-batch {self.batch}: {self.replayed} replayed "
+            f"pipeline {self.pipeline}: {self.batch_name}: {self.replayed} replayed "
             f"task(s) found their batch committed (by its marker) and wrote nothing again"
         )
 
@@ -143,7 +150,7 @@ class BatchCounts:
             return None
         first = self.failures[0] if self.failures else "(no line)"
         return (
-            f"pipeline {self.pipeline}: micro-batch {self.batch}: {self.failed_calls} joiner "
+            f"pipeline {self.pipeline}: {self.batch_name}: {self.failed_calls} joiner "
             f"call(s) failed; their records went to the dead-letter topic as JoinerFailed; "
             f"the first: {first}"
         )

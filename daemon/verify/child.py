@@ -32,7 +32,8 @@ micro-batches in flight then hold no records, and a shorter wait spares each run
 loaded machine's Spark can take to shut down (up to the whole timeout, measured)."""
 _TAIL_BYTES = 64 << 10
 REPLAY_LINE = re.compile(
-    r"pipeline \S+: micro-batch \d+: (\d+) replayed task\(s\) found their batch committed"
+    r"pipeline \S+: (?:micro-batch|long batch) \d+: (\d+) replayed task\(s\) found their batch "
+    r"committed"
 )
 """The line a run logs for a batch whose replayed tasks found it committed
 (:meth:`daemon.model.reports.BatchCounts.replay_line`)."""

@@ -62,3 +62,20 @@ def test_a_part_of_the_counts_left_out_counts_nothing() -> None:
 def test_a_datagram_of_no_known_kind_is_refused(data: bytes) -> None:
     with pytest.raises(ValueError, match="not a report of a known kind"):
         decode(data)
+
+
+def test_the_batch_lines_name_a_micro_batch_or_a_continuous_tasks_long_batch() -> None:
+    micro = BatchCounts("views", 6, replayed=2, failed_calls=1)
+    # A continuous task's report says where its lease has read to.
+    long = BatchCounts("views", 2, replayed=1, failed_calls=3, positions={"tweets/0": 40})
+
+    assert micro.replay_line() == (
+        "pipeline views: micro-batch 6: 2 replayed task(s) found their batch committed "
+        "(by its marker) and wrote nothing again"
+    )
+    assert long.replay_line() == (
+        "pipeline views: long batch 2: 1 replayed task(s) found their batch committed "
+        "(by its marker) and wrote nothing again"
+    )
+    assert (long.failure_line() or "").startswith("pipeline views: long batch 2: 3 joiner call")
+    assert (micro.failure_line() or "").startswith("pipeline views: micro-batch 6: 1 joiner call")

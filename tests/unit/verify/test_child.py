@@ -46,11 +46,14 @@ def test_the_replays_that_found_their_batch_committed_are_counted_over_every_sta
         return json.dumps({"level": "INFO", "message": message})
 
     said = BatchCounts("p-comap", 4, replayed=2).replay_line()
-    assert said is not None
+    # A continuous pipeline's task names its long batch.
+    continuous = BatchCounts("p-window", 3, replayed=4, positions={"t/0": 9}).replay_line()
+    assert said is not None and continuous is not None
     (tmp_path / "run-1.log").write_text(logged("pipeline p-comap started") + "\nnot json\n")
     (tmp_path / "run-2.log").write_text(
         logged(said) + "\n" + logged(said.replace("p-comap", "p-comap.totals").replace("2", "1"))
     )
+    (tmp_path / "run-3.log").write_text(logged(continuous))
     child = ChildRun(tmp_path / "verify.toml", tmp_path)
-    child.starts = 2
-    assert child.replays_found() == 3
+    child.starts = 3
+    assert child.replays_found() == 7
