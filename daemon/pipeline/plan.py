@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -489,7 +490,7 @@ def _chained(stream: Any, plan: PipelinePlan, output: OutputSpec, seed: Seed | N
     return frame
 
 
-def operator_seeds(pipeline: str, count: int, seed: Seed | None) -> list[Seed | None]:
+def operator_seeds(pipeline: str, count: int, seed: Seed | None) -> Sequence[Seed | None]:
     """The seed of each of a chain's ``count`` operators, in query order (None: no seed).
 
     Raises:
