@@ -23,7 +23,8 @@ path, so the whole folder reads on one page (each enrichd entry with the module 
       enrichd-due-times.json  when each bucket is next due       (checkpoint.due_times)
       enrichd-seed/           where a reset or rescale starts    (state.seed)
         offsets.json            each input partition's start
-        state/                  the state it starts with, if kept
+        state/                  the state it starts with, if kept (seed_state):
+        state.N/                  Spark's operator 0's in state/, operator N's in state.N/
       enrichd-seed.new/       the seeds' state being written     (pipeline.reset)
       enrichd-restore.new/    a snapshot being restored          (pipeline.snapshot)
       downstream/OUTPUT/      a joiner's second stage: a checkpoint of this same layout
@@ -73,7 +74,8 @@ SEED = "enrichd-seed"
 SEED_OFFSETS = "offsets.json"
 """In a seed: where each input partition starts."""
 SEED_STATE = "state"
-"""In a seed (and in each stage's staging folder): the state it starts with, as Parquet."""
+"""In a seed (and in each stage's staging folder): the state it starts with, as Parquet; of
+a query of several stateful operators, the state of Spark's operator 0 (:func:`seed_state`)."""
 SEED_STAGING = "enrichd-seed.new"
 """Where a reset or rescale writes the new seeds' state before the old contents move."""
 RESTORE_STAGING = "enrichd-restore.new"
@@ -124,6 +126,16 @@ def due_times_file(checkpoint: str | Path) -> Path:
 def seed_folder(checkpoint: str | Path) -> Path:
     """The checkpoint's seed folder (whether or not there is one)."""
     return Path(checkpoint) / SEED
+
+
+def seed_state(operator: int = 0) -> str:
+    """In a seed: the folder of the state of the query's stateful operator ``operator``.
+
+    Numbered as Spark numbers a query's stateful operators (from the sink back, so a
+    one-joiner query's only one is 0, as is a chain's last), so a seed of one operator is laid
+    out as before there were chains: its state in :data:`SEED_STATE`.
+    """
+    return SEED_STATE if operator == 0 else f"{SEED_STATE}.{operator}"
 
 
 def staging_folder(checkpoint: str | Path) -> Path:

@@ -70,15 +70,21 @@ def state(
     expiry = Expiry(joiner.state_ttl_ms(), int(time.time() * 1000))
     spark = state_session(file)
     head: dict[str, Any] = {"pipeline": pipe.name, "checkpoint": str(pipe.checkpoint)}
+    head.update(_of_batch(batch, pipe.continuous))
     chain = joiner.chain()
-    if chain is not None and batch is not None:
-        # One operator per table, each with its own state (and the numbering one).
+    if chain is not None:
+        # One operator per table, each with its own state (and the numbering one); in a
+        # seed not yet applied, each operator's own too.
         names = [stage.table for stage in chain.stages] + ["numbering"] * (chain.last is not None)
-        head["micro_batch"] = batch
         buckets = shapes.buckets_of_shape(shape)
         operators: dict[str, Any] = {}
         for name, operator in operator_ids(names).items():
-            found_here = CheckpointState(spark, pipe.checkpoint, batch, operator)
+            found_here: CheckpointState | Seed
+            if batch is not None:
+                found_here = CheckpointState(spark, pipe.checkpoint, batch, operator)
+            else:
+                assert seed is not None  # noqa: S101 - checked above
+                found_here = seed.of_operator(operator)
             if key is not None:
                 operators[name] = _key(spark, found_here, key, buckets, expiry)
             else:
@@ -86,21 +92,17 @@ def state(
         if key is not None and not any(operators.values()):
             raise NoStateError(
                 f"pipeline {pipe.name!r}: no state for key {key!r} in any operator of "
-                f"checkpoint {pipe.checkpoint} (micro-batch {batch})"
+                f"checkpoint {pipe.checkpoint} ({kind} {batch})"
             )
         typer.echo(json.dumps({**head, "operators": operators}, indent=2))
         return
     if batch is not None and pipe.continuous:  # its leases hold the buckets
         found: CheckpointState | Seed = LeaseState(spark, pipe.checkpoint, batch)
-        head["long_batch"] = batch
     elif batch is not None:
         found = CheckpointState(spark, pipe.checkpoint, batch)
-        head["micro_batch"] = batch
     else:
         assert seed is not None  # noqa: S101 - checked above
         found = seed
-        head["micro_batch"] = None
-        head["seeded"] = "by daemon reset or rescale; the next start takes it in"
     if key is not None:
         shown = _key(spark, found, key, shapes.buckets_of_shape(shape), expiry)
         if shown is None:
@@ -112,6 +114,16 @@ def state(
         typer.echo(json.dumps({**head, **shown}, indent=2))
     else:
         typer.echo(json.dumps({**head, **_summary(spark, found, expiry)}, indent=2))
+
+
+def _of_batch(batch: int | None, continuous: bool) -> dict[str, Any]:
+    """What the output's head says of the state's batch: its number, or that it is a seed's."""
+    if batch is None:
+        return {
+            "micro_batch": None,
+            "seeded": "by daemon reset or rescale; the next start takes it in",
+        }
+    return {"long_batch" if continuous else "micro_batch": batch}
 
 
 def _key(

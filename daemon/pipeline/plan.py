@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,8 @@ from daemon.sink.spark_sink import BatchCounter, KafkaSink
 from daemon.sink.spec import OutputSpec, WriteLimits
 from daemon.source.spark_source import KafkaSource
 from daemon.source.spec import SourceInput, SourceSpec
-from daemon.state.seed import discard_if_applied, seed_of
+from daemon.state.reader import operator_id
+from daemon.state.seed import Seed, discard_if_applied, seed_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -399,7 +401,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     register_data_sources(spark)
     stream: Any = spark.readStream.format(KafkaSource.name()).option("spec", source.encode()).load()
     if plan.chain:
-        joined = _chained(stream, plan, output, seed is not None and seed.has_state)
+        joined = _chained(stream, plan, output, seed if seed and seed.has_state else None)
     else:
         joined = stream.groupBy(SOURCE.column("bucket")).transformWithState(
             statefulProcessor=DeferredProcessor(JoinerProcessor(plan.operator, output)),
@@ -463,32 +465,48 @@ def end_long_batches(plan: PipelinePlan) -> None:
         stopping_file(plan.config.checkpoint).touch()
 
 
-def _chained(stream: Any, plan: PipelinePlan, output: OutputSpec, seeded: bool) -> Any:
+def _chained(stream: Any, plan: PipelinePlan, output: OutputSpec, seed: Seed | None) -> Any:
     """The chain's operators one after the other, each grouped by its stage's bucket.
 
     Each operator but the last hands the next packs in the source's layout; the last writes.
     Rows of later stages' tables go through the earlier operators, so the source is read
-    once (filtering it per stage would read every partition once per stage).
+    once (filtering it per stage would read every partition once per stage). With a seed's
+    state (``daemon reset --keep-state``, ``daemon rescale``), each operator takes in its own.
 
     Raises:
-        ConfigError: the checkpoint was seeded with state (``daemon reset`` or ``rescale``),
-            which the operators of a chain cannot take in yet.
+        ConfigError: the seed holds no state for one of the operators.
     """
-    if seeded:
-        raise ConfigError(
-            f"pipeline {plan.config.name!r}: a seeded checkpoint (daemon reset or rescale with "
-            "state) cannot start a lookup of several tables yet; reset it to start afresh"
-        )
+    seeds = operator_seeds(plan.config.name, len(plan.chain), seed)
     frame = stream
-    for operator, step in plan.chain:
+    for (operator, step), found in zip(plan.chain, seeds, strict=True):
+        initial = None if found is None else found.initial_state(stream.sparkSession)
         frame = frame.groupBy(SOURCE.column("bucket")).transformWithState(
             statefulProcessor=DeferredProcessor(ChainProcessor(operator, output, step)),
             outputStructType=OUTPUT.ddl if step.writes else SOURCE.ddl,
             outputMode="Append",
             timeMode="None",  # a chain's tables have no grace and no state_ttl (yet)
-            initialState=None,
+            initialState=initial,
         )
     return frame
+
+
+def operator_seeds(pipeline: str, count: int, seed: Seed | None) -> Sequence[Seed | None]:
+    """The seed of each of a chain's ``count`` operators, in query order (None: no seed).
+
+    Raises:
+        ConfigError: the seed holds no state for one of the operators.
+    """
+    if seed is None:
+        return [None] * count
+    seeds = [seed.of_operator(operator_id(place, count)) for place in range(count)]
+    for place, found in enumerate(seeds):
+        if not found.has_state:
+            raise ConfigError(
+                f"pipeline {pipeline!r}: the seed in {seed.folder} holds no state for "
+                f"operator {place + 1} of the chain's {count}; it was made for another query: "
+                "restore the checkpoint it replaced, or reset it without --keep-state"
+            )
+    return seeds
 
 
 def register_data_sources(spark: SparkSession) -> None:

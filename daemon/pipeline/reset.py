@@ -15,6 +15,11 @@ that drops the state starts it at the end of that output with empty state, so th
 adds up from then on is the output of the records read again; one that keeps the state
 leaves the second stage as it is. A rescale moves every stage's state.
 
+A stage whose query chains several stateful operators (a lookup of several tables: one per
+table, and the numbering) has a state per operator. Each operator's keys are moved into a
+seed state of its own (:func:`~daemon.checkpoint.layout.seed_state`), which the same
+operator of the new query takes in as its initial state.
+
 A new checkpoint is a new query to Spark: its micro-batches count from 0 again, and the
 output's exactly-once markers are kept per query (``daemon.sink.markers``), so nothing
 of the old run's is taken for the new one's. The old query's marker groups are of no more
@@ -36,9 +41,9 @@ from daemon.checkpoint.layout import (
     DOWNSTREAM,
     LOCK,
     SEED_STAGING,
-    SEED_STATE,
     backup_folder,
     seed_folder,
+    seed_state,
     staging_folder,
 )
 from daemon.errors import ConfigError
@@ -61,7 +66,7 @@ from daemon.state.export import committed_keys, seed_rows, seeded_keys
 from daemon.state.leases import LeaseState
 from daemon.state.positions import Target, positions
 from daemon.state.reader import CheckpointState, query_id
-from daemon.state.seed import SEED_SCHEMA, seed_of, seed_timers, write_seed
+from daemon.state.seed import SEED_SCHEMA, earliest_timers, seed_of, seed_timers, write_seed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -79,8 +84,10 @@ class StageChange:
     """Where it will start; None: it is left as it is."""
     state: str
     """What becomes of its state, in words."""
-    keys: DataFrame | None = None
-    """Its state's keys, portable (``daemon.state.export``), when they move with it."""
+    keys: dict[int, DataFrame] = field(default_factory=dict)
+    """Its state's keys, portable (``daemon.state.export``), per stateful operator of its
+    query (numbered as Spark does: 0 is a one-joiner query's only one, a chain's last), when
+    they move with it; empty: none do."""
     query_id: str | None = None
     """The id of the query the old checkpoint held, whose marker groups go with it."""
     topic_ids: dict[str, str] = field(default_factory=dict)
@@ -161,34 +168,51 @@ def read_topic_ids(checkpoint: Path) -> dict[str, str]:
 
 
 def state_keys(
-    spark: SparkSession, checkpoint: Path, buckets: int, committed: CheckpointState | None
-) -> DataFrame | None:
-    """The stage's state, portable, dealt into ``buckets``; None when it holds none.
+    spark: SparkSession,
+    checkpoint: Path,
+    buckets: int,
+    committed: CheckpointState | None,
+    operators: int = 1,
+) -> dict[int, DataFrame]:
+    """The stage's state, portable, dealt into ``buckets``, per stateful operator.
 
-    ``committed``: the stage's :func:`committed_state`.
+    Empty when the stage holds none.
+
+    Args:
+        spark: the session to read with.
+        checkpoint: the stage's checkpoint.
+        buckets: the new count of state buckets.
+        committed: the stage's :func:`committed_state`.
+        operators: how many stateful operators its query has (:func:`operators_of`).
     """
     if committed is not None:
-        return committed_keys(committed, buckets)
+        return {
+            operator: committed_keys(
+                committed if operator == 0 else committed.of_operator(operator), buckets
+            )
+            for operator in range(operators)
+        }
     seed = seed_of(checkpoint)
-    if seed is not None and seed.has_state:
-        return seeded_keys(seed.state_frame(spark), buckets)
-    return None
+    if seed is None:
+        return {}
+    seeds = (seed.of_operator(operator) for operator in range(operators))
+    return {
+        found.operator: seeded_keys(found.state_frame(spark), buckets)
+        for found in seeds
+        if found.has_state
+    }
 
 
-def refuse_chain(plan: PipelinePlan, command: str) -> None:
-    """Refuse to move the state of a query of chained operators (one state per stage).
+def operators_of(stage: PipelinePlan) -> int:
+    """How many stateful operators a stage's query has: one per chained operator, else one."""
+    return len(stage.chain) or 1
 
-    A seed holds one operator's keys; moving each stage's into its own is still to come.
 
-    Raises:
-        ConfigError: the pipeline's joiner runs as a chain (``lookup`` with ``tables``).
-    """
-    if plan.chain:
-        raise ConfigError(
-            f"pipeline {plan.config.name!r}: {command} cannot move the state of a lookup of "
-            f"several tables yet (its query keeps one state per table, {len(plan.chain)} "
-            "operators); `daemon reset` without --keep-state starts it with empty state"
-        )
+def _each_operator(what: str, operators: int) -> str:
+    """What becomes of a stage's state, in words, saying that a chain's moves per operator."""
+    if operators == 1:
+        return what
+    return f"{what}, each of its {operators} operators' into its own"
 
 
 def refuse_unfinished(pipe: PipelineConfig, checkpoint: Path) -> None:
@@ -221,8 +245,6 @@ def reset_change(
     """What ``daemon reset`` would do (nothing is changed yet)."""
     conf = client_conf(file)
     plan = plan_pipeline(file, pipe, conf)
-    if keep_state:
-        refuse_chain(plan, "daemon reset --keep-state")
     stages = plan.stages()
     change = Change(pipe, "reset", client_conf=conf, id_prefix=file.kafka.id_prefix)
     for number, stage in enumerate(stages):
@@ -238,12 +260,14 @@ def reset_change(
         else:
             before = committed_or_seeded(checkpoint, committed)
         if number == 0:
-            keys = None
+            keys = {}
+            what = "state dropped"
             if keep_state:
                 refuse_unfinished(pipe, checkpoint)
                 assert spark is not None  # noqa: S101 - the command starts it for --keep-state
-                keys = state_keys(spark, checkpoint, pipe.state_buckets, committed)
-            what = "state kept" if keep_state else "state dropped"
+                operators = operators_of(stage)
+                keys = state_keys(spark, checkpoint, pipe.state_buckets, committed, operators)
+                what = _each_operator("state kept", operators)
             after = positions(conf, topics, target, reader_group(file.kafka.id_prefix))
             stage_change = StageChange(
                 stage.config.name,
@@ -267,7 +291,13 @@ def reset_change(
             ids = topic_ids(conf, topics)
             change.stages.append(
                 StageChange(
-                    stage.config.name, checkpoint, before, after, what, None, old_query, ids
+                    stage.config.name,
+                    checkpoint,
+                    before,
+                    after,
+                    what,
+                    query_id=old_query,
+                    topic_ids=ids,
                 )
             )
     return change
@@ -310,7 +340,6 @@ def rescale_change(
     """What ``daemon rescale`` would do: every stage's state into the file's layout."""
     conf = client_conf(file)
     plan = plan_pipeline(file, pipe, conf)
-    refuse_chain(plan, "daemon rescale")
     stages = plan.stages()
     change = Change(pipe, "rescale", client_conf=conf, id_prefix=file.kafka.id_prefix)
     continuous = ran_continuous(recorded_shape(pipe))  # one stage: a second is refused there
@@ -319,8 +348,10 @@ def rescale_change(
         refuse_unfinished(pipe, checkpoint)
         committed = committed_state(spark, pipe.name, checkpoint, continuous=continuous)
         before = committed_or_seeded(checkpoint, committed)
-        keys = state_keys(spark, checkpoint, pipe.state_buckets, committed)
-        what = f"state moved from {layout[0]} into {layout[1]}; reads on where it stopped"
+        operators = operators_of(stage)
+        keys = state_keys(spark, checkpoint, pipe.state_buckets, committed, operators)
+        what = f"state moved from {layout[0]} into {layout[1]}"
+        what = f"{_each_operator(what, operators)}; reads on where it stopped"
         old_query = query_id(checkpoint)
         # The ids its offsets were read with, not today's: a topic created again since the
         # last run is then told at the next start.
@@ -354,11 +385,14 @@ def apply(change: Change) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     timers: dict[int, dict[int, int]] = {}
     for number, stage in enumerate(change.stages):
-        if stage.keys is not None:
-            staged = staging / str(number) / SEED_STATE
-            seed_rows(stage.keys).write.parquet(str(staged))
-            written = stage.keys.sparkSession.read.schema(SEED_SCHEMA).parquet(str(staged))
-            timers[number] = seed_timers(written)
+        found = []
+        for operator, keys in sorted(stage.keys.items()):
+            staged = staging / str(number) / seed_state(operator)
+            seed_rows(keys).write.parquet(str(staged))
+            written = keys.sparkSession.read.schema(SEED_SCHEMA).parquet(str(staged))
+            found.append(seed_timers(written))
+        if found:
+            timers[number] = earliest_timers(found)
     kept = {LOCK, SEED_STAGING}
     if any(stage.after is None for stage in change.stages):
         kept.add(DOWNSTREAM)  # a second stage left as it is
@@ -377,9 +411,10 @@ def apply(change: Change) -> None:
             topic_ids=stage.topic_ids,
             to_earliest=stage.to_earliest,
         )
-        staged = staging / str(number) / SEED_STATE
-        if staged.exists():
-            staged.rename(seed / SEED_STATE)
+        for operator in sorted(stage.keys):
+            staged = staging / str(number) / seed_state(operator)
+            if staged.exists():
+                staged.rename(seed / seed_state(operator))
         if number in timers:  # when the seeded keys are due, for the query's clock
             due_times.write(stage.checkpoint, DueTimes(NO_BATCH, timers[number]))
     shutil.rmtree(staging, ignore_errors=True)

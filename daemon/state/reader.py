@@ -106,6 +106,10 @@ class CheckpointState:
         """Which stateful operator's state: Spark numbers them back from the sink, so 0 is a
         one-joiner query's only one and a chain's last (:func:`operator_ids`)."""
 
+    def of_operator(self, operator: int) -> CheckpointState:
+        """The state that stateful operator ``operator`` committed with the same batch."""
+        return CheckpointState(self.spark, self.checkpoint, self.batch, operator)
+
     def frame(self, variable: str) -> DataFrame:
         """One state variable's rows, as Spark's state data source reads them."""
         return (
@@ -184,7 +188,12 @@ def operator_ids(names: list[str]) -> dict[str, int]:
     Spark numbers a query's stateful operators as it plans them, from the sink back: the last
     one in data-flow order is 0 (seen in a chain of ``transformWithState`` operators).
     """
-    return {name: len(names) - 1 - place for place, name in enumerate(names)}
+    return {name: operator_id(place, len(names)) for place, name in enumerate(names)}
+
+
+def operator_id(place: int, operators: int) -> int:
+    """Spark's id of the stateful operator at ``place`` (query order) of ``operators``."""
+    return operators - 1 - place
 
 
 def state_session(file: PipelineFile) -> SparkSession:

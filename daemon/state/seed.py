@@ -18,11 +18,15 @@ old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/`
   ``transformWithState`` as its initial state, which Spark applies in the new checkpoint's
   first micro-batch only (the processor's ``handleInitialState``): this is Spark's own way
   to start a stateful query from existing state, and the state is written to the state
-  store by Spark as any other.
+  store by Spark as any other. A query of several stateful operators (a chain: a lookup of
+  several tables) has one such folder per operator, ``state/`` for Spark's operator 0 and
+  ``state.N/`` for operator N (:func:`~daemon.checkpoint.layout.seed_state`): each
+  operator's ``transformWithState`` takes its own (:meth:`Seed.of_operator`).
 
 With state, the new checkpoint also gets its due-time map (:mod:`daemon.checkpoint.due_times`):
-each bucket's timer is its earliest due key, as ``handleInitialState`` registers it, so the
-query's clock wakes the seeded keys when they are due and runs no batch before.
+each bucket's timer is its earliest due key (of any operator's), as ``handleInitialState``
+registers it, so the query's clock wakes the seeded keys when they are due and runs no batch
+before.
 
 Once a micro-batch has committed in the new checkpoint, the seed has done its work (Spark
 keeps the offsets and the state from then on) and :func:`discard_if_applied` removes it.
@@ -33,12 +37,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.checkpoint.batch_logs import last_committed
-from daemon.checkpoint.layout import SEED_OFFSETS, SEED_STATE, seed_folder
+from daemon.checkpoint.layout import SEED_OFFSETS, seed_folder, seed_state
 from daemon.model.wire import TOPIC_IDS, Offsets
 from daemon.operator.state_format import portable_due
 from daemon.private_paths import private_folder, write_private_text
@@ -61,6 +66,8 @@ class Seed:
     """The ids of the topics ``offsets`` are of, as the broker gave them (none: no ids)."""
     to_earliest: bool = False
     """Made by a reset to the earliest offsets: it starts at the earliest offsets at start."""
+    operator: int = 0
+    """Which stateful operator's state it reads (Spark's numbering; see :meth:`of_operator`)."""
 
     @property
     def start(self) -> Offsets | None:
@@ -69,14 +76,22 @@ class Seed:
             return None
         return {**self.offsets, **({TOPIC_IDS: self.topic_ids} if self.topic_ids else {})}
 
+    def of_operator(self, operator: int) -> Seed:
+        """The seed as stateful operator ``operator`` of the query takes it in.
+
+        Numbered as Spark numbers them (:func:`daemon.state.reader.operator_ids`): 0 is a
+        one-joiner query's only operator, and a chain's last.
+        """
+        return replace(self, operator=operator)
+
     @property
     def state_folder(self) -> Path:
-        """Where the seed's state is (Parquet), if it has any."""
-        return self.folder / SEED_STATE
+        """Where the seed's state of its :attr:`operator` is (Parquet), if it has any."""
+        return self.folder / seed_state(self.operator)
 
     @property
     def has_state(self) -> bool:
-        """Whether the seed carries state (a reset with ``--keep-state``, a rescale)."""
+        """Whether the seed holds state for its operator (``reset --keep-state``, rescale)."""
         return self.state_folder.is_dir()
 
     def state_frame(self, spark: SparkSession) -> DataFrame:
@@ -140,6 +155,19 @@ def seed_timers(state: DataFrame) -> dict[int, int]:
     """
     found = state.rdd.map(_bucket_timer).collect()
     return {bucket: ms for bucket, ms in found if ms is not None}
+
+
+def earliest_timers(found: Iterable[dict[int, int]]) -> dict[int, int]:
+    """The timers of a seed of several operators' states: each bucket's earliest of theirs.
+
+    The query's clock runs a micro-batch when a bucket's timer is due, in which every
+    operator fires what is due in that bucket; so the bucket is due at the first of them.
+    """
+    merged: dict[int, int] = {}
+    for timers in found:
+        for bucket, ms in timers.items():
+            merged[bucket] = min(ms, merged.get(bucket, ms))
+    return merged
 
 
 def _bucket_timer(row: Any) -> tuple[int, int | None]:

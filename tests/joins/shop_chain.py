@@ -184,11 +184,14 @@ def plain_chain(
     tables: list[ChainTable] = TABLES,
     row_keys: dict[str, Any] = ROW_KEYS,
     bootstrap: tuple[str, ...] = (),
+    *,
+    end: bool = True,
 ) -> ChainRun:
     """The chain's plain replay over ``lines``: what the engine is to write.
 
     ``tables`` and ``row_keys``: the chain and each table's own key (default: the example's);
-    ``bootstrap``: the tables read first.
+    ``bootstrap``: the tables read first; ``end``: let every stage out at the end of input
+    (as replay's end-of-input markers do), else stop after the last record.
     """
     return run_chain(
         ChainStream("stream", "order", "at"),
@@ -197,4 +200,5 @@ def plain_chain(
         row_keys=row_keys,
         times=TIMES,
         bootstrap=bootstrap,
+        end=end,
     )

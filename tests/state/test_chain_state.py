@@ -1,10 +1,14 @@
-"""``daemon state`` of a lookup of several tables: each operator's state under its table.
+"""``daemon state``, ``rescale`` and ``reset --keep-state`` of a lookup of several tables.
 
 The example pipeline (examples/orders-three-tables.toml) runs through the real engine over
 its recorded inputs, on the session's broker and Spark, and stops; ``daemon state`` then reads
 each operator's state. A customer's key is held by the customers operator only, a region's
 by the regions operator only: the operators are read in the order Spark numbers them. After
 the end of input for every key, the numbering operator holds no order any more.
+
+A rescale into other buckets, and a reset that keeps the state, move each operator's state
+into its own operator of the new checkpoint: the pipeline, stopped twice, writes what the
+plain replay of the chain writes over all its inputs at once (tests/joins/shop_chain.py).
 """
 
 from __future__ import annotations
@@ -18,27 +22,40 @@ import pytest
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import load_pipeline_file
+from daemon.model.record_route import bucket_labels
 from daemon.model.wire import END_OF_INPUT_HEADERS
 from daemon.pipeline.checkpoint_shape import check_checkpoint
+from daemon.testing import by_key
+from tests.joins.shop_chain import Lines, merged, plain_chain, shop_inputs
 from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic, run_pipeline
 from tests.state_helpers import daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "orders-three-tables.toml"
+OUTPUT = AvroCodec(load_schema_file(ROOT / "schemas" / "order_three_tables.avsc"))
 INPUTS = {
-    "shop-orders": ("shop_order", "shop-orders"),
-    "shop-customers": ("shop_customer", "shop-customers"),
-    "shop-regions": ("shop_region", "shop-regions"),
-    "shop-products": ("shop_product", "shop-products"),
+    "stream": ("shop-orders", "shop_order"),
+    "customers": ("shop-customers", "shop_customer"),
+    "regions": ("shop-regions", "shop_region"),
+    "products": ("shop-products", "shop_product"),
 }
+"""Each input's role, its topic in the example (and its recorded inputs' name), its schema."""
 
 
 def _example(broker: EmbeddedBroker, folder: Path) -> Path:
     """The example pipeline on topics of its own, its recorded inputs produced; its file."""
+    path = _example_file(broker, folder)
+    _produce(broker, path, {role: _lines(topic) for role, (topic, _) in INPUTS.items()})
+    return path
+
+
+def _example_file(broker: EmbeddedBroker, folder: Path) -> Path:
+    """The example pipeline on topics of its own (created, empty); its file."""
     text = EXAMPLE.read_text().replace("../schemas", (ROOT / "schemas").as_posix())
     text = text.replace('"../state/orders-three-tables"', json.dumps(str(folder / "cp")))
     suffix = folder.name[-8:].replace("_", "-")
-    for topic in (*INPUTS, "orders-three-tables"):
+    topics = [topic for topic, _ in INPUTS.values()]
+    for topic in (*topics, "orders-three-tables"):
         text = text.replace(f'topic = "{topic}"', f'topic = "{topic}-{suffix}"')
     text = text.replace(
         "[spark]", f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n[spark]'
@@ -46,15 +63,22 @@ def _example(broker: EmbeddedBroker, folder: Path) -> Path:
     path = folder / "pipeline.toml"
     path.write_text(text)
     conf = client_conf(broker.bootstrap_servers)
-    for topic, (schema, data) in INPUTS.items():
-        codec = AvroCodec(load_schema_file(ROOT / "schemas" / f"{schema}.avsc"))
+    for topic in topics:
         create_topic(conf, f"{topic}-{suffix}")
+    return path
+
+
+def _produce(broker: EmbeddedBroker, path: Path, lines: Lines) -> None:
+    """Each role's ``lines`` produced to its input's topic in the pipeline file at ``path``."""
+    (pipe,) = load_pipeline_file(path).pipeline
+    conf = client_conf(broker.bootstrap_servers)
+    for role, (_, schema) in INPUTS.items():
+        codec = AvroCodec(load_schema_file(ROOT / "schemas" / f"{schema}.avsc"))
         records = [
             In(codec.encode(line["value"]), line["key"].encode(), line["timestamp"])
-            for line in _lines(data)
+            for line in lines.get(role, ())
         ]
-        produce(conf, f"{topic}-{suffix}", records)
-    return path
+        produce(conf, pipe.inputs[role].topic, records)
 
 
 def _lines(data: str) -> list[dict[str, Any]]:
@@ -106,7 +130,7 @@ def test_after_the_end_of_input_for_every_key_the_numbering_holds_no_order(
     # topic, keyed by the join key, after every record.
     keys = {line["key"] for data in ("shop-customers", "shop-regions", "shop-products")
             for line in _lines(data)}  # fmt: skip
-    newest = max(line["timestamp"] for _, data in INPUTS.values() for line in _lines(data))
+    newest = max(line["timestamp"] for data, _ in INPUTS.values() for line in _lines(data))
     markers = [In(None, key.encode(), newest, headers=END_OF_INPUT_HEADERS) for key in keys]
     produce(conf, pipe.inputs["stream"].topic, markers)
     assert run_pipeline(spark, file)
@@ -123,3 +147,79 @@ def _keys(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, int]:
     done = daemon(capsys, "state", str(path), "--summary")
     assert done.code == 0, done.err
     return {name: found["keys"] for name, found in json.loads(done.out)["operators"].items()}
+
+
+def test_a_rescale_and_a_reset_keeping_state_move_each_operators_state_into_its_own(
+    broker: EmbeddedBroker, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Orders and late rows of every table, in three parts: the first run in 8 buckets, a
+    rescale into 4, the second run, a reset to the latest offsets keeping the state, the third
+    run. Each part's late rows revise orders of the part before, which only the state kept
+    for them at every stage and by the numbering can do; so the outputs equal, per order,
+    the plain replay of the chain over all the inputs in one go. (One pipeline for both
+    commands: each query start costs seconds.)"""
+    lines = shop_inputs(65)
+    expected = by_key(plain_chain(lines, end=False).outputs)
+    path = _example_file(broker, tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace("[[pipeline]]\n", "[[pipeline]]\nstate_buckets = 8\n", 1))
+    first, second, third = _parts(lines)
+
+    _produce(broker, path, first)
+    _run(spark, path)
+    before = _keys(capsys, path)
+    assert before["numbering"] > 0 and all(before.values()), before
+
+    path.write_text(text.replace("[[pipeline]]\n", "[[pipeline]]\nstate_buckets = 4\n", 1))
+    done = daemon(capsys, "rescale", str(path), "--yes")
+    assert done.code == 0, done.err
+    assert "from 8 buckets over" in done.out and "into 4 buckets over" in done.out
+    assert "each of its 4 operators' into its own" in done.out
+    seeded = json.loads(daemon(capsys, "state", str(path), "--summary").out)
+    assert seeded["micro_batch"] is None  # read from the seed, before the next start
+    moved = seeded["operators"]
+    assert {name: found["keys"] for name, found in moved.items()} == before
+    labels = {bucket["bucket"] for found in moved.values() for bucket in found["buckets"]}
+    assert labels <= set(bucket_labels(4))
+
+    _produce(broker, path, second)
+    _run(spark, path)
+    done = daemon(capsys, "reset", str(path), "--to", "latest", "--keep-state", "--yes")
+    assert done.code == 0, done.err
+    assert "state kept, each of its 4 operators' into its own" in done.out
+    _produce(broker, path, third)
+    _run(spark, path)
+
+    (pipe,) = load_pipeline_file(path).pipeline
+    written = [
+        {"key": (out.key or b"").decode(), "value": OUTPUT.decode(out.value or b"")}
+        for out in read_topic(client_conf(broker.bootstrap_servers), pipe.output.topic)
+    ]
+    assert by_key(written) == expected
+    # The inputs revise across each stop: rows after it change orders answered before it.
+    for stopped in ([first], [first, second]):
+        answered = by_key(plain_chain(merged(stopped), end=False).outputs)
+        assert sum(len(expected[order]) > len(was) for order, was in answered.items()) == 2
+
+
+def _run(spark: Any, path: Path) -> None:
+    """Run the pipeline until it has read everything, as ``daemon run`` would start it."""
+    file = load_pipeline_file(path)
+    check_checkpoint(file.pipeline[0])
+    assert run_pipeline(spark, file)
+
+
+def _parts(lines: Lines) -> tuple[Lines, Lines, Lines]:
+    """``lines`` cut into three parts by Kafka time: at the 10th and at the 25th order.
+
+    There, shop_inputs(65) has two orders each that rows of the next part revise.
+    """
+    first, second = lines["stream"][9]["timestamp"], lines["stream"][24]["timestamp"]
+
+    def between(low: int, high: int) -> Lines:
+        return {
+            role: [line for line in records if low <= line["timestamp"] < high]
+            for role, records in lines.items()
+        }
+
+    return between(0, first), between(first, second), between(second, 10**9)

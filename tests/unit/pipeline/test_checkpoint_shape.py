@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,21 @@ def test_rescale_takes_a_checkpoint_of_the_other_mode_or_other_leases(tmp_path: 
     verify_checkpoint(pipeline(tmp_path, mode="continuous"), any_layout=True)  # one lease
     with pytest.raises(IncompatibleCheckpointError, match="leases 2 are now 1 .`daemon rescale"):
         verify_checkpoint(pipeline(tmp_path, mode="continuous"))
+
+
+def test_a_seeded_chain_refuses_a_start_or_a_rescale_of_another_chain(tmp_path: Path) -> None:
+    """A rescale or a reset keeping state leaves a seed with a state per operator, laid out for
+    the chain recorded: a start with other tables is refused, as after a batch, and so is a
+    rescale (which moves the state into other buckets, never into other operators)."""
+    from daemon.state.seed import write_seed
+
+    first_start(tmp_path, **_tables("order.customer_id", "t0.region_id"))
+    shutil.rmtree(log_folder(tmp_path / "checkpoint", OFFSET_LOG))  # moved aside by the seed
+    write_seed(seed_folder(tmp_path / "checkpoint"), {"orders/0": 5}, "rescale")
+    other = _tables("order.customer_id", "order.region_id")
+    with pytest.raises(IncompatibleCheckpointError, match="t1 by t0.region_id, numbering are now"):
+        check_checkpoint(pipeline(tmp_path, **other))
+    with pytest.raises(IncompatibleCheckpointError, match="t1 by t0.region_id, numbering are now"):
+        verify_checkpoint(pipeline(tmp_path, state_buckets=8, **other), any_layout=True)
+    rescaled = pipeline(tmp_path, state_buckets=8, **_tables("order.customer_id", "t0.region_id"))
+    verify_checkpoint(rescaled, any_layout=True)  # the same chain in other buckets: moved

@@ -1,16 +1,22 @@
-"""What a start refuses or sizes from the cluster's settings (DescribeConfigs' answers)."""
+"""What a start refuses or sizes from the cluster's settings (DescribeConfigs' answers); which
+seed state each operator of a chain starts with."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from daemon.checkpoint.layout import seed_folder
 from daemon.errors import ConfigError
 from daemon.kafka.topic_settings import ClusterSettings, TopicSettings
 from daemon.pipeline.cluster_checks import check_cluster, markers_topic_problem
+from daemon.pipeline.plan import operator_seeds
 from daemon.sink.spec import RECORD_FRAMING, WriteLimits
+from daemon.state.seed import seed_of, write_seed
 
 
 def pipeline(timeout_ms: int, delivery: str = "exactly_once") -> tuple[Any, Any]:
@@ -75,4 +81,23 @@ def test_a_markers_topic_that_could_lose_a_marker_is_named_with_why() -> None:
     )
     assert markers_topic_problem(1, TopicSettings(retention_ms=week), week) == (
         f"keeps records {week} ms, no longer than the brokers keep group offsets ({week} ms)"
+    )
+
+
+def test_each_operator_of_a_chain_takes_its_own_state_from_a_seed(tmp_path: Path) -> None:
+    """In query order, the first stage's operator is Spark's last-numbered one: a chain of
+    four takes seed states 3, 2, 1, 0 (``state.3/`` .. ``state/``)."""
+    folder = seed_folder(tmp_path)
+    write_seed(folder, {"orders/0": 4}, "rescale")
+    for name in ("state", "state.1", "state.2", "state.3"):
+        (folder / name).mkdir()
+    seed = seed_of(tmp_path)
+    assert [found.operator for found in operator_seeds("orders", 4, seed) if found] == [3, 2, 1, 0]
+    assert operator_seeds("orders", 4, None) == [None] * 4
+    shutil.rmtree(folder / "state.1")  # a seed made for a query of fewer operators
+    with pytest.raises(ConfigError) as refused:
+        operator_seeds("orders", 4, seed)
+    (line,) = str(refused.value).splitlines()
+    assert (
+        line.startswith("pipeline 'orders': the seed in ") and "operator 3 of the chain's 4" in line
     )

@@ -1,4 +1,5 @@
-"""A seed's due times: each bucket's timer is its earliest due key, as its first batch sets it.
+"""A seed's due times: each bucket's timer is its earliest due key, as its first batch sets it;
+and where each stateful operator's state is in a seed.
 
 ``tests/state/test_state_commands.py`` runs ``daemon rescale`` through Spark and reads the map
 it writes; here the per-bucket rule, on rows shaped as the seed's Parquet reads back.
@@ -7,13 +8,15 @@ it writes; here the per-bucket rule, on rows shaped as the seed's Parquet reads 
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from daemon.checkpoint.layout import seed_folder
 from daemon.errors import EnrichdError
 from daemon.operator.state_format import encode_portable
-from daemon.state.seed import _bucket_timer
+from daemon.state.seed import _bucket_timer, earliest_timers, seed_of, write_seed
 
 
 def _entry(due: int | None) -> dict[str, Any]:
@@ -33,3 +36,25 @@ def test_a_moved_state_of_an_unknown_format_is_refused() -> None:
     entry = {"key": "k", "entry": pickle.dumps((99, 0, 0, 0, 0, 5, b""))}
     with pytest.raises(EnrichdError, match="state format 99"):
         _bucket_timer({"bucket": 1, "keys": [entry]})
+
+
+def test_a_seed_of_several_operators_is_due_at_each_buckets_earliest_timer() -> None:
+    # A chain's operators share the query's clock: a bucket is due when any of them is.
+    found = [{1: 9_000, 2: 5_000}, {2: 3_000}, {}, {1: 12_000, 7: 1_000}]
+    assert earliest_timers(found) == {1: 9_000, 2: 3_000, 7: 1_000}
+    assert earliest_timers([]) == {}
+
+
+def test_each_operator_reads_the_state_folder_of_its_own(tmp_path: Path) -> None:
+    """Operator 0 (a one-joiner query's only one, a chain's last) reads ``state/`` as seeds
+    did before chains; operator N reads ``state.N/``, and holds state only if that is there."""
+    folder = seed_folder(tmp_path)
+    write_seed(folder, {"orders/0": 4}, "rescale")
+    (folder / "state").mkdir()
+    (folder / "state.2").mkdir()
+    seed = seed_of(tmp_path)
+    assert seed is not None and seed.operator == 0
+    assert seed.state_folder == folder / "state" and seed.has_state
+    assert seed.of_operator(2).state_folder == folder / "state.2"
+    assert seed.of_operator(2).has_state and not seed.of_operator(1).has_state
+    assert seed.of_operator(2).offsets == {"orders/0": 4}
