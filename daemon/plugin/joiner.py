@@ -27,6 +27,11 @@ asks :meth:`Joiner.is_empty`; a key whose state is empty is deleted from the sta
 its next record starts from :meth:`Joiner.initial_state` again. By default a state is empty
 when it equals a new key's (``initial_state()``): dropping it then changes nothing.
 
+Why this module is long: it is the contract a plugin author reads, the records a joiner
+reads and writes beside the joiner and chain classes; and checkpoints name the records and
+their makers (:func:`input_record`) by this module's path in the state they pickled, so the
+records stay here.
+
 Example:
     A joiner that forwards each record of role ``left`` with a running count per key::
 
