@@ -10,7 +10,12 @@ makes it:
   backlog, with no checkpoint;
 - ``daemon run``, restarted: the same pipeline, stopped with SIGTERM once its backlog was
   written and started again on its checkpoint, with new tweets waiting (``--no-restart``
-  leaves it out).
+  leaves it out); with ``--kill``, stopped by SIGKILL of its whole process tree instead
+  (kill -9: the driver, Spark's JVM and its Python workers), so the restart recovers.
+
+``--mode continuous`` runs the pipeline in continuous mode (long batches of
+``--long-batch-ms``): a restart after a kill replays the long batch the kill cut short, its
+committed sub-batches without output, before its first new output.
 
 Each ``daemon run`` start is timed from the process start to: its Spark session up (the log
 line naming Spark's own log, written as the session is up), its query started (the
@@ -89,6 +94,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--no-restart", action="store_true", help="time no restart on the cold run's checkpoint"
+    )
+    parser.add_argument(
+        "--kill",
+        action="store_true",
+        help="stop the cold run with SIGKILL of its process tree (kill -9), not SIGTERM",
+    )
+    parser.add_argument(
+        "--mode", choices=("micro_batch", "continuous"), default="micro_batch", help="the mode"
+    )
+    parser.add_argument(
+        "--long-batch-ms", type=int, default=60_000, help="continuous mode's long batch (ms)"
     )
 
 
@@ -185,8 +201,14 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         + (" --no-demo" if args.no_demo else "")
         + (" --no-archive" if args.no_archive else "")
         + (" --no-restart" if args.no_restart else "")
+        + (" --kill" if args.kill else "")
+        + (
+            f" --mode continuous --long-batch-ms {args.long_batch_ms}"
+            if args.mode == "continuous"
+            else ""
+        )
     )
-    table = _table(demos, colds, restarts)
+    table = _table(demos, colds, restarts, "restarted after kill -9" if args.kill else "restarted")
     if not args.no_archive:
         first = (f"{recording.at['exit']:.1f}", f"{recording.cpu_s:.1f}")
         table.append(("daemon demo, recording", *("-" for _ in MILESTONES), *first))
@@ -202,6 +224,12 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         "(min-max). The backlog: "
         f"{args.users:,} users and {args.tweets:,} tweets cold"
         + ("" if args.no_restart else f", {args.tweets:,} new tweets on restart")
+        + (" (the cold run killed with SIGKILL once its backlog was written)" if args.kill else "")
+        + (
+            f"; continuous mode, long batches of {args.long_batch_ms:,} ms"
+            if args.mode == "continuous"
+            else ""
+        )
         + f". {archive_note}",
         "",
         *markdown_table(table),
@@ -255,9 +283,11 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
-def _table(demos: list[Start], colds: list[Start], restarts: list[Start]) -> list[tuple[str, ...]]:
+def _table(
+    demos: list[Start], colds: list[Start], restarts: list[Start], restarted: str
+) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = [("start", *MILESTONES, "exit", "CPU seconds")]
-    for name, starts in (("daemon run, cold", colds), ("daemon run, restarted", restarts)):
+    for name, starts in (("daemon run, cold", colds), (f"daemon run, {restarted}", restarts)):
         if not starts:  # --no-restart
             continue
         cells = [_spread([s.at[m] for s in starts]) for m in MILESTONES]
@@ -311,8 +341,10 @@ def _cold_and_restart(servers: str, args: argparse.Namespace) -> tuple[Start, St
     create_inputs(conf, topics)
     produce(conf, topics, Workload(users=args.users, tweets=args.tweets))
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-startup-") as tmp:
-        pipeline = _pipeline_file(Path(tmp), servers, topics, output)
-        cold = _timed_run(pipeline, conf, output, args.tweets, before=None)
+        continuous = args.long_batch_ms if args.mode == "continuous" else None
+        pipeline = _pipeline_file(Path(tmp), servers, topics, output, continuous)
+        stop = signal.SIGKILL if args.kill else signal.SIGTERM
+        cold = _timed_run(pipeline, conf, output, args.tweets, before=None, stop=stop)
         if args.no_restart:
             return cold, None
         # Read, not asked for: the embedded broker's ListOffsets under-reports a log's end.
@@ -326,9 +358,17 @@ def _cold_and_restart(servers: str, args: argparse.Namespace) -> tuple[Start, St
     return cold, restart
 
 
-def _pipeline_file(folder: Path, servers: str, topics: Topics, output: str) -> Path:
-    """The example's pipeline file, pointed at this run's broker, topics and a checkpoint."""
+def _pipeline_file(
+    folder: Path, servers: str, topics: Topics, output: str, long_batch_ms: int | None
+) -> Path:
+    """The example's pipeline file, pointed at this run's broker, topics and a checkpoint;
+    in continuous mode with long batches of ``long_batch_ms`` unless that is None."""
     text = (REPO / "examples" / "tweet-views.toml").read_text(encoding="utf-8")
+    if long_batch_ms is not None:
+        text = text.replace(
+            'joiner = "comap"\n',
+            f'joiner = "comap"\nmode = "continuous"\nlong_batch = "{long_batch_ms}ms"\n',
+        )
     text = re.sub(r'"\.\./schemas/', f'"{SCHEMAS}/', text)
     text = text.replace('checkpoint = "../state/tweet-views"', f'checkpoint = "{folder}/cp"')
     for old, new in (("users", topics.users), ("tweets", topics.tweets), ("tweet-views", output)):
@@ -346,10 +386,12 @@ def _timed_run(
     expected: int,
     before: dict[int, int] | None,
     ready: Callable[[], None] | None = None,
+    stop: signal.Signals = signal.SIGTERM,
 ) -> Start:
     """``daemon run`` on ``pipeline`` until ``expected`` new outputs are committed, then
-    SIGTERM. ``before``: the output's ends at the start (None: a fresh output topic).
-    ``ready`` runs just before the process starts (the restart's new backlog)."""
+    ``stop`` (SIGKILL: to the whole process tree at once). ``before``: the output's ends at
+    the start (None: a fresh output topic). ``ready`` runs just before the process starts
+    (the restart's new backlog)."""
     if ready is not None:
         ready()
     start = Start()
@@ -368,7 +410,10 @@ def _timed_run(
     try:
         start.outputs = _await_outputs(conf, output, expected, before, began, start)
     finally:
-        child.send_signal(signal.SIGTERM)
+        if stop == signal.SIGKILL:
+            _kill_tree(child.pid)
+        else:
+            child.send_signal(stop)
         try:
             child.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -378,6 +423,20 @@ def _timed_run(
     if "first output" not in start.at:
         raise RuntimeError("daemon run wrote nothing: " + " | ".join(log[-5:]))
     return start
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it at once, as a crash of its machine would."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
 
 
 def _read_log(child: subprocess.Popen[str], began: float, start: Start, log: list[str]) -> None:
