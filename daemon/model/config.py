@@ -58,12 +58,16 @@ DEFAULT_LONG_BATCH_MS = 120_000
 """How long a continuous pipeline's long batch lasts: its state is written once per long
 batch, and a task that dies replays at most one (docs/operations.md, "Continuous mode")."""
 
-DEFAULT_HELD_STATE_BUDGET = 1 << 30
+DEFAULT_HELD_STATE_BUDGET = 1536 << 20
 """How many bytes of state a continuous pipeline's lease may hold decoded in its Python
 worker before its long batch ends early and writes it (estimated as the bucket cache
-estimates: :mod:`daemon.continuous.held_buckets`). Sized to hold a 1,000,000-key ``comap``
-lease whole (about 850 MiB by the estimate, measured on the benchmarks' users and tweets),
-so that its long batches run their length, while the service stays under 4 GB there."""
+estimates: :mod:`daemon.continuous.held_buckets`). A 1,000,000-key ``comap`` lease holds
+about 800 MiB by the estimate with as many tweets, 925 MiB with three tweets a user (835 and
+970 bytes a user, measured on the benchmarks' users and tweets through the test kit's
+harness), and must fit whole, or every long batch would end after its first sub-batch. The
+estimate overstates a comap bucket's objects 1.8 times (and a lookup bucket's less: the
+factor of four was measured on those), so at the budget they take about 0.9 GiB, and the
+service, with Spark's JVM, stays under 4 GB."""
 
 MissingOffsets = Literal["fail", "earliest", "latest"]
 """What a pipeline does when an input partition no longer has the offset it is to read next
@@ -451,7 +455,7 @@ class PipelineConfig(_Strict):
     """Continuous mode: the tasks that share the state buckets, each reading every input
     partition and holding a task slot for the whole long batch."""
     held_state_budget: ByteSize = Field(default=ByteSize(DEFAULT_HELD_STATE_BUDGET), gt=0)
-    """Continuous mode: the bytes of state a lease may hold in its Python worker (``"1GiB"``);
+    """Continuous mode: the bytes of state a lease may hold in its Python worker (``"1.5GiB"``);
     past it, the long batch ends early and writes its state (docs/operations.md)."""
     delivery: Delivery = "exactly_once"
     on_missing_offsets: MissingOffsets = "fail"

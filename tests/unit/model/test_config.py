@@ -314,7 +314,7 @@ def test_micro_batch_is_the_default_and_continuous_reads_its_two_durations(
 
 def test_a_continuous_pipeline_reads_its_held_state_budget_in_bytes(tmp_path: Path) -> None:
     pipe = load_pipeline_file(write(tmp_path, _with('mode = "continuous"'))).pipeline[0]
-    assert pipe.held_state_budget == 1 << 30
+    assert pipe.held_state_budget == 1536 << 20
     text = _with('mode = "continuous"\nheld_state_budget = "256MiB"')
     pipe = load_pipeline_file(write(tmp_path, text)).pipeline[0]
     assert pipe.held_state_budget == 256 << 20
