@@ -93,7 +93,9 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     if args.latency:
         table = _latency(args, broker, batches, lines, checks)
     if args.drain_tweets:
-        lines.extend(_drain(args, broker, batches))
+        drained, drain_table = _drain(args, broker, batches)
+        lines.extend(drained)
+        table = table or drain_table  # the console shows the drain's without latency runs
     fine = "every offered tweet had its view" if args.latency else "no latency runs"
     lines.append(checks_line(checks or [fine]))
     return Section(
@@ -173,8 +175,11 @@ def _latency(
     return table
 
 
-def _drain(args: argparse.Namespace, broker: EmbeddedBroker, batches: Any) -> list[str]:
-    """Each mode draining the same backlog, alternately, ``args.runs`` times; its lines."""
+def _drain(
+    args: argparse.Namespace, broker: EmbeddedBroker, batches: Any
+) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Each mode draining the same backlog, alternately, ``args.runs`` times; its lines and
+    its table."""
     servers = broker.bootstrap_servers
     conf = {"bootstrap.servers": servers}
     workload = Workload(args.users, args.drain_tweets)
@@ -223,7 +228,7 @@ def _drain(args: argparse.Namespace, broker: EmbeddedBroker, batches: Any) -> li
         f"({_budget(args)}).",
         "",
     ]
-    return lines
+    return lines, table
 
 
 def _budget(args: argparse.Namespace) -> str:
