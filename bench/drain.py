@@ -6,13 +6,19 @@ service, in micro-batch mode (:func:`bench.enrichd.run_enrichd`) and with ``mode
 "continuous"``, alternately, on the same topics. Both are timed the same way, from the
 service's start to the pipeline having read every record: the micro-batch run's last batch
 ending, the continuous run's lag group (which the daemon commits from its task's reports,
-about once a second) reaching the topics' ends.
+about once a second) reaching the topics' ends. Each run's peak memory is sampled over the
+benchmark's process tree (:class:`bench.resources.PeakMemory`: the JVM, the Python workers and
+this process, which runs the service) from the session's start to the service's stop, and a
+continuous run counts the long batches its held state ended early (the daemon's log lines).
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,7 @@ from typing import Any
 from bench import tuning
 from bench.enrichd import configure, run_enrichd, serving
 from bench.latency import group_at
+from bench.resources import PeakMemory, Peaks
 from bench.workloads import Topics
 from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
 
@@ -31,6 +38,9 @@ class Drained:
     mode: str
     records: int
     seconds: float
+    peaks: Peaks
+    ended_early: int = 0
+    """Long batches that ended early because their held state passed its budget."""
 
     @property
     def rate(self) -> float:
@@ -41,14 +51,16 @@ class Drained:
 def micro_batches(servers: str, topics: Topics, ends: dict[str, int], records: int) -> Drained:
     """The pipeline in micro-batch mode (the default cap) over the backlog."""
     result = run_enrichd(servers, topics, ends, records, DEFAULT_MAX_RECORDS_PER_BATCH, 3600.0)
-    return Drained("micro_batch", records, result.batches[-1].ended - result.query_started)
+    seconds = result.batches[-1].ended - result.query_started
+    return Drained("micro_batch", records, seconds, result.peaks)
 
 
 def continuous(
     servers: str, topics: Topics, ends: dict[str, int], records: int, batches: Any
 ) -> Drained:
-    """The pipeline with ``mode = "continuous"`` over the backlog, its long batches' length
-    and leases those of ``batches`` (:class:`daemon.continuous.lease_source.LongBatches`)."""
+    """The pipeline with ``mode = "continuous"`` over the backlog, its long batches' length,
+    leases and held state budget those of ``batches``
+    (:class:`daemon.continuous.lease_source.LongBatches`; a budget of 0: the default)."""
     from daemon.kafka.names import pipeline_group
     from daemon.pipeline.plan import client_conf
     from daemon.spark.session import spark_session
@@ -57,15 +69,41 @@ def continuous(
         checkpoint = Path(tmp) / "checkpoint"
         file, pipe = configure(servers, topics, checkpoint, DEFAULT_MAX_RECORDS_PER_BATCH)
         settings = {"long_batch": batches.long_batch_ms, "leases": batches.leases}
+        if batches.held_state_budget:
+            settings["held_state_budget"] = batches.held_state_budget
         pipe = pipe.model_copy(update={"mode": "continuous", **settings})
-        spark = spark_session(tuning.spark(file.spark))
-        conf, group = client_conf(file), pipeline_group(file.kafka.id_prefix, pipe.name)
-        started = time.monotonic()
-        with serving(file, pipe, spark, 3600.0) as query:
-            running = query(pipe.name)
-            while not group_at(conf, group, ends):
-                if running.exception() is not None:
-                    raise RuntimeError(f"the pipeline failed: {running.exception()}")
-                time.sleep(0.2)
-            seconds = time.monotonic() - started
-    return Drained("continuous", records, seconds)
+        with PeakMemory() as memory, _early_ends() as early:
+            spark = spark_session(tuning.spark(file.spark))
+            conf, group = client_conf(file), pipeline_group(file.kafka.id_prefix, pipe.name)
+            started = time.monotonic()
+            with serving(file, pipe, spark, 3600.0) as query:
+                running = query(pipe.name)
+                while not group_at(conf, group, ends):
+                    if running.exception() is not None:
+                        raise RuntimeError(f"the pipeline failed: {running.exception()}")
+                    time.sleep(0.2)
+                seconds = time.monotonic() - started
+    return Drained("continuous", records, seconds, memory.result, len(early))
+
+
+@contextmanager
+def _early_ends() -> Iterator[list[str]]:
+    """The daemon's lines that say a long batch ended early, as they are logged."""
+    lines: list[str] = []
+
+    class Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "ended early" in record.getMessage():
+                lines.append(record.getMessage())
+
+    operations = logging.getLogger("enrichd.operations")
+    level = operations.level
+    if operations.getEffectiveLevel() > logging.INFO:
+        operations.setLevel(logging.INFO)  # the service may not have set up its logs
+    handler = Heard(logging.INFO)
+    operations.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        operations.removeHandler(handler)
+        operations.setLevel(level)

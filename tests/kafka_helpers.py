@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,6 +272,17 @@ class TweetViews:
     def file(self, **settings: Any) -> PipelineFile:
         """Its one-pipeline file, written (:meth:`write` takes ``settings``) and loaded."""
         return load_pipeline_file(self.write(**settings))
+
+    def views(self) -> Counter[int]:
+        """How many times each tweet's view is in its output, read ``read_committed``; each
+        view's author must be its tweet's (users named ``user N``, as :func:`user` makes
+        them in the tests)."""
+        counts: Counter[int] = Counter()
+        for record in read_topic(self.conf, self.output):
+            view = VIEWS.decode(record.value or b"")
+            assert view["author"]["name"] == f"user {view['tweet']['author_id']}"
+            counts[view["id"]] += 1
+        return counts
 
 
 def fresh_tweet_views(

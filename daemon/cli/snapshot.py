@@ -9,6 +9,7 @@ import typer
 
 from daemon.cli.options import PipelineName, PipelinePath, Yes
 from daemon.cli.reset import NothingChangedError
+from daemon.model.sizes import in_words
 
 To = Annotated[
     Path,
@@ -44,7 +45,7 @@ def snapshot(pipeline_file: PipelinePath, to: To, pipeline: PipelineName = None)
         manifest = take(pipe, to)
     typer.echo(
         f"pipeline {pipe.name!r}: snapshot of {manifest.describe()} in {to}: "
-        f"{len(manifest.files)} files, {_size(manifest.size)}"
+        f"{len(manifest.files)} files, {in_words(manifest.size)}"
     )
 
 
@@ -81,13 +82,3 @@ def restore(
         backup = snapshots.restore(pipe, manifest)
     kept = "" if backup is None else f"; the old checkpoint is in {backup}"
     typer.echo(f"pipeline {pipe.name!r}: restored {manifest.describe()}{kept}")
-
-
-def _size(size: int) -> str:
-    """Bytes in words: ``"2.1 MiB"``."""
-    amount = float(size)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if amount < 1024 or unit == "GiB":
-            return f"{amount:.0f} {unit}" if unit == "bytes" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    raise AssertionError("unreachable")

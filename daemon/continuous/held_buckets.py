@@ -8,6 +8,18 @@ through the same interface; a bucket's timer is its earliest due key, which the 
 at every sub-batch. A bucket the long batch has not loaded is due by the timer the last long
 batch left it (:meth:`HeldBuckets.timers`): a key waiting for quiet processing time (a held
 record, a state TTL) wakes when it is due, whether a record of its bucket comes or not.
+
+What the buckets hold is estimated as they change (:attr:`HeldBuckets.held_bytes`), so that
+the task can end its long batch early before the worker holds more than its budget
+(``held_state_budget``). The estimate is the bucket cache's (:mod:`daemon.operator.bucket_cache`):
+a bucket's decoded keys cost :data:`DECODED_FACTOR` times their pickle's length. A bucket
+counts the length of its pickled value when it is loaded; each change of a key then adds
+what its entry's pickle grew or shrank by (:attr:`Bucket.grown`, which the engine core keeps
+from the lengths of the entries it replaces, so a key updated a thousand times counts once);
+its stash chunks, held as the bytes the store holds, count their length. Why not measure:
+walking a million keys' objects at every sub-batch would cost more than the sub-batch, and
+the lengths are known as the keys change. Not counted: the ``due`` map's small entries, and
+what a call holds while it runs (a fan-out's stashed values, read for it and dropped).
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from daemon.operator import state_compression
+from daemon.operator.bucket_cache import DECODED_FACTOR
 from daemon.operator.bucket_delta import Pending
 from daemon.operator.bucket_store import Stored
 from daemon.operator.stash_log import MemoryChunks, StashLog
@@ -47,13 +60,25 @@ class HeldBuckets:
         self._timers = {(label,): at for label, at in (timers or {}).items()}
         self.loads: dict[str, int] = {}
         """Always empty: no load goes to the worker cache during the long batch."""
+        self.held_bytes = 0
+        """About how many bytes of the worker's memory the held buckets take (see the
+        module docstring for how it is estimated)."""
+        self._chunk_bytes: dict[Key, int] = {}
+        """Each held bucket's stash chunks' bytes, as last counted in :attr:`held_bytes`."""
 
     def load(self, key: Any) -> tuple[Bucket, StashLog, Stored]:
         """The bucket and its stash log, from the store the first time the long batch asks."""
         held = self._held.get(key)
         if held is None:
             blob = None if self._stored is None else self._stored(key)
-            held = self._held[key] = (Bucket(), MemoryChunks()) if blob is None else thawed(blob)
+            if blob is None:
+                held = Bucket(), MemoryChunks()
+            else:
+                value, stored = _opened(blob)
+                held = decode_bucket(value), MemoryChunks((chunk,) for chunk in stored)
+                self.held_bytes += DECODED_FACTOR * len(value)
+            self._held[key] = held
+            self._count_chunks(key, held[1])
         bucket, chunks = held
         return bucket, StashLog(chunks, bucket.stash), _NOTHING_STORED
 
@@ -64,9 +89,19 @@ class HeldBuckets:
                 yield key, frozen(bucket, chunks) if bucket.keys else None
 
     def save(self, key: Any, bucket: Bucket, log: StashLog, stored: Stored) -> None:
-        """Keep the call's stashed values; the bucket's timer is its earliest due key."""
+        """Keep the call's stashed values; the bucket's timer is its earliest due key.
+
+        What the call grew or shrank the bucket by goes into :attr:`held_bytes`.
+        """
         log.flush(bucket.keys)
         bucket.timer_ms = min(bucket.due.values(), default=None)
+        self.held_bytes += DECODED_FACTOR * bucket.grown
+        bucket.grown = 0
+        self._count_chunks(key, self._held[key][1])
+
+    def _count_chunks(self, key: Key, chunks: MemoryChunks) -> None:
+        self.held_bytes += chunks.size - self._chunk_bytes.get(key, 0)
+        self._chunk_bytes[key] = chunks.size
 
     def due(self, now: int) -> list[Key]:
         """The keys of the buckets with a key due at ``now``, loaded or not, in order."""
@@ -95,12 +130,6 @@ def frozen(bucket: Bucket, chunks: MemoryChunks) -> bytes:
     """A held bucket as one blob for the state store: its value and its stash chunks."""
     data = (encode_bucket(bucket), [chunk for (chunk,) in chunks.items])
     return state_compression.compress(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def thawed(blob: bytes) -> tuple[Bucket, MemoryChunks]:
-    """A bucket and its stash chunks back from :func:`frozen`'s blob."""
-    value, chunks = _opened(blob)
-    return decode_bucket(value), MemoryChunks((chunk,) for chunk in chunks)
 
 
 def stored_parts(blob: bytes) -> tuple[bytes, list[bytes]]:

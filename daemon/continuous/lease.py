@@ -23,6 +23,8 @@ class Lease:
         index: the lease's place among the pipeline's leases: it joins the state buckets
             whose place is ``index`` modulo ``of`` (:meth:`owns`).
         of: how many leases the pipeline has; each reads every input partition.
+        held_state_budget: the bytes of state the task may hold before it ends the long
+            batch early (0: no budget).
     """
 
     batch: int
@@ -33,6 +35,7 @@ class Lease:
     stopping: str = ""
     index: int = 0
     of: int = 1
+    held_state_budget: int = 0
 
     def owns(self, buckets: int) -> frozenset[int]:
         """The labels of the state buckets (of ``buckets``) this lease joins."""
@@ -42,6 +45,10 @@ class Lease:
     def stopped(self) -> bool:
         """Whether the long batch is asked to end now (``daemon run`` stops)."""
         return asked_to_stop(self.stopping)
+
+    def over_budget(self, held_bytes: int) -> bool:
+        """Whether holding ``held_bytes`` of state passes the budget."""
+        return 0 < self.held_state_budget < held_bytes
 
 
 def asked_to_stop(stopping: str) -> bool:

@@ -72,7 +72,7 @@ class LeaseProcessor(StatefulProcessor):
         starts: where a lease without state starts, by partition name.
         labels: each lease's grouping key, in lease order.
         batches: how long batches are cut: how often a sub-batch commits, and what asks
-            the long batch to end early.
+            the long batch to end early (a stop, or its held state's budget).
     """
 
     def __init__(
@@ -122,6 +122,7 @@ class LeaseProcessor(StatefulProcessor):
             self.batches.stopping,
             index=self.labels.index(label),
             of=len(self.labels),
+            held_state_budget=self.batches.held_state_budget,
         )
         run = LongBatchTask(processor, self.source, self.output_spec, lease, query, buckets).run()
         self._write(buckets, run.ends)

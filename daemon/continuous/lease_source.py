@@ -35,6 +35,8 @@ class LongBatches:
     stopping: str = ""
     """A file that asks the long batch running to end and no other to start, while it is
     there (``daemon run`` stopping); empty: none."""
+    held_state_budget: int = 0
+    """The bytes of state a lease may hold before its long batch ends early (0: no budget)."""
 
     def stopped(self) -> bool:
         """Whether the long batches are asked to stop (:attr:`stopping` is there)."""

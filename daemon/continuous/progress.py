@@ -53,8 +53,14 @@ class Progress:
         self._read.update(read)
         self._reading += 1 if read else 0
 
-    def report(self, positions: dict[str, int], *, last: bool = False) -> None:
-        """Send what was committed since the last report, if a second has passed (or ``last``)."""
+    def report(
+        self, positions: dict[str, int], *, last: bool = False, ended_early: str = ""
+    ) -> None:
+        """Send what was committed since the last report, if a second has passed (or ``last``).
+
+        ``ended_early``: the last report's line saying why the long batch ended before its
+        time was up ("": it did not).
+        """
         now = self.clock()
         address = self.output.metrics_address
         if address is None or (now - self._sent_at < REPORT_EVERY_MS and not last):
@@ -66,6 +72,7 @@ class Progress:
             positions=dict(positions),
             sub_batches=self._reading,
             lease=self.task,
+            ended_early=ended_early,
         )
         send(address, heard)
         self._written, self._read, self._reading, self._sent_at = [], Counter(), 0, now

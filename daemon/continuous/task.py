@@ -9,8 +9,11 @@ interval it hands what arrived (at most ``max_records_per_batch`` of it:
 :mod:`daemon.continuous.arrivals`), packed by bucket as the source packs a micro-batch, to the
 operator's calls, wakes the buckets due, and commits the sub-batch's output with its marker.
 A sub-batch with nothing read and nothing due commits nothing. It stops taking records when
-the lease's time is up, or earlier when ``daemon run`` stops. What it committed reaches the
-daemon's metrics as it goes (:mod:`daemon.continuous.progress`).
+the lease's time is up, or earlier when ``daemon run`` stops or when the state it holds has
+passed the lease's ``held_state_budget`` (:attr:`HeldBuckets.held_bytes`): each ends the long
+batch the same way, after a committed sub-batch, so that the state written is that of every
+sub-batch committed and the next long batch reads on from where they stopped. What it
+committed reaches the daemon's metrics as it goes (:mod:`daemon.continuous.progress`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from daemon.continuous.progress import Progress
 from daemon.errors import CheckpointDivergedError
 from daemon.kafka import connect
 from daemon.kafka.clients import raise_unless_transient
+from daemon.model.sizes import in_words
 from daemon.model.wire import (
     SOURCE,
     partition_name,
@@ -66,6 +70,9 @@ class LongBatchRun:
     """Sub-batches this attempt committed."""
     ends: dict[str, int] = field(default_factory=dict)
     """Where each partition was read up to: the next long batch's start."""
+    ended_early: str = ""
+    """Why the long batch ended before its time was up, as a line ("": it did not, or a stop
+    ended it)."""
 
 
 class LongBatchTask:
@@ -135,6 +142,11 @@ class LongBatchTask:
         try:
             self._assign(consumer)
             while self.clock() < lease.until_ms and not lease.stopped():
+                # Between sub-batches, as a stop: what the long batch writes is then the state
+                # of every sub-batch it committed, and where they stopped.
+                if lease.over_budget(self.buckets.held_bytes):
+                    run.ended_early = self._ended_early()
+                    break
                 progress.report(self.positions.at)
                 # Records left waiting by a capped sub-batch go on at once.
                 wait = 0 if self.arrivals else lease.commit_interval_ms
@@ -151,9 +163,19 @@ class LongBatchTask:
                 progress.committed(self.processor.counts(), read)
         finally:
             consumer.close()
-        progress.report(self.positions.at, last=True)
+        progress.report(self.positions.at, last=True, ended_early=run.ended_early)
         run.ends = dict(self.positions.at)
         return run
+
+    def _ended_early(self) -> str:
+        """The line that says why the long batch ends before its time: its held state."""
+        lease = self.lease
+        which = f" (lease {lease.index + 1} of {lease.of})" if lease.of > 1 else ""
+        return (
+            f"long batch {lease.batch}{which} ended early: held state "
+            f"{in_words(self.buckets.held_bytes)} passed the budget "
+            f"{in_words(lease.held_state_budget)}"
+        )
 
     def _committed(self, last: Marker) -> list[tuple[int, Marker]]:
         """The sub-batches an earlier attempt of this long batch committed, with their places."""

@@ -20,6 +20,7 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -57,6 +58,19 @@ DEFAULT_LONG_BATCH_MS = 120_000
 """How long a continuous pipeline's long batch lasts: its state is written once per long
 batch, and a task that dies replays at most one (docs/operations.md, "Continuous mode")."""
 
+DEFAULT_HELD_STATE_BUDGET = 1536 << 20
+"""How many bytes of state a continuous pipeline's lease may hold decoded in its Python
+worker before its long batch ends early and writes it (estimated as the bucket cache
+estimates: :mod:`daemon.continuous.held_buckets`). A 1,000,000-key ``comap`` lease holds
+about 800 MiB by the estimate with as many tweets, 925 MiB with three tweets a user (835 and
+970 bytes a user, measured on the benchmarks' users and tweets through the test kit's
+harness), and must fit whole, or every long batch would end after its first sub-batch. The
+estimate overstates a comap bucket's objects 1.8 times (and a lookup bucket's less: the
+factor of four was measured on those), so at the budget they take about 0.9 GiB, and the
+service, with Spark's JVM, stays under 4 GB: draining 1,000,000 users and as many tweets
+in one lease, it peaked at 3.84 GB PSS with no long batch ending early (``python -m bench
+continuous --users 1000000 --no-latency --runs 1``)."""
+
 MissingOffsets = Literal["fail", "earliest", "latest"]
 """What a pipeline does when an input partition no longer has the offset it is to read next
 (retention or DeleteRecords removed the records, or the topic was deleted and created again):
@@ -64,6 +78,10 @@ MissingOffsets = Literal["fail", "earliest", "latest"]
 earliest the broker has (as Spark's ``failOnDataLoss`` and Kafka Streams' missing reset policy
 do); ``earliest`` goes on from the earliest offset the partition has, ``latest`` from its log
 end, each with a warning and the skipped offsets counted."""
+
+
+_SIZE = TypeAdapter(ByteSize)
+"""A size in bytes as the pipeline file writes it: ``"256MiB"``, or a number of bytes."""
 
 
 class _Strict(BaseModel):
@@ -438,6 +456,9 @@ class PipelineConfig(_Strict):
     leases: int = Field(default=1, ge=1, le=256)
     """Continuous mode: the tasks that share the state buckets, each reading every input
     partition and holding a task slot for the whole long batch."""
+    held_state_budget: ByteSize = Field(default=ByteSize(DEFAULT_HELD_STATE_BUDGET), gt=0)
+    """Continuous mode: the bytes of state a lease may hold in its Python worker (``"1.5GiB"``);
+    past it, the long batch ends early and writes its state (docs/operations.md)."""
     delivery: Delivery = "exactly_once"
     on_missing_offsets: MissingOffsets = "fail"
     headers: HeaderPolicy = Field(
@@ -472,15 +493,25 @@ class PipelineConfig(_Strict):
 
     _name = field_validator("name")(id_part)
 
+    @field_validator("held_state_budget", mode="before")
+    @classmethod
+    def _a_size(cls, value: Any) -> Any:
+        try:
+            return _SIZE.validate_python(value)
+        except ValidationError:
+            raise ValueError(
+                f'{value!r} is not a size; write a number and a unit, e.g. "256MiB" or "1GiB"'
+            ) from None
+
     @model_validator(mode="after")
     def _settings_of_its_mode(self) -> PipelineConfig:
         # A setting the mode does not read is refused, never ignored.
         given = self.model_fields_set
         if self.mode == "micro_batch":
-            if given & {"commit_interval", "long_batch", "leases"}:
+            if given & {"commit_interval", "long_batch", "held_state_budget", "leases"}:
                 raise ValueError(
-                    "`commit_interval`, `long_batch` and `leases` are settings of mode = "
-                    '"continuous"'
+                    "`commit_interval`, `long_batch`, `held_state_budget` and `leases` are "
+                    'settings of mode = "continuous"'
                 )
             return self
         if "trigger" in given:

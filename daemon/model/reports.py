@@ -82,6 +82,9 @@ class BatchCounts:
     """A continuous pipeline's task: its sub-batches since the last report that read records."""
     lease: int = 0
     """A continuous pipeline's task: the lease it runs (its grouping key)."""
+    ended_early: str = ""
+    """A continuous pipeline's task, in its long batch's last report: why the long batch
+    ended before its time was up, as a line ("": it did not)."""
 
     def fields(self) -> dict[str, Any]:
         """The report's fields as JSON takes them."""
@@ -102,6 +105,7 @@ class BatchCounts:
             **({"positions": self.positions} if self.positions else {}),
             **({"sub_batches": self.sub_batches} if self.sub_batches else {}),
             **({"lease": self.lease} if self.lease else {}),
+            **({"ended_early": self.ended_early} if self.ended_early else {}),
         }
 
     @classmethod
@@ -126,6 +130,7 @@ class BatchCounts:
             {str(name): int(at) for name, at in dict(fields.get("positions") or {}).items()},
             int(fields.get("sub_batches") or 0),
             int(fields.get("lease") or 0),
+            str(fields.get("ended_early") or ""),
         )
 
     @property

@@ -45,7 +45,15 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from daemon.operator.stash_log import StashLog
-from daemon.operator.state_format import EVENT_TIME, LAST_MS, STATE, STREAM_TIME, UPDATED_MS, Bucket
+from daemon.operator.state_format import (
+    EVENT_TIME,
+    LAST_MS,
+    STATE,
+    STREAM_TIME,
+    UPDATED_MS,
+    Bucket,
+    entry_bytes,
+)
 from daemon.plugin.joiner import (
     END_OF_TIME,
     DeadLetter,
@@ -392,6 +400,7 @@ class EngineCore:
         entry = (clock.stream_time, clock.last_ms, clock.updated_ms, event_time, pickled)
         if entry != before:
             bucket.keys[key] = entry
+            bucket.grown += entry_bytes(key, entry) - entry_bytes(key, before)
             bucket.touch(key)
 
     def _clock_only(
@@ -440,8 +449,9 @@ def _shown(value: Any) -> str:
 def _drop(bucket: Bucket, log: StashLog, key: str) -> None:
     """Forget a key: its state, its stashed values and its wake-up."""
     log.forget(key)
-    forgotten = bucket.keys.pop(key, None) is not None
-    if bucket.due.pop(key, None) is not None or forgotten:
+    forgotten = bucket.keys.pop(key, None)
+    bucket.grown -= entry_bytes(key, forgotten)
+    if bucket.due.pop(key, None) is not None or forgotten is not None:
         bucket.touch(key)
 
 

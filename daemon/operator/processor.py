@@ -76,7 +76,7 @@ from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import ContractBreach, EngineCore, JoinerFailure, KeyBatch
 from daemon.operator.held_records import HeldRecords
 from daemon.operator.spec import OperatorPlan
-from daemon.operator.state_format import decode_portable
+from daemon.operator.state_format import decode_portable, entry_bytes
 from daemon.operator.state_vars import StateVariables, declare
 from daemon.plugin.joiner import DeadLetter, Emit, InputRecord, input_record
 from daemon.sink.spec import OutputSpec
@@ -258,7 +258,9 @@ class JoinerProcessor(StatefulProcessor):
         for item in initialState.keys:  # PySpark gives the structs as dicts
             join_key = item["key"]
             clock, due, state = decode_portable(bytes(item["entry"]))
-            bucket.keys[join_key] = (*clock, log.dumps(state))
+            before = bucket.keys.get(join_key)
+            entry = bucket.keys[join_key] = (*clock, log.dumps(state))
+            bucket.grown += entry_bytes(join_key, entry) - entry_bytes(join_key, before)
             if due is not None:
                 bucket.due[join_key] = due
             bucket.touch(join_key)

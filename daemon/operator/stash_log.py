@@ -59,6 +59,8 @@ class MemoryChunks:
 
     def __init__(self, items: Iterable[tuple[bytes]] = ()) -> None:
         self.items = list(items)
+        self.size = _bytes_of(self.items)
+        """The chunks' bytes, together."""
 
     def get(self) -> list[tuple[bytes]]:
         """Every chunk, as one-field tuples like Spark's rows."""
@@ -67,14 +69,21 @@ class MemoryChunks:
     def put(self, new_state: list[tuple[bytes]]) -> None:
         """Replace the chunks."""
         self.items = list(new_state)
+        self.size = _bytes_of(self.items)
 
     def appendList(self, new_state: list[tuple[bytes]]) -> None:  # noqa: N802 - Spark's name
         """Append chunks."""
         self.items.extend(new_state)
+        self.size += _bytes_of(new_state)
 
     def clear(self) -> None:
         """Remove every chunk."""
         self.items = []
+        self.size = 0
+
+
+def _bytes_of(chunks: Iterable[tuple[bytes]]) -> int:
+    return sum(len(chunk) for (chunk,) in chunks)
 
 
 class StashLog:

@@ -345,7 +345,8 @@ class Monitor:
 
         A batch whose joiner calls failed is one WARN line, naming the first failure; one
         whose tasks replayed it and found it committed, an INFO line (``daemon verify`` counts
-        them, proof that its kills made the replay path run).
+        them, proof that its kills made the replay path run); a long batch that ended early
+        (its state passed ``held_state_budget``), an INFO line saying so.
         """
         view = self.views.get(report.pipeline)
         if view is None:
@@ -360,6 +361,10 @@ class Monitor:
         replayed = report.replay_line()
         if replayed is not None:
             log.info("%s", replayed, extra={"pipeline": view.name})
+        if report.ended_early:
+            log.info(
+                "pipeline %s: %s", view.name, report.ended_early, extra={"pipeline": view.name}
+            )
         failed = report.failure_line()
         if failed is not None:
             log.warning("%s", failed, extra={"pipeline": view.name})

@@ -20,21 +20,12 @@ from pathlib import Path
 
 from tests.daemon_process import DaemonProcess
 from tests.delivery.test_crash_recovery import crash, tweets, users
-from tests.kafka_helpers import VIEWS, In, TweetViews, produce, read_topic
+from tests.kafka_helpers import In, TweetViews, produce
 
 FIRST, MORE, LAST = range(60), range(60, 100), range(100, 120)
 BAD_TWEETS = 2
 STALL_TIMEOUT_S = 10
 SETTINGS = {"mode": "continuous", "long_batch": "10m", "commit_interval": "100ms"}
-
-
-def _views(views: TweetViews) -> Counter[int]:
-    counts: Counter[int] = Counter()
-    for record in read_topic(views.conf, views.output):
-        view = VIEWS.decode(record.value or b"")
-        assert view["author"]["name"] == f"user {view['tweet']['author_id']}"
-        counts[view["id"]] += 1
-    return counts
 
 
 def _start(path: Path, tmp_path: Path, run: int) -> DaemonProcess:
@@ -59,7 +50,7 @@ def test_a_continuous_pipeline_answers_reports_and_restarts_inside_its_long_batc
     produce(views.conf, views.tweets, [In(b"\x01", b"bad") for _ in range(BAD_TWEETS)])
     daemon = _start(path, tmp_path, 1)
     try:
-        daemon.wait_until("a view of every tweet", lambda: len(_views(views)) == len(FIRST))
+        daemon.wait_until("a view of every tweet", lambda: len(views.views()) == len(FIRST))
         name = views.name
 
         def read(role: str) -> float:
@@ -95,13 +86,13 @@ def test_a_continuous_pipeline_answers_reports_and_restarts_inside_its_long_batc
     finally:
         if daemon.process.poll() is None:
             crash(daemon.process)
-    assert _views(views) == Counter(FIRST)
+    assert views.views() == Counter(FIRST)
 
     produce(views.conf, views.tweets, tweets(MORE))
     daemon = _start(path, tmp_path, 2)
     try:
         wanted = len(FIRST) + len(MORE)
-        daemon.wait_until("a view of every new tweet", lambda: len(_views(views)) == wanted)
+        daemon.wait_until("a view of every new tweet", lambda: len(views.views()) == wanted)
         # The stop ended its long batch: this start ran none again, so it replayed nothing.
         assert daemon.metric("enrichd_replayed_tasks_total", pipeline=views.name) is None
     finally:
@@ -110,7 +101,7 @@ def test_a_continuous_pipeline_answers_reports_and_restarts_inside_its_long_batc
     daemon = _start(path, tmp_path, 3)
     try:
         wanted = len(FIRST) + len(MORE) + len(LAST)
-        daemon.wait_until("a view of the last tweets", lambda: len(_views(views)) == wanted)
+        daemon.wait_until("a view of the last tweets", lambda: len(views.views()) == wanted)
         # The killed long batch ran again, and its task replayed what it had committed.
         daemon.wait_until(
             "the replay reported",
@@ -118,4 +109,4 @@ def test_a_continuous_pipeline_answers_reports_and_restarts_inside_its_long_batc
         )
     finally:
         crash(daemon.process)
-    assert _views(views) == Counter([*FIRST, *MORE, *LAST])
+    assert views.views() == Counter([*FIRST, *MORE, *LAST])

@@ -26,19 +26,10 @@ import pytest
 from daemon.continuous.lease_source import LongBatches
 from daemon.continuous.query import start_long_batches
 from daemon.pipeline.plan import PipelinePlan, plan_pipeline
-from tests.kafka_helpers import TWEETS, USERS, VIEWS, In, TweetViews, produce, read_topic
+from tests.kafka_helpers import TWEETS, USERS, In, TweetViews, produce
 
 AUTHORS = 5
 WAVES, PER_WAVE = 16, 5
-
-
-def _views(views: TweetViews) -> Counter[int]:
-    counts: Counter[int] = Counter()
-    for record in read_topic(views.conf, views.output):
-        view: dict[str, Any] = VIEWS.decode(record.value or b"")
-        assert view["author"]["name"] == f"user {view['tweet']['author_id']}"
-        counts[view["id"]] += 1
-    return counts
 
 
 def _start(spark: Any, views: TweetViews, plan: PipelinePlan, leases: int) -> Any:
@@ -86,9 +77,9 @@ def test_a_continuous_query_stopped_inside_a_long_batch_goes_on_exactly_once(
     query = _start(spark, views, plan, leases)
     try:
         deadline = time.monotonic() + 120
-        while len(_views(views)) < WAVES * PER_WAVE:
+        while len(views.views()) < WAVES * PER_WAVE:
             assert time.monotonic() < deadline, "the restarted query did not catch up"
             time.sleep(0.25)
     finally:
         query.stop()
-    assert _views(views) == Counter(range(WAVES * PER_WAVE))
+    assert views.views() == Counter(range(WAVES * PER_WAVE))

@@ -312,12 +312,26 @@ def test_micro_batch_is_the_default_and_continuous_reads_its_two_durations(
     assert (pipe.commit_interval, pipe.long_batch) == (100, 120_000)
 
 
+def test_a_continuous_pipeline_reads_its_held_state_budget_in_bytes(tmp_path: Path) -> None:
+    pipe = load_pipeline_file(write(tmp_path, _with('mode = "continuous"'))).pipeline[0]
+    assert pipe.held_state_budget == 1536 << 20
+    text = _with('mode = "continuous"\nheld_state_budget = "256MiB"')
+    pipe = load_pipeline_file(write(tmp_path, text)).pipeline[0]
+    assert pipe.held_state_budget == 256 << 20
+    for bad, says in (('"lots"', "'lots' is not a size"), ("0", "greater than 0")):
+        text = _with(f'mode = "continuous"\nheld_state_budget = {bad}')
+        (problem,) = problems_of(write(tmp_path, text))
+        where = f"{tmp_path / 'pipeline.toml'}: pipeline[0] (p).held_state_budget: "
+        assert problem.startswith(where) and says in problem and "\n" not in problem
+
+
 @pytest.mark.parametrize(
     ("settings", "says"),
     [
-        ('commit_interval = "50ms"', "`commit_interval`, `long_batch` and `leases` are settings"),
-        ('long_batch = "1m"', "`commit_interval`, `long_batch` and `leases` are settings"),
-        ("leases = 2", "`commit_interval`, `long_batch` and `leases` are settings"),
+        ('held_state_budget = "1GiB"', "`held_state_budget` and `leases` are settings"),
+        ('commit_interval = "50ms"', "`long_batch`, `held_state_budget` and `leases` are settings"),
+        ('long_batch = "1m"', "`long_batch`, `held_state_budget` and `leases` are settings"),
+        ("leases = 2", "`long_batch`, `held_state_budget` and `leases` are settings"),
         (
             'mode = "continuous"\nleases = 4\nstate_buckets = 2',
             "`leases` (4) must not be more than `state_buckets` (2)",

@@ -19,7 +19,15 @@ import pytest
 
 from daemon.operator.core import AFTER_END_OF_INPUT, EXPIRED, EngineCore, JoinerFailure
 from daemon.operator.stash_log import MemoryChunks, StashLog
-from daemon.operator.state_format import LAST_MS, STATE, STREAM_TIME, UPDATED_MS, Bucket
+from daemon.operator.state_format import (
+    ENTRY_OVERHEAD,
+    LAST_MS,
+    STATE,
+    STREAM_TIME,
+    UPDATED_MS,
+    Bucket,
+    entry_bytes,
+)
 from daemon.plugin.joiner import (
     END_OF_TIME,
     DeadLetter,
@@ -360,3 +368,20 @@ def test_a_failing_advance_is_told_with_its_time_and_the_keys_clock_goes_on(ende
     assert [(f.key, f.call, f.records) for f in bench.outlet.failures] == [("k", call, ())]
     assert bench.values() == ["a"]  # what it yielded before it raised is not sent
     assert bench.state("k") == {"seen": ["a"]}  # and what it did to the state is gone
+
+
+def test_the_bucket_knows_what_its_entries_grew_by_as_the_core_changes_them() -> None:
+    """What a long batch counts of the state it holds (daemon.continuous.held_buckets): the
+    entries' bytes as they are now, however often each changed, none once dropped."""
+
+    def held(bench: Bench) -> int:
+        return sum(entry_bytes(key, entry) for key, entry in bench.bucket.keys.items())
+
+    bench = Bench(state_ttl=1_000)
+    bench.apply({"a": [rec("x" * 100, 1, key="a")], "b": [rec("y", 1, key="b")]})
+    assert bench.bucket.grown == held(bench) > 100 + 2 * ENTRY_OVERHEAD
+    for step in range(1, 6):  # "a" changed five times: its entry replaced, not added up
+        bench.apply({"a": [rec("z", 1 + step, key="a", offset=step)]}, now=NOW + step)
+    assert bench.bucket.grown == held(bench)
+    bench.tick(NOW + 2_000)  # both expired: dropped, their bytes given back
+    assert bench.bucket.keys == {} and bench.bucket.grown == 0
