@@ -211,16 +211,20 @@ def tally(record: InputRecord | Kept, count: int) -> Emit:
 def read_back(emit: Emit, *, placed: bool = False) -> InputRecord:
     """A stage's partial (or withdrawal) as the next stage, or the numbering, reads it back.
 
-    Its event time is the stream record's, its timestamp that of the record that made it;
-    the Kafka key is the stream record's. The join key is the reader's to set. ``placed``:
-    at the stream record's topic, partition and offset (:func:`_place_of`), else nowhere.
+    Its event time is the stream record's, its timestamp that of the record that made it (of
+    one let out by no record, the time :meth:`LookupChain.let_out` stamped, else 0: the time
+    it is written); the Kafka key is the stream record's. The join key is the reader's to
+    set. ``placed``: at the stream record's topic, partition and offset (:func:`_place_of`),
+    else nowhere.
     Made by :func:`input_record`: every stage makes one a partial, where a frozen
     dataclass's own constructor cost more than the stage's lookup.
     """
     value = emit.value or {}
     book = value[META]
     key = emit.key if isinstance(emit.key, bytes) else None
-    timestamp = int(book["rank"][0])
+    timestamp = int(book.get("ts", book["rank"][0]))
+    if timestamp >= END_OF_TIME:  # let out by no record, and not stamped: written when written
+        timestamp = 0
     topic, partition, offset = _place_of(book) if placed else ("", 0, 0)
     return input_record(
         "stream", "", value, int(book["t"]), topic, partition, offset, key, timestamp, emit.headers
@@ -356,7 +360,17 @@ class LookupStage(Lookup):
         partial = record.value or {}
         book = dict(partial[META])
         book["gen"] = (*book["gen"], revision)
-        book["rank"] = END_RANK if at is None else self.rank(at)
+        if at is None:
+            book["rank"] = END_RANK
+        else:
+            book["rank"] = self.rank(at)
+            # The time the record that made it carries: a row's is its rank's; a partial's
+            # may be the stamp of what let it out (LookupChain.let_out).
+            stamp = meta(at).get("ts") if at.role == "stream" else None
+            if stamp is None:
+                book.pop("ts", None)
+            else:
+                book["ts"] = stamp
         book["open"] = book.get("open", 0) + opens
         if answer is None:
             if self.options.mode == "inner":
@@ -534,6 +548,17 @@ class LookupChain(Chain):
     def routed(self, emit: Emit) -> InputRecord:
         """:func:`read_back`, not placed: the next stage's key and bucket need no place."""
         return read_back(emit)
+
+    def let_out(self, emit: Emit, timestamp: int | None) -> Emit:
+        """A partial let out by no record, stamped with ``timestamp`` (see :func:`read_back`).
+
+        Its rank stays :data:`END_RANK`: the next stage applies it after the micro-batch's
+        records, as they arrived before the wake-up, expiry or end of input that let it out.
+        """
+        if timestamp is None or emit.value is None:
+            return emit
+        book = {**emit.value[META], "ts": timestamp}
+        return replace(emit, value={**emit.value, META: book})
 
     def withdrawn(self, emit: Emit) -> bool:
         """A withdrawal: an ``inner`` stage found no row."""

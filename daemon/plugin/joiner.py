@@ -535,6 +535,15 @@ class Chain(ABC):
         """
         return self.passed(emit)
 
+    def let_out(self, emit: Emit, timestamp: int | None) -> Emit:
+        """A stage's emit that no record made (a wake-up, an expiry, the end of input).
+
+        ``timestamp``: the newest Kafka timestamp of its key's rows in the call, its
+        end-of-input marker's (None at a wake-up), for the output it becomes to carry, as a
+        one-joiner pipeline's does. By default the emit as it is.
+        """
+        return emit
+
     @abstractmethod
     def withdrawn(self, emit: Emit) -> bool:
         """Whether a stage's emit withdraws an answer (it goes to :attr:`last` only)."""
