@@ -31,6 +31,13 @@ on, and one that drops a kept partial (end of input for its key, or past
 count reaches the numbering in the micro-batch it was made in, since a count waits nowhere (a
 held partial's goes ahead in its tally), so after each micro-batch the sum is exact and
 zero only when nothing is open, however the micro-batches were cut.
+
+A stage whose table has a ``grace`` or a ``state_ttl`` is woken or expired by the engine as a
+one-table lookup is (:class:`~daemon.operator.core.EngineCore`): a wake-up lets out the
+partials that are due, an expiry all that the key holds and drops what it keeps (a tally
+each), as the end of input does. What no record lets out ranks :data:`END_RANK`: the next
+stage applies it after the records of its micro-batch, which arrived before. It reaches the
+later stages and the numbering in the micro-batch it was let out in, as every count does.
 """
 
 from __future__ import annotations
