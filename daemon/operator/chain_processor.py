@@ -218,6 +218,7 @@ class ChainProcessor(JoinerProcessor):
                 keyless.append(row)
             else:
                 by_key.setdefault(row.key, []).append(row)
+        ranges.discard("")  # the packs of a timer's call, which read no range
         self._covered |= ranges
         self._call_ranges |= ranges
         for row in keyless:

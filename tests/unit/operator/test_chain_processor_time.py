@@ -97,6 +97,7 @@ def test_a_partial_held_for_its_grace_goes_on_when_its_stage_wakes() -> None:
     written = run_timed(operators, [(NOW + 1_000, [])])
     assert _answers(written) == {"o1": [("c1@0", "north", 10, 0)]}
     assert operators[-1]._timers[customers_label] is None
+    assert "" not in operators[-1]._covered  # a timer's call read no input range
     assert _numbered(operators)  # every stage keeps o1's answer, for revisions
 
     run_timed(operators, [(NOW + 1_001, feed.ends("c1", "north", "p1"))])
