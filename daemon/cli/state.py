@@ -76,13 +76,16 @@ def state(
         names = [stage.table for stage in chain.stages] + ["numbering"] * (chain.last is not None)
         head["micro_batch"] = batch
         buckets = shapes.buckets_of_shape(shape)
+        # Each operator's keys expire by its own table's TTL (the numbering's never).
+        joiners = [stage.joiner for stage in chain.stages] + [chain.last] * (chain.last is not None)
+        expiries = [Expiry(j.state_ttl_ms(), expiry.now_ms) for j in joiners if j is not None]
         operators: dict[str, Any] = {}
-        for name, operator in operator_ids(names).items():
+        for (name, operator), expires in zip(operator_ids(names).items(), expiries, strict=True):
             found_here = CheckpointState(spark, pipe.checkpoint, batch, operator)
             if key is not None:
-                operators[name] = _key(spark, found_here, key, buckets, expiry)
+                operators[name] = _key(spark, found_here, key, buckets, expires)
             else:
-                operators[name] = _summary(spark, found_here, expiry)
+                operators[name] = _summary(spark, found_here, expires)
         if key is not None and not any(operators.values()):
             raise NoStateError(
                 f"pipeline {pipe.name!r}: no state for key {key!r} in any operator of "
