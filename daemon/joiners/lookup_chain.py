@@ -32,12 +32,9 @@ count reaches the numbering in the micro-batch it was made in, since a count wai
 held partial's goes ahead in its tally), so after each micro-batch the sum is exact and
 zero only when nothing is open, however the micro-batches were cut.
 
-A stage whose table has a ``grace`` or a ``state_ttl`` is woken or expired by the engine as a
-one-table lookup is (:class:`~daemon.operator.core.EngineCore`): a wake-up lets out the
-partials that are due, an expiry all that the key holds and drops what it keeps (a tally
-each), as the end of input does. What no record lets out ranks :data:`END_RANK`: the next
-stage applies it after the records of its micro-batch, which arrived before. It reaches the
-later stages and the numbering in the micro-batch it was let out in, as every count does.
+A stage's ``grace`` and ``state_ttl`` work as a one-table lookup's (the engine wakes and
+expires its keys); what a wake-up, an expiry or the end of input lets out ranks
+:data:`END_RANK`, after its micro-batch's records, and its counts go on in that micro-batch.
 """
 
 from __future__ import annotations
@@ -218,11 +215,10 @@ def tally(record: InputRecord | Kept, count: int) -> Emit:
 def read_back(emit: Emit, *, placed: bool = False) -> InputRecord:
     """A stage's partial (or withdrawal) as the next stage, or the numbering, reads it back.
 
-    Its event time is the stream record's, its timestamp that of the record that made it (of
-    one let out by no record, the time :meth:`LookupChain.let_out` stamped, else 0: the time
-    it is written); the Kafka key is the stream record's. The join key is the reader's to
-    set. ``placed``: at the stream record's topic, partition and offset (:func:`_place_of`),
-    else nowhere.
+    Its event time is the stream record's, its timestamp that of the record that made it (let
+    out by none: :meth:`LookupChain.let_out`'s stamp, else 0, the time it is written); the
+    Kafka key is the stream record's. The join key is the reader's to set. ``placed``: at
+    the stream record's topic, partition and offset (:func:`_place_of`), else nowhere.
     Made by :func:`input_record`: every stage makes one a partial, where a frozen
     dataclass's own constructor cost more than the stage's lookup.
     """
@@ -367,17 +363,10 @@ class LookupStage(Lookup):
         partial = record.value or {}
         book = dict(partial[META])
         book["gen"] = (*book["gen"], revision)
-        if at is None:
-            book["rank"] = END_RANK
-        else:
-            book["rank"] = self.rank(at)
-            # The time the record that made it carries: a row's is its rank's; a partial's
-            # may be the stamp of what let it out (LookupChain.let_out).
-            stamp = meta(at).get("ts") if at.role == "stream" else None
-            if stamp is None:
-                book.pop("ts", None)
-            else:
-                book["ts"] = stamp
+        book["rank"] = END_RANK if at is None else self.rank(at)
+        book.pop("ts", None)  # the time of what made it: a row's is its rank's, a partial's
+        if at is not None and at.role == "stream" and "ts" in meta(at):  # may be a stamp
+            book["ts"] = meta(at)["ts"]
         book["open"] = book.get("open", 0) + opens
         if answer is None:
             if self.options.mode == "inner":

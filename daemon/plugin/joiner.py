@@ -536,12 +536,7 @@ class Chain(ABC):
         return self.passed(emit)
 
     def let_out(self, emit: Emit, timestamp: int | None) -> Emit:
-        """A stage's emit that no record made (a wake-up, an expiry, the end of input).
-
-        ``timestamp``: the newest Kafka timestamp of its key's rows in the call, its
-        end-of-input marker's (None at a wake-up), for the output it becomes to carry, as a
-        one-joiner pipeline's does. By default the emit as it is.
-        """
+        """An emit no record made, for its key's newest ``timestamp`` (None at a wake-up)."""
         return emit
 
     @abstractmethod
