@@ -77,8 +77,11 @@ def state(
         # seed not yet applied, each operator's own too.
         names = [stage.table for stage in chain.stages] + ["numbering"] * (chain.last is not None)
         buckets = shapes.buckets_of_shape(shape)
+        # Each operator's keys expire by its own table's TTL (the numbering's never).
+        joiners = [stage.joiner for stage in chain.stages] + [chain.last] * (chain.last is not None)
+        expiries = [Expiry(j.state_ttl_ms(), expiry.now_ms) for j in joiners if j is not None]
         operators: dict[str, Any] = {}
-        for name, operator in operator_ids(names).items():
+        for (name, operator), expires in zip(operator_ids(names).items(), expiries, strict=True):
             found_here: CheckpointState | Seed
             if batch is not None:
                 found_here = CheckpointState(spark, pipe.checkpoint, batch, operator)
@@ -86,9 +89,9 @@ def state(
                 assert seed is not None  # noqa: S101 - checked above
                 found_here = seed.of_operator(operator)
             if key is not None:
-                operators[name] = _key(spark, found_here, key, buckets, expiry)
+                operators[name] = _key(spark, found_here, key, buckets, expires)
             else:
-                operators[name] = _summary(spark, found_here, expiry)
+                operators[name] = _summary(spark, found_here, expires)
         if key is not None and not any(operators.values()):
             raise NoStateError(
                 f"pipeline {pipe.name!r}: no state for key {key!r} in any operator of "

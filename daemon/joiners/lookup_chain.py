@@ -31,6 +31,10 @@ on, and one that drops a kept partial (end of input for its key, or past
 count reaches the numbering in the micro-batch it was made in, since a count waits nowhere (a
 held partial's goes ahead in its tally), so after each micro-batch the sum is exact and
 zero only when nothing is open, however the micro-batches were cut.
+
+A stage's ``grace`` and ``state_ttl`` work as a one-table lookup's (the engine wakes and
+expires its keys); what a wake-up, an expiry or the end of input lets out ranks
+:data:`END_RANK`, after its micro-batch's records, and its counts go on in that micro-batch.
 """
 
 from __future__ import annotations
@@ -201,16 +205,19 @@ def tally(record: InputRecord | Kept, count: int) -> Emit:
 def read_back(emit: Emit, *, placed: bool = False) -> InputRecord:
     """A stage's partial (or withdrawal) as the next stage, or the numbering, reads it back.
 
-    Its event time is the stream record's, its timestamp that of the record that made it;
-    the Kafka key is the stream record's. The join key is the reader's to set. ``placed``:
-    at the stream record's topic, partition and offset (:func:`_place_of`), else nowhere.
+    Its event time is the stream record's, its timestamp that of the record that made it (let
+    out by none: :meth:`LookupChain.let_out`'s stamp, else 0, the time it is written); the
+    Kafka key is the stream record's. The join key is the reader's to set. ``placed``: at
+    the stream record's topic, partition and offset (:func:`_place_of`), else nowhere.
     Made by :func:`input_record`: every stage makes one a partial, where a frozen
     dataclass's own constructor cost more than the stage's lookup.
     """
     value = emit.value or {}
     book = value[META]
     key = emit.key if isinstance(emit.key, bytes) else None
-    timestamp = int(book["rank"][0])
+    timestamp = int(book.get("ts", book["rank"][0]))
+    if timestamp >= END_OF_TIME:  # let out by no record, and not stamped: written when written
+        timestamp = 0
     topic, partition, offset = _place_of(book) if placed else ("", 0, 0)
     return input_record(
         "stream", "", value, int(book["t"]), topic, partition, offset, key, timestamp, emit.headers
@@ -347,6 +354,9 @@ class LookupStage(Lookup):
         book = dict(partial[META])
         book["gen"] = (*book["gen"], revision)
         book["rank"] = END_RANK if at is None else self.rank(at)
+        book.pop("ts", None)  # the time of what made it: a row's is its rank's, a partial's
+        if at is not None and at.role == "stream" and "ts" in meta(at):  # may be a stamp
+            book["ts"] = meta(at)["ts"]
         book["open"] = book.get("open", 0) + opens
         if answer is None:
             if self.options.mode == "inner":
@@ -524,6 +534,17 @@ class LookupChain(Chain):
     def routed(self, emit: Emit) -> InputRecord:
         """:func:`read_back`, not placed: the next stage's key and bucket need no place."""
         return read_back(emit)
+
+    def let_out(self, emit: Emit, timestamp: int | None) -> Emit:
+        """A partial let out by no record, stamped with ``timestamp`` (see :func:`read_back`).
+
+        Its rank stays :data:`END_RANK`: the next stage applies it after the micro-batch's
+        records, as they arrived before the wake-up, expiry or end of input that let it out.
+        """
+        if timestamp is None or emit.value is None:
+            return emit
+        book = {**emit.value[META], "ts": timestamp}
+        return replace(emit, value={**emit.value, META: book})
 
     def withdrawn(self, emit: Emit) -> bool:
         """A withdrawal: an ``inner`` stage found no row."""

@@ -50,8 +50,13 @@ SEVERAL_TABLES = """
     (``"region.name"``): its running totals follow the revisions as with one table, each
     stream record counting once, in the group of its latest answer. Tables with
     ``bootstrap = true`` are read to their ends together, before any stream record, when a
-    query starts without a checkpoint. Not yet with several tables: ``grace`` and
-    ``state_ttl``.
+    query starts without a checkpoint. ``grace`` and ``state_ttl`` mean what they mean with
+    one table, at the table's own stage: an order is held at a table with a grace until its
+    key there (the value at the table's ``lookup_key``) has reached the order's time plus the
+    grace, is quiet for ``idle_timeout`` or its input ends, and then goes on to the next
+    table; a row of a table with a ``state_ttl`` that has not changed for that long is
+    forgotten, a tombstone to later orders at that stage (what the key holds for a grace goes
+    on first, its kept answers are revised no more).
 """
 """What ``tables`` adds to :meth:`LookupOfTables.semantics` (``daemon plugins describe``)."""
 
@@ -74,12 +79,6 @@ class LookupTable(LookupOptions):
     def _a_table_is_one_table(self) -> LookupTable:
         if self.aggregate is not None:
             raise ValueError("a table of `tables` takes no `aggregate`: totals are the lookup's")
-        for name in ("grace", "state_ttl"):
-            if getattr(self, name):
-                raise ValueError(
-                    f"`{name}` is not supported with several tables yet: the engine does not "
-                    "wake the stages of a chain; remove it or use one table"
-                )
         paths = [self.lookup_key] if isinstance(self.lookup_key, str) else self.lookup_key
         if not paths or any(not path for path in paths):
             raise ValueError("`lookup_key` needs a path, or a list of them")

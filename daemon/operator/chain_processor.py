@@ -28,6 +28,13 @@ differences:
   handed on (:data:`~daemon.model.wire.METRICS_INPUT`) to the writing operator, which
   reports them with its own: the names the plain replay of a chain gives them. The lines of
   failed joiner calls of earlier stages are not reported (their dead letters are written).
+- Time. A stage with a ``grace`` wakes its quiet keys, one with a ``state_ttl`` expires its
+  keys, by its buckets' timers, as a one-joiner operator does (:class:`JoinerProcessor`). What
+  a timer lets out goes on to the next operator in the same micro-batch, as what a record
+  lets out does (stamped by :meth:`~daemon.plugin.Chain.let_out`). The timers each operator's
+  buckets hold after a call go on with its counts to the writing operator, which reports them
+  for the planner's clock (:mod:`daemon.checkpoint.due_times`) under labels of their own
+  (:meth:`ChainStep.timer_label`), with the batch's time if one fired (for its marker).
 """
 
 from __future__ import annotations
@@ -70,6 +77,9 @@ from daemon.plugin.joiner import (
 )
 from daemon.sink.spec import OutputSpec
 
+TIMER_LABEL_BITS = 32
+"""How far above a bucket's own label an earlier operator's timer label puts its place."""
+
 
 @dataclass(frozen=True)
 class ChainStep:
@@ -105,6 +115,18 @@ class ChainStep:
         """Whether this operator runs the chain's last joiner, not a stage."""
         return self.index == self.stages
 
+    def timer_label(self, bucket: int) -> int:
+        """Bucket ``bucket``'s label in the due-time map: apart for each operator.
+
+        The writing operator's are its buckets' own labels (small numbers, see
+        :func:`~daemon.model.record_route.bucket_labels`); an earlier operator's are its
+        buckets' with the operator's place above them (operator 0's bucket 3: ``2**32 + 3``),
+        so no two operators' timers share one.
+        """
+        if self.writes:
+            return bucket
+        return ((self.index + 1) << TIMER_LABEL_BITS) + bucket
+
 
 class Passed(NamedTuple):
     """A row for the next operator, and the bucket it goes to."""
@@ -131,6 +153,11 @@ class ChainProcessor(JoinerProcessor):
         self._call_ranges: set[str] = set()
         self._forwarded: dict[str, int] = {}
         """The earlier stages' counts that reached the writing operator since its last report."""
+        self._fired: int | None = None
+        """The batch's time, if a timer fired in this operator's call (for its report)."""
+        self._timed_labels: set[int] = set()
+        """The labels whose timer a timer call reported since the last report (see
+        :meth:`_take_report`)."""
         self._stream_role = self.plan.inputs[self.step.stream_input][0]
 
     # -- a call ----------------------------------------------------------------------------
@@ -169,8 +196,7 @@ class ChainProcessor(JoinerProcessor):
                     self._hand_on(key, row)
             elif kind == METRICS_INPUT:
                 if step.writes:
-                    for name, n in json.loads(row.value or b"{}").items():
-                        self._forwarded[name] = self._forwarded.get(name, 0) + int(n)
+                    self._take_report(json.loads(row.value or b"{}"))
                 else:
                     self._hand_on(key, row)
             elif kind == CONTROL_INPUT:
@@ -192,6 +218,7 @@ class ChainProcessor(JoinerProcessor):
                 keyless.append(row)
             else:
                 by_key.setdefault(row.key, []).append(row)
+        ranges.discard("")  # the packs of a timer's call, which read no range
         self._covered |= ranges
         self._call_ranges |= ranges
         for row in keyless:
@@ -205,6 +232,23 @@ class ChainProcessor(JoinerProcessor):
         self.core.apply(bucket, log, self._decoded(by_key), now)
         self.buckets.save(key, bucket, log, stored)
         self._timers[int(key[0])] = bucket.timer_ms
+
+    def handleExpiredTimer(  # noqa: N802
+        self,
+        key: Any,
+        timerValues: Any,  # noqa: N803
+        expiredTimerInfo: Any,  # noqa: N803
+    ) -> Iterator[SparkRow]:
+        """Keys of the bucket are due: as :class:`JoinerProcessor` wakes or expires them.
+
+        An operator other than the last hands what they let out on to the next one.
+        """
+        if self.step.writes:
+            yield from super().handleExpiredTimer(key, timerValues, expiredTimerInfo)
+            return
+        self._fired = timerValues.getCurrentProcessingTimeInMs()
+        self._wake_up(key, timerValues, self._collect)
+        yield from self._packs(int(key[0]))
 
     def _record(self, row: InputRow, key: str) -> InputRecord | None:
         """One row as a record of this operator's joiner (None: dead-lettered, undecodable)."""
@@ -229,7 +273,10 @@ class ChainProcessor(JoinerProcessor):
             for result in results:
                 if isinstance(result, DeadLetter):
                     made.append(self._rejected(result, self._raw))
-                elif chain.withdrawn(result):
+                    continue
+                if result.source is None:  # let out by a wake-up, an expiry or the end of input
+                    result = chain.let_out(result, self._raw.newest_timestamp)
+                if chain.withdrawn(result):
                     if chain.last is not None:
                         made.append(self._routed(result, WITHDRAWN_INPUT))
                 else:
@@ -297,9 +344,17 @@ class ChainProcessor(JoinerProcessor):
         A dead letter goes in the call's own bucket. Each range the call read goes on with a
         pack (an empty one where it has none), for the writing operator's batch marker.
         """
+        report: dict[str, Any] = {}
         counted = self._stage_metrics()
         if counted:
-            blob = json.dumps(counted).encode()
+            report["counts"] = counted
+        if self._timers:
+            labelled = self.step.timer_label
+            report["timers"] = {labelled(b): ms for b, ms in self._timers.items()}
+        if self._fired is not None:
+            report["fired"], self._fired = self._fired, None
+        if report:
+            blob = json.dumps(report).encode()
             counts = InputRow(METRICS_INPUT, "", 0, 0, 0, 0, None, blob, None, None)
             self._passing.append(Passed(-1, counts))
         for _ in super()._counts():  # the writing operator reports; this only resets
@@ -332,6 +387,27 @@ class ChainProcessor(JoinerProcessor):
         metrics.clear()
         return named
 
+    def _take_report(self, report: dict[str, Any]) -> None:
+        """An earlier operator's report, taken in by the writing operator for its own.
+
+        Its counts are added up; its timers join the writing operator's, to be reported as
+        its own are. A bucket's timer call comes after its call with records in the same
+        micro-batch, so what a timer call reports wins over the other, in whichever order
+        the two reach this operator.
+        """
+        for name, n in report.get("counts", {}).items():
+            self._forwarded[name] = self._forwarded.get(name, 0) + int(n)
+        fired = report.get("fired")
+        for text, ms in report.get("timers", {}).items():
+            label = int(text)
+            if fired is None and label in self._timed_labels:
+                continue
+            self._timers[label] = None if ms is None else int(ms)
+            if fired is not None:
+                self._timed_labels.add(label)
+        if fired is not None and self.output is not None and self.output.timer_ms is None:
+            self.output.timer_ms = int(fired)  # a timer's firing is part of the batch's share
+
     def merged_metrics(self) -> dict[str, int]:
         """The writing operator's counts to report: its own and the earlier stages'; cleared.
 
@@ -347,6 +423,7 @@ class ChainProcessor(JoinerProcessor):
     def _counts(self) -> Iterator[SparkRow]:
         """The call's counts, with the earlier stages' (see :meth:`merged_metrics`)."""
         self.merged_metrics()
+        self._timed_labels = set()
         yield from super()._counts()
 
     # -- dead letters ----------------------------------------------------------------------

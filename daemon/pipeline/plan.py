@@ -371,7 +371,6 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     seed = seed_of(pipe.checkpoint)
     # Processing time drives state TTL and the timers of joiners that wake up quiet keys.
     wakes = joiner.wakes_up()
-    time_mode = "ProcessingTime" if joiner.state_ttl_ms() or wakes else "None"
     # As many read tasks as the cluster runs at once: see daemon.source.planning. A joiner that
     # wakes keys gets a batch within a trigger interval (or WAKEUP_MS) of a bucket's timer
     # from the source's clock, since Spark fires timers only in batches; the sink's commit
@@ -407,7 +406,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
             statefulProcessor=DeferredProcessor(JoinerProcessor(plan.operator, output)),
             outputStructType=OUTPUT.ddl,
             outputMode="Append",
-            timeMode=time_mode,
+            timeMode=_time_mode(joiner),
             initialState=seed.initial_state(spark) if seed is not None and seed.has_state else None,
         )
     writer = joined.writeStream.option("checkpointLocation", str(pipe.checkpoint))
@@ -486,7 +485,7 @@ def _chained(stream: Any, plan: PipelinePlan, output: OutputSpec, seed: Seed | N
             statefulProcessor=DeferredProcessor(ChainProcessor(operator, output, step)),
             outputStructType=OUTPUT.ddl if step.writes else SOURCE.ddl,
             outputMode="Append",
-            timeMode="None",  # a chain's tables have no grace and no state_ttl (yet)
+            timeMode=_time_mode(operator.joiner),  # a stage's table's grace and state_ttl
             initialState=initial,
         )
     return frame
@@ -509,6 +508,11 @@ def operator_seeds(pipeline: str, count: int, seed: Seed | None) -> Sequence[See
                 "restore the checkpoint it replaced, or reset it without --keep-state"
             )
     return seeds
+
+
+def _time_mode(joiner: Joiner) -> str:
+    """An operator's ``timeMode``: processing time drives its joiner's wake-ups and TTL."""
+    return "ProcessingTime" if joiner.state_ttl_ms() or joiner.wakes_up() else "None"
 
 
 def register_data_sources(spark: SparkSession) -> None:

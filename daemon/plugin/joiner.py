@@ -561,6 +561,10 @@ class Chain(ABC):
         """
         return self.passed(emit)
 
+    def let_out(self, emit: Emit, timestamp: int | None) -> Emit:
+        """An emit no record made, for its key's newest ``timestamp`` (None at a wake-up)."""
+        return emit
+
     @abstractmethod
     def withdrawn(self, emit: Emit) -> bool:
         """Whether a stage's emit withdraws an answer (it goes to :attr:`last` only)."""

@@ -8,6 +8,7 @@ equal per order.
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ TIMES = {"stream": "at", "customers": "since", "regions": "since", "products": "
 Lines = dict[str, list[dict[str, Any]]]
 """Each role's records, ``{"key": ..., "value": ..., "timestamp": ...}`` as replay reads them."""
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "orders-three-tables.toml"
+SCHEMAS = EXAMPLE.parents[1] / "schemas"
 UNITS_PER_REGION = """
 [pipeline.outputs.totals]
 topic = "units-per-region"
@@ -50,10 +52,33 @@ def example_with(folder: Path, added: str = UNITS_PER_REGION, old: str = "", new
     if old:
         assert old in text, old
         text = text.replace(old, new)
-    schemas = (EXAMPLE.parents[1] / "schemas").as_posix()
     path = folder / "orders-with-totals.toml"
-    path.write_text((text + added).replace("../schemas", schemas), encoding="utf-8")
+    path.write_text((text + added).replace("../schemas", SCHEMAS.as_posix()), encoding="utf-8")
     return path
+
+
+def derived_example(folder: Path, changes: dict[str, str]) -> Path:
+    """examples/orders-three-tables.toml with each of ``changes`` made (each text found once).
+
+    Written to ``folder``, its schema paths made absolute.
+    """
+    text = EXAMPLE.read_text(encoding="utf-8").replace("../schemas", SCHEMAS.as_posix())
+    for old, new in changes.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = folder / "pipeline.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_inputs(folder: Path, lines: Lines) -> dict[str, Path]:
+    """Each role's lines as a replay input file in ``folder``, by role."""
+    files = {}
+    for role, records in lines.items():
+        path = folder / f"{role}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        files[role] = path
+    return files
 
 
 def shop_inputs(seed: int, prefix: str = "", *, late_customer: bool = False) -> Lines:

@@ -32,34 +32,16 @@ from tests.joins.shop_chain import (
     REGIONAL_ROW_KEYS,
     Lines,
     bootstrapped_late,
+    derived_example,
     merged,
     plain_chain,
     priced_by_region,
     shop_inputs,
+    write_inputs,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "orders-three-tables.toml"
-
-
-def _write(tmp: Path, lines: dict[str, list[dict[str, Any]]]) -> dict[str, Path]:
-    files = {}
-    for role, records in lines.items():
-        path = tmp / f"{role}.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        files[role] = path
-    return files
-
-
-def _derived(tmp: Path, changes: dict[str, str]) -> Path:
-    """The example's pipeline file with each of ``changes`` made (each text found once)."""
-    text = EXAMPLE.read_text().replace("../schemas", (ROOT / "schemas").as_posix())
-    for old, new in changes.items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    path = tmp / "pipeline.toml"
-    path.write_text(text)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +68,7 @@ def test_three_tables_in_one_query_answer_as_the_plain_chain(
 
     result = replay(
         load_pipeline_file(EXAMPLE),
-        _write(tmp_path, lines),
+        write_inputs(tmp_path, lines),
         bootstrap_servers=broker.bootstrap_servers,
         max_batch=max_batch,
     )
@@ -112,7 +94,7 @@ def test_six_histories_at_once_answer_as_the_plain_chain_in_small_batches(
 
     result = replay(
         load_pipeline_file(EXAMPLE),
-        _write(tmp_path, lines),
+        write_inputs(tmp_path, lines),
         bootstrap_servers=broker.bootstrap_servers,
         max_batch=29,
     )
@@ -194,7 +176,7 @@ def test_a_debezium_table_with_avro_keys_answers_as_its_rows_do(
     )
     path = tmp_path / "pipeline.toml"
     path.write_text(text)
-    files = _write(tmp_path, {**lines, "customers": _as_changes(lines["customers"])})
+    files = write_inputs(tmp_path, {**lines, "customers": _as_changes(lines["customers"])})
 
     result = replay(
         load_pipeline_file(path), files, bootstrap_servers=broker.bootstrap_servers, max_batch=23
@@ -223,7 +205,7 @@ def test_a_composite_key_from_two_records_finds_the_price_in_the_customers_regio
         for values in expected.values()
     )
     assert plain.dead_letters == []
-    path = _derived(
+    path = derived_example(
         tmp_path,
         {
             'shop_product.avsc"\nkey = "id"': (
@@ -238,7 +220,7 @@ def test_a_composite_key_from_two_records_finds_the_price_in_the_customers_regio
 
     result = replay(
         load_pipeline_file(path),
-        _write(tmp_path, lines),
+        write_inputs(tmp_path, lines),
         bootstrap_servers=broker.bootstrap_servers,
         max_batch=19,
     )
@@ -283,7 +265,7 @@ def test_tables_that_bootstrap_answer_orders_that_reached_kafka_before_their_row
     assert plain.metrics.get("customers.revisions", 0) == 0
     assert plain.metrics.get("products.revisions", 0) == 0
     assert plain.metrics["regions.revisions"] > 0
-    path = _derived(
+    path = derived_example(
         tmp_path,
         {
             f'input = "{role}"\nlookup_key = "order.{field}_id"': (
@@ -295,7 +277,7 @@ def test_tables_that_bootstrap_answer_orders_that_reached_kafka_before_their_row
 
     result = replay(
         load_pipeline_file(path),
-        _write(tmp_path, lines),
+        write_inputs(tmp_path, lines),
         bootstrap_servers=broker.bootstrap_servers,
         max_batch=13,
     )

@@ -12,7 +12,6 @@ after the answer it takes back.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,14 @@ from daemon.joiners.aggregate import RETRACTIONS
 from daemon.model.config import load_pipeline_file
 from daemon.replay import ReplayResult, replay
 from daemon.testing import by_key
-from tests.joins.shop_chain import TABLES, TIMES, Lines, example_with, shop_inputs
+from tests.joins.shop_chain import (
+    TABLES,
+    TIMES,
+    Lines,
+    example_with,
+    shop_inputs,
+    write_inputs,
+)
 from tests.unit.joiners.chain_replay import ChainRun, ChainStream, run_chain
 
 Moves = dict[str, list[tuple[int, int]]]
@@ -51,15 +57,6 @@ def plain(lines: Lines) -> ChainRun:
         times=TIMES,
         retractions=True,
     )
-
-
-def _write(tmp: Path, lines: Lines) -> dict[str, Path]:
-    files = {}
-    for role, records in lines.items():
-        path = tmp / f"{role}.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        files[role] = path
-    return files
 
 
 def final_units(plain: ChainRun) -> dict[str, int]:
@@ -120,7 +117,7 @@ def test_units_per_region_count_each_order_once_in_the_region_of_its_latest_answ
 
     result = replay(
         load_pipeline_file(example_with(tmp_path)),
-        _write(tmp_path, lines),
+        write_inputs(tmp_path, lines),
         bootstrap_servers=broker.bootstrap_servers,
         max_batch=max_batch,
     )

@@ -42,16 +42,27 @@ INPUTS = {
 """Each input's role, its topic in the example (and its recorded inputs' name), its schema."""
 
 
-def _example(broker: EmbeddedBroker, folder: Path) -> Path:
-    """The example pipeline on topics of its own, its recorded inputs produced; its file."""
-    path = _example_file(broker, folder)
+def _example(broker: EmbeddedBroker, folder: Path, changes: dict[str, str] | None = None) -> Path:
+    """The example pipeline on topics of its own, its recorded inputs produced; its file.
+
+    ``changes``: texts of the example replaced, each found once.
+    """
+    path = _example_file(broker, folder, changes)
     _produce(broker, path, {role: _lines(topic) for role, (topic, _) in INPUTS.items()})
     return path
 
 
-def _example_file(broker: EmbeddedBroker, folder: Path) -> Path:
-    """The example pipeline on topics of its own (created, empty); its file."""
+def _example_file(
+    broker: EmbeddedBroker, folder: Path, changes: dict[str, str] | None = None
+) -> Path:
+    """The example pipeline on topics of its own (created, empty); its file.
+
+    ``changes``: texts of the example replaced, each found once.
+    """
     text = EXAMPLE.read_text().replace("../schemas", (ROOT / "schemas").as_posix())
+    for old, new in (changes or {}).items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
     text = text.replace('"../state/orders-three-tables"', json.dumps(str(folder / "cp")))
     suffix = folder.name[-8:].replace("_", "-")
     topics = [topic for topic, _ in INPUTS.values()]
@@ -88,7 +99,18 @@ def _lines(data: str) -> list[dict[str, Any]]:
 def test_state_shows_each_table_operators_keys(
     broker: EmbeddedBroker, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _example(broker, tmp_path)
+    # Each table's keys expire by its own state_ttl, which its operator's state shows.
+    ttls = {"customers": "1d", "products": "2d"}
+    path = _example(
+        broker,
+        tmp_path,
+        {
+            f'input = "{table}"\nlookup_key = "order.{table[:-1]}_id"': (
+                f'input = "{table}"\nlookup_key = "order.{table[:-1]}_id"\nstate_ttl = "{ttl}"'
+            )
+            for table, ttl in ttls.items()
+        },
+    )
     file = load_pipeline_file(path)
     check_checkpoint(file.pipeline[0])  # as a start does: daemon state reads the shape
     assert run_pipeline(spark, file)
@@ -100,6 +122,12 @@ def test_state_shows_each_table_operators_keys(
     assert operators["customers"] is not None
     assert "south" in json.dumps(operators["customers"])  # her move, valid from 2500
     assert operators["regions"] is None and operators["products"] is None
+    customer = operators["customers"]
+    assert customer["expires_ms"] == customer["updated_ms"] + 86_400_000
+
+    done = daemon(capsys, "state", str(path), "--key", "p1")
+    product = json.loads(done.out)["operators"]["products"]
+    assert product["expires_ms"] == product["updated_ms"] + 2 * 86_400_000
 
     done = daemon(capsys, "state", str(path), "--key", "north")
     operators = json.loads(done.out)["operators"]

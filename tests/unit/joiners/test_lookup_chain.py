@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,8 +22,15 @@ from hypothesis import strategies as st
 from daemon.errors import ConfigError
 from daemon.joiners.aggregate import RETRACTIONS, Aggregate, AggregateOptions
 from daemon.joiners.lookup import Lookup, LookupOptions
-from daemon.joiners.lookup_chain import ChainTable, meta, plan_chain
-from daemon.plugin.joiner import JOINED, RETRACTED, Emit, InputRecord, JoinerContext
+from daemon.joiners.lookup_chain import END_RANK, ChainTable, LookupChain, meta, plan_chain
+from daemon.plugin.joiner import (
+    END_OF_TIME,
+    JOINED,
+    RETRACTED,
+    Emit,
+    InputRecord,
+    JoinerContext,
+)
 from daemon.testing import by_key, run_joiner
 from tests.unit.joiners.chain_replay import ChainRun, ChainStream, run_chain
 
@@ -572,3 +580,33 @@ def per_output(emits: Sequence[Emit]) -> dict[tuple[str | None, Any], list[Any]]
         if out.output in (None, RETRACTIONS):
             found.setdefault((out.output, out.key), []).append(out.value)
     return found
+
+
+def test_a_partial_let_out_by_no_record_carries_its_stamp_through_later_stages() -> None:
+    """Let out at a wake-up, an expiry or the end of input: never at the end of time."""
+    left = LookupOptions(mode="left", versioned=True, grace=50)
+    chain = LookupChain(
+        "order",
+        [
+            ChainTable("customers", "customer", "order.customer_id", left),
+            ChainTable("products", "product", "order.product_id", LookupOptions(mode="left")),
+        ],
+        {"stream": 0, "customers": 1, "products": 2},
+        "p",
+    )
+    customers, products = (stage.joiner for stage in chain.stages)
+    value = {"id": "o1", "customer_id": "c1", "product_id": "p1", "at": 100}
+    held = customers.initial_state()
+    order_record = InputRecord("stream", "c1", value, 100, "orders", 0, 3, b"o1", 7)
+    assert [e for e in customers.process("c1", held, [chain.enter(order_record)], customers.context)
+            if e.output is None] == []  # fmt: skip
+    (let_out,) = (e for e in customers.advance("c1", held, END_OF_TIME, customers.context)
+                  if e.output is None)  # fmt: skip
+
+    # Unstamped (a wake-up): written at the time it is written, not at the end of time.
+    assert let_out.source is None and chain.passed(let_out).timestamp == 0
+    # Stamped with its end-of-input marker's time, it keeps it at the next stage.
+    partial = replace(chain.passed(chain.let_out(let_out, 42)), key="p1")
+    (answer,) = products.process("p1", products.initial_state(), [partial], products.context)
+    assert isinstance(answer, Emit) and chain.passed(answer).timestamp == 42
+    assert tuple(meta(chain.passed(answer))["rank"]) == END_RANK
