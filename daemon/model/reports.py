@@ -135,8 +135,10 @@ class BatchCounts:
 
     @property
     def batch_name(self) -> str:
-        """The batch as the daemon's lines name it: a continuous task's long batch (its report
-        says where it has read to), else a micro-batch."""
+        """The batch as the daemon's lines name it: a long batch or a micro-batch.
+
+        A continuous task's report says where its lease has read to; a micro-batch's does not.
+        """
         kind = "long batch" if self.positions else "micro-batch"
         return f"{kind} {self.batch}"
 
