@@ -116,16 +116,23 @@ class ChainStep:
         return self.index == self.stages
 
     def timer_label(self, bucket: int) -> int:
-        """Bucket ``bucket``'s label in the due-time map: apart for each operator.
+        """Bucket ``bucket``'s label in the due-time map (:func:`timer_label`)."""
+        return timer_label(self.index, self.stages + (self.chain.last is not None), bucket)
 
-        The writing operator's are its buckets' own labels (small numbers, see
-        :func:`~daemon.model.record_route.bucket_labels`); an earlier operator's are its
-        buckets' with the operator's place above them (operator 0's bucket 3: ``2**32 + 3``),
-        so no two operators' timers share one.
-        """
-        if self.writes:
-            return bucket
-        return ((self.index + 1) << TIMER_LABEL_BITS) + bucket
+
+def timer_label(place: int, operators: int, bucket: int) -> int:
+    """Bucket ``bucket``'s label in the due-time map: apart for each operator of a chain.
+
+    ``place``: the operator's place in query order, of ``operators``. The writing operator's
+    (the last) are its buckets' own labels (small numbers, see
+    :func:`~daemon.model.record_route.bucket_labels`); an earlier operator's are its buckets'
+    with the operator's place above them (the first's bucket 3: ``2**32 + 3``), so no two
+    operators' timers share one. A seed's timers are labelled so too
+    (:func:`daemon.pipeline.reset.apply`), so that each operator's reports replace them.
+    """
+    if place == operators - 1:
+        return bucket
+    return ((place + 1) << TIMER_LABEL_BITS) + bucket
 
 
 class Passed(NamedTuple):

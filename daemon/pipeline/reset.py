@@ -52,6 +52,7 @@ from daemon.kafka.names import legacy_marker_groups_of, marker_groups_of, reader
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import TOPIC_IDS
+from daemon.operator.chain_processor import timer_label
 from daemon.pipeline import written_by
 from daemon.pipeline.checkpoint_shape import (
     buckets_of_shape,
@@ -65,8 +66,8 @@ from daemon.spark.session import default_setting
 from daemon.state.export import committed_keys, seed_rows, seeded_keys
 from daemon.state.leases import LeaseState
 from daemon.state.positions import Target, positions
-from daemon.state.reader import CheckpointState, query_id
-from daemon.state.seed import SEED_SCHEMA, earliest_timers, seed_of, seed_timers, write_seed
+from daemon.state.reader import CheckpointState, operator_id, query_id
+from daemon.state.seed import SEED_SCHEMA, seed_of, seed_timers, write_seed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -94,6 +95,8 @@ class StageChange:
     """The ids of the topics ``after`` is of (none: the broker gives none)."""
     to_earliest: bool = False
     """It starts at the earliest offsets there are when it starts (a reset to earliest)."""
+    operators: int = 1
+    """How many stateful operators its query has (:func:`operators_of`)."""
 
 
 @dataclass
@@ -279,6 +282,7 @@ def reset_change(
                 old_query,
                 topic_ids(conf, topics),
                 to_earliest=target == "earliest",
+                operators=operators_of(stage),
             )
             change.stages.append(stage_change)
         elif keep_state:
@@ -368,6 +372,7 @@ def rescale_change(
                 old_query,
                 ids,
                 to_earliest=seed is not None and seed.to_earliest,
+                operators=operators,
             )
         )
     return change
@@ -385,14 +390,16 @@ def apply(change: Change) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     timers: dict[int, dict[int, int]] = {}
     for number, stage in enumerate(change.stages):
-        found = []
         for operator, keys in sorted(stage.keys.items()):
             staged = staging / str(number) / seed_state(operator)
             seed_rows(keys).write.parquet(str(staged))
             written = keys.sparkSession.read.schema(SEED_SCHEMA).parquet(str(staged))
-            found.append(seed_timers(written))
-        if found:
-            timers[number] = earliest_timers(found)
+            # Each operator's under the labels its own reports use, which replace them.
+            place = operator_id(operator, stage.operators)
+            timers.setdefault(number, {}).update(
+                (timer_label(place, stage.operators, bucket), ms)
+                for bucket, ms in seed_timers(written).items()
+            )
     kept = {LOCK, SEED_STAGING}
     if any(stage.after is None for stage in change.stages):
         kept.add(DOWNSTREAM)  # a second stage left as it is

@@ -24,9 +24,10 @@ old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/`
   operator's ``transformWithState`` takes its own (:meth:`Seed.of_operator`).
 
 With state, the new checkpoint also gets its due-time map (:mod:`daemon.checkpoint.due_times`):
-each bucket's timer is its earliest due key (of any operator's), as ``handleInitialState``
-registers it, so the query's clock wakes the seeded keys when they are due and runs no batch
-before.
+each bucket's timer is its earliest due key, as ``handleInitialState`` registers it (a
+chain's operators each under their own labels, as their reports label them:
+:func:`daemon.operator.chain_processor.timer_label`), so the query's clock wakes the seeded
+keys when they are due and runs no batch before.
 
 Once a micro-batch has committed in the new checkpoint, the seed has done its work (Spark
 keeps the offsets and the state from then on) and :func:`discard_if_applied` removes it.
@@ -37,7 +38,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,19 +155,6 @@ def seed_timers(state: DataFrame) -> dict[int, int]:
     """
     found = state.rdd.map(_bucket_timer).collect()
     return {bucket: ms for bucket, ms in found if ms is not None}
-
-
-def earliest_timers(found: Iterable[dict[int, int]]) -> dict[int, int]:
-    """The timers of a seed of several operators' states: each bucket's earliest of theirs.
-
-    The query's clock runs a micro-batch when a bucket's timer is due, in which every
-    operator fires what is due in that bucket; so the bucket is due at the first of them.
-    """
-    merged: dict[int, int] = {}
-    for timers in found:
-        for bucket, ms in timers.items():
-            merged[bucket] = min(ms, merged.get(bucket, ms))
-    return merged
 
 
 def _bucket_timer(row: Any) -> tuple[int, int | None]:

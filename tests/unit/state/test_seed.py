@@ -15,8 +15,10 @@ import pytest
 
 from daemon.checkpoint.layout import seed_folder
 from daemon.errors import EnrichdError
+from daemon.operator.chain_processor import TIMER_LABEL_BITS, timer_label
 from daemon.operator.state_format import encode_portable
-from daemon.state.seed import _bucket_timer, earliest_timers, seed_of, write_seed
+from daemon.state.reader import operator_id
+from daemon.state.seed import _bucket_timer, seed_of, write_seed
 
 
 def _entry(due: int | None) -> dict[str, Any]:
@@ -38,11 +40,13 @@ def test_a_moved_state_of_an_unknown_format_is_refused() -> None:
         _bucket_timer({"bucket": 1, "keys": [entry]})
 
 
-def test_a_seed_of_several_operators_is_due_at_each_buckets_earliest_timer() -> None:
-    # A chain's operators share the query's clock: a bucket is due when any of them is.
-    found = [{1: 9_000, 2: 5_000}, {2: 3_000}, {}, {1: 12_000, 7: 1_000}]
-    assert earliest_timers(found) == {1: 9_000, 2: 3_000, 7: 1_000}
-    assert earliest_timers([]) == {}
+def test_a_seed_labels_each_operators_timers_as_its_reports_do() -> None:
+    # Spark numbers a chain's operators from the sink back; the due-time map labels them by
+    # their place in the query, the writing (last) one's with its buckets' own labels.
+    operators = 3
+    labels = [timer_label(operator_id(op, operators), operators, 5) for op in range(operators)]
+    assert labels == [5, (2 << TIMER_LABEL_BITS) + 5, (1 << TIMER_LABEL_BITS) + 5]
+    assert timer_label(0, 1, 5) == 5  # a one-joiner query's only operator
 
 
 def test_each_operator_reads_the_state_folder_of_its_own(tmp_path: Path) -> None:
