@@ -224,7 +224,9 @@ class Emit:
     :attr:`InputRecord.headers`, which the pipeline's policy has already chosen); None: those
     of ``source``. A joiner sets it where the output is of another record than the one that
     caused it: a revision carries its event's headers, not those of the late record that
-    revised it.
+    revised it. Under ``headers_from = "inputs"`` a joiner that :attr:`Joiner.merges_headers`
+    sets it to :func:`~daemon.model.headers.merge_headers` of every record that made the
+    output (an empty tuple: no header, where None would mean the source's).
     """
 
     key: str | bytes | None
