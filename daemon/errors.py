@@ -20,6 +20,10 @@ class ConfigError(EnrichdError):
     """The pipeline file is broken: fix the named field."""
 
 
+class HeadersFromRefused(ConfigError):
+    """The joiner cannot carry what the pipeline's ``headers_from`` asks: fix that setting."""
+
+
 class PluginError(EnrichdError):
     """A plugin failed to load or broke the plugin contract: fix or uninstall the named plugin."""
 

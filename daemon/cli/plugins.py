@@ -148,5 +148,7 @@ def describe(name: JoinerName) -> None:
         console.print()
         console.print("[bold]output value:[/bold] not declared (the semantics say it)")
     console.print()
+    console.print(f"[bold]headers:[/bold] {escape(info.headers)}")
+    console.print()
     console.print("[bold]semantics[/bold]")
     console.print(escape(info.semantics))

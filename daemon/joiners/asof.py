@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from daemon.joiners.versions import Kept, Versions, rejoin, too_old
+from daemon.joiners.versions import Kept, Versions, headers_of, rejoin, too_old
 from daemon.plugin import (
     END_OF_TIME,
     DeadLetter,
@@ -24,6 +25,7 @@ from daemon.plugin import (
     Register,
     Written,
     hookimpl,
+    merge_headers,
 )
 
 RejoinOn = Literal["event_time", "processing_time"]
@@ -91,6 +93,8 @@ class AsOfState:
     last timer, so a timer fires once per interval crossed. ``changed_from`` is the earliest
     event time of the right records added since the last re-join of every kept event: only
     left events after it can have a new answer, so a re-join skips the others.
+    ``right_headers``, under ``headers_from = "inputs"`` only, the right records' carried
+    headers, parallel to ``right_times`` (None otherwise, and then not pickled at all).
     """
 
     stream_time: int | None = None
@@ -101,6 +105,32 @@ class AsOfState:
     right_values: list[dict[str, Any]] = field(default_factory=list)
     left: dict[str, KeptLeft] = field(default_factory=dict)
     changed_from: int | None = None
+    right_headers: list[Headers | None] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # As its fields, the right records' headers only when kept: a state that carries
+        # none keeps its bytes' meaning, and one written before loads (__setstate__).
+        fields = (
+            self.stream_time,
+            self.arrival_time,
+            self.stream_tick,
+            self.arrival_tick,
+            self.right_times,
+            self.right_values,
+            self.left,
+            self.changed_from,
+        )
+        if self.right_headers is not None:
+            return (AsOfState, (*fields, self.right_headers))
+        return (AsOfState, fields)
+
+    def __setstate__(self, state: Sequence[Any]) -> None:
+        """Load a state pickled the slotted dataclass's way (before it had ``__reduce__``)."""
+        names = [each.name for each in dataclasses.fields(self)]
+        for name, value in zip(names, state, strict=False):
+            object.__setattr__(self, name, value)
+        if len(state) < len(names):
+            self.right_headers = None
 
 
 class AsOf(Joiner[AsOfOptions, AsOfState]):
@@ -164,10 +194,21 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
     description = "As-of event-time join: best answer at once, corrected revisions on a timer."
     roles = ("left", "right")
     order = "arrival"
+    merges_headers = True
+    inputs_headers = (
+        "the right record it was answered with (a revision: the one it now matches), then "
+        "the left event"
+    )
+
+    def __init__(self, options: AsOfOptions, context: JoinerContext) -> None:
+        super().__init__(options, context)
+        # headers_from = "inputs": an answer carries its right record's headers, then its
+        # left event's, and the right history keeps its records' headers for that.
+        self.carries_inputs = context.headers_from == "inputs"
 
     def initial_state(self) -> AsOfState:
         """No clocks, no right history, no left events."""
-        return AsOfState()
+        return AsOfState(right_headers=[] if self.carries_inputs else None)
 
     def writes(self) -> list[OutputValue]:
         """A revision: the left event, the right record as of its time (or null), its number."""
@@ -231,6 +272,8 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
             state.left.clear()
             state.right_times.clear()
             state.right_values.clear()
+            if state.right_headers is not None:
+                state.right_headers.clear()
             return
         state.stream_time = max(state.stream_time or to, to)
         if self.options.rejoin_on == "processing_time":
@@ -252,7 +295,9 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
         if record.value is None:  # not routed here: asof has no keyed tombstones
             return
         if record.role == "right":
-            _versions(state).add(event_time, record.value)
+            if self.carries_inputs:
+                state.right_headers = headers_of(state.right_times, state.right_headers)
+            _versions(state).add(event_time, record.value, record.headers)
             if state.changed_from is None or event_time < state.changed_from:
                 state.changed_from = event_time
             return
@@ -273,7 +318,8 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
             return
         revision = 0 if kept is None else kept.revision + 1
         ctx.count("matched" if right is not None else "unmatched")
-        yield self._emit(identity, record.value, right, revision, record)
+        headers = self._headers(state, event_time, record.headers)
+        yield self._emit(identity, record.value, right, revision, record, headers)
         if event_time >= stream_time - options.rejoin_horizon:
             kept = KeptLeft(event_time, record.value, right, revision, None, record.headers)
             state.left[identity] = kept
@@ -328,9 +374,8 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
             kept = state.left[identity]
             if rejoin(kept, versions, changed_from=changed_from, inclusive=inclusive):
                 ctx.count("revisions")
-                yield self._emit(
-                    identity, kept.value, kept.answer, kept.revision, source, kept.headers
-                )
+                headers = self._headers(state, kept.event_time, kept.headers)
+                yield self._emit(identity, kept.value, kept.answer, kept.revision, source, headers)
 
     def _answer(self, state: AsOfState, event_time: int) -> dict[str, Any] | None:
         """The right record current at ``event_time`` (strictly before it unless inclusive)."""
@@ -338,6 +383,13 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
             event_time, inclusive=self.options.inclusive
         )
         return answer
+
+    def _headers(self, state: AsOfState, event_time: int, left: Headers | None) -> Headers | None:
+        """An answer's headers: its left event's; under "inputs" its right record's first."""
+        if not self.carries_inputs:
+            return left
+        right = _versions(state).headers_at(event_time, inclusive=self.options.inclusive)
+        return merge_headers(right, left)
 
     def _identity(self, key: str, record: InputRecord) -> str | None:
         id_field = self.options.left_id
@@ -363,7 +415,7 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
 
 def _versions(state: AsOfState) -> Versions:
     """The key's right history, as the shared versions view over its lists."""
-    return Versions(state.right_times, state.right_values)
+    return Versions(state.right_times, state.right_values, state.right_headers)
 
 
 @hookimpl

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from pydantic import Field
 
+from daemon.joiners.held_headers import held, keep
 from daemon.plugin import (
     DeadLetter,
     DurationMs,
     Emit,
     FieldOf,
+    Headers,
     InputRecord,
     Joiner,
     JoinerContext,
@@ -21,7 +23,11 @@ from daemon.plugin import (
     Stash,
     Written,
     hookimpl,
+    merge_headers,
 )
+
+MANY_HEADERS: Final = "many.headers"
+"""Under ``headers_from = "inputs"``: the state's entry of the many-side records' headers."""
 
 
 class CoMapOptions(JoinerOptions):
@@ -68,6 +74,11 @@ class CoMap(Joiner[CoMapOptions, dict[str, Any]]):
     description = "Co-map with state: one-side updates fan out to every many-side record."
     roles = ("one", "many")
     keyed_tombstones = frozenset({"one"})
+    merges_headers = True
+    inputs_headers = (
+        "the side that did not change (the one-side record, or the many-side record a "
+        "one-side update fans out to), then the record that made the view"
+    )
 
     def initial_state(self) -> dict[str, Any]:
         """No one side yet, no many-side records."""
@@ -116,13 +127,22 @@ class CoMap(Joiner[CoMapOptions, dict[str, Any]]):
         # micro-batch it has records, and a stash carries only the ids. Only a one-side
         # update (fan-out) reads the records back.
         stored: Stash = state["many"]
+        inputs = self.context.headers_from == "inputs"
+        # headers_from = "inputs": the many-side records' headers by id, held beside the
+        # stash (only under "inputs", and only those that have some).
+        many_headers: dict[str, Any] = state.setdefault(MANY_HEADERS, {}) if inputs else {}
         for record in records:
             if record.role == "one":
                 previous, state["one"] = state["one"], record.value
+                if inputs:
+                    keep(state, "one", None if record.value is None else record.headers)
                 if previous is None and record.value is None:
                     continue  # deleting an unknown one side changes no view
                 for many_id, many in stored.items():
-                    yield self._emit(state, str(many_id), many, record)
+                    headers = None
+                    if inputs:  # the many-side record first, the one-side update last
+                        headers = merge_headers(many_headers.get(str(many_id)), record.headers)
+                    yield self._emit(state, str(many_id), many, record, headers)
                 ctx.count("fanout", len(stored))
                 continue
             if record.value is None:  # routed here only for keyed_tombstones roles
@@ -137,8 +157,14 @@ class CoMap(Joiner[CoMapOptions, dict[str, Any]]):
             if deleted_field is not None and record.value.get(deleted_field):
                 if many_id in stored:
                     del stored[many_id]  # without reading it back
+                    many_headers.pop(many_id, None)
                     if state["one"] is not None:
-                        yield Emit(key=many_id, value=None, source=record)
+                        yield Emit(
+                            key=many_id,
+                            value=None,
+                            source=record,
+                            headers=self._many_headers(state, record) if inputs else None,
+                        )
                 continue
             if many_id not in stored and len(stored) >= cap:
                 ctx.count("fanout_cap_exceeded")
@@ -149,18 +175,36 @@ class CoMap(Joiner[CoMapOptions, dict[str, Any]]):
                 )
                 continue
             stored[many_id] = record.value
+            if inputs:
+                if record.headers:
+                    many_headers[many_id] = record.headers
+                else:
+                    many_headers.pop(many_id, None)
             if state["one"] is None:
                 ctx.count("unmatched")
             else:
                 ctx.count("matched")
-                yield self._emit(state, many_id, record.value, record)
+                headers = self._many_headers(state, record) if inputs else None
+                yield self._emit(state, many_id, record.value, record, headers)
+        if inputs and not many_headers:
+            state.pop(MANY_HEADERS, None)  # none held: the state keeps the bytes it had
+
+    @staticmethod
+    def _many_headers(state: dict[str, Any], record: InputRecord) -> Headers:
+        """A view of a many-side record: the one side's headers, then the record's."""
+        return merge_headers(held(state, "one"), record.headers)
 
     def _emit(
-        self, state: dict[str, Any], many_id: str, many: dict[str, Any], source: InputRecord
+        self,
+        state: dict[str, Any],
+        many_id: str,
+        many: dict[str, Any],
+        source: InputRecord,
+        headers: Headers | None = None,
     ) -> Emit:
         if state["one"] is None:
-            return Emit(key=many_id, value=None, source=source)
-        return Emit(key=many_id, value=self._view(state, many), source=source)
+            return Emit(key=many_id, value=None, source=source, headers=headers)
+        return Emit(key=many_id, value=self._view(state, many), source=source, headers=headers)
 
 
 @hookimpl

@@ -1,6 +1,10 @@
 """``lookup``: stream-table enrichment, as Kafka Streams' KStream-KTable and -GlobalKTable joins.
 
 With ``versioned``, ``grace`` and ``revisions`` it stays right when table rows are late.
+
+Why this module is long: the latest-value and the versioned lookup are one joiner, whose
+answers, revisions and carried headers must agree in both modes, and whose versioned
+methods a chain's stage (:mod:`daemon.joiners.lookup_chain`) overrides one by one.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from daemon.joiners.aggregate import (
     AggregateOptions,
     totals_value,
 )
-from daemon.joiners.versions import Kept, Versions, rejoin, too_old
+from daemon.joiners.held_headers import held, keep
+from daemon.joiners.versions import Kept, Versions, headers_of, rejoin, too_old
 from daemon.plugin import (
     END_OF_TIME,
     ConfigError,
@@ -28,12 +33,14 @@ from daemon.plugin import (
     Downstream,
     DurationMs,
     Emit,
+    Headers,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
     OutputValue,
     Written,
+    merge_headers,
 )
 
 LookupMode = Literal["inner", "left"]
@@ -151,7 +158,9 @@ class VersionedState:
     ``stream_time`` is the greatest event time of the key's records; ``times`` and
     ``values`` its table history (:class:`~daemon.joiners.versions.Versions`; a tombstone's
     value is None); ``held`` the stream records waiting out their grace, ``kept`` the
-    answered ones kept for revisions, both by event time (ties: arrival).
+    answered ones kept for revisions, both by event time (ties: arrival). ``row_headers``,
+    under ``headers_from = "inputs"`` only, the table rows' carried headers, parallel to
+    ``times`` (None otherwise: see :class:`~daemon.joiners.versions.Versions`).
     """
 
     stream_time: int | None = None
@@ -159,18 +168,20 @@ class VersionedState:
     values: list[dict[str, Any] | None] = field(default_factory=list)
     held: list[InputRecord] = field(default_factory=list)
     kept: list[Kept] = field(default_factory=list)
+    row_headers: list[Headers | None] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled with the key's state every micro-batch: as its fields (see Kept).
-        return (
-            VersionedState,
-            (self.stream_time, self.times, self.values, self.held, self.kept),
-        )
+        # Pickled with the key's state every micro-batch: as its fields (see Kept), the
+        # rows' headers only when kept, so a state without them keeps its bytes.
+        fields = (self.stream_time, self.times, self.values, self.held, self.kept)
+        if self.row_headers is not None:
+            return (VersionedState, (*fields, self.row_headers))
+        return (VersionedState, fields)
 
     @property
     def versions(self) -> Versions:
         """The table history, as the shared versions view over its lists."""
-        return Versions(self.times, self.values)
+        return Versions(self.times, self.values, self.row_headers)
 
 
 class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
@@ -260,9 +271,17 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
     roles = ("stream", "table")
     keyed_tombstones = frozenset({"table"})
     outputs = (TOTALS,)
+    merges_headers = True
+    inputs_headers = (
+        "the table row it was answered with (a revision: the row it now matches), then the "
+        "stream record; with tables, each table's row, the last stage's first"
+    )
 
     def __init__(self, options: LookupOptions, context: JoinerContext) -> None:
         super().__init__(options, context)
+        # headers_from = "inputs": an answer carries its table row's headers, then its stream
+        # record's, and the rows keep theirs in state for that.
+        self.carries_inputs = context.headers_from == "inputs"
         # Versioned answers depend on what was known when: arrival order, as asof.
         self.order = "arrival" if self.options.versioned else "event_time"
         fields = context.output_fields
@@ -305,7 +324,9 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
 
     def initial_state(self) -> dict[str, Any] | VersionedState:
         """No table value yet (and, versioned, no history, no stream time)."""
-        return VersionedState() if self.options.versioned else {"table": None}
+        if self.options.versioned:
+            return VersionedState(row_headers=[] if self.carries_inputs else None)
+        return {"table": None}
 
     def is_empty(self, state: dict[str, Any] | VersionedState) -> bool:
         """A key without a table value holds nothing (stream records are never stored).
@@ -347,15 +368,27 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         for record in records:
             if record.role == "table":
                 state["table"] = record.value  # a tombstone (None) deletes
+                if self.carries_inputs:
+                    keep(state, "table", None if record.value is None else record.headers)
                 continue
             if record.value is None:  # stream tombstones are dead-lettered before this
                 continue
-            yield from self._current(record, state["table"], ctx)
+            headers = None
+            if self.carries_inputs:
+                headers = merge_headers(held(state, "table"), record.headers)
+            yield from self._current(record, state["table"], ctx, headers)
 
     def _current(
-        self, record: InputRecord, table: dict[str, Any] | None, ctx: JoinerContext
+        self,
+        record: InputRecord,
+        table: dict[str, Any] | None,
+        ctx: JoinerContext,
+        headers: Headers | None = None,
     ) -> Iterator[Emit]:
-        """Answer a stream record with the table's current value ``table`` (None: none)."""
+        """Answer a stream record with the table's current value ``table`` (None: none).
+
+        ``headers``: the answer's, under ``headers_from = "inputs"``; None: the record's.
+        """
         options = self.options
         if table is None:
             ctx.count("unmatched")
@@ -368,6 +401,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
             key=record.kafka_key,
             value={ctx.fields["stream"]: record.value, ctx.fields["table"]: table},
             source=record,
+            headers=headers,
         )
 
     def advance(
@@ -430,7 +464,11 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         stream_time = state.stream_time
         state.stream_time = event_time if stream_time is None else max(stream_time, event_time)
         if record.role == "table":
-            state.versions.add(event_time, record.value)  # a tombstone ends a version
+            if self.carries_inputs:
+                state.row_headers = headers_of(state.times, state.row_headers)
+            # A tombstone ends a version; it has no row whose headers an answer carries.
+            headers = None if record.value is None else record.headers
+            state.versions.add(event_time, record.value, headers)
             if options.revisions:
                 yield from self._revise(state, record, ctx)
         elif record.value is not None:  # stream tombstones are dead-lettered before this
@@ -486,10 +524,15 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
             ctx.count("matched" if answer is not None else "unmatched")
             revision = 0
             if self._shows(answer):
+                headers = None
+                if self.carries_inputs:
+                    row = versions.headers_at(record.event_time, inclusive=True)
+                    headers = merge_headers(row, record.headers)
                 yield Emit(
                     key=record.kafka_key,
                     value=self._value(record.value or {}, answer, revision),
                     source=record,
+                    headers=headers,
                 )
             else:
                 revision = -1  # nothing out yet: a first answer from a revision is number 0
@@ -518,20 +561,24 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
             if not rejoin(kept, versions, changed_from=cause.event_time, inclusive=True):
                 continue
             ctx.count("revisions")
+            headers = kept.headers
+            if self.carries_inputs:  # the newly matched row's, then the stream record's
+                row = versions.headers_at(kept.event_time, inclusive=True)
+                headers = merge_headers(row, kept.headers)
             if retracts and self._shows(before):
                 yield Emit(
                     key=kept.key,
                     value=self._value(kept.value, before, numbered),
                     source=cause,
                     output=RETRACTIONS,
-                    headers=kept.headers,
+                    headers=headers,
                 )
             value = self._value(kept.value, kept.answer, kept.revision)
             yield Emit(
                 key=kept.key,
                 value=value if self._shows(kept.answer) else None,
                 source=cause,
-                headers=kept.headers,
+                headers=headers,
             )
 
     def _evict(self, state: VersionedState) -> list[Kept]:
@@ -546,7 +593,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         state.versions.forget_before(cutoff)
         if state.values and state.values[0] is None and state.times[0] < cutoff:
             # A tombstone at the start answers as no history at all does.
-            del state.times[0], state.values[0]
+            state.versions.drop_first()
         first = bisect_left(state.kept, cutoff, key=_EVENT_TIME)
         dropped = state.kept[:first]
         del state.kept[:first]

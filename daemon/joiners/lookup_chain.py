@@ -35,6 +35,14 @@ zero only when nothing is open, however the micro-batches were cut.
 A stage's ``grace`` and ``state_ttl`` work as a one-table lookup's (the engine wakes and
 expires its keys); what a wake-up, an expiry or the end of input lets out ranks
 :data:`END_RANK`, after its micro-batch's records, and its counts go on in that micro-batch.
+
+Under ``headers_from = "inputs"`` each stage puts the row it answered with before the
+partial's headers, so an answer carries the tables' rows, the last stage's first, then the
+stream record's; a kept partial keeps the headers it came with, so that a revision carries
+the row it now matches.
+
+Why this module is long: the stages and the numbering are one protocol (generations, ranks,
+the count of open partials) that is only checked whole, so it is kept in one place.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ from pydantic import Field
 
 from daemon.joiners.aggregate import RETRACTIONS
 from daemon.joiners.lookup import Lookup, LookupOptions, VersionedState
-from daemon.joiners.versions import Kept, rejoin
+from daemon.joiners.versions import Kept, Versions, rejoin
 from daemon.plugin import (
     END_OF_TIME,
     Chain,
@@ -57,12 +65,15 @@ from daemon.plugin import (
     ConfigError,
     DeadLetter,
     Emit,
+    Headers,
+    HeadersFrom,
     InputRecord,
     Joiner,
     JoinerContext,
     JoinerOptions,
     emit_record,
     input_record,
+    merge_headers,
     recast,
 )
 
@@ -271,11 +282,18 @@ class LookupStage(Lookup):
         return (record.timestamp, self.input_index, record.partition, record.offset)
 
     def _current(
-        self, record: InputRecord, table: dict[str, Any] | None, ctx: JoinerContext
+        self,
+        record: InputRecord,
+        table: dict[str, Any] | None,
+        ctx: JoinerContext,
+        headers: Headers | None = None,
     ) -> Iterator[Emit]:
-        """The latest value: pass the partial on with the table's current value at once."""
+        """The latest value: pass the partial on with the table's current value at once.
+
+        ``headers``: under ``headers_from = "inputs"``, the row's and the partial's merged.
+        """
         ctx.count("matched" if table is not None else "unmatched")
-        yield self._out(record, table, 0, record)
+        yield self._out(record, table, 0, record, headers=headers)
 
     def missing_key(self, record: InputRecord, ctx: JoinerContext) -> Emit:
         """The answer to a partial that has no key here (a null at ``lookup_key``): no row."""
@@ -295,8 +313,9 @@ class LookupStage(Lookup):
         for record in records:
             answer = versions.at(record.event_time, inclusive=True)
             ctx.count("matched" if answer is not None else "unmatched")
+            headers = self._carried(versions, record.event_time, record.headers)
             # Kept, it is open here: its answer carries that on. Its revisions carry nothing.
-            yield self._out(record, answer, 0, at, opens=int(keeps))
+            yield self._out(record, answer, 0, at, opens=int(keeps), headers=headers)
             if keeps:
                 kept = Kept(
                     record.event_time,
@@ -335,7 +354,17 @@ class LookupStage(Lookup):
             record = InputRecord(
                 "stream", "", kept.value, kept.event_time, "", 0, 0, kept.key, 0, kept.headers
             )
-            yield self._out(record, kept.answer, kept.revision, cause)
+            headers = self._carried(state.versions, kept.event_time, kept.headers)
+            yield self._out(record, kept.answer, kept.revision, cause, headers=headers)
+
+    def _carried(self, versions: Versions, at: int, partial: Headers | None) -> Headers | None:
+        """The headers a partial goes on with: its own, under "inputs" its row's first.
+
+        A kept partial keeps its own, so that a revision carries the row it now matches.
+        """
+        if not self.carries_inputs:
+            return partial
+        return merge_headers(versions.headers_at(at, inclusive=True), partial)
 
     def _out(
         self,
@@ -344,12 +373,16 @@ class LookupStage(Lookup):
         revision: int,
         at: InputRecord | None,
         opens: int = 0,
+        headers: Headers | None = None,
     ) -> Emit:
         """The partial with this stage's answer, or, ``inner`` without a row, a withdrawal.
 
         Its generation gains ``revision``; its rank is that of ``at``, the record whose
         arrival made it (None: the end of input or a wake-up); its ``open`` gains ``opens``.
+        ``headers``: those it goes on with, None: ``record``'s.
         """
+        if headers is None:
+            headers = record.headers
         partial = record.value or {}
         book = dict(partial[META])
         book["gen"] = (*book["gen"], revision)
@@ -365,12 +398,12 @@ class LookupStage(Lookup):
                     value={META: book},
                     source=at,
                     output=WITHDRAWN,
-                    headers=record.headers,
+                    headers=headers,
                 )
             if self.options.default is not None:
                 answer = dict(self.options.default)
         value = {**partial, self.table.field: answer, META: book}
-        return emit_record(record.kafka_key, value, at, None, record.headers)
+        return emit_record(record.kafka_key, value, at, None, headers)
 
 
 class NumberingOptions(JoinerOptions):
@@ -486,6 +519,9 @@ class LookupChain(Chain):
         inputs: each table's place among the pipeline's inputs (the stream is 0), which
             ranks its rows at equal timestamps.
         pipeline: the pipeline's name, for the stages' contexts.
+        headers_from: whose headers an output carries (``"inputs"``: each stage adds its
+            row's before the partial's, so an answer carries the tables' rows, the last
+            stage's first, then the stream record's).
         retractions: the numbering writes the answer each revision replaces to
             :data:`~daemon.joiners.aggregate.RETRACTIONS` first, for a running totals stage
             (with revisions on some table; without, no answer is ever replaced).
@@ -498,6 +534,7 @@ class LookupChain(Chain):
         inputs: Mapping[str, int],
         pipeline: str,
         *,
+        headers_from: HeadersFrom = "record",
         retractions: bool = False,
     ) -> None:
         self.stream_field = stream_field
@@ -505,7 +542,11 @@ class LookupChain(Chain):
             ChainStage(
                 LookupStage(
                     table,
-                    JoinerContext(pipeline, {"stream": stream_field, "table": table.field}),
+                    JoinerContext(
+                        pipeline,
+                        {"stream": stream_field, "table": table.field},
+                        headers_from=headers_from,
+                    ),
                     input_index=inputs[table.role],
                 ),
                 table.role,

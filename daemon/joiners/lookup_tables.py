@@ -197,6 +197,7 @@ class LookupOfTables(Lookup):
             self.tables,
             inputs,
             self.context.pipeline,
+            headers_from=self.context.headers_from,
             retractions=self.options.aggregate is not None,
         )
 

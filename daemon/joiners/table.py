@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from daemon.joiners.held_headers import held, keep
 from daemon.plugin import (
     DeadLetter,
     DurationMs,
@@ -19,6 +20,7 @@ from daemon.plugin import (
     Register,
     Written,
     hookimpl,
+    merge_headers,
 )
 
 TableMode = Literal["inner", "left", "outer"]
@@ -87,6 +89,8 @@ class Table(Joiner[TableOptions, dict[str, Any]]):
     description = "Table-table join: every update joins the other side's current value."
     roles = ("left", "right")
     keyed_tombstones = frozenset({"left", "right"})
+    merges_headers = True
+    inputs_headers = "the other side's current row, then the updated row"
 
     def writes(self) -> list[OutputValue]:
         """The two sides' records, either null where the mode lets it be missing."""
@@ -138,20 +142,27 @@ class Table(Joiner[TableOptions, dict[str, Any]]):
     ) -> Iterator[Emit | DeadLetter]:
         """Apply one key's updates in order; see the class docstring for the semantics."""
         fields = ctx.fields
+        inputs = self.context.headers_from == "inputs"
         for record in records:
             if record.value is None and state[record.role] is None:
                 continue  # deleting what is not there changes no result
             state[record.role] = record.value
+            headers = None
+            if inputs:
+                # The other side's current row first, the updated row (the source) last.
+                keep(state, record.role, None if record.value is None else record.headers)
+                other = "right" if record.role == "left" else "left"
+                headers = merge_headers(held(state, other), record.headers)
             if self.holds(state):
                 both = state["left"] is not None and state["right"] is not None
                 ctx.count("matched" if both else "unmatched")
                 state["emitted"] = True
                 value = {fields["left"]: state["left"], fields["right"]: state["right"]}
-                yield Emit(key=key, value=value, source=record)
+                yield Emit(key=key, value=value, source=record, headers=headers)
             elif state["emitted"]:
                 ctx.count("retracted")
                 state["emitted"] = False
-                yield Emit(key=key, value=None, source=record)
+                yield Emit(key=key, value=None, source=record, headers=headers)
 
 
 @hookimpl

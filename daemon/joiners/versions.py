@@ -34,16 +34,31 @@ class Versions:
     The lists belong to the joiner's state (the view is made when needed and not stored), so
     the state pickles as plain lists. Versions with equal event times stay in arrival order,
     so the last to arrive is the one a lookup at that time finds.
+
+    ``headers``, under ``headers_from = "inputs"`` only: a third parallel list, each version's
+    record's carried headers (None: none), which an answer joined with it carries; None
+    otherwise, so a state that does not carry them keeps its bytes.
     """
 
     times: list[int]
     values: list[Any]
+    headers: list[Headers | None] | None = None
 
-    def add(self, time: int, value: Any) -> None:
+    def add(self, time: int, value: Any, headers: Headers | None = None) -> None:
         """Add the version valid from ``time``, after any version of the same time."""
         at = bisect_right(self.times, time)
         self.times.insert(at, time)
         self.values.insert(at, value)
+        if self.headers is not None:
+            self.headers.insert(at, headers)
+
+    def headers_at(self, time: int, *, inclusive: bool) -> Headers | None:
+        """The carried headers of the version :meth:`at` finds (None: none, or not kept)."""
+        if self.headers is None:
+            return None
+        find = bisect_right if inclusive else bisect_left
+        before = find(self.times, time)
+        return self.headers[before - 1] if before else None
 
     def at(self, time: int, *, inclusive: bool) -> Any:
         """The value current at ``time``.
@@ -64,6 +79,24 @@ class Versions:
         if first_kept > 1:
             del self.times[: first_kept - 1]
             del self.values[: first_kept - 1]
+            if self.headers is not None:
+                del self.headers[: first_kept - 1]
+
+    def drop_first(self) -> None:
+        """Forget the oldest version."""
+        del self.times[0], self.values[0]
+        if self.headers is not None:
+            del self.headers[0]
+
+
+def headers_of(times: list[int], headers: list[Headers | None] | None) -> list[Headers | None]:
+    """A history's list of headers, to keep them from now on (``headers_from = "inputs"``).
+
+    ``headers``: the list the state holds, or None when it kept none so far (a new state, or
+    one written before the pipeline opted in): then one made for the versions it has, which
+    have none.
+    """
+    return [None] * len(times) if headers is None else headers
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from daemon.plugin import (
     Register,
     Written,
     hookimpl,
+    merge_headers,
 )
 
 WindowMode = Literal["inner", "left", "outer"]
@@ -142,9 +143,14 @@ class Window(Joiner[WindowOptions, dict[str, Any]]):
     description = "Windowed stream-stream join: every pair within the window, once."
     roles = ("left", "right")
     order = "arrival"
+    merges_headers = True
+    inputs_headers = "the held partner, then the later record of the pair"
 
     def __init__(self, options: WindowOptions, context: JoinerContext) -> None:
         super().__init__(options, context)
+        # headers_from = "inputs": a pair carries its held partner's headers, then its
+        # later record's (the held records keep theirs in state in any case).
+        self.carries_inputs = context.headers_from == "inputs"
         window = options
         self.before, self.after = window.sides()
         self.grace: int = window.grace
@@ -279,7 +285,14 @@ class Window(Joiner[WindowOptions, dict[str, Any]]):
         partners.sort(key=lambda h: (h.record.event_time, h.seq))
         for partner in partners:
             partner.matched = True
-            yield Emit(key=key, value=self._value(record, partner.record), source=record)
+            headers = (
+                merge_headers(partner.record.headers, record.headers)
+                if self.carries_inputs
+                else None
+            )
+            yield Emit(
+                key=key, value=self._value(record, partner.record), source=record, headers=headers
+            )
         ctx.count("matched", len(partners))
         held.append(Held(record, state["seq"], matched=bool(partners)))
         state["seq"] += 1

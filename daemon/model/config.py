@@ -36,7 +36,7 @@ from daemon.model.constants import (
 from daemon.model.durations import DurationMs
 from daemon.model.envelope import Envelope
 from daemon.model.environment import expand_environment
-from daemon.model.headers import DEFAULT_POLICY, HeaderPolicy
+from daemon.model.headers import DEFAULT_FROM, DEFAULT_POLICY, HeaderPolicy, HeadersFrom
 from daemon.model.keys import KeyFormat
 from daemon.model.selection import SelectField, select_entries
 
@@ -466,6 +466,11 @@ class PipelineConfig(_Strict):
         description='input headers the outputs carry: "trace" (traceparent, tracestate), '
         '"none", "all", or a list of names (daemon.model.headers)',
     )
+    headers_from: HeadersFrom = Field(
+        default=DEFAULT_FROM,
+        description='whose headers an output carries: "record" (the one it is about) or '
+        '"inputs" (every input record that made it; daemon.model.headers.merge_headers)',
+    )
     select: dict[str, SelectField] | None = Field(
         default=None,
         description="the output record's fields, each from a path into the joiner's value or "
@@ -489,6 +494,16 @@ class PipelineConfig(_Strict):
             f"{value!r} is not a header policy: "
             + ", ".join(f'"{p}"' for p in policies)
             + ' or a list of header names (["traceparent", "tenant"])'
+        )
+
+    @field_validator("headers_from", mode="before")
+    @classmethod
+    def _headers_from(cls, value: Any) -> Any:
+        if value in get_args(HeadersFrom):
+            return value
+        raise ValueError(
+            f'{value!r} is not whose headers an output carries: "record" (the record it is '
+            'about) or "inputs" (every input record that made it)'
         )
 
     _name = field_validator("name")(id_part)

@@ -16,6 +16,13 @@ conversion per header between Arrow and Python. The blob is :mod:`marshal`'s for
 list of ``(name, value)`` pairs the Kafka client gives: made and read in C, and read only
 by enrichd's own processes, which run the same Python.
 
+Whose headers (``headers_from`` of ``[[pipeline]]``, :data:`HeadersFrom`): under
+``"record"`` (the default) an output carries the headers of the one record it is about (the one
+its ``enrichd.source.*`` headers name); under ``"inputs"`` those of every input record that
+made it, merged by :func:`merge_headers`: the other inputs' first, the record it is about last,
+so that a consumer reading the last header of a name (Kafka's ``Headers.lastHeader``) reads
+the value it would read under ``"record"`` whenever that record has the name.
+
 A dead letter also carries why, under the names Kafka Streams' dead-letter handler (KIP-1034)
 gives them (:func:`error_headers`), beside enrichd's ``enrichd.error.*``.
 
@@ -46,6 +53,14 @@ HeaderPolicy = Literal["trace", "none", "all"] | list[str]
 """Which input headers a pipeline's outputs carry (``headers`` of ``[[pipeline]]``):
 ``"trace"`` (the default) the W3C Trace Context headers (:data:`TRACE_CONTEXT`), ``"none"``
 no header (and the source reads none), ``"all"`` every header, or a list of header names."""
+
+HeadersFrom = Literal["record", "inputs"]
+"""Whose headers an output carries (``headers_from`` of ``[[pipeline]]``): ``"record"`` (the
+default) the record it is about, ``"inputs"`` every input record that made it
+(:func:`merge_headers`)."""
+
+DEFAULT_FROM: Final = "record"
+"""A pipeline's ``headers_from`` unless set: one record's headers, as enrichd always carried."""
 
 DEFAULT_POLICY: Final = "trace"
 """A pipeline's ``headers`` unless set: trace context only, so that a trace goes on through
@@ -119,6 +134,39 @@ def _every_header(blob: bytes) -> Headers | None:
 def _named(blob: bytes, names: frozenset[str]) -> Headers | None:
     headers = marshal.loads(blob)  # noqa: S302 - a blob enrichd's own source made
     return tuple(header for header in headers if header[0] in names) or None
+
+
+def merge_headers(*inputs: Headers | None) -> Headers:
+    """The headers of an output made of several input records, under ``headers_from = "inputs"``.
+
+    Args:
+        inputs: each input record's carried headers (None: it has none), the record the
+            output is about last.
+
+    Returns:
+        Every input's headers in the order given, each record's in its own order; a
+        ``(name, value)`` pair that occurs more than once is kept at its last place only. So
+        the last header of a name is the about-record's whenever that record has the name, as
+        under ``"record"``. Empty when no input has any (an output with no header, rather
+        than the headers of its source).
+
+    Example:
+        >>> merge_headers((("tenant", b"row"), ("traceparent", b"t1")), None,
+        ...               (("traceparent", b"t1"), ("tenant", b"order")))
+        (('tenant', b'row'), ('traceparent', b't1'), ('tenant', b'order'))
+    """
+    pairs = [header for headers in inputs if headers for header in headers]
+    if len(pairs) < 2:
+        return tuple(pairs)
+    # Walk back from the end, keeping each pair's last place, then turn it round again.
+    seen: set[Header] = set()
+    kept = []
+    for header in reversed(pairs):
+        if header not in seen:
+            seen.add(header)
+            kept.append(header)
+    kept.reverse()
+    return tuple(kept)
 
 
 def error_headers(kind: str, reason: str, error: BaseException | None = None) -> list[Header]:

@@ -28,7 +28,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from daemon.errors import ConfigError, KafkaUnavailableError, SchemaError, UnknownJoinerError
+from daemon.errors import (
+    ConfigError,
+    HeadersFromRefused,
+    KafkaUnavailableError,
+    SchemaError,
+    UnknownJoinerError,
+)
 from daemon.formats.avro.codec import load_schema_file, record_fields
 from daemon.formats.checks import RegistryCheck, serde_problems
 from daemon.formats.registry import client_settings, new_client
@@ -189,9 +195,12 @@ def _configured(
             pipeline=pipeline.name,
             fields={role: pipeline.field_of(role) for role in pipeline.inputs},
             output_fields=fields,
+            headers_from=pipeline.headers_from,
         )
     except ValidationError:
         return None, []  # reported by _option_problems
+    except HeadersFromRefused as exc:
+        return None, [f"{where}.headers_from: {exc}"]
     except ConfigError as exc:
         return None, [f"{where}.output: {exc}"]
     return joiner, []

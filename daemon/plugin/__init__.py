@@ -14,7 +14,8 @@ declares it reads and writes: :class:`FieldOf`, :class:`OutputValue`, :class:`Wr
 them), :func:`input_record` and :func:`emit_record` make an :class:`InputRecord` and an
 :class:`Emit` faster than their constructors (for a joiner that makes one per record),
 :func:`recast` makes a record anew under another role, join key and value (as a chain's
-stage hands it on), and
+stage hands it on), :func:`merge_headers` merges the headers of the records that made an
+output as ``headers_from = "inputs"`` documents (for :attr:`Emit.headers`), and
 :class:`ConfigError` is what a joiner raises when the pipeline's configuration cannot work
 (an output schema without a field it needs).
 
@@ -24,7 +25,7 @@ does (a meta-test holds them to it).
 
 from daemon.errors import ConfigError
 from daemon.model.durations import DurationMs
-from daemon.model.headers import Headers
+from daemon.model.headers import Headers, HeadersFrom, merge_headers
 from daemon.model.record_route import field_at
 from daemon.plugin.fields import MAIN_OUTPUT, NUMBERS, FieldOf, OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
@@ -63,6 +64,7 @@ __all__ = [
     "Emit",
     "FieldOf",
     "Headers",
+    "HeadersFrom",
     "InputRecord",
     "Joiner",
     "JoinerContext",
@@ -76,5 +78,6 @@ __all__ = [
     "field_at",
     "hookimpl",
     "input_record",
+    "merge_headers",
     "recast",
 ]

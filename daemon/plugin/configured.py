@@ -23,8 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from daemon.errors import ConfigError
+from daemon.errors import ConfigError, HeadersFromRefused
 from daemon.model.config import PipelineConfig
+from daemon.model.headers import DEFAULT_FROM, HeadersFrom
 from daemon.plugin.host import JoinerRegistry, registry
 from daemon.plugin.joiner import Joiner, JoinerContext, JoinerOptions
 
@@ -36,6 +37,7 @@ def configure(
     pipeline: str,
     fields: Mapping[str, str] | None = None,
     output_fields: Sequence[str] = (),
+    headers_from: HeadersFrom = DEFAULT_FROM,
 ) -> Joiner:
     """Make a joiner of ``cls`` with its options validated and its context filled in.
 
@@ -47,12 +49,15 @@ def configure(
         fields: per role, the output field that holds its records; a role left out gets
             its own name, as a pipeline input without ``field`` does.
         output_fields: the main output schema's fields, where known.
+        headers_from: whose headers its outputs carry (the pipeline's ``headers_from``).
 
     Returns:
         The joiner.
 
     Raises:
         pydantic.ValidationError: the options do not fit the joiner's ``Options``.
+        HeadersFromRefused: ``headers_from = "inputs"`` of a joiner that carries one
+            record's headers only (:attr:`Joiner.merges_headers`).
         ConfigError: the joiner refuses this configuration (its ``__init__`` says why).
     """
     made = (
@@ -64,8 +69,20 @@ def configure(
         pipeline=pipeline,
         fields={role: (fields or {}).get(role, role) for role in _roles(cls, options)},
         output_fields=tuple(output_fields),
+        headers_from=headers_from,
     )
-    return cls(made, context)
+    joiner = cls(made, context)
+    if headers_from == "inputs" and not joiner.merges_headers:
+        raise HeadersFromRefused(
+            f"pipeline {pipeline!r}: joiner {cls.name!r}{_as_configured(joiner)} carries the "
+            'headers of one record per output, not of every input: use headers_from = "record"'
+        )
+    return joiner
+
+
+def _as_configured(joiner: Joiner) -> str:
+    """How a refusal names a joiner whose options, not its class, decide what it carries."""
+    return "" if type(joiner).merges_headers == joiner.merges_headers else " as configured"
 
 
 def pipeline_joiner(
@@ -98,7 +115,12 @@ def pipeline_joiner(
     fields = {role: pipe.field_of(role) for role in pipe.inputs}
     try:
         return configure(
-            cls, pipe.options, pipeline=pipe.name, fields=fields, output_fields=output_fields
+            cls,
+            pipe.options,
+            pipeline=pipe.name,
+            fields=fields,
+            output_fields=output_fields,
+            headers_from=pipe.headers_from,
         )
     except ValidationError as exc:
         first = exc.errors()[0]

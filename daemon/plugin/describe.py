@@ -32,6 +32,7 @@ from daemon.model.durations import DurationMs
 from daemon.plugin.configured import configure
 from daemon.plugin.fields import MAIN_OUTPUT, FieldOf, OutputValue
 from daemon.plugin.host import RegisteredJoiner
+from daemon.plugin.joiner import Joiner
 
 # The validator object inside the DurationMs alias; pydantic keeps this very object in a
 # field's metadata, which is how a duration option is told apart from a plain int.
@@ -138,6 +139,8 @@ class JoinerInfo:
         semantics: the semantics paragraphs.
         outputs: what it writes with its default options; empty when it does not declare it
             (:meth:`~daemon.plugin.joiner.Joiner.writes`).
+        headers: whose headers an output carries under ``headers_from = "inputs"``, or
+            that the joiner refuses it.
     """
 
     name: str
@@ -150,6 +153,7 @@ class JoinerInfo:
     options: tuple[OptionInfo, ...]
     semantics: str
     outputs: tuple[OutputInfo, ...] = ()
+    headers: str = ""
 
     def option_names(self) -> list[str]:
         """Return the option names, in declaration order."""
@@ -168,6 +172,7 @@ class JoinerInfo:
             "options": {option.name: option.to_json() for option in self.options},
             "semantics": self.semantics,
             "outputs": [output.to_json() for output in self.outputs],
+            "headers": self.headers,
         }
 
 
@@ -282,7 +287,18 @@ def describe_joiner(registered: RegisteredJoiner) -> JoinerInfo:
         # cleandoc: class docstrings keep their source indentation on Python < 3.13.
         semantics=inspect.cleandoc(cls.semantics()),
         outputs=default_outputs(registered),
+        headers=inputs_headers(cls),
     )
+
+
+def inputs_headers(cls: type[Joiner]) -> str:
+    """Whose headers the joiner's outputs carry under ``headers_from = "inputs"``."""
+    if not cls.merges_headers:
+        return (
+            'one record\'s headers per output: a pipeline with headers_from = "inputs" is refused'
+        )
+    whose = cls.inputs_headers or "every input record that made it, the record it is about last"
+    return f'with headers_from = "inputs": {whose}'
 
 
 __all__ = [
@@ -292,6 +308,7 @@ __all__ = [
     "default_outputs",
     "describe_joiner",
     "describe_option",
+    "inputs_headers",
     "format_duration_ms",
     "type_text",
 ]

@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict
 from typing_extensions import TypeVar
 
 from daemon.model.constants import END_OF_TIME as END_OF_TIME  # where joiners have long found it
-from daemon.model.headers import Headers
+from daemon.model.headers import Headers, HeadersFrom
 from daemon.plugin.fields import OutputValue
 
 Order = Literal["event_time", "arrival"]
@@ -224,7 +224,9 @@ class Emit:
     :attr:`InputRecord.headers`, which the pipeline's policy has already chosen); None: those
     of ``source``. A joiner sets it where the output is of another record than the one that
     caused it: a revision carries its event's headers, not those of the late record that
-    revised it.
+    revised it. Under ``headers_from = "inputs"`` a joiner that :attr:`Joiner.merges_headers`
+    sets it to :func:`~daemon.model.headers.merge_headers` of every record that made the
+    output (an empty tuple: no header, where None would mean the source's).
     """
 
     key: str | bytes | None
@@ -281,11 +283,18 @@ class JoinerContext:
         pipeline: the pipeline's name.
         fields: for each role, the name of its field in the default output record.
         output_fields: field names of the output schema, for joiners that shape output to it.
+        headers_from: whose headers an output carries (the pipeline's ``headers_from``):
+            ``"record"``, the record it is about (an emit's ``source``, or its ``headers``);
+            ``"inputs"``, every input record that made it, which a joiner that
+            :attr:`Joiner.merges_headers` gives each emit as ``headers``
+            (:func:`~daemon.model.headers.merge_headers`), keeping the headers of the
+            records it holds in state for that.
     """
 
     pipeline: str
     fields: dict[str, str]
     output_fields: tuple[str, ...] = ()
+    headers_from: HeadersFrom = "record"
     metrics: dict[str, int] = field(default_factory=dict)
 
     def count(self, metric: str, n: int = 1) -> None:
@@ -359,6 +368,17 @@ class Joiner(ABC, Generic[OptionsT, StateT]):
     it, and with it the output, is the same however the input falls into micro-batches.
     A class attribute, which a joiner whose options change the rule sets per instance in
     ``__init__`` (``lookup`` with ``versioned = true``)."""
+    merges_headers: bool = False
+    """Whether the joiner carries every input's headers under ``headers_from = "inputs"``:
+    it sets each emit's ``headers`` to :func:`~daemon.model.headers.merge_headers` of the
+    records that made it when ``context.headers_from`` says so. A pipeline that asks for
+    ``"inputs"`` of a joiner that does not is refused, rather than given one record's. A
+    class attribute, which a joiner whose options change it sets per instance in
+    ``__init__`` (as :attr:`order`)."""
+    inputs_headers: ClassVar[str] = ""
+    """For ``daemon plugins describe``, when :attr:`merges_headers`: whose headers an output
+    carries under ``headers_from = "inputs"``, in their order (``"the table row, then the
+    stream record"``)."""
     outputs: ClassVar[tuple[str, ...]] = ()
     """Names of secondary outputs the joiner can write (``Emit(output=NAME)``); a pipeline
     configures each it uses as ``[pipeline.outputs.NAME]`` with a topic and a schema."""

@@ -33,6 +33,7 @@ def pipeline_file(
     checkpoint: Path,
     bootstrap_servers: str | None = None,
     output_schemas: Mapping[str, Path] | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> PipelineFile:
     """A one-pipeline file for ``joiner``, built in code rather than read from TOML.
 
@@ -50,6 +51,8 @@ def pipeline_file(
         checkpoint: the pipeline's checkpoint folder.
         bootstrap_servers: the broker; None for the embedded one.
         output_schemas: per secondary output (``[pipeline.outputs.NAME]``), its .avsc file.
+        settings: more settings of the ``[[pipeline]]`` table, as written there
+            (``{"headers": "all", "headers_from": "inputs"}``).
 
     Raises:
         daemon.model.config.ConfigProblems: the pieces do not make a valid pipeline file.
@@ -80,6 +83,7 @@ def pipeline_file(
                     for name, path in (output_schemas or {}).items()
                 },
                 "options": dict(options or {}),
+                **(settings or {}),
             }
         ],
     }
@@ -102,6 +106,7 @@ def replay_joiner(
     state_cache: bool = True,
     state_deltas: bool = True,
     mode: Mode = "micro_batch",
+    settings: Mapping[str, Any] | None = None,
 ) -> ReplayResult:
     """Run an installed joiner over ``inputs`` through the real broker and Spark engine.
 
@@ -129,6 +134,7 @@ def replay_joiner(
             deltas``); the outputs are the same either way.
         mode: ``"continuous"`` runs the pipeline in continuous mode, its sub-batches capped
             at ``max_batch``; event-time outputs are the same in either mode.
+        settings: more settings of the ``[[pipeline]]`` table, as for :func:`pipeline_file`.
 
     Returns:
         The outputs and dead letters as JSON-ready dicts (see :class:`ReplayResult`).
@@ -148,9 +154,10 @@ def replay_joiner(
             checkpoint=work / "checkpoint",
             bootstrap_servers=bootstrap_servers,
             output_schemas=output_schemas,
+            settings=settings,
         )
-        settings = {"cache": state_cache, "deltas": state_deltas}
-        file = file.model_copy(update={"state": file.state.model_copy(update=settings)})
+        state = {"cache": state_cache, "deltas": state_deltas}
+        file = file.model_copy(update={"state": file.state.model_copy(update=state)})
         if mode != "micro_batch":
             pipe = file.pipeline[0].model_copy(update={"mode": mode})
             file = file.model_copy(update={"pipeline": [pipe]})

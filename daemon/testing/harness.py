@@ -13,6 +13,7 @@ from typing import Any
 
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, record_fields
 from daemon.model.config import JoinKey
+from daemon.model.headers import HeadersFrom
 from daemon.model.keys import key_parts
 from daemon.operator.core import ContractBreach, EngineCore, JoinerFailure, KeyBatch
 from daemon.operator.stash_log import MemoryChunks, StashLog
@@ -101,6 +102,7 @@ class JoinerHarness:
         schemas: Mapping[str, Path] | None = None,
         output_schema: Path | None = None,
         output_schemas: Mapping[str, Path] | None = None,
+        headers_from: HeadersFrom = "record",
     ) -> None:
         self.cls = joiner_cls
         self.keys = dict(keys)
@@ -120,6 +122,7 @@ class JoinerHarness:
             pipeline=f"test-{joiner_cls.name}",
             fields=fields,
             output_fields=record_fields(main.schema) if main else (),
+            headers_from=headers_from,
         )
         self.context = self.joiner.context
         self.run = JoinerRun(metrics=self.context.metrics)
@@ -309,6 +312,7 @@ def run_joiner(
     output_schema: Path | None = None,
     output_schemas: Mapping[str, Path] | None = None,
     end_of_input: bool = True,
+    headers_from: HeadersFrom = "record",
 ) -> JoinerRun:
     """Run a joiner's logic over ordered inputs as ``daemon replay`` would, in plain Python.
 
@@ -330,6 +334,8 @@ def run_joiner(
         end_of_input: after the last batch, end every join key's input, as replay does:
             its event time jumps to :data:`daemon.plugin.joiner.END_OF_TIME`, so that
             everything held back is out.
+        headers_from: whose headers an output carries (``headers_from``): ``"inputs"``
+            gives the joiner's outputs the merged headers of every record that made them.
 
     Returns:
         The outputs, dead letters, final states, batch count and metrics.
@@ -350,6 +356,7 @@ def run_joiner(
         schemas=schemas,
         output_schema=output_schema,
         output_schemas=output_schemas,
+        headers_from=headers_from,
     )
     for role in inputs:
         harness._check_role(role)

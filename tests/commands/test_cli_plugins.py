@@ -92,6 +92,7 @@ def test_list_json_has_every_joiner_with_options() -> None:
             ],
         }
     ]
+    assert comap["headers"].startswith('with headers_from = "inputs": the side that did not')
     assert comap["options"]["state_ttl"]["type"] == "duration | None"
     assert comap["options"]["max_many_per_key"]["default"] == 10_000
     assert all(joiners[name]["implemented"] for name in BUILTINS)
@@ -127,6 +128,7 @@ def test_describe_shows_roles_options_and_semantics() -> None:
     assert "output value (default options)" in out
     assert "the many-side record's id (many_id)" in out  # the id comap writes
     assert "key: the many-side record's id, as text" in out
+    assert 'headers: with headers_from = "inputs": the side that did not change' in out
 
 
 def test_describe_of_a_joiner_that_declares_no_output_says_so(

@@ -210,3 +210,21 @@ def test_a_select_reads_latest_ns_own_fields_and_validate_checks_its_paths(
         "is not in the record at 'click' (the 'left' input's record); its fields: id, user, "
         "target, ts"
     ]
+
+
+def test_validate_refuses_every_inputs_headers_of_a_joiner_that_carries_one_records(
+    tmp_path: Path,
+) -> None:
+    """latest-n gives its outputs its click's headers only (it leaves ``merges_headers``
+    unset): ``headers_from = "inputs"`` is refused in one line, not carried half."""
+    text = (SCHEMAS.parent / "clicks-with-views.toml").read_text(encoding="utf-8")
+    text = text.replace('"schemas/', f'"{SCHEMAS}/')
+    path = tmp_path / "inputs.toml"
+    path.write_text(
+        text.replace('joiner = "latest-n"', 'joiner = "latest-n"\nheaders_from = "inputs"')
+    )
+    assert validate(path) == [
+        f"{path}: pipeline[0] (clicks-with-views).headers_from: pipeline 'clicks-with-views': "
+        "joiner 'latest-n' carries the headers of one record per output, not of every input: "
+        'use headers_from = "record"'
+    ]

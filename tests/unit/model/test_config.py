@@ -262,6 +262,19 @@ def test_headers_carry_trace_context_unless_set_otherwise(tmp_path: Path) -> Non
         assert 'is not a header policy: "trace", "none", "all" or a list of header names' in problem
 
 
+def test_headers_come_from_the_record_unless_every_input_is_asked_for(tmp_path: Path) -> None:
+    assert load_pipeline_file(write(tmp_path, MINIMAL)).pipeline[0].headers_from == "record"
+    line = 'checkpoint = "state/p"'
+    inputs = MINIMAL.replace(line, f'{line}\nheaders_from = "inputs"')
+    assert load_pipeline_file(write(tmp_path, inputs)).pipeline[0].headers_from == "inputs"
+    for wrong in ('"all"', '["inputs"]', "true"):
+        (problem,) = problems_of(
+            write(tmp_path, MINIMAL.replace(line, f"{line}\nheaders_from = {wrong}"))
+        )
+        assert "pipeline[0] (p).headers_from: " in problem
+        assert 'not whose headers an output carries: "record"' in problem
+
+
 def test_a_select_is_read_entry_by_entry_one_problem_each(tmp_path: Path) -> None:
     select = """
 [pipeline.select]

@@ -11,6 +11,7 @@ from daemon.model.headers import (
     carrier,
     dead_letter_headers,
     error_headers,
+    merge_headers,
     pack,
     policy_names,
     reads_headers,
@@ -109,3 +110,21 @@ def test_error_headers_mask_a_remembered_secret_in_the_message_and_the_trace() -
     assert b"pw-planted-in-a-header" not in (found[ERROR_STACKTRACE] or b"")
     (_, kind), (_, reason) = error_headers("OutputRejected", "refused pw-planted-in-a-header")
     assert (kind, reason) == (b"OutputRejected", b"refused ***")
+
+
+def test_merged_headers_put_the_record_the_output_is_about_last() -> None:
+    row = (("tenant", b"row"), TRACE)
+    order = (TRACE, ("tenant", b"order"))
+    assert merge_headers(row, None, order) == (("tenant", b"row"), TRACE, ("tenant", b"order"))
+
+
+def test_merged_headers_keep_each_repeated_pair_at_its_last_place() -> None:
+    # The record's own last `t` is B; the row's (t, B) goes, so the last `t` stays B.
+    merged = merge_headers((("t", b"B"), EMPTY), (("t", b"A"), ("t", b"B")))
+    assert merged == (EMPTY, ("t", b"A"), ("t", b"B"))
+    assert [v for n, v in merged if n == "t"][-1] == b"B"
+
+
+def test_merged_headers_of_inputs_without_any_are_empty_not_none() -> None:
+    assert merge_headers(None, None) == ()
+    assert merge_headers(None, (TENANT,)) == (TENANT,)
