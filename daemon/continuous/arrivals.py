@@ -41,6 +41,10 @@ class Arrivals:
             name = partition_name(message.topic(), message.partition())
             self._waiting.setdefault(name, []).append(message)
 
+    def clear(self) -> None:
+        """Forget what waits: the consumer reads it again (it was assigned anew)."""
+        self._waiting = {}
+
     def take(self) -> list[Any]:
         """The next sub-batch's messages: all that wait, or the ``cap`` earliest."""
         waiting = {name: found for name, found in self._waiting.items() if found}

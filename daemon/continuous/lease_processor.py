@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import Row as SparkRow
@@ -44,10 +44,16 @@ class Stopped:
     """Where each partition was read up to: the next long batch's start."""
     timers: dict[int, int]
     """Each held bucket's timer, by label."""
+    bootstrap: dict[str, int] = field(default_factory=dict)
+    """The ends a bootstrap had yet to reach when the long batch ended, by partition name
+    (``{}``: none, or it is done): the next long batch goes on with it."""
 
     def text(self) -> str:
         """The value's text."""
-        return json.dumps({"ends": self.ends, "timers": self.timers})
+        found: dict[str, Any] = {"ends": self.ends, "timers": self.timers}
+        if self.bootstrap:
+            found["bootstrap"] = self.bootstrap
+        return json.dumps(found)
 
     @staticmethod
     def read(text: str | None) -> Stopped:
@@ -59,7 +65,8 @@ class Stopped:
         found = json.loads(text) if text else {}
         if "ends" not in found:
             return Stopped(found, {})
-        return Stopped(found["ends"], {int(label): at for label, at in found["timers"].items()})
+        timers = {int(label): at for label, at in found["timers"].items()}
+        return Stopped(found["ends"], timers, found.get("bootstrap", {}))
 
 
 class LeaseProcessor(StatefulProcessor):
@@ -103,10 +110,17 @@ class LeaseProcessor(StatefulProcessor):
         rows: Iterator[SparkRow],
         timerValues: Any,  # noqa: N803
     ) -> Iterator[SparkRow]:
-        """Run the lease's long batch; write what changed. Its task reported its counts."""
-        until = max(int(row.until) for row in rows)
+        """Run the lease's long batch; write what changed. Its task reported its counts.
+
+        A lease that has not run yet takes the bootstrap's ends from the long batch's rows
+        (the checkpoint's first long batch has them); one that has goes on with what its last
+        long batch left of a bootstrap.
+        """
+        leased = list(rows)
+        until = max(int(row.until) for row in leased)
         _, batch, query = running_task()
         stopped = self._stopped()
+        bootstrap = stopped.bootstrap if stopped.ends else json.loads(leased[0].bootstrap or "{}")
         # A partition the lease has not read yet (the topic gained it) starts as a new lease's.
         starts = {**self.starts, **stopped.ends}
         buckets = HeldBuckets(self._stored, stopped.timers)
@@ -124,8 +138,10 @@ class LeaseProcessor(StatefulProcessor):
             of=len(self.labels),
             held_state_budget=self.batches.held_state_budget,
         )
-        run = LongBatchTask(processor, self.source, self.output_spec, lease, query, buckets).run()
-        self._write(buckets, run.ends)
+        run = LongBatchTask(
+            processor, self.source, self.output_spec, lease, query, buckets, bootstrap=bootstrap
+        ).run()
+        self._write(buckets, run.ends, bootstrap=run.bootstrap)
         yield from ()
 
     def handleInitialState(  # noqa: N802 - Spark's name
@@ -149,7 +165,11 @@ class LeaseProcessor(StatefulProcessor):
         self._write(buckets, stopped.ends, stopped.timers)
 
     def _write(
-        self, buckets: HeldBuckets, ends: dict[str, int], timers: dict[int, int] | None = None
+        self,
+        buckets: HeldBuckets,
+        ends: dict[str, int],
+        timers: dict[int, int] | None = None,
+        bootstrap: dict[str, int] | None = None,
     ) -> None:
         """Write the buckets that changed, and where the lease stopped, with their timers."""
         for bucket_key, blob in buckets.changed():
@@ -157,7 +177,8 @@ class LeaseProcessor(StatefulProcessor):
                 self.held.removeKey(bucket_key)
             else:
                 self.held.updateValue(bucket_key, (blob,))
-        self.ends.update((Stopped(ends, {**(timers or {}), **buckets.timers()}).text(),))
+        timers = {**(timers or {}), **buckets.timers()}
+        self.ends.update((Stopped(ends, timers, bootstrap or {}).text(),))
 
     def _stopped(self) -> Stopped:
         found = self.ends.get() if self.ends.exists() else None

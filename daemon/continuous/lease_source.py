@@ -3,7 +3,9 @@
 Each plan is a long batch: its number and the time after which it takes no new records,
 which Spark writes to its offset log, so that a long batch it runs again after a crash ends
 when the first try was to end. The rows name the leases; what each reads is its own state
-(:mod:`daemon.continuous.lease_processor`), not the plan's.
+(:mod:`daemon.continuous.lease_processor`), not the plan's. The one exception is a
+bootstrap's ends: the checkpoint's first long batch carries them in its plan, so that a run
+of it again after a crash bootstraps to the same ends.
 """
 
 from __future__ import annotations
@@ -11,17 +13,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from daemon.continuous.lease import asked_to_stop
 from daemon.model.record_route import bucket_labels
+from daemon.model.wire import BOOTSTRAP
 
-LEASE_DDL = "lease int, until long"
-"""A lease row: the lease (an ``int``, which Spark hashes as the grouping key expects) and the
-time its long batch stops taking records, in milliseconds."""
+LEASE_DDL = "lease int, until long, bootstrap string"
+"""A lease row: the lease (an ``int``, which Spark hashes as the grouping key expects), the
+time its long batch stops taking records, in milliseconds, and the bootstrap's ends (JSON
+``{partition name: end}``, ``{}`` but in the checkpoint's first long batch)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,9 @@ class LongBatches:
     there (``daemon run`` stopping); empty: none."""
     held_state_budget: int = 0
     """The bytes of state a lease may hold before its long batch ends early (0: no budget)."""
+    bootstrap: dict[str, int] = field(default_factory=dict)
+    """Where the bootstrapped inputs' partitions ended when the query started (``{}``: none
+    bootstraps): the checkpoint's first long batch reads them to there before anything else."""
 
     def stopped(self) -> bool:
         """Whether the long batches are asked to stop (:attr:`stopping` is there)."""
@@ -72,6 +79,7 @@ class LongBatchPartition(InputPartition):
 
     until: int
     labels: tuple[int, ...]
+    bootstrap: str
 
 
 class LeaseReader(DataSourceStreamReader):
@@ -85,26 +93,31 @@ class LeaseReader(DataSourceStreamReader):
         """Before the first long batch."""
         return {"long_batch": 0, "until": 0}
 
-    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
-        """The next long batch, until its length from now; none while stopping."""
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:  # noqa: N802
+        """The next long batch, until its length from now; none while stopping.
+
+        The checkpoint's first long batch also carries the bootstrap's ends, if any.
+        """
         if self.batches.stopped():
             return start
         now = time.time_ns() // 1_000_000
-        return {
-            "long_batch": int(start["long_batch"]) + 1,
-            "until": now + self.batches.long_batch_ms,
-        }
+        batch = int(start["long_batch"]) + 1
+        end: dict[str, Any] = {"long_batch": batch, "until": now + self.batches.long_batch_ms}
+        if batch == 1 and self.batches.bootstrap:
+            end[BOOTSTRAP] = dict(self.batches.bootstrap)
+        return end
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         """One task makes the long batch's rows."""
         labels = self.batches.labels(self.shuffle_partitions)
-        return [LongBatchPartition(int(end["until"]), labels)]
+        bootstrap = json.dumps(end.get(BOOTSTRAP, {}), sort_keys=True)
+        return [LongBatchPartition(int(end["until"]), labels, bootstrap)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[int, int]]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, int, str]]:
         """A row per lease."""
         assert isinstance(partition, LongBatchPartition)  # noqa: S101 - ours
         for label in partition.labels:
-            yield (label, partition.until)
+            yield (label, partition.until, partition.bootstrap)
 
 
 class LeaseSource(DataSource):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from daemon.continuous.lease_processor import LeaseProcessor
 from daemon.continuous.lease_source import LeaseSource, LongBatches
-from daemon.model.wire import OUTPUT, is_partition_name
+from daemon.model.wire import BOOTSTRAP, OUTPUT, is_partition_name
 from daemon.operator.spec import OperatorPlan
 from daemon.sink.spark_sink import BatchCounter
 from daemon.sink.spec import OutputSpec
@@ -65,14 +65,28 @@ def start_long_batches(
     )
 
 
-def first_positions(source: SourceSpec) -> dict[str, int]:
+class FirstPositions(NamedTuple):
+    """Where a lease without state starts, and how far it bootstraps first."""
+
+    starts: dict[str, int]
+    """Every input partition's earliest offset, by partition name."""
+    bootstrap: dict[str, int]
+    """The ends the bootstrapped inputs' partitions have now (``{}``: none bootstraps)."""
+
+
+def first_positions(source: SourceSpec) -> FirstPositions:
     """Where a lease without state starts: every input partition's earliest offset.
 
-    As a micro-batch query without a checkpoint starts (:meth:`SourcePlanner.initial_offsets`).
+    As a micro-batch query without a checkpoint starts (:meth:`SourcePlanner.initial_offsets`),
+    bootstrap included: the checkpoint's first long batch reads the bootstrapped inputs to the
+    ends they have now before anything else.
     """
     planner = SourcePlanner(source)
     try:
         offsets = planner.initial_offsets()
     finally:
         planner.stop()
-    return {name: int(at) for name, at in offsets.items() if is_partition_name(name)}
+    starts = {name: int(at) for name, at in offsets.items() if is_partition_name(name)}
+    bootstrap = offsets.get(BOOTSTRAP, {})
+    assert isinstance(bootstrap, dict)  # noqa: S101 - the planner's entry
+    return FirstPositions(starts, {name: int(end) for name, end in bootstrap.items()})

@@ -14,6 +14,11 @@ passed the lease's ``held_state_budget`` (:attr:`HeldBuckets.held_bytes`): each 
 batch the same way, after a committed sub-batch, so that the state written is that of every
 sub-batch committed and the next long batch reads on from where they stopped. What it
 committed reaches the daemon's metrics as it goes (:mod:`daemon.continuous.progress`).
+
+A bootstrap (a new pipeline reading its bootstrapped tables to the ends they had at its start
+before anything else, docs/semantics.md) narrows what the task reads: only those partitions,
+none past its end, until each reached it; then every partition from where it is. A long
+batch that ends first leaves the rest of it to the next (:class:`LongBatchRun`).
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class LongBatchRun:
     ended_early: str = ""
     """Why the long batch ended before its time was up, as a line ("": it did not, or a stop
     ended it)."""
+    bootstrap: dict[str, int] = field(default_factory=dict)
+    """The bootstrap's ends not reached yet, by partition name (``{}``: it is done)."""
 
 
 class LongBatchTask:
@@ -88,6 +95,7 @@ class LongBatchTask:
         clock: the wall clock in milliseconds.
         after_commit: called with each sub-batch's number once it committed (tests stop an
             attempt there, as a crash would).
+        bootstrap: the ends a bootstrap has yet to reach, by partition name (``{}``: none).
     """
 
     def __init__(
@@ -101,6 +109,7 @@ class LongBatchTask:
         *,
         clock: Callable[[], int] = wall_ms,
         after_commit: Callable[[int], None] | None = None,
+        bootstrap: dict[str, int] | None = None,
     ) -> None:
         self.processor = processor
         self.source = source
@@ -117,6 +126,8 @@ class LongBatchTask:
         self.arrivals = Arrivals(ranks, source.max_records_per_batch)
         self.mine = lease.owns(source.state_buckets)
         """The state buckets this lease joins: each lease reads every partition."""
+        self.bootstrap = dict(bootstrap or {})
+        """The bootstrap's ends not reached yet: while there are any, only they are read."""
 
     def run(self) -> LongBatchRun:
         """Replay what an earlier attempt committed, then read and commit until time is up.
@@ -135,6 +146,7 @@ class LongBatchTask:
                 self._replay(producer, marker)
                 run.replayed += 1
             producer.resume(committed)
+        self._bootstrapped()
         progress = Progress(self.output, lease.batch, lease.task, self.clock)
         # A replay counts nothing but that it was one: its output was counted the first time.
         progress.committed(self.processor.counts(), Counter())
@@ -150,22 +162,45 @@ class LongBatchTask:
                 progress.report(self.positions.at)
                 # Records left waiting by a capped sub-batch go on at once.
                 wait = 0 if self.arrivals else lease.commit_interval_ms
-                self.arrivals.add(self._poll(consumer, self.clock() + wait))
+                self.arrivals.add(self._admitted(self._poll(consumer, self.clock() + wait)))
                 now = self.clock()
                 messages = self.arrivals.take()
                 reached = self._reached(consumer, messages)
-                if not messages and not self.buckets.due(now):
-                    continue
                 ranges = self.positions.ranges(reached)
+                # While bootstrapping, a range of transaction markers alone is committed too:
+                # the bootstrap ends once its partitions are covered to their ends.
+                if not messages and not self.buckets.due(now) and not (self.bootstrap and ranges):
+                    continue
                 read = self._sub_batch(producer, self._packs(messages, ranges), now, ranges)
                 self.after_commit(producer.sub - 1)
                 run.committed += 1
                 progress.committed(self.processor.counts(), read)
+                if self._bootstrapped():
+                    self._assign(consumer)  # the rest of it, or every partition once it is done
         finally:
             consumer.close()
         progress.report(self.positions.at, last=True, ended_early=run.ended_early)
         run.ends = dict(self.positions.at)
+        run.bootstrap = dict(self.bootstrap)
         return run
+
+    def _bootstrapped(self) -> bool:
+        """Drop the bootstrap's partitions read to their ends; whether there were any."""
+        at, before = self.positions.at, len(self.bootstrap)
+        self.bootstrap = {name: end for name, end in self.bootstrap.items() if at[name] < end}
+        return len(self.bootstrap) < before
+
+    def _reading(self) -> dict[str, int]:
+        """The partitions read now, from where: the bootstrap's alone while it goes on."""
+        at = self.positions.at
+        return {name: at[name] for name in self.bootstrap} if self.bootstrap else dict(at)
+
+    def _admitted(self, messages: list[Any]) -> list[Any]:
+        """``messages`` but those past the bootstrap's ends (read again once it is done)."""
+        ends = self.bootstrap
+        if not ends:
+            return messages
+        return [m for m in messages if m.offset() < ends[partition_name(m.topic(), m.partition())]]
 
     def _ended_early(self) -> str:
         """The line that says why the long batch ends before its time: its held state."""
@@ -247,9 +282,10 @@ class LongBatchTask:
         consumer.assign(
             [
                 TopicPartition(*split_partition_name(name), offset)
-                for name, offset in self.positions.at.items()
+                for name, offset in self._reading().items()
             ]
         )
+        self.arrivals.clear()  # read again from where each partition is
 
     def _poll(self, consumer: Any, until_ms: int) -> list[Any]:
         """What arrives before ``until_ms``."""
@@ -272,7 +308,7 @@ class LongBatchTask:
         # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
         from confluent_kafka import TopicPartition
 
-        names = list(self.positions.at)
+        names = list(self._reading())
         parts = [TopicPartition(*split_partition_name(name)) for name in names]
         reached = {
             name: max(self.positions.at[name], tp.offset)
@@ -281,9 +317,11 @@ class LongBatchTask:
         for message in messages:
             name = partition_name(message.topic(), message.partition())
             reached[name] = max(reached[name], message.offset() + 1)
-        # Not past what still waits for a sub-batch.
+        # Not past what still waits for a sub-batch, nor past a bootstrap's end.
         for name, waiting in self.arrivals.first_waiting().items():
             reached[name] = min(reached[name], waiting)
+        for name, end in self.bootstrap.items():
+            reached[name] = min(reached[name], end)
         return reached
 
     def _packs(

@@ -34,13 +34,6 @@ def continuous_problems(pipe: PipelineConfig, joiner: Joiner) -> list[str]:
             f'mode = "continuous" runs one stage; joiner {pipe.joiner!r} writes output '
             f'{stage.output!r} in a second stage: run it in mode = "micro_batch" for now'
         )
-    bootstrapped = sorted(joiner.bootstrap_roles())
-    if bootstrapped:
-        problems.append(
-            'mode = "continuous" reads its inputs in arrival order; `bootstrap` '
-            f"({', '.join(bootstrapped)}) reads a table to its end first: run it in "
-            'mode = "micro_batch" for now'
-        )
     return problems
 
 

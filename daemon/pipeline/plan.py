@@ -433,10 +433,16 @@ def _start_continuous(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery
     check_markers(plan.output, Path(pipe.checkpoint))
     stopping = stopping_file(pipe.checkpoint)
     stopping.unlink(missing_ok=True)  # left by a stop that did not get to remove it
+    first = first_positions(plan.source)
     batches = LongBatches(
-        pipe.leases, pipe.long_batch, pipe.commit_interval, str(stopping), pipe.held_state_budget
+        pipe.leases,
+        pipe.long_batch,
+        pipe.commit_interval,
+        str(stopping),
+        pipe.held_state_budget,
+        first.bootstrap,  # a seeded checkpoint's inputs do not bootstrap: its state has them
     )
-    starts = first_positions(plan.source)  # a partition the seed does not name: the earliest
+    starts = first.starts  # a partition the seed does not name: the earliest
     if seed is not None and not seed.to_earliest:
         starts.update(seed.offsets)
     return start_long_batches(

@@ -1,6 +1,6 @@
 """What ``daemon verify --mode`` changes beyond the pipelines' settings: who runs, and where.
 
-A continuous pipeline refuses some joiners' pipelines (a second stage, a chain, bootstrap:
+A continuous pipeline refuses some joiners' pipelines (a second stage, a chain:
 :func:`daemon.pipeline.continuous_checks.continuous_problems`): verify leaves those out with a
 line each, as the child would refuse to start them. Each continuous pipeline's lease holds a
 task slot of the child's local Spark for its whole long batch, so the child gets one slot a

@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -69,13 +70,21 @@ def _attempt(
     lease: Lease,
     after_commit: Callable[[int], None] | None = None,
     buckets: HeldBuckets | None = None,
+    bootstrap: dict[str, int] | None = None,
 ) -> LongBatchRun:
     """One attempt of ``lease``, with ``buckets`` as of the long batch's start (None: none)."""
     processor = JoinerProcessor(plan.operator, plan.output)
     buckets = HeldBuckets() if buckets is None else buckets
     processor.ready(buckets)
     task = LongBatchTask(
-        processor, plan.source, plan.output, lease, "query", buckets, after_commit=after_commit
+        processor,
+        plan.source,
+        plan.output,
+        lease,
+        "query",
+        buckets,
+        after_commit=after_commit,
+        bootstrap=bootstrap,
     )
     return task.run()
 
@@ -113,6 +122,55 @@ def test_a_replaced_attempt_replays_its_sub_batches_and_goes_on_exactly_once(
         assert view["author"]["name"] == f"user {view['tweet']['author_id']}"
         counts[view["id"]] += 1
     assert counts == Counter(range(WAVES * PER_WAVE))
+
+
+def test_a_bootstrap_reads_its_partitions_to_their_ends_first_across_a_crash(
+    tweet_views: Callable[..., TweetViews],
+) -> None:
+    """Every tweet reached Kafka before every user, and is older; user 1 was renamed last.
+    Read as they arrive, user 1's tweets would be viewed under the first name, then again
+    under the new one. Bootstrapping the users' partition to its end, two users a sub-batch,
+    the first attempt dies after two sub-batches; the second replays them, reads the rest of
+    the users, and only then the tweets: one view each, under the latest name."""
+    views = tweet_views("bootstrap")
+    file = views.file()
+    plan = plan_pipeline(file, file.pipeline[0], views.conf)
+    plan = replace(plan, source=replace(plan.source, max_records_per_batch=2))
+    tweets = 12
+    produce(views.conf, views.tweets, [
+        In(TWEETS.encode({"id": i, "author_id": 1 + i % AUTHORS, "content": "hi"}),
+           str(i).encode(), 2000 + i)
+        for i in range(tweets)
+    ])  # fmt: skip
+    produce(views.conf, views.users, [
+        In(USERS.encode({"id": i, "name": f"user {i}"}), str(i).encode(), 5000 + i)
+        for i in range(1, AUTHORS + 1)
+    ] + [In(USERS.encode({"id": 1, "name": "ada"}), b"1", 5010)])  # fmt: skip
+    users, starts = f"{views.users}/0", {f"{views.users}/0": 0, f"{views.tweets}/0": 0}
+
+    def crash_after_two(sub: int) -> None:
+        if sub == 1:
+            raise Crash
+
+    lease = Lease(batch=1, task=0, starts=starts, until_ms=wall_ms() + 30_000)
+    try:
+        with pytest.raises(Crash):
+            _attempt(plan, lease, crash_after_two, bootstrap={users: AUTHORS + 1})
+        again = Lease(batch=1, task=0, starts=starts, until_ms=wall_ms() + 2_000)
+        run = _attempt(plan, again, bootstrap={users: AUTHORS + 1})
+    finally:
+        forget_kept_clients()
+
+    assert run.replayed == 2
+    assert run.bootstrap == {}
+    assert run.ends == {users: AUTHORS + 1, f"{views.tweets}/0": tweets}
+    counts: Counter[int] = Counter()
+    for record in read_topic(views.conf, views.output):
+        view: dict[str, Any] = VIEWS.decode(record.value or b"")
+        author = view["tweet"]["author_id"]
+        assert view["author"]["name"] == ("ada" if author == 1 else f"user {author}")
+        counts[view["id"]] += 1
+    assert counts == Counter(range(tweets))
 
 
 def test_a_task_whose_marker_is_of_a_later_long_batch_stops_naming_both(

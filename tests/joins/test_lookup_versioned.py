@@ -28,7 +28,7 @@ import pytest
 from daemon.demos import latest_by_key
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.lookup import Lookup
-from daemon.model.config import StateConfig
+from daemon.model.config import Mode, StateConfig
 from daemon.replay import ReplayResult
 from daemon.testing import by_key, pipeline_file, replay_joiner, run_joiner
 from tests.kafka_helpers import (
@@ -177,9 +177,7 @@ def test_late_rows_are_joined_revised_or_dead_lettered(
     headers = {(r["key"], r["value"]["revision"]): r["headers"] for r in result.outputs}
     trace = {line["key"]: line.get("headers", {}).get("traceparent") for line in CLICKS}
     assert {key: found.get("traceparent") for key, found in headers.items()} == {
-        (key, revision): trace[key]
-        for key, history in EXPECTED.items()
-        for _, revision in history
+        (key, revision): trace[key] for key, history in EXPECTED.items() for _, revision in history
     }
     assert "tenant" not in headers[("g1", 0)]  # held for the grace; only trace context
     (retraction,) = result.extra["retractions"]
@@ -287,9 +285,17 @@ def regions_joined(result: ReplayResult) -> dict[str, str | None]:
     return {r["key"]: (r["value"]["region"] or {}).get("region") for r in result.outputs}
 
 
-@pytest.mark.parametrize("cap", [None, 1], ids=["whole", "max-batch-1"])
+BOOTSTRAP_RUNS = pytest.mark.parametrize(
+    ("cap", "mode"),
+    [(None, "micro_batch"), (1, "micro_batch"), (1, "continuous")],
+    ids=["whole", "max-batch-1", "continuous-1"],
+)
+"""Bootstraps run whole, a record a micro-batch, and in continuous mode a record a sub-batch."""
+
+
+@BOOTSTRAP_RUNS
 def test_bootstrap_joins_a_stream_older_than_its_whole_table(
-    broker: Any, spark: Any, cap: int | None
+    broker: Any, spark: Any, cap: int | None, mode: Mode
 ) -> None:
     def run(options: dict[str, Any]) -> ReplayResult:
         return replay_joiner(
@@ -302,6 +308,7 @@ def test_bootstrap_joins_a_stream_older_than_its_whole_table(
             options={"mode": "left", **options},
             max_batch=cap,
             bootstrap_servers=broker.bootstrap_servers,
+            mode=mode,
         )
 
     expected = {f"c{n}": f"r{n % 3}" for n in range(6)}
@@ -310,9 +317,9 @@ def test_bootstrap_joins_a_stream_older_than_its_whole_table(
         assert regions_joined(run({})) == dict.fromkeys(expected)
 
 
-@pytest.mark.parametrize("cap", [None, 1], ids=["whole", "max-batch-1"])
+@BOOTSTRAP_RUNS
 def test_bootstrap_loads_a_versioned_tables_history_first(
-    broker: Any, spark: Any, cap: int | None
+    broker: Any, spark: Any, cap: int | None, mode: Mode
 ) -> None:
     """A table re-snapshotted after the clicks: its rows say since when (long before the
     clicks), but reached Kafka after them. Bootstrap reads the history first; each click
@@ -338,6 +345,7 @@ def test_bootstrap_loads_a_versioned_tables_history_first(
             options={"mode": "left", "versioned": True, "revisions": True, **options},
             max_batch=cap,
             bootstrap_servers=broker.bootstrap_servers,
+            mode=mode,
         )
 
     booted = run({"bootstrap": True})
