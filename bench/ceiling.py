@@ -4,8 +4,8 @@ A workload's ceiling is a module-level loop function ``loop(*args, go=None) -> L
 that reads its share of the input with ``assign()``, does the workload's work and produces
 its outputs. :func:`run_processes` runs one share in this process, or each share in a
 spawned process (librdkafka's threads do not survive ``fork``) that waits for a common start
-signal once its clients are built; the time runs from the first record any process consumed
-to the last output any process had delivered.
+signal once its clients are built (:class:`StartSignal`); the time runs from the first record
+any process consumed to the last output any process had delivered.
 """
 
 from __future__ import annotations
@@ -46,7 +46,50 @@ class RawResult:
 Result = TypeVar("Result", bound=LoopResult)
 
 
-def _worker(loop: Callable[..., Any], args: tuple[Any, ...], go: Any, results: Any) -> None:
+READY_TIMEOUT_S = 300.0
+"""The longest a spawned loop may take to import and build its clients: a bound on a hang."""
+
+
+class StartSignal:
+    """The ``go`` a spawned loop waits on once its clients are built.
+
+    A loop calls ``go.wait()`` when it is ready to consume; this one first tells the parent so,
+    and the parent gives the start signal as soon as every loop is ready (a spawned process
+    imports its modules first: about a second on a quiet machine, more under load), not after
+    a fixed wait that is too long when the machine is quiet and too short when it is busy.
+    """
+
+    def __init__(self, context: Any) -> None:
+        self._ready = context.Semaphore(0)
+        self._go = context.Event()
+
+    def wait(self) -> None:
+        """In a loop's process: say it is ready, then wait for the start signal."""
+        self._ready.release()
+        self._go.wait()
+
+    def give_once_ready(self, workers: list[Any], timeout_s: float = READY_TIMEOUT_S) -> None:
+        """In the parent: wait until every one of ``workers`` is ready, then give the signal.
+
+        Raises:
+            RuntimeError: a process failed, or was not ready within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        for _ in workers:
+            while not self._ready.acquire(timeout=0.2):
+                _raise_if_failed(workers)
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"a ceiling process was not ready in {timeout_s:.0f}s")
+        self._go.set()
+
+
+def _raise_if_failed(workers: list[Any]) -> None:
+    failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+    if failed:
+        raise RuntimeError(f"a ceiling process exited with code {failed[0]}")
+
+
+def _worker(loop: Callable[..., Any], args: tuple[Any, ...], go: StartSignal, results: Any) -> None:
     results.put(loop(*args, go=go))
 
 
@@ -76,20 +119,17 @@ def run_loops(loop: Callable[..., Result], shares: list[tuple[Any, ...]]) -> lis
     if len(shares) == 1:
         return [loop(*shares[0])]
     context = multiprocessing.get_context("spawn")  # librdkafka's threads do not survive fork
-    go, results = context.Event(), context.Queue()
+    go, results = StartSignal(context), context.Queue()
     workers = [context.Process(target=_worker, args=(loop, share, go, results)) for share in shares]
     for worker in workers:
         worker.start()
-    time.sleep(3.0)  # let every worker import and build its clients before the start signal
-    go.set()
+    go.give_once_ready(workers)
     loops: list[Result] = []
     while len(loops) < len(workers):
         try:
             loops.append(results.get(timeout=1.0))
         except queue.Empty:
-            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
-            if failed:
-                raise RuntimeError(f"a ceiling process exited with code {failed[0]}") from None
+            _raise_if_failed(workers)
     for worker in workers:
         worker.join(timeout=30)
     return loops

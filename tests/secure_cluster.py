@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.broker import broker_binary
+from daemon.broker import broker_binary, stop_tansu
 from daemon.kafka.admin import EMBEDDED_CLUSTER_ID
 from tests.ports import free_port
 
@@ -257,13 +257,8 @@ class TlsBroker:
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """Terminate a process this module started, killing it if it does not exit in 10 s."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """Stop a process this module started (a Tansu broker or a proxy) as the embedded
+    broker is stopped: killed if it has not exited a second after SIGTERM."""
+    stop_tansu(process)
     if process.stdin is not None:
         process.stdin.close()
