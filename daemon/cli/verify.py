@@ -48,7 +48,7 @@ def verify(
             "--mode",
             help="The pipelines' mode: continuous runs them in long batches of 4 s that commit "
             "every 100 ms, and kills them right after a commit, inside long batches and as "
-            "long batches end (joiners the mode refuses are left out, each with a line).",
+            "long batches end.",
         ),
     ] = "micro_batch",
     zombie: Annotated[

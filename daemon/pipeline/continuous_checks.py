@@ -1,9 +1,9 @@
 """What a pipeline in continuous mode cannot do yet, each refused with one line.
 
 A continuous pipeline runs one joiner operator in a long batch's task
-(:mod:`daemon.continuous`), which reads its inputs in arrival order. A joiner that needs more
-than that is refused as the pipeline is planned, so ``daemon validate`` says so before a start
-does.
+(:mod:`daemon.continuous`), and a joiner's second stage in a continuous query of its own. A
+joiner that needs more than that (a chain of operators in one query) is refused as the
+pipeline is planned, so ``daemon validate`` says so before a start does.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import re
 
+from daemon.errors import EnrichdError
 from daemon.model.config import PipelineConfig, PipelineFile
+from daemon.plugin.configured import pipeline_joiner
 from daemon.plugin.joiner import Joiner
 
 _LOCAL = re.compile(r"^local(?:\[(\d+|\*)(?:,\d+)?\])?$")
@@ -28,12 +30,6 @@ def continuous_problems(pipe: PipelineConfig, joiner: Joiner) -> list[str]:
             'mode = "continuous" runs one joiner operator; a lookup of several tables runs '
             'its tables in a chain of them: run it in mode = "micro_batch" for now'
         )
-    stage = joiner.downstream()
-    if stage is not None:
-        problems.append(
-            f'mode = "continuous" runs one stage; joiner {pipe.joiner!r} writes output '
-            f'{stage.output!r} in a second stage: run it in mode = "micro_batch" for now'
-        )
     return problems
 
 
@@ -41,10 +37,11 @@ def slot_problems(file: PipelineFile) -> list[str]:
     """Why the file's continuous pipelines would leave other queries no task slot.
 
     Each lease holds a slot for its whole long batch; a lease without one waits for another
-    to end its long batch, and a micro-batch query without one waits for every lease. Known
-    for a local master only: a cluster's slots are its workers'.
+    to end its long batch, and a micro-batch query without one waits for every lease. A
+    joiner's second stage is a continuous query of its own, with as many leases. Known for a
+    local master only: a cluster's slots are its workers'.
     """
-    leases = sum(pipe.leases for pipe in file.pipeline if pipe.continuous)
+    leases = sum(pipe.leases * queries(pipe) for pipe in file.pipeline if pipe.continuous)
     match = _LOCAL.match(file.spark.master.strip())
     if not leases or match is None:
         return []
@@ -60,3 +57,12 @@ def slot_problems(file: PipelineFile) -> list[str]:
         f"continuous pipelines' {leases} lease(s) hold one each for whole long batches"
         f"{others}: give it {needed} (local[{needed}]) or set fewer `leases`"
     ]
+
+
+def queries(pipe: PipelineConfig) -> int:
+    """The streaming queries ``pipe`` runs: its joiner's, and one for a second stage."""
+    try:
+        joiner = pipeline_joiner(pipe)
+    except EnrichdError:  # its own line comes from the pipeline's checks
+        return 1
+    return 1 if joiner.downstream() is None else 2

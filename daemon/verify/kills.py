@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from daemon.checkpoint import layout
 from daemon.errors import EnrichdError
 from daemon.kafka import connect
 from daemon.replay import committed_ends
@@ -279,12 +278,11 @@ def run_with_kills(
     wait("every input record committed", watch.all_committed)
     for pipe in pipelines:
         for name, stage in pipe.config.outputs.items():
-            downstream = layout.downstream(pipe.config.checkpoint, name)
             ends = committed_ends(conf, pipe.config.output.topic)
             progress(f"waiting for {pipe.joiner}'s {name} stage")
             wait(
                 f"{pipe.joiner}'s second stage ({stage.topic}) caught up",
-                lambda d=downstream, e=ends: runs.reached(runs.committed(d), e),  # type: ignore[misc]
+                lambda p=pipe, n=name, e=ends: watch.stage_reached(p, n, e),  # type: ignore[misc]
             )
     run_s = round(time.monotonic() - started, 1)
     progress("stopping daemon run with SIGTERM")

@@ -51,7 +51,7 @@ from daemon.verify.kills import (
     check_stop,
     run_with_kills,
 )
-from daemon.verify.modes import refused_joiners, slots
+from daemon.verify.modes import slots
 from daemon.verify.plan import VerifiedPipeline, VerifyOptions, child_table, plan_pipeline
 from daemon.verify.readback import RawLogs, TopicRead, read_committed, with_status
 from daemon.verify.run_progress import CheckpointProgress, LagGroupProgress, RunProgress
@@ -156,10 +156,6 @@ def verify(
         created: list[str] = []
         try:
             pipelines = [plan_pipeline(joiner, base, folder, options) for joiner in options.joiners]
-            pipelines, skipped = refused_joiners(pipelines, options)
-            for skip in skipped:
-                progress(skip)
-            report.notes.extend(skipped)
             make_topics(conf, pipelines, options, base, created)
             report.settings = settings_warnings(conf, file, pipelines)
             probe_transactions(conf, base, options.prefix, pipelines[0].config.output.topic)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from daemon.checkpoint.batch_logs import last_planned, planned_batch
+from daemon.checkpoint.layout import downstream
 from daemon.kafka import connect, names
 from daemon.model.wire import split_partition_name
 from daemon.verify import child as runs
@@ -37,6 +38,9 @@ class RunProgress(Protocol):
 
     def back(self, batches: list[int], records: int) -> bool:
         """Whether a restarted run went past where :meth:`planned` stood at the kill."""
+
+    def stage_reached(self, pipe: VerifiedPipeline, stage: str, ends: dict[str, int]) -> bool:
+        """Whether ``pipe``'s second stage (output ``stage``) read its input to ``ends``."""
 
 
 class CheckpointProgress:
@@ -67,6 +71,10 @@ class CheckpointProgress:
         """
         return planned_since(batches, self.planned()[0]) or self.all_committed()
 
+    def stage_reached(self, pipe: VerifiedPipeline, stage: str, ends: dict[str, int]) -> bool:
+        """Whether the stage's last committed micro-batch ends at ``ends`` or past them."""
+        return runs.reached(runs.committed(downstream(pipe.config.checkpoint, stage)), ends)
+
 
 class LagGroupProgress:
     """A continuous run's progress: its long batches, and its groups' committed offsets.
@@ -79,6 +87,7 @@ class LagGroupProgress:
         self, conf: dict[str, str], id_prefix: str, pipelines: list[VerifiedPipeline]
     ) -> None:
         self.pipelines = pipelines
+        self.conf, self.id_prefix = conf, id_prefix
         self.readers = [
             connect.consumer(
                 conf,
@@ -126,6 +135,21 @@ class LagGroupProgress:
         """
         now, read = self.planned()
         return read > records or planned_since(batches, now)
+
+    def stage_reached(self, pipe: VerifiedPipeline, stage: str, ends: dict[str, int]) -> bool:
+        """Whether the stage's group (a continuous query of its own) is at ``ends``."""
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        group = names.pipeline_group(self.id_prefix, f"{pipe.config.name}.{stage}")
+        reader = connect.consumer(self.conf, {"group.id": group, "enable.auto.commit": False})
+        try:
+            wanted = [TopicPartition(*split_partition_name(name)) for name in ends]
+            found = reader.committed(wanted, timeout=_COMMITTED_WAIT_S)
+        finally:
+            reader.close()
+        read = {f"{tp.topic}/{tp.partition}": max(tp.offset, 0) for tp in found}
+        return runs.reached(read, ends)
 
     def ends_in_time(self) -> list[int]:
         """When each pipeline's last planned long batch stops taking records, in ms (or 0)."""

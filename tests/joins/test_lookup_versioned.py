@@ -125,11 +125,20 @@ def answers(outputs: list[Any]) -> dict[str, list[tuple[str, int]]]:
     }
 
 
+RUNS: dict[str, tuple[int | None, Mode]] = {
+    "whole": (None, "micro_batch"),
+    "max-batch-1": (1, "micro_batch"),
+    "continuous-1": (1, "continuous"),
+}
+"""The scenarios' runs: whole, one record a micro-batch, and one a continuous sub-batch (the
+totals' second stage a continuous query of its own, as the first)."""
+
+
 @pytest.fixture(scope="module")
-def runs(broker: Any, spark: Any) -> dict[int | None, ReplayResult]:
-    """The scenarios replayed whole and one record a micro-batch."""
+def runs(broker: Any, spark: Any) -> dict[str, ReplayResult]:
+    """The scenarios replayed as :data:`RUNS` says."""
     return {
-        cap: replay_joiner(
+        name: replay_joiner(
             "lookup",
             {"stream": CLICKS, "table": CHANGES},
             schemas=TIMED,
@@ -141,16 +150,17 @@ def runs(broker: Any, spark: Any) -> dict[int | None, ReplayResult]:
             max_batch=cap,
             bootstrap_servers=broker.bootstrap_servers,
             output_schemas={"totals": SCHEMAS / "region_clicks.avsc"},
+            mode=mode,
         )
-        for cap in (None, 1)
+        for name, (cap, mode) in RUNS.items()
     }
 
 
-@pytest.mark.parametrize("cap", [None, 1], ids=["whole", "max-batch-1"])
+@pytest.mark.parametrize("run", list(RUNS))
 def test_late_rows_are_joined_revised_or_dead_lettered(
-    runs: dict[int | None, ReplayResult], cap: int | None
+    runs: dict[str, ReplayResult], run: str
 ) -> None:
-    result = runs[cap]
+    result = runs[run]
     assert answers(result.outputs) == EXPECTED
     logic = run_joiner(
         Lookup,
@@ -186,15 +196,15 @@ def test_late_rows_are_joined_revised_or_dead_lettered(
     (t0,) = [d for d in result.dead_letters if d["key"] == "t0"]
     assert {n: t0["headers"][n] for n in ("traceparent", "tenant")} == CLICKS[6]["headers"]
     assert t0["headers"]["__streams.errors.exception"] == "LateRecord"
-    if cap == 1:
+    if run != "whole":
         assert result.batches > len(CLICKS) + len(CHANGES)  # both stages, record by record
 
 
-@pytest.mark.parametrize("cap", [None, 1], ids=["whole", "max-batch-1"])
+@pytest.mark.parametrize("run", list(RUNS))
 def test_totals_count_a_revised_click_once_in_its_latest_region(
-    runs: dict[int | None, ReplayResult], cap: int | None
+    runs: dict[str, ReplayResult], run: str
 ) -> None:
-    totals = runs[cap].extra["totals"]
+    totals = runs[run].extra["totals"]
     clicks = {line["key"]: line["value"]["clicks"] for line in CLICKS}
     expected: dict[str, int] = {}
     for cid, history in EXPECTED.items():
@@ -204,7 +214,7 @@ def test_totals_count_a_revised_click_once_in_its_latest_region(
     assert final == expected  # eu without r1's 4, us with them
     # One total per change: each answer with a region, and the retraction.
     assert len(totals) == len(EXPECTED) + 1 + 1
-    if cap is None:
+    if run == "whole":
         # One micro-batch a stage: each region's totals in timestamp order. eu: t1, x1,
         # r1, then r1's retraction when the us row arrived (900), then t2 (2002).
         assert [v["clicks"] for v in by_key(totals)["eu"]] == [16, 144, 148, 144, 176]
@@ -285,12 +295,8 @@ def regions_joined(result: ReplayResult) -> dict[str, str | None]:
     return {r["key"]: (r["value"]["region"] or {}).get("region") for r in result.outputs}
 
 
-BOOTSTRAP_RUNS = pytest.mark.parametrize(
-    ("cap", "mode"),
-    [(None, "micro_batch"), (1, "micro_batch"), (1, "continuous")],
-    ids=["whole", "max-batch-1", "continuous-1"],
-)
-"""Bootstraps run whole, a record a micro-batch, and in continuous mode a record a sub-batch."""
+BOOTSTRAP_RUNS = pytest.mark.parametrize(("cap", "mode"), list(RUNS.values()), ids=list(RUNS))
+"""Bootstraps run as :data:`RUNS`: whole, a record a micro-batch, a record a sub-batch."""
 
 
 @BOOTSTRAP_RUNS
@@ -466,14 +472,14 @@ def test_a_click_held_for_its_grace_keeps_its_headers_across_a_restart(
 
 
 def test_replay_prints_the_totals_and_retractions_it_reads_back(
-    runs: dict[int | None, ReplayResult], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    runs: dict[str, ReplayResult], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """What `daemon replay` prints and writes of this real run: every output, by name."""
     import json
 
     from daemon.cli.replay import summary, write_outputs
 
-    result = runs[None]
+    result = runs["whole"]
     write_outputs(result, None, tmp_path / "each")
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert printed == []  # --output-dir alone: the files, not stdout

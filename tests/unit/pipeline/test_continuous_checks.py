@@ -37,8 +37,10 @@ def test_what_continuous_mode_cannot_run_yet_is_one_line_each(tmp_path: Path) ->
         'mode: mode = "continuous" runs one joiner operator; a lookup of several tables runs '
         'its tables in a chain of them: run it in mode = "micro_batch" for now'
     )
-    (stage,) = _continuous(tmp_path, "clicks-per-region.toml")
-    assert "writes output 'totals' in a second stage" in stage
+
+
+def test_a_lookup_with_running_totals_runs_both_stages_in_continuous_mode(tmp_path: Path) -> None:
+    assert _continuous(tmp_path, "clicks-per-region.toml") == []
 
 
 def test_a_lookup_that_bootstraps_its_table_runs_in_continuous_mode(tmp_path: Path) -> None:
@@ -69,6 +71,15 @@ def test_leases_that_would_take_every_task_slot_are_refused() -> None:
         update={"pipeline": [continuous.model_copy(update={"leases": 2}), pipe]}
     )
     assert slot_problems(crowded) == [
+        "[spark] master 'local[2]' runs 2 task(s) at once, and the continuous pipelines' 2 "
+        "lease(s) hold one each for whole long batches and a micro-batch pipeline's tasks: "
+        "give it 3 (local[3]) or set fewer `leases`"
+    ]
+    # A second stage is a query of its own, with as many leases: two slots, and one beside.
+    totals = load_pipeline_file(EXAMPLES / "clicks-per-region.toml").pipeline[0]
+    staged = totals.model_copy(update={"mode": "continuous"})
+    assert slot_problems(alone.model_copy(update={"pipeline": [staged]})) == []
+    assert slot_problems(alone.model_copy(update={"pipeline": [staged, pipe]})) == [
         "[spark] master 'local[2]' runs 2 task(s) at once, and the continuous pipelines' 2 "
         "lease(s) hold one each for whole long batches and a micro-batch pipeline's tasks: "
         "give it 3 (local[3]) or set fewer `leases`"
