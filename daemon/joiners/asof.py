@@ -26,6 +26,7 @@ from daemon.plugin import (
     Written,
     hookimpl,
     merge_headers,
+    pickled_fields,
 )
 
 RejoinOn = Literal["event_time", "processing_time"]
@@ -120,9 +121,7 @@ class AsOfState:
             self.left,
             self.changed_from,
         )
-        if self.right_headers is not None:
-            return (AsOfState, (*fields, self.right_headers))
-        return (AsOfState, fields)
+        return (AsOfState, pickled_fields(fields, self.right_headers))
 
     def __setstate__(self, state: Sequence[Any]) -> None:
         """Load a state pickled the slotted dataclass's way (before it had ``__reduce__``)."""
@@ -200,15 +199,9 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
         "the left event"
     )
 
-    def __init__(self, options: AsOfOptions, context: JoinerContext) -> None:
-        super().__init__(options, context)
-        # headers_from = "inputs": an answer carries its right record's headers, then its
-        # left event's, and the right history keeps its records' headers for that.
-        self.carries_inputs = context.headers_from == "inputs"
-
     def initial_state(self) -> AsOfState:
-        """No clocks, no right history, no left events."""
-        return AsOfState(right_headers=[] if self.carries_inputs else None)
+        """No clocks, no right history, no left events (nor, under "inputs", their headers)."""
+        return AsOfState(right_headers=[] if self.context.carries_inputs else None)
 
     def writes(self) -> list[OutputValue]:
         """A revision: the left event, the right record as of its time (or null), its number."""
@@ -295,7 +288,7 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
         if record.value is None:  # not routed here: asof has no keyed tombstones
             return
         if record.role == "right":
-            if self.carries_inputs:
+            if self.context.carries_inputs:
                 state.right_headers = headers_of(state.right_times, state.right_headers)
             _versions(state).add(event_time, record.value, record.headers)
             if state.changed_from is None or event_time < state.changed_from:
@@ -386,7 +379,7 @@ class AsOf(Joiner[AsOfOptions, AsOfState]):
 
     def _headers(self, state: AsOfState, event_time: int, left: Headers | None) -> Headers | None:
         """An answer's headers: its left event's; under "inputs" its right record's first."""
-        if not self.carries_inputs:
+        if not self.context.carries_inputs:
             return left
         right = _versions(state).headers_at(event_time, inclusive=self.options.inclusive)
         return merge_headers(right, left)

@@ -127,7 +127,7 @@ class CoMap(Joiner[CoMapOptions, dict[str, Any]]):
         # micro-batch it has records, and a stash carries only the ids. Only a one-side
         # update (fan-out) reads the records back.
         stored: Stash = state["many"]
-        inputs = self.context.headers_from == "inputs"
+        inputs = self.context.carries_inputs
         # headers_from = "inputs": the many-side records' headers by id, held beside the
         # stash (only under "inputs", and only those that have some).
         many_headers: dict[str, Any] = state.setdefault(MANY_HEADERS, {}) if inputs else {}

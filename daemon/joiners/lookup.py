@@ -41,6 +41,7 @@ from daemon.plugin import (
     OutputValue,
     Written,
     merge_headers,
+    pickled_fields,
 )
 
 LookupMode = Literal["inner", "left"]
@@ -174,9 +175,7 @@ class VersionedState:
         # Pickled with the key's state every micro-batch: as its fields (see Kept), the
         # rows' headers only when kept, so a state without them keeps its bytes.
         fields = (self.stream_time, self.times, self.values, self.held, self.kept)
-        if self.row_headers is not None:
-            return (VersionedState, (*fields, self.row_headers))
-        return (VersionedState, fields)
+        return (VersionedState, pickled_fields(fields, self.row_headers))
 
     @property
     def versions(self) -> Versions:
@@ -279,9 +278,6 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
 
     def __init__(self, options: LookupOptions, context: JoinerContext) -> None:
         super().__init__(options, context)
-        # headers_from = "inputs": an answer carries its table row's headers, then its stream
-        # record's, and the rows keep theirs in state for that.
-        self.carries_inputs = context.headers_from == "inputs"
         # Versioned answers depend on what was known when: arrival order, as asof.
         self.order = "arrival" if self.options.versioned else "event_time"
         fields = context.output_fields
@@ -325,7 +321,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
     def initial_state(self) -> dict[str, Any] | VersionedState:
         """No table value yet (and, versioned, no history, no stream time)."""
         if self.options.versioned:
-            return VersionedState(row_headers=[] if self.carries_inputs else None)
+            return VersionedState(row_headers=[] if self.context.carries_inputs else None)
         return {"table": None}
 
     def is_empty(self, state: dict[str, Any] | VersionedState) -> bool:
@@ -365,16 +361,17 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                 yield from self._apply(key, state, record, ctx)
             yield from self._dropped(self._evict(state))
             return
+        inputs = self.context.carries_inputs
         for record in records:
             if record.role == "table":
                 state["table"] = record.value  # a tombstone (None) deletes
-                if self.carries_inputs:
+                if inputs:
                     keep(state, "table", None if record.value is None else record.headers)
                 continue
             if record.value is None:  # stream tombstones are dead-lettered before this
                 continue
             headers = None
-            if self.carries_inputs:
+            if inputs:
                 headers = merge_headers(held(state, "table"), record.headers)
             yield from self._current(record, state["table"], ctx, headers)
 
@@ -464,7 +461,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
         stream_time = state.stream_time
         state.stream_time = event_time if stream_time is None else max(stream_time, event_time)
         if record.role == "table":
-            if self.carries_inputs:
+            if self.context.carries_inputs:
                 state.row_headers = headers_of(state.times, state.row_headers)
             # A tombstone ends a version; it has no row whose headers an answer carries.
             headers = None if record.value is None else record.headers
@@ -525,7 +522,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
             revision = 0
             if self._shows(answer):
                 headers = None
-                if self.carries_inputs:
+                if self.context.carries_inputs:
                     row = versions.headers_at(record.event_time, inclusive=True)
                     headers = merge_headers(row, record.headers)
                 yield Emit(
@@ -562,7 +559,7 @@ class Lookup(Joiner[LookupOptions, dict[str, Any] | VersionedState]):
                 continue
             ctx.count("revisions")
             headers = kept.headers
-            if self.carries_inputs:  # the newly matched row's, then the stream record's
+            if self.context.carries_inputs:  # the newly matched row's, then the stream record's
                 row = versions.headers_at(kept.event_time, inclusive=True)
                 headers = merge_headers(row, kept.headers)
             if retracts and self._shows(before):

@@ -362,7 +362,7 @@ class LookupStage(Lookup):
 
         A kept partial keeps its own, so that a revision carries the row it now matches.
         """
-        if not self.carries_inputs:
+        if not self.context.carries_inputs:
             return partial
         return merge_headers(versions.headers_at(at, inclusive=True), partial)
 

@@ -142,7 +142,7 @@ class Table(Joiner[TableOptions, dict[str, Any]]):
     ) -> Iterator[Emit | DeadLetter]:
         """Apply one key's updates in order; see the class docstring for the semantics."""
         fields = ctx.fields
-        inputs = self.context.headers_from == "inputs"
+        inputs = self.context.carries_inputs
         for record in records:
             if record.value is None and state[record.role] is None:
                 continue  # deleting what is not there changes no result

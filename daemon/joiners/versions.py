@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.plugin import DeadLetter, Headers, InputRecord, JoinerContext
+from daemon.plugin import DeadLetter, Headers, InputRecord, JoinerContext, pickled_fields
 
 
 @dataclass(slots=True)
@@ -127,9 +127,7 @@ class Kept:
         # headers only when there are some: a state without them keeps its bytes, and one
         # kept before events had headers loads with none.
         fields = (self.event_time, self.value, self.answer, self.revision, self.key)
-        if self.headers is not None:
-            return (Kept, (*fields, self.headers))
-        return (Kept, fields)
+        return (Kept, pickled_fields(fields, self.headers))
 
 
 def rejoin(kept: Kept, versions: Versions, *, changed_from: int, inclusive: bool) -> bool:

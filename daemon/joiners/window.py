@@ -148,9 +148,6 @@ class Window(Joiner[WindowOptions, dict[str, Any]]):
 
     def __init__(self, options: WindowOptions, context: JoinerContext) -> None:
         super().__init__(options, context)
-        # headers_from = "inputs": a pair carries its held partner's headers, then its
-        # later record's (the held records keep theirs in state in any case).
-        self.carries_inputs = context.headers_from == "inputs"
         window = options
         self.before, self.after = window.sides()
         self.grace: int = window.grace
@@ -287,7 +284,7 @@ class Window(Joiner[WindowOptions, dict[str, Any]]):
             partner.matched = True
             headers = (
                 merge_headers(partner.record.headers, record.headers)
-                if self.carries_inputs
+                if self.context.carries_inputs
                 else None
             )
             yield Emit(

@@ -40,7 +40,7 @@ from __future__ import annotations
 import marshal
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from daemon import secrets
 
@@ -167,6 +167,16 @@ def merge_headers(*inputs: Headers | None) -> Headers:
             kept.append(header)
     kept.reverse()
     return tuple(kept)
+
+
+def pickled_fields(fields: tuple[Any, ...], headers: object) -> tuple[Any, ...]:
+    """What a held value pickles as: ``fields``, then its ``headers`` only when it has some.
+
+    The arguments its ``__reduce__`` returns. A value without headers so keeps the bytes it
+    had before values carried headers, and one pickled then loads with none (the headers
+    field, last, defaults to None).
+    """
+    return fields if headers is None else (*fields, headers)
 
 
 def error_headers(kind: str, reason: str, error: BaseException | None = None) -> list[Header]:

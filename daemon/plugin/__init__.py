@@ -15,7 +15,9 @@ them), :func:`input_record` and :func:`emit_record` make an :class:`InputRecord`
 :class:`Emit` faster than their constructors (for a joiner that makes one per record),
 :func:`recast` makes a record anew under another role, join key and value (as a chain's
 stage hands it on), :func:`merge_headers` merges the headers of the records that made an
-output as ``headers_from = "inputs"`` documents (for :attr:`Emit.headers`), and
+output as ``headers_from = "inputs"`` documents (for :attr:`Emit.headers`),
+:func:`pickled_fields` is what a held value's ``__reduce__`` pickles (its headers only when
+it has some), and
 :class:`ConfigError` is what a joiner raises when the pipeline's configuration cannot work
 (an output schema without a field it needs).
 
@@ -25,7 +27,7 @@ does (a meta-test holds them to it).
 
 from daemon.errors import ConfigError
 from daemon.model.durations import DurationMs
-from daemon.model.headers import Headers, HeadersFrom, merge_headers
+from daemon.model.headers import Headers, HeadersFrom, merge_headers, pickled_fields
 from daemon.model.record_route import field_at
 from daemon.plugin.fields import MAIN_OUTPUT, NUMBERS, FieldOf, OutputValue, Written
 from daemon.plugin.hookspecs import Register, hookimpl
@@ -79,5 +81,6 @@ __all__ = [
     "hookimpl",
     "input_record",
     "merge_headers",
+    "pickled_fields",
     "recast",
 ]

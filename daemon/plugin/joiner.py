@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict
 from typing_extensions import TypeVar
 
 from daemon.model.constants import END_OF_TIME as END_OF_TIME  # where joiners have long found it
-from daemon.model.headers import Headers, HeadersFrom
+from daemon.model.headers import Headers, HeadersFrom, pickled_fields
 from daemon.plugin.fields import OutputValue
 
 Order = Literal["event_time", "arrival"]
@@ -131,9 +131,7 @@ class InputRecord:
             self.kafka_key,
             self.timestamp,
         )
-        if self.headers is not None:
-            fields = (*fields, self.headers)
-        return (input_record, fields)
+        return (input_record, pickled_fields(fields, self.headers))
 
     def __setstate__(self, state: Sequence[Any]) -> None:
         """Load a record pickled the slotted dataclass's way: its fields, in order.
@@ -296,6 +294,14 @@ class JoinerContext:
     output_fields: tuple[str, ...] = ()
     headers_from: HeadersFrom = "record"
     metrics: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def carries_inputs(self) -> bool:
+        """Whether outputs carry every input's headers (``headers_from = "inputs"``).
+
+        A joiner that merges headers then keeps those of the records it holds in state.
+        """
+        return self.headers_from == "inputs"
 
     def count(self, metric: str, n: int = 1) -> None:
         """Add ``n`` to a named counter (exported as a metric by the engine)."""
