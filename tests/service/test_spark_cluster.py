@@ -5,7 +5,9 @@ subprocess because this test session may already hold a local Spark session, and
 master cannot change in-process. Only `[spark] master` and `[kafka] bootstrap_servers` of
 the example file change, and the settings that secure Spark's own network, as
 docs/operations.md says to set them: RPC authentication and encryption, the shared secret
-from the environment (the master's and worker's from a properties file).
+from the environment (the master's and worker's from a properties file). The cluster starts
+once for the module: the same master and worker then run a continuous pipeline of two
+leases with `daemon run`.
 """
 
 from __future__ import annotations
