@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from daemon.errors import EnrichdError
 from daemon.model.config import PipelineConfig, PipelineFile
@@ -39,23 +40,32 @@ def slot_problems(file: PipelineFile) -> list[str]:
     Each lease holds a slot for its whole long batch; a lease without one waits for another
     to end its long batch, and a micro-batch query without one waits for every lease. A
     joiner's second stage is a continuous query of its own, with as many leases. Known for a
-    local master only: a cluster's slots are its workers'.
+    local master, and for a cluster's application capped by ``spark.cores.max``: else a
+    cluster's slots are its workers' free cores when the application starts, which the file
+    does not say.
     """
     leases = sum(pipe.leases * queries(pipe) for pipe in file.pipeline if pipe.continuous)
-    match = _LOCAL.match(file.spark.master.strip())
-    if not leases or match is None:
+    slots = _task_slots(file)
+    if not leases or slots is None:
         return []
-    cores = match.group(1) or "1"
-    slots = (os.cpu_count() or 1) if cores == "*" else int(cores)
     beside = any(not pipe.continuous for pipe in file.pipeline)
     needed = leases + (1 if beside else 0)
-    if needed <= slots:
+    if needed <= slots.tasks:
         return []
     others = " and a micro-batch pipeline's tasks" if beside else ""
+    hold = (
+        f"the continuous pipelines' {leases} lease(s) hold one each for whole long batches{others}"
+    )
+    cores = needed * slots.cpus_per_task
+    if slots.local:
+        return [
+            f"[spark] master {file.spark.master!r} runs {slots.tasks} task(s) at once, and "
+            f"{hold}: give it {cores} (local[{cores}]) or set fewer `leases`"
+        ]
     return [
-        f"[spark] master {file.spark.master!r} runs {slots} task(s) at once, and the "
-        f"continuous pipelines' {leases} lease(s) hold one each for whole long batches"
-        f"{others}: give it {needed} (local[{needed}]) or set fewer `leases`"
+        f"[spark.conf] spark.cores.max {file.spark.conf[_CORES_MAX]!r} lets the application "
+        f"run {slots.tasks} task(s) at once on the cluster, and {hold}: raise it to "
+        f"{cores} or set fewer `leases`"
     ]
 
 
@@ -66,3 +76,38 @@ def queries(pipe: PipelineConfig) -> int:
     except EnrichdError:  # its own line comes from the pipeline's checks
         return 1
     return 1 if joiner.downstream() is None else 2
+
+
+_CORES_MAX = "spark.cores.max"
+_TASK_CPUS = "spark.task.cpus"
+
+
+@dataclass(frozen=True)
+class _Slots:
+    tasks: int
+    """How many tasks run at once."""
+    cpus_per_task: int
+    """``spark.task.cpus``: the cores one task takes."""
+    local: bool
+    """Whether the master is local (else a cluster's application capped by its cores)."""
+
+
+def _task_slots(file: PipelineFile) -> _Slots | None:
+    """How many tasks the file's Spark runs at once; None: the file does not say.
+
+    A local master's cores, or a cluster application's ``spark.cores.max``, over
+    ``spark.task.cpus`` (a value that is no number is Spark's to refuse).
+    """
+    conf = file.spark.conf
+    try:
+        cpus = max(int(conf.get(_TASK_CPUS, "1")), 1)
+        match = _LOCAL.match(file.spark.master.strip())
+        if match is not None:
+            cores = match.group(1) or "1"
+            count = (os.cpu_count() or 1) if cores == "*" else int(cores)
+            return _Slots(count // cpus, cpus, local=True)
+        if _CORES_MAX in conf:
+            return _Slots(int(conf[_CORES_MAX]) // cpus, cpus, local=False)
+    except ValueError:
+        return None
+    return None

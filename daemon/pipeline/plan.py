@@ -464,9 +464,10 @@ def end_long_batches(plan: PipelinePlan) -> None:
     Its task ends within a commit interval, so that the query can be stopped between batches,
     as a micro-batch query is.
 
-    A task on another host than the daemon's does not see the request (the file is in the
-    checkpoint): its long batch runs on until the stop interrupts it, and the next start
-    replays what it committed.
+    The request is a file in the checkpoint, which a cluster's hosts share at the same path:
+    a task on another host sees it once that file system shows it there. One that does not in
+    time runs on until the stop interrupts its long batch, and the next start replays what it
+    committed.
     """
     if plan.config.continuous:
         stopping_file(plan.config.checkpoint).touch()

@@ -5,13 +5,16 @@ subprocess because this test session may already hold a local Spark session, and
 master cannot change in-process. Only `[spark] master` and `[kafka] bootstrap_servers` of
 the example file change, and the settings that secure Spark's own network, as
 docs/operations.md says to set them: RPC authentication and encryption, the shared secret
-from the environment (the master's and worker's from a properties file).
+from the environment (the master's and worker's from a properties file). The cluster starts
+once for the module: the same master and worker then run a continuous pipeline of two
+leases with `daemon run`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +22,8 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,12 @@ from typing import Any
 import pyspark
 import pytest
 
+from daemon.checkpoint.batch_logs import last_committed, planned_past_commit
+from daemon.continuous.lease_source import LongBatches
 from daemon.demos import latest_by_key
+from daemon.state.leases import LeaseState
+from tests.daemon_process import DaemonProcess
+from tests.kafka_helpers import TweetViews, produce, tweet, user
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,14 +61,20 @@ class Cluster:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=10) as r:
             return dict(json.load(r))
 
-    def finished_apps(self) -> list[dict[str, Any]]:
-        """The completed applications, once the master has seen the last one go."""
+    def app_ids(self) -> set[str]:
+        """Every application the master has seen, running or completed."""
+        status = self.status()
+        return {app["id"] for app in [*status["activeapps"], *status["completedapps"]]}
+
+    def finished_apps(self, seen: set[str]) -> list[dict[str, Any]]:
+        """The completed applications but those in ``seen`` (another test's), once the
+        master has seen the last one go."""
         deadline = time.monotonic() + START_TIMEOUT_S
         status = self.status()
         while status["activeapps"] and time.monotonic() < deadline:
             time.sleep(0.5)
             status = self.status()
-        return list(status["completedapps"])
+        return [app for app in status["completedapps"] if app["id"] not in seen]
 
 
 def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -99,16 +114,22 @@ SECURED = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
 """Spark's RPC authentication and encryption, on the cluster and in the pipeline file."""
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def rpc_secret() -> str:
-    """The cluster's shared secret, made for this test."""
+    """The cluster's shared secret, made for this module's cluster."""
     return f"rpc-secret-{uuid.uuid4().hex}"
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, rpc_secret: str) -> Iterator[Cluster]:
-    """A standalone master and one worker (1 core, 1 GiB), both bound to 127.0.0.1, that
-    accept only applications that know ``rpc_secret`` and encrypt their traffic."""
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, rpc_secret: str) -> Iterator[Cluster]:
+    """A standalone master and one worker (4 cores, 1 GiB), both bound to 127.0.0.1, that
+    accept only applications that know ``rpc_secret`` and encrypt their traffic.
+
+    Shared by the module's tests: its JVMs start once. Cores are task slots, not the
+    machine's: four leave a continuous pipeline's two leases a slot each for their whole
+    long batches, and slots beside them.
+    """
+    tmp_path = tmp_path_factory.mktemp("spark-cluster")
     port, ui_port, worker_ui_port = free_port(), free_port(), free_port()
     # The daemons' secret from a file of their user's, not their command line (docs).
     properties = tmp_path / "spark-cluster.properties"
@@ -149,7 +170,7 @@ def cluster(tmp_path: Path, rpc_secret: str) -> Iterator[Cluster]:
             [
                 "org.apache.spark.deploy.worker.Worker",
                 found.url,
-                *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g"),
+                *("--host", "127.0.0.1", "--cores", "4", "--memory", "1g"),
                 *("--webui-port", str(worker_ui_port), "--work-dir", str(found.work_dir)),
                 *("--properties-file", str(properties)),
             ],
@@ -311,6 +332,7 @@ def test_example_pipeline_runs_on_a_secured_standalone_cluster(
     pipeline = cluster_pipeline_file(tmp_path, cluster.url, broker.bootstrap_servers)
     users, tweets = recorded_inputs()
     out, dead = tmp_path / "views.jsonl", tmp_path / "dead.jsonl"
+    seen = cluster.app_ids()
 
     with CommandLines() as commands:
         stdout, stderr = run_replay(
@@ -329,7 +351,7 @@ def test_example_pipeline_runs_on_a_secured_standalone_cluster(
 
     # It ran on the cluster: the master saw the application come and go, and its executor,
     # started by the worker, ran the tasks (there is no executor in the driver in this mode).
-    apps = cluster.finished_apps()
+    apps = cluster.finished_apps(seen)
     assert [app["name"] for app in apps] == ["enrichd"]
     executor_logs = list((cluster.work_dir / apps[0]["id"]).glob("*/stderr"))
     assert len(executor_logs) == 1, f"executor logs: {executor_logs}"
@@ -353,3 +375,112 @@ def test_example_pipeline_runs_on_a_secured_standalone_cluster(
         printed += [cluster.master_log.read_text(), cluster.worker_log.read_text()]
         printed += [log.read_text() for log in (cluster.work_dir / apps[0]["id"]).glob("*/std*")]
         assert not [text for text in printed if secret in text], "a secret printed"
+
+
+AUTHORS = range(1, 9)
+FIRST, THEN = range(0, 24), range(24, 48)
+"""Tweets before and after the long batches that joined the users ended."""
+ENDED_EARLY = re.compile(r"long batch (\d+) \(lease \d of 2\) ended early")
+
+
+def _written(daemon: DaemonProcess, views: TweetViews, records: int) -> int:
+    """Wait until the leases joined ``records`` and the long batches that did were committed;
+    the last of them, after which a long batch that joins nothing runs.
+
+    With a held-state budget of one byte, the sub-batch that joins a lease's last records
+    ends its long batch, and the task's last report carries both its counts and the line
+    saying so: once the counts add up, every such line is logged.
+    """
+
+    def read(role: str) -> float:
+        return daemon.metric("enrichd_records_in_total", pipeline=views.name, input=role) or 0
+
+    daemon.wait_until(f"{records} records joined", lambda: read("one") + read("many") == records)
+    ended = max(int(n) for n in ENDED_EARLY.findall(daemon.log_text()))
+
+    def running_after() -> bool:
+        committed = last_committed(views.checkpoint)
+        return (
+            committed is not None
+            and committed >= ended
+            and planned_past_commit(views.checkpoint) is not None
+        )
+
+    daemon.wait_until(f"long batch {ended} committed and another running", running_after)
+    return ended
+
+
+def test_a_continuous_pipeline_of_two_leases_runs_on_the_cluster(
+    cluster: Cluster, tweet_views: Callable[..., TweetViews], spark: Any, rpc_secret: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """`daemon run` of the tweet-views pipeline in continuous mode, two leases, on the cluster.
+
+    A held-state budget of one byte ends a lease's long batch after each sub-batch that
+    joins anything, so long batches end inside the run without a timed wait: the users are
+    joined and written by some, and the later tweets, produced once those are committed,
+    are joined by others that read the users from the state store. The long batch's own
+    length (10 min) is never reached: a long batch that joins nothing ends at the SIGTERM,
+    and is committed, only if the leases' tasks, in the worker's executor, saw the stop file.
+    """
+    views = tweet_views("cluster-continuous", partitions=2)
+    secured = "".join(f'"{key}" = "{value}"\n' for key, value in SECURED.items())
+    header = (
+        f'[kafka]\nbootstrap_servers = "{views.servers}"\n\n[spark]\nmaster = "{cluster.url}"\n\n'
+        f'[spark.conf]\n{secured}"spark.authenticate.secret" = "${{SPARK_RPC_SECRET}}"\n\n'
+    )
+    settings = {"mode": "continuous", "leases": 2, "long_batch": "10m", "held_state_budget": "1B"}
+    views.folder.mkdir(parents=True, exist_ok=True)
+    views.path.write_text(header + views.pipeline(buckets=8, **settings), encoding="utf-8")
+    ends = {views.users: {0: 0, 1: 0}, views.tweets: {0: 0, 1: 0}}
+
+    def tweets(ids: range) -> None:
+        ends[views.tweets].update(
+            produce(views.conf, views.tweets, [tweet(i, AUTHORS[i % len(AUTHORS)]) for i in ids])
+        )
+
+    ends[views.users].update(
+        produce(views.conf, views.users, [user(i, f"user {i}", 1000 + i) for i in AUTHORS])
+    )
+    tweets(FIRST)
+    seen = cluster.app_ids()
+    env = {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1"}
+    daemon = DaemonProcess(
+        views.path, tmp_path / "daemon.log", "--stop-timeout", "120",
+        env={**env, "SPARK_RPC_SECRET": rpc_secret},
+    )  # fmt: skip
+    try:
+        daemon.wait_until("the first views", lambda: views.views() == Counter(FIRST))
+        users_written = _written(daemon, views, len(AUTHORS) + len(FIRST))
+        # Each lease's task held state, and ended a long batch with it written.
+        assert all(f"(lease {n} of 2) ended early" in daemon.log_text() for n in (1, 2))
+        tweets(THEN)
+        joined = _written(daemon, views, len(AUTHORS) + len(FIRST) + len(THEN))
+        assert joined > users_written
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(150) == 0, daemon.log_text()[-3000:]
+    finally:
+        _stop(daemon.process)
+    # Every tweet exactly once, with its author (views() checks each view's author).
+    assert views.views() == Counter([*FIRST, *THEN])
+    # The long batch that joined nothing ended 10 min early, at the stop, and Spark
+    # committed it: the tasks on the executor saw the stop file in the checkpoint.
+    last = last_committed(views.checkpoint)
+    assert last is not None and last > joined, daemon.log_text()[-3000:]
+    assert planned_past_commit(views.checkpoint) is None
+    apps = cluster.finished_apps(seen)
+    assert [app["name"] for app in apps] == ["enrichd"]
+    executor_logs = list((cluster.work_dir / apps[0]["id"]).glob("*/stderr"))
+    assert executor_logs and all("Running task" in log.read_text() for log in executor_logs)
+
+    # Both leases wrote their rows (where each stopped: the end of every partition, since
+    # each reads all of them) and the buckets they join, as `daemon state` reads them.
+    state = LeaseState(spark, views.checkpoint, last)
+    labels = LongBatches(leases=2).labels(2)
+    read_to = {f"{topic}/{p}": end for topic, by in ends.items() for p, end in by.items()}
+    assert {lease: stopped.ends for lease, stopped in state.stopped().items()} == {
+        label: read_to for label in labels
+    }
+    owners = LongBatches(leases=2).owners(2, 8)
+    held = {owners[int(row.bucket)] for row in state.stored_frame().select("bucket").collect()}
+    assert held == set(labels)

@@ -87,4 +87,25 @@ def test_leases_that_would_take_every_task_slot_are_refused() -> None:
     cluster = crowded.model_copy(
         update={"spark": local.model_copy(update={"master": "spark://h:7077"})}
     )
-    assert slot_problems(cluster) == []  # its slots are its workers'
+    assert slot_problems(cluster) == []  # its slots are its workers' free cores
+
+
+def test_leases_past_a_cluster_applications_cores_max_are_refused(tmp_path: Path) -> None:
+    master = ('master = "local[2]"', 'master = "spark://h:7077"\nconf = { %s }')
+    leases = ('mode = "continuous"\n', 'mode = "continuous"\nleases = 2\n')
+
+    def capped(conf: str) -> list[str]:
+        return _continuous(tmp_path, "tweet-views.toml", (master[0], master[1] % conf), leases)
+
+    assert capped('"spark.cores.max" = "2"') == []
+    (crowded,) = capped('"spark.cores.max" = "1"')
+    assert crowded.endswith(
+        "[spark.conf] spark.cores.max '1' lets the application run 1 task(s) at once on the "
+        "cluster, and the continuous pipelines' 2 lease(s) hold one each for whole long "
+        "batches: raise it to 2 or set fewer `leases`"
+    )
+    # A task of two cores takes two of the application's four.
+    (two_each,) = capped('"spark.cores.max" = "3", "spark.task.cpus" = "2"')
+    assert "run 1 task(s) at once" in two_each and "raise it to 4 or" in two_each
+    # From the environment, as any setting of the file.
+    assert capped('"spark.cores.max" = "${ENRICHD_TEST_CORES:-1}"') == [crowded]
