@@ -646,6 +646,12 @@ class LookupChain(Chain):
         assert isinstance(joiner, LookupStage)  # noqa: S101 - made so in __init__
         return joiner.reader()
 
+    def ordered(self, stage: int, records: Sequence[InputRecord]) -> list[InputRecord]:
+        """A stage key's records in arrival rank (:func:`stage_order`)."""
+        joiner = self.stages[stage].joiner
+        assert isinstance(joiner, LookupStage)  # noqa: S101 - made so in __init__
+        return stage_order(joiner, records)
+
     def withdrawn(self, emit: Emit) -> bool:
         """A withdrawal: an ``inner`` stage found no row."""
         return emit.output == WITHDRAWN

@@ -72,6 +72,7 @@ from daemon.operator.stash_log import StashLog
 from daemon.operator.state_format import Bucket
 from daemon.plugin.joiner import (
     END_OF_TIME,
+    Answer,
     Chain,
     DeadLetter,
     Emit,
@@ -171,7 +172,7 @@ class ChainProcessor(JoinerProcessor):
         :meth:`_take_report`)."""
         self._stream_role = self.plan.inputs[self.step.stream_input][0]
         step = self.step
-        self._reader = None if step.writes else step.chain.reader(step.index)
+        self._reader = None if step.last_joiner else step.chain.reader(step.index)
         """How this stage answers a key from its state alone, if it can (:meth:`_read_through`)."""
 
     # -- a call ----------------------------------------------------------------------------
@@ -259,7 +260,8 @@ class ChainProcessor(JoinerProcessor):
         state (:meth:`~daemon.plugin.Chain.reader`) leaves its state as it was, so the apply
         loop's per-record steps (a record, the stage's sort and call, an emit read back) would
         only make what the answer makes from each record's value. The order they go on in
-        does not matter: each next operator sorts its key's records.
+        does not matter, as each next operator sorts its key's records; the last stage
+        writes them in its own order (:meth:`_write_through`).
         """
         reader = self._reader
         assert reader is not None  # noqa: S101 - called only with one
@@ -274,12 +276,30 @@ class ChainProcessor(JoinerProcessor):
             if answer is None:
                 left[key] = rows
                 continue
+            if self.step.writes:
+                self._write_through(key, rows, answer)
+                continue
             passing = self._passing
             for value, headers, kafka_key in self._values(rows, key):
                 value, headers = answer(value, headers)
                 emit = emit_record(kafka_key, value, None, None, headers)
                 passing.append(self._routed(emit, PASSED_INPUT))
         return left
+
+    def _write_through(self, key: str, rows: list[InputRow], answer: Answer) -> None:
+        """Write a key's answers at the last stage, in its apply order, as the core would.
+
+        Each output's source is the record so far as the stage reads it (where its stream
+        record was read), so it is written, and dead-lettered if its schema refuses it, as
+        an answer of the apply loop is.
+        """
+        self._raw = Originals(rows, self.plan.inputs)
+        records = [r for r in (self._record(row, key) for row in rows) if r is not None]
+        emits = []
+        for record in self.step.chain.ordered(self.step.index, records):
+            value, headers = answer(record.value or {}, record.headers)
+            emits.append(emit_record(record.kafka_key, value, record, None, headers))
+        self.send(self.rows(emits))
 
     def _values(
         self, rows: list[InputRow], key: str

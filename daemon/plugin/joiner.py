@@ -606,6 +606,14 @@ class Chain(ABC):
         """
         return None
 
+    def ordered(self, stage: int, records: Sequence[InputRecord]) -> list[InputRecord]:
+        """A key's records in the order stage ``stage`` applies them (its ``process``'s order).
+
+        The order in which the engine writes a :meth:`reader`'s answers at the last stage, as
+        ``process`` would have emitted them. By default as given.
+        """
+        return list(records)
+
     @abstractmethod
     def withdrawn(self, emit: Emit) -> bool:
         """Whether a stage's emit withdraws an answer (it goes to :attr:`last` only)."""
