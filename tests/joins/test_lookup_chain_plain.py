@@ -17,16 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker import EmbeddedBroker
-from daemon.model.config import load_pipeline_file
-from daemon.replay import replay
-from daemon.testing import by_key
 from tests.joins.shop_chain import (
     SCHEMAS,
     Lines,
     derived_example,
     merged,
+    replayed,
     shop_inputs,
-    write_inputs,
 )
 
 KEYS = {"customers": ("order", "customer_id"), "regions": ("customer", "region_id"),
@@ -114,13 +111,4 @@ def test_plain_tables_answer_each_order_with_the_rows_before_it(
         },
     )
 
-    result = replay(
-        load_pipeline_file(pipeline),
-        write_inputs(tmp_path, lines),
-        bootstrap_servers=broker.bootstrap_servers,
-        max_batch=23,
-    )
-
-    assert result.dead_letters == []
-    assert by_key(result.outputs) == expected
-    assert result.batches >= sum(map(len, lines.values())) // 23
+    assert replayed(pipeline, lines, tmp_path, broker.bootstrap_servers, 23) == expected
