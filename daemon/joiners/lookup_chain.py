@@ -56,10 +56,12 @@ from typing import Any, Final
 from pydantic import Field
 
 from daemon.joiners.aggregate import RETRACTIONS
+from daemon.joiners.held_headers import held
 from daemon.joiners.lookup import Lookup, LookupOptions, VersionedState
 from daemon.joiners.versions import Kept, Versions, rejoin
 from daemon.plugin import (
     END_OF_TIME,
+    Answer,
     Chain,
     ChainStage,
     ConfigError,
@@ -71,6 +73,7 @@ from daemon.plugin import (
     Joiner,
     JoinerContext,
     JoinerOptions,
+    StateReader,
     emit_record,
     input_record,
     merge_headers,
@@ -294,6 +297,56 @@ class LookupStage(Lookup):
         """
         ctx.count("matched" if table is not None else "unmatched")
         yield self._out(record, table, 0, record, headers=headers)
+
+    def reader(self) -> StateReader | None:
+        """A plain stage's answers from its key's state (:meth:`Chain.reader`); else None.
+
+        Why it may: neither versioned nor with a ``state_ttl``, a stage's key holds only its
+        current row, which a partial reads and leaves as it was (:meth:`Lookup.process`),
+        and the partial goes on at once (:meth:`_current`). Versioned, a partial moves the
+        key's stream time and may be late, held or kept; with a TTL, reading the key may
+        expire it first: those go through the engine.
+        """
+        options = self.options
+        if options.versioned or options.state_ttl is not None:
+            return None
+        return self._answer_of
+
+    def _answer_of(self, state: Any) -> Answer | None:
+        """The answer of a plain key holding ``state``: what :meth:`_out` makes of a partial.
+
+        None for an ``inner`` key without a row, which withdraws rather than answers. The
+        partial's bookkeeping changes as :meth:`_out` changes it when the partial itself is
+        the record that made the answer: a generation more (revision 0), its own rank, its
+        stamp and its ``open`` count kept.
+        """
+        if not isinstance(state, dict):
+            return None
+        options, ctx, field = self.options, self.context, self.table.field
+        table = state["table"]
+        if table is None and options.mode == "inner":
+            return None
+        counted = "matched" if table is not None else "unmatched"
+        default = options.default if table is None else None
+        carries = self.carries_inputs
+        row_headers = held(state, "table") if carries else None
+
+        def answer(
+            partial: dict[str, Any], headers: Headers | None
+        ) -> tuple[dict[str, Any], Headers | None]:
+            ctx.count(counted)
+            book = dict(partial[META])
+            book["gen"] = (*book["gen"], 0)
+            book["rank"] = tuple(book["rank"])
+            if "ts" in book:  # popped and put back by _out: last among the keys
+                book["ts"] = book.pop("ts")
+            book["open"] = book.get("open", 0)
+            answered = dict(default) if default is not None else table
+            if carries:
+                headers = merge_headers(row_headers, headers)
+            return {**partial, field: answered, META: book}, headers
+
+        return answer
 
     def missing_key(self, record: InputRecord, ctx: JoinerContext) -> Emit:
         """The answer to a partial that has no key here (a null at ``lookup_key``): no row."""
@@ -586,6 +639,18 @@ class LookupChain(Chain):
             return emit
         book = {**emit.value[META], "ts": timestamp}
         return replace(emit, value={**emit.value, META: book})
+
+    def reader(self, stage: int) -> StateReader | None:
+        """A plain stage's answers from its key's state (:meth:`LookupStage.reader`)."""
+        joiner = self.stages[stage].joiner
+        assert isinstance(joiner, LookupStage)  # noqa: S101 - made so in __init__
+        return joiner.reader()
+
+    def ordered(self, stage: int, records: Sequence[InputRecord]) -> list[InputRecord]:
+        """A stage key's records in arrival rank (:func:`stage_order`)."""
+        joiner = self.stages[stage].joiner
+        assert isinstance(joiner, LookupStage)  # noqa: S101 - made so in __init__
+        return stage_order(joiner, records)
 
     def withdrawn(self, emit: Emit) -> bool:
         """A withdrawal: an ``inner`` stage found no row."""

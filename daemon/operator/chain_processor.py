@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 from pyspark.sql import Row as SparkRow
 
+from daemon.model.headers import Headers
 from daemon.model.keys import join_key
 from daemon.model.record_route import bucket_of, field_at
 from daemon.model.wire import (
@@ -67,7 +68,11 @@ from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import JoinerFailure
 from daemon.operator.processor import JOINER_FAILED, JoinerProcessor
 from daemon.operator.spec import OperatorPlan
+from daemon.operator.stash_log import StashLog
+from daemon.operator.state_format import Bucket
 from daemon.plugin.joiner import (
+    END_OF_TIME,
+    Answer,
     Chain,
     DeadLetter,
     Emit,
@@ -166,6 +171,9 @@ class ChainProcessor(JoinerProcessor):
         """The labels whose timer a timer call reported since the last report (see
         :meth:`_take_report`)."""
         self._stream_role = self.plan.inputs[self.step.stream_input][0]
+        step = self.step
+        self._reader = None if step.last_joiner else step.chain.reader(step.index)
+        """How this stage answers a key from its state alone, if it can (:meth:`_read_through`)."""
 
     # -- a call ----------------------------------------------------------------------------
 
@@ -236,9 +244,82 @@ class ChainProcessor(JoinerProcessor):
             return
         bucket, log, stored = self.buckets.load(key)
         now = timer_values.getCurrentProcessingTimeInMs()
+        if self._reader is not None:
+            by_key = self._read_through(bucket, log, by_key, now)
         self.core.apply(bucket, log, self._decoded(by_key), now)
         self.buckets.save(key, bucket, log, stored)
         self._timers[int(key[0])] = bucket.timer_ms
+
+    def _read_through(
+        self, bucket: Bucket, log: StashLog, by_key: dict[str, list[InputRow]], now: int
+    ) -> dict[str, list[InputRow]]:
+        """Hand on the answers of keys that only read their state; the other keys, returned.
+
+        A key whose rows are all the stage's stream records (records so far, or the stream's
+        own at the first stage), whose input has not ended and whose stage answers from its
+        state (:meth:`~daemon.plugin.Chain.reader`) leaves its state as it was, so the apply
+        loop's per-record steps (a record, the stage's sort and call, an emit read back) would
+        only make what the answer makes from each record's value. The order they go on in
+        does not matter, as each next operator sorts its key's records; the last stage
+        writes them in its own order (:meth:`_write_through`).
+        """
+        reader = self._reader
+        assert reader is not None  # noqa: S101 - called only with one
+        kind = PASSED_INPUT if self.step.index else self.step.stream_input
+        left: dict[str, list[InputRow]] = {}
+        for key, rows in by_key.items():
+            answer = None
+            if all(row.input == kind for row in rows):
+                clock, state = self.core.load(bucket, log, key, now)
+                if clock.stream_time != END_OF_TIME:
+                    answer = reader(state)
+            if answer is None:
+                left[key] = rows
+                continue
+            if self.step.writes:
+                self._write_through(key, rows, answer)
+                continue
+            passing = self._passing
+            for value, headers, kafka_key in self._values(rows, key):
+                value, headers = answer(value, headers)
+                emit = emit_record(kafka_key, value, None, None, headers)
+                passing.append(self._routed(emit, PASSED_INPUT))
+        return left
+
+    def _write_through(self, key: str, rows: list[InputRow], answer: Answer) -> None:
+        """Write a key's answers at the last stage, in its apply order, as the core would.
+
+        Each output's source is the record so far as the stage reads it (where its stream
+        record was read), so it is written, and dead-lettered if its schema refuses it, as
+        an answer of the apply loop is.
+        """
+        self._raw = Originals(rows, self.plan.inputs)
+        records = [r for r in (self._record(row, key) for row in rows) if r is not None]
+        emits = []
+        for record in self.step.chain.ordered(self.step.index, records):
+            value, headers = answer(record.value or {}, record.headers)
+            emits.append(emit_record(record.kafka_key, value, record, None, headers))
+        self.send(self.rows(emits))
+
+    def _values(
+        self, rows: list[InputRow], key: str
+    ) -> Iterator[tuple[dict[str, Any], Headers | None, bytes | None]]:
+        """Each record so far of ``rows`` as the stage reads it: value, headers, Kafka key.
+
+        At the first stage, each stream record decoded (one that does not is dead-lettered)
+        and entered into the chain (:meth:`~daemon.plugin.Chain.enter`); later, each pickled
+        record so far as it was handed on.
+        """
+        if self.step.index:
+            for row in rows:
+                value, headers = _unpickled(row.value)
+                yield value, headers, row.kafka_key
+            return
+        self._raw = Originals(rows, self.plan.inputs)
+        for row in rows:
+            record = self._record(row, key)
+            if record is not None:
+                yield record.value or {}, record.headers, record.kafka_key
 
     def handleExpiredTimer(  # noqa: N802
         self,

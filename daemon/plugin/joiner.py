@@ -53,7 +53,7 @@ Example:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, ClassVar, Final, Generic, Literal, get_args, get_origin
@@ -551,6 +551,13 @@ class ChainStage:
     paths: tuple[str, ...]
 
 
+Answer = Callable[[dict[str, Any], Headers | None], tuple[dict[str, Any], Headers | None]]
+"""A stage's answer to one record so far from its key's state: the value and headers of
+the record it emits, from the record's value and headers (:meth:`Chain.reader`)."""
+StateReader = Callable[[Any], Answer | None]
+"""A key's :data:`Answer` from the key's stored state, None where the state calls for more."""
+
+
 class Chain(ABC):
     """A joiner run as stages chained in one query, each grouped by its own key.
 
@@ -590,6 +597,28 @@ class Chain(ABC):
     def let_out(self, emit: Emit, timestamp: int | None) -> Emit:
         """An emit no record made, for its key's newest ``timestamp`` (None at a wake-up)."""
         return emit
+
+    def reader(self, stage: int) -> StateReader | None:
+        """How stage ``stage`` answers records so far from its key's stored state alone.
+
+        None (the default): it cannot, and every key goes through the engine's apply loop.
+        Else a function of a key's stored state giving the key's :data:`Answer` (None: not
+        for this state). The engine then hands on, for a key whose records in a call are all
+        records so far (no table row, no end of input) and whose input has not ended, each
+        record's answer without calling the stage's ``process``: so an answer must be what
+        ``process`` would emit for that record, on the main output with the record as its
+        source, counting what it counts, and ``process`` must leave such a key's state as it
+        was.
+        """
+        return None
+
+    def ordered(self, stage: int, records: Sequence[InputRecord]) -> list[InputRecord]:
+        """A key's records in the order stage ``stage`` applies them (its ``process``'s order).
+
+        The order in which the engine writes a :meth:`reader`'s answers at the last stage, as
+        ``process`` would have emitted them. By default as given.
+        """
+        return list(records)
 
     @abstractmethod
     def withdrawn(self, emit: Emit) -> bool:

@@ -15,6 +15,9 @@ from typing import Any
 
 from daemon.joiners.lookup import LookupOptions
 from daemon.joiners.lookup_chain import ChainTable
+from daemon.model.config import load_pipeline_file
+from daemon.replay import replay
+from daemon.testing import by_key
 from tests.unit.joiners.chain_replay import ChainRun, ChainStream, run_chain
 
 REVISING = LookupOptions(versioned=True, revisions=True)
@@ -194,6 +197,24 @@ def bootstrapped_late(lines: Lines, roles: tuple[str, ...]) -> Lines:
         else records
         for role, records in lines.items()
     }
+
+
+def replayed(
+    pipeline: Path, lines: Lines, folder: Path, servers: str, max_batch: int
+) -> dict[str, list[Any]]:
+    """The engine's outputs per key over ``lines``, in micro-batches of ``max_batch`` records.
+
+    Checked on the way: no dead letter, and as many micro-batches as the cap makes.
+    """
+    result = replay(
+        load_pipeline_file(pipeline),
+        write_inputs(folder, lines),
+        bootstrap_servers=servers,
+        max_batch=max_batch,
+    )
+    assert result.dead_letters == []
+    assert result.batches >= sum(map(len, lines.values())) // max_batch
+    return by_key(result.outputs)
 
 
 def merged(histories: list[Lines]) -> Lines:

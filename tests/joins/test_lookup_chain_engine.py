@@ -36,6 +36,7 @@ from tests.joins.shop_chain import (
     merged,
     plain_chain,
     priced_by_region,
+    replayed,
     shop_inputs,
     write_inputs,
 )
@@ -92,16 +93,7 @@ def test_six_histories_at_once_answer_as_the_plain_chain_in_small_batches(
     assert all(plain.metrics[f"{table}.revisions"] > 0 for table in ("customers", "regions"))
     assert len(expected) == 6 * 36
 
-    result = replay(
-        load_pipeline_file(EXAMPLE),
-        write_inputs(tmp_path, lines),
-        bootstrap_servers=broker.bootstrap_servers,
-        max_batch=29,
-    )
-
-    assert result.dead_letters == []
-    assert by_key(result.outputs) == expected
-    assert result.batches >= sum(map(len, lines.values())) // 29
+    assert replayed(EXAMPLE, lines, tmp_path, broker.bootstrap_servers, 29) == expected
 
 
 CUSTOMER_CHANGE = {
