@@ -328,7 +328,7 @@ class LookupStage(Lookup):
             return None
         counted = "matched" if table is not None else "unmatched"
         default = options.default if table is None else None
-        carries = self.carries_inputs
+        carries = ctx.carries_inputs
         row_headers = held(state, "table") if carries else None
 
         def answer(
