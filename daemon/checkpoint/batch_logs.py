@@ -33,6 +33,35 @@ def batches(checkpoint: str | Path, log: str) -> list[int]:
     return sorted(int(entry.name) for entry in entries if entry.name.isdigit())
 
 
+def drop_unfinished_first_entry(checkpoint: str | Path) -> list[str]:
+    """Remove what a process killed while writing the checkpoint's first log entry left.
+
+    Spark writes each entry of its offset and commit logs to a hidden temporary file in the
+    log's folder (``.0.<uuid>.tmp``, and its ``.crc``) and renames it into place. A process
+    killed between the two leaves the file behind. Once the offset log has an entry Spark
+    passes over such files; before, it takes a log folder that is not empty for another
+    query's checkpoint and refuses to start, on every restart
+    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``). So while the offset log has no entry,
+    the hidden files of both logs go; anything else stays for Spark to judge.
+
+    Returns:
+        The names of the files removed, ``log/name``.
+    """
+    if batches(checkpoint, OFFSET_LOG):
+        return []
+    removed = []
+    for log in (OFFSET_LOG, COMMIT_LOG):
+        try:
+            entries = list(log_folder(checkpoint, log).iterdir())
+        except OSError:  # no such log (yet)
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") and entry.is_file():
+                entry.unlink(missing_ok=True)
+                removed.append(f"{log}/{entry.name}")
+    return sorted(removed)
+
+
 def last_planned(checkpoint: str | Path) -> int | None:
     """The last micro-batch the checkpoint's offset log holds; None: none yet."""
     planned = batches(checkpoint, OFFSET_LOG)

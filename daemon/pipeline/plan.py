@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.checkpoint import due_times
+from daemon.checkpoint.batch_logs import drop_unfinished_first_entry
 from daemon.checkpoint.layout import downstream, stopping_file
 from daemon.continuous.lease_source import LongBatches
 from daemon.continuous.query import first_positions, start_long_batches
@@ -50,6 +52,9 @@ from daemon.state.seed import Seed, discard_if_applied, seed_of
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+
+log = logging.getLogger("enrichd.checkpoint")
 
 
 WAKEUP_MS = 1000
@@ -363,6 +368,14 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
     (``foreachBatch``: :class:`~daemon.sink.spark_sink.BatchCounter`).
     """
     pipe = plan.config
+    for name in drop_unfinished_first_entry(pipe.checkpoint):
+        log.warning(
+            "pipeline %s: removed %s from its checkpoint, left by a process killed while "
+            "planning its first batch",
+            pipe.name,
+            name,
+            extra={"pipeline": pipe.name},
+        )
     if pipe.continuous:
         return _start_continuous(spark, plan)
     joiner = plan.operator.joiner
