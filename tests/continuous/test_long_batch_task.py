@@ -65,6 +65,12 @@ def _tweets_in_waves(conf: dict[str, str], topic: str, gap_s: float) -> threadin
     return thread
 
 
+def _crash_after_two(sub: int) -> None:
+    """An attempt's hook that dies as sub-batch 1 (its second) has committed."""
+    if sub == 1:
+        raise Crash
+
+
 def _attempt(
     plan: PipelinePlan,
     lease: Lease,
@@ -99,14 +105,10 @@ def test_a_replaced_attempt_replays_its_sub_batches_and_goes_on_exactly_once(
     waves = _tweets_in_waves(views.conf, views.tweets, gap_s=0.3)
     starts = {f"{views.users}/0": 0, f"{views.tweets}/0": 0}
 
-    def crash_after_two(sub: int) -> None:
-        if sub == 1:
-            raise Crash
-
     lease = Lease(batch=3, task=0, starts=starts, until_ms=wall_ms() + 30_000)
     try:
         with pytest.raises(Crash):
-            _attempt(plan, lease, crash_after_two)
+            _attempt(plan, lease, _crash_after_two)
         waves.join()
         again = Lease(batch=3, task=0, starts=starts, until_ms=wall_ms() + 1_500)
         run = _attempt(plan, again)
@@ -148,14 +150,10 @@ def test_a_bootstrap_reads_its_partitions_to_their_ends_first_across_a_crash(
     ] + [In(USERS.encode({"id": 1, "name": "ada"}), b"1", 5010)])  # fmt: skip
     users, starts = f"{views.users}/0", {f"{views.users}/0": 0, f"{views.tweets}/0": 0}
 
-    def crash_after_two(sub: int) -> None:
-        if sub == 1:
-            raise Crash
-
     lease = Lease(batch=1, task=0, starts=starts, until_ms=wall_ms() + 30_000)
     try:
         with pytest.raises(Crash):
-            _attempt(plan, lease, crash_after_two, bootstrap={users: AUTHORS + 1})
+            _attempt(plan, lease, _crash_after_two, bootstrap={users: AUTHORS + 1})
         again = Lease(batch=1, task=0, starts=starts, until_ms=wall_ms() + 2_000)
         run = _attempt(plan, again, bootstrap={users: AUTHORS + 1})
     finally:
