@@ -12,6 +12,7 @@ never runs ahead of the output (:class:`LagGroupProgress`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,27 +89,18 @@ class LagGroupProgress:
     ) -> None:
         self.pipelines = pipelines
         self.conf, self.id_prefix = conf, id_prefix
-        self.readers = [
-            connect.consumer(
-                conf,
-                {
-                    "group.id": names.pipeline_group(id_prefix, pipe.config.name),
-                    "enable.auto.commit": False,
-                },
-            )
-            for pipe in pipelines
-        ]
+        self.readers = [self._reader(pipe.config.name) for pipe in pipelines]
+        self.stage_readers: dict[str, Any] = {}
+        """A reader of each second stage's group, by the stage's query name, once asked."""
+
+    def _reader(self, query: str) -> Any:
+        """A consumer that reads the committed offsets of query ``query``'s group."""
+        group = names.pipeline_group(self.id_prefix, query)
+        return connect.consumer(self.conf, {"group.id": group, "enable.auto.commit": False})
 
     def read(self, index: int) -> dict[str, int]:
         """Where pipeline ``index``'s group says its committed sub-batches read to."""
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import TopicPartition
-
-        wanted = [TopicPartition(*split_partition_name(n)) for n in self.pipelines[index].ends]
-        if not wanted:
-            return {}
-        found = self.readers[index].committed(wanted, timeout=_COMMITTED_WAIT_S)
-        return {f"{tp.topic}/{tp.partition}": max(tp.offset, 0) for tp in found}
+        return _committed(self.readers[index], self.pipelines[index].ends)
 
     def planned(self) -> tuple[list[int], int]:
         """The last long batch each pipeline planned, and the input records committed."""
@@ -138,18 +130,11 @@ class LagGroupProgress:
 
     def stage_reached(self, pipe: VerifiedPipeline, stage: str, ends: dict[str, int]) -> bool:
         """Whether the stage's group (a continuous query of its own) is at ``ends``."""
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import TopicPartition
-
-        group = names.pipeline_group(self.id_prefix, f"{pipe.config.name}.{stage}")
-        reader = connect.consumer(self.conf, {"group.id": group, "enable.auto.commit": False})
-        try:
-            wanted = [TopicPartition(*split_partition_name(name)) for name in ends]
-            found = reader.committed(wanted, timeout=_COMMITTED_WAIT_S)
-        finally:
-            reader.close()
-        read = {f"{tp.topic}/{tp.partition}": max(tp.offset, 0) for tp in found}
-        return runs.reached(read, ends)
+        query = f"{pipe.config.name}.{stage}"
+        reader = self.stage_readers.get(query)
+        if reader is None:
+            reader = self.stage_readers[query] = self._reader(query)
+        return runs.reached(_committed(reader, ends), ends)
 
     def ends_in_time(self) -> list[int]:
         """When each pipeline's last planned long batch stops taking records, in ms (or 0)."""
@@ -160,7 +145,7 @@ class LagGroupProgress:
 
     def close(self) -> None:
         """Close the readers."""
-        for reader in self.readers:
+        for reader in [*self.readers, *self.stage_readers.values()]:
             reader.close()
 
 
@@ -173,3 +158,15 @@ def _until(checkpoint: Path) -> int:
     except (OSError, IndexError, ValueError):
         return 0
     return int(source.get("until", 0))
+
+
+def _committed(reader: Any, partitions: Iterable[str]) -> dict[str, int]:
+    """Where ``reader``'s group committed, for each of ``partitions`` (by name; 0: nowhere)."""
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import TopicPartition
+
+    wanted = [TopicPartition(*split_partition_name(name)) for name in partitions]
+    if not wanted:
+        return {}
+    found = reader.committed(wanted, timeout=_COMMITTED_WAIT_S)
+    return {f"{tp.topic}/{tp.partition}": max(tp.offset, 0) for tp in found}
