@@ -21,26 +21,26 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
-from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import load_pipeline_file
 from daemon.model.record_route import bucket_labels
 from daemon.model.wire import END_OF_INPUT_HEADERS
 from daemon.pipeline.checkpoint_shape import check_checkpoint
 from daemon.testing import by_key
-from tests.joins.shop_chain import Lines, merged, plain_chain, shop_inputs
-from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic, run_pipeline
+from tests.joins.shop_chain import (
+    INPUTS,
+    Lines,
+    example_on_topics,
+    merged,
+    plain_chain,
+    produce_lines,
+    shop_inputs,
+    written_orders,
+)
+from tests.kafka_helpers import In, client_conf, produce, read_topic, run_pipeline
 from tests.state_helpers import daemon, run_continuous
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "orders-three-tables.toml"
-OUTPUT = AvroCodec(load_schema_file(ROOT / "schemas" / "order_three_tables.avsc"))
-INPUTS = {
-    "stream": ("shop-orders", "shop_order"),
-    "customers": ("shop-customers", "shop_customer"),
-    "regions": ("shop-regions", "shop_region"),
-    "products": ("shop-products", "shop_product"),
-}
-"""Each input's role, its topic in the example (and its recorded inputs' name), its schema."""
 
 
 def _example(broker: EmbeddedBroker, folder: Path, changes: dict[str, str] | None = None) -> Path:
@@ -48,49 +48,9 @@ def _example(broker: EmbeddedBroker, folder: Path, changes: dict[str, str] | Non
 
     ``changes``: texts of the example replaced, each found once.
     """
-    path = _example_file(broker, folder, changes)
-    _produce(broker, path, {role: _lines(topic) for role, (topic, _) in INPUTS.items()})
+    path = example_on_topics(broker, folder, changes)
+    produce_lines(broker, path, {role: _lines(topic) for role, (topic, _) in INPUTS.items()})
     return path
-
-
-def _example_file(
-    broker: EmbeddedBroker, folder: Path, changes: dict[str, str] | None = None
-) -> Path:
-    """The example pipeline on topics of its own (created, empty); its file.
-
-    ``changes``: texts of the example replaced, each found once.
-    """
-    text = EXAMPLE.read_text().replace("../schemas", (ROOT / "schemas").as_posix())
-    for old, new in (changes or {}).items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    text = text.replace('"../state/orders-three-tables"', json.dumps(str(folder / "cp")))
-    suffix = folder.name[-8:].replace("_", "-")
-    topics = [topic for topic, _ in INPUTS.values()]
-    for topic in (*topics, "orders-three-tables"):
-        text = text.replace(f'topic = "{topic}"', f'topic = "{topic}-{suffix}"')
-    text = text.replace(
-        "[spark]", f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n[spark]'
-    )
-    path = folder / "pipeline.toml"
-    path.write_text(text)
-    conf = client_conf(broker.bootstrap_servers)
-    for topic in topics:
-        create_topic(conf, f"{topic}-{suffix}")
-    return path
-
-
-def _produce(broker: EmbeddedBroker, path: Path, lines: Lines) -> None:
-    """Each role's ``lines`` produced to its input's topic in the pipeline file at ``path``."""
-    (pipe,) = load_pipeline_file(path).pipeline
-    conf = client_conf(broker.bootstrap_servers)
-    for role, (_, schema) in INPUTS.items():
-        codec = AvroCodec(load_schema_file(ROOT / "schemas" / f"{schema}.avsc"))
-        records = [
-            In(codec.encode(line["value"]), line["key"].encode(), line["timestamp"])
-            for line in lines.get(role, ())
-        ]
-        produce(conf, pipe.inputs[role].topic, records)
 
 
 def _lines(data: str) -> list[dict[str, Any]]:
@@ -190,12 +150,12 @@ def test_a_rescale_and_a_reset_keeping_state_move_each_operators_state_into_its_
     commands: each query start costs seconds.)"""
     lines = shop_inputs(65)
     expected = by_key(plain_chain(lines, end=False).outputs)
-    path = _example_file(broker, tmp_path)
+    path = example_on_topics(broker, tmp_path)
     text = path.read_text()
     path.write_text(text.replace("[[pipeline]]\n", "[[pipeline]]\nstate_buckets = 8\n", 1))
     first, second, third, fourth = _parts(lines)
 
-    _produce(broker, path, first)
+    produce_lines(broker, path, first)
     _run(spark, path)
     before = _keys(capsys, path)
     assert before["numbering"] > 0 and all(before.values()), before
@@ -212,12 +172,12 @@ def test_a_rescale_and_a_reset_keeping_state_move_each_operators_state_into_its_
     labels = {bucket["bucket"] for found in moved.values() for bucket in found["buckets"]}
     assert labels <= set(bucket_labels(4))
 
-    _produce(broker, path, second)
+    produce_lines(broker, path, second)
     _run(spark, path)
     done = daemon(capsys, "reset", str(path), "--to", "latest", "--keep-state", "--yes")
     assert done.code == 0, done.err
     assert "state kept, each of its 4 operators' into its own" in done.out
-    _produce(broker, path, third)
+    produce_lines(broker, path, third)
     _run(spark, path)
     before = _keys(capsys, path)
 
@@ -233,29 +193,20 @@ def test_a_rescale_and_a_reset_keeping_state_move_each_operators_state_into_its_
     assert "in micro-batch mode into 4 buckets over" in done.out
     assert "in continuous mode, 1 lease" in done.out
     assert "each of its 4 operators' into its own" in done.out
-    _produce(broker, path, fourth)
+    produce_lines(broker, path, fourth)
     outputs = len(plain_chain(lines, end=False).outputs)
     run_continuous(
-        spark, path, broker.bootstrap_servers, lambda: len(_written(broker, path)) >= outputs
+        spark, path, broker.bootstrap_servers, lambda: len(written_orders(broker, path)) >= outputs
     )
     after = _keys(capsys, path)  # each operator's, from the lease's map state of it
     assert set(after) == set(before) and all(after.values()), after
 
-    written = _written(broker, path)
+    written = written_orders(broker, path)
     assert by_key(written) == expected
     # The inputs revise across each stop: rows after it change orders answered before it.
     for stopped in ([first], [first, second], [first, second, third]):
         answered = by_key(plain_chain(merged(stopped), end=False).outputs)
         assert sum(len(expected[order]) > len(was) for order, was in answered.items()) == 2
-
-
-def _written(broker: EmbeddedBroker, path: Path) -> list[dict[str, Any]]:
-    """What the pipeline wrote to its output so far, decoded."""
-    (pipe,) = load_pipeline_file(path).pipeline
-    return [
-        {"key": (out.key or b"").decode(), "value": OUTPUT.decode(out.value or b"")}
-        for out in read_topic(client_conf(broker.bootstrap_servers), pipe.output.topic)
-    ]
 
 
 def _run(spark: Any, path: Path) -> None:
