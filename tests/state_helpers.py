@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import shutil
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,11 +15,14 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
+from daemon.checkpoint.batch_logs import last_committed, planned_past_commit
 from daemon.checkpoint.copied import own_schema_paths
 from daemon.checkpoint.layout import LOCK
 from daemon.joiners.comap import CoMap
 from daemon.model.config import load_pipeline_file
 from daemon.pipeline.checkpoint_shape import check_checkpoint
+from daemon.pipeline.plan import end_long_batches, plan_pipeline, start_query
+from daemon.sink.task_producer import forget_kept_clients
 from daemon.testing import run_joiner
 from tests.kafka_helpers import (
     SCHEMAS,
@@ -25,6 +30,7 @@ from tests.kafka_helpers import (
     USERS,
     VIEWS,
     In,
+    client_conf,
     fresh_tweet_views,
     produce,
     read_topic,
@@ -82,6 +88,28 @@ def listing(folder: Path) -> dict[str, tuple[int, int]]:
         for path in sorted(folder.rglob("*"))
         if path.is_file() and path.name != LOCK
     }
+
+
+def run_continuous(spark: Any, path: Path, servers: str, done: Callable[[], bool]) -> None:
+    """Run the file's one pipeline, in continuous mode, until ``done()``, then stop it as the
+    daemon does: its long batch ends and commits (its state written) before the query stops."""
+    file = load_pipeline_file(path)
+    pipe = file.pipeline[0]
+    check_checkpoint(pipe)
+    plan = plan_pipeline(file, pipe, client_conf(servers))
+    query = start_query(spark, plan)
+    try:
+        deadline = time.monotonic() + 120
+        while not done():
+            assert time.monotonic() < deadline, "the continuous run did not join its input"
+            time.sleep(0.25)
+        end_long_batches(plan)
+        while last_committed(pipe.checkpoint) is None or planned_past_commit(pipe.checkpoint):
+            assert time.monotonic() < deadline, "the long batch did not end"
+            time.sleep(0.1)
+    finally:
+        query.stop()
+        forget_kept_clients()
 
 
 def user(i: int, at: int, name: str | None = None) -> dict[str, Any]:

@@ -83,7 +83,9 @@ def state(
         operators: dict[str, Any] = {}
         for (name, operator), expires in zip(operator_ids(names).items(), expiries, strict=True):
             found_here: CheckpointState | Seed
-            if batch is not None:
+            if batch is not None and pipe.continuous:  # its lease holds every operator's
+                found_here = LeaseState(spark, pipe.checkpoint, batch).of_operator(operator)
+            elif batch is not None:
                 found_here = CheckpointState(spark, pipe.checkpoint, batch, operator)
             else:
                 assert seed is not None  # noqa: S101 - checked above

@@ -6,7 +6,10 @@ stopped (a value state: the end offsets by partition, and its buckets' timers, s
 bucket the next long batch does not load still wakes when due) and its buckets (a map
 state, one entry a bucket), read the first time the long batch needs one and written, those
 changed, when the long batch ends: Spark commits them with the batch, so the next long batch
-starts where this one stopped, and a long batch run again starts as this one did.
+starts where this one stopped, and a long batch run again starts as this one did. A chain's
+operators (a lookup of several tables) each have a map state of their own
+(:func:`buckets_variable`), and their timers are labelled apart as a micro-batch query's
+reports label them (:func:`~daemon.operator.chain_processor.timer_label`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pyspark.sql import Row as SparkRow
@@ -23,7 +27,9 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, 
 from daemon.continuous.held_buckets import HeldBuckets, Key
 from daemon.continuous.lease import Lease
 from daemon.continuous.lease_source import LongBatches
+from daemon.continuous.operators import LeaseOperators, timers_by_operator
 from daemon.continuous.task import LongBatchTask
+from daemon.operator.chain_processor import ChainProcessor, ChainStep, operator_id
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
 from daemon.sink.spec import OutputSpec
@@ -34,6 +40,11 @@ from daemon.spark.worker_gc import freeze_loaded
 ENDS_SCHEMA = StructType([StructField("ends", StringType())])
 BUCKET_KEY_SCHEMA = StructType([StructField("bucket", IntegerType())])
 HELD_SCHEMA = StructType([StructField("blob", BinaryType())])
+
+
+def buckets_variable(operator: int) -> str:
+    """The map state of operator ``operator``'s buckets (Spark's numbering: 0 writes)."""
+    return "lease_buckets" if operator == 0 else f"lease_buckets_{operator}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,8 @@ class LeaseProcessor(StatefulProcessor):
         labels: each lease's grouping key, in lease order.
         batches: how long batches are cut: how often a sub-batch commits, and what asks
             the long batch to end early (a stop, or its held state's budget).
+        chain: with a joiner that runs as a chain, each operator's plan and place, in query
+            order (``plan`` is then the whole joiner's, unused); empty: ``plan``'s alone.
     """
 
     def __init__(
@@ -90,8 +103,10 @@ class LeaseProcessor(StatefulProcessor):
         starts: dict[str, int],
         labels: tuple[int, ...],
         batches: LongBatches,
+        chain: tuple[tuple[OperatorPlan, ChainStep], ...] = (),
     ) -> None:
         self.plan = plan
+        self.chain = chain
         self.output_spec = output
         self.source = source
         self.starts = starts
@@ -102,7 +117,10 @@ class LeaseProcessor(StatefulProcessor):
         """Declare the lease's state: where it stopped, and its buckets."""
         freeze_loaded()
         self.ends = handle.getValueState("lease_ends", ENDS_SCHEMA)
-        self.held = handle.getMapState("lease_buckets", BUCKET_KEY_SCHEMA, HELD_SCHEMA)
+        self.held = {
+            operator: handle.getMapState(buckets_variable(operator), BUCKET_KEY_SCHEMA, HELD_SCHEMA)
+            for operator in range(len(self.chain) or 1)
+        }
 
     def handleInputRows(  # noqa: N802 - Spark's name
         self,
@@ -123,9 +141,7 @@ class LeaseProcessor(StatefulProcessor):
         bootstrap = stopped.bootstrap if stopped.ends else json.loads(leased[0].bootstrap or "{}")
         # A partition the lease has not read yet (the topic gained it) starts as a new lease's.
         starts = {**self.starts, **stopped.ends}
-        buckets = HeldBuckets(self._stored, stopped.timers)
-        processor = JoinerProcessor(self.plan, self.output_spec)
-        processor.ready(buckets)
+        operators = self._operators(stopped.timers)
         label = int(key[0])
         lease = Lease(
             batch,
@@ -139,9 +155,9 @@ class LeaseProcessor(StatefulProcessor):
             held_state_budget=self.batches.held_state_budget,
         )
         run = LongBatchTask(
-            processor, self.source, self.output_spec, lease, query, buckets, bootstrap=bootstrap
+            operators, self.source, self.output_spec, lease, query, bootstrap=bootstrap
         ).run()
-        self._write(buckets, run.ends, bootstrap=run.bootstrap)
+        self._write(operators, run.ends, bootstrap=run.bootstrap)
         yield from ()
 
     def handleInitialState(  # noqa: N802 - Spark's name
@@ -155,37 +171,52 @@ class LeaseProcessor(StatefulProcessor):
         Spark calls this in a new checkpoint's first long batch only, before the lease's
         long batch, once per bucket the lease joins: its keys, each key's entry portable
         (:mod:`daemon.state.seed`), taken in as a micro-batch's operator takes them, into
-        this lease's buckets. The lease starts where the seed says (``starts``).
+        this lease's buckets, of the operator the row names (a chain's each have their own).
+        The lease starts where the seed says (``starts``).
         """
-        buckets = HeldBuckets(self._stored)
-        processor = JoinerProcessor(self.plan, self.output_spec)
-        processor.ready(buckets)
-        processor.handleInitialState((int(initialState.bucket),), initialState, timerValues)
         stopped = self._stopped()
-        self._write(buckets, stopped.ends, stopped.timers)
+        operators = self._operators(stopped.timers)
+        place = operator_id(int(initialState.operator), len(operators.processors))
+        processor = operators.processors[place]
+        processor.handleInitialState((int(initialState.bucket),), initialState, timerValues)
+        self._write(operators, stopped.ends, stopped.timers)
+
+    def _operators(self, timers: dict[int, int]) -> LeaseOperators:
+        """The lease's operators, each with its buckets as stored and its timers."""
+        output = self.output_spec
+        processors: list[JoinerProcessor] = [
+            ChainProcessor(plan, output, step) for plan, step in self.chain
+        ] or [JoinerProcessor(self.plan, output)]
+        count = len(processors)
+        buckets = [
+            HeldBuckets(partial(self._stored, operator_id(place, count)), found)
+            for place, found in enumerate(timers_by_operator(timers, count))
+        ]
+        return LeaseOperators(processors, buckets)
 
     def _write(
         self,
-        buckets: HeldBuckets,
+        operators: LeaseOperators,
         ends: dict[str, int],
         timers: dict[int, int] | None = None,
         bootstrap: dict[str, int] | None = None,
     ) -> None:
         """Write the buckets that changed, and where the lease stopped, with their timers."""
-        for bucket_key, blob in buckets.changed():
+        for operator, bucket_key, blob in operators.changed():
             if blob is None:
-                self.held.removeKey(bucket_key)
+                self.held[operator].removeKey(bucket_key)
             else:
-                self.held.updateValue(bucket_key, (blob,))
-        timers = {**(timers or {}), **buckets.timers()}
+                self.held[operator].updateValue(bucket_key, (blob,))
+        timers = {**(timers or {}), **operators.timers()}
         self.ends.update((Stopped(ends, timers, bootstrap or {}).text(),))
 
     def _stopped(self) -> Stopped:
         found = self.ends.get() if self.ends.exists() else None
         return Stopped.read(None if found is None else found[0])
 
-    def _stored(self, key: Key) -> bytes | None:
-        found = self.held.getValue(key) if self.held.containsKey(key) else None
+    def _stored(self, operator: int, key: Key) -> bytes | None:
+        held = self.held[operator]
+        found = held.getValue(key) if held.containsKey(key) else None
         return None if found is None else bytes(found[0])
 
     def close(self) -> None:

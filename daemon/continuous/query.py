@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import reduce
 from typing import Any, NamedTuple
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F  # noqa: N812
 
 from daemon.continuous.lease_processor import LeaseProcessor
 from daemon.continuous.lease_source import LeaseSource, LongBatches
 from daemon.model.wire import BOOTSTRAP, OUTPUT, is_partition_name
+from daemon.operator.chain_processor import ChainStep, operator_id
 from daemon.operator.spec import OperatorPlan
 from daemon.sink.spark_sink import BatchCounter
 from daemon.sink.spec import OutputSpec
@@ -23,13 +29,16 @@ def start_long_batches(
     source: SourceSpec,
     starts: dict[str, int],
     batches: LongBatches,
-    seeded: Any = None,
+    seeded: Sequence[Any] = (),
+    chain: tuple[tuple[OperatorPlan, ChainStep], ...] = (),
 ) -> Any:
     """Start the query of a continuous pipeline; its ``StreamingQuery``.
 
     ``starts``: where a lease without state starts reading, by partition name. ``seeded``:
-    a seed's state (``daemon.state.seed``: a row per bucket), which the leases take in in the
-    checkpoint's first long batch; None: none.
+    a seed's state of each operator in query order (``daemon.state.seed``: a row per bucket),
+    which the leases take in in the checkpoint's first long batch; empty: none. ``chain``:
+    with a joiner that runs as a chain, its operators' plans and places (a lease runs them
+    one after another, :mod:`daemon.continuous.operators`).
     """
     registered = spark._jsparkSession.sessionState().dataSourceManager()
     if not registered.dataSourceExists(LeaseSource.name()):
@@ -44,12 +53,16 @@ def start_long_batches(
         .load()
     )
     labels = batches.labels(partitions)
-    processor = LeaseProcessor(operator, output, source, starts, labels, batches)
+    processor = LeaseProcessor(operator, output, source, starts, labels, batches, chain)
     initial = None
-    if seeded is not None:  # each bucket to the lease that joins it
+    if seeded:  # each bucket to the lease that joins it, named by its operator
         owners = batches.owners(partitions, source.state_buckets)
         leased = spark.createDataFrame(list(owners.items()), "bucket int, lease int")
-        initial = seeded.join(leased, "bucket").groupBy("lease")
+        frames = [
+            frame.withColumn("operator", F.lit(operator_id(place, len(seeded))))
+            for place, frame in enumerate(seeded)
+        ]
+        initial = reduce(DataFrame.unionByName, frames).join(leased, "bucket").groupBy("lease")
     counts = leases.groupBy("lease").transformWithState(
         statefulProcessor=processor,
         outputStructType=OUTPUT.ddl,

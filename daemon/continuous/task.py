@@ -7,10 +7,11 @@ checking it read what the marker says; state as of the long batch's start is the
 (the state store's, in Spark). Then it reads on from where they stopped: every commit
 interval it hands what arrived (at most ``max_records_per_batch`` of it:
 :mod:`daemon.continuous.arrivals`), packed by bucket as the source packs a micro-batch, to the
-operator's calls, wakes the buckets due, and commits the sub-batch's output with its marker.
+operators' calls (:mod:`daemon.continuous.operators`: one, or a chain's), wakes the buckets
+due, and commits the sub-batch's output with its marker.
 A sub-batch with nothing read and nothing due commits nothing. It stops taking records when
 the lease's time is up, or earlier when ``daemon run`` stops or when the state it holds has
-passed the lease's ``held_state_budget`` (:attr:`HeldBuckets.held_bytes`): each ends the long
+passed the lease's ``held_state_budget`` (:attr:`LeaseOperators.held_bytes`): each ends the long
 batch the same way, after a committed sub-batch, so that the state written is that of every
 sub-batch committed and the next long batch reads on from where they stopped. What it
 committed reaches the daemon's metrics as it goes (:mod:`daemon.continuous.progress`).
@@ -32,8 +33,8 @@ from typing import Any
 import pyarrow as pa
 
 from daemon.continuous.arrivals import Arrivals
-from daemon.continuous.held_buckets import HeldBuckets
 from daemon.continuous.lease import Lease, Positions
+from daemon.continuous.operators import LeaseOperators
 from daemon.continuous.progress import Progress
 from daemon.errors import CheckpointDivergedError
 from daemon.kafka import connect
@@ -47,7 +48,6 @@ from daemon.model.wire import (
     split_range_name,
     unpack,
 )
-from daemon.operator.processor import JoinerProcessor
 from daemon.sink import markers
 from daemon.sink.markers import Marker
 from daemon.sink.spec import OutputSpec
@@ -86,12 +86,11 @@ class LongBatchTask:
     """One attempt of one lease (see the module docstring).
 
     Args:
-        processor: the operator, made ready with ``buckets``.
+        operators: the operators, with the state as of the long batch's start held for it.
         source: what the pipeline reads.
         output: where it writes.
         lease: the task's share of the long batch.
         query_id: the streaming query's id: the marker group's name has it.
-        buckets: the state, as of the long batch's start, held for it.
         clock: the wall clock in milliseconds.
         after_commit: called with each sub-batch's number once it committed (tests stop an
             attempt there, as a crash would).
@@ -100,23 +99,21 @@ class LongBatchTask:
 
     def __init__(
         self,
-        processor: JoinerProcessor,
+        operators: LeaseOperators,
         source: SourceSpec,
         output: OutputSpec,
         lease: Lease,
         query_id: str,
-        buckets: HeldBuckets,
         *,
         clock: Callable[[], int] = wall_ms,
         after_commit: Callable[[int], None] | None = None,
         bootstrap: dict[str, int] | None = None,
     ) -> None:
-        self.processor = processor
+        self.operators = operators
         self.source = source
         self.output = output
         self.lease = lease
         self.query_id = query_id
-        self.buckets = buckets
         self.clock = clock
         self.after_commit = after_commit or (lambda sub: None)
         self.positions = Positions(dict(lease.starts))
@@ -149,14 +146,14 @@ class LongBatchTask:
         self._bootstrapped()
         progress = Progress(self.output, lease.batch, lease.task, self.clock)
         # A replay counts nothing but that it was one: its output was counted the first time.
-        progress.committed(self.processor.counts(), Counter())
+        progress.committed(self.operators.counts(), Counter())
         consumer = connect.consumer(self.source.reader_conf())
         try:
             self._assign(consumer)
             while self.clock() < lease.until_ms and not lease.stopped():
                 # Between sub-batches, as a stop: what the long batch writes is then the state
                 # of every sub-batch it committed, and where they stopped.
-                if lease.over_budget(self.buckets.held_bytes):
+                if lease.over_budget(self.operators.held_bytes):
                     run.ended_early = self._ended_early()
                     break
                 progress.report(self.positions.at)
@@ -169,12 +166,12 @@ class LongBatchTask:
                 ranges = self.positions.ranges(reached)
                 # While bootstrapping, a range of transaction markers alone is committed too:
                 # the bootstrap ends once its partitions are covered to their ends.
-                if not messages and not self.buckets.due(now) and not (self.bootstrap and ranges):
+                if not messages and not self.operators.due(now) and not (self.bootstrap and ranges):
                     continue
                 read = self._sub_batch(producer, self._packs(messages, ranges), now, ranges)
                 self.after_commit(producer.sub - 1)
                 run.committed += 1
-                progress.committed(self.processor.counts(), read)
+                progress.committed(self.operators.counts(), read)
                 if self._bootstrapped():
                     self._assign(consumer)  # the rest of it, or every partition once it is done
         finally:
@@ -208,7 +205,7 @@ class LongBatchTask:
         which = f" (lease {lease.index + 1} of {lease.of})" if lease.of > 1 else ""
         return (
             f"long batch {lease.batch}{which} ended early: held state "
-            f"{in_words(self.buckets.held_bytes)} passed the budget "
+            f"{in_words(self.operators.held_bytes)} passed the budget "
             f"{in_words(lease.held_state_budget)}"
         )
 
@@ -256,8 +253,7 @@ class LongBatchTask:
         output.timer_ms = now  # recorded whether a timer fires or not: TTL reads it too
         for name, (start, end) in ranges.items():
             output.covered.add(range_name(*split_partition_name(name), start, end))
-        processor = self.processor
-        processor.write_to(output)
+        self.operators.write_to(output)
         by_bucket: dict[int, list[Any]] = defaultdict(list)
         read: Counter[str] = Counter()
         mine = self.mine
@@ -267,10 +263,7 @@ class LongBatchTask:
                     by_bucket[row.bucket].append(row)
                     topic, _ = split_partition_name(split_range_name(row.read_range)[0])
                     read[topic] += unpack(row.records).num_rows
-        for bucket in sorted(by_bucket):
-            processor.apply((bucket,), iter(by_bucket[bucket]), now)
-        for key in self.buckets.due(now):
-            processor.wake(key, now)
+        self.operators.sub_batch(by_bucket, now)
         output.commit()
         self.positions.cover(output.covered)
         return read

@@ -66,7 +66,7 @@ from daemon.model.wire import (
 from daemon.operator.bucket_store import Buckets
 from daemon.operator.call_rows import Originals, origin, rows_of
 from daemon.operator.core import JoinerFailure
-from daemon.operator.processor import JOINER_FAILED, JoinerProcessor
+from daemon.operator.processor import JOINER_FAILED, At, JoinerProcessor
 from daemon.operator.spec import OperatorPlan
 from daemon.operator.stash_log import StashLog
 from daemon.operator.state_format import Bucket
@@ -138,6 +138,23 @@ def timer_label(place: int, operators: int, bucket: int) -> int:
     if place == operators - 1:
         return bucket
     return ((place + 1) << TIMER_LABEL_BITS) + bucket
+
+
+def timer_place(label: int, operators: int) -> tuple[int, int]:
+    """The operator's place and the bucket of a :func:`timer_label` of ``operators``."""
+    place = label >> TIMER_LABEL_BITS
+    if place == 0:
+        return operators - 1, label
+    return place - 1, label - (place << TIMER_LABEL_BITS)
+
+
+def operator_id(place: int, operators: int) -> int:
+    """Spark's id of the stateful operator at ``place`` (query order) of ``operators``.
+
+    Spark numbers a query's stateful operators as it plans them, from the sink back: the last
+    one in data-flow order is 0 (seen in a chain of ``transformWithState`` operators).
+    """
+    return operators - 1 - place
 
 
 class Passed(NamedTuple):
@@ -234,7 +251,8 @@ class ChainProcessor(JoinerProcessor):
             else:
                 by_key.setdefault(row.key, []).append(row)
         ranges.discard("")  # the packs of a timer's call, which read no range
-        self._covered |= ranges
+        if step.writes:  # its marker records them; an earlier operator hands them on
+            self._covered |= ranges
         self._call_ranges |= ranges
         for row in keyless:
             record = self._record(row, "")
@@ -337,6 +355,16 @@ class ChainProcessor(JoinerProcessor):
         self._fired = timerValues.getCurrentProcessingTimeInMs()
         self._wake_up(key, timerValues, self._collect)
         yield from self._packs(int(key[0]))
+
+    # -- driven by a long batch's task (daemon.continuous), before the writing operator ------
+
+    def hand_on(self, key: Any, packs: Iterator[Any], now: int) -> Iterator[SparkRow]:
+        """A call with bucket ``key``'s packs at processing time ``now``: the packs it hands on."""
+        return self.handleInputRows(key, packs, At(now))
+
+    def hand_on_woken(self, key: Any, now: int) -> Iterator[SparkRow]:
+        """A call for bucket ``key``'s timer, due at ``now``: the packs it hands on."""
+        return self.handleExpiredTimer(key, At(now), None)
 
     def _record(self, row: InputRow, key: str) -> InputRecord | None:
         """One row as a record of this operator's joiner (None: dead-lettered, undecodable)."""

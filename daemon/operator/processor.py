@@ -302,11 +302,11 @@ class JoinerProcessor(StatefulProcessor):
 
     def apply(self, key: Any, packs: Iterator[Any], now: int) -> None:
         """A call with bucket ``key``'s packs at processing time ``now``."""
-        self._input_rows(key, packs, _At(now), self._sender())
+        self._input_rows(key, packs, At(now), self._sender())
 
     def wake(self, key: Any, now: int) -> None:
         """A call for bucket ``key``'s timer, due at processing time ``now``."""
-        self._wake_up(key, _At(now), self._sender())
+        self._wake_up(key, At(now), self._sender())
 
     def counts(self) -> list[SparkRow]:
         """The counts rows of the calls since the last ones (see :meth:`_counts`)."""
@@ -619,12 +619,13 @@ def _unwrapped(decode: Callable[[bytes], Any], data: bytes) -> dict[str, Any] | 
 
 
 @dataclass(frozen=True)
-class _At:
+class At:
     """A call's timer values at processing time ``now``, as Spark hands them to a call."""
 
     now: int
 
     def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802 - Spark's name
+        """The call's processing time."""
         return self.now
 
 

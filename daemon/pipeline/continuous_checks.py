@@ -1,9 +1,10 @@
 """What a pipeline in continuous mode cannot do yet, each refused with one line.
 
-A continuous pipeline runs one joiner operator in a long batch's task
+A continuous pipeline runs its joiner's operators in a long batch's task
 (:mod:`daemon.continuous`), and a joiner's second stage in a continuous query of its own. A
-joiner that needs more than that (a chain of operators in one query) is refused as the
-pipeline is planned, so ``daemon validate`` says so before a start does.
+chain's operators (a lookup of several tables) hand records to each other inside the task,
+so a chain runs in one lease; more are refused as the pipeline is planned, so ``daemon
+validate`` says so before a start does.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ def continuous_problems(pipe: PipelineConfig, joiner: Joiner) -> list[str]:
     if not pipe.continuous:
         return []
     problems = []
-    if joiner.chain() is not None:
+    if joiner.chain() is not None and pipe.leases > 1:
         problems.append(
-            'mode = "continuous" runs one joiner operator; a lookup of several tables runs '
-            'its tables in a chain of them: run it in mode = "micro_batch" for now'
+            'mode = "continuous" runs a lookup of several tables in one lease (its tables\' '
+            "operators hand records on inside the lease's task, each keyed by its own "
+            f"table's key): set leases = 1, not {pipe.leases}"
         )
     return problems
 

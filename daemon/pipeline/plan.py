@@ -27,7 +27,7 @@ from daemon.model.envelope import Envelope
 from daemon.model.headers import reads_headers
 from daemon.model.selection import SelectFunction
 from daemon.model.wire import OUTPUT, SOURCE
-from daemon.operator.chain_processor import ChainProcessor, ChainStep
+from daemon.operator.chain_processor import ChainProcessor, ChainStep, operator_id
 from daemon.operator.deferred import DeferredProcessor
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
@@ -46,7 +46,6 @@ from daemon.sink.spark_sink import BatchCounter, KafkaSink
 from daemon.sink.spec import OutputSpec, WriteLimits
 from daemon.source.spark_source import KafkaSource
 from daemon.source.spec import SourceInput, SourceSpec
-from daemon.state.reader import operator_id
 from daemon.state.seed import Seed, discard_if_applied, seed_of
 
 if TYPE_CHECKING:
@@ -458,6 +457,10 @@ def _start_continuous(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery
     starts = first.starts  # a partition the seed does not name: the earliest
     if seed is not None and not seed.to_earliest:
         starts.update(seed.offsets)
+    seeded: list[Any] = []
+    if seed is not None and seed.has_state:  # each operator's own
+        found = operator_seeds(pipe.name, len(plan.chain), seed) if plan.chain else [seed]
+        seeded = [each.state_frame(spark) for each in found if each is not None]
     return start_long_batches(
         spark,
         pipe.name,
@@ -467,7 +470,8 @@ def _start_continuous(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery
         plan.source,
         starts,
         batches,
-        seed.state_frame(spark) if seed is not None and seed.has_state else None,
+        seeded,
+        tuple(plan.chain),
     )
 
 

@@ -52,7 +52,7 @@ from daemon.kafka.names import legacy_marker_groups_of, marker_groups_of, reader
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import TOPIC_IDS
-from daemon.operator.chain_processor import timer_label
+from daemon.operator.chain_processor import operator_id, timer_label
 from daemon.pipeline import written_by
 from daemon.pipeline.checkpoint_shape import (
     buckets_of_shape,
@@ -66,7 +66,7 @@ from daemon.spark.session import default_setting
 from daemon.state.export import committed_keys, seed_rows, seeded_keys
 from daemon.state.leases import LeaseState
 from daemon.state.positions import Target, positions
-from daemon.state.reader import CheckpointState, operator_id, query_id
+from daemon.state.reader import CheckpointState, query_id
 from daemon.state.seed import SEED_SCHEMA, seed_of, seed_timers, write_seed
 
 if TYPE_CHECKING:

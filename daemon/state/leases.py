@@ -2,6 +2,7 @@
 
 A continuous pipeline's grouping key is a lease, not a bucket
 (:mod:`daemon.continuous.lease_processor`): under each lease, a map state ``lease_buckets``
+(one per operator of a chain: :func:`~daemon.continuous.lease_processor.buckets_variable`)
 holds one entry per state bucket (its value and stash chunks as one blob,
 :func:`~daemon.continuous.held_buckets.frozen`), and a value state ``lease_ends`` where the
 lease stopped. This module reads them as of the last long batch in the commit log and hands
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from daemon.continuous.held_buckets import stored_parts
-from daemon.continuous.lease_processor import Stopped
+from daemon.continuous.lease_processor import Stopped, buckets_variable
 from daemon.errors import ConfigError
 from daemon.state.reader import CheckpointState, StoredBucket
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-BUCKETS_VARIABLE = "lease_buckets"
 STOPPED_VARIABLE = "lease_ends"
 STORED_SCHEMA = "bucket int, blob binary, deltas array<binary>, chunks array<binary>"
 _STORED_ARROW = pa.schema(
@@ -47,18 +47,33 @@ class LeasesDisagreeError(ConfigError):
 class LeaseState(CheckpointState):
     """The join state a continuous checkpoint committed with long batch ``batch``.
 
-    ``pipeline``: the pipeline's name, for what :meth:`ends` raises.
+    ``pipeline``: the pipeline's name, for what :meth:`ends` raises. ``chained``: which of a
+    chain's operators' buckets (numbered as Spark numbers a query's: 0 is the last); the
+    query itself has one stateful operator, the leases'.
     """
 
     def __init__(
-        self, spark: SparkSession, checkpoint: Path, batch: int, *, pipeline: str = ""
+        self,
+        spark: SparkSession,
+        checkpoint: Path,
+        batch: int,
+        *,
+        pipeline: str = "",
+        chained: int = 0,
     ) -> None:
         super().__init__(spark, checkpoint, batch)
         self.pipeline = pipeline
+        self.chained = chained
+
+    def of_operator(self, operator: int) -> LeaseState:
+        """The buckets of a chain's operator ``operator``, committed with the same batch."""
+        return LeaseState(
+            self.spark, self.checkpoint, self.batch, pipeline=self.pipeline, chained=operator
+        )
 
     def stored_frame(self) -> DataFrame:
         """Every stored bucket, as :meth:`CheckpointState.stored_frame` has it (no deltas)."""
-        held = self.frame(BUCKETS_VARIABLE).selectExpr(
+        held = self.frame(buckets_variable(self.chained)).selectExpr(
             "user_map_key.bucket AS bucket", "user_map_value.blob AS blob"
         )
         return held.mapInArrow(_unfrozen, STORED_SCHEMA)

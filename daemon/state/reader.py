@@ -29,6 +29,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from daemon.checkpoint.layout import metadata_file
 from daemon.model.config import PipelineFile, SparkConfig
 from daemon.operator import bucket_delta
+from daemon.operator.chain_processor import operator_id
 from daemon.operator.stash_log import StashLog
 from daemon.operator.state_format import Bucket
 from daemon.spark.session import spark_session
@@ -183,17 +184,8 @@ class CheckpointState:
 
 
 def operator_ids(names: list[str]) -> dict[str, int]:
-    """Spark's id of each stateful operator of a query, named in query order.
-
-    Spark numbers a query's stateful operators as it plans them, from the sink back: the last
-    one in data-flow order is 0 (seen in a chain of ``transformWithState`` operators).
-    """
+    """Spark's id of each stateful operator of a query (:func:`operator_id`), by name."""
     return {name: operator_id(place, len(names)) for place, name in enumerate(names)}
-
-
-def operator_id(place: int, operators: int) -> int:
-    """Spark's id of the stateful operator at ``place`` (query order) of ``operators``."""
-    return operators - 1 - place
 
 
 def state_session(file: PipelineFile) -> SparkSession:

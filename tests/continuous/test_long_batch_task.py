@@ -24,6 +24,7 @@ import pytest
 
 from daemon.continuous.held_buckets import HeldBuckets
 from daemon.continuous.lease import Lease
+from daemon.continuous.operators import LeaseOperators
 from daemon.continuous.task import LongBatchRun, LongBatchTask, wall_ms
 from daemon.errors import CheckpointDivergedError
 from daemon.model.config import load_pipeline_file
@@ -80,15 +81,13 @@ def _attempt(
 ) -> LongBatchRun:
     """One attempt of ``lease``, with ``buckets`` as of the long batch's start (None: none)."""
     processor = JoinerProcessor(plan.operator, plan.output)
-    buckets = HeldBuckets() if buckets is None else buckets
-    processor.ready(buckets)
+    operators = LeaseOperators([processor], [HeldBuckets() if buckets is None else buckets])
     task = LongBatchTask(
-        processor,
+        operators,
         plan.source,
         plan.output,
         lease,
         "query",
-        buckets,
         after_commit=after_commit,
         bootstrap=bootstrap,
     )

@@ -13,11 +13,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+from daemon.broker import EmbeddedBroker
+from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.joiners.lookup import LookupOptions
 from daemon.joiners.lookup_chain import ChainTable
 from daemon.model.config import load_pipeline_file
 from daemon.replay import replay
 from daemon.testing import by_key
+from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic
 from tests.unit.joiners.chain_replay import ChainRun, ChainStream, run_chain
 
 REVISING = LookupOptions(versioned=True, revisions=True)
@@ -44,6 +47,65 @@ field = "order.quantity"
 group_field = "region"
 """
 """Running totals for the example: units ordered per region name, following revisions."""
+
+
+OUTPUT = AvroCodec(load_schema_file(SCHEMAS / "order_three_tables.avsc"))
+INPUTS = {
+    "stream": ("shop-orders", "shop_order"),
+    "customers": ("shop-customers", "shop_customer"),
+    "regions": ("shop-regions", "shop_region"),
+    "products": ("shop-products", "shop_product"),
+}
+"""Each input's role, its topic in the example (and its recorded inputs' name), its schema."""
+
+
+def example_on_topics(
+    broker: EmbeddedBroker, folder: Path, changes: dict[str, str] | None = None
+) -> Path:
+    """The example pipeline on topics of its own (created, empty); its file.
+
+    ``changes``: texts of the example replaced, each found once.
+    """
+    text = EXAMPLE.read_text().replace("../schemas", SCHEMAS.as_posix())
+    for old, new in (changes or {}).items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    text = text.replace('"../state/orders-three-tables"', json.dumps(str(folder / "cp")))
+    suffix = folder.name[-8:].replace("_", "-")
+    topics = [topic for topic, _ in INPUTS.values()]
+    for topic in (*topics, "orders-three-tables"):
+        text = text.replace(f'topic = "{topic}"', f'topic = "{topic}-{suffix}"')
+    text = text.replace(
+        "[spark]", f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n[spark]'
+    )
+    path = folder / "pipeline.toml"
+    path.write_text(text)
+    conf = client_conf(broker.bootstrap_servers)
+    for topic in topics:
+        create_topic(conf, f"{topic}-{suffix}")
+    return path
+
+
+def produce_lines(broker: EmbeddedBroker, path: Path, lines: Lines) -> None:
+    """Each role's ``lines`` produced to its input's topic in the pipeline file at ``path``."""
+    (pipe,) = load_pipeline_file(path).pipeline
+    conf = client_conf(broker.bootstrap_servers)
+    for role, (_, schema) in INPUTS.items():
+        codec = AvroCodec(load_schema_file(SCHEMAS / f"{schema}.avsc"))
+        records = [
+            In(codec.encode(line["value"]), line["key"].encode(), line["timestamp"])
+            for line in lines.get(role, ())
+        ]
+        produce(conf, pipe.inputs[role].topic, records)
+
+
+def written_orders(broker: EmbeddedBroker, path: Path) -> list[dict[str, Any]]:
+    """What the pipeline wrote to its output so far, decoded."""
+    (pipe,) = load_pipeline_file(path).pipeline
+    return [
+        {"key": (out.key or b"").decode(), "value": OUTPUT.decode(out.value or b"")}
+        for out in read_topic(client_conf(broker.bootstrap_servers), pipe.output.topic)
+    ]
 
 
 def example_with(folder: Path, added: str = UNITS_PER_REGION, old: str = "", new: str = "") -> Path:

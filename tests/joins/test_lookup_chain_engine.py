@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from daemon.model.config import load_pipeline_file
+from daemon.model.config import Mode, load_pipeline_file
 from daemon.replay import replay
 from daemon.testing import by_key
 from tests.joins.shop_chain import (
@@ -50,10 +50,13 @@ def lines() -> dict[str, list[dict[str, Any]]]:
     return shop_inputs(65)
 
 
-@pytest.mark.parametrize("max_batch", [None, 17])
+@pytest.mark.parametrize(
+    ("max_batch", "mode"), [(None, "micro_batch"), (17, "micro_batch"), (17, "continuous")]
+)
 def test_three_tables_in_one_query_answer_as_the_plain_chain(
     lines: dict[str, list[dict[str, Any]]],
     max_batch: int | None,
+    mode: Mode,
     broker: Any,
     spark: Any,
     tmp_path: Path,
@@ -67,8 +70,10 @@ def test_three_tables_in_one_query_answer_as_the_plain_chain(
     assert plain.dead_letters == []
     assert len(expected) == 36
 
+    file = load_pipeline_file(EXAMPLE)
+    pipe = file.pipeline[0].model_copy(update={"mode": mode})
     result = replay(
-        load_pipeline_file(EXAMPLE),
+        file.model_copy(update={"pipeline": [pipe]}),
         write_inputs(tmp_path, lines),
         bootstrap_servers=broker.bootstrap_servers,
         max_batch=max_batch,

@@ -7,8 +7,9 @@ by the regions operator only: the operators are read in the order Spark numbers 
 the end of input for every key, the numbering operator holds no order any more.
 
 A rescale into other buckets, and a reset that keeps the state, move each operator's state
-into its own operator of the new checkpoint: the pipeline, stopped twice, writes what the
-plain replay of the chain writes over all its inputs at once (tests/joins/shop_chain.py).
+into its own operator of the new checkpoint, and a rescale into continuous mode into its own
+map state of the lease: the pipeline, stopped three times, writes what the plain replay of
+the chain writes over all its inputs at once (tests/joins/shop_chain.py).
 """
 
 from __future__ import annotations
@@ -20,26 +21,26 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
-from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import load_pipeline_file
 from daemon.model.record_route import bucket_labels
 from daemon.model.wire import END_OF_INPUT_HEADERS
 from daemon.pipeline.checkpoint_shape import check_checkpoint
 from daemon.testing import by_key
-from tests.joins.shop_chain import Lines, merged, plain_chain, shop_inputs
-from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic, run_pipeline
-from tests.state_helpers import daemon
+from tests.joins.shop_chain import (
+    INPUTS,
+    Lines,
+    example_on_topics,
+    merged,
+    plain_chain,
+    produce_lines,
+    shop_inputs,
+    written_orders,
+)
+from tests.kafka_helpers import In, client_conf, produce, read_topic, run_pipeline
+from tests.state_helpers import daemon, run_continuous
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "orders-three-tables.toml"
-OUTPUT = AvroCodec(load_schema_file(ROOT / "schemas" / "order_three_tables.avsc"))
-INPUTS = {
-    "stream": ("shop-orders", "shop_order"),
-    "customers": ("shop-customers", "shop_customer"),
-    "regions": ("shop-regions", "shop_region"),
-    "products": ("shop-products", "shop_product"),
-}
-"""Each input's role, its topic in the example (and its recorded inputs' name), its schema."""
 
 
 def _example(broker: EmbeddedBroker, folder: Path, changes: dict[str, str] | None = None) -> Path:
@@ -47,49 +48,9 @@ def _example(broker: EmbeddedBroker, folder: Path, changes: dict[str, str] | Non
 
     ``changes``: texts of the example replaced, each found once.
     """
-    path = _example_file(broker, folder, changes)
-    _produce(broker, path, {role: _lines(topic) for role, (topic, _) in INPUTS.items()})
+    path = example_on_topics(broker, folder, changes)
+    produce_lines(broker, path, {role: _lines(topic) for role, (topic, _) in INPUTS.items()})
     return path
-
-
-def _example_file(
-    broker: EmbeddedBroker, folder: Path, changes: dict[str, str] | None = None
-) -> Path:
-    """The example pipeline on topics of its own (created, empty); its file.
-
-    ``changes``: texts of the example replaced, each found once.
-    """
-    text = EXAMPLE.read_text().replace("../schemas", (ROOT / "schemas").as_posix())
-    for old, new in (changes or {}).items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    text = text.replace('"../state/orders-three-tables"', json.dumps(str(folder / "cp")))
-    suffix = folder.name[-8:].replace("_", "-")
-    topics = [topic for topic, _ in INPUTS.values()]
-    for topic in (*topics, "orders-three-tables"):
-        text = text.replace(f'topic = "{topic}"', f'topic = "{topic}-{suffix}"')
-    text = text.replace(
-        "[spark]", f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n\n[spark]'
-    )
-    path = folder / "pipeline.toml"
-    path.write_text(text)
-    conf = client_conf(broker.bootstrap_servers)
-    for topic in topics:
-        create_topic(conf, f"{topic}-{suffix}")
-    return path
-
-
-def _produce(broker: EmbeddedBroker, path: Path, lines: Lines) -> None:
-    """Each role's ``lines`` produced to its input's topic in the pipeline file at ``path``."""
-    (pipe,) = load_pipeline_file(path).pipeline
-    conf = client_conf(broker.bootstrap_servers)
-    for role, (_, schema) in INPUTS.items():
-        codec = AvroCodec(load_schema_file(ROOT / "schemas" / f"{schema}.avsc"))
-        records = [
-            In(codec.encode(line["value"]), line["key"].encode(), line["timestamp"])
-            for line in lines.get(role, ())
-        ]
-        produce(conf, pipe.inputs[role].topic, records)
 
 
 def _lines(data: str) -> list[dict[str, Any]]:
@@ -180,20 +141,21 @@ def _keys(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, int]:
 def test_a_rescale_and_a_reset_keeping_state_move_each_operators_state_into_its_own(
     broker: EmbeddedBroker, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Orders and late rows of every table, in three parts: the first run in 8 buckets, a
+    """Orders and late rows of every table, in four parts: the first run in 8 buckets, a
     rescale into 4, the second run, a reset to the latest offsets keeping the state, the third
-    run. Each part's late rows revise orders of the part before, which only the state kept
-    for them at every stage and by the numbering can do; so the outputs equal, per order,
-    the plain replay of the chain over all the inputs in one go. (One pipeline for both
+    run, a rescale into continuous mode, the fourth run, stopped as ``daemon run`` stops.
+    Each part's late rows revise orders of the part before, which only the state kept for
+    them at every stage and by the numbering can do; so the outputs equal, per order, the
+    plain replay of the chain over all the inputs in one go. (One pipeline for the three
     commands: each query start costs seconds.)"""
     lines = shop_inputs(65)
     expected = by_key(plain_chain(lines, end=False).outputs)
-    path = _example_file(broker, tmp_path)
+    path = example_on_topics(broker, tmp_path)
     text = path.read_text()
     path.write_text(text.replace("[[pipeline]]\n", "[[pipeline]]\nstate_buckets = 8\n", 1))
-    first, second, third = _parts(lines)
+    first, second, third, fourth = _parts(lines)
 
-    _produce(broker, path, first)
+    produce_lines(broker, path, first)
     _run(spark, path)
     before = _keys(capsys, path)
     assert before["numbering"] > 0 and all(before.values()), before
@@ -210,22 +172,39 @@ def test_a_rescale_and_a_reset_keeping_state_move_each_operators_state_into_its_
     labels = {bucket["bucket"] for found in moved.values() for bucket in found["buckets"]}
     assert labels <= set(bucket_labels(4))
 
-    _produce(broker, path, second)
+    produce_lines(broker, path, second)
     _run(spark, path)
     done = daemon(capsys, "reset", str(path), "--to", "latest", "--keep-state", "--yes")
     assert done.code == 0, done.err
     assert "state kept, each of its 4 operators' into its own" in done.out
-    _produce(broker, path, third)
+    produce_lines(broker, path, third)
     _run(spark, path)
+    before = _keys(capsys, path)
 
-    (pipe,) = load_pipeline_file(path).pipeline
-    written = [
-        {"key": (out.key or b"").decode(), "value": OUTPUT.decode(out.value or b"")}
-        for out in read_topic(client_conf(broker.bootstrap_servers), pipe.output.topic)
-    ]
+    path.write_text(
+        text.replace(
+            "[[pipeline]]\n",
+            '[[pipeline]]\nstate_buckets = 4\nmode = "continuous"\nlong_batch = "10m"\n',
+            1,
+        )
+    )
+    done = daemon(capsys, "rescale", str(path), "--yes")
+    assert done.code == 0, done.err
+    assert "in micro-batch mode into 4 buckets over" in done.out
+    assert "in continuous mode, 1 lease" in done.out
+    assert "each of its 4 operators' into its own" in done.out
+    produce_lines(broker, path, fourth)
+    outputs = len(plain_chain(lines, end=False).outputs)
+    run_continuous(
+        spark, path, broker.bootstrap_servers, lambda: len(written_orders(broker, path)) >= outputs
+    )
+    after = _keys(capsys, path)  # each operator's, from the lease's map state of it
+    assert set(after) == set(before) and all(after.values()), after
+
+    written = written_orders(broker, path)
     assert by_key(written) == expected
     # The inputs revise across each stop: rows after it change orders answered before it.
-    for stopped in ([first], [first, second]):
+    for stopped in ([first], [first, second], [first, second, third]):
         answered = by_key(plain_chain(merged(stopped), end=False).outputs)
         assert sum(len(expected[order]) > len(was) for order, was in answered.items()) == 2
 
@@ -237,12 +216,12 @@ def _run(spark: Any, path: Path) -> None:
     assert run_pipeline(spark, file)
 
 
-def _parts(lines: Lines) -> tuple[Lines, Lines, Lines]:
-    """``lines`` cut into three parts by Kafka time: at the 10th and at the 25th order.
+def _parts(lines: Lines) -> tuple[Lines, Lines, Lines, Lines]:
+    """``lines`` cut into four parts by Kafka time: at the 10th, 25th and 32nd order.
 
     There, shop_inputs(65) has two orders each that rows of the next part revise.
     """
-    first, second = lines["stream"][9]["timestamp"], lines["stream"][24]["timestamp"]
+    first, second, third = (lines["stream"][at]["timestamp"] for at in (9, 24, 31))
 
     def between(low: int, high: int) -> Lines:
         return {
@@ -250,4 +229,9 @@ def _parts(lines: Lines) -> tuple[Lines, Lines, Lines]:
             for role, records in lines.items()
         }
 
-    return between(0, first), between(first, second), between(second, 10**9)
+    return (
+        between(0, first),
+        between(first, second),
+        between(second, third),
+        between(third, 10**9),
+    )

@@ -12,7 +12,6 @@ one stopped, reading nothing twice.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,9 @@ from typing import Any
 import pytest
 
 from daemon.broker import EmbeddedBroker
-from daemon.checkpoint.batch_logs import last_committed, planned_past_commit
-from daemon.model.config import load_pipeline_file
-from daemon.pipeline.checkpoint_shape import check_checkpoint
-from daemon.pipeline.plan import end_long_batches, plan_pipeline, start_query
-from daemon.sink.task_producer import forget_kept_clients
+from daemon.checkpoint.batch_logs import last_committed
 from daemon.state.render import to_json
-from tests.kafka_helpers import client_conf
-from tests.state_helpers import Tweets, daemon, joined, tweet, user
+from tests.state_helpers import Tweets, daemon, joined, run_continuous, tweet, user
 
 CONTINUOUS = {"mode": "continuous", "long_batch": 600_000}
 """Long batches that only a stop ends, so that each run's state is written by its stop."""
@@ -35,24 +29,8 @@ CONTINUOUS = {"mode": "continuous", "long_batch": 600_000}
 
 def _run_continuous(spark: Any, tweets: Tweets, done: Any) -> None:
     """Run the pipeline in continuous mode until ``done(views)``, then stop it as the daemon
-    does: its long batch ends and commits before the query stops."""
-    file = load_pipeline_file(tweets.path)
-    pipe = file.pipeline[0]
-    check_checkpoint(pipe)
-    plan = plan_pipeline(file, pipe, client_conf(tweets.setup.servers))
-    query = start_query(spark, plan)
-    try:
-        deadline = time.monotonic() + 120
-        while not done(tweets.views()):
-            assert time.monotonic() < deadline, "the continuous run did not join its input"
-            time.sleep(0.25)
-        end_long_batches(plan)
-        while last_committed(tweets.checkpoint) is None or planned_past_commit(tweets.checkpoint):
-            assert time.monotonic() < deadline, "the long batch did not end"
-            time.sleep(0.1)
-    finally:
-        query.stop()
-        forget_kept_clients()
+    does."""
+    run_continuous(spark, tweets.path, tweets.setup.servers, lambda: done(tweets.views()))
 
 
 def _named(tweets: Tweets, name: str) -> Counter[int]:

@@ -31,11 +31,17 @@ def test_a_comap_in_continuous_mode_is_valid(tmp_path: Path) -> None:
     assert _continuous(tmp_path, "tweet-views.toml") == []
 
 
-def test_what_continuous_mode_cannot_run_yet_is_one_line_each(tmp_path: Path) -> None:
-    (chain,) = _continuous(tmp_path, "orders-three-tables.toml")
-    assert chain.endswith(
-        'mode: mode = "continuous" runs one joiner operator; a lookup of several tables runs '
-        'its tables in a chain of them: run it in mode = "micro_batch" for now'
+def test_a_lookup_of_several_tables_runs_in_continuous_mode_in_one_lease(tmp_path: Path) -> None:
+    assert _continuous(tmp_path, "orders-three-tables.toml") == []
+    (leases,) = _continuous(
+        tmp_path,
+        "orders-three-tables.toml",
+        ('mode = "continuous"\n', 'mode = "continuous"\nleases = 2\n'),
+    )
+    assert leases.endswith(
+        'mode: mode = "continuous" runs a lookup of several tables in one lease (its tables\' '
+        "operators hand records on inside the lease's task, each keyed by its own table's "
+        "key): set leases = 1, not 2"
     )
 
 

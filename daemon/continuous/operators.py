@@ -1,0 +1,115 @@
+"""The operators a lease runs in each sub-batch: a joiner's one, or a chain's, one after another.
+
+A micro-batch query runs a chain's operators (a lookup of several tables, one per table and
+the numbering: :mod:`daemon.operator.chain_processor`) as chained ``transformWithState``
+operators, with Spark's shuffle between them. A lease joins every state bucket of its
+pipeline (a chain runs in one lease), so its task hands each operator's packs to the next in
+the worker, by bucket, as the shuffle would: each operator's calls come in bucket order, its
+due buckets' after them, and the last operator writes. Each operator holds its own buckets
+for the long batch (:class:`~daemon.continuous.held_buckets.HeldBuckets`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql import Row as SparkRow
+
+from daemon.continuous.held_buckets import HeldBuckets, Key
+from daemon.operator.chain_processor import ChainProcessor, operator_id, timer_label, timer_place
+from daemon.operator.processor import JoinerProcessor
+from daemon.sink.task_output import TaskOutput
+
+
+class LeaseOperators:
+    """A lease's operators in query order, each made ready with its held buckets.
+
+    Args:
+        processors: the operators, in query order: one, or a chain's
+            (:class:`ChainProcessor`), the last of which writes.
+        buckets: each operator's held buckets, in the same order.
+    """
+
+    def __init__(
+        self, processors: Sequence[JoinerProcessor], buckets: Sequence[HeldBuckets]
+    ) -> None:
+        if len(processors) != len(buckets) or not processors:
+            raise ValueError("one held buckets per operator, and an operator at least")
+        self.processors = tuple(processors)
+        self.buckets = tuple(buckets)
+        for processor, held in zip(self.processors, self.buckets, strict=True):
+            processor.ready(held)
+
+    @property
+    def held_bytes(self) -> int:
+        """About how many bytes the operators' held buckets take."""
+        return sum(held.held_bytes for held in self.buckets)
+
+    def due(self, now: int) -> bool:
+        """Whether a bucket of any operator is due at ``now``."""
+        return any(held.due(now) for held in self.buckets)
+
+    def write_to(self, output: TaskOutput) -> None:
+        """The writing operator writes the coming calls' rows through ``output``."""
+        self.processors[-1].write_to(output)
+
+    def sub_batch(self, packs: dict[int, list[Any]], now: int) -> None:
+        """A sub-batch's calls at processing time ``now``, ``packs`` by the first's buckets."""
+        *before, writer = self.processors
+        for processor, held in zip(before, self.buckets, strict=False):
+            assert isinstance(processor, ChainProcessor)  # noqa: S101 - only a chain has several
+            handed: dict[int, list[SparkRow]] = defaultdict(list)
+            for bucket in sorted(packs):
+                _take(handed, processor.hand_on((bucket,), iter(packs[bucket]), now))
+            for key in held.due(now):
+                _take(handed, processor.hand_on_woken(key, now))
+            packs = handed
+        for bucket in sorted(packs):
+            writer.apply((bucket,), iter(packs[bucket]), now)
+        for key in self.buckets[-1].due(now):
+            writer.wake(key, now)
+
+    def counts(self) -> list[SparkRow]:
+        """The counts rows of the calls since the last ones: the writing operator's.
+
+        They take in the earlier operators' counts, which come with what they hand on.
+        """
+        return self.processors[-1].counts()
+
+    def changed(self) -> Iterator[tuple[int, Key, bytes | None]]:
+        """Each bucket the long batch changed: its operator's id, key and blob (None: empty).
+
+        Numbered as Spark numbers a query's operators (:func:`~daemon.state.reader.operator_id`).
+        """
+        count = len(self.buckets)
+        for place, held in enumerate(self.buckets):
+            for key, blob in held.changed():
+                yield operator_id(place, count), key, blob
+
+    def timers(self) -> dict[int, int]:
+        """Each held bucket's timer, under the label a chain's reports give it.
+
+        :func:`~daemon.operator.chain_processor.timer_label`: a bucket's own for one operator.
+        """
+        count = len(self.buckets)
+        found: dict[int, int] = {}
+        for place, held in enumerate(self.buckets):
+            for bucket, at in held.timers().items():
+                found[timer_label(place, count, bucket)] = at
+        return dict(sorted(found.items()))
+
+
+def timers_by_operator(timers: dict[int, int], operators: int) -> list[dict[int, int]]:
+    """:meth:`LeaseOperators.timers` split again: each operator's, by its buckets' labels."""
+    split: list[dict[int, int]] = [{} for _ in range(operators)]
+    for label, at in timers.items():
+        place, bucket = timer_place(label, operators)
+        split[place][bucket] = at
+    return split
+
+
+def _take(handed: dict[int, list[SparkRow]], packs: Iterator[SparkRow]) -> None:
+    for pack in packs:
+        handed[pack.bucket].append(pack)
