@@ -25,6 +25,19 @@ from daemon.model.config import (
 from daemon.replay import ReplayResult, replay
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+DEAD_LETTER_HEADERS = frozenset(
+    {
+        "enrichd.source.topic",
+        "enrichd.source.partition",
+        "enrichd.source.offset",
+        "enrichd.error.class",
+        "enrichd.error.message",
+        "__streams.errors.exception",
+        "__streams.errors.message",
+    }
+)
+"""The headers every dead letter adds to its record's own, saying where it was read and why
+(docs/semantics.md, Dead letters); one refused by an exception has a stack trace too."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,8 @@ class Out:
     value: bytes | None
     timestamp: int
     headers: dict[str, bytes] = field(default_factory=dict)
+    header_list: list[tuple[str, bytes]] = field(default_factory=list)
+    """Every header in its order, repeated names too (``headers`` keeps each name's last)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +154,7 @@ def read_topic(conf: dict[str, str], topic: str, timeout_s: float = 120.0) -> li
                         value=message.value(),
                         timestamp=message.timestamp()[1],
                         headers=_headers(message.headers()),
+                        header_list=[(n, v or b"") for n, v in message.headers() or []],
                     )
                     for message in records
                 )

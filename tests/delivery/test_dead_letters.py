@@ -11,17 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
-from tests.kafka_helpers import SCHEMAS, In, TweetViews, produce, read_topic, run_pipeline
+from tests.kafka_helpers import (
+    DEAD_LETTER_HEADERS,
+    SCHEMAS,
+    In,
+    TweetViews,
+    produce,
+    read_topic,
+    run_pipeline,
+)
 
-HEADERS = {
-    "enrichd.source.topic",
-    "enrichd.source.partition",
-    "enrichd.source.offset",
-    "enrichd.error.class",
-    "enrichd.error.message",
-    "__streams.errors.exception",
-    "__streams.errors.message",
-}
 TRACE = ("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 TENANT = ("tenant", b"acme")
 
@@ -112,7 +111,7 @@ def test_poison_records_reach_the_dead_letter_topic_and_good_ones_join(
         # Every header the record had, not only the trace context its outputs carry.
         original = kept.get(origin, set())
         names = set(letter.headers) - {"__streams.errors.stacktrace"}
-        assert names == HEADERS | {name for name, _ in original}, origin
+        assert names == DEAD_LETTER_HEADERS | {name for name, _ in original}, origin
         assert set(letter.headers.items()) >= original, origin
         assert letter.headers["enrichd.error.class"] == kind.encode(), origin
         assert letter.headers["enrichd.error.message"], origin

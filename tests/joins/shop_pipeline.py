@@ -15,7 +15,7 @@ from typing import Any
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from daemon.model.config import PipelineFile, load_pipeline_file
-from tests.kafka_helpers import In, client_conf, create_topic, produce, read_topic
+from tests.kafka_helpers import In, Out, client_conf, create_topic, produce, read_topic
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "orders-three-tables.toml"
@@ -47,12 +47,18 @@ class ShopPipeline:
         settings: str = "",
         tail: str = "",
         output_schema: Path = OUTPUT_SCHEMA,
+        changes: Mapping[str, str] | None = None,
     ) -> ShopPipeline:
         """The example with ``settings`` added to its pipeline's table and ``tail`` at its end.
 
-        Its input topics are created; ``output_schema`` replaces the output's schema.
+        Its input topics are created; ``output_schema`` replaces the output's schema; each of
+        ``changes`` is made in the example's text (each text found once).
         """
-        text = EXAMPLE.read_text().replace(
+        text = EXAMPLE.read_text()
+        for old, new in (changes or {}).items():
+            assert text.count(old) == 1, old
+            text = text.replace(old, new)
+        text = text.replace(
             '"../schemas/order_three_tables.avsc"', json.dumps(output_schema.as_posix())
         )
         text = text.replace("../schemas", (ROOT / "schemas").as_posix())
@@ -65,7 +71,7 @@ class ShopPipeline:
         )
         text = text.replace(
             'dead_letter_topic = "orders-three-tables.dlq"\n',
-            f'dead_letter_topic = "orders-three-tables.dlq"\n{settings}\n',
+            f'dead_letter_topic = "orders-three-tables-{suffix}.dlq"\n{settings}\n',
         )
         path = tmp_path / "pipeline.toml"
         path.write_text(text + tail)
@@ -79,7 +85,10 @@ class ShopPipeline:
         return load_pipeline_file(self.path)
 
     def produce(self, lines: Lines, headers: Headers | None = None) -> None:
-        """Produce each role's ``lines`` to its topic (each with ``headers``, if given)."""
+        """Produce each role's ``lines`` to its topic (each with ``headers``, if given).
+
+        A line's ``"bytes"``, if it has them, are produced in place of its encoded value.
+        """
         for role, records in lines.items():
             codec = AvroCodec(load_schema_file(ROOT / "schemas" / f"{SCHEMAS[role]}.avsc"))
             produce(
@@ -87,7 +96,7 @@ class ShopPipeline:
                 f"{TOPICS[role]}-{self.suffix}",
                 [
                     In(
-                        codec.encode(r["value"]),
+                        r["bytes"] if "bytes" in r else codec.encode(r["value"]),
                         r["key"].encode(),
                         r["timestamp"],
                         headers=None if headers is None else headers(role, r["value"]),
@@ -104,6 +113,11 @@ class ShopPipeline:
                 "key": None if out.key is None else out.key.decode(),
                 "value": None if out.value is None else codec.decode(out.value),
                 "headers": out.headers,
+                "header_list": out.header_list,
             }
             for out in read_topic(self.conf, f"orders-three-tables-{self.suffix}")
         ]
+
+    def dead_letters(self) -> list[Out]:
+        """The dead-letter topic's records, ``read_committed``, as written."""
+        return read_topic(self.conf, f"orders-three-tables-{self.suffix}.dlq")
