@@ -81,7 +81,7 @@ class LeaseOperators:
     def changed(self) -> Iterator[tuple[int, Key, bytes | None]]:
         """Each bucket the long batch changed: its operator's id, key and blob (None: empty).
 
-        Numbered as Spark numbers a query's operators (:func:`~daemon.state.reader.operator_id`).
+        Numbered as Spark numbers a query's (:func:`~daemon.operator.chain_processor.operator_id`).
         """
         count = len(self.buckets)
         for place, held in enumerate(self.buckets):
