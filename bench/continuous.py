@@ -104,6 +104,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave micro-batch mode's drains out (continuous mode's alone)",
     )
     parser.add_argument(
+        "--no-yardstick",
+        dest="yardstick",
+        action="store_false",
+        help="leave the yardstick's latency runs out (the joiner's own workload runs them)",
+    )
+    parser.add_argument(
         "--no-latency",
         dest="latency",
         action="store_false",
@@ -121,6 +127,7 @@ def _command(args: argparse.Namespace) -> str:
         + (f" --held-state-budget-mib {budget}" if budget else "")
         + (f" --scale-users {args.scale_users}" if args.scale_users else "")
         + ("" if args.micro_batch else " --no-micro-batch")
+        + ("" if args.yardstick else " --no-yardstick")
         + ("" if args.latency else " --no-latency")
     )
 
@@ -166,11 +173,12 @@ def _latency(
     table: list[tuple[str, ...]] = [("run", "offered", "outputs", "p50", "p99", "max")]
     loads: list[str] = []
     medians: list[str] = []
+    contenders = (YARDSTICK, CONTINUOUS) if args.yardstick else (CONTINUOUS,)
     for joiner in args.joiners:
         workload = WORKLOADS[joiner](broker.bootstrap_servers, args.users, 100_000)
         results: dict[str, list[LatencyResult]] = {YARDSTICK: [], CONTINUOUS: []}
         for _ in range(args.runs):
-            for contender in (YARDSTICK, CONTINUOUS):
+            for contender in contenders:
                 result = run_latency(
                     broker.bootstrap_servers,
                     workload,
@@ -217,6 +225,12 @@ def _latency(
 
 def _median_line(joiner: str, results: dict[str, list[LatencyResult]]) -> list[str]:
     """The target's line for ``joiner``: its medians' p99 and their ratio (none: a run failed)."""
+    if not results[YARDSTICK]:
+        return [
+            f"- Target (issue 64, {joiner}): not judged, the yardstick's runs left out "
+            "(--no-yardstick).",
+            "",
+        ]
     medians = {
         contender: statistics.median(r.p99_ms for r in runs if not r.reason)
         for contender, runs in results.items()

@@ -21,13 +21,14 @@ loaded machine; ``tests/delivery/test_crash_recovery.py`` restarts ``daemon run`
 checkpoint); continuous's drains in micro-batch mode (``--no-micro-batch``: each drain starts a
 process and a JVM of its own, about 15 s here, and a micro-batch drain is
 :func:`bench.enrichd.run_enrichd`, which comap's runs, in the process its continuous drains
-start); the repeated enrichd runs (``--runs 1``) and comap's and lookup's key-count sweep (one
-``--users``). Latency runs offer for a second (comap's for two, the one enrichd run it has).
-The workloads' enrichd runs share this process's Spark session and its Python workers (the
-service of ``daemon run`` leaves running a session it did not start), so the first runs pay for
-warming them: on a quiet machine passthrough's first batch took 12 s and comap's 8.5 s (its
-stateful workers' first), the later workloads' about 3 s (their queries' starts). continuous's
-drains do not: each runs in a fresh process (:mod:`bench.drain`).
+start) and its yardstick runs (``--no-yardstick``: lookup's workload runs the same yardstick);
+the repeated enrichd runs (``--runs 1``) and comap's and lookup's key-count sweep (one
+``--users``). Latency runs offer for a second. The workloads' enrichd runs share this process's
+Spark session and its Python workers (the service of ``daemon run`` leaves running a session it
+did not start), so the first runs pay for warming them: on a quiet machine passthrough's first
+batch took 12 s and comap's 8.5 s (its stateful workers' first), the later workloads' about 3 s
+(their queries' starts). continuous's drains do not: each runs in a fresh process
+(:mod:`bench.drain`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ SIZES: dict[str, list[str]] = {
     "passthrough": ["--records", "2000", "--max-batch", "800"],
     "comap": [
         "--users", "50", "--tweets", "1000", "--max-batch", "150", "--runs", "1",
-        "--latency-rate", "200", "--latency-seconds", "2", "--trigger-ms", "0", "--fit-rates",
+        "--latency-rate", "200", "--latency-seconds", "1", "--trigger-ms", "0", "--fit-rates",
         "--fit-records", "1", "10000",
     ],
     "lookup": [
@@ -77,7 +78,7 @@ SIZES: dict[str, list[str]] = {
     "continuous": [
         "--joiners", "lookup", "--users", "50", "--rate", "200", "--seconds", "1", "--runs", "1",
         "--long-batch-ms", "4000", "--drain-tweets", "300", "--scale-users", "100",
-        "--no-micro-batch",
+        "--no-micro-batch", "--no-yardstick",
     ],
 }  # fmt: skip
 """Each workload's tiny options, with the parts the module's docstring names left out.
@@ -86,8 +87,8 @@ comap's, lookup's, nway's, asof's and window's caps are small enough for the six
 more their sustained rate must be over (:data:`bench.runs.MIN_STEADY_BATCHES` after the
 first), and they run once (nway: one run with one table, one with three). Each joiner runs
 its yardstick (:data:`YARDSTICK_ALONE`: with no enrichd latency run but comap's). continuous
-measures lookup's latency only: its drains run comap in continuous mode only, at 50 keys
-and at 100 (its target at many keys against few)."""
+measures lookup's latency only, without the yardstick lookup's workload runs: its drains run
+comap in continuous mode only, at 50 keys and at 100 (its target at many keys against few)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
