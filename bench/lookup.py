@@ -112,6 +112,7 @@ from bench.workloads import (
     count_records,
     create_input_topics,
     input_producer,
+    read_committed,
 )
 from daemon.kafka import clients
 from daemon.model.config import DEFAULT_MAX_RECORDS_PER_BATCH
@@ -238,29 +239,13 @@ REVISED_SCHEMA = SCHEMAS / "revised_enriched_click.avsc"
 
 def count_defaulted(conf: dict[str, str], topic: str, schema_path: Path | None = None) -> int:
     """Enriched clicks in ``topic`` whose region is the default (committed records only)."""
-    from confluent_kafka import Consumer, TopicPartition
-
     schema = fastavro.schema.load_schema(str(schema_path or SCHEMAS / "enriched_click.avsc"))
     reader: Any = fastavro.schemaless_reader
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "enrichd-bench-count",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
     found = 0
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-        for partition in sorted(metadata.partitions):
-            tp = TopicPartition(topic, partition, 0)
-            for records in clients.read_partition(consumer, tp):
-                for record in records:
-                    value = reader(io.BytesIO(record.value()), schema, None)
-                    found += value["region"] == DEFAULT
-    finally:
-        consumer.close()
+    for _, records in read_committed(conf, topic, "enrichd-bench-count"):
+        for record in records:
+            value = reader(io.BytesIO(record.value()), schema, None)
+            found += value["region"] == DEFAULT
     return found
 
 

@@ -8,22 +8,27 @@ speed; a workload fails the smoke when it raises or its checks fail (records mis
 unexpected dead letters, too few batches behind a sustained rate). The test suite runs it
 (``tests/bench/test_bench_smoke.py``), so a refactor of enrichd that breaks the benchmark fails CI.
 
-Left out, to keep it to a few minutes: the Quix Streams peer (``--no-quix``: a consumer
-group's join alone takes the embedded broker 20-25 s); the enrichd latency runs but comap's
-with the default trigger (they share :mod:`bench.latency`, and each would start a query) and
-the runs at other rates for the batch-cost fit (comap's fit takes its batches of any size
-instead), though every joiner runs its yardstick (a raw loop: no JVM); lookup's second run
-with a versioned table (the same code path with another pipeline file); window's run of
-Spark's own join (no enrichd code in it); startup's ``daemon demo`` (the suite runs the demo
-itself), its recording of Spark's class archive (``tests/service/test_class_archive.py``
-tests that) and its restarted ``daemon run`` (a second JVM start on the same code path:
-about half the smoke's time on a loaded machine; ``tests/delivery/test_crash_recovery.py``
-restarts ``daemon run`` on its checkpoint); the repeated enrichd runs (``--runs 1``) and
-comap's and lookup's key-count sweep (one ``--users``). The workloads'
-enrichd runs share this process's Spark session and its Python workers (the service of
-``daemon run`` leaves running a session it did not start), so the first runs pay for warming
-them: on a quiet machine passthrough's first batch took 12 s and comap's 8.5 s (its stateful
-workers' first), the later workloads' about 3 s (their queries' starts).
+Left out, to keep it to a few minutes: the Quix Streams peer (``--no-quix``: a consumer group's
+join alone takes the embedded broker 20-25 s); the enrichd latency runs but comap's with the
+default trigger (they share :mod:`bench.latency`, and each would start a query) and the runs at
+other rates for the batch-cost fit (comap's fit takes its batches of any size instead), though
+every joiner runs its yardstick (a raw loop: no JVM); lookup's second run with a versioned
+table (the same code path with another pipeline file); window's run of Spark's own join (no
+enrichd code in it); startup's ``daemon demo`` (the suite runs the demo itself), its recording
+of Spark's class archive (``tests/service/test_class_archive.py`` tests that) and its restarted
+``daemon run`` (a second JVM start on the same code path: about half the smoke's time on a
+loaded machine; ``tests/delivery/test_crash_recovery.py`` restarts ``daemon run`` on its
+checkpoint); continuous's drains in micro-batch mode (``--no-micro-batch``: each drain starts a
+process and a JVM of its own, about 15 s here, and a micro-batch drain is
+:func:`bench.enrichd.run_enrichd`, which comap's runs, in the process its continuous drains
+start) and its yardstick runs (``--no-yardstick``: lookup's workload runs the same yardstick);
+the repeated enrichd runs (``--runs 1``) and comap's and lookup's key-count sweep (one
+``--users``). Latency runs offer for a second. The workloads' enrichd runs share this process's
+Spark session and its Python workers (the service of ``daemon run`` leaves running a session it
+did not start), so the first runs pay for warming them: on a quiet machine passthrough's first
+batch took 12 s and comap's 8.5 s (its stateful workers' first), the later workloads' about 3 s
+(their queries' starts). continuous's drains do not: each runs in a fresh process
+(:mod:`bench.drain`).
 """
 
 from __future__ import annotations
@@ -39,13 +44,13 @@ from rich.console import Console
 from bench.report import print_section, write_section
 from bench.workloads import REPO
 
-YARDSTICK_ALONE = ["--latency-rate", "200", "--latency-seconds", "2", "--trigger-ms", "--fit-rates"]
+YARDSTICK_ALONE = ["--latency-rate", "200", "--latency-seconds", "1", "--trigger-ms", "--fit-rates"]
 """The latency options of lookup, asof and window: the yardstick's run, and no enrichd run."""
 SIZES: dict[str, list[str]] = {
     "passthrough": ["--records", "2000", "--max-batch", "800"],
     "comap": [
         "--users", "50", "--tweets", "1000", "--max-batch", "150", "--runs", "1",
-        "--latency-rate", "200", "--latency-seconds", "3", "--trigger-ms", "0", "--fit-rates",
+        "--latency-rate", "200", "--latency-seconds", "1", "--trigger-ms", "0", "--fit-rates",
         "--fit-records", "1", "10000",
     ],
     "lookup": [
@@ -71,8 +76,9 @@ SIZES: dict[str, list[str]] = {
     ],
     "commit_turn": ["--tasks", "2", "--rounds", "3", "--records", "5"],
     "continuous": [
-        "--joiners", "lookup", "--users", "50", "--rate", "200", "--seconds", "2", "--runs", "1",
+        "--joiners", "lookup", "--users", "50", "--rate", "200", "--seconds", "1", "--runs", "1",
         "--long-batch-ms", "4000", "--drain-tweets", "300", "--scale-users", "100",
+        "--no-micro-batch", "--no-yardstick",
     ],
 }  # fmt: skip
 """Each workload's tiny options, with the parts the module's docstring names left out.
@@ -81,8 +87,8 @@ comap's, lookup's, nway's, asof's and window's caps are small enough for the six
 more their sustained rate must be over (:data:`bench.runs.MIN_STEADY_BATCHES` after the
 first), and they run once (nway: one run with one table, one with three). Each joiner runs
 its yardstick (:data:`YARDSTICK_ALONE`: with no enrichd latency run but comap's). continuous
-measures lookup's latency only: its drain runs comap in both modes, and in continuous mode
-at 100 keys too (its target at many keys)."""
+measures lookup's latency only, without the yardstick lookup's workload runs: its drains run
+comap in continuous mode only, at 50 keys and at 100 (its target at many keys against few)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

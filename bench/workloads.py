@@ -174,12 +174,15 @@ def read_committed(
     conf: dict[str, str], topic: str, group: str, stall_s: float = 60.0
 ) -> Iterator[tuple[int, list[Any]]]:
     """``(partition, records)`` chunks of every committed record of ``topic``, partition by
-    partition from offset 0 (``group`` is required by the client but never joined)."""
+    partition from offset 0 (``group`` is required by the client but never joined), with
+    the fetch settings of a read to a known end (:data:`daemon.kafka.clients.RANGE_FETCH`:
+    with librdkafka's own, each partition's first records waited 500 ms on the broker)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
         {
             **conf,
+            **clients.RANGE_FETCH,
             "group.id": group,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

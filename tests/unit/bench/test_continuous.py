@@ -6,7 +6,7 @@ Pure logic on made-up rates; ``tests/bench/test_bench_smoke.py`` runs the real d
 
 from __future__ import annotations
 
-from bench.continuous import SCALE_TARGET, memory_line, scale_line
+from bench.continuous import SCALE_TARGET, memory_line, modes_line, scale_line
 from bench.resources import MIB
 from bench.runs import MEMORY_TARGET
 
@@ -29,3 +29,10 @@ def test_the_peak_at_many_keys_is_judged_against_4_gb() -> None:
     assert "under 4 GB at 1,000,000 keys" in under
     assert ": 3,661 MiB (3.84 GB): this run meets it." in under
     assert memory_line(1_000_000, MEMORY_TARGET).endswith("(4.00 GB): this run misses it.")
+
+
+def test_continuous_is_judged_against_micro_batch_only_when_its_drains_ran() -> None:
+    both = modes_line(20_000, {"continuous": 33_000.0, "micro_batch": 30_000.0})
+    assert "continuous 33,000 records/s, micro-batch 30,000 records/s: 1.10 of it." in both
+    alone = modes_line(50, {"continuous": 88.0})
+    assert alone.endswith("Not judged: micro-batch's drains left out (--no-micro-batch).")
