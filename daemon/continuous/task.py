@@ -9,7 +9,12 @@ interval it hands what arrived (at most ``max_records_per_batch`` of it:
 :mod:`daemon.continuous.arrivals`), packed by bucket as the source packs a micro-batch, to the
 operators' calls (:mod:`daemon.continuous.operators`: one, or a chain's), wakes the buckets
 due, and commits the sub-batch's output with its marker.
-A sub-batch with nothing read and nothing due commits nothing. It stops taking records when
+While a partition has not been read to where it ended when it was assigned (a backlog), a
+sub-batch takes only what comes before every record that partition may still bring, as a
+micro-batch planned from every partition's offsets would (:meth:`Arrivals.take`): the
+consumer fetches partitions in its own order. While more than a sub-batch waits so, the
+other partitions are not fetched. A sub-batch with nothing read and nothing due
+commits nothing. It stops taking records when
 the lease's time is up, or earlier when ``daemon run`` stops or when the state it holds has
 passed the lease's ``held_state_budget`` (:attr:`LeaseOperators.held_bytes`): each ends the long
 batch the same way, after a committed sub-batch, so that the state written is that of every
@@ -58,6 +63,12 @@ from daemon.source.spec import SourceSpec
 
 _CONSUME_MAX = 10_000
 """Records one consume call may return."""
+BACKLOG_IDLE_MS = 2_000
+"""How long a partition behind its backlog's end may hold the others back without moving.
+
+One whose position stays put is then taken as read to its end: an open transaction of its
+producer holds a ``read_committed`` reader back until it ends (or times out), and the others
+must not wait for that."""
 
 
 def wall_ms() -> int:
@@ -125,6 +136,16 @@ class LongBatchTask:
         """The state buckets this lease joins: each lease reads every partition."""
         self.bootstrap = dict(bootstrap or {})
         """The bootstrap's ends not reached yet: while there are any, only they are read."""
+        self.backlog: dict[str, int | None] = {}
+        """The partitions not yet read to where they ended when they were assigned, and that
+        end (None: not known yet): a sub-batch takes nothing they may still precede
+        (:class:`Arrivals`)."""
+        self._moved: dict[str, tuple[int, int]] = {}
+        """Each backlog partition's position when it last moved, and when."""
+        self._held_back = False
+        """Whether the last sub-batch left records waiting for a backlog partition."""
+        self._paused: set[str] = set()
+        """The partitions not fetched while records wait for a backlog partition."""
 
     def run(self) -> LongBatchRun:
         """Replay what an earlier attempt committed, then read and commit until time is up.
@@ -157,11 +178,15 @@ class LongBatchTask:
                     run.ended_early = self._ended_early()
                     break
                 progress.report(self.positions.at)
-                # Records left waiting by a capped sub-batch go on at once.
-                wait = 0 if self.arrivals else lease.commit_interval_ms
+                # Records left waiting by a capped sub-batch go on at once; those held back
+                # for a partition behind its backlog wait for what the next poll brings.
+                wait = 0 if self.arrivals and not self._held_back else lease.commit_interval_ms
                 self.arrivals.add(self._admitted(self._poll(consumer, self.clock() + wait)))
                 now = self.clock()
-                messages = self.arrivals.take()
+                behind = self._behind(consumer, now)
+                messages = self.arrivals.take(behind)
+                self._held_back = bool(behind) and bool(self.arrivals)
+                self._pace(consumer, behind)
                 reached = self._reached(consumer, messages)
                 ranges = self.positions.ranges(reached)
                 # While bootstrapping, a range of transaction markers alone is committed too:
@@ -272,13 +297,64 @@ class LongBatchTask:
         # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
         from confluent_kafka import TopicPartition
 
+        if self._paused:  # a new assignment reads every partition it names
+            consumer.resume([TopicPartition(*split_partition_name(n)) for n in self._paused])
+        reading = self._reading()
         consumer.assign(
             [
                 TopicPartition(*split_partition_name(name), offset)
-                for name, offset in self._reading().items()
+                for name, offset in reading.items()
             ]
         )
         self.arrivals.clear()  # read again from where each partition is
+        self.backlog, self._moved, self._paused = dict.fromkeys(reading), {}, set()
+
+    def _behind(self, consumer: Any, now: int) -> frozenset[str]:
+        """The partitions not yet read to where they ended when they were assigned.
+
+        That end is the high watermark of the first Fetch response for the partition (the
+        consumer keeps it; Tansu's ListOffsets under-reports it), and a partition without one
+        yet is behind. A partition leaves once its position reaches its end, or once it has
+        not moved for :data:`BACKLOG_IDLE_MS`.
+        """
+        if not self.backlog:
+            return frozenset()
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        names = list(self.backlog)
+        parts = [TopicPartition(*split_partition_name(name)) for name in names]
+        for name, part, tp in zip(names, parts, consumer.position(parts), strict=True):
+            end = self.backlog[name]
+            if end is None:
+                _, high = consumer.get_watermark_offsets(part, cached=True)
+                end = self.backlog[name] = high if high >= 0 else None
+            at = max(tp.offset, self.positions.at[name])  # none yet: where it starts
+            moved = self._moved.get(name)
+            if moved is None or moved[0] != at:
+                self._moved[name] = moved = (at, now)
+            if (end is not None and at >= end) or now - moved[1] > BACKLOG_IDLE_MS:
+                del self.backlog[name]
+        return frozenset(self.backlog)
+
+    def _pace(self, consumer: Any, behind: frozenset[str]) -> None:
+        """Fetch only the backlog partitions while more than a sub-batch waits for them.
+
+        What the others bring would only wait in the worker's memory; they are fetched again
+        once nothing is held back, from where their reader stands.
+        """
+        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+        from confluent_kafka import TopicPartition
+
+        full = self._held_back and len(self.arrivals) > self.source.max_records_per_batch
+        paused = set(self._reading()) - behind if full else set()
+        if paused == self._paused:
+            return
+        resumed, self._paused = self._paused - paused, paused
+        if resumed:
+            consumer.resume([TopicPartition(*split_partition_name(name)) for name in resumed])
+        if paused:
+            consumer.pause([TopicPartition(*split_partition_name(name)) for name in paused])
 
     def _poll(self, consumer: Any, until_ms: int) -> list[Any]:
         """What arrives before ``until_ms``."""

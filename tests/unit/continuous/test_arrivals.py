@@ -70,3 +70,34 @@ def test_a_tie_goes_to_the_earlier_role_and_end_of_input_markers_ride_along() ->
     arrivals.add([Message("tweets", 1, 3, 100), end, Message("users", 0, 0, 100)])
     assert _taken(arrivals) == [("users", 0)]
     assert _taken(arrivals) == [("tweets", 3), ("tweets", 4)]
+
+
+def test_a_partition_behind_its_backlog_holds_back_what_it_may_still_precede() -> None:
+    arrivals = Arrivals({"orders": 0, "customers": 1}, cap=100)
+    # The consumer brought orders first; customers/0 has older rows in Kafka, none read yet.
+    arrivals.add([Message("orders", 0, n, 200 + n) for n in range(3)])
+    assert arrivals.take(frozenset({"customers/0"})) == []
+    # Its first rows: what comes before the last of them goes (an order at its timestamp
+    # too: the stream ranks first), the rest waits for more.
+    arrivals.add([Message("customers", 0, 0, 100), Message("customers", 0, 1, 201)])
+    assert _taken_behind(arrivals, "customers/0") == [
+        ("orders", 0), ("orders", 1), ("customers", 0)
+    ]  # fmt: skip
+    assert arrivals.first_waiting() == {"orders/0": 2, "customers/0": 1}
+    # Read to its end: nothing is behind any more, and everything goes.
+    assert _taken(arrivals) == [("orders", 2), ("customers", 1)]
+    assert not arrivals
+
+
+def test_behind_and_past_the_cap_the_earliest_before_the_horizon_go() -> None:
+    arrivals = Arrivals({"orders": 0, "customers": 1}, cap=2)
+    arrivals.add([Message("orders", 0, n, 100 + n) for n in range(5)])
+    arrivals.add([Message("customers", 0, 0, 103)])
+    assert _taken_behind(arrivals, "customers/0") == [("orders", 0), ("orders", 1)]
+    assert _taken_behind(arrivals, "customers/0") == [("orders", 2), ("orders", 3)]
+    assert _taken_behind(arrivals, "customers/0") == []
+    assert arrivals.first_waiting() == {"orders/0": 4, "customers/0": 0}
+
+
+def _taken_behind(arrivals: Arrivals, behind: str) -> list[tuple[str, int]]:
+    return [(m.topic(), m.offset()) for m in arrivals.take(frozenset({behind}))]
