@@ -8,13 +8,12 @@ checking it read what the marker says; state as of the long batch's start is the
 interval it hands what arrived (at most ``max_records_per_batch`` of it:
 :mod:`daemon.continuous.arrivals`), packed by bucket as the source packs a micro-batch, to the
 operators' calls (:mod:`daemon.continuous.operators`: one, or a chain's), wakes the buckets
-due, and commits the sub-batch's output with its marker.
-While a partition has not been read to where it ended when it was assigned (a backlog), a
-sub-batch takes only what comes before every record that partition may still bring, as a
-micro-batch planned from every partition's offsets would (:meth:`Arrivals.take`): the
-consumer fetches partitions in its own order. While more than a sub-batch waits so, the
-other partitions are not fetched. A sub-batch with nothing read and nothing due
-commits nothing. It stops taking records when
+due, and commits the sub-batch's output with its marker. While a partition has not been
+read to where it ended when it was assigned (a backlog), a sub-batch takes only what comes
+before every record that partition may still bring, as a micro-batch planned from every
+partition's offsets would (:meth:`Arrivals.take`): the consumer fetches partitions in its
+own order. While more than a sub-batch waits so, the other partitions are not fetched. A
+sub-batch with nothing read and nothing due commits nothing. It stops taking records when
 the lease's time is up, or earlier when ``daemon run`` stops or when the state it holds has
 passed the lease's ``held_state_budget`` (:attr:`LeaseOperators.held_bytes`): each ends the long
 batch the same way, after a committed sub-batch, so that the state written is that of every
