@@ -9,7 +9,7 @@ changed, when the long batch ends: Spark commits them with the batch, so the nex
 starts where this one stopped, and a long batch run again starts as this one did. A chain's
 operators (a lookup of several tables) each have a map state of their own
 (:func:`buckets_variable`), and their timers are labelled apart as a micro-batch query's
-reports label them (:func:`~daemon.operator.chain_processor.timer_label`).
+reports label them (:func:`~daemon.operator.chain_step.timer_label`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from daemon.continuous.lease import Lease
 from daemon.continuous.lease_source import LongBatches
 from daemon.continuous.operators import LeaseOperators, timers_by_operator
 from daemon.continuous.task import LongBatchTask
-from daemon.operator.chain_processor import ChainProcessor, ChainStep, operator_id
+from daemon.operator.chain_processor import ChainProcessor
+from daemon.operator.chain_step import ChainStep, operator_id
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan
 from daemon.sink.spec import OutputSpec

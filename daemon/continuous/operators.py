@@ -7,6 +7,13 @@ pipeline (a chain runs in one lease), so its task hands each operator's packs to
 the worker, by bucket, as the shuffle would: each operator's calls come in bucket order, its
 due buckets' after them, and the last operator writes. Each operator holds its own buckets
 for the long batch (:class:`~daemon.continuous.held_buckets.HeldBuckets`).
+
+With every operator's buckets in the worker, a partial need not wait for the next operator's
+call: where its key there only reads a state that none of the sub-batch's rows change, the
+next operator answers it at once, and the last writes it
+(:meth:`~daemon.operator.chain_processor.ChainProcessor.read_on`). Which keys the sub-batch
+changes at each operator is known before the first call: the keys of its table's rows among
+the packs (each operator gets the rows of its table from the earlier ones unchanged).
 """
 
 from __future__ import annotations
@@ -15,10 +22,13 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow.compute as pc
 from pyspark.sql import Row as SparkRow
 
 from daemon.continuous.held_buckets import HeldBuckets, Key
-from daemon.operator.chain_processor import ChainProcessor, operator_id, timer_label, timer_place
+from daemon.model.wire import CONTROL_INPUT, unpack
+from daemon.operator.chain_processor import ChainProcessor
+from daemon.operator.chain_step import operator_id, timer_label, timer_place
 from daemon.operator.processor import JoinerProcessor
 from daemon.sink.task_output import TaskOutput
 
@@ -41,6 +51,9 @@ class LeaseOperators:
         self.buckets = tuple(buckets)
         for processor, held in zip(self.processors, self.buckets, strict=True):
             processor.ready(held)
+        self._chain = [p for p in self.processors if isinstance(p, ChainProcessor)]
+        for this, after in zip(self._chain, self._chain[1:], strict=False):
+            this.onward = after
 
     @property
     def held_bytes(self) -> int:
@@ -58,6 +71,12 @@ class LeaseOperators:
     def sub_batch(self, packs: dict[int, list[Any]], now: int) -> None:
         """A sub-batch's calls at processing time ``now``, ``packs`` by the first's buckets."""
         *before, writer = self.processors
+        if len(self._chain) > 1:
+            moving = _moving_keys(packs, self._chain[0].step.stream_input)
+            for operator in self._chain:
+                table = operator.step.table_input
+                own = set() if table is None or moving is None else moving.get(table, set())
+                operator.settle(None if moving is None else own)
         for processor, held in zip(before, self.buckets, strict=False):
             assert isinstance(processor, ChainProcessor)  # noqa: S101 - only a chain has several
             handed: dict[int, list[SparkRow]] = defaultdict(list)
@@ -81,7 +100,7 @@ class LeaseOperators:
     def changed(self) -> Iterator[tuple[int, Key, bytes | None]]:
         """Each bucket the long batch changed: its operator's id, key and blob (None: empty).
 
-        Numbered as Spark numbers a query's (:func:`~daemon.operator.chain_processor.operator_id`).
+        Numbered as Spark numbers a query's (:func:`~daemon.operator.chain_step.operator_id`).
         """
         count = len(self.buckets)
         for place, held in enumerate(self.buckets):
@@ -91,7 +110,7 @@ class LeaseOperators:
     def timers(self) -> dict[int, int]:
         """Each held bucket's timer, under the label a chain's reports give it.
 
-        :func:`~daemon.operator.chain_processor.timer_label`: a bucket's own for one operator.
+        :func:`~daemon.operator.chain_step.timer_label`: a bucket's own for one operator.
         """
         count = len(self.buckets)
         found: dict[int, int] = {}
@@ -108,6 +127,29 @@ def timers_by_operator(timers: dict[int, int], operators: int) -> list[dict[int,
         place, bucket = timer_place(label, operators)
         split[place][bucket] = at
     return split
+
+
+def _moving_keys(packs: dict[int, list[Any]], stream: int) -> dict[int, set[str]] | None:
+    """The keys of each table's rows among a sub-batch's packs, by input; None: an end of input.
+
+    The stream's rows change no table's state; an end-of-input marker ends keys at every
+    operator.
+    """
+    moving: dict[int, set[str]] = defaultdict(set)
+    for its_packs in packs.values():
+        for pack in its_packs:
+            records = unpack(pack.records)
+            inputs = records.column("input")
+            others = pc.not_equal(inputs, stream)
+            if not pc.any(others).as_py():
+                continue
+            tables = pc.filter(inputs, others).to_pylist()
+            if CONTROL_INPUT in tables:
+                return None
+            keys = pc.filter(records.column("key"), others).to_pylist()
+            for table, key in zip(tables, keys, strict=True):
+                moving[table].add(key)
+    return moving
 
 
 def _take(handed: dict[int, list[SparkRow]], packs: Iterator[SparkRow]) -> None:

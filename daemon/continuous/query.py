@@ -12,7 +12,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from daemon.continuous.lease_processor import LeaseProcessor
 from daemon.continuous.lease_source import LeaseSource, LongBatches
 from daemon.model.wire import BOOTSTRAP, OUTPUT, is_partition_name
-from daemon.operator.chain_processor import ChainStep, operator_id
+from daemon.operator.chain_step import ChainStep, operator_id
 from daemon.operator.spec import OperatorPlan
 from daemon.sink.spark_sink import BatchCounter
 from daemon.sink.spec import OutputSpec

@@ -73,6 +73,7 @@ from daemon.plugin import (
     Joiner,
     JoinerContext,
     JoinerOptions,
+    RowAnswer,
     StateReader,
     emit_record,
     input_record,
@@ -331,6 +332,9 @@ class LookupStage(Lookup):
         carries = ctx.carries_inputs
         row_headers = held(state, "table") if carries else None
 
+        def count() -> None:
+            ctx.count(counted)
+
         def answer(
             partial: dict[str, Any], headers: Headers | None
         ) -> tuple[dict[str, Any], Headers | None]:
@@ -346,7 +350,9 @@ class LookupStage(Lookup):
                 headers = merge_headers(row_headers, headers)
             return {**partial, field: answered, META: book}, headers
 
-        return answer
+        # The row as the answer adds it (a default copied once: no answer changes it).
+        row = dict(default) if default is not None else table
+        return RowAnswer(answer, field, row, row_headers, carries, count)
 
     def missing_key(self, record: InputRecord, ctx: JoinerContext) -> Emit:
         """The answer to a partial that has no key here (a null at ``lookup_key``): no row."""

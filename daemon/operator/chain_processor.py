@@ -42,12 +42,12 @@ from __future__ import annotations
 import json
 import pickle  # noqa: S403 - rows pickled by this query's own operators, never read from outside
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from pyspark.sql import Row as SparkRow
 
-from daemon.model.headers import Headers
+from daemon.model.headers import Headers, merge_headers
 from daemon.model.keys import join_key
 from daemon.model.record_route import bucket_of, field_at
 from daemon.model.wire import (
@@ -65,6 +65,7 @@ from daemon.model.wire import (
 )
 from daemon.operator.bucket_store import Buckets
 from daemon.operator.call_rows import Originals, origin, rows_of
+from daemon.operator.chain_step import ChainStep
 from daemon.operator.core import JoinerFailure
 from daemon.operator.processor import JOINER_FAILED, At, JoinerProcessor
 from daemon.operator.spec import OperatorPlan
@@ -73,88 +74,18 @@ from daemon.operator.state_format import Bucket
 from daemon.plugin.joiner import (
     END_OF_TIME,
     Answer,
-    Chain,
     DeadLetter,
     Emit,
     InputRecord,
+    RowAnswer,
     emit_record,
     recast,
 )
 from daemon.sink.spec import OutputSpec
 
-TIMER_LABEL_BITS = 32
-"""How far above a bucket's own label an earlier operator's timer label puts its place."""
-
-
-@dataclass(frozen=True)
-class ChainStep:
-    """Which operator of a chain a :class:`ChainProcessor` is, and what it needs to route.
-
-    Attributes:
-        chain: the joiner's chain.
-        index: the operator's place: ``0 .. len(stages) - 1`` a stage, ``len(stages)`` the
-            chain's last joiner.
-        buckets: the pipeline's ``state_buckets``, by which each operator groups.
-        stream_input: the stream's place among the source's inputs.
-        table_input: this stage's table's place among them (None: the last joiner).
-    """
-
-    chain: Chain
-    index: int
-    buckets: int
-    stream_input: int
-    table_input: int | None
-
-    @property
-    def stages(self) -> int:
-        """How many stages the chain has."""
-        return len(self.chain.stages)
-
-    @property
-    def writes(self) -> bool:
-        """Whether this operator writes to Kafka: the last one of the query."""
-        return self.index == self.stages - (self.chain.last is None)
-
-    @property
-    def last_joiner(self) -> bool:
-        """Whether this operator runs the chain's last joiner, not a stage."""
-        return self.index == self.stages
-
-    def timer_label(self, bucket: int) -> int:
-        """Bucket ``bucket``'s label in the due-time map (:func:`timer_label`)."""
-        return timer_label(self.index, self.stages + (self.chain.last is not None), bucket)
-
-
-def timer_label(place: int, operators: int, bucket: int) -> int:
-    """Bucket ``bucket``'s label in the due-time map: apart for each operator of a chain.
-
-    ``place``: the operator's place in query order, of ``operators``. The writing operator's
-    (the last) are its buckets' own labels (small numbers, see
-    :func:`~daemon.model.record_route.bucket_labels`); an earlier operator's are its buckets'
-    with the operator's place above them (the first's bucket 3: ``2**32 + 3``), so no two
-    operators' timers share one. A seed's timers are labelled so too
-    (:func:`daemon.pipeline.reset.apply`), so that each operator's reports replace them.
-    """
-    if place == operators - 1:
-        return bucket
-    return ((place + 1) << TIMER_LABEL_BITS) + bucket
-
-
-def timer_place(label: int, operators: int) -> tuple[int, int]:
-    """The operator's place and the bucket of a :func:`timer_label` of ``operators``."""
-    place = label >> TIMER_LABEL_BITS
-    if place == 0:
-        return operators - 1, label
-    return place - 1, label - (place << TIMER_LABEL_BITS)
-
-
-def operator_id(place: int, operators: int) -> int:
-    """Spark's id of the stateful operator at ``place`` (query order) of ``operators``.
-
-    Spark numbers a query's stateful operators as it plans them, from the sink back: the last
-    one in data-flow order is 0 (seen in a chain of ``transformWithState`` operators).
-    """
-    return operators - 1 - place
+SETTLED_KEYS = 1 << 16
+"""How many keys' answers an operator keeps for :meth:`ChainProcessor.read_on` before it
+starts again (each holds the key's row): a bound on what the lease holds beside its state."""
 
 
 class Passed(NamedTuple):
@@ -191,6 +122,15 @@ class ChainProcessor(JoinerProcessor):
         step = self.step
         self._reader = None if step.last_joiner else step.chain.reader(step.index)
         """How this stage answers a key from its state alone, if it can (:meth:`_read_through`)."""
+        self._paths = () if step.last_joiner else step.chain.stages[step.index].paths
+        """Where a partial has its key at this stage (:meth:`read_on`)."""
+        self.onward: ChainProcessor | None = None
+        """In a lease, the next operator, which answers a partial at once where it can
+        (:meth:`read_on`); None: every partial is handed on in a pack."""
+        self._settled: dict[str, Answer] = {}
+        """Answers of keys whose state no row of the current sub-batch changes (:meth:`settle`)."""
+        self._moving: set[str] | None = None
+        """The keys this stage's own rows of the current sub-batch change (None: read none on)."""
 
     # -- a call ----------------------------------------------------------------------------
 
@@ -297,12 +237,71 @@ class ChainProcessor(JoinerProcessor):
             if self.step.writes:
                 self._write_through(key, rows, answer)
                 continue
-            passing = self._passing
+            if self.onward is not None and not self.step.index:
+                self._raw = raw = Originals(rows, self.plan.inputs)
+                for record in (self._record(row, key) for row in rows):
+                    if record is not None:
+                        self._straight(record, answer, raw, now)
+                continue
             for value, headers, kafka_key in self._values(rows, key):
-                value, headers = answer(value, headers)
-                emit = emit_record(kafka_key, value, None, None, headers)
-                passing.append(self._routed(emit, PASSED_INPUT))
+                self._pass_on(*answer(value, headers), kafka_key, now)
         return left
+
+    def _straight(self, record: InputRecord, answer: Answer, raw: Originals, now: int) -> None:
+        """A stream record answered at every stage at once and written, where it can be.
+
+        In a lease, at the first stage: where every later stage answers its key from a state
+        the sub-batch does not change (:meth:`_answer_for`) and each answer only adds a row
+        (:class:`~daemon.plugin.RowAnswer`), the output is the stream record with each row
+        added, written by the last operator with the record as its source, as the stages'
+        calls would write it; the records so far in between are not made. Else the record
+        goes on from the last stage that answered it, its record so far made by the answers.
+        """
+        emit = emit_record(record.kafka_key, record.value, None, None, None)
+        base = self.step.chain.output(emit)  # the stream record, under its field
+        answers = [answer]
+        at: ChainProcessor = self
+        if base is not None and isinstance(answer, RowAnswer):
+            value = {**(base.value or {}), answer.field: answer.row}
+            while at.onward is not None:
+                found = at.onward._answer_for(value, now)
+                if found is None or not isinstance(found[1], RowAnswer):
+                    break
+                answers.append(found[1])
+                value[found[1].field] = found[1].row
+                at = at.onward
+            if at.onward is None:
+                at._write_straight(record, value, answers, raw)
+                return
+        value, headers = record.value or {}, record.headers
+        for answered in answers:
+            value, headers = answered(value, headers)
+        at._pass_on(value, headers, record.kafka_key, now)
+
+    def _write_straight(
+        self, record: InputRecord, value: dict[str, Any], answers: list[Answer], raw: Originals
+    ) -> None:
+        """Write the output ``value`` of a record every stage answered (:meth:`_straight`).
+
+        Each stage counts its answer, and carries its row's headers, as calling it would.
+        """
+        headers = record.headers
+        for answered in answers:
+            assert isinstance(answered, RowAnswer)  # noqa: S101 - _straight's condition
+            answered.count()
+            if answered.merges:
+                headers = merge_headers(answered.headers, headers)
+        self._send = self._sender()
+        self.send([self._emitted(emit_record(record.kafka_key, value, record, None, headers), raw)])
+
+    def _pass_on(
+        self, value: dict[str, Any], headers: Headers | None, kafka_key: bytes | None, now: int
+    ) -> None:
+        """An answered partial: read on at the next operator if it can, else in a pack."""
+        onward = self.onward
+        if onward is None or not onward.read_on(value, headers, kafka_key, now):
+            emit = emit_record(kafka_key, value, None, None, headers)
+            self._passing.append(self._routed(emit, PASSED_INPUT))
 
     def _write_through(self, key: str, rows: list[InputRow], answer: Answer) -> None:
         """Write a key's answers at the last stage, in its apply order, as the core would.
@@ -355,6 +354,89 @@ class ChainProcessor(JoinerProcessor):
         self._fired = timerValues.getCurrentProcessingTimeInMs()
         self._wake_up(key, timerValues, self._collect)
         yield from self._packs(int(key[0]))
+
+    # -- read on within a lease (daemon.continuous.operators) -------------------------------
+
+    def settle(self, moving: set[str] | None) -> None:
+        """A sub-batch begins whose rows of this stage's own input change keys ``moving``.
+
+        Their answers are forgotten, and :meth:`read_on` leaves them to the stage's calls;
+        None (an end of input among the rows): every answer is, and nothing is read on.
+        """
+        self._moving = moving
+        if moving is None or len(self._settled) > SETTLED_KEYS:
+            self._settled.clear()
+            return
+        for key in moving:
+            self._settled.pop(key, None)
+
+    def read_on(
+        self, value: dict[str, Any], headers: Headers | None, kafka_key: bytes | None, now: int
+    ) -> bool:
+        """Answer a partial the previous operator passes on at once; False: hand it on in a pack.
+
+        In a lease every operator's buckets are in the worker (:mod:`daemon.continuous`),
+        so a partial need not wait for this operator's call when its key here only reads its
+        state (:meth:`_read_through`) and none of the sub-batch's rows change that state:
+        the call would answer it with the same answer, as its order among the key's partials
+        does not matter. What it answers goes on to the next operator the same way, or is
+        written by the last (:meth:`_write_on`).
+        """
+        found = self._answer_for(value, now)
+        if found is None:
+            return False
+        key, answer = found
+        if self.step.writes:
+            self._write_on(key, value, headers, kafka_key, answer)
+        else:
+            self._pass_on(*answer(value, headers), kafka_key, now)
+        return True
+
+    def _answer_for(self, value: dict[str, Any], now: int) -> tuple[str, Answer] | None:
+        """The key of a record so far here, and its answer; None where only a call may answer.
+
+        The key's answer is kept until a sub-batch brings a row for it (:meth:`settle`).
+        """
+        moving = self._moving
+        if moving is None or self._reader is None:
+            return None
+        parts = [field_at(value, path) for path in self._paths]
+        if None in parts:
+            return None
+        key = join_key(parts)
+        if key in moving:
+            return None
+        answer = self._settled.get(key)
+        if answer is None:
+            answer = self._answer_at(key, now)
+            if answer is None:
+                return None
+            self._settled[key] = answer
+        return key, answer
+
+    def _answer_at(self, key: str, now: int) -> Answer | None:
+        """How this stage answers ``key`` from its state as it is (None: only a call can)."""
+        assert self._reader is not None  # noqa: S101 - _answer_for's condition
+        bucket, log, _ = self.buckets.load((bucket_of(key, self.step.buckets),))
+        clock, state = self.core.load(bucket, log, key, now)
+        if clock.stream_time == END_OF_TIME:
+            return None
+        return self._reader(state)
+
+    def _write_on(
+        self,
+        key: str,
+        value: dict[str, Any],
+        headers: Headers | None,
+        kafka_key: bytes | None,
+        answer: Answer,
+    ) -> None:
+        """Write a partial read on to the last stage, as :meth:`_write_through` writes its own."""
+        passed = self.step.chain.passed(emit_record(kafka_key, value, None, None, headers))
+        record = recast(passed, "stream", key, passed.value)
+        self._send, self._raw = self._sender(), Originals([], self.plan.inputs)
+        answered, headers = answer(record.value or {}, record.headers)
+        self.send(self.rows([emit_record(record.kafka_key, answered, record, None, headers)]))
 
     # -- driven by a long batch's task (daemon.continuous), before the writing operator ------
 

@@ -27,7 +27,8 @@ from daemon.model.envelope import Envelope
 from daemon.model.headers import reads_headers
 from daemon.model.selection import SelectFunction
 from daemon.model.wire import OUTPUT, SOURCE
-from daemon.operator.chain_processor import ChainProcessor, ChainStep, operator_id
+from daemon.operator.chain_processor import ChainProcessor
+from daemon.operator.chain_step import ChainStep, operator_id
 from daemon.operator.deferred import DeferredProcessor
 from daemon.operator.processor import JoinerProcessor
 from daemon.operator.spec import OperatorPlan

@@ -52,7 +52,7 @@ from daemon.kafka.names import legacy_marker_groups_of, marker_groups_of, reader
 from daemon.model.config import PipelineConfig, PipelineFile
 from daemon.model.constants import DEFAULT_ID_PREFIX
 from daemon.model.wire import TOPIC_IDS
-from daemon.operator.chain_processor import operator_id, timer_label
+from daemon.operator.chain_step import operator_id, timer_label
 from daemon.pipeline import written_by
 from daemon.pipeline.checkpoint_shape import (
     buckets_of_shape,

@@ -558,6 +558,38 @@ StateReader = Callable[[Any], Answer | None]
 """A key's :data:`Answer` from the key's stored state, None where the state calls for more."""
 
 
+class RowAnswer:
+    """An :data:`Answer` that adds one field to the record so far: a table's row.
+
+    Called, it is the stage's answer, bookkeeping and all. Its parts say what the answer adds
+    to the output record: ``row`` under ``field``, and, under ``headers_from = "inputs"``
+    (``merges``), the row's ``headers`` before the record's. An engine that holds every
+    stage's state in one worker answers a record at every stage from them alone, and writes
+    the output without the records so far in between; it then ``count``s each stage's
+    answer, as calling it would.
+    """
+
+    __slots__ = ("answer", "count", "field", "headers", "merges", "row")
+
+    def __init__(
+        self,
+        answer: Answer,
+        field: str,
+        row: Any,
+        headers: Headers | None,
+        merges: bool,
+        count: Callable[[], None],
+    ) -> None:
+        self.answer, self.field, self.row = answer, field, row
+        self.headers, self.merges, self.count = headers, merges, count
+
+    def __call__(
+        self, value: dict[str, Any], headers: Headers | None
+    ) -> tuple[dict[str, Any], Headers | None]:
+        """The answer: the record so far's value and headers, the row added."""
+        return self.answer(value, headers)
+
+
 class Chain(ABC):
     """A joiner run as stages chained in one query, each grouped by its own key.
 

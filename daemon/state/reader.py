@@ -29,7 +29,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from daemon.checkpoint.layout import metadata_file
 from daemon.model.config import PipelineFile, SparkConfig
 from daemon.operator import bucket_delta
-from daemon.operator.chain_processor import operator_id
+from daemon.operator.chain_step import operator_id
 from daemon.operator.stash_log import StashLog
 from daemon.operator.state_format import Bucket
 from daemon.spark.session import spark_session

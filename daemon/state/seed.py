@@ -26,7 +26,7 @@ old checkpoint's contents aside and leave a seed in the folder, ``enrichd-seed/`
 With state, the new checkpoint also gets its due-time map (:mod:`daemon.checkpoint.due_times`):
 each bucket's timer is its earliest due key, as ``handleInitialState`` registers it (a
 chain's operators each under their own labels, as their reports label them:
-:func:`daemon.operator.chain_processor.timer_label`), so the query's clock wakes the seeded
+:func:`daemon.operator.chain_step.timer_label`), so the query's clock wakes the seeded
 keys when they are due and runs no batch before.
 
 Once a micro-batch has committed in the new checkpoint, the seed has done its work (Spark

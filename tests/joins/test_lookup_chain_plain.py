@@ -16,6 +16,11 @@ its own key space:
   not read, so they reach the first stage): each is dead-lettered as ``UndecodableRecord``
   with its bytes and headers, and the other orders of its key in the call are answered.
 
+The same run in continuous mode, in sub-batches of the same size, must write the same: there
+one lease runs every operator, and answers an order at the next stage at once where that
+stage's key only reads its row and the sub-batch brings no row for it
+(:meth:`daemon.operator.chain_processor.ChainProcessor.read_on`).
+
 Every record carries a ``record`` header naming it and its history's ``tenant``; under
 ``headers_from = "inputs"`` an answer carries the rows' headers, the last stage's first, then
 the order's, each ``tenant`` pair once, at its last place (docs/semantics.md, Headers).
@@ -27,11 +32,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.broker import EmbeddedBroker
 from daemon.formats.avro.codec import AvroCodec, load_schema_file
 from tests.joins.shop_chain import SCHEMAS, Lines, merged, shop_inputs
 from tests.joins.shop_pipeline import ShopPipeline
 from tests.kafka_helpers import DEAD_LETTER_HEADERS, run_pipeline
+from tests.state_helpers import run_continuous
 
 KEYS = {"customers": ("order", "customer_id"), "regions": ("customer", "region_id"),
         "products": ("order", "product_id")}  # fmt: skip
@@ -154,8 +162,9 @@ def plain_model(lines: Lines) -> dict[str, list[tuple[dict[str, Any], list[Heade
     return answers
 
 
+@pytest.mark.parametrize("mode", ["micro_batch", "continuous"])
 def test_plain_tables_answer_each_order_with_the_rows_before_it(
-    broker: EmbeddedBroker, spark: Any, tmp_path: Path
+    mode: str, broker: EmbeddedBroker, spark: Any, tmp_path: Path
 ) -> None:
     histories = [with_unknown_region(shop_inputs(seed, f"p{seed}-"), f"p{seed}-")
                  for seed in range(4)]  # fmt: skip
@@ -183,7 +192,9 @@ def test_plain_tables_answer_each_order_with_the_rows_before_it(
     shop = ShopPipeline.on(
         broker,
         tmp_path,
-        settings='headers = "all"\nheaders_from = "inputs"\nmax_records_per_batch = 23',
+        settings=(
+            f'headers = "all"\nheaders_from = "inputs"\nmax_records_per_batch = 23\nmode = "{mode}"'
+        ),
         output_schema=output,
         changes={
             '"order.customer_id"\nversioned = true\nrevisions = true': '"order.customer_id"',
@@ -194,7 +205,16 @@ def test_plain_tables_answer_each_order_with_the_rows_before_it(
         },
     )
     shop.produce(lines, headers=headers_of)
-    assert len(run_pipeline(spark, shop.file())) >= sum(map(len, lines.values())) // 23
+    if mode == "continuous":  # each sub-batch of 23 records reads its orders on where it can
+        answers = sum(map(len, expected.values()))
+        run_continuous(
+            spark,
+            shop.path,
+            broker.bootstrap_servers,
+            lambda: len(shop.written()) >= answers and len(shop.dead_letters()) >= 7,
+        )
+    else:
+        assert len(run_pipeline(spark, shop.file())) >= sum(map(len, lines.values())) // 23
 
     written: dict[str, list[tuple[dict[str, Any], list[Header]]]] = {}
     for out in shop.written():

@@ -22,7 +22,8 @@ from daemon.joiners.lookup_tables import LookupOfTables
 from daemon.model.keys import join_key
 from daemon.model.record_route import bucket_labels
 from daemon.model.wire import CONTROL_INPUT, INPUT, OUTPUT, pack
-from daemon.operator.chain_processor import ChainProcessor, ChainStep
+from daemon.operator.chain_processor import ChainProcessor
+from daemon.operator.chain_step import ChainStep
 from daemon.operator.spec import OperatorPlan
 from daemon.plugin.configured import configure
 from daemon.sink.spec import OutputSpec
@@ -58,12 +59,13 @@ def chain_operators(
     options: dict[str, Any],
     aggregate: dict[str, Any] | None = None,
     each: dict[str, dict[str, Any]] | None = None,
+    output: AvroCodec | None = None,
 ) -> list[ChainProcessor]:
     """The chain's operators, in query order, each on its own state handle.
 
     ``options``: each table's; ``aggregate``: the lookup's running totals, whose retractions
     the writing operator writes to ``out.retractions``; ``each``: more options of a table,
-    by its input.
+    by its input; ``output``: the output record's codec (the example's by default).
     """
     each = each or {}
     tables = [
@@ -84,7 +86,7 @@ def chain_operators(
         plan = OperatorPlan(
             joiner=stage_joiner,
             codecs={role: codec_of(SCHEMAS[role]) for role in ROLES},
-            output_codec=codec_of("order_three_tables"),
+            output_codec=output or codec_of("order_three_tables"),
             output_topic="out",
             dead_letter_topic="out.dlq",
             plugin="enrichd",
@@ -221,8 +223,10 @@ def example_inputs() -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def decoded_outputs(written: list[tuple[Any, ...]], topic: str = "out") -> list[dict[str, Any]]:
-    codec = codec_of("order_three_tables")
+def decoded_outputs(
+    written: list[tuple[Any, ...]], topic: str = "out", codec: AvroCodec | None = None
+) -> list[dict[str, Any]]:
+    codec = codec or codec_of("order_three_tables")
     out = OUTPUT.position
     return [
         {"key": row[out("key")].decode(), "value": codec.decode(row[out("value")])}

@@ -17,7 +17,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.operator.chain_processor import TIMER_LABEL_BITS, ChainProcessor
+from daemon.operator.chain_processor import ChainProcessor
+from daemon.operator.chain_step import TIMER_LABEL_BITS
 from daemon.testing import by_key
 from tests.unit.operator.chain_calls import END, LABEL, chain_operators, decoded_outputs, run_timed
 from tests.unit.operator.processor_calls import NOW, stored_bucket

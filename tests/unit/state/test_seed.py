@@ -15,7 +15,7 @@ import pytest
 
 from daemon.checkpoint.layout import seed_folder
 from daemon.errors import EnrichdError
-from daemon.operator.chain_processor import TIMER_LABEL_BITS, operator_id, timer_label
+from daemon.operator.chain_step import TIMER_LABEL_BITS, operator_id, timer_label
 from daemon.operator.state_format import encode_portable
 from daemon.state.seed import _bucket_timer, seed_of, write_seed
 
