@@ -240,9 +240,9 @@ def _drains(
     for round_ in range(1, args.runs + 1):
         for tables, shape in SHAPES.items():
             read = topics.read(ends, tables)  # its group commits only the topics it reads
-            pipeline = partial(
-                configure, servers, topics, tables, max_records_per_batch=args.max_batch
-            )
+            # The default cap, whatever --max-batch: a sub-batch's cap, every commit interval.
+            cap = DEFAULT_MAX_RECORDS_PER_BATCH
+            pipeline = partial(configure, servers, topics, tables, max_records_per_batch=cap)
             job = partial(continuous, pipeline, read, sum(read.values()), batches)
             with console.status(f"enrichd, {shape}, continuous, run {round_} of {args.runs}"):
                 drained = in_process(job, f"continuous drain, {shape}")
@@ -289,7 +289,9 @@ def drain_lines(
     rounds = len(drains[1])
     lines = [
         'Continuous mode (`--continuous`): the same two pipelines with `mode = "continuous"` '
-        f"(one lease, long batches of {long_batch_ms:,} ms), each draining the same backlog, "
+        f"(one lease, long batches of {long_batch_ms:,} ms, `max_records_per_batch` the "
+        f"default, {DEFAULT_MAX_RECORDS_PER_BATCH:,}, whatever `--max-batch`: it caps each "
+        "sub-batch, every `commit_interval`), each draining the same backlog, "
         f"the tables' rows then the orders, already produced: one table, then three, {rounds} "
         "round(s), each drain in a fresh process of its own (`bench/drain.py`), timed from "
         "the service's start (not the Spark session's) to the pipeline's consumer group "
