@@ -7,9 +7,11 @@ service, in micro-batch mode (:func:`bench.enrichd.run_enrichd`) and with ``mode
 service's start to the pipeline having read every record: the micro-batch run's last batch
 ending, the continuous run's lag group (which the daemon commits from its task's reports,
 about once a second) reaching the topics' ends. A continuous run also counts the long batches
-its held state ended early (the daemon's log lines).
+its held state ended early (the daemon's log lines). A continuous drain takes any pipeline
+(:data:`Pipeline`): ``python -m bench nway --continuous`` drains the shop's one-table and
+three-table lookups with it (:mod:`bench.nway`).
 
-Each drain runs in a fresh process of its own (:func:`drain`, spawned as
+Each drain runs in a fresh process of its own (:func:`in_process`, spawned as
 :class:`bench.spawned.Child`), which starts its own Spark session and stops it at the end, so
 that its peak memory is the service's alone: sampled over that process's tree
 (:class:`bench.resources.PeakMemory`: the process, which runs the service, its JVM and its
@@ -25,9 +27,10 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +56,20 @@ class Drained:
     peaks: Peaks
     ended_early: int = 0
     """Long batches that ended early because their held state passed its budget."""
+    output_topic: str = ""
+    dead_letter_topic: str = ""
+    """The pipeline's topics, for the caller to count what it wrote (continuous mode)."""
 
     @property
     def rate(self) -> float:
         """Records a second, end to end."""
         return self.records / self.seconds
+
+
+Pipeline = Callable[[Path], tuple[Any, Any]]
+"""A drain's pipeline: ``(file, pipe)`` over the backlog, with its checkpoint (and any file
+it needs) in the fresh folder it is given. Picklable (a module's function, or a
+:func:`functools.partial` of one): the drain's own process makes it."""
 
 
 def drain(
@@ -68,14 +80,27 @@ def drain(
     records: int,
     batches: Any = None,
 ) -> Drained:
-    """One drain in ``mode`` ("micro_batch", or "continuous" with ``batches``), in a fresh
-    process of its own with this process's tuning.
+    """One drain of comap's backlog in ``mode`` ("micro_batch", or "continuous" with
+    ``batches``), in a fresh process of its own (:func:`in_process`).
 
     Raises:
         RuntimeError: the drain failed, or its process ended or hung without a result.
     """
-    args = (mode, servers, topics, ends, records, batches, tuning.current())
-    child = Child(_drain_here, args, name=f"{mode} drain")
+    if mode == "micro_batch":
+        job = partial(micro_batches, servers, topics, ends, records)
+    else:
+        job = partial(continuous, partial(comap_pipeline, servers, topics), ends, records, batches)
+    return in_process(job, f"{mode} drain")
+
+
+def in_process(job: Callable[[], Drained], name: str) -> Drained:
+    """``job()`` (picklable) in a fresh process of its own with this process's tuning; its
+    result.
+
+    Raises:
+        RuntimeError: the drain failed, or its process ended or hung without a result.
+    """
+    child = Child(_drain_here, (job, tuning.current()), name=name)
     try:
         (drained,) = child.expect("drained", DRAIN_TIMEOUT_S)
     finally:
@@ -85,15 +110,7 @@ def drain(
 
 
 def _drain_here(
-    mode: str,
-    servers: str,
-    topics: Topics,
-    ends: dict[str, int],
-    records: int,
-    batches: Any,
-    settings: tuning.Tuning,
-    orders: Any,
-    reports: Any,
+    job: Callable[[], Drained], settings: tuning.Tuning, orders: Any, reports: Any
 ) -> None:
     """A drain's process: the drain, then its result reported and the session stopped (with
     it the JVM, before the next drain's process starts its own)."""
@@ -101,10 +118,7 @@ def _drain_here(
 
     tuning.apply(settings)
     try:
-        if mode == "micro_batch":
-            result = micro_batches(servers, topics, ends, records)
-        else:
-            result = continuous(servers, topics, ends, records, batches)
+        result = job()
     finally:
         session = SparkSession.getActiveSession()
         if session is not None:
@@ -120,20 +134,23 @@ def micro_batches(servers: str, topics: Topics, ends: dict[str, int], records: i
     return Drained("micro_batch", records, seconds, result.peaks)
 
 
-def continuous(
-    servers: str, topics: Topics, ends: dict[str, int], records: int, batches: Any
-) -> Drained:
-    """The pipeline with ``mode = "continuous"`` over the backlog, its long batches' length,
-    leases and held state budget those of ``batches``
-    (:class:`daemon.continuous.lease_source.LongBatches`; a budget of 0: the default), in
-    this process (:func:`drain` runs it in a fresh one)."""
+def comap_pipeline(servers: str, topics: Topics, folder: Path) -> tuple[Any, Any]:
+    """comap's example pipeline over ``topics`` (the default cap), its checkpoint in
+    ``folder``: a :data:`Pipeline`."""
+    return configure(servers, topics, folder / "checkpoint", DEFAULT_MAX_RECORDS_PER_BATCH)
+
+
+def continuous(pipeline: Pipeline, ends: dict[str, int], records: int, batches: Any) -> Drained:
+    """``pipeline`` with ``mode = "continuous"`` over the backlog until its consumer group
+    reaches ``ends``, its long batches' length, leases and held state budget those of
+    ``batches`` (:class:`daemon.continuous.lease_source.LongBatches`; a budget of 0: the
+    default), in this process (:func:`in_process` runs it in a fresh one)."""
     from daemon.kafka.names import pipeline_group
     from daemon.pipeline.plan import client_conf
     from daemon.spark.session import spark_session
 
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-drain-") as tmp:
-        checkpoint = Path(tmp) / "checkpoint"
-        file, pipe = configure(servers, topics, checkpoint, DEFAULT_MAX_RECORDS_PER_BATCH)
+        file, pipe = pipeline(Path(tmp))
         settings = {"long_batch": batches.long_batch_ms, "leases": batches.leases}
         if batches.held_state_budget:
             settings["held_state_budget"] = batches.held_state_budget
@@ -149,7 +166,15 @@ def continuous(
                         raise RuntimeError(f"the pipeline failed: {running.exception()}")
                     time.sleep(0.2)
                 seconds = time.monotonic() - started
-    return Drained("continuous", records, seconds, memory.result, len(early))
+    return Drained(
+        "continuous",
+        records,
+        seconds,
+        memory.result,
+        len(early),
+        pipe.output.topic,
+        pipe.dead_letters,
+    )
 
 
 @contextmanager

@@ -13,6 +13,17 @@ then orders. Contenders, on the same topics:
 Reported: each one's records/s (the median sustained rate: after the first micro-batch,
 which holds the tables, only orders), their ratio (issue 65's target: three tables at least
 :data:`TARGET` of one), each against its own ceiling, and what each stage of the chain cost.
+
+With ``--continuous``, then the same two pipelines with ``mode = "continuous"`` (one lease: a
+lookup of several tables runs in one; long batches of ``--long-batch-ms``, longer than a
+drain, so that none ends during one) drain the same backlog, the tables' rows then the
+orders, already produced: one table, then three, ``--runs`` rounds, each drain in a fresh
+process of its own (:func:`bench.drain.in_process`), timed from the service's start (not the
+Spark session's) to the pipeline's consumer group reaching the ends of the topics it reads
+(:func:`bench.drain.continuous`). Reported: each drain's records/s (the tables' rows it reads
+and the orders), the three-table against the one-table median, beside micro-batch mode's
+ratios of the same run, and a check per drain that it wrote one enriched order per order
+and no dead letter. Off by default: the smoke (:mod:`bench.smoke`) leaves it out.
 """
 
 from __future__ import annotations
@@ -21,12 +32,14 @@ import argparse
 import os
 import statistics
 import uuid
+from functools import partial
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from bench import commit
 from bench.ceiling import RawResult
+from bench.drain import Drained, continuous, in_process
 from bench.enrichd import EnrichdResult, batch_table
 from bench.operators import mean_operators
 from bench.report import Section
@@ -34,12 +47,23 @@ from bench.resources import MIB
 from bench.runs import (
     Repeated,
     add_runs_argument,
+    output_checks,
     repeated_contenders,
     run_checks,
     spark_master,
     sustained_line,
 )
-from bench.shop import EXAMPLE, FIELDS, REGIONS, TABLES, Shop, ShopTopics, produce, run_enrichd
+from bench.shop import (
+    EXAMPLE,
+    FIELDS,
+    REGIONS,
+    TABLES,
+    Shop,
+    ShopTopics,
+    configure,
+    produce,
+    run_enrichd,
+)
 from bench.shop_ceiling import run_ceiling
 from bench.wording import (
     SERVICE_LINE,
@@ -78,6 +102,10 @@ STAGE_COLUMNS = (
     "state MiB",
 )
 COLUMNS = ("run", "records/s", "seconds", "vs its 2-process ceiling", "vs one table", "note")
+LONG_BATCH_MS = 600_000
+"""A continuous drain's long batch (``--long-batch-ms``): longer than a drain at the default
+sizes, so that no long batch ends during one."""
+DRAIN_COLUMNS = ("drain", "records", "seconds", "records/s", "vs one table", "early")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,12 +122,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=7, help="seed for orders and regions")
     add_runs_argument(parser)
+    parser.add_argument(
+        "--continuous",
+        action="store_true",
+        help='then drain the same backlog with both pipelines in mode = "continuous" (one '
+        "lease), --runs rounds, each drain in a fresh process",
+    )
+    parser.add_argument(
+        "--long-batch-ms",
+        type=int,
+        default=LONG_BATCH_MS,
+        help="the continuous drains' long batch (ms): longer than a drain",
+    )
 
 
 def _command(args: argparse.Namespace) -> str:
     return (
         f".venv/bin/python -m bench nway --customers {args.customers} --products "
         f"{args.products} --orders {args.orders} --max-batch {args.max_batch} --runs {args.runs}"
+        + (f" --continuous --long-batch-ms {args.long_batch_ms}" if args.continuous else "")
     )
 
 
@@ -133,12 +174,21 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             runs[tables].append(result)
             console.print(f"enrichd, {shape}, run {round_}: {enrichd_status(result)}")
             loads.append((f"enrichd {shape} {round_}", os.getloadavg()[0]))
+    drains = _drains(args, servers, topics, ends, console, loads) if args.continuous else {}
     repeated = {tables: Repeated(results) for tables, results in runs.items()}
     with console.status("checking outputs"):
         checks, ok = _checks(conf, shop, topics, ends, outputs, repeated)
+        for tables, done in drains.items():
+            label = f"enrichd {SHAPES[tables]}, continuous"
+            lines, fine = output_checks(conf, done, shop.orders, "enriched orders", label)
+            checks += lines
+            ok = ok and fine
     one, three = repeated[1], repeated[3]
     ratio = three.sustained / one.sustained
     console.print(f"three tables against one: {ratio:.2f}", highlight=False)
+    if drains:
+        drained = drain_ratio(drains)
+        console.print(f"three tables against one, continuous: {drained:.2f}", highlight=False)
     contenders = _contenders(ceilings, repeated)
     table = _table(contenders, ceilings, one, three)
     lines = [
@@ -167,9 +217,105 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
             args.max_batch,
             batch_table(three.typical.batches),
         ),
+        *drain_lines(drains, args.long_batch_ms, (ratio, three.end_to_end / one.end_to_end)),
         checks_line(checks),
     ]
     return Section("nway", TITLE, lines, table, plot_of(contenders), ok)
+
+
+def _drains(
+    args: argparse.Namespace,
+    servers: str,
+    topics: ShopTopics,
+    ends: dict[str, int],
+    console: Console,
+    loads: list[tuple[str, float]],
+) -> dict[int, list[Drained]]:
+    """The backlog drained by each pipeline in continuous mode, one table then three,
+    ``args.runs`` rounds, each drain in a fresh process; the drains by number of tables."""
+    from daemon.continuous.lease_source import LongBatches
+
+    batches = LongBatches(leases=1, long_batch_ms=args.long_batch_ms)
+    drains: dict[int, list[Drained]] = {tables: [] for tables in SHAPES}
+    for round_ in range(1, args.runs + 1):
+        for tables, shape in SHAPES.items():
+            read = topics.read(ends, tables)  # its group commits only the topics it reads
+            # The default cap, whatever --max-batch: a sub-batch's cap, every commit interval.
+            cap = DEFAULT_MAX_RECORDS_PER_BATCH
+            pipeline = partial(configure, servers, topics, tables, max_records_per_batch=cap)
+            job = partial(continuous, pipeline, read, sum(read.values()), batches)
+            with console.status(f"enrichd, {shape}, continuous, run {round_} of {args.runs}"):
+                drained = in_process(job, f"continuous drain, {shape}")
+            drains[tables].append(drained)
+            console.print(
+                f"enrichd, {shape}, continuous, run {round_}: {rate(drained.rate)} records/s "
+                f"({drained.records:,} in {drained.seconds:.1f} s)",
+                highlight=False,
+            )
+            loads.append((f"continuous {shape} {round_}", os.getloadavg()[0]))
+    return drains
+
+
+def drain_ratio(drains: dict[int, list[Drained]]) -> float:
+    """Three tables against one in continuous mode: the median drains' records/s."""
+    medians = {t: statistics.median(d.rate for d in done) for t, done in drains.items()}
+    return medians[3] / medians[1]
+
+
+def drain_lines(
+    drains: dict[int, list[Drained]], long_batch_ms: int, batch_ratios: tuple[float, float]
+) -> list[str]:
+    """The continuous drains' table and lines (none: not run); ``batch_ratios`` are
+    micro-batch mode's three-against-one ratios of the same run, sustained and end to end."""
+    if not drains:
+        return []
+    one = statistics.median(d.rate for d in drains[1])
+    table: list[tuple[str, ...]] = [DRAIN_COLUMNS]
+    for tables, done in drains.items():
+        for number, d in enumerate(done, 1):
+            table.append(
+                (
+                    f"{SHAPES[tables]}, continuous {number}",
+                    f"{d.records:,}",
+                    f"{d.seconds:.1f}",
+                    rate(d.rate),
+                    f"{d.rate / one:.2f}",
+                    f"{d.ended_early}",
+                )
+            )
+    ratio = drain_ratio(drains)
+    sustained, end_to_end = batch_ratios
+    longest = max(d.seconds for done in drains.values() for d in done)
+    rounds = len(drains[1])
+    lines = [
+        'Continuous mode (`--continuous`): the same two pipelines with `mode = "continuous"` '
+        f"(one lease, long batches of {long_batch_ms:,} ms, `max_records_per_batch` the "
+        f"default, {DEFAULT_MAX_RECORDS_PER_BATCH:,}, whatever `--max-batch`: it caps each "
+        "sub-batch, every `commit_interval`), each draining the same backlog, "
+        f"the tables' rows then the orders, already produced: one table, then three, {rounds} "
+        "round(s), each drain in a fresh process of its own (`bench/drain.py`), timed from "
+        "the service's start (not the Spark session's) to the pipeline's consumer group "
+        "reaching the ends of the topics it reads. *records* counts the rows of the tables "
+        "a pipeline reads as well as the orders; *vs one table* is against the one-table "
+        "drains' median; *early*: long batches that ended early, their held state past its "
+        "budget.",
+        "",
+        *markdown_table(table),
+        "",
+        f"- Three tables against one in continuous mode (median records/s of "
+        f"{rounds} drain(s) each): {short_of(ratio, TARGET)} "
+        f"({rate(statistics.median(d.rate for d in drains[3]))} against {rate(one)} "
+        f"records/s); target (issue 65) >= {TARGET}: continuous mode "
+        f"{'meets' if ratio >= TARGET else 'misses'} it. Micro-batch mode in this run: "
+        f"{sustained:.2f} sustained (the target's), {end_to_end:.2f} end to end (timed from "
+        "the service's start, as the drains are).",
+    ]
+    if longest * 1000 >= long_batch_ms:
+        lines.append(
+            f"- The longest drain took {longest:,.1f} s, not shorter than a long batch: a "
+            "long batch may have ended during it (raise `--long-batch-ms`)."
+        )
+    return [*lines, ""]
 
 
 def _checks(

@@ -20,9 +20,10 @@ import argparse
 import os
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 
@@ -157,9 +158,20 @@ def steady_check(repeated: Repeated, label: str = "enrichd") -> tuple[str, bool]
     )
 
 
+class Written(Protocol):
+    """A run that wrote to topics of its own: an :class:`EnrichdResult`, a drain's
+    :class:`bench.drain.Drained`."""
+
+    @property
+    def output_topic(self) -> str: ...
+
+    @property
+    def dead_letter_topic(self) -> str: ...
+
+
 def output_checks(
     conf: dict[str, str],
-    repeated: Repeated,
+    runs: Sequence[Written],
     expected: int,
     noun: str,
     label: str = "enrichd",
@@ -168,10 +180,10 @@ def output_checks(
     """A check per run of what it wrote against ``expected``, and its dead letters against
     ``dead_letters`` (the late records a workload makes on purpose)."""
     lines, ok = [], True
-    for i, run in enumerate(repeated.runs, 1):
+    for i, run in enumerate(runs, 1):
         wrote = count_records(conf, run.output_topic)
         dead = count_records(conf, run.dead_letter_topic)
-        name = f"{label} run {i}" if len(repeated.runs) > 1 else label
+        name = f"{label} run {i}" if len(runs) > 1 else label
         lines.append(
             f"{name} wrote {wrote:,} {noun} (expected {expected:,}), {dead:,} dead letter(s)"
             + (f" (expected {dead_letters:,})" if dead_letters else "")
@@ -193,7 +205,7 @@ def run_checks(
     (:func:`output_checks`), the steady batches (:func:`steady_check`), and a line for each
     run whose progress reports miss some of the ``input_records``; and whether the outputs
     and the steady batches passed."""
-    written, ok = output_checks(conf, repeated, expected, noun, label, dead_letters)
+    written, ok = output_checks(conf, repeated.runs, expected, noun, label, dead_letters)
     steady, enough = steady_check(repeated, label)
     missed = [line for run in repeated.runs for line in progress_check(run.batches, input_records)]
     return [*written, steady, *missed], ok and enough

@@ -22,13 +22,14 @@ checkpoint); continuous's drains in micro-batch mode (``--no-micro-batch``: each
 process and a JVM of its own, about 15 s here, and a micro-batch drain is
 :func:`bench.enrichd.run_enrichd`, which comap's runs, in the process its continuous drains
 start) and its yardstick runs (``--no-yardstick``: lookup's workload runs the same yardstick);
-the repeated enrichd runs (``--runs 1``) and comap's and lookup's key-count sweep (one
-``--users``). Latency runs offer for a second. The workloads' enrichd runs share this process's
-Spark session and its Python workers (the service of ``daemon run`` leaves running a session it
-did not start), so the first runs pay for warming them: on a quiet machine passthrough's first
-batch took 12 s and comap's 8.5 s (its stateful workers' first), the later workloads' about 3 s
-(their queries' starts). continuous's drains do not: each runs in a fresh process
-(:mod:`bench.drain`).
+nway's continuous drains (off unless ``--continuous``: two more processes and JVMs, and
+continuous's drains run the same :mod:`bench.drain`); the repeated enrichd runs (``--runs 1``)
+and comap's and lookup's key-count sweep (one ``--users``). Latency runs offer for a second. The
+workloads' enrichd runs share this process's Spark session and its Python workers (the service
+of ``daemon run`` leaves running a session it did not start), so the first runs pay for warming
+them: on a quiet machine passthrough's first batch took 12 s and comap's 8.5 s (its stateful
+workers' first), the later workloads' about 3 s (their queries' starts). continuous's drains do
+not: each runs in a fresh process (:mod:`bench.drain`).
 """
 
 from __future__ import annotations
