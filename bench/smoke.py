@@ -15,21 +15,27 @@ other rates for the batch-cost fit (comap's fit takes its batches of any size in
 every joiner runs its yardstick (a raw loop: no JVM); lookup's second run with a versioned
 table (the same code path with another pipeline file); window's run of Spark's own join (no
 enrichd code in it); startup's ``daemon demo`` (the suite runs the demo itself), its recording
-of Spark's class archive (``tests/service/test_class_archive.py`` tests that) and its restarted
+of Spark's class archive (``tests/service/test_class_archive.py`` tests that; its ``daemon run``
+maps the environment's archive instead, ``--mapped-archive``, as the suite's JVMs do: about 6
+CPU seconds less than a start without one, BENCHMARKS.md's start-up section) and its restarted
 ``daemon run`` (a second JVM start on the same code path: about half the smoke's time on a
 loaded machine; ``tests/delivery/test_crash_recovery.py`` restarts ``daemon run`` on its
 checkpoint); continuous's drains in micro-batch mode (``--no-micro-batch``: each drain starts a
 process and a JVM of its own, about 15 s here, and a micro-batch drain is
 :func:`bench.enrichd.run_enrichd`, which comap's runs, in the process its continuous drains
-start) and its yardstick runs (``--no-yardstick``: lookup's workload runs the same yardstick);
-nway's continuous drains (off unless ``--continuous``: two more processes and JVMs, and
-continuous's drains run the same :mod:`bench.drain`); the repeated enrichd runs (``--runs 1``)
-and comap's and lookup's key-count sweep (one ``--users``). Latency runs offer for a second. The
-workloads' enrichd runs share this process's Spark session and its Python workers (the service
-of ``daemon run`` leaves running a session it did not start), so the first runs pay for warming
-them: on a quiet machine passthrough's first batch took 12 s and comap's 8.5 s (its stateful
-workers' first), the later workloads' about 3 s (their queries' starts). continuous's drains do
-not: each runs in a fresh process (:mod:`bench.drain`).
+start), its yardstick runs (``--no-yardstick``: lookup's workload runs the same yardstick) and
+its drain at many keys (``--scale-users``: a second backlog through the same
+:func:`bench.drain.drain`, another process and JVM of its own; beside the first drain's code
+it runs only its table row and the lines that judge it, :func:`bench.continuous.scale_line`
+and :func:`bench.continuous.memory_line`, which ``tests/unit/bench/test_continuous.py``
+checks); nway's continuous drains (off unless ``--continuous``: two more processes and JVMs,
+and continuous's drain runs the same :mod:`bench.drain`); the repeated enrichd runs
+(``--runs 1``) and comap's and lookup's key-count sweep (one ``--users``). Latency runs offer
+for a second. The workloads' enrichd runs share this process's Spark session and its Python
+workers (the service of ``daemon run`` leaves running a session it did not start), so the
+first runs pay for warming them: on a quiet machine passthrough's first batch took 12 s and
+comap's 8.5 s (its stateful workers' first), the later workloads' about 3 s (their queries'
+starts). continuous's drain does not: it runs in a fresh process (:mod:`bench.drain`).
 """
 
 from __future__ import annotations
@@ -72,14 +78,14 @@ SIZES: dict[str, list[str]] = {
     ],
     "state": ["--keys", "1000", "--clicks", "1000", "--max-batch", "800"],
     "startup": [
-        "--users", "20", "--tweets", "100", "--runs", "1", "--no-demo", "--no-archive",
+        "--users", "20", "--tweets", "100", "--runs", "1", "--no-demo", "--mapped-archive",
         "--no-restart",
     ],
     "commit_turn": ["--tasks", "2", "--rounds", "3", "--records", "5"],
     "continuous": [
         "--joiners", "lookup", "--users", "50", "--rate", "200", "--seconds", "1", "--runs", "1",
-        "--long-batch-ms", "4000", "--drain-tweets", "300", "--scale-users", "100",
-        "--no-micro-batch", "--no-yardstick",
+        "--long-batch-ms", "4000", "--drain-tweets", "300", "--no-micro-batch",
+        "--no-yardstick",
     ],
 }  # fmt: skip
 """Each workload's tiny options, with the parts the module's docstring names left out.
@@ -88,8 +94,8 @@ comap's, lookup's, nway's, asof's and window's caps are small enough for the six
 more their sustained rate must be over (:data:`bench.runs.MIN_STEADY_BATCHES` after the
 first), and they run once (nway: one run with one table, one with three). Each joiner runs
 its yardstick (:data:`YARDSTICK_ALONE`: with no enrichd latency run but comap's). continuous
-measures lookup's latency only, without the yardstick lookup's workload runs: its drains run
-comap in continuous mode only, at 50 keys and at 100 (its target at many keys against few)."""
+measures lookup's latency only, without the yardstick lookup's workload runs: its one drain
+runs comap in continuous mode only, at 50 keys (no ``--scale-users`` backlog)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

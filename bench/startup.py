@@ -28,7 +28,9 @@ wall time. Figures are the median of ``--runs`` runs, with min and max.
 
 Spark's class archive (``daemon.spark.class_archive``) lives in a folder of this run's: a
 first ``daemon demo``, timed on its own row, records it, and every start after maps it;
-``--no-archive`` turns it off for every start, to compare.
+``--no-archive`` turns it off for every start, to compare; ``--mapped-archive`` has every
+start map the archive of this environment (the one its first ``daemon demo`` recorded, which
+the test suite's JVMs map too) and records none.
 """
 
 from __future__ import annotations
@@ -91,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-demo", action="store_true", help="time no `daemon demo`")
     parser.add_argument(
         "--no-archive", action="store_true", help="start without Spark's class archive"
+    )
+    parser.add_argument(
+        "--mapped-archive",
+        action="store_true",
+        help="map this environment's class archive (its `daemon demo` recorded it), record none",
     )
     parser.add_argument(
         "--no-restart", action="store_true", help="time no restart on the cold run's checkpoint"
@@ -184,22 +191,33 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
     restarts: list[Start] = []
     checks: list[str] = []
     recording = Start()
+    records = not (args.no_archive or args.mapped_archive)
+    switch = "off" if args.no_archive else "map" if args.mapped_archive else "on"
+    # Read by every `daemon` started below; this process's own settings come back after.
+    saved = {name: os.environ.get(name) for name in (class_archive.DIRECTORY, class_archive.SWITCH)}
     with tempfile.TemporaryDirectory(prefix="enrichd-bench-classes-") as archives:
-        # Read by every `daemon` started below.
-        os.environ[class_archive.DIRECTORY] = archives
-        os.environ[class_archive.SWITCH] = "off" if args.no_archive else "on"
-        if not args.no_archive:
-            with console.status("daemon demo, recording Spark's class archive"):
-                recording = _demo()
-            console.print(f"daemon demo, recording: {recording.at['exit']:.1f} s")
-        for n in range(1, args.runs + 1):
-            _one_run(n, args, broker.bootstrap_servers, console, demos, colds, restarts, checks)
-        del os.environ[class_archive.DIRECTORY], os.environ[class_archive.SWITCH]
+        if records:
+            os.environ[class_archive.DIRECTORY] = archives
+        os.environ[class_archive.SWITCH] = switch
+        try:
+            if records:
+                with console.status("daemon demo, recording Spark's class archive"):
+                    recording = _demo()
+                console.print(f"daemon demo, recording: {recording.at['exit']:.1f} s")
+            for n in range(1, args.runs + 1):
+                _one_run(n, args, broker.bootstrap_servers, console, demos, colds, restarts, checks)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     ok = all(s.outputs == args.tweets for s in colds + restarts)
     command = (
         f"python -m bench startup --users {args.users} --tweets {args.tweets} --runs {args.runs}"
         + (" --no-demo" if args.no_demo else "")
         + (" --no-archive" if args.no_archive else "")
+        + (" --mapped-archive" if args.mapped_archive else "")
         + (" --no-restart" if args.no_restart else "")
         + (" --kill" if args.kill else "")
         + (
@@ -209,15 +227,16 @@ def run(args: argparse.Namespace, broker: EmbeddedBroker) -> Section:
         )
     )
     table = _table(demos, colds, restarts, "restarted after kill -9" if args.kill else "restarted")
-    if not args.no_archive:
+    if records:
         first = (f"{recording.at['exit']:.1f}", f"{recording.cpu_s:.1f}")
         table.append(("daemon demo, recording", *("-" for _ in MILESTONES), *first))
-    archive_note = (
-        "Spark's class archive off (`--no-archive`)."
-        if args.no_archive
-        else "Every start maps Spark's class archive, which a first `daemon demo` "
-        "recorded (*daemon demo, recording*)."
-    )
+    archive_note = {
+        "off": "Spark's class archive off (`--no-archive`).",
+        "map": "Every start maps this environment's class archive, if it has one "
+        "(`--mapped-archive`: none recorded here).",
+        "on": "Every start maps Spark's class archive, which a first `daemon demo` "
+        "recorded (*daemon demo, recording*).",
+    }[switch]
     lines = [
         *run_header(command, machine_line),
         f"Each start is a fresh process; seconds from its start, median of {args.runs} runs "
