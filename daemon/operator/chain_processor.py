@@ -35,6 +35,14 @@ differences:
   buckets hold after a call go on with its counts to the writing operator, which reports them
   for the planner's clock (:mod:`daemon.checkpoint.due_times`) under labels of their own
   (:meth:`ChainStep.timer_label`), with the batch's time if one fired (for its marker).
+- In a lease (``daemon.continuous``), where every operator's state is in one worker, a record
+  so far is answered at the next operator at once where its key only reads its state
+  (:meth:`ChainProcessor.read_on`), and a stream record at every stage where each only adds a
+  row (:meth:`ChainProcessor._straight`).
+
+Why this module is long: what an operator of a chain takes, hands on, reads through and
+writes are one protocol over one class's state (its packs, its held buckets, its answers),
+called by Spark or by a lease; split, each part would reach into the others' attributes.
 """
 
 from __future__ import annotations
