@@ -54,6 +54,8 @@ class LeaseOperators:
         self._chain = [p for p in self.processors if isinstance(p, ChainProcessor)]
         for this, after in zip(self._chain, self._chain[1:], strict=False):
             this.onward = after
+        self._reads_on = any(operator.reads_state for operator in self._chain[1:])
+        """Whether a later operator may answer at once (else nothing looks for moving keys)."""
 
     @property
     def held_bytes(self) -> int:
@@ -71,7 +73,7 @@ class LeaseOperators:
     def sub_batch(self, packs: dict[int, list[Any]], now: int) -> None:
         """A sub-batch's calls at processing time ``now``, ``packs`` by the first's buckets."""
         *before, writer = self.processors
-        if len(self._chain) > 1:
+        if self._reads_on:
             moving = _moving_keys(packs, self._chain[0].step.stream_input)
             for operator in self._chain:
                 table = operator.step.table_input

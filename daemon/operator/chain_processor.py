@@ -365,6 +365,11 @@ class ChainProcessor(JoinerProcessor):
 
     # -- read on within a lease (daemon.continuous.operators) -------------------------------
 
+    @property
+    def reads_state(self) -> bool:
+        """Whether this stage answers a key from its state alone (:meth:`read_on` may)."""
+        return self._reader is not None
+
     def settle(self, moving: set[str] | None) -> None:
         """A sub-batch begins whose rows of this stage's own input change keys ``moving``.
 
