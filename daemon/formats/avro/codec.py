@@ -25,6 +25,7 @@ import logging
 import os
 import struct
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from daemon.formats.avro.fields import FieldScanner
 from daemon.formats.avro.reader import DECLINES as READER_DECLINES
 from daemon.formats.avro.reader import compile_reader
 from daemon.formats.avro.writer import DECLINES as WRITER_DECLINES
-from daemon.formats.avro.writer import compile_writer
+from daemon.formats.avro.writer import compile_field_writers, compile_writer
 from daemon.formats.registry import is_not_found, new_client, unavailable
 from daemon.secrets import redact
 
@@ -165,6 +166,8 @@ class AvroCodec:
     _fast_writer: Any = field(default=False, repr=False)
     """The schema compiled by :func:`compile_writer` on first use (False: not yet; None: it
     cannot be)."""
+    _fast_fields: Any = field(default=False, repr=False)
+    """:func:`compile_field_writers` of the schema on first use (False: not yet; None: none)."""
     _fast_readers: dict[int, Any] = field(default_factory=dict, repr=False)
     """By writer schema id (-1: plain format), the schema compiled by :func:`compile_reader`
     on first use, or None where it cannot be or the writer's schema is not the reader's."""
@@ -173,7 +176,7 @@ class AvroCodec:
         state = dict(self.__dict__)
         state["_client"] = None  # the registry client holds sockets; rebuilt where used
         state["_scanners"] = {}  # closures; rebuilt where used
-        state["_fast_writer"] = False  # a closure likewise
+        state["_fast_writer"] = state["_fast_fields"] = False  # closures likewise
         state["_fast_readers"] = {}
         return state
 
@@ -267,6 +270,21 @@ class AvroCodec:
         if declined is not None:
             _fastavro_took("encode", self.schema, declined)
         return buffer.getvalue()
+
+    def field_writers(self) -> list[tuple[str, Callable[[Any], bytes]]] | None:
+        """The schema's fields with an encoder each, for :meth:`joined` (None: not compiled).
+
+        :func:`~daemon.formats.avro.writer.compile_field_writers`; made on first use.
+        """
+        if self._fast_fields is False:
+            self._fast_fields = compile_field_writers(self.schema) if self.compiled else None
+        fields: list[tuple[str, Callable[[Any], bytes]]] | None = self._fast_fields
+        return fields
+
+    def joined(self, parts: list[bytes]) -> bytes:
+        """The encoded record whose fields' bytes are ``parts`` (:meth:`field_writers`' order)."""
+        header = b"" if self.registry_url is None else _HEADER.pack(_MAGIC, self.schema_id or 0)
+        return header + b"".join(parts)
 
     def _writer(self, schema_id: int) -> Schema:
         """The writer schema of ``schema_id``, from the registry on first use.

@@ -91,6 +91,30 @@ def compile_writer(schema: Any) -> Callable[[Any], bytes] | None:
     return generator.define("write(value)", ["out = bytearray()"], ["return bytes(out)"])
 
 
+def compile_field_writers(schema: Any) -> list[tuple[str, Callable[[Any], bytes]]] | None:
+    """Each field of a record ``schema`` with an encoder of its own, in the schema's order.
+
+    A record's Avro bytes are its fields' bytes one after another, so a caller that holds
+    some fields' bytes already (a table's row, written for an earlier output) writes only
+    the others and joins them. Each encoder is the code :func:`compile_writer` writes for
+    that field, and declines alike; the caller must give every field (none is filled in
+    from its default) and no other. None: ``schema`` is not a record, or
+    :func:`compile_writer` cannot compile it.
+    """
+    if not isinstance(schema, dict) or schema.get("type") not in ("record", "error"):
+        return None
+    if compile_writer(schema) is None:
+        return None
+    named = schema.get("__named_schemas", {})
+    writers = []
+    for field in schema["fields"]:
+        writer = compile_writer({"type": field["type"], "__named_schemas": named})
+        if writer is None:  # cannot happen where the record compiles; checked all the same
+            return None
+        writers.append((field["name"], writer))
+    return writers
+
+
 _MISSING = object()
 
 

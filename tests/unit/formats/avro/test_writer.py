@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.formats.avro.codec import AvroCodec, load_schema_file, parse_schema_text
-from daemon.formats.avro.writer import Unwritable, compile_writer
+from daemon.formats.avro.writer import DECLINES, Unwritable, compile_field_writers, compile_writer
 from tests.unit.formats.avro.test_fields import EVERY_TYPE
 
 SCHEMAS = sorted((Path(__file__).resolve().parents[4] / "schemas").glob("*.avsc"))
@@ -165,3 +165,39 @@ def test_a_codec_that_compiled_its_writer_still_pickles_and_frames() -> None:
     framed = codec.encode(view)
     assert framed == b"\x00\x00\x00\x00\x07" + fastavro_bytes(schema, view)
     assert pickle.loads(pickle.dumps(codec)).encode(view) == framed  # noqa: S301
+
+
+def whole(schema: Any) -> st.SearchStrategy[Any]:
+    """Values of a record schema with every field given (none left to its default)."""
+    named = schema["__named_schemas"]
+    return st.fixed_dictionaries({f["name"]: values(f["type"], named) for f in schema["fields"]})
+
+
+@pytest.mark.parametrize("path", SCHEMAS, ids=[p.stem for p in SCHEMAS])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_records_fields_written_apart_and_joined_are_the_records_bytes(
+    path: Path, data: Any
+) -> None:
+    schema = load_schema_file(path)
+    codec = AvroCodec(schema, registry_url="http://registry.invalid:8081", schema_id=3)
+    writers = codec.field_writers()
+    assert writers is not None
+    assert [name for name, _ in writers] == [f["name"] for f in schema["fields"]]
+    value = data.draw(whole(schema))
+    joined = codec.joined([write(value[name]) for name, write in writers])
+    assert joined == codec.encode(value) == b"\x00\x00\x00\x00\x03" + fastavro_bytes(schema, value)
+
+
+def test_a_field_writer_declines_what_the_records_writer_declines() -> None:
+    writers = compile_field_writers(EVERY_TYPE)
+    assert writers is not None
+    for _, write in writers:
+        with pytest.raises(DECLINES):
+            write(("tuple",))  # no Avro type is written from a tuple
+
+
+@pytest.mark.parametrize("schema", ['"string"', '{"type": "array", "items": "int"}'])
+def test_only_a_record_is_written_by_fields(schema: str) -> None:
+    assert compile_field_writers(parse_schema_text(schema)) is None
+    assert AvroCodec(parse_schema_text(schema)).field_writers() is None
