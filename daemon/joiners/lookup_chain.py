@@ -680,6 +680,10 @@ class LookupChain(Chain):
             emit.key, enriched(emit.value or {}), emit.source, emit.output, emit.headers
         )
 
+    def output_base(self, record: InputRecord) -> dict[str, Any] | None:
+        """The stream record under the stream's field, as :meth:`output` would write it."""
+        return {self.stream_field: record.value}
+
     def carried(self, record: InputRecord) -> InputRecord:
         """The stream record under the stream's field, where it was read."""
         topic, partition, offset = _place(record)

@@ -51,6 +51,7 @@ import json
 import pickle  # noqa: S403 - rows pickled by this query's own operators, never read from outside
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from itertools import islice
 from typing import Any, NamedTuple
 
 from pyspark.sql import Row as SparkRow
@@ -92,8 +93,9 @@ from daemon.plugin.joiner import (
 from daemon.sink.spec import OutputSpec
 
 SETTLED_KEYS = 1 << 16
-"""How many keys' answers an operator keeps for :meth:`ChainProcessor.read_on` before it
-starts again (each holds the key's row): a bound on what the lease holds beside its state."""
+"""How many keys' answers an operator keeps for a lease's sub-batches (each holds the key's
+row) before it forgets the older half (:meth:`ChainProcessor.settle`): a bound on what the
+lease holds beside its state."""
 
 
 class Passed(NamedTuple):
@@ -139,6 +141,8 @@ class ChainProcessor(JoinerProcessor):
         """Answers of keys whose state no row of the current sub-batch changes (:meth:`settle`)."""
         self._moving: set[str] | None = None
         """The keys this stage's own rows of the current sub-batch change (None: read none on)."""
+        self._layout: list[tuple[str, Any, int]] | None = None
+        """How :meth:`_straight_bytes` writes an output by fields (None: not known yet)."""
 
     # -- a call ----------------------------------------------------------------------------
 
@@ -227,18 +231,21 @@ class ChainProcessor(JoinerProcessor):
         loop's per-record steps (a record, the stage's sort and call, an emit read back) would
         only make what the answer makes from each record's value. The order they go on in
         does not matter, as each next operator sorts its key's records; the last stage
-        writes them in its own order (:meth:`_write_through`).
+        writes them in its own order (:meth:`_write_through`). In a lease a key's answer is
+        kept for the next sub-batches (:meth:`_kept`).
         """
-        reader = self._reader
-        assert reader is not None  # noqa: S101 - called only with one
         kind = PASSED_INPUT if self.step.index else self.step.stream_input
         left: dict[str, list[InputRow]] = {}
+        moving = self._moving
         for key, rows in by_key.items():
             answer = None
             if all(row.input == kind for row in rows):
-                clock, state = self.core.load(bucket, log, key, now)
-                if clock.stream_time != END_OF_TIME:
-                    answer = reader(state)
+                # In a lease: a key whose rows are all stream records has no table row in
+                # the sub-batch (they would be in this call), so its answer may be kept.
+                if moving is None:
+                    answer = self._answer_at(bucket, log, key, now)
+                else:
+                    answer = self._kept(key, now, bucket, log)
             if answer is None:
                 left[key] = rows
                 continue
@@ -247,7 +254,8 @@ class ChainProcessor(JoinerProcessor):
                 continue
             if self.onward is not None and not self.step.index:
                 self._raw = raw = Originals(rows, self.plan.inputs)
-                for record in (self._record(row, key) for row in rows):
+                for row in rows:
+                    record = self._input_record(row, "stream", key)
                     if record is not None:
                         self._straight(record, answer, raw, now)
                 continue
@@ -260,17 +268,17 @@ class ChainProcessor(JoinerProcessor):
 
         In a lease, at the first stage: where every later stage answers its key from a state
         the sub-batch does not change (:meth:`_answer_for`) and each answer only adds a row
-        (:class:`~daemon.plugin.RowAnswer`), the output is the stream record with each row
-        added, written by the last operator with the record as its source, as the stages'
-        calls would write it; the records so far in between are not made. Else the record
-        goes on from the last stage that answered it, its record so far made by the answers.
+        (:class:`~daemon.plugin.RowAnswer`), the output is the stream record's
+        (:meth:`~daemon.plugin.Chain.output_base`) with each row added, written by the last
+        operator with the record as its source, as the stages' calls would write it; no
+        record so far is made. Else the record goes on from the last stage that answered it,
+        its record so far made by the answers.
         """
-        emit = emit_record(record.kafka_key, record.value, None, None, None)
-        base = self.step.chain.output(emit)  # the stream record, under its field
+        chain = self.step.chain
         answers = [answer]
         at: ChainProcessor = self
-        if base is not None and isinstance(answer, RowAnswer):
-            value = {**(base.value or {}), answer.field: answer.row}
+        if isinstance(answer, RowAnswer) and (base := chain.output_base(record)) is not None:
+            value = {**base, answer.field: answer.row}
             while at.onward is not None:
                 found = at.onward._answer_for(value, now)
                 if found is None or not isinstance(found[1], RowAnswer):
@@ -281,10 +289,11 @@ class ChainProcessor(JoinerProcessor):
             if at.onward is None:
                 at._write_straight(record, value, answers, raw)
                 return
-        value, headers = record.value or {}, record.headers
+        entered = chain.enter(record)
+        value, headers = entered.value or {}, entered.headers
         for answered in answers:
             value, headers = answered(value, headers)
-        at._pass_on(value, headers, record.kafka_key, now)
+        at._pass_on(value, headers, entered.kafka_key, now)
 
     def _write_straight(
         self, record: InputRecord, value: dict[str, Any], answers: list[Answer], raw: Originals
@@ -300,7 +309,56 @@ class ChainProcessor(JoinerProcessor):
             if answered.merges:
                 headers = merge_headers(answered.headers, headers)
         self._send = self._sender()
-        self.send([self._emitted(emit_record(record.kafka_key, value, record, None, headers), raw)])
+        emit = emit_record(record.kafka_key, value, record, None, headers)
+        encoded = self._straight_bytes(value, answers)
+        if encoded is None:
+            self.send([self._emitted(emit, raw)])
+        else:
+            self.send([self._output(emit, raw, written_value=encoded)])
+
+    def _straight_bytes(self, value: dict[str, Any], answers: list[Answer]) -> bytes | None:
+        """The output ``value`` of :meth:`_write_straight` in bytes, each row's made once.
+
+        A row an answer adds is the same in every output it goes into, so its bytes are kept
+        with the answer (:attr:`~daemon.plugin.RowAnswer.encoded`) and only the stream
+        record's are written each time (:meth:`~daemon.formats.avro.codec.AvroCodec.field_writers`).
+        None where the output is not written by fields (a select, a key format, a schema the
+        compiled writer does not take, a field missing or left over, a value it declines):
+        it is then written as any other output is, and dead-lettered as any other if refused.
+        """
+        layout = self._layout
+        if layout is None:
+            layout = self._layout = self._straight_layout(answers)
+        if not layout or len(value) != len(layout):
+            return None
+        parts = []
+        try:
+            for name, write, place in layout:
+                if place < 0:
+                    parts.append(write(value[name]))
+                    continue
+                answered = answers[place]
+                assert isinstance(answered, RowAnswer)  # noqa: S101 - _straight's condition
+                if answered.encoded is None:
+                    answered.encoded = write(answered.row)
+                parts.append(answered.encoded)
+        except Exception:  # noqa: BLE001 - the usual way writes it, or says why it cannot
+            return None
+        return self.plan.output_codec.joined(parts)
+
+    def _straight_layout(self, answers: list[Answer]) -> list[tuple[str, Any, int]]:
+        """Each output field's encoder and the stage whose answer adds it (-1: none).
+
+        Each stage's answer adds the same field every time, so the first output tells. Empty
+        where outputs are not written by fields (a select, a key format, no compiled writer).
+        """
+        if self.plan.output_keys or self._shapes.get(None) is not None:
+            return []
+        writers = self.plan.output_codec.field_writers()
+        if writers is None:
+            return []
+        stages = {a.field: place for place, a in enumerate(answers) if isinstance(a, RowAnswer)}
+        return [(name, write, stages.get(name, -1)) for name, write in writers]
 
     def _pass_on(
         self, value: dict[str, Any], headers: Headers | None, kafka_key: bytes | None, now: int
@@ -377,11 +435,15 @@ class ChainProcessor(JoinerProcessor):
         None (an end of input among the rows): every answer is, and nothing is read on.
         """
         self._moving = moving
-        if moving is None or len(self._settled) > SETTLED_KEYS:
-            self._settled.clear()
+        settled = self._settled
+        if moving is None:
+            settled.clear()
             return
         for key in moving:
-            self._settled.pop(key, None)
+            settled.pop(key, None)
+        if len(settled) > SETTLED_KEYS:  # the older half: the keys read since stay answered
+            for key in list(islice(settled, len(settled) - SETTLED_KEYS // 2)):
+                del settled[key]
 
     def read_on(
         self, value: dict[str, Any], headers: Headers | None, kafka_key: bytes | None, now: int
@@ -419,18 +481,28 @@ class ChainProcessor(JoinerProcessor):
         key = join_key(parts)
         if key in moving:
             return None
+        answer = self._kept(key, now)
+        return None if answer is None else (key, answer)
+
+    def _kept(
+        self, key: str, now: int, bucket: Bucket | None = None, log: StashLog | None = None
+    ) -> Answer | None:
+        """:meth:`_answer_at`, kept until a sub-batch brings a row for ``key`` (:meth:`settle`).
+
+        ``bucket`` and ``log``: the key's, where the caller has them loaded.
+        """
         answer = self._settled.get(key)
         if answer is None:
-            answer = self._answer_at(key, now)
-            if answer is None:
-                return None
-            self._settled[key] = answer
-        return key, answer
+            if bucket is None or log is None:
+                bucket, log, _ = self.buckets.load((bucket_of(key, self.step.buckets),))
+            answer = self._answer_at(bucket, log, key, now)
+            if answer is not None:
+                self._settled[key] = answer
+        return answer
 
-    def _answer_at(self, key: str, now: int) -> Answer | None:
+    def _answer_at(self, bucket: Bucket, log: StashLog, key: str, now: int) -> Answer | None:
         """How this stage answers ``key`` from its state as it is (None: only a call can)."""
-        assert self._reader is not None  # noqa: S101 - _answer_for's condition
-        bucket, log, _ = self.buckets.load((bucket_of(key, self.step.buckets),))
+        assert self._reader is not None  # noqa: S101 - called only with one
         clock, state = self.core.load(bucket, log, key, now)
         if clock.stream_time == END_OF_TIME:
             return None

@@ -430,12 +430,17 @@ class JoinerProcessor(StatefulProcessor):
             self._send(self._dead_letter(row, JOINER_FAILED, reason, failure.error))
 
     def _output(
-        self, emit: Emit, raw: Originals, written_key: bytes | None = None
+        self,
+        emit: Emit,
+        raw: Originals,
+        written_key: bytes | None = None,
+        written_value: bytes | None = None,
     ) -> tuple[Any, ...]:
         """The row of an emitted record: an :class:`OutputRow` as a plain tuple (see Send).
 
         ``written_key``: the Kafka key as its output's key format writes it, where not as
         text (:meth:`_keyed_output`); a select reads the key the joiner gave all the same.
+        ``written_value``: the value already encoded, where the caller could do it cheaper.
         """
         topic, codec = self.plan.output_topic, self.plan.output_codec
         if emit.output is not None:
@@ -446,9 +451,9 @@ class JoinerProcessor(StatefulProcessor):
                     f"configure ([pipeline.outputs.{emit.output}])"
                 )
             topic, codec = configured
-        value = None
+        value = written_value
         try:
-            if emit.value is not None:
+            if value is None and emit.value is not None:
                 value = self._encoded(emit.value, emit, codec, raw)
         except Exception as exc:
             # Records held in state since before their input's schema evolved: read them

@@ -566,10 +566,11 @@ class RowAnswer:
     (``merges``), the row's ``headers`` before the record's. An engine that holds every
     stage's state in one worker answers a record at every stage from them alone, and writes
     the output without the records so far in between; it then ``count``s each stage's
-    answer, as calling it would.
+    answer, as calling it would. ``encoded`` is the engine's: the row's bytes as it writes
+    them in the output, kept with the answer once made (None: not yet).
     """
 
-    __slots__ = ("answer", "count", "field", "headers", "merges", "row")
+    __slots__ = ("answer", "count", "encoded", "field", "headers", "merges", "row")
 
     def __init__(
         self,
@@ -582,6 +583,7 @@ class RowAnswer:
     ) -> None:
         self.answer, self.field, self.row = answer, field, row
         self.headers, self.merges, self.count = headers, merges, count
+        self.encoded: bytes | None = None
 
     def __call__(
         self, value: dict[str, Any], headers: Headers | None
@@ -667,6 +669,18 @@ class Chain(ABC):
     @abstractmethod
     def output(self, emit: Emit) -> Emit | None:
         """The output record of the last stage's emit, without :attr:`last`; None: none."""
+
+    def output_base(self, record: InputRecord) -> dict[str, Any] | None:
+        """The output value of a stream record before any stage adds to it; None: none.
+
+        What :meth:`output` makes of the record as it enters (:meth:`enter`), unanswered:
+        where every stage's answer is a :class:`RowAnswer`, the engine adds each row to it
+        and writes it.
+        By default made so; a chain may make it without the record so far.
+        """
+        entered = self.enter(record)
+        out = self.output(emit_record(entered.kafka_key, entered.value, None, None, None))
+        return None if out is None else dict(out.value or {})
 
     @abstractmethod
     def carried(self, record: InputRecord) -> InputRecord:

@@ -22,6 +22,7 @@ import pytest
 from daemon.continuous.held_buckets import HeldBuckets
 from daemon.continuous.operators import LeaseOperators
 from daemon.formats.avro.codec import AvroCodec, parse_schema_text
+from daemon.operator import chain_processor
 from daemon.operator.chain_processor import ChainProcessor
 from daemon.testing import by_key
 from tests.unit.operator.chain_calls import (
@@ -113,21 +114,28 @@ def lease_run(
     return written
 
 
+def noting(monkeypatch: pytest.MonkeyPatch, method: str) -> list[bool]:
+    """Whether each call of ``ChainProcessor.<method>`` from now on found something."""
+    original = getattr(ChainProcessor, method)
+    found: list[bool] = []
+
+    def noted(self: ChainProcessor, *args: Any) -> Any:
+        result = original(self, *args)
+        found.append(result is not None)
+        return result
+
+    monkeypatch.setattr(ChainProcessor, method, noted)
+    return found
+
+
 @pytest.mark.parametrize("mode", ["left", "inner"])
 @pytest.mark.parametrize("seed", range(2))
 def test_partials_read_on_in_a_lease_write_what_the_operators_calls_write(
     mode: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inputs = shop(seed)
-    answer_for = ChainProcessor._answer_for
-    answered: list[bool] = []
-
-    def counted(self: ChainProcessor, *args: Any) -> Any:
-        found = answer_for(self, *args)
-        answered.append(found is not None)
-        return found
-
-    monkeypatch.setattr(ChainProcessor, "_answer_for", counted)
+    answered = noting(monkeypatch, "_answer_for")
+    by_fields = noting(monkeypatch, "_straight_bytes")
     output = plain_output()
     read: dict[int, list[bool]] = {}
     for size in (1, 4, 9, 1000):
@@ -147,3 +155,30 @@ def test_partials_read_on_in_a_lease_write_what_the_operators_calls_write(
     assert all(True in read[size] for size in (1, 4, 9))  # partials were read on ...
     assert False in read[4] + read[9]  # ... and left to the calls where the rows change keys
     assert True not in read[1000]  # every table's keys change in the one sub-batch
+    assert by_fields and all(by_fields)  # straight outputs are written by fields, rows kept
+
+
+def test_past_its_bound_a_lease_forgets_the_older_answers_and_writes_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each operator keeps at most ``SETTLED_KEYS`` keys' answers as a sub-batch begins."""
+    monkeypatch.setattr(chain_processor, "SETTLED_KEYS", 2)
+    settle = ChainProcessor.settle
+    held: list[int] = []  # answers held as each sub-batch begins, before and after settling
+    kept: list[int] = []
+
+    def counted(self: ChainProcessor, moving: set[str] | None) -> None:
+        held.append(len(self._settled))
+        settle(self, moving)
+        kept.append(len(self._settled))
+
+    monkeypatch.setattr(ChainProcessor, "settle", counted)
+    inputs, output = shop(0), plain_output()
+    for size in (1, 4):
+        expected = run_batches(chain_operators({"mode": "left"}, output=output), inputs, size)
+        written = lease_run(chain_operators({"mode": "left"}, output=output), inputs, size)
+        assert by_key(decoded_outputs(written, codec=output)) == by_key(
+            decoded_outputs(expected, codec=output)
+        )
+    assert max(held) > 2  # more were answered in a sub-batch ...
+    assert 0 < max(kept) <= 2  # ... than are kept for the next one, but some are

@@ -27,6 +27,7 @@ from daemon.plugin.joiner import (
     END_OF_TIME,
     JOINED,
     RETRACTED,
+    Chain,
     Emit,
     InputRecord,
     JoinerContext,
@@ -610,3 +611,18 @@ def test_a_partial_let_out_by_no_record_carries_its_stamp_through_later_stages()
     (answer,) = products.process("p1", products.initial_state(), [partial], products.context)
     assert isinstance(answer, Emit) and chain.passed(answer).timestamp == 42
     assert tuple(meta(chain.passed(answer))["rank"]) == END_RANK
+
+
+def test_a_stream_records_output_base_is_what_the_chain_would_output_of_it_unanswered() -> None:
+    """``LookupChain.output_base`` skips the record so far; ``Chain``'s default makes one."""
+    plain = LookupOptions(mode="left")
+    chain = LookupChain(
+        "order",
+        [ChainTable("customers", "customer", "order.customer_id", plain)],
+        {"stream": 0, "customers": 1},
+        "p",
+    )
+    value = {"id": "o1", "customer_id": "c1", "product_id": "p1", "at": 100}
+    order_record = InputRecord("stream", "c1", value, 100, "orders", 0, 3, b"o1", 7)
+    assert chain.output_base(order_record) == {"order": value}
+    assert Chain.output_base(chain, order_record) == {"order": value}
