@@ -38,9 +38,9 @@ comap's 8.5 s (its stateful workers' first), the later workloads' about 3 s (the
 starts). continuous's drain runs here too (``--drain-here``), on this process's session: a
 drain in a fresh process of its own (:func:`bench.drain.in_process`, which ``python -m bench
 continuous`` and ``nway --continuous`` use) cost the smoke a JVM start and cold Python workers,
-about 16 s on a quiet machine, for the same drain; only that process's start and its
-session's stop (``bench.drain._drain_here``) are not run here, and the peak memory it reports
-is this process's, not the service's alone.
+about 30 s and 35-44 CPU seconds under the lock, for the same drain; only that process's
+start and its session's stop (``bench.drain._drain_here``) are not run here, and the peak
+memory it reports is this process's, not the service's alone.
 """
 
 from __future__ import annotations
