@@ -79,9 +79,12 @@ def drain(
     ends: dict[str, int],
     records: int,
     batches: Any = None,
+    here: bool = False,
 ) -> Drained:
     """One drain of comap's backlog in ``mode`` ("micro_batch", or "continuous" with
-    ``batches``), in a fresh process of its own (:func:`in_process`).
+    ``batches``), in a fresh process of its own (:func:`in_process`), or with ``here`` in
+    this one, on its Spark session (the smoke's: no JVM start of its own, and a peak memory
+    that is this process's, not the service's alone).
 
     Raises:
         RuntimeError: the drain failed, or its process ended or hung without a result.
@@ -90,7 +93,7 @@ def drain(
         job = partial(micro_batches, servers, topics, ends, records)
     else:
         job = partial(continuous, partial(comap_pipeline, servers, topics), ends, records, batches)
-    return in_process(job, f"{mode} drain")
+    return job() if here else in_process(job, f"{mode} drain")
 
 
 def in_process(job: Callable[[], Drained], name: str) -> Drained:

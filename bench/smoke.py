@@ -35,7 +35,12 @@ for a second. The workloads' enrichd runs share this process's Spark session and
 workers (the service of ``daemon run`` leaves running a session it did not start), so the
 first runs pay for warming them: on a quiet machine passthrough's first batch took 12 s and
 comap's 8.5 s (its stateful workers' first), the later workloads' about 3 s (their queries'
-starts). continuous's drain does not: it runs in a fresh process (:mod:`bench.drain`).
+starts). continuous's drain runs here too (``--drain-here``), on this process's session: a
+drain in a fresh process of its own (:func:`bench.drain.in_process`, which ``python -m bench
+continuous`` and ``nway --continuous`` use) cost the smoke a JVM start and cold Python workers,
+about 30 s and 35-44 CPU seconds under the lock, for the same drain; only that process's
+start and its session's stop (``bench.drain._drain_here``) are not run here, and the peak
+memory it reports is this process's, not the service's alone.
 """
 
 from __future__ import annotations
@@ -85,7 +90,7 @@ SIZES: dict[str, list[str]] = {
     "continuous": [
         "--joiners", "lookup", "--users", "50", "--rate", "200", "--seconds", "1", "--runs", "1",
         "--long-batch-ms", "4000", "--drain-tweets", "300", "--no-micro-batch",
-        "--no-yardstick",
+        "--no-yardstick", "--drain-here",
     ],
 }  # fmt: skip
 """Each workload's tiny options, with the parts the module's docstring names left out.

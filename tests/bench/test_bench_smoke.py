@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench import headline, summary
+from bench import continuous, headline, summary
 from bench.__main__ import WORKLOADS
 from bench.sections import markers, plot_path
 from bench.smoke import SIZES
@@ -100,11 +100,12 @@ def test_every_workload_runs_end_to_end_and_writes_its_section_to_the_given_repo
         assert "| yardstick (raw loop, exactly once) | 200 |" in section, joiner
         assert "- Batch cost: " in section, joiner
     assert plot_path(report, "summary").stat().st_size > 0
-    # continuous drains its 50 users and 300 tweets in continuous mode, and says its memory.
+    # continuous drains its 50 users and 300 tweets in continuous mode, in the smoke's own
+    # process (--drain-here: no JVM start of its own), and says its memory, and whose.
     start, end = markers("continuous")
     section = text[text.index(start) : text.index(end)]
     assert "| continuous 1 | 350 |" in section
-    assert "Peak PSS of the service at 50 keys (" in section
+    assert f"Peak PSS of the service at 50 keys ({continuous.HERE_TREE})" in section
     assert _digest(BENCHMARKS) == before
     charts_after = {p: p.stat().st_mtime_ns for p in (REPO / "bench" / "charts").glob("*.png")}
     assert charts_after == charts_before

@@ -6,7 +6,14 @@ Pure logic on made-up rates; ``tests/bench/test_bench_smoke.py`` runs the real d
 
 from __future__ import annotations
 
-from bench.continuous import SCALE_TARGET, memory_line, modes_line, scale_line
+from bench.continuous import (
+    HERE_TREE,
+    SCALE_TARGET,
+    SERVICE_TREE,
+    memory_line,
+    modes_line,
+    scale_line,
+)
 from bench.resources import MIB
 from bench.runs import MEMORY_TARGET
 
@@ -29,6 +36,9 @@ def test_the_peak_at_many_keys_is_judged_against_4_gb() -> None:
     assert "under 4 GB at 1,000,000 keys" in under
     assert ": 3,661 MiB (3.84 GB): this run meets it." in under
     assert memory_line(1_000_000, MEMORY_TARGET).endswith("(4.00 GB): this run misses it.")
+    # Whose memory it is: each drain's own process, or with --drain-here the benchmark's.
+    assert f"({SERVICE_TREE})" in under
+    assert f"({HERE_TREE})" in memory_line(1_000_000, 3_661 * MIB, HERE_TREE)
 
 
 def test_continuous_is_judged_against_micro_batch_only_when_its_drains_ran() -> None:
