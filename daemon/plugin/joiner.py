@@ -675,8 +675,7 @@ class Chain(ABC):
 
         What :meth:`output` makes of the record as it enters (:meth:`enter`), unanswered:
         where every stage's answer is a :class:`RowAnswer`, the engine adds each row to it
-        and writes it.
-        By default made so; a chain may make it without the record so far.
+        and writes it. By default made so; a chain may make it without the record so far.
         """
         entered = self.enter(record)
         out = self.output(emit_record(entered.kafka_key, entered.value, None, None, None))

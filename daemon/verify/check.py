@@ -125,6 +125,9 @@ class JoinerCheck:
             transactions, by topic: the broker's fault.
         examples: a few lost, duplicated or unexpected records, for the report.
         final_totals_wrong: groups whose last total is not the answer's.
+        broker_leaked_totals: groups whose totals the second stage made from an output
+            record the broker leaked (set aside, and their final totals not checked), with
+            the totals' topic: the broker's fault.
     """
 
     joiner: str
@@ -133,6 +136,7 @@ class JoinerCheck:
     broker_leaked: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     final_totals_wrong: list[str] = field(default_factory=list)
+    broker_leaked_totals: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -189,7 +193,16 @@ def check(
     result.examples += _examples(dead_tally)
 
     if totals is not None:
-        kept = _set_aside_leaked(result, totals)
+        # The second stage reads the first's output with read_committed: a total it made
+        # from a record the broker should have hidden is the broker's fault too, and so is
+        # every later total of that group (each carries it on).
+        hidden = {(r.topic, r.partition, r.offset) for r in outputs if r.leaked}
+        kept = []
+        for record in _set_aside_leaked(result, totals):
+            if _source_place(record) in hidden:
+                result.broker_leaked_totals[str(record.key)] = record.topic
+            else:
+                kept.append(record)
         moved = Counter((r.key, r.timestamp) for r in kept)
         totals_tally = compare(answer.totals, moved)
         result.rows.append(
@@ -208,8 +221,22 @@ def check(
             group
             for group in set(final) | set(answer.final_totals)
             if final.get(group) != answer.final_totals.get(group)
+            and group not in result.broker_leaked_totals
         )
     return result
+
+
+def _source_place(record: Received) -> tuple[str, int, int] | None:
+    """The topic, partition and offset of the record its ``enrichd.source.*`` headers name."""
+    headers = record.headers
+    try:
+        return (
+            headers["enrichd.source.topic"],
+            int(headers["enrichd.source.partition"]),
+            int(headers["enrichd.source.offset"]),
+        )
+    except (KeyError, ValueError):
+        return None
 
 
 def _set_aside_leaked(result: JoinerCheck, records: Iterable[Received]) -> list[Received]:

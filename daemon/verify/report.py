@@ -141,6 +141,14 @@ def _joiner_table(check: JoinerCheck) -> Table:
             BROKER_FAULT,
             style="yellow",
         )
+    for group, topic in sorted(check.broker_leaked_totals.items()):
+        table.add_row(
+            f"totals of {group} made from such a record ({topic})",
+            "-",
+            "-",
+            BROKER_FAULT,
+            style="yellow",
+        )
     total = check.totals()
     _add(table, total, style="bold")
     return table
@@ -174,7 +182,10 @@ def as_json(report: VerifyReport) -> dict[str, Any]:
                 "ok": check.ok,
                 "scenarios": [_row_json(row) for row in check.rows],
                 "dead_letters": [_row_json(row) for row in check.dead_letters],
-                "broker_fault": {"aborted_records_delivered": check.broker_leaked},
+                "broker_fault": {
+                    "aborted_records_delivered": check.broker_leaked,
+                    "totals_made_from_them": check.broker_leaked_totals,
+                },
                 "final_totals_wrong": check.final_totals_wrong,
                 "examples": check.examples,
             }

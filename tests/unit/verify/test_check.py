@@ -136,6 +136,38 @@ def test_totals_are_checked_by_group_and_time_and_by_their_final_values() -> Non
     assert twice.final_totals_wrong == ["north"] and not twice.ok
 
 
+def test_totals_made_from_an_output_record_the_broker_leaked_are_its_fault_too() -> None:
+    """The second stage reads the output with read_committed: given an aborted record, it
+    counts it, in that total and in every later total of its group."""
+    expected = answer()
+    expected.dead_letters = Counter()
+    expected.totals = Counter({("north", 11): 1, ("north", 12): 1})
+    expected.final_totals = {"north": canonical({"region": "north", "clicks": 2})}
+    written = [
+        out("7", {"v": 7}, 1, 0),
+        out("7", {"v": 7}, 1, 1, "aborted"),  # a zombie's attempt, handed out all the same
+        out("8", {"v": 8}, 2, 2),
+        out("9", None, None, 3),
+    ]
+
+    def total(offset: int, stamp: int, clicks: int, source: int) -> Received:
+        made_from = {"enrichd.source.topic": "t.out", "enrichd.source.partition": "0"}
+        headers = {**made_from, "enrichd.source.offset": str(source)}
+        value = {"region": "north", "clicks": clicks}
+        return Received("t.totals", 0, offset, "north", value, stamp, headers, "committed")
+
+    totals = [total(0, 11, 1, 0), total(1, 99, 2, 1), total(2, 12, 3, 2)]
+    result = check("lookup", WORK, expected, written, [], totals, source_item)
+    assert result.ok
+    assert result.broker_leaked == {"t.out": 1}
+    assert result.broker_leaked_totals == {"north": "t.totals"}
+    # Made from a committed record instead, the same extra total is enrichd's duplicate.
+    totals[1] = total(1, 11, 2, 0)
+    result = check("lookup", WORK, expected, written, [], totals, source_item)
+    row = next(r for r in result.rows if r.scenario == TOTALS)
+    assert row.duplicated == 1 and result.final_totals_wrong == ["north"] and not result.ok
+
+
 def test_compare_counts_multisets() -> None:
     tally = compare(Counter({"a": 2, "b": 1}), Counter({"a": 3, "c": 1}))
     assert (tally.lost, tally.duplicated, tally.unexpected) == (
