@@ -60,6 +60,19 @@ class Received:
         """Whether the reader should never have got it: its transaction aborted or is open."""
         return self.status in ("aborted", "open")
 
+    @property
+    def source(self) -> tuple[str, int, int] | None:
+        """The topic, partition and offset its ``enrichd.source.*`` headers name, if any."""
+        headers = self.headers
+        try:
+            return (
+                headers["enrichd.source.topic"],
+                int(headers["enrichd.source.partition"]),
+                int(headers["enrichd.source.offset"]),
+            )
+        except (KeyError, ValueError):
+            return None
+
 
 @dataclass
 class Tally:
@@ -199,7 +212,7 @@ def check(
         hidden = {(r.topic, r.partition, r.offset) for r in outputs if r.leaked}
         kept = []
         for record in _set_aside_leaked(result, totals):
-            if _source_place(record) in hidden:
+            if record.source in hidden:
                 result.broker_leaked_totals[str(record.key)] = record.topic
             else:
                 kept.append(record)
@@ -224,19 +237,6 @@ def check(
             and group not in result.broker_leaked_totals
         )
     return result
-
-
-def _source_place(record: Received) -> tuple[str, int, int] | None:
-    """The topic, partition and offset of the record its ``enrichd.source.*`` headers name."""
-    headers = record.headers
-    try:
-        return (
-            headers["enrichd.source.topic"],
-            int(headers["enrichd.source.partition"]),
-            int(headers["enrichd.source.offset"]),
-        )
-    except (KeyError, ValueError):
-        return None
 
 
 def _set_aside_leaked(result: JoinerCheck, records: Iterable[Received]) -> list[Received]:

@@ -64,16 +64,8 @@ class VerifiedPipeline:
 
     def source_item(self, record: Received) -> int | None:
         """The workload item the record's ``enrichd.source.*`` headers name, if any."""
-        headers = record.headers
-        try:
-            where = (
-                headers["enrichd.source.topic"],
-                int(headers["enrichd.source.partition"]),
-                int(headers["enrichd.source.offset"]),
-            )
-        except (KeyError, ValueError):
-            return None
-        return self.items.get(where)
+        where = record.source
+        return None if where is None else self.items.get(where)
 
     def topics(self) -> list[str]:
         """Every topic of the pipeline: inputs, outputs and dead letters."""
