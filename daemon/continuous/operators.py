@@ -58,6 +58,15 @@ class LeaseOperators:
         """Whether a later operator may answer at once (else nothing looks for moving keys)."""
 
     @property
+    def answered_input(self) -> int | None:
+        """The input a chain's first operator answers from its tables' state, if it can.
+
+        The stream's place among the source's inputs; None for one joiner's operator.
+        """
+        first = self._chain[0] if self._chain else None
+        return first.step.stream_input if first is not None and first.reads_state else None
+
+    @property
     def held_bytes(self) -> int:
         """About how many bytes the operators' held buckets take."""
         return sum(held.held_bytes for held in self.buckets)

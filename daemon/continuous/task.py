@@ -130,7 +130,9 @@ class LongBatchTask:
         ranks: dict[str, int] = {}  # the inputs come in the joiner's role order
         for rank, spec in enumerate(source.inputs):
             ranks.setdefault(spec.topic, rank)
-        self.arrivals = Arrivals(ranks, source.max_records_per_batch)
+        answered = operators.answered_input
+        stream = None if answered is None else source.inputs[answered].topic
+        self.arrivals = Arrivals(ranks, source.max_records_per_batch, stream)
         self.mine = lease.owns(source.state_buckets)
         """The state buckets this lease joins: each lease reads every partition."""
         self.bootstrap = dict(bootstrap or {})

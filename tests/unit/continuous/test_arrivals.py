@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daemon.continuous.arrivals import Arrivals
+from daemon.continuous.arrivals import STREAM_RUN, Arrivals
 from daemon.model.wire import END_OF_INPUT_HEADERS
 
 
@@ -97,6 +97,45 @@ def test_behind_and_past_the_cap_the_earliest_before_the_horizon_go() -> None:
     assert _taken_behind(arrivals, "customers/0") == [("orders", 2), ("orders", 3)]
     assert _taken_behind(arrivals, "customers/0") == []
     assert arrivals.first_waiting() == {"orders/0": 4, "customers/0": 0}
+
+
+def test_a_long_run_of_stream_records_after_the_tables_rows_goes_in_a_sub_batch_of_its_own() -> (
+    None
+):
+    # The tables' backlog, then the orders after it, as a new lookup of several tables reads
+    # them: the rows go first, with the orders that come before the last of them.
+    ranks = {"orders": 0, "customers": 1, "products": 2}
+    arrivals = Arrivals(ranks, cap=10 * STREAM_RUN, stream="orders")
+    arrivals.add([Message("customers", 0, n, 10 + 2 * n) for n in range(3)])
+    arrivals.add([Message("products", 0, 0, 13)])
+    arrivals.add(
+        [Message("orders", 0, 0, 14), *(Message("orders", 1, n, 15 + n) for n in range(STREAM_RUN))]
+    )
+    assert _taken(arrivals) == [
+        ("customers", 0), ("customers", 1), ("customers", 2), ("products", 0), ("orders", 0)
+    ]  # fmt: skip
+    assert arrivals.first_waiting() == {"orders/1": 0}
+    assert len(arrivals.take()) == STREAM_RUN
+    assert not arrivals
+
+
+def test_a_short_run_or_less_than_half_stays_in_the_sub_batch() -> None:
+    ranks = {"orders": 0, "customers": 1}
+    # A run shorter than STREAM_RUN: not worth a transaction more.
+    arrivals = Arrivals(ranks, cap=10 * STREAM_RUN, stream="orders")
+    arrivals.add([Message("customers", 0, 0, 10)])
+    arrivals.add([Message("orders", 0, n, 11 + n) for n in range(STREAM_RUN - 1)])
+    assert len(arrivals.take()) == STREAM_RUN
+    # A long run, but less than half of the sub-batch: live traffic with a table row in it.
+    arrivals.add([Message("orders", 1, n, 100_000 + n) for n in range(STREAM_RUN + 2)])
+    arrivals.add([Message("customers", 0, 1, 100_000 + STREAM_RUN + 1)])
+    arrivals.add([Message("orders", 0, STREAM_RUN - 1 + n, 200_000 + n) for n in range(STREAM_RUN)])
+    assert len(arrivals.take()) == 2 * STREAM_RUN + 3
+    # Without a stream to answer (any other joiner), no run waits.
+    arrivals = Arrivals(ranks, cap=10 * STREAM_RUN)
+    arrivals.add([Message("customers", 0, 0, 10)])
+    arrivals.add([Message("orders", 0, n, 11 + n) for n in range(STREAM_RUN)])
+    assert len(arrivals.take()) == STREAM_RUN + 1
 
 
 def _taken_behind(arrivals: Arrivals, behind: str) -> list[tuple[str, int]]:
