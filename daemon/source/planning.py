@@ -48,6 +48,7 @@ from daemon.model.wire import (
     split_partition_name,
 )
 from daemon.source.admission import Heads, admit_earliest
+from daemon.source.long_poll import long_poll
 from daemon.source.missing_offsets import failure, find_missing, report, resume
 from daemon.source.spec import SourceSpec
 
@@ -63,19 +64,6 @@ _EARLIEST_EVERY_S = 10.0
 has told it (:meth:`SourcePlanner._earliest`): a round trip per partition and batch."""
 _PROBE_WAIT_S = 0.05
 """How long a plan waits for a Fetch response when the probe's watermarks may be old."""
-_IDLE_WAIT_S = 0.1
-"""How long a plan that would read nothing waits for a record before it plans again.
-
-Spark asks for the next plan 10 ms (``spark.sql.streaming.pollingDelay``) after one that read
-nothing, and each plan costs a DescribeTopics round trip, the checkpoint's due-time file and a
-call from the JVM: an idle ``daemon run`` of the tweet-views pipeline spent 15-20% of a core on
-it, most of it in Spark's Python source runner. Waiting instead, as a Kafka consumer's long poll
-does, makes it about 10 plans a second. A record that comes in during the wait is planned at
-once (the probe's Fetch response wakes the wait), so the wait adds no latency; what it bounds
-is how long a query's stop waits for the plan in flight, and how late a plan sees what the
-probe does not bring as a record (a topic's new partition, an end that moved by a
-transaction's marker alone), so it stays as short as the probe's own Fetch wait
-(``fetch.wait.max.ms``, 100 ms), which bounds how late it hears of a record anyway."""
 
 
 @dataclass(frozen=True)
@@ -286,48 +274,13 @@ class SourcePlanner:
         (:meth:`_clock`). The partitions come in the order of
         their names, whatever order their ends were found in: Spark compares offsets as JSON
         text, and the same ends in another order made it run a batch that read nothing.
-
-        A plan that would read nothing (it equals ``start``, so Spark would run no batch)
-        first waits for a record, up to :data:`_IDLE_WAIT_S` (:meth:`_idle_wait_s`), and is
-        then made again: a record that came meanwhile is in it.
         """
         planned = self._plan(start, limit)
-        wait_s = self._idle_wait_s() if planned == start else 0.0
-        if wait_s > 0:
-            self._await_record(wait_s)
+        # Spark would run no batch: wait for a record, and plan again (daemon.source.long_poll).
+        if planned == start and self._probe_assigned and long_poll(self._probe, self.spec):
             planned = self._plan(start, limit)
         self._last_plan = planned
         return planned
-
-    def _idle_wait_s(self) -> float:
-        """How long a plan that equals ``start`` waits for a record before it plans again.
-
-        :data:`_IDLE_WAIT_S`, and never past the moment the :data:`CLOCK` may move (the next
-        ``wake_ms`` period's start, or a timer of the due-time map due sooner), so timers fire
-        as without the wait. No wait (0) with a processing-time trigger (Spark asks once per
-        trigger) or a probe that follows no partition (no record could end the wait).
-        """
-        if self.spec.trigger_ms or self._probe is None or not self._probe_assigned:
-            return 0.0
-        wait_s = _IDLE_WAIT_S
-        if self.spec.wake_ms:
-            now_ms = time.time_ns() // 1_000_000
-            until_ms = (now_ms // self.spec.wake_ms + 1) * self.spec.wake_ms
-            due = None if self.spec.checkpoint is None else due_times.read(self.spec.checkpoint)
-            earliest = None if due is None else due.earliest
-            if earliest is not None and earliest > now_ms:
-                until_ms = min(until_ms, earliest)
-            wait_s = min(wait_s, (until_ms - now_ms) / 1000)
-        return wait_s
-
-    def _await_record(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for the probe to fetch a record; whether one came.
-
-        The probe follows the log ends (:meth:`_log_ends`), so what it fetches now is new. The
-        record is taken off its queue; the probe only needs the watermark its Fetch response
-        brought, and the next plan's :meth:`_probe_may_have_paused` drains the rest.
-        """
-        return self._probe.poll(timeout_s) is not None
 
     def _plan(self, start: Offsets, limit: ReadLimit) -> Offsets:
         """:meth:`latest_offsets`, made once without waiting."""

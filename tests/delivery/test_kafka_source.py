@@ -27,7 +27,7 @@ from daemon.model.wire import (
     split_partition_name,
     unpack,
 )
-from daemon.source import planning
+from daemon.source import long_poll
 from daemon.source.planning import KafkaPartition, KafkaRange, SourcePlanner
 from daemon.source.spec import SourceInput, SourceSpec
 from tests.fetch_fault_proxy import TOPIC_AUTHORIZATION_FAILED, faulty
@@ -442,14 +442,14 @@ def test_an_idle_plan_waits_for_a_record_and_plans_it_at_once(
     planner = SourcePlanner(spec)
     waits: list[bool] = []
     waiting = threading.Event()
-    await_record = planner._await_record
+    await_record = long_poll.await_record
 
-    def noted(timeout_s: float) -> bool:
+    def noted(probe: Any, timeout_s: float) -> bool:
         waiting.set()
-        waits.append(await_record(timeout_s))
+        waits.append(await_record(probe, timeout_s))
         return waits[-1]
 
-    planner._await_record = noted  # type: ignore[method-assign]
+    monkeypatch.setattr(long_poll, "await_record", noted)
     try:
         first = planner.latest_offsets(planner.initial_offsets(), ReadAllAvailable())
         assert first[f"{topic}/0"] == 1
@@ -459,7 +459,7 @@ def test_an_idle_plan_waits_for_a_record_and_plans_it_at_once(
         assert waits == [False]  # it waited, nothing came, and it plans what it started from
 
         # A bound far past the produce: a wait that a record did not end would show as False.
-        monkeypatch.setattr(planning, "_IDLE_WAIT_S", 300.0)
+        monkeypatch.setattr(long_poll, "IDLE_WAIT_S", 300.0)
         waiting.clear()
 
         def produce_while_waiting() -> None:

@@ -12,10 +12,8 @@ and that an idle query runs no batch.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from daemon.checkpoint import due_times
@@ -23,7 +21,6 @@ from daemon.checkpoint.due_times import NO_BATCH, DueTimes
 from daemon.checkpoint.layout import COMMIT_LOG, log_folder
 from daemon.model.wire import CLOCK, parse_offsets
 from daemon.service.observability import records_read
-from daemon.source import planning
 from daemon.source.planning import KafkaRange, SourcePlanner
 from daemon.source.spec import SourceSpec
 
@@ -105,29 +102,3 @@ def test_without_a_known_map_the_clock_moves_every_period(tmp_path: Path) -> Non
     assert planner.latest_offsets({"t/0": 7, CLOCK: 3}, ReadAllAvailable())[CLOCK] >= before
     due_times.write(tmp_path, DueTimes(4, {}))  # batch 5 committed, its timers not written
     assert planner.latest_offsets({"t/0": 7, CLOCK: 3}, ReadAllAvailable())[CLOCK] >= before
-
-
-def test_an_idle_plan_waits_no_later_than_the_clock_may_move(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A plan that would read nothing waits for a record (tests/delivery/test_kafka_source.py),
-    but not past the next period's start, nor past a timer due sooner: timers fire as they
-    would without the wait."""
-    now_ms = 10_000_950  # 50 ms before a 1 s period's start
-    monkeypatch.setattr(time, "time_ns", lambda: now_ms * 1_000_000)
-    planner = reader(1000, tmp_path)
-    planner._probe, planner._probe_assigned = object(), {"t/0"}  # a probe that follows "t/0"
-    due_times.write(tmp_path, DueTimes(NO_BATCH, {}))
-    assert planner._idle_wait_s() == pytest.approx(0.05)
-    due_times.write(tmp_path, DueTimes(NO_BATCH, {4: now_ms + 20, 5: now_ms + 30}))
-    assert planner._idle_wait_s() == pytest.approx(0.02)
-    # One already due moved the clock to this period: the next move is the next period's.
-    due_times.write(tmp_path, DueTimes(NO_BATCH, {4: now_ms + 20, 5: now_ms - 500}))
-    assert planner._idle_wait_s() == pytest.approx(0.05)
-    monkeypatch.setattr(time, "time_ns", lambda: (now_ms - 900) * 1_000_000)  # the period's start
-    assert planner._idle_wait_s() == planning._IDLE_WAIT_S
-    assert reader(0)._idle_wait_s() == 0  # no probe: nothing could end a wait
-    triggered = reader(0)
-    triggered.spec = replace(triggered.spec, trigger_ms=500)
-    triggered._probe, triggered._probe_assigned = object(), {"t/0"}
-    assert triggered._idle_wait_s() == 0  # Spark asks once per trigger
