@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from daemon.checkpoint.batch_logs import last_committed, last_planned, planned_batch
+from daemon.sink.commit_turn import ending_transaction
 
 STOP_TIMEOUT_S = 60
 """How long verify waits for the child to exit after SIGTERM before it kills it."""
@@ -96,9 +97,16 @@ class ChildRun:
         self._signal_all(signal.SIGKILL)
         self.process.wait(30)
 
-    def pause(self) -> None:
-        """SIGSTOP the whole run, as a frozen VM or a long GC pause would stop it."""
-        self._signal_all(signal.SIGSTOP)
+    def pause(self, commit_turn: bool = False) -> None:
+        """SIGSTOP the whole run, as a frozen VM or a long GC pause would stop it.
+
+        ``commit_turn``: the run's transactions take this machine's turns
+        (:mod:`daemon.sink.commit_turn`). The stop is then sent while verify holds the turn,
+        so that no task of the run is stopped inside one, which would hold back every
+        transaction on the machine, the new run's too, until the stopped run went on.
+        """
+        with ending_transaction(commit_turn):
+            self._signal_all(signal.SIGSTOP)
 
     def resume(self) -> None:
         """SIGCONT the whole run after :meth:`pause`."""

@@ -188,6 +188,8 @@ def run_with_kills(
     feed: Feed,
     watch: RunProgress,
     points: KillPoints,
+    *,
+    commit_turn: bool = False,
 ) -> ChildOutcome:
     """Start the child, kill it at spread points, restart it, and stop it once all is in.
 
@@ -198,6 +200,8 @@ def run_with_kills(
     stopped half-way has them. With ``options.zombie``, the zombie scenario
     (:mod:`daemon.verify.zombie`) follows the kills, and the new run it starts is added to
     ``children`` (verify kills those left running however it ends) and goes on to the end.
+    ``commit_turn``: the child's transactions take the machine's turns (its zombie is stopped
+    outside them).
     """
     started = time.monotonic()
     deadline = started + options.timeout_s
@@ -268,6 +272,7 @@ def run_with_kills(
             wait_on,
             stop,
             continuous=options.mode == "continuous",
+            commit_turn=commit_turn,
         )
         children.append(new)
         progress(f"zombie: the resumed run {zombie.ended}")

@@ -33,6 +33,7 @@ from daemon.kafka.topic_settings import describe
 from daemon.model.config import PipelineFile, id_part, load_pipeline_file
 from daemon.model.constants import DEFAULT_ID_PREFIX, DEFAULT_TRANSACTION_TIMEOUT_MS
 from daemon.signals import StopRequest
+from daemon.sink.commit_turn import turn_needed
 from daemon.verify import child as runs
 from daemon.verify.acl import refusal
 from daemon.verify.check import JoinerCheck, check
@@ -199,6 +200,7 @@ def verify(
                     feed,
                     watch,
                     points,
+                    commit_turn=turn_needed(file.kafka.commit_turn if file else None, conf),
                 )
             finally:
                 markers.close()

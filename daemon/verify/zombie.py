@@ -97,12 +97,14 @@ def replace_paused_run(
     stop: StopRequest,
     *,
     continuous: bool = False,
+    commit_turn: bool = False,
 ) -> tuple[runs.ChildRun, Zombie]:
     """Run the scenario (see the module docstring); the new run, and what was seen.
 
     ``more_input`` produces the input of the micro-batch the run is stopped in (with
-    ``continuous``, of the sub-batch of a long batch). The pipelines' checkpoints are the new
-    run's copies afterwards.
+    ``continuous``, of the sub-batch of a long batch). ``commit_turn``: the runs'
+    transactions take the machine's turns (:meth:`~daemon.verify.child.ChildRun.pause`).
+    The pipelines' checkpoints are the new run's copies afterwards.
     """
     originals = [Path(pipe.config.checkpoint) for pipe in pipelines]
     if continuous:
@@ -124,7 +126,7 @@ def replace_paused_run(
             "a task of the micro-batch to stop the run in committed",
             lambda: markers.moved() or not runs.any_in_flight(originals),
         )
-    old.pause()
+    old.pause(commit_turn)
     paused = planned()
     zombie = Zombie(max(paused), runs.any_in_flight(originals))
     copies = [path.with_name(path.name + "-new") for path in originals]

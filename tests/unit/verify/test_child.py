@@ -1,9 +1,15 @@
-"""Where a pipeline's checkpoint stands: planned and committed micro-batches."""
+"""Where a pipeline's checkpoint stands: planned and committed micro-batches; stopping a run."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import tempfile
+import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from daemon.checkpoint.layout import COMMIT_LOG, OFFSET_LOG, log_folder
 from daemon.verify.child import batch_offsets, committed, planned, reached, records_within
@@ -57,3 +63,55 @@ def test_the_replays_that_found_their_batch_committed_are_counted_over_every_sta
     child = ChildRun(tmp_path / "verify.toml", tmp_path)
     child.starts = 3
     assert child.replays_found() == 7
+
+
+def test_a_run_is_stopped_outside_the_machines_commit_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped while one of its tasks held the turn would hold every transaction on
+    the machine back, the new run's too (the zombie scenario hung so once)."""
+    from daemon.sink.commit_turn import ending_transaction
+    from daemon.verify.child import ChildRun
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a runtime folder of its own
+    child = ChildRun(tmp_path / "verify.toml", tmp_path)
+    child.process = subprocess.Popen(["sleep", "600"], start_new_session=True)  # noqa: S607
+    try:
+        held, release = threading.Event(), threading.Event()
+
+        def a_task_in_its_turn() -> None:
+            with ending_transaction(True):
+                held.set()
+                release.wait(60)
+
+        task = threading.Thread(target=a_task_in_its_turn)
+        task.start()
+        held.wait(60)
+        pausing = threading.Thread(target=child.pause, args=(True,))
+        pausing.start()
+        pausing.join(1.0)
+        assert pausing.is_alive() and _state(child.process.pid) != "T"  # waits for the turn
+        release.set()
+        task.join(60)
+        pausing.join(60)
+        assert _stopped(child.process.pid)
+        child.resume()
+        child.pause()  # where transactions take no turns
+        assert _stopped(child.process.pid)
+    finally:
+        child.kill()
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process stops (a signal is delivered a moment after it is sent)."""
+    for _ in range(200):
+        if _state(pid) == "T":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (``T``: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]
