@@ -400,6 +400,7 @@ def start_query(spark: SparkSession, plan: PipelinePlan) -> StreamingQuery:
         read_tasks=spark.sparkContext.defaultParallelism,
         read_on_driver=SOURCE_READER.value() == "driver",
         wake_ms=(pipe.trigger or WAKEUP_MS) if wakes else 0,
+        trigger_ms=pipe.trigger,
         start=None if seed is None else seed.start,
         checkpoint=checkpoint,
     )

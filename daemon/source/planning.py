@@ -48,6 +48,7 @@ from daemon.model.wire import (
     split_partition_name,
 )
 from daemon.source.admission import Heads, admit_earliest
+from daemon.source.long_poll import long_poll
 from daemon.source.missing_offsets import failure, find_missing, report, resume
 from daemon.source.spec import SourceSpec
 
@@ -274,6 +275,15 @@ class SourcePlanner:
         their names, whatever order their ends were found in: Spark compares offsets as JSON
         text, and the same ends in another order made it run a batch that read nothing.
         """
+        planned = self._plan(start, limit)
+        # Spark would run no batch: wait for a record, and plan again (daemon.source.long_poll).
+        if planned == start and self._probe_assigned and long_poll(self._probe, self.spec):
+            planned = self._plan(start, limit)
+        self._last_plan = planned
+        return planned
+
+    def _plan(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        """:meth:`latest_offsets`, made once without waiting."""
         targets = start.get(BOOTSTRAP)
         ends = self._log_ends(start)
         resets = self._resets(start, ends)
@@ -294,7 +304,6 @@ class SourcePlanner:
                 planned[CLOCK] = clock
         if self._topic_ids:
             planned[TOPIC_IDS] = dict(self._topic_ids)
-        self._last_plan = planned
         return planned
 
     def _clock(self, start: Offsets) -> int | None:

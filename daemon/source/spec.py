@@ -122,6 +122,10 @@ class SourceSpec:
     wake_ms: int = 0
     """How often the plan's :data:`CLOCK` may move, for a joiner that wakes quiet keys; 0: no
     clock."""
+    trigger_ms: int = 0
+    """The query's processing-time trigger (0: none). With one, Spark asks for a plan once per
+    trigger, so a plan that reads nothing returns at once instead of waiting for a record
+    (:data:`~daemon.source.long_poll.IDLE_WAIT_S`)."""
     checkpoint: str | None = None
     """The query's checkpoint folder, whose due-time map tells the planner when a bucket's
     timer is due (:mod:`daemon.checkpoint.due_times`); None: the clock moves every ``wake_ms``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from daemon.broker import EmbeddedBroker
 from daemon.checkpoint.batch_logs import batches, planned_batch
@@ -25,6 +27,8 @@ from daemon.model.wire import (
     split_partition_name,
     unpack,
 )
+from daemon.source import long_poll
+from daemon.source.planning import KafkaPartition, KafkaRange, SourcePlanner
 from daemon.source.spec import SourceInput, SourceSpec
 from tests.fetch_fault_proxy import TOPIC_AUTHORIZATION_FAILED, faulty
 from tests.kafka_helpers import (
@@ -416,3 +420,58 @@ def test_a_partition_the_client_cannot_read_fails_with_one_line_and_nothing_is_p
 
         proxy.corrupt.clear()
         assert read() == list(range(20))
+
+
+def test_an_idle_plan_waits_for_a_record_and_plans_it_at_once(
+    broker: EmbeddedBroker,
+    fresh_topic: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plan that would read nothing waits on the probe for a record (a long poll, not
+    Spark's 10 ms polling): with nothing produced it returns its start, so Spark runs no
+    batch; a record produced while it waits is in the plan it returns."""
+    conf = client_conf(broker.bootstrap_servers)
+    topic = fresh_topic("idle")
+    create_topic(conf, topic, 1)
+    produce(conf, topic, [In(b"first")])
+    spec = SourceSpec(
+        inputs=(SourceInput("one", topic, "id", None, AvroCodec(USER)),),
+        client_conf=conf,
+        max_records_per_batch=100,
+    )
+    planner = SourcePlanner(spec)
+    waits: list[bool] = []
+    waiting = threading.Event()
+    await_record = long_poll.await_record
+
+    def noted(probe: Any, timeout_s: float) -> bool:
+        waiting.set()
+        waits.append(await_record(probe, timeout_s))
+        return waits[-1]
+
+    monkeypatch.setattr(long_poll, "await_record", noted)
+    try:
+        first = planner.latest_offsets(planner.initial_offsets(), ReadAllAvailable())
+        assert first[f"{topic}/0"] == 1
+        assert waits == []  # a plan with a record to read returns at once
+
+        assert planner.latest_offsets(first, ReadAllAvailable()) == first
+        assert waits == [False]  # it waited, nothing came, and it plans what it started from
+
+        # A bound far past the produce: a wait that a record did not end would show as False.
+        monkeypatch.setattr(long_poll, "IDLE_WAIT_S", 300.0)
+        waiting.clear()
+
+        def produce_while_waiting() -> None:
+            waiting.wait(300)
+            produce(conf, topic, [In(b"second")])
+
+        producer = threading.Thread(target=produce_while_waiting, daemon=True)
+        producer.start()
+        second = planner.latest_offsets(first, ReadAllAvailable())
+        producer.join(60)
+        assert waits == [False, True]
+        assert second[f"{topic}/0"] == 2
+        assert planner.partitions(first, second) == [KafkaPartition((KafkaRange(topic, 0, 1, 2),))]
+    finally:
+        planner.stop()
