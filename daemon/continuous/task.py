@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,16 @@ must not wait for that."""
 def wall_ms() -> int:
     """The wall clock, in milliseconds: a sub-batch's processing time."""
     return time.time_ns() // 1_000_000
+
+
+def _topic_partitions(names: Iterable[str], at: Mapping[str, int] | None = None) -> list[Any]:
+    """The client's partitions of ``names``, each at its offset in ``at`` if given."""
+    # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
+    from confluent_kafka import TopicPartition
+
+    if at is None:
+        return [TopicPartition(*split_partition_name(name)) for name in names]
+    return [TopicPartition(*split_partition_name(name), at[name]) for name in names]
 
 
 @dataclass
@@ -295,18 +305,10 @@ class LongBatchTask:
         return read
 
     def _assign(self, consumer: Any) -> None:
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import TopicPartition
-
         if self._paused:  # a new assignment reads every partition it names
-            consumer.resume([TopicPartition(*split_partition_name(n)) for n in self._paused])
+            consumer.resume(_topic_partitions(self._paused))
         reading = self._reading()
-        consumer.assign(
-            [
-                TopicPartition(*split_partition_name(name), offset)
-                for name, offset in reading.items()
-            ]
-        )
+        consumer.assign(_topic_partitions(reading, at=reading))
         self.arrivals.clear()  # read again from where each partition is
         self.backlog, self._moved, self._paused = dict.fromkeys(reading), {}, set()
 
@@ -320,11 +322,8 @@ class LongBatchTask:
         """
         if not self.backlog:
             return frozenset()
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import TopicPartition
-
         names = list(self.backlog)
-        parts = [TopicPartition(*split_partition_name(name)) for name in names]
+        parts = _topic_partitions(names)
         for name, part, tp in zip(names, parts, consumer.position(parts), strict=True):
             end = self.backlog[name]
             if end is None:
@@ -344,18 +343,15 @@ class LongBatchTask:
         What the others bring would only wait in the worker's memory; they are fetched again
         once nothing is held back, from where their reader stands.
         """
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import TopicPartition
-
         full = self._held_back and len(self.arrivals) > self.source.max_records_per_batch
         paused = set(self._reading()) - behind if full else set()
         if paused == self._paused:
             return
         resumed, self._paused = self._paused - paused, paused
         if resumed:
-            consumer.resume([TopicPartition(*split_partition_name(name)) for name in resumed])
+            consumer.resume(_topic_partitions(resumed))
         if paused:
-            consumer.pause([TopicPartition(*split_partition_name(name)) for name in paused])
+            consumer.pause(_topic_partitions(paused))
 
     def _poll(self, consumer: Any, until_ms: int) -> list[Any]:
         """What arrives before ``until_ms``."""
@@ -375,11 +371,8 @@ class LongBatchTask:
 
     def _reached(self, consumer: Any, messages: list[Any]) -> dict[str, int]:
         """Where each partition is read up to now (transaction markers move it too)."""
-        # Late: confluent_kafka loads with the first client (daemon.model.constants says why).
-        from confluent_kafka import TopicPartition
-
         names = list(self._reading())
-        parts = [TopicPartition(*split_partition_name(name)) for name in names]
+        parts = _topic_partitions(names)
         reached = {
             name: max(self.positions.at[name], tp.offset)
             for name, tp in zip(names, consumer.position(parts), strict=True)
