@@ -338,7 +338,7 @@ class LookupStage(Lookup):
         def answer(
             partial: dict[str, Any], headers: Headers | None
         ) -> tuple[dict[str, Any], Headers | None]:
-            ctx.count(counted)
+            count()
             book = dict(partial[META])
             book["gen"] = (*book["gen"], 0)
             book["rank"] = tuple(book["rank"])
