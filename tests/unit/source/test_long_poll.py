@@ -13,7 +13,7 @@ import pytest
 
 from daemon.checkpoint import due_times
 from daemon.checkpoint.due_times import NO_BATCH, DueTimes
-from daemon.source.long_poll import IDLE_WAIT_S, idle_wait_s
+from daemon.source.long_poll import IDLE_WAIT_S, idle_wait_s, long_poll
 from daemon.source.spec import SourceSpec
 
 NOW_MS = 10_000_950
@@ -52,3 +52,8 @@ def test_the_wait_ends_by_the_next_period_or_a_timer_due_sooner(tmp_path: Path) 
 def test_a_processing_time_trigger_does_not_wait() -> None:
     """Spark asks once per trigger; a wait past a short one would log that it falls behind."""
     assert idle_wait_s(spec(trigger_ms=500), NOW_MS) == 0
+
+
+def test_a_stopped_planner_does_not_wait() -> None:
+    """No probe (the planner stopped): nothing could end a wait."""
+    assert long_poll(None, spec()) is False
